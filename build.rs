@@ -1,0 +1,20 @@
+//! Compiles `proto/` with protox, a protobuf compiler in pure Rust, so no system `protoc` is needed.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = [
+        "proto/leasehold/v1/leasehold.proto",
+        "proto/leasehold/v1/raft.proto",
+    ];
+    let descriptors = protox::compile(files, ["proto"])?;
+    let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    // Reflection serves this set, so generic gRPC tools work without the proto files.
+    std::fs::write(
+        out_dir.join("leasehold_descriptor.bin"),
+        prost::Message::encode_to_vec(&descriptors),
+    )?;
+    tonic_prost_build::configure().compile_fds(descriptors)?;
+    for file in files {
+        println!("cargo:rerun-if-changed={file}");
+    }
+    Ok(())
+}

@@ -1,0 +1,100 @@
+//! What goes into the Raft log, and what applying it answers.
+
+use serde::{Deserialize, Serialize};
+
+/// One logged command: an operation plus the store time the leader stamped on it.
+///
+/// `at_ms` is `None` under the manual clock, where only [`Op::Advance`] moves time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command {
+    pub at_ms: Option<u64>,
+    pub op: Op,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// Grant a free or expired lease, or renew it for its current holder.
+    Acquire {
+        lease: String,
+        holder: String,
+        ttl_ms: u64,
+    },
+    /// Give the lease up at once; only its current holder with its current token may.
+    Release {
+        lease: String,
+        holder: String,
+        token: u64,
+    },
+    /// Write a row; with a fence, only if the token is not older than the lease's fence.
+    Put {
+        key: String,
+        value: Vec<u8>,
+        fence: Option<Fence>,
+    },
+    /// Manual clock only: move store time forward.
+    Advance { by_ms: u64 },
+    /// Default clock only: carries nothing but its stamp, so leases expire in the log.
+    Tick,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    pub lease: String,
+    pub token: u64,
+}
+
+/// What applying a command answered. Refusals are values, not errors: they travel to the client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    Granted {
+        token: u64,
+        expires_at_ms: u64,
+        renewed: bool,
+    },
+    HeldBy {
+        holder: String,
+        token: u64,
+        expires_at_ms: u64,
+    },
+    Released {
+        token: u64,
+    },
+    ReleaseRefused(ReleaseRefusal),
+    Written,
+    /// A fenced put whose token is older than the largest token the store has seen for the lease.
+    StaleToken {
+        fence: u64,
+    },
+    /// A fenced put with a token this lease never handed out: invalid input, nothing changed.
+    UnknownToken {
+        lease: String,
+        latest_token: u64,
+    },
+    Advanced,
+    Ticked,
+    /// Raft's own entries (blank, membership) carry no command.
+    Nothing,
+}
+
+impl Outcome {
+    /// True when the command was granted or accepted; false for every refusal.
+    pub fn accepted(&self) -> bool {
+        !matches!(
+            self,
+            Outcome::HeldBy { .. }
+                | Outcome::ReleaseRefused(_)
+                | Outcome::StaleToken { .. }
+                | Outcome::UnknownToken { .. }
+        )
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReleaseRefusal {
+    /// Nobody holds the lease: it was never granted, was released, or has expired.
+    NotHeld,
+    /// Someone else holds it.
+    HeldByOther { holder: String, expires_at_ms: u64 },
+    /// The right holder, but not the token of the current grant.
+    WrongToken { current_token: u64 },
+}

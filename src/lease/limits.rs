@@ -1,0 +1,189 @@
+//! Bounds on what a client may send, checked at the edge before anything is proposed.
+
+use crate::lease::{Fence, Op};
+
+/// The limits every node enforces. One place, so the error messages and the checks agree.
+pub struct Limits;
+
+impl Limits {
+    pub const MAX_NAME_BYTES: usize = 128;
+    pub const MAX_KEY_BYTES: usize = 512;
+    pub const MAX_VALUE_BYTES: usize = 64 * 1024;
+    /// Below this a holder cannot renew in time over a network with fsyncs on the path.
+    pub const MIN_TTL_MS: u64 = 100;
+    pub const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+    pub const MAX_ADVANCE_MS: u64 = 365 * 24 * 60 * 60 * 1000;
+}
+
+/// Bad input, naming the field and the limit it broke.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct InvalidInput {
+    pub field: &'static str,
+    pub problem: String,
+}
+
+impl InvalidInput {
+    pub fn new(field: &'static str, problem: impl Into<String>) -> Self {
+        InvalidInput {
+            field,
+            problem: problem.into(),
+        }
+    }
+}
+
+/// Checks an operation against [`Limits`]. Tokens are checked against the table at apply time,
+/// since only the table knows which tokens a lease has handed out.
+pub fn validate(op: &Op) -> Result<(), InvalidInput> {
+    match op {
+        Op::Acquire {
+            lease,
+            holder,
+            ttl_ms,
+        } => {
+            name("lease", lease, Limits::MAX_NAME_BYTES)?;
+            name("holder", holder, Limits::MAX_NAME_BYTES)?;
+            if !(Limits::MIN_TTL_MS..=Limits::MAX_TTL_MS).contains(ttl_ms) {
+                return Err(InvalidInput::new(
+                    "ttl_ms",
+                    format!(
+                        "must be between {} and {} ms, got {ttl_ms}",
+                        Limits::MIN_TTL_MS,
+                        Limits::MAX_TTL_MS
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        Op::Release {
+            lease,
+            holder,
+            token,
+        } => {
+            name("lease", lease, Limits::MAX_NAME_BYTES)?;
+            name("holder", holder, Limits::MAX_NAME_BYTES)?;
+            token_field(*token)
+        }
+        Op::Put { key, value, fence } => {
+            name("key", key, Limits::MAX_KEY_BYTES)?;
+            if value.len() > Limits::MAX_VALUE_BYTES {
+                return Err(InvalidInput::new(
+                    "value",
+                    format!(
+                        "must be at most {} bytes, got {}",
+                        Limits::MAX_VALUE_BYTES,
+                        value.len()
+                    ),
+                ));
+            }
+            if let Some(Fence { lease, token }) = fence {
+                name("lease", lease, Limits::MAX_NAME_BYTES)?;
+                token_field(*token)?;
+            }
+            Ok(())
+        }
+        Op::Advance { by_ms } => {
+            if !(1..=Limits::MAX_ADVANCE_MS).contains(by_ms) {
+                return Err(InvalidInput::new(
+                    "ms",
+                    format!(
+                        "must be between 1 and {} ms, got {by_ms}",
+                        Limits::MAX_ADVANCE_MS
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        Op::Tick => Ok(()),
+    }
+}
+
+/// Validates a lease, holder or key name: the same rules, a different field and limit.
+pub fn name(field: &'static str, value: &str, max_bytes: usize) -> Result<(), InvalidInput> {
+    if value.is_empty() {
+        return Err(InvalidInput::new(field, "must not be empty"));
+    }
+    if value.len() > max_bytes {
+        return Err(InvalidInput::new(
+            field,
+            format!("must be at most {max_bytes} bytes, got {}", value.len()),
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(InvalidInput::new(
+            field,
+            "must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+fn token_field(token: u64) -> Result<(), InvalidInput> {
+    if token == 0 {
+        return Err(InvalidInput::new(
+            "token",
+            "must be at least 1 (tokens start at 1)",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acquire(lease: &str, holder: &str, ttl_ms: u64) -> Op {
+        Op::Acquire {
+            lease: lease.into(),
+            holder: holder.into(),
+            ttl_ms,
+        }
+    }
+
+    #[test]
+    fn names_must_be_non_empty_bounded_and_printable() {
+        assert_eq!(
+            validate(&acquire("", "a", 1000)).unwrap_err().field,
+            "lease"
+        );
+        assert_eq!(
+            validate(&acquire("l", "", 1000)).unwrap_err().field,
+            "holder"
+        );
+        let long = "x".repeat(Limits::MAX_NAME_BYTES + 1);
+        let err = validate(&acquire(&long, "a", 1000)).unwrap_err();
+        assert!(err.to_string().contains("at most 128 bytes"), "{err}");
+        assert!(validate(&acquire("l\n", "a", 1000)).is_err());
+        assert!(validate(&acquire(&"x".repeat(Limits::MAX_NAME_BYTES), "a", 1000)).is_ok());
+    }
+
+    #[test]
+    fn ttl_bounds_are_inclusive() {
+        assert!(validate(&acquire("l", "a", Limits::MIN_TTL_MS)).is_ok());
+        assert!(validate(&acquire("l", "a", Limits::MAX_TTL_MS)).is_ok());
+        let low = validate(&acquire("l", "a", Limits::MIN_TTL_MS - 1)).unwrap_err();
+        assert_eq!(low.field, "ttl_ms");
+        assert!(validate(&acquire("l", "a", Limits::MAX_TTL_MS + 1)).is_err());
+    }
+
+    #[test]
+    fn values_and_tokens_are_bounded() {
+        let put = |len: usize, token: u64| Op::Put {
+            key: "k".into(),
+            value: vec![0; len],
+            fence: Some(Fence {
+                lease: "l".into(),
+                token,
+            }),
+        };
+        assert!(validate(&put(Limits::MAX_VALUE_BYTES, 1)).is_ok());
+        assert_eq!(
+            validate(&put(Limits::MAX_VALUE_BYTES + 1, 1))
+                .unwrap_err()
+                .field,
+            "value"
+        );
+        assert_eq!(validate(&put(1, 0)).unwrap_err().field, "token");
+        assert_eq!(validate(&Op::Advance { by_ms: 0 }).unwrap_err().field, "ms");
+    }
+}

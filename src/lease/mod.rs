@@ -1,0 +1,12 @@
+//! The lease table: what the replicated state is and how one logged command changes it.
+//!
+//! Everything here is pure. No async, no I/O, no clock: time arrives inside the command,
+//! so every replica that applies the same log reaches the same state.
+
+mod command;
+mod limits;
+mod table;
+
+pub use command::{Command, Fence, Op, Outcome, ReleaseRefusal};
+pub use limits::{validate, InvalidInput, Limits};
+pub use table::{Lease, LeaseTable};

@@ -1,0 +1,3 @@
+pub mod lease;
+pub mod proto;
+pub mod raft;

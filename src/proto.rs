@@ -1,0 +1,15 @@
+//! Code generated from `proto/` by `build.rs`.
+
+/// The public API.
+pub mod v1 {
+    tonic::include_proto!("leasehold.v1");
+}
+
+/// Node-to-node Raft traffic.
+pub mod raft_v1 {
+    tonic::include_proto!("leasehold.raft.v1");
+}
+
+/// Every message and service above, for gRPC reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/leasehold_descriptor.bin"));

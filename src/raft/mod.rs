@@ -1,0 +1,70 @@
+//! openraft glue: the type configuration, the durable log, the state machine adapter and the
+//! peer network. Nothing here knows gRPC's public API or the command line.
+
+mod log_store;
+mod network;
+mod state_machine;
+
+use std::io::Cursor;
+
+use serde::{Deserialize, Serialize};
+
+pub use log_store::LogStore;
+pub use network::{Channels, PeerNetwork};
+pub use state_machine::{SharedState, StateMachineStore};
+
+use crate::lease::{Command, Outcome};
+
+openraft::declare_raft_types!(
+    /// Leasehold's Raft types: commands in, applied outcomes out, nodes addressed by gRPC address.
+    pub TypeConfig:
+        D = Command,
+        R = Applied,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+pub type NodeId = u64;
+pub type Raft = openraft::Raft<TypeConfig>;
+pub type LogId = openraft::LogId<NodeId>;
+pub type StorageError = openraft::StorageError<NodeId>;
+
+/// What the state machine answers for one log entry: the outcome, where, and at what store time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    pub log_index: u64,
+    pub store_time_ms: u64,
+    pub outcome: Outcome,
+}
+
+/// The one encoding for everything Leasehold writes to disk or sends to a peer.
+pub mod codec {
+    use serde::{de::DeserializeOwned, Serialize};
+
+    pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, postcard::Error> {
+        postcard::to_allocvec(value)
+    }
+
+    pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, postcard::Error> {
+        postcard::from_bytes(bytes)
+    }
+}
+
+/// Timing tuned for followers that fsync every append: heartbeats well inside the election
+/// timeout, and an election timeout short enough that a leader's death costs well under a second.
+pub fn config() -> openraft::Config {
+    openraft::Config {
+        cluster_name: "leasehold".into(),
+        heartbeat_interval: 100,
+        election_timeout_min: 500,
+        election_timeout_max: 900,
+        install_snapshot_timeout: 2_000,
+        max_payload_entries: 1_000,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(10_000),
+        max_in_snapshot_log_to_keep: 1_000,
+        ..Default::default()
+    }
+}

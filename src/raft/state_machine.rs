@@ -1,0 +1,233 @@
+//! Applies committed entries to the [`LeaseTable`]; builds, stores and installs snapshots.
+//!
+//! The table lives in memory. Durability comes from the log plus a snapshot file written
+//! atomically (temp file, fsync, rename, fsync of the directory) and loaded before Raft starts.
+
+use std::io::{Cursor, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
+use openraft::{
+    AnyError, BasicNode, EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder,
+    StorageIOError, StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+
+use super::codec::{decode, encode};
+use super::{Applied, LogId, NodeId, StorageError, TypeConfig};
+use crate::lease::{LeaseTable, Outcome};
+
+type Entry = openraft::Entry<TypeConfig>;
+type Meta = SnapshotMeta<NodeId, BasicNode>;
+
+/// The applied state, shared with the gRPC services that read it after `ensure_linearizable`.
+#[derive(Default)]
+pub struct SharedState {
+    inner: RwLock<Applying>,
+}
+
+#[derive(Default, Clone, Serialize, Deserialize)]
+pub struct Applying {
+    pub table: LeaseTable,
+    pub last_applied: Option<LogId>,
+    pub last_membership: StoredMembership<NodeId, BasicNode>,
+}
+
+impl SharedState {
+    /// A read guard. Held only for a lookup: never across an await.
+    pub fn read(&self) -> RwLockReadGuard<'_, Applying> {
+        self.inner
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// What the snapshot file holds: openraft's meta and the encoded table.
+#[derive(Serialize, Deserialize)]
+struct SnapshotFile {
+    meta: Meta,
+    data: Vec<u8>,
+}
+
+pub struct StateMachineStore {
+    state: Arc<SharedState>,
+    dir: PathBuf,
+    /// Distinguishes snapshots built at the same log id, and their temporary files.
+    snapshot_count: u64,
+}
+
+fn sm_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
+    StorageIOError::new(ErrorSubject::StateMachine, verb, AnyError::new(&e)).into()
+}
+
+fn snapshot_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
+    StorageIOError::new(ErrorSubject::Snapshot(None), verb, AnyError::new(&e)).into()
+}
+
+impl StateMachineStore {
+    /// Opens the state machine in `dir`, restoring the last snapshot if there is one.
+    pub fn open(dir: &Path) -> Result<Self, StorageError> {
+        let store = StateMachineStore {
+            state: Arc::default(),
+            dir: dir.to_owned(),
+            snapshot_count: 0,
+        };
+        if let Some(file) = read_snapshot(dir)? {
+            store.restore(&file.meta, &file.data)?;
+        }
+        Ok(store)
+    }
+
+    pub fn shared(&self) -> Arc<SharedState> {
+        self.state.clone()
+    }
+
+    fn restore(&self, meta: &Meta, data: &[u8]) -> Result<(), StorageError> {
+        let table: LeaseTable = decode(data).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
+        let mut state = self.state.inner.write().unwrap_or_else(|p| p.into_inner());
+        *state = Applying {
+            table,
+            last_applied: meta.last_log_id,
+            last_membership: meta.last_membership.clone(),
+        };
+        Ok(())
+    }
+}
+
+fn snapshot_path(dir: &Path) -> PathBuf {
+    dir.join("snapshot.bin")
+}
+
+fn read_snapshot(dir: &Path) -> Result<Option<SnapshotFile>, StorageError> {
+    match std::fs::read(snapshot_path(dir)) {
+        Ok(bytes) => Ok(Some(
+            decode(&bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?,
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(snapshot_error(ErrorVerb::Read, e)),
+    }
+}
+
+/// Writes the snapshot so that a crash leaves either the old file or the new one, whole.
+/// `id` keeps the temporary files of a build and an install apart.
+fn persist_snapshot(dir: &Path, id: u64, file: &SnapshotFile) -> Result<(), StorageError> {
+    let write = || -> std::io::Result<()> {
+        let tmp = dir.join(format!("snapshot.{id}.tmp"));
+        let mut out = std::fs::File::create(&tmp)?;
+        out.write_all(&encode(file).map_err(std::io::Error::other)?)?;
+        out.sync_all()?;
+        std::fs::rename(&tmp, snapshot_path(dir))?;
+        std::fs::File::open(dir)?.sync_all()
+    };
+    write().map_err(|e| snapshot_error(ErrorVerb::Write, e))
+}
+
+fn to_snapshot(file: SnapshotFile) -> Snapshot<TypeConfig> {
+    Snapshot {
+        meta: file.meta,
+        snapshot: Box::new(Cursor::new(file.data)),
+    }
+}
+
+/// Builds a snapshot of the table as applied at the moment of the call.
+pub struct SnapshotBuilder {
+    state: Arc<SharedState>,
+    dir: PathBuf,
+    id: u64,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let (data, last_log_id, last_membership) = {
+            let state = self.state.read();
+            let data = encode(&state.table).map_err(|e| sm_error(ErrorVerb::Read, e))?;
+            (data, state.last_applied, state.last_membership.clone())
+        };
+        let snapshot_id = match last_log_id {
+            Some(id) => format!("{}-{}-{}", id.leader_id.term, id.index, self.id),
+            None => format!("0-0-{}", self.id),
+        };
+        let file = SnapshotFile {
+            meta: Meta {
+                last_log_id,
+                last_membership,
+                snapshot_id,
+            },
+            data,
+        };
+        persist_snapshot(&self.dir, self.id, &file)?;
+        Ok(to_snapshot(file))
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId>, StoredMembership<NodeId, BasicNode>), StorageError> {
+        let state = self.state.read();
+        Ok((state.last_applied, state.last_membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let mut state = self.state.inner.write().unwrap_or_else(|p| p.into_inner());
+        let mut replies = Vec::new();
+        for entry in entries {
+            let outcome = match &entry.payload {
+                EntryPayload::Blank => Outcome::Nothing,
+                EntryPayload::Normal(command) => state.table.apply(command),
+                EntryPayload::Membership(membership) => {
+                    state.last_membership =
+                        StoredMembership::new(Some(entry.log_id), membership.clone());
+                    Outcome::Nothing
+                }
+            };
+            state.last_applied = Some(entry.log_id);
+            replies.push(Applied {
+                log_index: entry.log_id.index,
+                store_time_ms: state.table.now_ms(),
+                outcome,
+            });
+        }
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.snapshot_count += 1;
+        SnapshotBuilder {
+            state: self.state.clone(),
+            dir: self.dir.clone(),
+            id: self.snapshot_count,
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &Meta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let file = SnapshotFile {
+            meta: meta.clone(),
+            data: snapshot.into_inner(),
+        };
+        // Persist first: a crash between the two leaves the new snapshot to load on restart.
+        self.snapshot_count += 1;
+        persist_snapshot(&self.dir, self.snapshot_count, &file)?;
+        self.restore(&file.meta, &file.data)
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        // The file on disk is the latest snapshot: builders write it, installs replace it.
+        Ok(read_snapshot(&self.dir)?.map(to_snapshot))
+    }
+}
