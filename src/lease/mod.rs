@@ -4,7 +4,7 @@
 //! so every replica that applies the same log reaches the same state.
 
 mod command;
-mod limits;
+pub mod limits;
 mod table;
 
 pub use command::{Command, Fence, Op, Outcome, ReleaseRefusal};

@@ -3,7 +3,7 @@
 
 mod log_store;
 mod network;
-mod state_machine;
+pub mod state_machine;
 
 use std::io::Cursor;
 

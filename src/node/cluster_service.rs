@@ -1,0 +1,115 @@
+//! The public `Cluster` service: who is who, and how far each member's log has come.
+
+use std::time::Duration;
+
+use openraft::ServerState;
+use tonic::{Request, Response, Status};
+
+use super::Node;
+use crate::proto::v1 as pb;
+use crate::proto::v1::cluster_client::ClusterClient;
+use crate::raft::Channels;
+
+/// A member that does not answer in this time is reported unreachable, not waited for.
+const PEER_STATUS_TIMEOUT: Duration = Duration::from_millis(1_000);
+
+pub struct ClusterService {
+    node: Node,
+}
+
+impl ClusterService {
+    pub fn new(node: Node) -> Self {
+        ClusterService { node }
+    }
+
+    fn local(&self) -> pb::NodeStatus {
+        let metrics = self.node.raft().metrics().borrow().clone();
+        let role = match metrics.state {
+            ServerState::Leader => pb::Role::Leader,
+            ServerState::Follower => pb::Role::Follower,
+            ServerState::Candidate => pb::Role::Candidate,
+            ServerState::Learner => pb::Role::Learner,
+            ServerState::Shutdown => pb::Role::Unreachable,
+        };
+        let store_time_ms = self.node.state().read().table.now_ms();
+        pb::NodeStatus {
+            id: self.node.id(),
+            address: self
+                .node
+                .peers()
+                .get(&self.node.id())
+                .cloned()
+                .unwrap_or_default(),
+            pid: std::process::id(),
+            role: role as i32,
+            term: metrics.current_term,
+            leader: metrics.current_leader.unwrap_or(0),
+            last_log_index: metrics.last_log_index.unwrap_or(0),
+            applied_index: metrics.last_applied.map_or(0, |id| id.index),
+            store_time_ms,
+            manual_clock: self.node.manual_clock(),
+            error: String::new(),
+        }
+    }
+}
+
+/// One member's own view, or why it could not be had.
+async fn remote_status(channels: Channels, id: u64, addr: String) -> pb::NodeStatus {
+    let unreachable = |error: String| pb::NodeStatus {
+        id,
+        address: addr.clone(),
+        role: pb::Role::Unreachable as i32,
+        error,
+        ..Default::default()
+    };
+    let channel = match channels.get(&addr) {
+        Ok(channel) => channel,
+        Err(e) => return unreachable(e.to_string()),
+    };
+    let mut request = Request::new(pb::NodeStatusRequest {});
+    request.set_timeout(PEER_STATUS_TIMEOUT);
+    let mut client = ClusterClient::new(channel);
+    match tokio::time::timeout(PEER_STATUS_TIMEOUT, client.node_status(request)).await {
+        Ok(Ok(status)) => status.into_inner(),
+        Ok(Err(status)) => unreachable(status.message().to_owned()),
+        Err(_) => unreachable(format!(
+            "no answer within {} ms",
+            PEER_STATUS_TIMEOUT.as_millis()
+        )),
+    }
+}
+
+#[tonic::async_trait]
+impl pb::cluster_server::Cluster for ClusterService {
+    async fn status(
+        &self,
+        _: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
+        // Ask every member at once, so one dead member costs one timeout, not one each.
+        let mut asks = tokio::task::JoinSet::new();
+        for (&id, addr) in self.node.peers() {
+            if id != self.node.id() {
+                asks.spawn(remote_status(
+                    self.node.channels().clone(),
+                    id,
+                    addr.clone(),
+                ));
+            }
+        }
+        let mut nodes = vec![self.local()];
+        while let Some(joined) = asks.join_next().await {
+            if let Ok(status) = joined {
+                nodes.push(status);
+            }
+        }
+        nodes.sort_by_key(|n| n.id);
+        Ok(Response::new(pb::StatusResponse { nodes }))
+    }
+
+    async fn node_status(
+        &self,
+        _: Request<pb::NodeStatusRequest>,
+    ) -> Result<Response<pb::NodeStatus>, Status> {
+        Ok(Response::new(self.local()))
+    }
+}

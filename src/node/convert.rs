@@ -1,0 +1,135 @@
+//! Applied outcomes to protobuf responses. An outcome that does not belong to its command is a
+//! broken invariant, reported as `Internal`, never silently mapped.
+
+use super::NodeError;
+use crate::lease::{InvalidInput, Outcome, ReleaseRefusal};
+use crate::proto::v1 as pb;
+use crate::raft::Applied;
+
+fn applied(a: &Applied) -> Option<pb::Applied> {
+    Some(pb::Applied {
+        log_index: a.log_index,
+        store_time_ms: a.store_time_ms,
+    })
+}
+
+fn mismatch(command: &str, outcome: &Outcome) -> NodeError {
+    NodeError::Invariant(format!("{command} was answered with {outcome:?}"))
+}
+
+/// A fenced put naming a token the lease never handed out is bad input, reported as such.
+fn unknown_token(outcome: &Outcome) -> Option<NodeError> {
+    match outcome {
+        Outcome::UnknownToken {
+            lease,
+            latest_token,
+        } => Some(NodeError::Invalid(InvalidInput::new(
+            "token",
+            format!(
+                "lease {lease:?} never handed out that token (its latest token is {latest_token})"
+            ),
+        ))),
+        _ => None,
+    }
+}
+
+pub fn acquire(a: Applied) -> Result<pb::AcquireResponse, NodeError> {
+    use pb::acquire_response::Outcome as O;
+    let outcome = match &a.outcome {
+        Outcome::Granted {
+            token,
+            expires_at_ms,
+            renewed,
+        } => O::Granted(pb::Granted {
+            token: *token,
+            expires_at_ms: *expires_at_ms,
+            renewed: *renewed,
+        }),
+        Outcome::HeldBy {
+            holder,
+            token,
+            expires_at_ms,
+        } => O::HeldBy(pb::HeldBy {
+            holder: holder.clone(),
+            token: *token,
+            expires_at_ms: *expires_at_ms,
+        }),
+        other => return Err(mismatch("acquire", other)),
+    };
+    Ok(pb::AcquireResponse {
+        applied: applied(&a),
+        outcome: Some(outcome),
+    })
+}
+
+pub fn release(a: Applied) -> Result<pb::ReleaseResponse, NodeError> {
+    use pb::release_response::Outcome as O;
+    let outcome = match &a.outcome {
+        Outcome::Released { token } => O::Released(pb::Released { token: *token }),
+        Outcome::ReleaseRefused(ReleaseRefusal::NotHeld) => O::NotHeld(pb::NotHeld {}),
+        Outcome::ReleaseRefused(ReleaseRefusal::HeldByOther {
+            holder,
+            expires_at_ms,
+        }) => O::HeldBy(pb::HeldBy {
+            holder: holder.clone(),
+            token: 0,
+            expires_at_ms: *expires_at_ms,
+        }),
+        Outcome::ReleaseRefused(ReleaseRefusal::WrongToken { current_token }) => {
+            O::WrongToken(pb::WrongToken {
+                current_token: *current_token,
+            })
+        }
+        other => return Err(mismatch("release", other)),
+    };
+    Ok(pb::ReleaseResponse {
+        applied: applied(&a),
+        outcome: Some(outcome),
+    })
+}
+
+pub fn put(a: Applied) -> Result<pb::PutResponse, NodeError> {
+    use pb::put_response::Outcome as O;
+    if let Some(error) = unknown_token(&a.outcome) {
+        return Err(error);
+    }
+    let outcome = match &a.outcome {
+        Outcome::Written => O::Written(pb::Written {}),
+        Outcome::StaleToken { fence } => O::StaleToken(pb::StaleToken { fence: *fence }),
+        other => return Err(mismatch("put", other)),
+    };
+    Ok(pb::PutResponse {
+        applied: applied(&a),
+        outcome: Some(outcome),
+    })
+}
+
+pub fn advance(a: Applied) -> Result<pb::AdvanceResponse, NodeError> {
+    match &a.outcome {
+        Outcome::Advanced => Ok(pb::AdvanceResponse {
+            applied: applied(&a),
+        }),
+        other => Err(mismatch("advance", other)),
+    }
+}
+
+pub fn get(value: Option<Vec<u8>>, at: &Applied) -> pb::GetResponse {
+    pb::GetResponse {
+        applied: applied(at),
+        value,
+    }
+}
+
+pub fn get_lease(lease: Option<crate::lease::Lease>, at: &Applied) -> pb::GetLeaseResponse {
+    let lease = lease.unwrap_or_default();
+    pb::GetLeaseResponse {
+        applied: applied(at),
+        holder: lease
+            .holder_at(at.store_time_ms)
+            .unwrap_or_default()
+            .to_owned(),
+        token: lease.token,
+        expires_at_ms: lease.expires_at_ms,
+        fence: lease.fence,
+    }
+}

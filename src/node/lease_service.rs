@@ -1,0 +1,223 @@
+//! The public `LeaseStore` service: validate, propose or read, and forward to the leader when
+//! this node does not lead, so clients never need to know who leads.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+use super::error::ORIGIN_KEY;
+use super::{convert, Node, NodeError};
+use crate::lease::{Fence, Op};
+use crate::proto::v1 as pb;
+use crate::proto::v1::lease_store_client::LeaseStoreClient;
+
+/// Set on a forwarded request, so a node that is not the leader either answers instead of
+/// forwarding again: leadership moved, and the client retries.
+const FORWARDED_KEY: &str = "leasehold-forwarded";
+/// Covers the leader's own leader wait and quorum wait, with room for the hop.
+const FORWARD_TIMEOUT: Duration = Duration::from_millis(6_000);
+
+pub struct LeaseService {
+    node: Node,
+}
+
+impl LeaseService {
+    pub fn new(node: Node) -> Self {
+        LeaseService { node }
+    }
+
+    /// Handles `error` from the local attempt: forwards `message` to the leader when the error
+    /// names one and the request was not forwarded already; otherwise reports the error.
+    async fn forward<Req, Resp, F, Fut>(
+        &self,
+        error: NodeError,
+        forwarded: bool,
+        message: Req,
+        call: F,
+    ) -> Result<Response<Resp>, Status>
+    where
+        F: FnOnce(LeaseStoreClient<Channel>, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
+        let NodeError::NotLeader {
+            leader: Some((leader, addr)),
+            ..
+        } = &error
+        else {
+            return Err(error.into());
+        };
+        if forwarded {
+            return Err(error.into());
+        }
+        let unreachable = |reason: String| NodeError::LeaderUnreachable {
+            leader: *leader,
+            addr: addr.clone(),
+            reason,
+        };
+        let channel = self
+            .node
+            .channels()
+            .get(addr)
+            .map_err(|e| Status::from(unreachable(e.to_string())))?;
+        let mut request = Request::new(message);
+        request.set_timeout(FORWARD_TIMEOUT);
+        request.metadata_mut().insert(
+            FORWARDED_KEY,
+            tonic::metadata::MetadataValue::from_static("1"),
+        );
+        let client = LeaseStoreClient::new(channel).max_decoding_message_size(usize::MAX);
+        call(client, request).await.map_err(|status| {
+            // The leader's own answers pass through; anything else failed on the way there.
+            if status.metadata().get(ORIGIN_KEY).is_some() {
+                status
+            } else {
+                unreachable(status.message().to_owned()).into()
+            }
+        })
+    }
+}
+
+fn is_forwarded<T>(request: &Request<T>) -> bool {
+    request.metadata().get(FORWARDED_KEY).is_some()
+}
+
+#[tonic::async_trait]
+impl pb::lease_store_server::LeaseStore for LeaseService {
+    async fn acquire(
+        &self,
+        request: Request<pb::AcquireRequest>,
+    ) -> Result<Response<pb::AcquireResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        let m = request.into_inner();
+        let op = Op::Acquire {
+            lease: m.lease.clone(),
+            holder: m.holder.clone(),
+            ttl_ms: m.ttl_ms,
+        };
+        match self.node.write(op).await {
+            Ok(applied) => Ok(Response::new(convert::acquire(applied)?)),
+            Err(e) => {
+                self.forward(
+                    e,
+                    forwarded,
+                    m,
+                    |mut c, r| async move { c.acquire(r).await },
+                )
+                .await
+            }
+        }
+    }
+
+    async fn release(
+        &self,
+        request: Request<pb::ReleaseRequest>,
+    ) -> Result<Response<pb::ReleaseResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        let m = request.into_inner();
+        let op = Op::Release {
+            lease: m.lease.clone(),
+            holder: m.holder.clone(),
+            token: m.token,
+        };
+        match self.node.write(op).await {
+            Ok(applied) => Ok(Response::new(convert::release(applied)?)),
+            Err(e) => {
+                self.forward(
+                    e,
+                    forwarded,
+                    m,
+                    |mut c, r| async move { c.release(r).await },
+                )
+                .await
+            }
+        }
+    }
+
+    async fn put(
+        &self,
+        request: Request<pb::PutRequest>,
+    ) -> Result<Response<pb::PutResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        let m = request.into_inner();
+        let op = Op::Put {
+            key: m.key.clone(),
+            value: m.value.clone(),
+            fence: m.fence.as_ref().map(|f| Fence {
+                lease: f.lease.clone(),
+                token: f.token,
+            }),
+        };
+        match self.node.write(op).await {
+            Ok(applied) => Ok(Response::new(convert::put(applied)?)),
+            Err(e) => {
+                self.forward(e, forwarded, m, |mut c, r| async move { c.put(r).await })
+                    .await
+            }
+        }
+    }
+
+    async fn get(
+        &self,
+        request: Request<pb::GetRequest>,
+    ) -> Result<Response<pb::GetResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        let m = request.into_inner();
+        crate::lease::limits::name("key", &m.key, crate::lease::Limits::MAX_KEY_BYTES)
+            .map_err(NodeError::from)?;
+        match self
+            .node
+            .read(|s| s.table.row(&m.key).map(<[u8]>::to_vec))
+            .await
+        {
+            Ok((value, at)) => Ok(Response::new(convert::get(value, &at))),
+            Err(e) => {
+                self.forward(e, forwarded, m, |mut c, r| async move { c.get(r).await })
+                    .await
+            }
+        }
+    }
+
+    async fn get_lease(
+        &self,
+        request: Request<pb::GetLeaseRequest>,
+    ) -> Result<Response<pb::GetLeaseResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        let m = request.into_inner();
+        crate::lease::limits::name("lease", &m.lease, crate::lease::Limits::MAX_NAME_BYTES)
+            .map_err(NodeError::from)?;
+        match self.node.read(|s| s.table.lease(&m.lease).cloned()).await {
+            Ok((lease, at)) => Ok(Response::new(convert::get_lease(lease, &at))),
+            Err(e) => {
+                self.forward(
+                    e,
+                    forwarded,
+                    m,
+                    |mut c, r| async move { c.get_lease(r).await },
+                )
+                .await
+            }
+        }
+    }
+
+    async fn advance(
+        &self,
+        request: Request<pb::AdvanceRequest>,
+    ) -> Result<Response<pb::AdvanceResponse>, Status> {
+        let forwarded = is_forwarded(&request);
+        let m = request.into_inner();
+        match self.node.write(Op::Advance { by_ms: m.ms }).await {
+            Ok(applied) => Ok(Response::new(convert::advance(applied)?)),
+            Err(e) => {
+                self.forward(
+                    e,
+                    forwarded,
+                    m,
+                    |mut c, r| async move { c.advance(r).await },
+                )
+                .await
+            }
+        }
+    }
+}

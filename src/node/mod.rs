@@ -1,0 +1,242 @@
+//! One running node: the Raft instance, its applied state, the leader's clock, and the gRPC
+//! services that turn requests into proposals and linearizable reads.
+
+mod clock;
+mod cluster_service;
+mod convert;
+mod error;
+mod lease_service;
+mod raft_service;
+mod server;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
+use openraft::{BasicNode, ServerState};
+
+pub use clock::LeaderClock;
+pub use error::{NodeError, INDETERMINATE_KEY};
+pub use server::{run, StartError};
+
+use crate::lease::{validate, Command, Op};
+use crate::raft::state_machine::Applying;
+use crate::raft::{Applied, Channels, NodeId, Raft, SharedState};
+
+/// How a node is started: `leasehold serve`'s flags.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub id: NodeId,
+    /// The address to bind; peers reach this node at its entry in `peers`.
+    pub listen: std::net::SocketAddr,
+    pub data_dir: PathBuf,
+    /// Every voter, this node included, by id. The same on every node.
+    pub peers: BTreeMap<NodeId, String>,
+    /// Only `Advance` moves store time; the leader stamps nothing.
+    pub manual_clock: bool,
+}
+
+/// How long a request waits for an election to finish before answering `Unavailable`.
+const LEADER_WAIT: Duration = Duration::from_millis(2_000);
+/// How long a write or a read waits for a quorum before answering `Unavailable`.
+const QUORUM_WAIT: Duration = Duration::from_millis(3_000);
+
+/// A handle to the running node, cheap to clone into every service.
+#[derive(Clone)]
+pub struct Node {
+    inner: Arc<NodeInner>,
+}
+
+struct NodeInner {
+    id: NodeId,
+    raft: Raft,
+    state: Arc<SharedState>,
+    clock: LeaderClock,
+    channels: Channels,
+    manual_clock: bool,
+    peers: BTreeMap<NodeId, String>,
+}
+
+impl Node {
+    fn new(config: &NodeConfig, raft: Raft, state: Arc<SharedState>, channels: Channels) -> Self {
+        Node {
+            inner: Arc::new(NodeInner {
+                id: config.id,
+                raft,
+                state,
+                clock: LeaderClock::default(),
+                channels,
+                manual_clock: config.manual_clock,
+                peers: config.peers.clone(),
+            }),
+        }
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.inner.id
+    }
+
+    pub fn raft(&self) -> &Raft {
+        &self.inner.raft
+    }
+
+    pub fn channels(&self) -> &Channels {
+        &self.inner.channels
+    }
+
+    pub fn peers(&self) -> &BTreeMap<NodeId, String> {
+        &self.inner.peers
+    }
+
+    pub fn manual_clock(&self) -> bool {
+        self.inner.manual_clock
+    }
+
+    pub fn state(&self) -> &SharedState {
+        &self.inner.state
+    }
+
+    fn address_of(&self, id: NodeId) -> Option<String> {
+        let metrics = self.inner.raft.metrics();
+        let from_membership = metrics
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .map(|node: &BasicNode| node.addr.clone());
+        from_membership.or_else(|| self.inner.peers.get(&id).cloned())
+    }
+
+    fn not_leader(&self, leader: Option<NodeId>) -> NodeError {
+        NodeError::NotLeader {
+            me: self.inner.id,
+            leader: leader.and_then(|id| self.address_of(id).map(|addr| (id, addr))),
+        }
+    }
+
+    /// Ok when this node leads; the leader to forward to otherwise. Waits out an election.
+    async fn ensure_leader(&self) -> Result<u64, NodeError> {
+        let mut metrics = self.inner.raft.metrics();
+        let deadline = tokio::time::Instant::now() + LEADER_WAIT;
+        loop {
+            {
+                let m = metrics.borrow_and_update();
+                if let Err(fatal) = &m.running_state {
+                    return Err(NodeError::Raft(fatal.to_string()));
+                }
+                match m.current_leader {
+                    Some(leader) if leader == self.inner.id && m.state == ServerState::Leader => {
+                        return Ok(m.current_term);
+                    }
+                    Some(leader) if leader != self.inner.id => {
+                        return Err(self.not_leader(Some(leader)))
+                    }
+                    _ => {}
+                }
+            }
+            match tokio::time::timeout_at(deadline, metrics.changed()).await {
+                Err(_) => return Err(NodeError::NoLeader(LEADER_WAIT)),
+                Ok(Err(_)) => return Err(NodeError::ShuttingDown),
+                Ok(Ok(())) => {}
+            }
+        }
+    }
+
+    /// The store time to stamp on a command proposed now in `term`; `None` under the manual clock.
+    async fn stamp(&self, term: u64) -> Result<Option<u64>, NodeError> {
+        if self.inner.manual_clock {
+            return Ok(None);
+        }
+        if let Some(ms) = self.inner.clock.stamp(term) {
+            return Ok(Some(ms));
+        }
+        // First proposal of this term: continue from the last time in the log, which is the
+        // applied time once this term's first entry, and so every earlier one, is applied.
+        self.confirm_leadership().await?;
+        let applied_now_ms = self.inner.state.read().table.now_ms();
+        Ok(Some(self.inner.clock.start_term(term, applied_now_ms)))
+    }
+
+    fn is_leader(&self) -> bool {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        m.state == ServerState::Leader && m.current_leader == Some(self.inner.id)
+    }
+
+    /// The current stamp if this node leads with a started clock: for the expiry ticker.
+    fn peek_stamp(&self) -> Option<u64> {
+        let term = self.inner.raft.metrics().borrow().current_term;
+        self.inner.clock.stamp(term)
+    }
+
+    /// Proposes `op` through the log and returns what applying it answered.
+    pub async fn write(&self, op: Op) -> Result<Applied, NodeError> {
+        validate(&op)?;
+        match (&op, self.inner.manual_clock) {
+            (Op::Advance { .. }, false) => {
+                return Err(NodeError::WrongClock(
+                    "advance is refused: this cluster runs the default clock; \
+                     start it with --manual-clock to move time by hand",
+                ))
+            }
+            (Op::Tick, true) => {
+                return Err(NodeError::WrongClock(
+                    "tick is refused under the manual clock",
+                ))
+            }
+            _ => {}
+        }
+        let term = self.ensure_leader().await?;
+        let at_ms = self.stamp(term).await?;
+        let proposal = self.inner.raft.client_write(Command { at_ms, op });
+        match tokio::time::timeout(QUORUM_WAIT, proposal).await {
+            Err(_) => Err(NodeError::NoQuorum(QUORUM_WAIT)),
+            Ok(Ok(response)) => Ok(response.data),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(self.forward_error(f))
+            }
+            Ok(Err(e)) => Err(NodeError::Raft(e.to_string())),
+        }
+    }
+
+    fn forward_error(&self, f: ForwardToLeader<NodeId, BasicNode>) -> NodeError {
+        match (f.leader_id, f.leader_node) {
+            (Some(id), Some(node)) if id != self.inner.id => NodeError::NotLeader {
+                me: self.inner.id,
+                leader: Some((id, node.addr)),
+            },
+            (leader, _) => self.not_leader(leader.filter(|id| *id != self.inner.id)),
+        }
+    }
+
+    /// Confirms with a quorum that this node still leads, and waits until everything committed
+    /// before now is applied (Raft's ReadIndex).
+    async fn confirm_leadership(&self) -> Result<(), NodeError> {
+        match tokio::time::timeout(QUORUM_WAIT, self.inner.raft.ensure_linearizable()).await {
+            Err(_) => Err(NodeError::ReadUnconfirmed(QUORUM_WAIT)),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                Err(self.forward_error(f))
+            }
+            Ok(Err(e)) => Err(NodeError::Raft(e.to_string())),
+        }
+    }
+
+    /// A linearizable read: never served from a stale follower or a deposed leader.
+    pub async fn read<T>(
+        &self,
+        read: impl FnOnce(&Applying) -> T,
+    ) -> Result<(T, Applied), NodeError> {
+        self.ensure_leader().await?;
+        self.confirm_leadership().await?;
+        let state = self.inner.state.read();
+        let at = Applied {
+            log_index: state.last_applied.map_or(0, |id| id.index),
+            store_time_ms: state.table.now_ms(),
+            outcome: crate::lease::Outcome::Nothing,
+        };
+        Ok((read(&state), at))
+    }
+}

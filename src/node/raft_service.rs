@@ -1,0 +1,54 @@
+//! The internal Raft service: peers' RPCs in, handed to openraft, its answers encoded back.
+
+use tonic::{Request, Response, Status};
+
+use super::Node;
+use crate::proto::raft_v1::{raft_server, RaftMessage};
+use crate::raft::codec::{decode, encode};
+
+pub struct RaftService {
+    node: Node,
+}
+
+impl RaftService {
+    pub fn new(node: Node) -> Self {
+        RaftService { node }
+    }
+}
+
+fn decode_request<T: serde::de::DeserializeOwned>(
+    request: Request<RaftMessage>,
+) -> Result<T, Status> {
+    decode(&request.into_inner().data)
+        .map_err(|e| Status::invalid_argument(format!("raft message: {e}")))
+}
+
+/// openraft's result, refusal or not, travels back whole for the peer's network to unpack.
+fn encode_reply<T: serde::Serialize>(result: &T) -> Result<Response<RaftMessage>, Status> {
+    let data = encode(result).map_err(|e| Status::internal(format!("raft reply: {e}")))?;
+    Ok(Response::new(RaftMessage { data }))
+}
+
+#[tonic::async_trait]
+impl raft_server::Raft for RaftService {
+    async fn append_entries(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let rpc = decode_request(request)?;
+        encode_reply(&self.node.raft().append_entries(rpc).await)
+    }
+
+    async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let rpc = decode_request(request)?;
+        encode_reply(&self.node.raft().vote(rpc).await)
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let rpc = decode_request(request)?;
+        encode_reply(&self.node.raft().install_snapshot(rpc).await)
+    }
+}

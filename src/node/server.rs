@@ -1,0 +1,212 @@
+//! Starting a node: open its storage, start Raft, serve gRPC, form the cluster on first start,
+//! tick expiring leases while leading, and stop cleanly on request.
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::InitializeError;
+use openraft::error::RaftError;
+use openraft::BasicNode;
+use tonic::transport::server::TcpIncoming;
+
+use super::cluster_service::ClusterService;
+use super::lease_service::LeaseService;
+use super::raft_service::RaftService;
+use super::{Node, NodeConfig, NodeError};
+use crate::lease::Op;
+use crate::proto::raft_v1::raft_server::RaftServer;
+use crate::proto::v1::cluster_server::ClusterServer;
+use crate::proto::v1::lease_store_server::LeaseStoreServer;
+use crate::raft::{self, Channels, LogStore, PeerNetwork, StateMachineStore};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Config(String),
+    #[error("data dir {dir}: {source}")]
+    DataDir { dir: String, source: std::io::Error },
+    #[error("storage: {0}")]
+    Storage(#[from] raft::StorageError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("grpc server: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+/// Raft messages carry batches of entries of up to 64 KiB each: far above tonic's 4 MiB default.
+const MAX_RAFT_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
+/// The expiry ticker looks again at least this often, to notice a new leadership or lease.
+const TICK_CHECK: Duration = Duration::from_millis(100);
+
+/// The clock a data dir was created with. A node refuses to start it with the other one: the
+/// two clocks' logs do not mix.
+fn check_clock_mode(dir: &Path, manual: bool) -> Result<(), StartError> {
+    let path = dir.join("clock");
+    let wanted = if manual { "manual" } else { "leader" };
+    let io = |source| StartError::DataDir {
+        dir: dir.display().to_string(),
+        source,
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(found) if found.trim() == wanted => Ok(()),
+        Ok(found) => Err(StartError::Config(format!(
+            "data dir {} was created with the {} clock; start it {} --manual-clock",
+            dir.display(),
+            found.trim(),
+            if manual { "without" } else { "with" }
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::write(&path, wanted).map_err(io)
+        }
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// Runs one node until `shutdown` resolves.
+pub async fn run(
+    config: NodeConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    if !config.peers.contains_key(&config.id) {
+        return Err(StartError::Config(format!(
+            "--peers must include this node's own id {}",
+            config.id
+        )));
+    }
+    if !(config.peers.len() == 3 || config.peers.len() == 5 || config.peers.len() == 1) {
+        return Err(StartError::Config(format!(
+            "--peers names {} nodes; a cluster has 1, 3 or 5 voters",
+            config.peers.len()
+        )));
+    }
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
+        dir: config.data_dir.display().to_string(),
+        source,
+    })?;
+    check_clock_mode(&config.data_dir, config.manual_clock)?;
+
+    let log_store = LogStore::open(&config.data_dir.join("raft.redb"))?;
+    let state_machine = StateMachineStore::open(&config.data_dir)?;
+    let state = state_machine.shared();
+    let channels = Channels::default();
+    let raft_config = Arc::new(
+        raft::config()
+            .validate()
+            .map_err(|e| StartError::Raft(e.to_string()))?,
+    );
+    let raft = raft::Raft::new(
+        config.id,
+        raft_config,
+        PeerNetwork::new(channels.clone()),
+        log_store,
+        state_machine,
+    )
+    .await
+    .map_err(|e| StartError::Raft(e.to_string()))?;
+    let node = Node::new(&config, raft.clone(), state, channels);
+
+    // Bind before anything else can fail late: a taken port is the commonest start-up error.
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Listen {
+            addr: config.listen.to_string(),
+            source,
+        })?;
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<LeaseStoreServer<LeaseService>>()
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| StartError::Config(e.to_string()))?;
+    let server = tonic::transport::Server::builder()
+        .add_service(LeaseStoreServer::new(LeaseService::new(node.clone())))
+        .add_service(ClusterServer::new(ClusterService::new(node.clone())))
+        .add_service(
+            RaftServer::new(RaftService::new(node.clone()))
+                .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES),
+        )
+        .add_service(health_service)
+        .add_service(reflection)
+        .serve_with_incoming_shutdown(incoming, shutdown);
+    let server = tokio::spawn(server);
+
+    form_cluster(&node, &config).await?;
+    let ticker = (!config.manual_clock).then(|| tokio::spawn(tick_expiring_leases(node.clone())));
+    tracing::info!(id = config.id, listen = %config.listen, manual_clock = config.manual_clock, "node started");
+
+    let served = server.await.map_err(|e| StartError::Raft(e.to_string()))?;
+    if let Some(ticker) = ticker {
+        ticker.abort();
+    }
+    let _ = raft.shutdown().await;
+    served?;
+    tracing::info!(id = config.id, "node stopped");
+    Ok(())
+}
+
+/// On a pristine data dir every node proposes the same membership; openraft makes that safe, so
+/// the cluster forms by itself with no extra step. A restarted node already has its log.
+async fn form_cluster(node: &Node, config: &NodeConfig) -> Result<(), StartError> {
+    let raft = node.raft();
+    if raft
+        .is_initialized()
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?
+    {
+        return Ok(());
+    }
+    let members: std::collections::BTreeMap<u64, BasicNode> = config
+        .peers
+        .iter()
+        .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
+        .collect();
+    match raft.initialize(members).await {
+        Ok(()) => Ok(()),
+        Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+        Err(e) => Err(StartError::Raft(e.to_string())),
+    }
+}
+
+/// Default clock only. When the leader's clock passes the earliest expiry of a held lease, it
+/// logs a `Tick`, so that expiry is in the replicated state. An idle cluster with no lease due
+/// logs nothing.
+async fn tick_expiring_leases(node: Node) {
+    loop {
+        let due_in = match (
+            node.state().read().table.next_expiry_ms(),
+            node.peek_stamp(),
+        ) {
+            (Some(expiry_ms), Some(now_ms)) if now_ms >= expiry_ms => Duration::ZERO,
+            (Some(expiry_ms), Some(now_ms)) => {
+                Duration::from_millis(expiry_ms - now_ms).min(TICK_CHECK)
+            }
+            // A new leader's clock starts with its first proposal: this tick, if leases are held.
+            (Some(_), None) if node.is_leader() => Duration::ZERO,
+            _ => TICK_CHECK,
+        };
+        if !due_in.is_zero() {
+            tokio::time::sleep(due_in).await;
+            continue;
+        }
+        match node.write(Op::Tick).await {
+            Ok(_) | Err(NodeError::NotLeader { .. }) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "expiry tick not applied");
+                tokio::time::sleep(TICK_CHECK).await;
+            }
+        }
+    }
+}
