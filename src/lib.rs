@@ -15,6 +15,8 @@
 //! - [`cli`]: the `leasehold` commands: serve, cluster, the client commands, demo.
 //! - [`proto`]: code generated from `proto/`.
 
+pub mod cli;
+pub mod client;
 pub mod lease;
 pub mod node;
 pub mod proto;

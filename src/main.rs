@@ -1,1 +1,5 @@
-fn main() {}
+//! The `leasehold` binary: see `leasehold --help`.
+
+fn main() -> std::process::ExitCode {
+    leasehold::cli::main()
+}

@@ -1,0 +1,214 @@
+//! `leasehold cluster`: a local cluster in one command. Starts the nodes, prints who is where,
+//! then reports role changes and deaths as they happen, with the command that brings a dead
+//! node back. Ctrl-C stops every node, including ones brought back by hand.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::local::LocalCluster;
+use super::Exit;
+use crate::proto::v1 as pb;
+use crate::proto::v1::cluster_client::ClusterClient;
+use crate::raft::Channels;
+
+#[derive(clap::Args)]
+pub struct ClusterArgs {
+    /// How many nodes: 3 or 5.
+    #[arg(long, default_value_t = 3, value_parser = parse_node_count)]
+    nodes: u64,
+    /// Where the nodes keep their data and logs; reused on the next start.
+    #[arg(long, default_value = "leasehold-cluster")]
+    dir: PathBuf,
+    /// The first node's port; the others follow it.
+    #[arg(long, default_value_t = 7001)]
+    port: u16,
+    /// Only `leasehold advance` moves store time.
+    #[arg(long)]
+    manual_clock: bool,
+}
+
+fn parse_node_count(text: &str) -> Result<u64, String> {
+    match text {
+        "3" => Ok(3),
+        "5" => Ok(5),
+        _ => Err(format!("{text:?}: a cluster has 3 or 5 nodes")),
+    }
+}
+
+/// How often the nodes are looked at.
+const POLL: Duration = Duration::from_millis(200);
+
+/// What was last seen of a node, to report only changes.
+#[derive(Clone, PartialEq)]
+enum Seen {
+    Up { role: i32, term: u64, pid: u32 },
+    Unreachable,
+    Dead,
+}
+
+pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
+    let last_port = u64::from(args.port) + args.nodes - 1;
+    anyhow::ensure!(
+        last_port <= 65_535,
+        "--port {} leaves no room for {} nodes",
+        args.port,
+        args.nodes
+    );
+    std::fs::create_dir_all(&args.dir)?;
+    let dir = args.dir.canonicalize()?;
+    check_layout(&dir, &args)?;
+    let resumed = dir.join("node-1").exists();
+
+    let addrs: Vec<String> = (0..args.nodes)
+        .map(|i| format!("127.0.0.1:{}", u64::from(args.port) + i))
+        .collect();
+    for addr in &addrs {
+        if let Err(e) = std::net::TcpListener::bind(addr) {
+            anyhow::bail!(
+                "{addr} is not free ({e}); is another cluster running? Use --port to pick others"
+            );
+        }
+    }
+    let mut cluster = LocalCluster::new(&std::env::current_exe()?, &dir, &addrs, args.manual_clock);
+    cluster.start_all()?;
+
+    println!(
+        "{} {}-node cluster in {}{}",
+        if resumed {
+            "resumed the"
+        } else {
+            "started a new"
+        },
+        args.nodes,
+        dir.display(),
+        if args.manual_clock {
+            " (manual clock)"
+        } else {
+            ""
+        }
+    );
+    for node in cluster.nodes() {
+        println!(
+            "  node {}  {}  pid {}  data {}  log {}",
+            node.id,
+            node.addr,
+            cluster.pid(node.id).unwrap_or(0),
+            node.data_dir.display(),
+            node.log.display()
+        );
+    }
+    println!("endpoints: {}", addrs.join(","));
+    println!("try: leasehold status --watch    (Ctrl-C here stops every node)");
+
+    let outcome = monitor(&mut cluster).await;
+    cluster.stop_all(Duration::from_secs(5));
+    println!("all nodes stopped");
+    outcome
+}
+
+/// Refuses to reuse a directory laid out for another cluster shape.
+fn check_layout(dir: &std::path::Path, args: &ClusterArgs) -> anyhow::Result<()> {
+    let path = dir.join("cluster.conf");
+    let wanted = format!("nodes={} port={}\n", args.nodes, args.port);
+    match std::fs::read_to_string(&path) {
+        Ok(found) if found == wanted => Ok(()),
+        Ok(found) => anyhow::bail!(
+            "{} holds a cluster of {}; start it with those flags, or use another --dir",
+            dir.display(),
+            found.trim()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(std::fs::write(&path, wanted)?),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn node_status(channels: &Channels, addr: &str) -> Option<pb::NodeStatus> {
+    let mut client = ClusterClient::new(channels.get(addr).ok()?);
+    let mut request = tonic::Request::new(pb::NodeStatusRequest {});
+    request.set_timeout(Duration::from_millis(300));
+    let call = client.node_status(request);
+    tokio::time::timeout(Duration::from_millis(400), call)
+        .await
+        .ok()?
+        .ok()
+        .map(tonic::Response::into_inner)
+}
+
+fn role_word(role: i32) -> &'static str {
+    match pb::Role::try_from(role).unwrap_or(pb::Role::Unspecified) {
+        pb::Role::Leader => "leader",
+        pb::Role::Follower => "follower",
+        pb::Role::Candidate => "candidate",
+        pb::Role::Learner => "learner",
+        _ => "unknown",
+    }
+}
+
+async fn monitor(cluster: &mut LocalCluster) -> anyhow::Result<Exit> {
+    let channels = Channels::default();
+    let mut seen: BTreeMap<u64, Seen> = BTreeMap::new();
+    let ids: Vec<u64> = cluster.nodes().iter().map(|n| n.id).collect();
+    // Nodes brought back by hand are not our children: stop them by pid on Ctrl-C.
+    let mut external_pids: BTreeMap<u64, u32> = BTreeMap::new();
+    loop {
+        for &id in &ids {
+            if let Some(status) = cluster.try_reap(id) {
+                seen.insert(id, Seen::Dead);
+                println!(
+                    "node {id} died ({status}); bring it back with:\n  {}",
+                    cluster.restart_command(id)
+                );
+            }
+            let addr = cluster.nodes()[(id - 1) as usize].addr.clone();
+            let now = match node_status(&channels, &addr).await {
+                Some(s) => Seen::Up {
+                    role: s.role,
+                    term: s.term,
+                    pid: s.pid,
+                },
+                None if seen.get(&id) == Some(&Seen::Dead) => Seen::Dead,
+                None => Seen::Unreachable,
+            };
+            let before = seen.get(&id).cloned();
+            if before.as_ref() == Some(&now) {
+                continue;
+            }
+            match (&before, &now) {
+                (_, Seen::Up { role, term, pid }) => {
+                    if matches!(before, Some(Seen::Dead) | Some(Seen::Unreachable)) {
+                        println!("node {id} is back (pid {pid})");
+                    }
+                    if cluster.pid(id) != Some(*pid) {
+                        external_pids.insert(id, *pid);
+                    }
+                    let was_role = match &before {
+                        Some(Seen::Up { role, .. }) => Some(*role),
+                        _ => None,
+                    };
+                    if was_role != Some(*role) && *role == pb::Role::Leader as i32 {
+                        println!("node {id} is now the leader (term {term})");
+                    } else if was_role != Some(*role) && was_role.is_some() {
+                        println!("node {id} is now a {} (term {term})", role_word(*role));
+                    }
+                }
+                (Some(Seen::Up { .. }), Seen::Unreachable) => println!("node {id} does not answer"),
+                _ => {}
+            }
+            seen.insert(id, now);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(POLL) => {}
+            _ = tokio::signal::ctrl_c() => {
+                println!("stopping...");
+                for (id, pid) in external_pids {
+                    if cluster.pid(id).is_none() {
+                        // SAFETY: kill(2) with SIGTERM on the pid the node itself reported.
+                        unsafe { libc::kill(pid as i32, libc::SIGTERM); }
+                    }
+                }
+                return Ok(Exit::Ok);
+            }
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! `serve` processes on this machine: what `cluster`, `demo` and the multi-process tests run.
+//! Every child is killed and reaped when the `LocalCluster` is dropped.
+
+use std::fs::OpenOptions;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+
+/// `count` ports on 127.0.0.1 that were free a moment ago.
+pub fn free_ports(count: usize) -> std::io::Result<Vec<u16>> {
+    // Hold every listener until all are chosen, so the same port is not handed out twice.
+    let listeners: Vec<TcpListener> = (0..count)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
+}
+
+pub struct LocalNode {
+    pub id: u64,
+    pub addr: String,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+pub struct LocalCluster {
+    binary: PathBuf,
+    nodes: Vec<LocalNode>,
+    manual_clock: bool,
+}
+
+impl LocalCluster {
+    /// Describes (does not start) one node per address, numbered from 1, under `dir`.
+    pub fn new(binary: &Path, dir: &Path, addrs: &[String], manual_clock: bool) -> Self {
+        let nodes = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| {
+                let id = i as u64 + 1;
+                LocalNode {
+                    id,
+                    addr: addr.clone(),
+                    data_dir: dir.join(format!("node-{id}")),
+                    log: dir.join(format!("node-{id}.log")),
+                    child: None,
+                }
+            })
+            .collect();
+        LocalCluster {
+            binary: binary.to_owned(),
+            nodes,
+            manual_clock,
+        }
+    }
+
+    pub fn nodes(&self) -> &[LocalNode] {
+        &self.nodes
+    }
+
+    pub fn endpoints(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.addr.clone()).collect()
+    }
+
+    fn node(&self, id: u64) -> &LocalNode {
+        &self.nodes[(id - 1) as usize]
+    }
+
+    fn node_mut(&mut self, id: u64) -> &mut LocalNode {
+        &mut self.nodes[(id - 1) as usize]
+    }
+
+    fn peers(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("{}={}", n.id, n.addr))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The arguments of `serve` for node `id`.
+    pub fn serve_args(&self, id: u64) -> Vec<String> {
+        let node = self.node(id);
+        let mut args = vec![
+            "serve".to_owned(),
+            "--id".to_owned(),
+            id.to_string(),
+            "--listen".to_owned(),
+            node.addr.clone(),
+            "--data-dir".to_owned(),
+            node.data_dir.display().to_string(),
+            "--peers".to_owned(),
+            self.peers(),
+        ];
+        if self.manual_clock {
+            args.push("--manual-clock".to_owned());
+        }
+        args
+    }
+
+    /// A shell line that brings node `id` back, logging where `start` would.
+    pub fn restart_command(&self, id: u64) -> String {
+        format!(
+            "{} {} 2>>{}",
+            self.binary.display(),
+            self.serve_args(id).join(" "),
+            self.node(id).log.display()
+        )
+    }
+
+    /// Starts node `id`, its stderr (the node's log) appended to its log file.
+    pub fn start(&mut self, id: u64) -> std::io::Result<u32> {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.node(id).log)?;
+        let child = Command::new(&self.binary)
+            .args(self.serve_args(id))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        let pid = child.id();
+        self.node_mut(id).child = Some(child);
+        Ok(pid)
+    }
+
+    pub fn start_all(&mut self) -> std::io::Result<()> {
+        for id in 1..=self.nodes.len() as u64 {
+            self.start(id)?;
+        }
+        Ok(())
+    }
+
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        self.node(id).child.as_ref().map(Child::id)
+    }
+
+    /// `kill -9` of node `id`, reaped at once.
+    pub fn kill(&mut self, id: u64) {
+        if let Some(mut child) = self.node_mut(id).child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends `signal` to node `id` without reaping it (SIGSTOP, SIGCONT, SIGTERM).
+    pub fn signal(&self, id: u64, signal: i32) {
+        if let Some(pid) = self.pid(id) {
+            // SAFETY: kill(2) on a pid this process spawned and has not reaped yet.
+            unsafe {
+                libc::kill(pid as i32, signal);
+            }
+        }
+    }
+
+    /// Node `id`'s exit status, if it exited since the last call; it is then forgotten.
+    pub fn try_reap(&mut self, id: u64) -> Option<ExitStatus> {
+        let node = self.node_mut(id);
+        let status = node.child.as_mut()?.try_wait().ok()??;
+        node.child = None;
+        Some(status)
+    }
+
+    /// Asks every running node to stop, waits up to `grace`, then kills what is left.
+    pub fn stop_all(&mut self, grace: std::time::Duration) {
+        for id in 1..=self.nodes.len() as u64 {
+            self.signal(id, libc::SIGCONT);
+            self.signal(id, libc::SIGTERM);
+        }
+        let deadline = std::time::Instant::now() + grace;
+        for node in &mut self.nodes {
+            let Some(child) = node.child.as_mut() else {
+                continue;
+            };
+            while std::time::Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            node.child = None;
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}

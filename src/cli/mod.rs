@@ -1,0 +1,193 @@
+//! The `leasehold` binary's commands. Exit codes: 0 granted or accepted, 3 refused by the store
+//! (held by, stale token), 1 on errors with one line on stderr.
+
+mod cluster;
+mod commands;
+mod demo;
+pub mod local;
+mod serve;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// The local cluster's addresses, the default for every client command.
+pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003";
+
+#[derive(Parser)]
+#[command(
+    name = "leasehold",
+    version,
+    about = "A replicated lease store with fencing tokens"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+/// Options every client command takes.
+#[derive(clap::Args, Clone)]
+pub struct ClientOpts {
+    /// Nodes to talk to, comma separated; any node will do.
+    #[arg(long, env = "LEASEHOLD_ENDPOINTS", default_value = DEFAULT_ENDPOINTS, global = true)]
+    endpoints: String,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text, global = true)]
+    output: Output,
+}
+
+#[derive(ValueEnum, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run one node.
+    Serve(serve::ServeArgs),
+    /// Run a local cluster of 3 or 5 nodes on this machine, and report what happens to it.
+    Cluster(cluster::ClusterArgs),
+    /// Replay the fencing-token scenario against a fresh three-node cluster.
+    Demo,
+    /// Acquire a lease, or renew it if HOLDER already holds it.
+    Acquire {
+        lease: String,
+        #[arg(long)]
+        holder: String,
+        /// Time to live, in seconds (fractions allowed).
+        #[arg(long = "ttl", value_name = "SECONDS", value_parser = commands::parse_seconds)]
+        ttl_ms: u64,
+        #[command(flatten)]
+        client: ClientOpts,
+    },
+    /// Release a lease held by HOLDER with TOKEN.
+    Release {
+        lease: String,
+        #[arg(long)]
+        holder: String,
+        #[arg(long)]
+        token: u64,
+        #[command(flatten)]
+        client: ClientOpts,
+    },
+    /// Write a row; with --lease and --token, a fenced write.
+    Put {
+        key: String,
+        value: String,
+        #[arg(long, requires = "token")]
+        lease: Option<String>,
+        #[arg(long, requires = "lease")]
+        token: Option<u64>,
+        #[command(flatten)]
+        client: ClientOpts,
+    },
+    /// Read a row.
+    Get {
+        key: String,
+        #[command(flatten)]
+        client: ClientOpts,
+    },
+    /// Read a lease: holder, token, expiry, fence and the store's time.
+    Lease {
+        lease: String,
+        #[command(flatten)]
+        client: ClientOpts,
+    },
+    /// Move store time forward (clusters started with --manual-clock only).
+    Advance {
+        #[arg(value_name = "SECONDS", value_parser = commands::parse_seconds)]
+        by_ms: u64,
+        #[command(flatten)]
+        client: ClientOpts,
+    },
+    /// Show every node's role, term and log position.
+    Status {
+        /// Refresh every half second until interrupted.
+        #[arg(long)]
+        watch: bool,
+        #[command(flatten)]
+        client: ClientOpts,
+    },
+}
+
+/// What a command ended with, as the process's exit code.
+pub enum Exit {
+    Ok,
+    Refused,
+}
+
+/// Parses the command line and runs the command.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // One line on stderr: clap's own report, without its usage block.
+            let rendered = e.render().to_string();
+            let line: Vec<&str> = rendered
+                .lines()
+                .take_while(|l| !l.starts_with("Usage:"))
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            eprintln!("{}", line.join(" "));
+            return ExitCode::from(1);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(Exit::Ok) => ExitCode::SUCCESS,
+        Ok(Exit::Refused) => ExitCode::from(3),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(command: Cmd) -> anyhow::Result<Exit> {
+    match command {
+        Cmd::Serve(args) => serve::run(args).await,
+        Cmd::Cluster(args) => cluster::run(args).await,
+        Cmd::Demo => demo::run().await,
+        Cmd::Acquire {
+            lease,
+            holder,
+            ttl_ms,
+            client,
+        } => commands::acquire(&client, &lease, &holder, ttl_ms).await,
+        Cmd::Release {
+            lease,
+            holder,
+            token,
+            client,
+        } => commands::release(&client, &lease, &holder, token).await,
+        Cmd::Put {
+            key,
+            value,
+            lease,
+            token,
+            client,
+        } => {
+            let fence = lease.as_deref().zip(token);
+            commands::put(&client, &key, &value, fence).await
+        }
+        Cmd::Get { key, client } => commands::get(&client, &key).await,
+        Cmd::Lease { lease, client } => commands::lease(&client, &lease).await,
+        Cmd::Advance { by_ms, client } => commands::advance(&client, by_ms).await,
+        Cmd::Status { watch, client } => commands::status(&client, watch).await,
+    }
+}

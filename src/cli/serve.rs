@@ -1,0 +1,105 @@
+//! `leasehold serve`: one node, until SIGTERM or Ctrl-C.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use tracing_subscriber::EnvFilter;
+
+use super::Exit;
+use crate::node::{self, NodeConfig};
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// This node's id: one of the ids in --peers.
+    #[arg(long)]
+    id: u64,
+    /// Address to listen on for clients and peers.
+    #[arg(long)]
+    listen: SocketAddr,
+    /// Where this node keeps its log, vote and snapshots.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Every voter as ID=HOST:PORT, comma separated, this node included. The same on every node.
+    #[arg(long, value_parser = parse_peers)]
+    peers: BTreeMap<u64, String>,
+    /// Only `advance` moves store time (demos and deterministic tests).
+    #[arg(long)]
+    manual_clock: bool,
+}
+
+fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut peers = BTreeMap::new();
+    for part in text.split(',').filter(|p| !p.trim().is_empty()) {
+        let (id, addr) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?} is not ID=HOST:PORT"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("{id:?} in {part:?} is not a node id (a positive integer)"))?;
+        if id == 0 {
+            return Err("node ids start at 1".into());
+        }
+        let addr = addr.trim();
+        if !addr.contains(':') {
+            return Err(format!("{addr:?} has no port; write HOST:PORT"));
+        }
+        if peers.insert(id, addr.to_owned()).is_some() {
+            return Err(format!("node id {id} appears twice"));
+        }
+    }
+    Ok(peers)
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
+    // Logs go to stderr; `cluster` points each node's stderr at a file of its own.
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let config = NodeConfig {
+        id: args.id,
+        listen: args.listen,
+        data_dir: args.data_dir,
+        peers: args.peers,
+        manual_clock: args.manual_clock,
+    };
+    node::run(config, shutdown_signal()).await?;
+    Ok(Exit::Ok)
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut sigterm) => {
+                sigterm.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_parse_and_reject_with_a_reason() {
+        let peers = parse_peers("1=127.0.0.1:7001,2=127.0.0.1:7002,3=h:7003").unwrap();
+        assert_eq!(peers.len(), 3);
+        assert_eq!(peers[&3], "h:7003");
+        assert!(parse_peers("1=a:1,1=b:2").unwrap_err().contains("twice"));
+        assert!(parse_peers("x=a:1").unwrap_err().contains("not a node id"));
+        assert!(parse_peers("1=a").unwrap_err().contains("no port"));
+        assert!(parse_peers("0=a:1").is_err());
+    }
+}

@@ -1,0 +1,254 @@
+//! `LeaseClient`: talks to any node of a cluster. Every node forwards to the leader, so the
+//! client only has to find a live node: it tries the endpoints in turn, sticks with one that
+//! answers, and retries while the cluster is electing, up to a deadline.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Response, Status};
+
+use crate::node::INDETERMINATE_KEY;
+use crate::proto::v1 as pb;
+use crate::proto::v1::cluster_client::ClusterClient;
+use crate::proto::v1::lease_store_client::LeaseStoreClient;
+
+/// One attempt's limit: above a node's own worst case (election wait plus quorum waits).
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(9);
+/// How long a call keeps trying other nodes while none answers.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
+/// Pause after every node was tried once, so a cluster in an election is not hammered.
+const ROUND_PAUSE: Duration = Duration::from_millis(50);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("invalid endpoint {endpoint:?}: {reason}")]
+    Endpoint { endpoint: String, reason: String },
+    #[error("{}", describe(.0))]
+    Status(Status),
+}
+
+impl ClientError {
+    pub fn code(&self) -> Code {
+        match self {
+            ClientError::Endpoint { .. } => Code::InvalidArgument,
+            ClientError::Status(status) => status.code(),
+        }
+    }
+}
+
+fn describe(status: &Status) -> String {
+    let kind = match status.code() {
+        Code::InvalidArgument => "invalid argument",
+        Code::Unavailable => "unavailable",
+        Code::FailedPrecondition => "failed precondition",
+        Code::DeadlineExceeded => "deadline exceeded",
+        Code::Internal => "internal error",
+        other => return format!("{other:?}: {}", status.message()),
+    };
+    format!("{kind}: {}", status.message())
+}
+
+/// Unavailable means the request reached no leader, so it is safe to try elsewhere, unless
+/// the node said the write may have been applied.
+fn retryable(status: &Status) -> bool {
+    status.code() == Code::Unavailable && status.metadata().get(INDETERMINATE_KEY).is_none()
+}
+
+pub struct LeaseClient {
+    endpoints: Vec<String>,
+    channels: Vec<Channel>,
+    /// The endpoint that answered last: tried first next time.
+    preferred: AtomicUsize,
+    deadline: Duration,
+}
+
+impl LeaseClient {
+    /// A client for `endpoints` (`host:port`). Connections are made lazily, on first use.
+    pub fn new<S: AsRef<str>>(endpoints: &[S]) -> Result<Self, ClientError> {
+        if endpoints.is_empty() {
+            return Err(ClientError::Endpoint {
+                endpoint: String::new(),
+                reason: "no endpoints given".into(),
+            });
+        }
+        let mut channels = Vec::new();
+        for endpoint in endpoints {
+            let endpoint = endpoint.as_ref().trim();
+            let uri = if endpoint.contains("://") {
+                endpoint.to_owned()
+            } else {
+                format!("http://{endpoint}")
+            };
+            let channel = Endpoint::from_shared(uri)
+                .map_err(|e| ClientError::Endpoint {
+                    endpoint: endpoint.to_owned(),
+                    reason: e.to_string(),
+                })?
+                .connect_timeout(Duration::from_millis(500))
+                .tcp_nodelay(true)
+                .connect_lazy();
+            channels.push(channel);
+        }
+        Ok(LeaseClient {
+            endpoints: endpoints
+                .iter()
+                .map(|e| e.as_ref().trim().to_owned())
+                .collect(),
+            channels,
+            preferred: AtomicUsize::new(0),
+            deadline: DEFAULT_DEADLINE,
+        })
+    }
+
+    /// How long a call keeps trying before it reports the last failure.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// Runs `call` against one node after another until one answers or the deadline passes.
+    async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        let started = tokio::time::Instant::now();
+        let count = self.channels.len();
+        let first = self.preferred.load(Ordering::Relaxed);
+        let mut attempt = 0;
+        loop {
+            let index = (first + attempt) % count;
+            match call(self.channels[index].clone()).await {
+                Ok(response) => {
+                    self.preferred.store(index, Ordering::Relaxed);
+                    return Ok(response.into_inner());
+                }
+                Err(status) if retryable(&status) && started.elapsed() < self.deadline => {
+                    attempt += 1;
+                    if attempt % count == 0 {
+                        tokio::time::sleep(ROUND_PAUSE).await;
+                    }
+                }
+                Err(status)
+                    if status.code() == Code::Unavailable
+                        && status.metadata().get(INDETERMINATE_KEY).is_none() =>
+                {
+                    return Err(ClientError::Status(Status::unavailable(format!(
+                        "no node of {} answered within {} ms; last: {}",
+                        self.endpoints.join(","),
+                        self.deadline.as_millis(),
+                        status.message()
+                    ))))
+                }
+                Err(status) => return Err(ClientError::Status(status)),
+            }
+        }
+    }
+
+    pub async fn acquire(
+        &self,
+        lease: &str,
+        holder: &str,
+        ttl_ms: u64,
+    ) -> Result<pb::AcquireResponse, ClientError> {
+        let message = pb::AcquireRequest {
+            lease: lease.into(),
+            holder: holder.into(),
+            ttl_ms,
+        };
+        self.call(|ch| {
+            let request = attempt(message.clone());
+            async move { LeaseStoreClient::new(ch).acquire(request).await }
+        })
+        .await
+    }
+
+    pub async fn release(
+        &self,
+        lease: &str,
+        holder: &str,
+        token: u64,
+    ) -> Result<pb::ReleaseResponse, ClientError> {
+        let message = pb::ReleaseRequest {
+            lease: lease.into(),
+            holder: holder.into(),
+            token,
+        };
+        self.call(|ch| {
+            let request = attempt(message.clone());
+            async move { LeaseStoreClient::new(ch).release(request).await }
+        })
+        .await
+    }
+
+    /// A plain put with `fence: None`; a fenced one with `Some((lease, token))`.
+    pub async fn put(
+        &self,
+        key: &str,
+        value: &[u8],
+        fence: Option<(&str, u64)>,
+    ) -> Result<pb::PutResponse, ClientError> {
+        let message = pb::PutRequest {
+            key: key.into(),
+            value: value.to_vec(),
+            fence: fence.map(|(lease, token)| pb::Fence {
+                lease: lease.into(),
+                token,
+            }),
+        };
+        self.call(|ch| {
+            let request = attempt(message.clone());
+            async move { LeaseStoreClient::new(ch).put(request).await }
+        })
+        .await
+    }
+
+    pub async fn get(&self, key: &str) -> Result<pb::GetResponse, ClientError> {
+        let message = pb::GetRequest { key: key.into() };
+        self.call(|ch| {
+            let request = attempt(message.clone());
+            async move { LeaseStoreClient::new(ch).get(request).await }
+        })
+        .await
+    }
+
+    pub async fn get_lease(&self, lease: &str) -> Result<pb::GetLeaseResponse, ClientError> {
+        let message = pb::GetLeaseRequest {
+            lease: lease.into(),
+        };
+        self.call(|ch| {
+            let request = attempt(message.clone());
+            async move { LeaseStoreClient::new(ch).get_lease(request).await }
+        })
+        .await
+    }
+
+    pub async fn advance(&self, ms: u64) -> Result<pb::AdvanceResponse, ClientError> {
+        self.call(|ch| {
+            let request = attempt(pb::AdvanceRequest { ms });
+            async move { LeaseStoreClient::new(ch).advance(request).await }
+        })
+        .await
+    }
+
+    /// Every member's status, as seen by the first node that answers.
+    pub async fn status(&self) -> Result<pb::StatusResponse, ClientError> {
+        self.call(|ch| {
+            let request = attempt(pb::StatusRequest {});
+            async move { ClusterClient::new(ch).status(request).await }
+        })
+        .await
+    }
+}
+
+fn attempt<T>(message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request.set_timeout(ATTEMPT_TIMEOUT);
+    request
+}
