@@ -168,6 +168,8 @@ async fn monitor(cluster: &mut LocalCluster) -> anyhow::Result<Exit> {
                     pid: s.pid,
                 },
                 None if seen.get(&id) == Some(&Seen::Dead) => Seen::Dead,
+                // Not yet listening after start: nothing to report until it first answers.
+                None if !seen.contains_key(&id) => continue,
                 None => Seen::Unreachable,
             };
             let before = seen.get(&id).cloned();

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Measures failover on a local three-node cluster: kill -9 the leader, time until the next
+# acknowledged write through the CLI, bring the node back, repeat. Prints each try and the median.
+# Usage: cluster/measure-failover.sh [TRIES] (default 5). Uses ports 7101-7103 and a temp dir.
+set -euo pipefail
+tries=${1:-5}
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${LEASEHOLD_BIN:-$here/target/release/leasehold}
+[ -x "$bin" ] || (cd "$here" && cargo build --release --quiet)
+dir=$(mktemp -d)
+export LEASEHOLD_ENDPOINTS=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
+peers=1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103
+declare -A pids
+start() { "$bin" serve --id "$1" --listen "127.0.0.1:710$1" --data-dir "$dir/node-$1" --peers "$peers" \
+            >/dev/null 2>>"$dir/node-$1.log" & pids[$1]=$!; }
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
+trap cleanup EXIT
+for id in 1 2 3; do start "$id"; done
+"$bin" put warmup 1 >/dev/null
+times=()
+for try in $(seq "$tries"); do
+  leader=$("$bin" status -o json | python3 -c 'import json,sys; print([n["id"] for n in json.load(sys.stdin)["nodes"] if n["role"]=="leader"][0])')
+  t0=$(date +%s%N)
+  kill -9 "${pids[$leader]}"
+  "$bin" put "after-kill-$try" v >/dev/null
+  t1=$(date +%s%N)
+  ms=$(( (t1 - t0) / 1000000 ))
+  times+=("$ms")
+  echo "try $try: killed leader node $leader; next acknowledged write after $ms ms"
+  wait "${pids[$leader]}" 2>/dev/null || true
+  start "$leader"
+  # Let the restarted node catch up and the cluster settle before the next kill.
+  until "$bin" status -o json | python3 -c 'import json,sys; n=json.load(sys.stdin)["nodes"]; sys.exit(0 if all(x["role"] in ("leader","follower") for x in n) and len({x["applied_index"] for x in n})==1 else 1)'; do sleep 0.1; done
+done
+median=$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}')
+echo "median over $tries tries: $median ms"
