@@ -52,7 +52,9 @@ async fn crash_child_appends_until_killed() {
     println!("vote saved");
     let mut next = 1;
     loop {
-        let batch: Vec<_> = (next..next + 20).map(|i| entry(4, i, &format!("k{i}"))).collect();
+        let batch: Vec<_> = (next..next + 20)
+            .map(|i| entry(4, i, &format!("k{i}")))
+            .collect();
         log.blocking_append(batch).await.unwrap();
         next += 20;
         println!("durable {}", next - 1);
@@ -63,7 +65,12 @@ async fn crash_child_appends_until_killed() {
 fn log_survives_kill_9_mid_append() {
     let dir = TempDir::new().unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["crash_child_appends_until_killed", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "crash_child_appends_until_killed",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("LEASEHOLD_CRASH_DIR", dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -89,10 +96,17 @@ fn log_survives_kill_9_mid_append() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let mut log = LogStore::open(&dir.path().join("raft.redb")).expect("reopen after kill -9");
-        assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new(4, 1)), "the saved vote survives");
+        assert_eq!(
+            log.read_vote().await.unwrap(),
+            Some(Vote::new(4, 1)),
+            "the saved vote survives"
+        );
         let state = log.get_log_state().await.unwrap();
         let last = state.last_log_id.expect("entries survive").index;
-        assert!(last >= durable, "acknowledged entry {durable} lost: the log ends at {last}");
+        assert!(
+            last >= durable,
+            "acknowledged entry {durable} lost: the log ends at {last}"
+        );
         let entries = log.try_get_log_entries(1..=last).await.unwrap();
         assert_eq!(entries.len() as u64, last, "the log has a hole");
         for (i, e) in entries.iter().enumerate() {
@@ -120,15 +134,26 @@ fn state_machine_reloads_its_snapshot_after_restart() {
                 }),
             };
             let replies = sm.apply([acquire, entry(1, 2, "k")]).await.unwrap();
-            assert!(matches!(replies[0].outcome, Outcome::Granted { token: 1, .. }));
-            sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+            assert!(matches!(
+                replies[0].outcome,
+                Outcome::Granted { token: 1, .. }
+            ));
+            sm.get_snapshot_builder()
+                .await
+                .build_snapshot()
+                .await
+                .unwrap();
         }
         let mut sm = StateMachineStore::open(dir.path()).unwrap();
         let (applied, _) = sm.applied_state().await.unwrap();
         assert_eq!(applied, Some(log_id(1, 1, 2)));
         let state = sm.shared();
         let state = state.read();
-        assert_eq!(state.table.lease("l").unwrap().token, 1, "tokens survive a restart");
+        assert_eq!(
+            state.table.lease("l").unwrap().token,
+            1,
+            "tokens survive a restart"
+        );
         assert_eq!(state.table.row("k"), Some(&[7u8; 100][..]));
         assert_eq!(state.table.now_ms(), 100);
     });

@@ -1,0 +1,125 @@
+//! The one harness for multi-process tests: real `leasehold serve` processes on free loopback
+//! ports, in a temp dir, killed and reaped when the harness is dropped (also on panic).
+
+#![allow(dead_code)] // Each test binary uses its own part of the harness.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use leasehold::cli::local::{free_ports, LocalCluster};
+use leasehold::client::LeaseClient;
+use leasehold::proto::v1 as pb;
+use tempfile::TempDir;
+
+pub struct Harness {
+    pub cluster: LocalCluster,
+    pub client: LeaseClient,
+    pub endpoints: Vec<String>,
+    // Dropped after `cluster`, so the nodes are dead before their data dirs go.
+    _dir: TempDir,
+}
+
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_leasehold")
+}
+
+impl Harness {
+    /// Starts `nodes` nodes and waits until one of them leads.
+    pub async fn start(nodes: usize, manual_clock: bool) -> Harness {
+        let dir = TempDir::new().expect("temp dir");
+        let endpoints: Vec<String> = free_ports(nodes)
+            .expect("free ports")
+            .into_iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let mut cluster =
+            LocalCluster::new(binary().as_ref(), dir.path(), &endpoints, manual_clock);
+        cluster.start_all().expect("start nodes");
+        let client = LeaseClient::new(&endpoints).unwrap();
+        let harness = Harness {
+            cluster,
+            client,
+            endpoints,
+            _dir: dir,
+        };
+        harness.leader().await;
+        harness
+    }
+
+    /// A client that talks to node `id` only.
+    pub fn client_of(&self, id: u64) -> LeaseClient {
+        LeaseClient::new(&[self.endpoints[(id - 1) as usize].clone()]).unwrap()
+    }
+
+    pub async fn status(&self) -> Vec<pb::NodeStatus> {
+        self.client
+            .status()
+            .await
+            .map(|s| s.nodes)
+            .unwrap_or_default()
+    }
+
+    /// The leader's id, once every live node agrees on one.
+    pub async fn leader(&self) -> u64 {
+        wait_for("a leader", Duration::from_secs(20), || async {
+            let nodes = self.status().await;
+            let leaders: Vec<u64> = nodes
+                .iter()
+                .filter(|n| n.role == pb::Role::Leader as i32)
+                .map(|n| n.id)
+                .collect();
+            (leaders.len() == 1).then(|| leaders[0])
+        })
+        .await
+    }
+
+    /// A leader other than `old`.
+    pub async fn new_leader(&self, old: u64) -> u64 {
+        wait_for("a new leader", Duration::from_secs(20), || async {
+            let leader = self.leader().await;
+            (leader != old).then_some(leader)
+        })
+        .await
+    }
+
+    pub fn kill(&mut self, id: u64) {
+        self.cluster.kill(id);
+    }
+
+    pub fn restart(&mut self, id: u64) {
+        self.cluster.start(id).expect("restart node");
+    }
+}
+
+/// Polls `check` until it yields a value; panics naming `what` after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn granted(response: &pb::AcquireResponse) -> Option<u64> {
+    match &response.outcome {
+        Some(pb::acquire_response::Outcome::Granted(g)) => Some(g.token),
+        _ => None,
+    }
+}
+
+pub fn written(response: &pb::PutResponse) -> bool {
+    matches!(
+        response.outcome,
+        Some(pb::put_response::Outcome::Written(_))
+    )
+}
