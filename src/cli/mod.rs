@@ -23,6 +23,8 @@ pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:700
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
+    #[command(flatten)]
+    client: ClientOpts,
 }
 
 /// Options every client command takes.
@@ -58,8 +60,6 @@ enum Cmd {
         /// Time to live, in seconds (fractions allowed).
         #[arg(long = "ttl", value_name = "SECONDS", value_parser = commands::parse_seconds)]
         ttl_ms: u64,
-        #[command(flatten)]
-        client: ClientOpts,
     },
     /// Release a lease held by HOLDER with TOKEN.
     Release {
@@ -68,8 +68,6 @@ enum Cmd {
         holder: String,
         #[arg(long)]
         token: u64,
-        #[command(flatten)]
-        client: ClientOpts,
     },
     /// Write a row; with --lease and --token, a fenced write.
     Put {
@@ -79,35 +77,21 @@ enum Cmd {
         lease: Option<String>,
         #[arg(long, requires = "lease")]
         token: Option<u64>,
-        #[command(flatten)]
-        client: ClientOpts,
     },
     /// Read a row.
-    Get {
-        key: String,
-        #[command(flatten)]
-        client: ClientOpts,
-    },
+    Get { key: String },
     /// Read a lease: holder, token, expiry, fence and the store's time.
-    Lease {
-        lease: String,
-        #[command(flatten)]
-        client: ClientOpts,
-    },
+    Lease { lease: String },
     /// Move store time forward (clusters started with --manual-clock only).
     Advance {
         #[arg(value_name = "SECONDS", value_parser = commands::parse_seconds)]
         by_ms: u64,
-        #[command(flatten)]
-        client: ClientOpts,
     },
     /// Show every node's role, term and log position.
     Status {
         /// Refresh every half second until interrupted.
         #[arg(long)]
         watch: bool,
-        #[command(flatten)]
-        client: ClientOpts,
     },
 }
 
@@ -148,7 +132,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    match runtime.block_on(run(cli.command, &cli.client)) {
         Ok(Exit::Ok) => ExitCode::SUCCESS,
         Ok(Exit::Refused) => ExitCode::from(3),
         Err(e) => {
@@ -158,7 +142,7 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn run(command: Cmd) -> anyhow::Result<Exit> {
+async fn run(command: Cmd, client: &ClientOpts) -> anyhow::Result<Exit> {
     match command {
         Cmd::Serve(args) => serve::run(args).await,
         Cmd::Cluster(args) => cluster::run(args).await,
@@ -167,27 +151,24 @@ async fn run(command: Cmd) -> anyhow::Result<Exit> {
             lease,
             holder,
             ttl_ms,
-            client,
-        } => commands::acquire(&client, &lease, &holder, ttl_ms).await,
+        } => commands::acquire(client, &lease, &holder, ttl_ms).await,
         Cmd::Release {
             lease,
             holder,
             token,
-            client,
-        } => commands::release(&client, &lease, &holder, token).await,
+        } => commands::release(client, &lease, &holder, token).await,
         Cmd::Put {
             key,
             value,
             lease,
             token,
-            client,
         } => {
             let fence = lease.as_deref().zip(token);
-            commands::put(&client, &key, &value, fence).await
+            commands::put(client, &key, &value, fence).await
         }
-        Cmd::Get { key, client } => commands::get(&client, &key).await,
-        Cmd::Lease { lease, client } => commands::lease(&client, &lease).await,
-        Cmd::Advance { by_ms, client } => commands::advance(&client, by_ms).await,
-        Cmd::Status { watch, client } => commands::status(&client, watch).await,
+        Cmd::Get { key } => commands::get(client, &key).await,
+        Cmd::Lease { lease } => commands::lease(client, &lease).await,
+        Cmd::Advance { by_ms } => commands::advance(client, by_ms).await,
+        Cmd::Status { watch } => commands::status(client, watch).await,
     }
 }

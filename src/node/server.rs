@@ -125,10 +125,17 @@ pub async fn run(
     health_reporter
         .set_serving::<LeaseStoreServer<LeaseService>>()
         .await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    // Both reflection versions: grpcurl and older tools still ask v1alpha.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection()
         .build_v1()
+        .map_err(|e| StartError::Config(e.to_string()))?;
+    let reflection_v1alpha = reflection()
+        .build_v1alpha()
         .map_err(|e| StartError::Config(e.to_string()))?;
     let server = tonic::transport::Server::builder()
         .add_service(LeaseStoreServer::new(LeaseService::new(node.clone())))
@@ -139,7 +146,8 @@ pub async fn run(
                 .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES),
         )
         .add_service(health_service)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .serve_with_incoming_shutdown(incoming, shutdown);
     let server = tokio::spawn(server);
 

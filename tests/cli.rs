@@ -1,0 +1,335 @@
+//! The `leasehold` binary as a person uses it, against real nodes: the seed scenario typed by
+//! hand, the demo, bad input, the clock, and what generic gRPC tools see.
+
+mod harness;
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use harness::{binary, granted, wait_for, Harness};
+use leasehold::proto::v1 as pb;
+use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+fn cli(h: &Harness, args: &[&str]) -> Output {
+    std::process::Command::new(binary())
+        .args(args)
+        .env("LEASEHOLD_ENDPOINTS", h.endpoints.join(","))
+        .output()
+        .expect("run leasehold")
+}
+
+/// Runs a CLI command and checks its exit code; returns its stdout, trimmed.
+fn expect(h: &Harness, args: &[&str], code: i32) -> String {
+    let out = cli(h, args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "leasehold {args:?}: stderr {stderr}"
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seed_scenario_typed_through_the_cli_gives_the_seed_answers() {
+    let h = Harness::start(3, true).await;
+    assert!(expect(
+        &h,
+        &["acquire", "report", "--holder", "a", "--ttl", "10"],
+        0
+    )
+    .contains("token: 1"));
+    assert!(expect(
+        &h,
+        &["acquire", "report", "--holder", "b", "--ttl", "10"],
+        3
+    )
+    .starts_with("held by a"));
+    assert_eq!(expect(&h, &["advance", "15"], 0), "store time: 15s");
+    assert!(expect(
+        &h,
+        &["acquire", "report", "--holder", "b", "--ttl", "10"],
+        0
+    )
+    .contains("token: 2"));
+    assert_eq!(expect(&h, &["put", "plain_report", "report by b"], 0), "ok");
+    assert_eq!(
+        expect(
+            &h,
+            &[
+                "put",
+                "fenced_report",
+                "report by b",
+                "--lease",
+                "report",
+                "--token",
+                "2"
+            ],
+            0
+        ),
+        "ok"
+    );
+    assert_eq!(expect(&h, &["put", "plain_report", "report by a"], 0), "ok");
+    let fenced = expect(
+        &h,
+        &[
+            "put",
+            "fenced_report",
+            "report by a",
+            "--lease",
+            "report",
+            "--token",
+            "1",
+        ],
+        3,
+    );
+    assert!(fenced.starts_with("stale token"), "{fenced}");
+    assert_eq!(expect(&h, &["get", "plain_report"], 0), "report by a");
+    assert_eq!(expect(&h, &["get", "fenced_report"], 0), "report by b");
+    assert!(expect(
+        &h,
+        &["acquire", "report", "--holder", "a", "--ttl", "10"],
+        3
+    )
+    .starts_with("held by b"));
+
+    // The same answers as one JSON object each.
+    let json: serde_json::Value =
+        serde_json::from_str(&expect(&h, &["-o", "json", "lease", "report"], 0)).unwrap();
+    assert_eq!(json["holder"], "b");
+    assert_eq!(json["token"], 2);
+    assert_eq!(json["store_time_ms"], 15_000);
+    let json: serde_json::Value = serde_json::from_str(&expect(
+        &h,
+        &[
+            "put",
+            "fenced_report",
+            "x",
+            "--lease",
+            "report",
+            "--token",
+            "1",
+            "-o",
+            "json",
+        ],
+        3,
+    ))
+    .unwrap();
+    assert_eq!(json["outcome"], "stale_token");
+    assert_eq!(json["fence"], 2);
+}
+
+#[test]
+fn demo_prints_the_seed_lines() {
+    let out = std::process::Command::new(binary())
+        .arg("demo")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expected = "\
+a holds the lease, token: 1
+b asks for the lease: held by a
+b holds the lease, token: 2
+a's plain write: ok
+a's fenced write: stale token
+plain report: report by a
+fenced report: report by b
+a asks again: held by b
+";
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_is_invalid_argument_naming_the_field_and_changes_nothing() {
+    let h = Harness::start(3, false).await;
+    let before = h.client.get_lease("l").await.unwrap();
+    let cases: Vec<(&str, leasehold::client::ClientError)> = vec![
+        ("lease", h.client.acquire("", "a", 1_000).await.unwrap_err()),
+        (
+            "holder",
+            h.client
+                .acquire("l", &"h".repeat(129), 1_000)
+                .await
+                .unwrap_err(),
+        ),
+        ("ttl_ms", h.client.acquire("l", "a", 99).await.unwrap_err()),
+        (
+            "ttl_ms",
+            h.client
+                .acquire("l", "a", 24 * 3_600_000 + 1)
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "value",
+            h.client
+                .put("k", &vec![0; 64 * 1024 + 1], None)
+                .await
+                .unwrap_err(),
+        ),
+        ("key", h.client.put("", b"v", None).await.unwrap_err()),
+        (
+            "token",
+            h.client.put("k", b"v", Some(("l", 0))).await.unwrap_err(),
+        ),
+        (
+            "token",
+            h.client
+                .put("k", b"v", Some(("never-granted", 1)))
+                .await
+                .unwrap_err(),
+        ),
+        ("token", h.client.release("l", "a", 0).await.unwrap_err()),
+    ];
+    for (field, err) in cases {
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+        assert!(err.to_string().contains(field), "{err:?} must name {field}");
+    }
+    assert_eq!(h.client.get_lease("l").await.unwrap().token, before.token);
+    assert_eq!(
+        h.client.get("k").await.unwrap().value,
+        None,
+        "a refused put wrote nothing"
+    );
+
+    // The CLI: exit 1 and exactly one line on stderr.
+    for args in [
+        &["acquire", "l", "--holder", "a", "--ttl", "0.01"][..],
+        &["acquire", "l", "--holder", "a", "--ttl", "soon"][..],
+        &["acquire", "l", "--ttl", "10"][..],
+        &["put", "k", "v", "--lease", "l", "--token", "9"][..],
+    ] {
+        let out = cli(&h, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.trim_end().lines().count(),
+            1,
+            "{args:?}: one line on stderr, got {stderr:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn advance_is_refused_on_the_default_clock() {
+    let h = Harness::start(3, false).await;
+    let err = h.client.advance(1_000).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err}");
+    assert!(err.to_string().contains("--manual-clock"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn default_clock_lease_expires_no_sooner_than_its_ttl_and_the_expiry_is_logged() {
+    let h = Harness::start(3, false).await;
+    let ttl = Duration::from_millis(800);
+    let sent = Instant::now();
+    let token = granted(
+        &h.client
+            .acquire("l", "a", ttl.as_millis() as u64)
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    // Without any client write, the leader logs a tick once the lease is due: reads see it free.
+    wait_for(
+        "the lease to expire in the store",
+        Duration::from_secs(10),
+        || async {
+            h.client
+                .get_lease("l")
+                .await
+                .unwrap()
+                .holder
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        sent.elapsed() >= ttl,
+        "expired {:?} after the acquire was sent, TTL {ttl:?}",
+        sent.elapsed()
+    );
+    let next = granted(&h.client.acquire("l", "b", 1_000).await.unwrap()).unwrap();
+    assert_eq!(next, token + 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_cluster_does_not_grow_its_log() {
+    let h = Harness::start(3, false).await;
+    // A long lease is held but not due: nothing to log while idle.
+    h.client.acquire("long", "a", 3_600_000).await.unwrap();
+    let last_index =
+        |nodes: Vec<pb::NodeStatus>| nodes.iter().map(|n| n.last_log_index).max().unwrap();
+    let before = last_index(h.status().await);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        last_index(h.status().await),
+        before,
+        "an idle cluster appended to its log"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_node_serves_health_and_reflection() {
+    let h = Harness::start(3, false).await;
+    for endpoint in &h.endpoints {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+        let reply = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: "leasehold.v1.LeaseStore".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            reply.status,
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+        );
+
+        let mut reflection = ServerReflectionClient::new(channel);
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut replies = reflection
+            .server_reflection_info(tokio_stream_once(request))
+            .await
+            .unwrap()
+            .into_inner();
+        let reply = replies.message().await.unwrap().unwrap();
+        let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
+            panic!("unexpected reflection reply {reply:?}");
+        };
+        let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+        for wanted in [
+            "leasehold.v1.LeaseStore",
+            "leasehold.v1.Cluster",
+            "grpc.health.v1.Health",
+        ] {
+            assert!(
+                names.iter().any(|n| n == wanted),
+                "{wanted} missing from {names:?}"
+            );
+        }
+    }
+}
+
+/// A one-message request stream, without pulling in a stream crate.
+fn tokio_stream_once<T: Send + 'static>(
+    item: T,
+) -> impl tonic::codegen::tokio_stream::Stream<Item = T> {
+    tonic::codegen::tokio_stream::iter([item])
+}
