@@ -25,7 +25,7 @@ pub fn parse_seconds(text: &str) -> Result<u64, String> {
 
 /// Store time for people: whole seconds when whole, milliseconds otherwise.
 pub fn seconds(ms: u64) -> String {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{}.{:03}s", ms / 1000, ms % 1000)
@@ -297,7 +297,7 @@ pub async fn status(opts: &ClientOpts, watch: bool) -> anyhow::Result<Exit> {
         };
         if opts.output == Output::Text {
             // Clear the screen and home the cursor, so the table refreshes in place.
-            print!("\x1b[2J\x1b[H{screen}(refreshing every 0.5s; Ctrl-C to stop)\n");
+            println!("\x1b[2J\x1b[H{screen}(refreshing every 0.5s; Ctrl-C to stop)");
         } else {
             print!("{screen}");
         }

@@ -28,7 +28,7 @@ pub enum StartError {
     #[error("data dir {dir}: {source}")]
     DataDir { dir: String, source: std::io::Error },
     #[error("storage: {0}")]
-    Storage(#[from] raft::StorageError),
+    Storage(Box<raft::StorageError>),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: String,
@@ -38,6 +38,12 @@ pub enum StartError {
     Raft(String),
     #[error("grpc server: {0}")]
     Serve(#[from] tonic::transport::Error),
+}
+
+impl From<raft::StorageError> for StartError {
+    fn from(e: raft::StorageError) -> Self {
+        StartError::Storage(Box::new(e))
+    }
 }
 
 /// Raft messages carry batches of entries of up to 64 KiB each: far above tonic's 4 MiB default.

@@ -1,6 +1,10 @@
 //! openraft glue: the type configuration, the durable log, the state machine adapter and the
 //! peer network. Nothing here knows gRPC's public API or the command line.
 
+// openraft's storage traits return its `StorageError` by value; helpers here return the same
+// type rather than boxing it only to unbox it at the trait boundary.
+#![allow(clippy::result_large_err)]
+
 mod log_store;
 mod network;
 pub mod state_machine;
