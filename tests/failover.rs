@@ -172,3 +172,56 @@ async fn all_three_killed_and_restarted_lose_no_acknowledged_write_or_token() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn follower_behind_a_purged_log_catches_up_from_a_snapshot() {
+    let mut h = Harness::start_with(3, false, &["--snapshot-every", "100"]).await;
+    let token = granted(&h.client.acquire("l", "a", 600_000).await.unwrap()).unwrap();
+    let leader = h.leader().await;
+    let victim = if leader == 1 { 2 } else { 1 };
+    h.kill(victim);
+    // openraft purges in batches of 256 entries: write enough for a purge past a snapshot.
+    for i in 0..600 {
+        assert!(written(
+            &h.client.put(&format!("k{i}"), b"v", None).await.unwrap()
+        ));
+    }
+    // The leader snapshotted and purged the log the victim would need.
+    let purged = wait_for(
+        "the leader to purge its log",
+        Duration::from_secs(10),
+        || async {
+            let nodes = h.status().await;
+            let l = nodes.iter().find(|n| n.role == pb::Role::Leader as i32)?;
+            (l.snapshot_index > 400 && l.purged_index > 256).then_some(l.purged_index)
+        },
+    )
+    .await;
+    h.restart(victim);
+    wait_for(
+        "the victim to install the snapshot and catch up",
+        Duration::from_secs(20),
+        || async {
+            let nodes = h.status().await;
+            let leader_applied = nodes
+                .iter()
+                .find(|n| n.role == pb::Role::Leader as i32)?
+                .applied_index;
+            let v = nodes.iter().find(|n| n.id == victim)?;
+            (v.applied_index == leader_applied && v.snapshot_index >= purged).then_some(())
+        },
+    )
+    .await;
+    // Its state came whole.
+    let lease = h.client_of(victim).get_lease("l").await.unwrap();
+    assert_eq!(lease.token, token);
+    assert_eq!(
+        h.client_of(victim)
+            .get("k0")
+            .await
+            .unwrap()
+            .value
+            .as_deref(),
+        Some(&b"v"[..])
+    );
+}

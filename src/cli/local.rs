@@ -30,6 +30,8 @@ pub struct LocalCluster {
     binary: PathBuf,
     nodes: Vec<LocalNode>,
     manual_clock: bool,
+    /// More `serve` flags, the same for every node.
+    extra_args: Vec<String>,
 }
 
 impl LocalCluster {
@@ -53,7 +55,14 @@ impl LocalCluster {
             binary: binary.to_owned(),
             nodes,
             manual_clock,
+            extra_args: Vec::new(),
         }
+    }
+
+    /// Passes `args` to every node's `serve` as well.
+    pub fn with_serve_args(mut self, args: &[&str]) -> Self {
+        self.extra_args = args.iter().map(|a| (*a).to_owned()).collect();
+        self
     }
 
     pub fn nodes(&self) -> &[LocalNode] {
@@ -97,6 +106,7 @@ impl LocalCluster {
         if self.manual_clock {
             args.push("--manual-clock".to_owned());
         }
+        args.extend(self.extra_args.iter().cloned());
         args
     }
 

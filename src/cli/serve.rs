@@ -26,6 +26,10 @@ pub struct ServeArgs {
     /// Only `advance` moves store time (demos and deterministic tests).
     #[arg(long)]
     manual_clock: bool,
+    /// Snapshot the state every this many applied entries, and purge the log behind it.
+    #[arg(long, value_name = "ENTRIES", default_value_t = crate::raft::DEFAULT_SNAPSHOT_EVERY,
+          value_parser = clap::value_parser!(u64).range(10..))]
+    snapshot_every: u64,
 }
 
 fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
@@ -67,6 +71,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         data_dir: args.data_dir,
         peers: args.peers,
         manual_clock: args.manual_clock,
+        snapshot_every: args.snapshot_every,
     };
     node::run(config, shutdown_signal()).await?;
     Ok(Exit::Ok)

@@ -49,6 +49,8 @@ impl ClusterService {
             store_time_ms,
             manual_clock: self.node.manual_clock(),
             error: String::new(),
+            snapshot_index: metrics.snapshot.map_or(0, |id| id.index),
+            purged_index: metrics.purged.map_or(0, |id| id.index),
         }
     }
 }

@@ -36,6 +36,8 @@ pub struct NodeConfig {
     pub peers: BTreeMap<NodeId, String>,
     /// Only `Advance` moves store time; the leader stamps nothing.
     pub manual_clock: bool,
+    /// Applied entries between snapshots.
+    pub snapshot_every: u64,
 }
 
 /// How long a request waits for an election to finish before answering `Unavailable`.

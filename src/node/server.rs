@@ -103,7 +103,7 @@ pub async fn run(
     let state = state_machine.shared();
     let channels = Channels::default();
     let raft_config = Arc::new(
-        raft::config()
+        raft::config(config.snapshot_every)
             .validate()
             .map_err(|e| StartError::Raft(e.to_string()))?,
     );

@@ -57,11 +57,17 @@ pub mod codec {
     }
 }
 
+/// The default for `serve --snapshot-every`.
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 10_000;
+
 /// Timing for a leader's death to cost under a second. openraft's follower waits its leader
 /// lease (`election_timeout_max`) plus a random election timeout before campaigning, so a dead
 /// leader is replaced after 650 to 800 ms of silence; heartbeats every 60 ms keep a live one
 /// well inside that, even with fsyncs and a loaded machine on the path.
-pub fn config() -> openraft::Config {
+///
+/// A snapshot is taken every `snapshot_every` applied entries; the log behind it is purged but
+/// for a tenth of that, so a briefly lagging follower catches up from the log, not a snapshot.
+pub fn config(snapshot_every: u64) -> openraft::Config {
     openraft::Config {
         cluster_name: "leasehold".into(),
         heartbeat_interval: 60,
@@ -69,8 +75,8 @@ pub fn config() -> openraft::Config {
         election_timeout_max: 400,
         install_snapshot_timeout: 2_000,
         max_payload_entries: 1_000,
-        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(10_000),
-        max_in_snapshot_log_to_keep: 1_000,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(snapshot_every),
+        max_in_snapshot_log_to_keep: snapshot_every / 10,
         ..Default::default()
     }
 }

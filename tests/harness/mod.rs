@@ -26,6 +26,11 @@ pub fn binary() -> &'static str {
 impl Harness {
     /// Starts `nodes` nodes and waits until one of them leads.
     pub async fn start(nodes: usize, manual_clock: bool) -> Harness {
+        Harness::start_with(nodes, manual_clock, &[]).await
+    }
+
+    /// Like `start`, with more `serve` flags for every node.
+    pub async fn start_with(nodes: usize, manual_clock: bool, serve_args: &[&str]) -> Harness {
         let dir = TempDir::new().expect("temp dir");
         let endpoints: Vec<String> = free_ports(nodes)
             .expect("free ports")
@@ -33,7 +38,8 @@ impl Harness {
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
         let mut cluster =
-            LocalCluster::new(binary().as_ref(), dir.path(), &endpoints, manual_clock);
+            LocalCluster::new(binary().as_ref(), dir.path(), &endpoints, manual_clock)
+                .with_serve_args(serve_args);
         cluster.start_all().expect("start nodes");
         let client = LeaseClient::new(&endpoints).unwrap();
         let harness = Harness {
