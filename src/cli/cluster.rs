@@ -151,6 +151,8 @@ async fn monitor(cluster: &mut LocalCluster) -> anyhow::Result<Exit> {
     let ids: Vec<u64> = cluster.nodes().iter().map(|n| n.id).collect();
     // Nodes brought back by hand are not our children: stop them by pid on Ctrl-C.
     let mut external_pids: BTreeMap<u64, u32> = BTreeMap::new();
+    // One stream for the whole run: a Ctrl-C that lands while a node is being asked is kept.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
         for &id in &ids {
             if let Some(status) = cluster.try_reap(id) {
@@ -201,7 +203,7 @@ async fn monitor(cluster: &mut LocalCluster) -> anyhow::Result<Exit> {
         }
         tokio::select! {
             _ = tokio::time::sleep(POLL) => {}
-            _ = tokio::signal::ctrl_c() => {
+            _ = interrupt.recv() => {
                 println!("stopping...");
                 for (id, pid) in external_pids {
                     if cluster.pid(id).is_none() {

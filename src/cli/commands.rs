@@ -287,6 +287,7 @@ pub async fn status(opts: &ClientOpts, watch: bool) -> anyhow::Result<Exit> {
     }
     // Short deadline: a refresh that cannot reach any node says so and tries again.
     let client = client.with_deadline(Duration::from_millis(400));
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
         let screen = match client.status().await {
             Ok(r) => match opts.output {
@@ -303,7 +304,7 @@ pub async fn status(opts: &ClientOpts, watch: bool) -> anyhow::Result<Exit> {
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-            _ = tokio::signal::ctrl_c() => return Ok(Exit::Ok),
+            _ = interrupt.recv() => return Ok(Exit::Ok),
         }
     }
 }

@@ -129,3 +129,16 @@ pub fn written(response: &pb::PutResponse) -> bool {
         Some(pb::put_response::Outcome::Written(_))
     )
 }
+
+/// Waits up to 10 s for a process that is not our child to exit; panics if it does not.
+pub fn wait_until_dead(pid: i32) {
+    let started = Instant::now();
+    // SAFETY: signal 0 only checks that the process exists.
+    while unsafe { libc::kill(pid, 0) } == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "pid {pid} still runs"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

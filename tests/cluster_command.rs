@@ -1,0 +1,156 @@
+//! `leasehold cluster` as a person runs it: it starts the nodes, reports a leader, reports a
+//! `kill -9` with the command that brings the node back, sees it come back, and stops every
+//! node on Ctrl-C, the hand-restarted one included.
+
+mod harness;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use harness::binary;
+
+/// Three consecutive free loopback ports, for `cluster --port`.
+fn consecutive_free_ports() -> u16 {
+    let seed = std::process::id() as u16;
+    for attempt in 0..200u16 {
+        let base = 20_000 + (seed.wrapping_add(attempt.wrapping_mul(97))) % 40_000;
+        let held: Vec<_> = (0..3)
+            .map_while(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).ok())
+            .collect();
+        if held.len() == 3 {
+            return base;
+        }
+    }
+    panic!("no three consecutive free ports");
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+struct Lines(mpsc::Receiver<String>);
+
+impl Lines {
+    /// The next line containing `needle`, skipping others; panics after `timeout`.
+    fn until(&self, needle: &str, timeout: Duration) -> String {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.0.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("no line containing {needle:?} within {timeout:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn cluster_reports_a_death_with_the_restart_command_and_stops_every_node_on_ctrl_c() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let port = consecutive_free_ports();
+    let mut cluster = Command::new(binary())
+        .args([
+            "cluster",
+            "--dir",
+            dir.path().to_str().unwrap(),
+            "--port",
+            &port.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = cluster.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let lines = Lines(rx);
+    let mut pids = Vec::new();
+    let guard = scopeguard(&mut cluster);
+
+    lines.until("3-node cluster", Duration::from_secs(10));
+    for id in 1..=3 {
+        let line = lines.until(
+            &format!("node {id}  127.0.0.1:{}", port + id - 1),
+            Duration::from_secs(5),
+        );
+        let pid: i32 = line
+            .split("pid ")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        pids.push(pid);
+    }
+    let leader_line = lines.until("is now the leader", Duration::from_secs(20));
+    let leader: usize = leader_line
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // SAFETY: SIGKILL to the leader's pid, which `cluster` printed and has not reaped yet.
+    unsafe { libc::kill(pids[leader - 1], libc::SIGKILL) };
+    lines.until(&format!("node {leader} died"), Duration::from_secs(10));
+    let restart = lines.until(&format!("serve --id {leader}"), Duration::from_secs(2));
+    lines.until("is now the leader", Duration::from_secs(20));
+
+    // Bring it back exactly as told, outside the cluster command.
+    Command::new("sh")
+        .args(["-c", &format!("{} &", restart.trim())])
+        .status()
+        .unwrap();
+    let back = lines.until(&format!("node {leader} is back"), Duration::from_secs(20));
+    let restarted: i32 = back
+        .split("pid ")
+        .nth(1)
+        .unwrap()
+        .trim_end_matches(')')
+        .parse()
+        .unwrap();
+    assert!(alive(restarted));
+
+    // SAFETY: SIGINT to the cluster process this test spawned: Ctrl-C.
+    unsafe { libc::kill(guard.0.id() as i32, libc::SIGINT) };
+    lines.until("all nodes stopped", Duration::from_secs(15));
+    assert!(guard.0.wait().unwrap().success());
+    std::mem::forget(guard);
+    harness::wait_until_dead(restarted);
+    for (i, pid) in pids.iter().enumerate() {
+        if i + 1 != leader {
+            assert!(
+                !alive(*pid),
+                "node {} (pid {pid}) still runs after Ctrl-C",
+                i + 1
+            );
+        }
+    }
+}
+
+/// Kills the cluster process if the test fails before it stops it.
+struct Guard<'a>(&'a mut std::process::Child);
+
+fn scopeguard(child: &mut std::process::Child) -> Guard<'_> {
+    Guard(child)
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: SIGINT lets `cluster` stop its nodes before it exits.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+        std::thread::sleep(Duration::from_secs(3));
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
