@@ -50,10 +50,16 @@ fn describe(status: &Status) -> String {
     format!("{kind}: {}", status.message())
 }
 
-/// Unavailable means the request reached no leader, so it is safe to try elsewhere, unless
-/// the node said the write may have been applied.
+/// Worth trying elsewhere: `Unavailable` means the request reached no leader, unless the node
+/// said the write may have been applied; a transport failure means the node asked died or
+/// dropped the connection (a killed node's stale connection fails this way). A write retried
+/// after a transport failure may apply twice: harmless for acquire (a renewal), put and fenced
+/// put (the same token is accepted again); a repeated release answers `not_held`.
 fn retryable(status: &Status) -> bool {
-    status.code() == Code::Unavailable && status.metadata().get(INDETERMINATE_KEY).is_none()
+    let indeterminate = status.metadata().get(INDETERMINATE_KEY).is_some();
+    let transport = std::error::Error::source(status)
+        .is_some_and(|source| source.downcast_ref::<tonic::transport::Error>().is_some());
+    (status.code() == Code::Unavailable && !indeterminate) || transport
 }
 
 pub struct LeaseClient {
@@ -135,10 +141,7 @@ impl LeaseClient {
                         tokio::time::sleep(ROUND_PAUSE).await;
                     }
                 }
-                Err(status)
-                    if status.code() == Code::Unavailable
-                        && status.metadata().get(INDETERMINATE_KEY).is_none() =>
-                {
+                Err(status) if retryable(&status) => {
                     return Err(ClientError::Status(Status::unavailable(format!(
                         "no node of {} answered within {} ms; last: {}",
                         self.endpoints.join(","),
