@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Measures failover on a local three-node cluster: kill -9 the leader, time until the next
-# acknowledged write through the CLI, bring the node back, repeat. Prints each try and the median.
+# acknowledged write (an acquire of a fresh lease) through the CLI, bring the node back, repeat. Prints each try and the median.
 # Usage: cluster/measure-failover.sh [TRIES] (default 5). Uses ports 7101-7103 and a temp dir.
 set -euo pipefail
 tries=${1:-5}
@@ -22,7 +22,7 @@ for try in $(seq "$tries"); do
   leader=$("$bin" status -o json | python3 -c 'import json,sys; print([n["id"] for n in json.load(sys.stdin)["nodes"] if n["role"]=="leader"][0])')
   t0=$(date +%s%N)
   kill -9 "${pids[$leader]}"
-  "$bin" put "after-kill-$try" v >/dev/null
+  "$bin" acquire "after-kill-$try" --holder h --ttl 10 >/dev/null
   t1=$(date +%s%N)
   ms=$(( (t1 - t0) / 1000000 ))
   times+=("$ms")

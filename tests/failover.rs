@@ -71,14 +71,9 @@ async fn killed_node_restarted_catches_up_and_answers_reads() {
         "the restarted node to catch up",
         Duration::from_secs(20),
         || async {
-            let nodes = h.status().await;
-            let leader_applied = nodes
-                .iter()
-                .find(|n| n.role == pb::Role::Leader as i32)?
-                .applied_index;
-            let mine = nodes.iter().find(|n| n.id == victim)?;
-            (mine.role == pb::Role::Follower as i32 && mine.applied_index == leader_applied)
-                .then_some(())
+            h.caught_up(victim)
+                .await
+                .filter(|v| v.role == pb::Role::Follower as i32)
         },
     )
     .await;
@@ -202,13 +197,9 @@ async fn follower_behind_a_purged_log_catches_up_from_a_snapshot() {
         "the victim to install the snapshot and catch up",
         Duration::from_secs(20),
         || async {
-            let nodes = h.status().await;
-            let leader_applied = nodes
-                .iter()
-                .find(|n| n.role == pb::Role::Leader as i32)?
-                .applied_index;
-            let v = nodes.iter().find(|n| n.id == victim)?;
-            (v.applied_index == leader_applied && v.snapshot_index >= purged).then_some(())
+            h.caught_up(victim)
+                .await
+                .filter(|v| v.snapshot_index >= purged)
         },
     )
     .await;

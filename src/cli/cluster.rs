@@ -135,16 +135,6 @@ async fn node_status(channels: &Channels, addr: &str) -> Option<pb::NodeStatus> 
         .map(tonic::Response::into_inner)
 }
 
-fn role_word(role: i32) -> &'static str {
-    match pb::Role::try_from(role).unwrap_or(pb::Role::Unspecified) {
-        pb::Role::Leader => "leader",
-        pb::Role::Follower => "follower",
-        pb::Role::Candidate => "candidate",
-        pb::Role::Learner => "learner",
-        _ => "unknown",
-    }
-}
-
 async fn monitor(cluster: &mut LocalCluster) -> anyhow::Result<Exit> {
     let channels = Channels::default();
     let mut seen: BTreeMap<u64, Seen> = BTreeMap::new();
@@ -193,7 +183,10 @@ async fn monitor(cluster: &mut LocalCluster) -> anyhow::Result<Exit> {
                     if was_role != Some(*role) && *role == pb::Role::Leader as i32 {
                         println!("node {id} is now the leader (term {term})");
                     } else if was_role != Some(*role) && was_role.is_some() {
-                        println!("node {id} is now a {} (term {term})", role_word(*role));
+                        println!(
+                            "node {id} is now a {} (term {term})",
+                            super::commands::role_name(*role)
+                        );
                     }
                 }
                 (Some(Seen::Up { .. }), Seen::Unreachable) => println!("node {id} does not answer"),

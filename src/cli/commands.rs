@@ -214,7 +214,7 @@ pub async fn advance(opts: &ClientOpts, by_ms: u64) -> anyhow::Result<Exit> {
     ))
 }
 
-fn role_name(role: i32) -> &'static str {
+pub fn role_name(role: i32) -> &'static str {
     match pb::Role::try_from(role).unwrap_or(pb::Role::Unspecified) {
         pb::Role::Leader => "leader",
         pb::Role::Follower => "follower",

@@ -94,7 +94,11 @@ pub enum ReleaseRefusal {
     /// Nobody holds the lease: it was never granted, was released, or has expired.
     NotHeld,
     /// Someone else holds it.
-    HeldByOther { holder: String, expires_at_ms: u64 },
+    HeldByOther {
+        holder: String,
+        token: u64,
+        expires_at_ms: u64,
+    },
     /// The right holder, but not the token of the current grant.
     WrongToken { current_token: u64 },
 }

@@ -140,6 +140,7 @@ impl LeaseTable {
             Some(current) if current != holder => {
                 Outcome::ReleaseRefused(ReleaseRefusal::HeldByOther {
                     holder: current.to_owned(),
+                    token: lease.token,
                     expires_at_ms: lease.expires_at_ms,
                 })
             }
@@ -333,6 +334,7 @@ mod tests {
             assert_refused_unchanged(&mut t, at(1, release("l", "b", 1))),
             Outcome::ReleaseRefused(ReleaseRefusal::HeldByOther {
                 holder: "a".into(),
+                token: 1,
                 expires_at_ms: 1_000
             })
         );
@@ -490,9 +492,10 @@ mod tests {
                         token,
                     } => match self.current(lease).cloned() {
                         None => Outcome::ReleaseRefused(ReleaseRefusal::NotHeld),
-                        Some((h, _, e, _)) if &h != holder => {
+                        Some((h, t, e, _)) if &h != holder => {
                             Outcome::ReleaseRefused(ReleaseRefusal::HeldByOther {
                                 holder: h,
+                                token: t,
                                 expires_at_ms: e,
                             })
                         }

@@ -69,10 +69,11 @@ pub fn release(a: Applied) -> Result<pb::ReleaseResponse, NodeError> {
         Outcome::ReleaseRefused(ReleaseRefusal::NotHeld) => O::NotHeld(pb::NotHeld {}),
         Outcome::ReleaseRefused(ReleaseRefusal::HeldByOther {
             holder,
+            token,
             expires_at_ms,
         }) => O::HeldBy(pb::HeldBy {
             holder: holder.clone(),
-            token: 0,
+            token: *token,
             expires_at_ms: *expires_at_ms,
         }),
         Outcome::ReleaseRefused(ReleaseRefusal::WrongToken { current_token }) => {

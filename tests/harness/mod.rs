@@ -88,6 +88,14 @@ impl Harness {
         .await
     }
 
+    /// Node `id`'s status, if it has applied as far as the leader.
+    pub async fn caught_up(&self, id: u64) -> Option<pb::NodeStatus> {
+        let nodes = self.status().await;
+        let leader = nodes.iter().find(|n| n.role == pb::Role::Leader as i32)?;
+        let node = nodes.iter().find(|n| n.id == id)?;
+        (node.applied_index == leader.applied_index).then(|| node.clone())
+    }
+
     pub fn kill(&mut self, id: u64) {
         self.cluster.kill(id);
     }
