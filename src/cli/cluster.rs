@@ -99,7 +99,13 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
         );
     }
     println!("endpoints: {}", addrs.join(","));
-    println!("try: leasehold status --watch    (Ctrl-C here stops every node)");
+    let endpoints = addrs.join(",");
+    let flag = if endpoints == super::DEFAULT_ENDPOINTS {
+        String::new()
+    } else {
+        format!(" --endpoints {endpoints}")
+    };
+    println!("try: leasehold status --watch{flag}    (Ctrl-C here stops every node)");
 
     let outcome = monitor(&mut cluster).await;
     cluster.stop_all(Duration::from_secs(5));
