@@ -31,7 +31,11 @@ impl ClusterService {
             ServerState::Learner => pb::Role::Learner,
             ServerState::Shutdown => pb::Role::Unreachable,
         };
-        let store_time_ms = self.node.state().read().table.now_ms();
+        let (store_time_ms, state_digest, applied_index) = {
+            let state = self.node.state().read();
+            let applied = state.last_applied.map_or(0, |id| id.index);
+            (state.table.now_ms(), state.table.digest(), applied)
+        };
         pb::NodeStatus {
             id: self.node.id(),
             address: self
@@ -45,12 +49,14 @@ impl ClusterService {
             term: metrics.current_term,
             leader: metrics.current_leader.unwrap_or(0),
             last_log_index: metrics.last_log_index.unwrap_or(0),
-            applied_index: metrics.last_applied.map_or(0, |id| id.index),
+            // Read with the digest, so the two always describe the same state.
+            applied_index,
             store_time_ms,
             manual_clock: self.node.manual_clock(),
             error: String::new(),
             snapshot_index: metrics.snapshot.map_or(0, |id| id.index),
             purged_index: metrics.purged.map_or(0, |id| id.index),
+            state_digest,
         }
     }
 }

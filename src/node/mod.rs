@@ -23,7 +23,7 @@ pub use server::{run, StartError};
 
 use crate::lease::{validate, Command, Op};
 use crate::raft::state_machine::Applying;
-use crate::raft::{Applied, Channels, NodeId, Raft, SharedState};
+use crate::raft::{Applied, Channels, LogStore, NodeId, Raft, SharedState};
 
 /// How a node is started: `leasehold serve`'s flags.
 #[derive(Clone, Debug)]
@@ -54,6 +54,8 @@ pub struct Node {
 struct NodeInner {
     id: NodeId,
     raft: Raft,
+    /// A reader of the same log Raft writes, for `ReadLog`.
+    log: LogStore,
     state: Arc<SharedState>,
     clock: LeaderClock,
     channels: Channels,
@@ -62,11 +64,18 @@ struct NodeInner {
 }
 
 impl Node {
-    fn new(config: &NodeConfig, raft: Raft, state: Arc<SharedState>, channels: Channels) -> Self {
+    fn new(
+        config: &NodeConfig,
+        raft: Raft,
+        log: LogStore,
+        state: Arc<SharedState>,
+        channels: Channels,
+    ) -> Self {
         Node {
             inner: Arc::new(NodeInner {
                 id: config.id,
                 raft,
+                log,
                 state,
                 clock: LeaderClock::default(),
                 channels,
@@ -224,6 +233,39 @@ impl Node {
             }
             Ok(Err(e)) => Err(NodeError::Raft(e.to_string())),
         }
+    }
+
+    /// The applied entries of this node's log with indexes in `from..=to`: each index with its
+    /// command, or `None` for Raft's own entries. Purged entries are absent.
+    pub async fn applied_log(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(u64, Option<Command>)>, NodeError> {
+        let applied = self
+            .inner
+            .state
+            .read()
+            .last_applied
+            .map_or(0, |id| id.index);
+        let to = to.min(applied);
+        if from > to {
+            return Ok(Vec::new());
+        }
+        let mut reader = self.inner.log.clone();
+        let entries = openraft::RaftLogReader::try_get_log_entries(&mut reader, from..=to)
+            .await
+            .map_err(|e| NodeError::Raft(e.to_string()))?;
+        Ok(entries
+            .into_iter()
+            .map(|entry| {
+                let command = match entry.payload {
+                    openraft::EntryPayload::Normal(command) => Some(command),
+                    _ => None,
+                };
+                (entry.log_id.index, command)
+            })
+            .collect())
     }
 
     /// A linearizable read: never served from a stale follower or a deposed leader.

@@ -51,4 +51,17 @@ impl raft_server::Raft for RaftService {
         let rpc = decode_request(request)?;
         encode_reply(&self.node.raft().install_snapshot(rpc).await)
     }
+
+    async fn read_log(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let (from, to): (u64, u64) = decode_request(request)?;
+        let entries = self
+            .node
+            .applied_log(from, to)
+            .await
+            .map_err(Status::from)?;
+        encode_reply(&entries)
+    }
 }

@@ -111,12 +111,12 @@ pub async fn run(
         config.id,
         raft_config,
         PeerNetwork::new(channels.clone()),
-        log_store,
+        log_store.clone(),
         state_machine,
     )
     .await
     .map_err(|e| StartError::Raft(e.to_string()))?;
-    let node = Node::new(&config, raft.clone(), state, channels);
+    let node = Node::new(&config, raft.clone(), log_store, state, channels);
 
     // Bind before anything else can fail late: a taken port is the commonest start-up error.
     let listener = tokio::net::TcpListener::bind(config.listen)
