@@ -11,10 +11,12 @@
 //!   snapshots, the peer network.
 //! - [`node`]: one running node. The leader's clock, the gRPC services, forwarding to the
 //!   leader, bootstrap and shutdown.
+//! - [`check`]: the fault suite's checkers: linearizability, fencing, mutual exclusion, durability.
 //! - [`client`]: `LeaseClient`, which finds a live node and retries; used by the CLI and tests.
 //! - [`cli`]: the `leasehold` commands: serve, cluster, the client commands, demo.
 //! - [`proto`]: code generated from `proto/`.
 
+pub mod check;
 pub mod cli;
 pub mod client;
 pub mod lease;

@@ -1,0 +1,117 @@
+//! What a fault run records, and the replay of the cluster's log.
+
+use serde::{Deserialize, Serialize};
+
+use crate::lease::{Command, LeaseTable, Op, Outcome};
+
+/// What a client asked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    Write(Op),
+    Get { key: String },
+    GetLease { lease: String },
+}
+
+/// What a client was told, for an operation that completed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Answer {
+    Outcome(Outcome),
+    Value(Option<Vec<u8>>),
+    Lease { holder: Option<String>, token: u64 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Completion {
+    Ok {
+        log_index: u64,
+        store_time_ms: u64,
+        answer: Answer,
+    },
+    /// Refused before it could be applied (bad input): it did not happen.
+    Failed(String),
+    /// Timed out or unavailable: it may have happened once, or not at all.
+    Indeterminate(String),
+}
+
+/// One client operation, with its invocation and completion times since the run began.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Operation {
+    pub client: u32,
+    pub request: Request,
+    pub invoked_ns: u64,
+    pub completed_ns: u64,
+    pub completion: Completion,
+}
+
+impl Operation {
+    pub fn ok_index(&self) -> Option<u64> {
+        match self.completion {
+            Completion::Ok { log_index, .. } => Some(log_index),
+            _ => None,
+        }
+    }
+
+    pub fn is_write(&self) -> bool {
+        matches!(self.request, Request::Write(_))
+    }
+}
+
+/// The cluster's applied log: each index with its command, or `None` for Raft's own entries.
+pub type Log = Vec<(u64, Option<Command>)>;
+
+/// One command of the log as the table applied it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub index: u64,
+    pub store_time_ms: u64,
+    pub op: Op,
+    pub outcome: Outcome,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Anomaly {
+    pub checker: &'static str,
+    pub what: String,
+}
+
+impl Anomaly {
+    pub fn new(checker: &'static str, what: impl Into<String>) -> Self {
+        Anomaly {
+            checker,
+            what: what.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Anomaly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.checker, self.what)
+    }
+}
+
+/// Replays `log` through a fresh table. The log must run from index 1 without a hole.
+pub fn replay(log: &Log) -> Result<Vec<Applied>, Anomaly> {
+    let mut table = LeaseTable::default();
+    let mut applied = Vec::new();
+    for (position, (index, command)) in log.iter().enumerate() {
+        if *index != position as u64 + 1 {
+            return Err(Anomaly::new(
+                "durability",
+                format!(
+                    "the log has a hole: index {index} stands where {} should",
+                    position + 1
+                ),
+            ));
+        }
+        if let Some(command) = command {
+            let outcome = table.apply(command);
+            applied.push(Applied {
+                index: *index,
+                store_time_ms: table.now_ms(),
+                op: command.op.clone(),
+                outcome,
+            });
+        }
+    }
+    Ok(applied)
+}

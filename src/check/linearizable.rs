@@ -1,0 +1,223 @@
+//! Linearizability, checked cheaply because every answer names the log index it was applied
+//! at: each acknowledged write must stand at its index with the answer the log's replay gives
+//! there, each read must see the replayed state at its index, an operation that began after
+//! another completed must have the later index, and nothing may apply more often than sent.
+
+use std::collections::BTreeMap;
+
+use super::history::{Anomaly, Answer, Applied, Completion, Log, Operation, Request};
+use crate::lease::{LeaseTable, Op};
+
+pub fn linearizable(history: &[Operation], log: &Log, applied: &[Applied]) -> Vec<Anomaly> {
+    let mut anomalies = acknowledged_writes(history, log, applied);
+    anomalies.extend(reads(history, log));
+    anomalies.extend(real_time_order(history));
+    anomalies.extend(applied_at_most_once(history, applied));
+    anomalies
+}
+
+fn last_index(log: &Log) -> u64 {
+    log.last().map_or(0, |(index, _)| *index)
+}
+
+/// Every acknowledged write is in the log at its index, answered as the replay answers.
+fn acknowledged_writes(history: &[Operation], log: &Log, applied: &[Applied]) -> Vec<Anomaly> {
+    let mut anomalies = Vec::new();
+    let last = last_index(log);
+    let by_index: BTreeMap<u64, &Applied> = applied.iter().map(|a| (a.index, a)).collect();
+    let mut claimed: BTreeMap<u64, &Operation> = BTreeMap::new();
+    for op in history {
+        let (
+            Request::Write(write),
+            Completion::Ok {
+                log_index,
+                store_time_ms,
+                answer,
+            },
+        ) = (&op.request, &op.completion)
+        else {
+            continue;
+        };
+        if let Some(other) = claimed.insert(*log_index, op) {
+            anomalies.push(Anomaly::new(
+                "linearizability",
+                format!(
+                    "{write:?} and {:?} were both acknowledged at index {log_index}",
+                    other.request
+                ),
+            ));
+        }
+        let Some(found) = by_index.get(log_index) else {
+            let where_ = if *log_index > last {
+                format!("but the log ends at {last}")
+            } else {
+                "which holds a Raft entry, not a command".to_owned()
+            };
+            anomalies.push(Anomaly::new(
+                "durability",
+                format!("{write:?} was acknowledged at index {log_index}, {where_}: a lost write"),
+            ));
+            continue;
+        };
+        if found.op != *write {
+            anomalies.push(Anomaly::new(
+                "durability",
+                format!(
+                    "{write:?} was acknowledged at index {log_index}, but the log holds {:?} there: a lost write",
+                    found.op
+                ),
+            ));
+            continue;
+        }
+        if *answer != Answer::Outcome(found.outcome.clone())
+            || *store_time_ms != found.store_time_ms
+        {
+            anomalies.push(Anomaly::new(
+                "linearizability",
+                format!(
+                    "{write:?} at index {log_index} was answered {answer:?} at store time {store_time_ms}, \
+                     the log's replay gives {:?} at {}",
+                    found.outcome, found.store_time_ms
+                ),
+            ));
+        }
+    }
+    anomalies
+}
+
+fn expected_read(table: &LeaseTable, request: &Request) -> Option<Answer> {
+    match request {
+        Request::Get { key } => Some(Answer::Value(table.row(key).map(<[u8]>::to_vec))),
+        Request::GetLease { lease } => {
+            let found = table.lease(lease);
+            Some(Answer::Lease {
+                holder: found
+                    .and_then(|l| l.holder_at(table.now_ms()))
+                    .map(str::to_owned),
+                token: found.map_or(0, |l| l.token),
+            })
+        }
+        Request::Write(_) => None,
+    }
+}
+
+/// Every read saw exactly the replayed state at the index it was answered at.
+fn reads(history: &[Operation], log: &Log) -> Vec<Anomaly> {
+    let mut anomalies = Vec::new();
+    let last = last_index(log);
+    let mut reads: Vec<(&Operation, u64, &Answer)> = history
+        .iter()
+        .filter(|op| !op.is_write())
+        .filter_map(|op| match &op.completion {
+            Completion::Ok {
+                log_index, answer, ..
+            } => Some((op, *log_index, answer)),
+            _ => None,
+        })
+        .collect();
+    reads.sort_by_key(|(_, index, _)| *index);
+    let mut table = LeaseTable::default();
+    let mut entries = log.iter().peekable();
+    for (op, index, answer) in reads {
+        if index > last {
+            anomalies.push(Anomaly::new(
+                "linearizability",
+                format!(
+                    "{:?} read at index {index}, beyond the end of the log ({last})",
+                    op.request
+                ),
+            ));
+            continue;
+        }
+        while let Some((_, command)) = entries.next_if(|(i, _)| *i <= index) {
+            if let Some(command) = command {
+                table.apply(command);
+            }
+        }
+        let expected = expected_read(&table, &op.request);
+        if expected.as_ref() != Some(answer) {
+            anomalies.push(Anomaly::new(
+                "linearizability",
+                format!(
+                    "{:?} at index {index} returned {answer:?}, but the state there gives {expected:?}",
+                    op.request
+                ),
+            ));
+        }
+    }
+    anomalies
+}
+
+/// An operation invoked after another completed must not be applied before it: a write
+/// strictly after, a read at or after.
+fn real_time_order(history: &[Operation]) -> Vec<Anomaly> {
+    let mut anomalies = Vec::new();
+    let mut completed: Vec<(u64, u64)> = history
+        .iter()
+        .filter_map(|op| op.ok_index().map(|index| (op.completed_ns, index)))
+        .collect();
+    completed.sort_unstable();
+    let mut invoked: Vec<&Operation> = history
+        .iter()
+        .filter(|op| op.ok_index().is_some())
+        .collect();
+    invoked.sort_by_key(|op| op.invoked_ns);
+    let mut highest_completed = 0;
+    let mut next = 0;
+    for op in invoked {
+        while next < completed.len() && completed[next].0 < op.invoked_ns {
+            highest_completed = highest_completed.max(completed[next].1);
+            next += 1;
+        }
+        let index = op.ok_index().unwrap_or_default();
+        let went_back = if op.is_write() {
+            index <= highest_completed
+        } else {
+            index < highest_completed
+        };
+        if went_back {
+            anomalies.push(Anomaly::new(
+                "linearizability",
+                format!(
+                    "{:?} began after an operation at index {highest_completed} completed, \
+                     yet was answered at index {index}: it went back in time",
+                    op.request
+                ),
+            ));
+        }
+    }
+    anomalies
+}
+
+/// No command applies more often than clients sent it (acknowledged or indeterminate).
+fn applied_at_most_once(history: &[Operation], applied: &[Applied]) -> Vec<Anomaly> {
+    // Keyed by the op's encoding: `Op` is compared whole, as the log holds it.
+    let mut counts: BTreeMap<Vec<u8>, (usize, usize, &Op)> = BTreeMap::new();
+    for a in applied {
+        if matches!(a.op, Op::Tick | Op::Advance { .. }) {
+            continue; // The leader's own ticks; advances are not part of fault runs.
+        }
+        let key = postcard::to_allocvec(&a.op).unwrap_or_default();
+        counts.entry(key).or_insert((0, 0, &a.op)).0 += 1;
+    }
+    for op in history {
+        let Request::Write(write) = &op.request else {
+            continue;
+        };
+        if matches!(op.completion, Completion::Failed(_)) {
+            continue;
+        }
+        let key = postcard::to_allocvec(write).unwrap_or_default();
+        counts.entry(key).or_insert((0, 0, write)).1 += 1;
+    }
+    counts
+        .values()
+        .filter(|(in_log, sent, _)| in_log > sent)
+        .map(|(in_log, sent, op)| {
+            Anomaly::new(
+                "linearizability",
+                format!("{op:?} was applied {in_log} times, but clients sent it {sent} times"),
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,309 @@
+//! Checkers for the fault suite: given what clients saw (the history) and what the cluster
+//! logged, find anomalies. Pure: no I/O, so each checker is tested on hand-made bad histories.
+//!
+//! The log is the ground truth of what happened: every command a node applied, at its index.
+//! Replaying it through the same pure [`LeaseTable`](crate::lease::LeaseTable) gives each
+//! command's outcome; the linearizability checker ties every acknowledged answer to that
+//! replay, and the fencing and exclusion checkers judge the replay on their own terms, so a bug
+//! in the table itself (say, a fence check gone missing) is still caught.
+
+mod fencing;
+mod history;
+mod linearizable;
+
+pub use fencing::{fencing, mutual_exclusion};
+pub use history::{replay, Anomaly, Answer, Applied, Completion, Log, Operation, Request};
+pub use linearizable::linearizable;
+
+/// Every checker over one run.
+pub fn check_all(history: &[Operation], log: &Log) -> Vec<Anomaly> {
+    let applied = match replay(log) {
+        Ok(applied) => applied,
+        Err(anomaly) => return vec![anomaly],
+    };
+    let mut anomalies = linearizable(history, log, &applied);
+    anomalies.extend(fencing(&applied));
+    anomalies.extend(mutual_exclusion(&applied));
+    anomalies
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each checker must flag the bad history it exists for, and pass a clean one.
+    use super::*;
+    use crate::lease::{Command, Fence, Op, Outcome};
+
+    fn acquire(lease: &str, holder: &str) -> Op {
+        Op::Acquire {
+            lease: lease.into(),
+            holder: holder.into(),
+            ttl_ms: 1_000,
+        }
+    }
+    fn put(key: &str, value: &str, fence: Option<(&str, u64)>) -> Op {
+        Op::Put {
+            key: key.into(),
+            value: value.into(),
+            fence: fence.map(|(lease, token)| Fence {
+                lease: lease.into(),
+                token,
+            }),
+        }
+    }
+
+    /// A log of `ops` stamped 100 ms apart, after Raft's own first entry.
+    fn log_of(ops: &[Op]) -> Log {
+        let mut log = vec![(1, None)];
+        for (i, op) in ops.iter().enumerate() {
+            let command = Command {
+                at_ms: Some(i as u64 * 100),
+                op: op.clone(),
+            };
+            log.push((i as u64 + 2, Some(command)));
+        }
+        log
+    }
+
+    /// A history in which each write of `log` was acknowledged with the replay's answer, one
+    /// after the other, 10 ns apart.
+    fn honest_history(log: &Log) -> Vec<Operation> {
+        replay(log)
+            .unwrap()
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| Operation {
+                client: 0,
+                request: Request::Write(a.op),
+                invoked_ns: i as u64 * 10,
+                completed_ns: i as u64 * 10 + 5,
+                completion: Completion::Ok {
+                    log_index: a.index,
+                    store_time_ms: a.store_time_ms,
+                    answer: Answer::Outcome(a.outcome),
+                },
+            })
+            .collect()
+    }
+
+    fn read(key: &str, at_index: u64, value: Option<&str>, invoked_ns: u64) -> Operation {
+        Operation {
+            client: 1,
+            request: Request::Get { key: key.into() },
+            invoked_ns,
+            completed_ns: invoked_ns + 5,
+            completion: Completion::Ok {
+                log_index: at_index,
+                store_time_ms: 0,
+                answer: Answer::Value(value.map(|v| v.as_bytes().to_vec())),
+            },
+        }
+    }
+
+    fn scenario() -> Log {
+        log_of(&[
+            acquire("l", "a"),
+            put("k", "1", Some(("l", 1))),
+            acquire("l", "b"), // refused: held by a
+            put("k", "2", None),
+        ])
+    }
+
+    #[test]
+    fn a_clean_history_passes_every_checker() {
+        let log = scenario();
+        let mut history = honest_history(&log);
+        history.push(read("k", 5, Some("2"), 1_000));
+        history.push(read("k", 3, Some("1"), 15)); // concurrent with the write at 4: fine
+        assert_eq!(check_all(&history, &log), vec![]);
+    }
+
+    #[test]
+    fn a_lost_write_is_flagged() {
+        let log = scenario();
+        let mut history = honest_history(&log);
+        // A write acknowledged at index 5, but the log stops at 5 with another command.
+        history.push(Operation {
+            client: 2,
+            request: Request::Write(put("lost", "x", None)),
+            invoked_ns: 500,
+            completed_ns: 505,
+            completion: Completion::Ok {
+                log_index: 5,
+                store_time_ms: 300,
+                answer: Answer::Outcome(Outcome::Written),
+            },
+        });
+        let anomalies = check_all(&history, &log);
+        assert!(
+            anomalies.iter().any(|a| a.checker == "durability"),
+            "{anomalies:?}"
+        );
+    }
+
+    #[test]
+    fn a_write_beyond_the_end_of_the_log_is_lost() {
+        let log = scenario();
+        let mut history = honest_history(&log);
+        if let Completion::Ok { log_index, .. } = &mut history[0].completion {
+            *log_index = 99;
+        }
+        let anomalies = check_all(&history, &log);
+        assert!(
+            anomalies.iter().any(|a| a.what.contains("log ends at 5")),
+            "{anomalies:?}"
+        );
+    }
+
+    #[test]
+    fn a_stale_fenced_write_accepted_is_flagged() {
+        // As if the table's fence check had been removed: b holds token 2, a's token 1 lands.
+        let applied = vec![
+            Applied {
+                index: 2,
+                store_time_ms: 0,
+                op: acquire("l", "a"),
+                outcome: Outcome::Granted {
+                    token: 1,
+                    expires_at_ms: 1_000,
+                    renewed: false,
+                },
+            },
+            Applied {
+                index: 3,
+                store_time_ms: 1_500,
+                op: acquire("l", "b"),
+                outcome: Outcome::Granted {
+                    token: 2,
+                    expires_at_ms: 2_500,
+                    renewed: false,
+                },
+            },
+            Applied {
+                index: 4,
+                store_time_ms: 1_600,
+                op: put("k", "by a", Some(("l", 1))),
+                outcome: Outcome::Written,
+            },
+        ];
+        let anomalies = fencing(&applied);
+        assert_eq!(anomalies.len(), 1, "{anomalies:?}");
+        assert!(anomalies[0].what.contains("stale token"), "{anomalies:?}");
+    }
+
+    #[test]
+    fn a_token_that_does_not_grow_is_flagged() {
+        let grant = |index, token| Applied {
+            index,
+            store_time_ms: index * 1_000,
+            op: acquire("l", "a"),
+            outcome: Outcome::Granted {
+                token,
+                expires_at_ms: index * 1_000 + 10,
+                renewed: false,
+            },
+        };
+        let anomalies = fencing(&[grant(2, 1), grant(3, 1)]);
+        assert!(
+            anomalies.iter().any(|a| a.what.contains("not above 1")),
+            "{anomalies:?}"
+        );
+    }
+
+    #[test]
+    fn an_overlapping_grant_is_flagged() {
+        let grant = |index, holder: &str, at_ms, token| Applied {
+            index,
+            store_time_ms: at_ms,
+            op: acquire("l", holder),
+            outcome: Outcome::Granted {
+                token,
+                expires_at_ms: at_ms + 1_000,
+                renewed: false,
+            },
+        };
+        let anomalies = mutual_exclusion(&[grant(2, "a", 0, 1), grant(3, "b", 500, 2)]);
+        assert_eq!(anomalies.len(), 1, "{anomalies:?}");
+        assert_eq!(anomalies[0].checker, "mutual exclusion");
+        // After a release the next grant may start at once.
+        let released = Applied {
+            index: 3,
+            store_time_ms: 400,
+            op: Op::Release {
+                lease: "l".into(),
+                holder: "a".into(),
+                token: 1,
+            },
+            outcome: Outcome::Released { token: 1 },
+        };
+        assert_eq!(
+            mutual_exclusion(&[grant(2, "a", 0, 1), released, grant(4, "b", 500, 2)]),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn a_read_that_goes_back_in_time_is_flagged() {
+        let log = scenario();
+        let mut history = honest_history(&log);
+        // Invoked after the write at index 5 completed (at 35 ns), yet answered at index 3.
+        history.push(read("k", 3, Some("1"), 100));
+        let anomalies = check_all(&history, &log);
+        assert!(
+            anomalies
+                .iter()
+                .any(|a| a.what.contains("went back in time")),
+            "{anomalies:?}"
+        );
+    }
+
+    #[test]
+    fn a_read_of_a_value_the_state_never_had_is_flagged() {
+        let log = scenario();
+        let mut history = honest_history(&log);
+        history.push(read("k", 5, Some("1"), 1_000));
+        let anomalies = check_all(&history, &log);
+        assert!(
+            anomalies
+                .iter()
+                .any(|a| a.what.contains("the state there gives")),
+            "{anomalies:?}"
+        );
+    }
+
+    #[test]
+    fn a_command_applied_twice_is_flagged_and_an_indeterminate_one_may_apply_once() {
+        let mut log = scenario();
+        let twice = put("k", "2", None);
+        log.push((
+            6,
+            Some(Command {
+                at_ms: Some(400),
+                op: twice.clone(),
+            }),
+        ));
+        let history = honest_history(&scenario());
+        let anomalies = check_all(&history, &log);
+        assert!(
+            anomalies.iter().any(|a| a.what.contains("applied 2 times")),
+            "{anomalies:?}"
+        );
+
+        let mut history = history;
+        history.push(Operation {
+            client: 3,
+            request: Request::Write(twice),
+            invoked_ns: 1_000,
+            completed_ns: 2_000,
+            completion: Completion::Indeterminate("timed out".into()),
+        });
+        assert_eq!(check_all(&history, &log), vec![]);
+    }
+
+    #[test]
+    fn a_hole_in_the_log_is_flagged() {
+        let mut log = scenario();
+        log.remove(2);
+        let anomalies = check_all(&[], &log);
+        assert!(anomalies[0].what.contains("hole"), "{anomalies:?}");
+    }
+}
