@@ -64,6 +64,7 @@ fn retryable(status: &Status) -> bool {
 
 pub struct LeaseClient {
     endpoints: Vec<String>,
+    targets: Vec<Endpoint>,
     channels: Vec<Channel>,
     /// The endpoint that answered last: tried first next time.
     preferred: AtomicUsize,
@@ -79,7 +80,7 @@ impl LeaseClient {
                 reason: "no endpoints given".into(),
             });
         }
-        let mut channels = Vec::new();
+        let mut targets = Vec::new();
         for endpoint in endpoints {
             let endpoint = endpoint.as_ref().trim();
             let uri = if endpoint.contains("://") {
@@ -87,25 +88,35 @@ impl LeaseClient {
             } else {
                 format!("http://{endpoint}")
             };
-            let channel = Endpoint::from_shared(uri)
+            let target = Endpoint::from_shared(uri)
                 .map_err(|e| ClientError::Endpoint {
                     endpoint: endpoint.to_owned(),
                     reason: e.to_string(),
                 })?
                 .connect_timeout(Duration::from_millis(500))
-                .tcp_nodelay(true)
-                .connect_lazy();
-            channels.push(channel);
+                .tcp_nodelay(true);
+            targets.push(target);
         }
         Ok(LeaseClient {
             endpoints: endpoints
                 .iter()
                 .map(|e| e.as_ref().trim().to_owned())
                 .collect(),
-            channels,
+            channels: targets.iter().map(Endpoint::connect_lazy).collect(),
+            targets,
             preferred: AtomicUsize::new(0),
             deadline: DEFAULT_DEADLINE,
         })
+    }
+
+    /// Connects from `ip` (the fault suite's clients use an address its partitions leave alone).
+    pub fn with_local_address(mut self, ip: std::net::IpAddr) -> Self {
+        self.channels = self
+            .targets
+            .iter()
+            .map(|target| target.clone().local_address(Some(ip)).connect_lazy())
+            .collect();
+        self
     }
 
     /// How long a call keeps trying before it reports the last failure.
@@ -121,7 +132,7 @@ impl LeaseClient {
     /// Runs `call` against one node after another until one answers or the deadline passes.
     async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(Channel, Duration) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
         let started = tokio::time::Instant::now();
@@ -130,7 +141,9 @@ impl LeaseClient {
         let mut attempt = 0;
         loop {
             let index = (first + attempt) % count;
-            match call(self.channels[index].clone()).await {
+            // One attempt never outlives the whole call's deadline.
+            let timeout = ATTEMPT_TIMEOUT.min(self.deadline);
+            match call(self.channels[index].clone(), timeout).await {
                 Ok(response) => {
                     self.preferred.store(index, Ordering::Relaxed);
                     return Ok(response.into_inner());
@@ -165,8 +178,8 @@ impl LeaseClient {
             holder: holder.into(),
             ttl_ms,
         };
-        self.call(|ch| {
-            let request = attempt(message.clone());
+        self.call(|ch, timeout| {
+            let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).acquire(request).await }
         })
         .await
@@ -183,8 +196,8 @@ impl LeaseClient {
             holder: holder.into(),
             token,
         };
-        self.call(|ch| {
-            let request = attempt(message.clone());
+        self.call(|ch, timeout| {
+            let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).release(request).await }
         })
         .await
@@ -205,8 +218,8 @@ impl LeaseClient {
                 token,
             }),
         };
-        self.call(|ch| {
-            let request = attempt(message.clone());
+        self.call(|ch, timeout| {
+            let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).put(request).await }
         })
         .await
@@ -214,8 +227,8 @@ impl LeaseClient {
 
     pub async fn get(&self, key: &str) -> Result<pb::GetResponse, ClientError> {
         let message = pb::GetRequest { key: key.into() };
-        self.call(|ch| {
-            let request = attempt(message.clone());
+        self.call(|ch, timeout| {
+            let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).get(request).await }
         })
         .await
@@ -225,33 +238,42 @@ impl LeaseClient {
         let message = pb::GetLeaseRequest {
             lease: lease.into(),
         };
-        self.call(|ch| {
-            let request = attempt(message.clone());
+        self.call(|ch, timeout| {
+            let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).get_lease(request).await }
         })
         .await
     }
 
     pub async fn advance(&self, ms: u64) -> Result<pb::AdvanceResponse, ClientError> {
-        self.call(|ch| {
-            let request = attempt(pb::AdvanceRequest { ms });
+        self.call(|ch, timeout| {
+            let request = attempt(pb::AdvanceRequest { ms }, timeout);
             async move { LeaseStoreClient::new(ch).advance(request).await }
+        })
+        .await
+    }
+
+    /// The first node that answers, about itself only.
+    pub async fn node_status(&self) -> Result<pb::NodeStatus, ClientError> {
+        self.call(|ch, timeout| {
+            let request = attempt(pb::NodeStatusRequest {}, timeout);
+            async move { ClusterClient::new(ch).node_status(request).await }
         })
         .await
     }
 
     /// Every member's status, as seen by the first node that answers.
     pub async fn status(&self) -> Result<pb::StatusResponse, ClientError> {
-        self.call(|ch| {
-            let request = attempt(pb::StatusRequest {});
+        self.call(|ch, timeout| {
+            let request = attempt(pb::StatusRequest {}, timeout);
             async move { ClusterClient::new(ch).status(request).await }
         })
         .await
     }
 }
 
-fn attempt<T>(message: T) -> Request<T> {
+fn attempt<T>(message: T, timeout: Duration) -> Request<T> {
     let mut request = Request::new(message);
-    request.set_timeout(ATTEMPT_TIMEOUT);
+    request.set_timeout(timeout);
     request
 }

@@ -189,7 +189,7 @@ fn real_time_order(history: &[Operation]) -> Vec<Anomaly> {
     anomalies
 }
 
-/// No command applies more often than clients sent it (acknowledged or indeterminate).
+/// No command applies more often than clients sent it.
 fn applied_at_most_once(history: &[Operation], applied: &[Applied]) -> Vec<Anomaly> {
     // Keyed by the op's encoding: `Op` is compared whole, as the log holds it.
     let mut counts: BTreeMap<Vec<u8>, (usize, usize, &Op)> = BTreeMap::new();

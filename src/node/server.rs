@@ -101,7 +101,8 @@ pub async fn run(
     let log_store = LogStore::open(&config.data_dir.join("raft.redb"))?;
     let state_machine = StateMachineStore::open(&config.data_dir)?;
     let state = state_machine.shared();
-    let channels = Channels::default();
+    let listen_ip = config.listen.ip();
+    let channels = Channels::bound_to((!listen_ip.is_unspecified()).then_some(listen_ip));
     let raft_config = Arc::new(
         raft::config(config.snapshot_every)
             .validate()

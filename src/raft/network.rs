@@ -1,6 +1,7 @@
 //! Peer traffic: openraft's RPCs over tonic, one cached channel per peer.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,9 +29,20 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 #[derive(Clone, Default)]
 pub struct Channels {
     by_addr: Arc<Mutex<HashMap<String, Channel>>>,
+    /// The address outgoing connections start from: a node listening on one address of
+    /// several talks from it, so a firewall rule (or the fault suite's partitions) can tell
+    /// nodes apart by source address.
+    local_address: Option<IpAddr>,
 }
 
 impl Channels {
+    pub fn bound_to(local_address: Option<IpAddr>) -> Self {
+        Channels {
+            local_address,
+            ..Channels::default()
+        }
+    }
+
     pub fn get(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
         let mut by_addr = self.by_addr.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(channel) = by_addr.get(addr) {
@@ -41,6 +53,7 @@ impl Channels {
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5))
+            .local_address(self.local_address)
             .connect_lazy();
         by_addr.insert(addr.to_owned(), channel.clone());
         Ok(channel)
