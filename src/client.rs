@@ -63,6 +63,9 @@ fn retryable(status: &Status) -> bool {
 }
 
 pub struct LeaseClient {
+    /// Names this client's requests, so the store answers a retry instead of applying it twice.
+    client_id: u64,
+    next_sequence: std::sync::atomic::AtomicU64,
     endpoints: Vec<String>,
     targets: Vec<Endpoint>,
     channels: Vec<Channel>,
@@ -98,6 +101,8 @@ impl LeaseClient {
             targets.push(target);
         }
         Ok(LeaseClient {
+            client_id: random_client_id(),
+            next_sequence: std::sync::atomic::AtomicU64::new(1),
             endpoints: endpoints
                 .iter()
                 .map(|e| e.as_ref().trim().to_owned())
@@ -123,6 +128,14 @@ impl LeaseClient {
     pub fn with_deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
         self
+    }
+
+    /// A fresh request id; every retry of the request carries the same one.
+    fn request_id(&self) -> Option<pb::RequestId> {
+        Some(pb::RequestId {
+            client_id: self.client_id,
+            sequence: self.next_sequence.fetch_add(1, Ordering::Relaxed),
+        })
     }
 
     pub fn endpoints(&self) -> &[String] {
@@ -177,6 +190,7 @@ impl LeaseClient {
             lease: lease.into(),
             holder: holder.into(),
             ttl_ms,
+            request_id: self.request_id(),
         };
         self.call(|ch, timeout| {
             let request = attempt(message.clone(), timeout);
@@ -195,6 +209,7 @@ impl LeaseClient {
             lease: lease.into(),
             holder: holder.into(),
             token,
+            request_id: self.request_id(),
         };
         self.call(|ch, timeout| {
             let request = attempt(message.clone(), timeout);
@@ -217,6 +232,7 @@ impl LeaseClient {
                 lease: lease.into(),
                 token,
             }),
+            request_id: self.request_id(),
         };
         self.call(|ch, timeout| {
             let request = attempt(message.clone(), timeout);
@@ -246,8 +262,12 @@ impl LeaseClient {
     }
 
     pub async fn advance(&self, ms: u64) -> Result<pb::AdvanceResponse, ClientError> {
+        let message = pb::AdvanceRequest {
+            ms,
+            request_id: self.request_id(),
+        };
         self.call(|ch, timeout| {
-            let request = attempt(pb::AdvanceRequest { ms }, timeout);
+            let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).advance(request).await }
         })
         .await
@@ -270,6 +290,20 @@ impl LeaseClient {
         })
         .await
     }
+}
+
+/// 64 random bits from the standard library's randomly keyed hasher: no RNG crate for one
+/// number per client.
+fn random_client_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.finish().max(1) // 0 means "no request id"
 }
 
 fn attempt<T>(message: T, timeout: Duration) -> Request<T> {

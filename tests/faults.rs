@@ -72,7 +72,14 @@ fn in_private_netns(name: &str) -> bool {
         run("nft", &["add", "table", "inet", "leasehold"]);
         run(
             "nft",
-            &["add", "chain", "inet", "leasehold", "out", "{ type filter hook output priority 0; }"],
+            &[
+                "add",
+                "chain",
+                "inet",
+                "leasehold",
+                "out",
+                "{ type filter hook output priority 0; }",
+            ],
         );
         return true;
     }
@@ -80,11 +87,20 @@ fn in_private_netns(name: &str) -> bool {
     let status = Command::new("unshare")
         .args(["--net", "--"])
         .arg(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1", "--include-ignored"])
+        .args([
+            name,
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "--include-ignored",
+        ])
         .env(IN_NETNS, "1")
         .status()
         .expect("unshare (util-linux) runs the fault suite in its own network namespace");
-    assert!(status.success(), "the fault run in its network namespace failed: see its output above");
+    assert!(
+        status.success(),
+        "the fault run in its network namespace failed: see its output above"
+    );
     false
 }
 
@@ -92,7 +108,9 @@ fn run(program: &str, args: &[&str]) {
     let out = Command::new(program)
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("{program} is needed by the fault suite (.ci/run installs it): {e}"));
+        .unwrap_or_else(|e| {
+            panic!("{program} is needed by the fault suite (.ci/run installs it): {e}")
+        });
     assert!(
         out.status.success(),
         "{program} {args:?}: {}",
@@ -105,7 +123,20 @@ fn drop_packets(from: IpAddr, to: IpAddr) {
     let (from, to) = (from.to_string(), to.to_string());
     run(
         "nft",
-        &["add", "rule", "inet", "leasehold", "out", "ip", "saddr", &from, "ip", "daddr", &to, "drop"],
+        &[
+            "add",
+            "rule",
+            "inet",
+            "leasehold",
+            "out",
+            "ip",
+            "saddr",
+            &from,
+            "ip",
+            "daddr",
+            &to,
+            "drop",
+        ],
     );
 }
 
@@ -126,11 +157,14 @@ struct Cluster {
 impl Cluster {
     fn start(count: usize) -> Cluster {
         let dir = tempfile::TempDir::new().unwrap();
-        let ips: Vec<IpAddr> = (1..=count).map(|i| format!("127.0.0.{i}").parse().unwrap()).collect();
+        let ips: Vec<IpAddr> = (1..=count)
+            .map(|i| format!("127.0.0.{i}").parse().unwrap())
+            .collect();
         let endpoints: Vec<String> = ips.iter().map(|ip| format!("{ip}:7001")).collect();
         // Never purge: the checkers read the whole log at the end.
-        let mut nodes = LocalCluster::new(harness::binary().as_ref(), dir.path(), &endpoints, false)
-            .with_serve_args(&["--snapshot-every", "100000000"]);
+        let mut nodes =
+            LocalCluster::new(harness::binary().as_ref(), dir.path(), &endpoints, false)
+                .with_serve_args(&["--snapshot-every", "100000000"]);
         nodes.start_all().unwrap();
         Cluster {
             nodes,
@@ -152,7 +186,10 @@ impl Cluster {
     }
 
     async fn node_status(&self, id: u64) -> Option<pb::NodeStatus> {
-        let client = self.client(&[self.endpoints[(id - 1) as usize].clone()], Duration::from_millis(500));
+        let client = self.client(
+            &[self.endpoints[(id - 1) as usize].clone()],
+            Duration::from_millis(500),
+        );
         client.node_status().await.ok()
     }
 
@@ -175,26 +212,38 @@ impl Cluster {
 
     /// The nodes' (applied index, state digest) once they all report the same.
     async fn converged(&self) -> (u64, u64) {
-        harness::wait_for("every replica at the same index and state", Duration::from_secs(30), || async {
-            let mut seen = BTreeSet::new();
-            for id in self.ids() {
-                let s = self.node_status(id).await?;
-                seen.insert((s.applied_index, s.state_digest));
-            }
-            (seen.len() == 1).then(|| seen.into_iter().next().unwrap())
-        })
+        harness::wait_for(
+            "every replica at the same index and state",
+            Duration::from_secs(30),
+            || async {
+                let mut seen = BTreeSet::new();
+                for id in self.ids() {
+                    let s = self.node_status(id).await?;
+                    seen.insert((s.applied_index, s.state_digest));
+                }
+                (seen.len() == 1).then(|| seen.into_iter().next().unwrap())
+            },
+        )
         .await
     }
 
     /// The applied log of node `id`, from index 1 to `upto`.
     async fn read_log(&self, id: u64, upto: u64) -> Log {
         let endpoint = format!("http://{}", self.endpoints[(id - 1) as usize]);
-        let channel = tonic::transport::Endpoint::from_shared(endpoint).unwrap().connect().await.unwrap();
+        let channel = tonic::transport::Endpoint::from_shared(endpoint)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
         let mut client = RaftClient::new(channel).max_decoding_message_size(usize::MAX);
         let request = RaftMessage {
             data: codec::encode(&(1u64, upto)).unwrap(),
         };
-        let reply = client.read_log(request).await.expect("ReadLog").into_inner();
+        let reply = client
+            .read_log(request)
+            .await
+            .expect("ReadLog")
+            .into_inner();
         codec::decode(&reply.data).expect("decode the log")
     }
 }
@@ -227,7 +276,10 @@ impl Recorder {
     }
 }
 
-fn completion<T>(result: &Result<T, ClientError>, answer: impl FnOnce(&T) -> (Option<&pb::Applied>, Answer)) -> Completion {
+fn completion<T>(
+    result: &Result<T, ClientError>,
+    answer: impl FnOnce(&T) -> (Option<&pb::Applied>, Answer),
+) -> Completion {
     match result {
         Ok(response) => {
             let (applied, answer) = answer(response);
@@ -239,7 +291,12 @@ fn completion<T>(result: &Result<T, ClientError>, answer: impl FnOnce(&T) -> (Op
             }
         }
         // Refused before it was proposed: bad input, or the wrong clock.
-        Err(e) if matches!(e.code(), tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition) => {
+        Err(e)
+            if matches!(
+                e.code(),
+                tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition
+            ) =>
+        {
             Completion::Failed(e.to_string())
         }
         Err(e) => Completion::Indeterminate(e.to_string()),
@@ -291,18 +348,32 @@ fn put_outcome(r: &pb::PutResponse) -> Outcome {
 async fn write(client: &LeaseClient, recorder: &Recorder, id: u32, op: Op) -> Option<Outcome> {
     let invoked = recorder.now_ns();
     let completion = match &op {
-        Op::Acquire { lease, holder, ttl_ms } => {
+        Op::Acquire {
+            lease,
+            holder,
+            ttl_ms,
+        } => {
             let r = client.acquire(lease, holder, *ttl_ms).await;
-            completion(&r, |r| (r.applied.as_ref(), Answer::Outcome(acquire_outcome(r))))
+            completion(&r, |r| {
+                (r.applied.as_ref(), Answer::Outcome(acquire_outcome(r)))
+            })
         }
-        Op::Release { lease, holder, token } => {
+        Op::Release {
+            lease,
+            holder,
+            token,
+        } => {
             let r = client.release(lease, holder, *token).await;
-            completion(&r, |r| (r.applied.as_ref(), Answer::Outcome(release_outcome(r))))
+            completion(&r, |r| {
+                (r.applied.as_ref(), Answer::Outcome(release_outcome(r)))
+            })
         }
         Op::Put { key, value, fence } => {
             let fence = fence.as_ref().map(|f| (f.lease.as_str(), f.token));
             let r = client.put(key, value, fence).await;
-            completion(&r, |r| (r.applied.as_ref(), Answer::Outcome(put_outcome(r))))
+            completion(&r, |r| {
+                (r.applied.as_ref(), Answer::Outcome(put_outcome(r)))
+            })
         }
         Op::Advance { .. } | Op::Tick => unreachable!("clients send neither"),
     };
@@ -328,7 +399,13 @@ async fn read(client: &LeaseClient, recorder: &Recorder, id: u32, request: Reque
             let r = client.get_lease(lease).await;
             completion(&r, |r| {
                 let holder = (!r.holder.is_empty()).then(|| r.holder.clone());
-                (r.applied.as_ref(), Answer::Lease { holder, token: r.token })
+                (
+                    r.applied.as_ref(),
+                    Answer::Lease {
+                        holder,
+                        token: r.token,
+                    },
+                )
             })
         }
         Request::Write(_) => unreachable!(),
@@ -339,7 +416,13 @@ async fn read(client: &LeaseClient, recorder: &Recorder, id: u32, request: Reque
 /// One client: acquires, renews, releases, writes plain and fenced, reads. Client 0 is the
 /// sleeper: now and then it holds a lease, stops for longer than its TTL, then writes with
 /// its old token, as the seed page's frozen holder does.
-async fn client_loop(id: u32, client: LeaseClient, recorder: Arc<Recorder>, seed: u64, stop: Arc<AtomicBool>) {
+async fn client_loop(
+    id: u32,
+    client: LeaseClient,
+    recorder: Arc<Recorder>,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) {
     let mut rng = Rng(seed);
     let holder = format!("c{id}");
     let mut tokens: BTreeMap<&str, u64> = BTreeMap::new();
@@ -356,7 +439,9 @@ async fn client_loop(id: u32, client: LeaseClient, recorder: Arc<Recorder>, seed
                     holder: holder.clone(),
                     ttl_ms,
                 };
-                if let Some(Outcome::Granted { token, .. }) = write(&client, &recorder, id, op).await {
+                if let Some(Outcome::Granted { token, .. }) =
+                    write(&client, &recorder, id, op).await
+                {
                     tokens.insert(lease, token);
                     if id == 0 && rng.below(3) == 0 {
                         tokio::time::sleep(Duration::from_millis(ttl_ms + 300)).await;
@@ -395,10 +480,40 @@ async fn client_loop(id: u32, client: LeaseClient, recorder: Arc<Recorder>, seed
             }
             65..=79 => {
                 let key = rng.pick(&["p0", "p1"]).to_string();
-                write(&client, &recorder, id, Op::Put { key, value, fence: None }).await;
+                write(
+                    &client,
+                    &recorder,
+                    id,
+                    Op::Put {
+                        key,
+                        value,
+                        fence: None,
+                    },
+                )
+                .await;
             }
-            80..=89 => read(&client, &recorder, id, Request::Get { key: rng.pick(&KEYS).to_string() }).await,
-            _ => read(&client, &recorder, id, Request::GetLease { lease: lease.into() }).await,
+            80..=89 => {
+                read(
+                    &client,
+                    &recorder,
+                    id,
+                    Request::Get {
+                        key: rng.pick(&KEYS).to_string(),
+                    },
+                )
+                .await
+            }
+            _ => {
+                read(
+                    &client,
+                    &recorder,
+                    id,
+                    Request::GetLease {
+                        lease: lease.into(),
+                    },
+                )
+                .await
+            }
         }
     }
 }
@@ -425,7 +540,14 @@ enum Fault {
 impl Fault {
     fn process_faults() -> Vec<Fault> {
         use Fault::*;
-        vec![KillLeader, KillFollower, KillMajority, PauseLeader, PauseFollower, RestartAll]
+        vec![
+            KillLeader,
+            KillFollower,
+            KillMajority,
+            PauseLeader,
+            PauseFollower,
+            RestartAll,
+        ]
     }
     fn all(nodes: usize) -> Vec<Fault> {
         use Fault::*;
@@ -449,7 +571,11 @@ struct Heal {
 async fn inject(fault: Fault, cluster: &mut Cluster, rng: &mut Rng) -> Heal {
     let leader = cluster.leader().await;
     let ids = cluster.ids();
-    let followers: Vec<u64> = ids.iter().copied().filter(|id| Some(*id) != leader).collect();
+    let followers: Vec<u64> = ids
+        .iter()
+        .copied()
+        .filter(|id| Some(*id) != leader)
+        .collect();
     let leader = leader.unwrap_or(1);
     let follower = *rng.pick(&followers);
     let ip = |id: u64| cluster.ips[(id - 1) as usize];
@@ -481,7 +607,11 @@ async fn inject(fault: Fault, cluster: &mut Cluster, rng: &mut Rng) -> Heal {
             heal.restart = victims;
         }
         Fault::PauseLeader | Fault::PauseFollower => {
-            let id = if fault == Fault::PauseLeader { leader } else { follower };
+            let id = if fault == Fault::PauseLeader {
+                leader
+            } else {
+                follower
+            };
             cluster.nodes.signal(id, libc::SIGSTOP);
             heal.resume = vec![id];
         }
@@ -512,7 +642,11 @@ async fn inject(fault: Fault, cluster: &mut Cluster, rng: &mut Rng) -> Heal {
     }
     heal.network = matches!(
         fault,
-        Fault::IsolateLeader | Fault::IsolateFollower | Fault::OneWayFromLeader | Fault::Split32 | Fault::Bridge
+        Fault::IsolateLeader
+            | Fault::IsolateFollower
+            | Fault::OneWayFromLeader
+            | Fault::Split32
+            | Fault::Bridge
     );
     heal
 }
@@ -543,7 +677,10 @@ async fn time_to_serve(cluster: &Cluster, recorder: &Recorder, probe: &mut u64) 
         if write(&client, recorder, 99, op).await.is_some() {
             return healed.elapsed();
         }
-        assert!(healed.elapsed() < Duration::from_secs(60), "liveness: not serving 60 s after a heal");
+        assert!(
+            healed.elapsed() < Duration::from_secs(60),
+            "liveness: not serving 60 s after a heal"
+        );
     }
 }
 
@@ -559,7 +696,10 @@ struct Report {
 }
 
 async fn fault_run(nodes: usize, faults: &[Fault], duration: Duration, seed: u64) -> Report {
-    println!("fault run: {nodes} nodes, seed {seed}, {} s, faults {faults:?}", duration.as_secs());
+    println!(
+        "fault run: {nodes} nodes, seed {seed}, {} s, faults {faults:?}",
+        duration.as_secs()
+    );
     let mut rng = Rng(seed);
     let mut cluster = Cluster::start(nodes);
     cluster.wait_leader().await;
@@ -611,10 +751,24 @@ async fn fault_run(nodes: usize, faults: &[Fault], duration: Duration, seed: u64
     time_to_serve(&cluster, &recorder, &mut probe).await;
     let final_client = cluster.client(&cluster.endpoints, Duration::from_secs(10));
     for key in KEYS {
-        read(&final_client, &recorder, 100, Request::Get { key: key.into() }).await;
+        read(
+            &final_client,
+            &recorder,
+            100,
+            Request::Get { key: key.into() },
+        )
+        .await;
     }
     for lease in LEASES {
-        read(&final_client, &recorder, 100, Request::GetLease { lease: lease.into() }).await;
+        read(
+            &final_client,
+            &recorder,
+            100,
+            Request::GetLease {
+                lease: lease.into(),
+            },
+        )
+        .await;
     }
     let (applied, digest) = cluster.converged().await;
     let log = cluster.read_log(leader, applied).await;
@@ -677,7 +831,11 @@ fn print_report(report: &Report) {
             longest.as_millis()
         );
     }
-    println!("anomalies: {} (seed {})", report.anomalies.len(), report.seed);
+    println!(
+        "anomalies: {} (seed {})",
+        report.anomalies.len(),
+        report.seed
+    );
     for anomaly in &report.anomalies {
         println!("  {anomaly}");
     }
@@ -690,14 +848,24 @@ fn assert_clean(report: &Report, at_least: usize) {
         report.accepted,
         report.seed
     );
-    assert!(report.anomalies.is_empty(), "anomalies found with seed {}: {:?}", report.seed, report.anomalies);
+    assert!(
+        report.anomalies.is_empty(),
+        "anomalies found with seed {}: {:?}",
+        report.seed,
+        report.anomalies
+    );
 }
 
 fn seed_from_env_or_clock() -> u64 {
     std::env::var("LEASEHOLD_FAULT_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64)
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -720,8 +888,19 @@ async fn five_nodes_survive_split_and_bridge_partitions() {
     if !in_private_netns("five_nodes_survive_split_and_bridge_partitions") {
         return;
     }
-    let faults = [Fault::Split32, Fault::Bridge, Fault::KillMajority, Fault::IsolateLeader];
-    let report = fault_run(5, &faults, Duration::from_secs(20), seed_from_env_or_clock()).await;
+    let faults = [
+        Fault::Split32,
+        Fault::Bridge,
+        Fault::KillMajority,
+        Fault::IsolateLeader,
+    ];
+    let report = fault_run(
+        5,
+        &faults,
+        Duration::from_secs(20),
+        seed_from_env_or_clock(),
+    )
+    .await;
     assert_clean(&report, 100);
 }
 
@@ -733,10 +912,22 @@ async fn long_fault_run() {
     if !in_private_netns("long_fault_run") {
         return;
     }
-    let secs = std::env::var("LEASEHOLD_FAULT_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(600);
-    let nodes = std::env::var("LEASEHOLD_FAULT_NODES").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let secs = std::env::var("LEASEHOLD_FAULT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600);
+    let nodes = std::env::var("LEASEHOLD_FAULT_NODES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
     let mut faults = Fault::all(nodes);
     faults.push(Fault::PausedClient);
-    let report = fault_run(nodes, &faults, Duration::from_secs(secs), seed_from_env_or_clock()).await;
+    let report = fault_run(
+        nodes,
+        &faults,
+        Duration::from_secs(secs),
+        seed_from_env_or_clock(),
+    )
+    .await;
     assert_clean(&report, 1_000);
 }

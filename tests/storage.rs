@@ -32,6 +32,7 @@ fn entry(term: u64, index: u64, key: &str) -> Entry<TypeConfig> {
         log_id: log_id(term, 1, index),
         payload: EntryPayload::Normal(LeaseCommand {
             at_ms: Some(index),
+            request: None,
             op: Op::Put {
                 key: key.to_owned(),
                 value: vec![7; 100],
@@ -126,6 +127,7 @@ fn state_machine_reloads_its_snapshot_after_restart() {
                 log_id: log_id(1, 1, 1),
                 payload: EntryPayload::Normal(LeaseCommand {
                     at_ms: Some(100),
+                    request: None,
                     op: Op::Acquire {
                         lease: "l".into(),
                         holder: "a".into(),

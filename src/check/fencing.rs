@@ -13,7 +13,8 @@ pub fn fencing(applied: &[Applied]) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
     let mut granted: BTreeMap<&str, u64> = BTreeMap::new();
     let mut accepted: BTreeMap<&str, u64> = BTreeMap::new();
-    for a in applied {
+    // A retry repeats its first answer; it grants and writes nothing.
+    for a in applied.iter().filter(|a| !a.retry) {
         match (&a.op, &a.outcome) {
             (Op::Acquire { lease, .. }, Outcome::Granted { token, renewed, .. }) => {
                 let latest = granted.entry(lease).or_insert(0);
@@ -68,7 +69,7 @@ pub fn mutual_exclusion(applied: &[Applied]) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
     // Per lease: who holds it and until when, in store time.
     let mut held: BTreeMap<&str, (&str, u64)> = BTreeMap::new();
-    for a in applied {
+    for a in applied.iter().filter(|a| !a.retry) {
         match (&a.op, &a.outcome) {
             (
                 Op::Acquire { lease, holder, .. },

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::lease::{Command, LeaseTable, Op, Outcome};
+use crate::lease::{Command, LeaseTable, Op, Outcome, RequestId};
 
 /// What a client asked.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +64,10 @@ pub type Log = Vec<(u64, Option<Command>)>;
 pub struct Applied {
     pub index: u64,
     pub store_time_ms: u64,
+    /// A retried request appears in the log once per attempt but takes effect once: `retry`
+    /// marks the later appearances, whose outcome is the first one's, answered again.
+    pub request: Option<RequestId>,
+    pub retry: bool,
     pub op: Op,
     pub outcome: Outcome,
 }
@@ -93,6 +97,7 @@ impl std::fmt::Display for Anomaly {
 pub fn replay(log: &Log) -> Result<Vec<Applied>, Anomaly> {
     let mut table = LeaseTable::default();
     let mut applied = Vec::new();
+    let mut requests = std::collections::BTreeSet::new();
     for (position, (index, command)) in log.iter().enumerate() {
         if *index != position as u64 + 1 {
             return Err(Anomaly::new(
@@ -108,6 +113,8 @@ pub fn replay(log: &Log) -> Result<Vec<Applied>, Anomaly> {
             applied.push(Applied {
                 index: *index,
                 store_time_ms: table.now_ms(),
+                request: command.request,
+                retry: command.request.is_some_and(|r| !requests.insert(r)),
                 op: command.op.clone(),
                 outcome,
             });

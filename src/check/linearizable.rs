@@ -193,7 +193,7 @@ fn real_time_order(history: &[Operation]) -> Vec<Anomaly> {
 fn applied_at_most_once(history: &[Operation], applied: &[Applied]) -> Vec<Anomaly> {
     // Keyed by the op's encoding: `Op` is compared whole, as the log holds it.
     let mut counts: BTreeMap<Vec<u8>, (usize, usize, &Op)> = BTreeMap::new();
-    for a in applied {
+    for a in applied.iter().filter(|a| !a.retry) {
         if matches!(a.op, Op::Tick | Op::Advance { .. }) {
             continue; // The leader's own ticks; advances are not part of fault runs.
         }

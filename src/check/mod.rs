@@ -57,6 +57,7 @@ mod tests {
         for (i, op) in ops.iter().enumerate() {
             let command = Command {
                 at_ms: Some(i as u64 * 100),
+                request: None,
                 op: op.clone(),
             };
             log.push((i as u64 + 2, Some(command)));
@@ -159,6 +160,8 @@ mod tests {
         // As if the table's fence check had been removed: b holds token 2, a's token 1 lands.
         let applied = vec![
             Applied {
+                request: None,
+                retry: false,
                 index: 2,
                 store_time_ms: 0,
                 op: acquire("l", "a"),
@@ -169,6 +172,8 @@ mod tests {
                 },
             },
             Applied {
+                request: None,
+                retry: false,
                 index: 3,
                 store_time_ms: 1_500,
                 op: acquire("l", "b"),
@@ -179,6 +184,8 @@ mod tests {
                 },
             },
             Applied {
+                request: None,
+                retry: false,
                 index: 4,
                 store_time_ms: 1_600,
                 op: put("k", "by a", Some(("l", 1))),
@@ -193,6 +200,8 @@ mod tests {
     #[test]
     fn a_token_that_does_not_grow_is_flagged() {
         let grant = |index, token| Applied {
+            request: None,
+            retry: false,
             index,
             store_time_ms: index * 1_000,
             op: acquire("l", "a"),
@@ -212,6 +221,8 @@ mod tests {
     #[test]
     fn an_overlapping_grant_is_flagged() {
         let grant = |index, holder: &str, at_ms, token| Applied {
+            request: None,
+            retry: false,
             index,
             store_time_ms: at_ms,
             op: acquire("l", holder),
@@ -226,6 +237,8 @@ mod tests {
         assert_eq!(anomalies[0].checker, "mutual exclusion");
         // After a release the next grant may start at once.
         let released = Applied {
+            request: None,
+            retry: false,
             index: 3,
             store_time_ms: 400,
             op: Op::Release {
@@ -278,6 +291,7 @@ mod tests {
             6,
             Some(Command {
                 at_ms: Some(400),
+                request: None,
                 op: twice.clone(),
             }),
         ));
@@ -296,6 +310,27 @@ mod tests {
             completed_ns: 2_000,
             completion: Completion::Indeterminate("timed out".into()),
         });
+        assert_eq!(check_all(&history, &log), vec![]);
+    }
+
+    #[test]
+    fn a_retried_request_in_the_log_twice_is_one_effect() {
+        let request = Some(crate::lease::RequestId {
+            client: 9,
+            sequence: 1,
+        });
+        let grant = Command {
+            at_ms: Some(0),
+            request,
+            op: acquire("l", "a"),
+        };
+        let retried = Command {
+            at_ms: Some(50),
+            ..grant.clone()
+        };
+        let log: Log = vec![(1, None), (2, Some(grant)), (3, Some(retried))];
+        // The client saw only the retry's answer, at index 3.
+        let history: Vec<Operation> = honest_history(&log).into_iter().skip(1).collect();
         assert_eq!(check_all(&history, &log), vec![]);
     }
 

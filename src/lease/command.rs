@@ -5,10 +5,21 @@ use serde::{Deserialize, Serialize};
 /// One logged command: an operation plus the store time the leader stamped on it.
 ///
 /// `at_ms` is `None` under the manual clock, where only [`Op::Advance`] moves time.
+/// `request` names the client request, so a retry of it is answered, not applied twice.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Command {
     pub at_ms: Option<u64>,
+    pub request: Option<RequestId>,
     pub op: Op,
+}
+
+/// A client's name for one request: the same on every retry of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RequestId {
+    /// Chosen at random by each client.
+    pub client: u64,
+    /// Grows with every request of that client.
+    pub sequence: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

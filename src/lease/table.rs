@@ -4,7 +4,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::lease::{Command, Fence, Op, Outcome, ReleaseRefusal};
+use crate::lease::{Command, Fence, Op, Outcome, ReleaseRefusal, RequestId};
+
+/// How many answers each client session keeps: far more than a client has in flight.
+const SESSION_ANSWERS: usize = 128;
+/// A client not heard from for this long in store time is forgotten.
+const SESSION_IDLE_MS: u64 = 60 * 60 * 1000;
 
 /// The whole replicated state. `BTreeMap`s, so iteration and serialization are deterministic.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -14,6 +19,15 @@ pub struct LeaseTable {
     /// Leases are never forgotten, even when free: their token must keep growing.
     leases: BTreeMap<String, Lease>,
     rows: BTreeMap<String, Vec<u8>>,
+    /// Recent answers per client: a request retried after a lost answer (a dead connection,
+    /// a leader change) gets its first answer back instead of being applied twice.
+    sessions: BTreeMap<u64, Session>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Session {
+    last_seen_ms: u64,
+    answers: BTreeMap<u64, Outcome>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,7 +92,32 @@ impl LeaseTable {
             // Invariant: store time never goes backwards, whatever a (new) leader stamped.
             self.now_ms = self.now_ms.max(at_ms);
         }
-        match &command.op {
+        let Some(request) = command.request else {
+            return self.apply_op(&command.op);
+        };
+        if let Some(answer) = self.answered(request) {
+            return answer.clone();
+        }
+        let outcome = self.apply_op(&command.op);
+        let session = self.sessions.entry(request.client).or_default();
+        session.last_seen_ms = self.now_ms;
+        session.answers.insert(request.sequence, outcome.clone());
+        while session.answers.len() > SESSION_ANSWERS {
+            session.answers.pop_first();
+        }
+        outcome
+    }
+
+    /// The answer already given to `request`, if it was applied before.
+    fn answered(&self, request: RequestId) -> Option<&Outcome> {
+        self.sessions
+            .get(&request.client)?
+            .answers
+            .get(&request.sequence)
+    }
+
+    fn apply_op(&mut self, op: &Op) -> Outcome {
+        match op {
             Op::Acquire {
                 lease,
                 holder,
@@ -94,7 +133,13 @@ impl LeaseTable {
                 self.now_ms = self.now_ms.saturating_add(*by_ms);
                 Outcome::Advanced
             }
-            Op::Tick => Outcome::Ticked,
+            Op::Tick => {
+                // Ticks are rare (a lease falls due): the place to forget idle clients.
+                let now_ms = self.now_ms;
+                self.sessions
+                    .retain(|_, s| s.last_seen_ms.saturating_add(SESSION_IDLE_MS) > now_ms);
+                Outcome::Ticked
+            }
         }
     }
 
@@ -199,6 +244,7 @@ mod tests {
     fn at(at_ms: u64, op: Op) -> Command {
         Command {
             at_ms: Some(at_ms),
+            request: None,
             op,
         }
     }
@@ -419,6 +465,7 @@ mod tests {
         assert_eq!(t.now_ms(), 5_000);
         t.apply(&Command {
             at_ms: None,
+            request: None,
             op: Op::Advance { by_ms: 15_000 },
         });
         assert_eq!(t.now_ms(), 20_000);
@@ -433,6 +480,59 @@ mod tests {
         assert_ne!(a.digest(), b.digest());
         b.apply(&at(5, plain("k", "v")));
         assert_eq!(a.digest(), b.digest());
+    }
+
+    #[test]
+    fn a_retried_request_is_answered_again_not_applied_twice() {
+        let mut t = LeaseTable::default();
+        let request = Some(RequestId {
+            client: 7,
+            sequence: 1,
+        });
+        let put = |at_ms, value: &str| Command {
+            at_ms: Some(at_ms),
+            request,
+            op: fenced("k", value, "l", 1),
+        };
+        t.apply(&at(0, acquire("l", "a", 1_000)));
+        assert_eq!(t.apply(&put(1, "v")), Outcome::Written);
+        t.apply(&at(2, acquire("l", "a", 1_000))); // a renewal in between
+        let before = t.clone();
+        assert_eq!(
+            t.apply(&put(3, "v")),
+            Outcome::Written,
+            "the first answer, again"
+        );
+        assert_eq!(t.rows, before.rows);
+        assert_eq!(t.leases, before.leases);
+        // A new sequence number is a new request.
+        let next = Command {
+            request: Some(RequestId {
+                client: 7,
+                sequence: 2,
+            }),
+            ..put(4, "w")
+        };
+        assert_eq!(t.apply(&next), Outcome::Written);
+        assert_eq!(t.row("k"), Some(&b"w"[..]));
+    }
+
+    #[test]
+    fn idle_sessions_are_forgotten_on_a_tick() {
+        let mut t = LeaseTable::default();
+        let request = Some(RequestId {
+            client: 7,
+            sequence: 1,
+        });
+        t.apply(&Command {
+            at_ms: Some(0),
+            request,
+            op: plain("k", "v"),
+        });
+        t.apply(&at(SESSION_IDLE_MS - 1, Op::Tick));
+        assert_eq!(t.sessions.len(), 1);
+        t.apply(&at(SESSION_IDLE_MS, Op::Tick));
+        assert!(t.sessions.is_empty());
     }
 
     #[test]
@@ -571,7 +671,11 @@ mod tests {
                 (1u64..2_000).prop_map(|by_ms| Op::Advance { by_ms }),
                 Just(Op::Tick),
             ];
-            (prop::option::of(0u64..20_000), op).prop_map(|(at_ms, op)| Command { at_ms, op })
+            (prop::option::of(0u64..20_000), op).prop_map(|(at_ms, op)| Command {
+                at_ms,
+                request: None,
+                op,
+            })
         }
 
         proptest! {

@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 
 use super::error::ORIGIN_KEY;
 use super::{convert, Node, NodeError};
-use crate::lease::{Fence, Op};
+use crate::lease::{Fence, Op, RequestId};
 use crate::proto::v1 as pb;
 use crate::proto::v1::lease_store_client::LeaseStoreClient;
 
@@ -79,6 +79,13 @@ impl LeaseService {
     }
 }
 
+fn request_id(id: Option<&pb::RequestId>) -> Option<RequestId> {
+    id.filter(|id| id.client_id != 0).map(|id| RequestId {
+        client: id.client_id,
+        sequence: id.sequence,
+    })
+}
+
 fn is_forwarded<T>(request: &Request<T>) -> bool {
     request.metadata().get(FORWARDED_KEY).is_some()
 }
@@ -96,7 +103,7 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
             holder: m.holder.clone(),
             ttl_ms: m.ttl_ms,
         };
-        match self.node.write(op).await {
+        match self.node.write(op, request_id(m.request_id.as_ref())).await {
             Ok(applied) => Ok(Response::new(convert::acquire(applied)?)),
             Err(e) => {
                 self.forward(
@@ -121,7 +128,7 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
             holder: m.holder.clone(),
             token: m.token,
         };
-        match self.node.write(op).await {
+        match self.node.write(op, request_id(m.request_id.as_ref())).await {
             Ok(applied) => Ok(Response::new(convert::release(applied)?)),
             Err(e) => {
                 self.forward(
@@ -149,7 +156,7 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
                 token: f.token,
             }),
         };
-        match self.node.write(op).await {
+        match self.node.write(op, request_id(m.request_id.as_ref())).await {
             Ok(applied) => Ok(Response::new(convert::put(applied)?)),
             Err(e) => {
                 self.forward(e, forwarded, m, |mut c, r| async move { c.put(r).await })
@@ -207,7 +214,14 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
     ) -> Result<Response<pb::AdvanceResponse>, Status> {
         let forwarded = is_forwarded(&request);
         let m = request.into_inner();
-        match self.node.write(Op::Advance { by_ms: m.ms }).await {
+        match self
+            .node
+            .write(
+                Op::Advance { by_ms: m.ms },
+                request_id(m.request_id.as_ref()),
+            )
+            .await
+        {
             Ok(applied) => Ok(Response::new(convert::advance(applied)?)),
             Err(e) => {
                 self.forward(

@@ -21,7 +21,7 @@ pub use clock::LeaderClock;
 pub use error::{NodeError, INDETERMINATE_KEY};
 pub use server::{run, StartError};
 
-use crate::lease::{validate, Command, Op};
+use crate::lease::{validate, Command, Op, RequestId};
 use crate::raft::state_machine::Applying;
 use crate::raft::{Applied, Channels, LogStore, NodeId, Raft, SharedState};
 
@@ -182,8 +182,9 @@ impl Node {
         self.inner.clock.stamp(term)
     }
 
-    /// Proposes `op` through the log and returns what applying it answered.
-    pub async fn write(&self, op: Op) -> Result<Applied, NodeError> {
+    /// Proposes `op` through the log and returns what applying it answered. A `request` that
+    /// was applied before is answered as it was then.
+    pub async fn write(&self, op: Op, request: Option<RequestId>) -> Result<Applied, NodeError> {
         validate(&op)?;
         match (&op, self.inner.manual_clock) {
             (Op::Advance { .. }, false) => {
@@ -201,7 +202,7 @@ impl Node {
         }
         let term = self.ensure_leader().await?;
         let at_ms = self.stamp(term).await?;
-        let proposal = self.inner.raft.client_write(Command { at_ms, op });
+        let proposal = self.inner.raft.client_write(Command { at_ms, request, op });
         match tokio::time::timeout(QUORUM_WAIT, proposal).await {
             Err(_) => Err(NodeError::NoQuorum(QUORUM_WAIT)),
             Ok(Ok(response)) => Ok(response.data),

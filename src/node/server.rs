@@ -216,7 +216,7 @@ async fn tick_expiring_leases(node: Node) {
             tokio::time::sleep(due_in).await;
             continue;
         }
-        match node.write(Op::Tick).await {
+        match node.write(Op::Tick, None).await {
             Ok(_) | Err(NodeError::NotLeader { .. }) => {}
             Err(e) => {
                 tracing::debug!(error = %e, "expiry tick not applied");
