@@ -267,7 +267,7 @@ impl LeaseClient {
             request_id: self.request_id(),
         };
         self.call(|ch, timeout| {
-            let request = attempt(message.clone(), timeout);
+            let request = attempt(message, timeout);
             async move { LeaseStoreClient::new(ch).advance(request).await }
         })
         .await
