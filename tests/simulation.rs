@@ -1,6 +1,6 @@
 //! The fault suite's deterministic layer: the Raft nodes of one cluster in one process, on
 //! tokio's paused clock, talking through a router that the test controls: seeded partitions,
-//! delays, dropped messages and crashes. Time only moves when every task waits, so a schedule
+//! delays, dropped messages, crashes and power losses. Time only moves when every task waits, so a schedule
 //! of many virtual seconds runs in a fraction of a real one, and hundreds of seeds run in CI.
 //!
 //! Each node is openraft with Leasehold's real state machine; its log is kept in memory here
@@ -59,15 +59,34 @@ impl Rng {
 // ---------------------------------------------------------------------------------------------
 // A log store in memory that outlives its node, as a disk does.
 
-#[derive(Default)]
-struct MemLogInner {
+/// What one node's disk holds.
+#[derive(Clone, Default)]
+struct Disk {
     vote: Option<Vote<u64>>,
     committed: Option<LogId<u64>>,
     purged: Option<LogId<u64>>,
     entries: BTreeMap<u64, Entry<TypeConfig>>,
+}
+
+/// Set to true, as a temporary patch, to check that the suite catches a log store that tells
+/// openraft an append is saved before it is synced: power loss then loses acknowledged writes.
+const SKIP_FSYNC: bool = false;
+
+#[derive(Default)]
+struct MemLogInner {
+    /// What the node reads and writes.
+    live: Disk,
+    /// What survives a power loss: `live` as of the last sync.
+    synced: Disk,
     /// Purged entries, kept for the checkers only (they read the log from index 1); Raft never
     /// sees them again. Purged entries are applied, so they are the cluster's for good.
     archive: BTreeMap<u64, Entry<TypeConfig>>,
+}
+
+impl MemLogInner {
+    fn sync(&mut self) {
+        self.synced = self.live.clone();
+    }
 }
 
 #[derive(Clone, Default)]
@@ -78,19 +97,26 @@ impl MemLog {
         self.0.lock().unwrap()
     }
 
-    /// The log from index 1 (openraft's own first entry, at 0, carries no command).
-    fn commands(&self, upto: u64) -> Log {
+    /// Power loss: whatever was not synced is gone.
+    fn lose_power(&self) {
+        let mut inner = self.lock();
+        inner.live = inner.synced.clone();
+    }
+
+    /// Every entry this node holds or purged, from index 1 to `upto` (openraft's own first
+    /// entry, at 0, carries no command), with its term.
+    fn entries(&self, upto: u64) -> Vec<(u64, u64, Option<Command>)> {
         let inner = self.lock();
         inner
             .archive
             .range(1..=upto)
-            .chain(inner.entries.range(1..=upto))
+            .chain(inner.live.entries.range(1..=upto))
             .map(|(index, entry)| {
                 let command = match &entry.payload {
                     EntryPayload::Normal(command) => Some(command.clone()),
                     _ => None,
                 };
-                (*index, command)
+                (*index, entry.log_id.leader_id.term, command)
             })
             .collect()
     }
@@ -103,6 +129,7 @@ impl RaftLogReader<TypeConfig> for MemLog {
     ) -> Result<Vec<Entry<TypeConfig>>, StorageError<u64>> {
         Ok(self
             .lock()
+            .live
             .entries
             .range(range)
             .map(|(_, e)| e.clone())
@@ -114,15 +141,15 @@ impl RaftLogStorage<TypeConfig> for MemLog {
     type LogReader = MemLog;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<u64>> {
-        let inner = self.lock();
-        let last = inner
+        let disk = &self.lock().live;
+        let last = disk
             .entries
             .values()
             .next_back()
             .map(|e| e.log_id)
-            .or(inner.purged);
+            .or(disk.purged);
         Ok(LogState {
-            last_purged_log_id: inner.purged,
+            last_purged_log_id: disk.purged,
             last_log_id: last,
         })
     }
@@ -130,21 +157,25 @@ impl RaftLogStorage<TypeConfig> for MemLog {
         self.clone()
     }
     async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError<u64>> {
-        self.lock().vote = Some(*vote);
+        let mut inner = self.lock();
+        inner.live.vote = Some(*vote);
+        inner.sync();
         Ok(())
     }
     async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, StorageError<u64>> {
-        Ok(self.lock().vote)
+        Ok(self.lock().live.vote)
     }
     async fn save_committed(
         &mut self,
         committed: Option<LogId<u64>>,
     ) -> Result<(), StorageError<u64>> {
-        self.lock().committed = committed;
+        let mut inner = self.lock();
+        inner.live.committed = committed;
+        inner.sync();
         Ok(())
     }
     async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, StorageError<u64>> {
-        Ok(self.lock().committed)
+        Ok(self.lock().live.committed)
     }
     async fn append<I>(
         &mut self,
@@ -158,22 +189,29 @@ impl RaftLogStorage<TypeConfig> for MemLog {
         {
             let mut inner = self.lock();
             for entry in entries {
-                inner.entries.insert(entry.log_id.index, entry);
+                inner.live.entries.insert(entry.log_id.index, entry);
+            }
+            if !SKIP_FSYNC {
+                inner.sync();
             }
         }
+        // Saved: synced above, before openraft hears of it.
         callback.log_io_completed(Ok(()));
         Ok(())
     }
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
-        self.lock().entries.split_off(&log_id.index);
+        let mut inner = self.lock();
+        inner.live.entries.split_off(&log_id.index);
+        inner.sync();
         Ok(())
     }
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
         let mut inner = self.lock();
-        inner.purged = Some(log_id);
-        let kept = inner.entries.split_off(&(log_id.index + 1));
-        let purged = std::mem::replace(&mut inner.entries, kept);
+        inner.live.purged = Some(log_id);
+        let kept = inner.live.entries.split_off(&(log_id.index + 1));
+        let purged = std::mem::replace(&mut inner.live.entries, kept);
         inner.archive.extend(purged);
+        inner.sync();
         Ok(())
     }
 }
@@ -615,7 +653,19 @@ async fn schedule(seed: u64) -> (Vec<check::Anomaly>, usize) {
             sim.boot(*id).await;
         }
         down.retain(|(_, back_at)| *back_at > now);
-        match rng.below(6) {
+        match rng.below(7) {
+            6 => {
+                // Power loss: every node at once, unsynced writes gone.
+                for id in 1..=3 {
+                    sim.crash(id).await;
+                    sim.nodes[&id].log.lose_power();
+                }
+                for id in 1..=3 {
+                    if !down.iter().any(|(d, _)| *d == id) {
+                        sim.boot(id).await;
+                    }
+                }
+            }
             0 => {
                 let id = rng.between(1, 4);
                 if !down.iter().any(|(d, _)| *d == id) {
@@ -655,8 +705,10 @@ async fn schedule(seed: u64) -> (Vec<check::Anomaly>, usize) {
         net.cut.clear();
         net.loss_pct = 0;
     }
+    // The final restart is a power loss too.
     for id in 1..=3 {
         sim.crash(id).await;
+        sim.nodes[&id].log.lose_power();
     }
     for id in 1..=3 {
         sim.boot(id).await;
@@ -729,26 +781,34 @@ async fn schedule(seed: u64) -> (Vec<check::Anomaly>, usize) {
 }
 
 /// The committed log up to `upto`, pieced together from every node: one that installed a
-/// snapshot lacks the entries before it. Where two nodes hold the same index, they must agree
-/// (Raft's log matching); the anomalies say where they do not.
+/// snapshot lacks the entries before it, and may have purged (so archived) an entry that was
+/// never committed. At each index the committed entry is the one of the highest term: a leader
+/// of a later term holds the committed entry and never overwrites it. Two entries of the same
+/// index and term must be the same (Raft's log matching); the anomalies say where not.
 fn cluster_log(sim: &Sim, upto: u64) -> (Log, Vec<check::Anomaly>) {
-    let mut merged: BTreeMap<u64, Option<Command>> = BTreeMap::new();
+    let mut merged: BTreeMap<u64, (u64, Option<Command>)> = BTreeMap::new();
     let mut anomalies = Vec::new();
     for (id, node) in &sim.nodes {
-        for (index, command) in node.log.commands(upto) {
+        for (index, term, command) in node.log.entries(upto) {
             match merged.get(&index) {
-                Some(known) if *known != command => anomalies.push(check::Anomaly::new(
-                    "convergence",
-                    format!("node {id} holds {command:?} at committed index {index}, another node {known:?}"),
-                )),
-                Some(_) => {}
-                None => {
-                    merged.insert(index, command);
+                Some((known_term, known)) if *known_term == term && *known != command => {
+                    anomalies.push(check::Anomaly::new(
+                        "convergence",
+                        format!("node {id} holds {command:?} at index {index} of term {term}, another node {known:?}"),
+                    ))
+                }
+                Some((known_term, _)) if *known_term >= term => {}
+                _ => {
+                    merged.insert(index, (term, command));
                 }
             }
         }
     }
-    (merged.into_iter().collect(), anomalies)
+    let log = merged
+        .into_iter()
+        .map(|(index, (_, command))| (index, command))
+        .collect();
+    (log, anomalies)
 }
 
 fn seeds() -> Vec<u64> {

@@ -152,36 +152,40 @@ fn reads(history: &[Operation], log: &Log) -> Vec<Anomaly> {
 /// strictly after, a read at or after.
 fn real_time_order(history: &[Operation]) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
-    let mut completed: Vec<(u64, u64)> = history
-        .iter()
-        .filter_map(|op| op.ok_index().map(|index| (op.completed_ns, index)))
-        .collect();
-    completed.sort_unstable();
-    let mut invoked: Vec<&Operation> = history
+    let mut completed: Vec<&Operation> = history
         .iter()
         .filter(|op| op.ok_index().is_some())
         .collect();
+    completed.sort_by_key(|op| op.completed_ns);
+    let mut invoked = completed.clone();
     invoked.sort_by_key(|op| op.invoked_ns);
-    let mut highest_completed = 0;
+    // The completed operation with the highest index so far.
+    let mut highest: Option<&Operation> = None;
     let mut next = 0;
     for op in invoked {
-        while next < completed.len() && completed[next].0 < op.invoked_ns {
-            highest_completed = highest_completed.max(completed[next].1);
+        while next < completed.len() && completed[next].completed_ns < op.invoked_ns {
+            if highest.is_none_or(|h| completed[next].ok_index() > h.ok_index()) {
+                highest = Some(completed[next]);
+            }
             next += 1;
         }
-        let index = op.ok_index().unwrap_or_default();
+        let Some(before) = highest else { continue };
+        let (index, before_index) = (
+            op.ok_index().unwrap_or_default(),
+            before.ok_index().unwrap_or_default(),
+        );
         let went_back = if op.is_write() {
-            index <= highest_completed
+            index <= before_index
         } else {
-            index < highest_completed
+            index < before_index
         };
         if went_back {
             anomalies.push(Anomaly::new(
                 "linearizability",
                 format!(
-                    "{:?} began after an operation at index {highest_completed} completed, \
-                     yet was answered at index {index}: it went back in time",
-                    op.request
+                    "{:?} (client {}, invoked at {} ns) began after {:?} (client {}) completed at index \
+                     {before_index} ({} ns), yet was answered at index {index}: it went back in time",
+                    op.request, op.client, op.invoked_ns, before.request, before.client, before.completed_ns
                 ),
             ));
         }

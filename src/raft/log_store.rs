@@ -1,9 +1,13 @@
 //! The durable Raft log, vote and committed index, in one redb file.
 //!
-//! Every append batch and every vote is one redb transaction committed with
-//! `Durability::Immediate` (an fsync) before openraft hears that it is saved. The committed
-//! index is written without an fsync: losing its latest value in a crash only means the node
-//! re-applies a few entries later than it could have, never that it applies one it should not.
+//! Every append batch, every vote and every committed index is one redb transaction committed
+//! with `Durability::Immediate` (an fsync) before openraft hears that it is saved.
+//!
+//! The committed index must be durable too: a leader restarted within its lease comes back as
+//! leader of the same term, and answers linearizable reads at its committed index. Were that
+//! index older than what it had applied and acknowledged before the crash, those reads would go
+//! back in time. (The deterministic simulation found exactly that while this index was written
+//! without an fsync.)
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
