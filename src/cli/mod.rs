@@ -1,6 +1,7 @@
 //! The `leasehold` binary's commands. Exit codes: 0 granted or accepted, 3 refused by the store
 //! (held by, stale token), 1 on errors with one line on stderr.
 
+mod bench;
 mod cluster;
 mod commands;
 mod demo;
@@ -52,6 +53,8 @@ enum Cmd {
     Cluster(cluster::ClusterArgs),
     /// Replay the fencing-token scenario against a fresh three-node cluster.
     Demo,
+    /// Measure throughput and latency against a running cluster.
+    Bench(bench::BenchArgs),
     /// Acquire a lease, or renew it if HOLDER already holds it.
     Acquire {
         lease: String,
@@ -147,6 +150,7 @@ async fn run(command: Cmd, client: &ClientOpts) -> anyhow::Result<Exit> {
         Cmd::Serve(args) => serve::run(args).await,
         Cmd::Cluster(args) => cluster::run(args).await,
         Cmd::Demo => demo::run().await,
+        Cmd::Bench(args) => bench::run(client, args).await,
         Cmd::Acquire {
             lease,
             holder,

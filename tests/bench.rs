@@ -1,0 +1,55 @@
+//! `leasehold bench` as a smoke test: every workload runs for a second against a real cluster
+//! and reports operations, without errors. Never a timed assertion: speed is the benchmark's
+//! output, not a test's pass mark.
+
+mod harness;
+
+use harness::{binary, Harness};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_workload_runs_and_reports_json() {
+    let h = Harness::start(3, false).await;
+    for workload in ["acquire", "renew", "fenced-put", "put", "get", "mixed"] {
+        for connect in ["spread", "leader"] {
+            let out = std::process::Command::new(binary())
+                .args([
+                    "bench",
+                    "--workload",
+                    workload,
+                    "--clients",
+                    "4",
+                    "--duration",
+                    "1",
+                    "--warmup",
+                    "0.2",
+                ])
+                .args([
+                    "--connect",
+                    connect,
+                    "-o",
+                    "json",
+                    "--endpoints",
+                    &h.endpoints.join(","),
+                ])
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{workload}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+            assert_eq!(report["workload"], workload, "{report}");
+            assert!(
+                report["ops"].as_u64().unwrap() > 0,
+                "{workload} did nothing: {report}"
+            );
+            assert_eq!(report["errors"], 0, "{workload}: {report}");
+            assert!(report["p99_ms"].as_f64().unwrap() >= report["p50_ms"].as_f64().unwrap());
+            if workload != "mixed" {
+                assert_eq!(report["refused"], 0, "{workload}: {report}");
+            }
+        }
+    }
+}
