@@ -16,5 +16,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for file in files {
         println!("cargo:rerun-if-changed={file}");
     }
+    // etcd's client API, for `leasehold bench --target etcd`: only with the `etcd` feature.
+    if std::env::var_os("CARGO_FEATURE_ETCD").is_some() {
+        let etcd = protox::compile(["proto/etcd/etcd.proto"], ["proto"])?;
+        tonic_prost_build::configure()
+            .build_server(false)
+            .compile_fds(etcd)?;
+    }
+    println!("cargo:rerun-if-changed=proto/etcd/etcd.proto");
     Ok(())
 }

@@ -10,6 +10,12 @@ pub mod raft_v1 {
     tonic::include_proto!("leasehold.raft.v1");
 }
 
+/// The part of etcd's v3 API the benchmark speaks (`--features etcd`).
+#[cfg(feature = "etcd")]
+pub mod etcd {
+    tonic::include_proto!("etcdserverpb");
+}
+
 /// Every message and service above, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/leasehold_descriptor.bin"));

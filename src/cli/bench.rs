@@ -57,6 +57,15 @@ pub struct BenchArgs {
     value_size: usize,
     #[arg(long, value_enum, default_value_t = Connect::Spread)]
     connect: Connect,
+    /// What to measure: Leasehold, or etcd v3 at --endpoints (needs `--features etcd`).
+    #[arg(long, value_enum, default_value_t = Target::Leasehold)]
+    target: Target,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Leasehold,
+    Etcd,
 }
 
 /// What one client saw while measuring.
@@ -101,9 +110,12 @@ pub async fn run(opts: &ClientOpts, args: BenchArgs) -> anyhow::Result<Exit> {
         .filter(|e| !e.is_empty())
         .collect();
     anyhow::ensure!(!all.is_empty(), "--endpoints names no node");
-    let leader = match args.connect {
-        Connect::Leader => Some(leader_endpoint(&all).await?),
-        Connect::Spread => None,
+    let leader = match (args.connect, args.target) {
+        (Connect::Leader, Target::Leasehold) => Some(leader_endpoint(&all).await?),
+        (Connect::Leader, Target::Etcd) => {
+            anyhow::bail!("--connect leader is for Leasehold; use spread with etcd")
+        }
+        (Connect::Spread, _) => None,
     };
     // A fresh prefix per run, so fresh-lease workloads never meet an earlier run's leases.
     let run_id = std::time::SystemTime::now()
@@ -124,7 +136,7 @@ pub async fn run(opts: &ClientOpts, args: BenchArgs) -> anyhow::Result<Exit> {
                 rotated
             }
         };
-        let client = LeaseClient::new(&endpoints)?;
+        let backend = Backend::connect(args.target, &endpoints)?;
         let ctx = ClientCtx {
             id: i,
             run_id,
@@ -132,7 +144,7 @@ pub async fn run(opts: &ClientOpts, args: BenchArgs) -> anyhow::Result<Exit> {
             value: vec![b'x'; args.value_size],
         };
         tasks.push(tokio::spawn(client_loop(
-            client,
+            backend,
             ctx,
             measure_from,
             until,
@@ -179,8 +191,161 @@ const TTL_MS: u64 = 60_000;
 /// Leases the mixed workload's clients contend for.
 const MIXED_LEASES: u64 = 4;
 
+/// One client's connection to the system under test, and what it holds there.
+enum Backend {
+    Leasehold {
+        client: LeaseClient,
+        token: u64,
+    },
+    #[cfg(feature = "etcd")]
+    Etcd(super::bench_etcd::Etcd),
+}
+
+impl Backend {
+    fn connect(target: Target, endpoints: &[String]) -> anyhow::Result<Backend> {
+        match target {
+            Target::Leasehold => Ok(Backend::Leasehold {
+                client: LeaseClient::new(endpoints)?,
+                token: 0,
+            }),
+            #[cfg(feature = "etcd")]
+            Target::Etcd => Ok(Backend::Etcd(super::bench_etcd::Etcd::connect(&endpoints[0])?)),
+            #[cfg(not(feature = "etcd"))]
+            Target::Etcd => anyhow::bail!(
+                "this leasehold was built without etcd support; build it with `cargo build --release --features etcd`"
+            ),
+        }
+    }
+
+    /// Unmeasured: the client's own lease and key.
+    async fn setup(&mut self, ctx: &ClientCtx, names: &Names) -> anyhow::Result<()> {
+        match self {
+            Backend::Leasehold { client, token } => {
+                if matches!(ctx.workload, Workload::Renew | Workload::FencedPut) {
+                    *token = granted(&client.acquire(&names.lease, &names.holder, TTL_MS).await?)
+                        .ok_or_else(|| {
+                        anyhow::anyhow!("could not acquire {} for the benchmark", names.lease)
+                    })?;
+                }
+                if ctx.workload == Workload::Get {
+                    client.put(&names.key, &ctx.value, None).await?;
+                }
+            }
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(etcd) => {
+                if matches!(ctx.workload, Workload::Renew | Workload::FencedPut) {
+                    anyhow::ensure!(
+                        etcd.acquire(&names.lease, (TTL_MS / 1000) as i64).await?,
+                        "could not acquire {} for the benchmark",
+                        names.lease
+                    );
+                }
+                if ctx.workload == Workload::Get {
+                    etcd.put(&names.key, &ctx.value).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One measured request. `choice` drives the mixed workload.
+    async fn step(
+        &mut self,
+        ctx: &ClientCtx,
+        names: &Names,
+        seq: u64,
+        choice: u64,
+    ) -> Result<Done, String> {
+        let contended = format!("mixed-{}-{}", ctx.run_id, choice % MIXED_LEASES);
+        let action = (choice >> 8) % 4;
+        match self {
+            Backend::Leasehold { client, token } => {
+                let result = match ctx.workload {
+                    Workload::Acquire => {
+                        let lease = format!("{}-{seq}", names.holder);
+                        client
+                            .acquire(&lease, &names.holder, TTL_MS)
+                            .await
+                            .map(|r| accepted(granted(&r).is_some()))
+                    }
+                    Workload::Renew => client
+                        .acquire(&names.lease, &names.holder, TTL_MS)
+                        .await
+                        .map(|r| accepted(granted(&r).is_some())),
+                    Workload::FencedPut => client
+                        .put(&names.key, &ctx.value, Some((&names.lease, *token)))
+                        .await
+                        .map(|r| accepted(written(&r))),
+                    Workload::Put => client
+                        .put(&names.key, &ctx.value, None)
+                        .await
+                        .map(|r| accepted(written(&r))),
+                    Workload::Get => client.get(&names.key).await.map(|_| Done::Accepted),
+                    Workload::Mixed => match action {
+                        0 => client
+                            .acquire(&contended, &names.holder, 1_000)
+                            .await
+                            .map(|r| match granted(&r) {
+                                Some(t) => {
+                                    *token = t;
+                                    Done::Accepted
+                                }
+                                None => Done::Refused,
+                            }),
+                        1 if *token > 0 => client
+                            .put(&contended, &ctx.value, Some((&contended, *token)))
+                            .await
+                            .map(|r| accepted(written(&r))),
+                        _ => client.get(&contended).await.map(|_| Done::Accepted),
+                    },
+                };
+                result.map_err(|e| e.to_string())
+            }
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(etcd) => {
+                let result = match ctx.workload {
+                    Workload::Acquire => {
+                        let lock = format!("{}-{seq}", names.holder);
+                        etcd.acquire(&lock, (TTL_MS / 1000) as i64)
+                            .await
+                            .map(accepted)
+                    }
+                    Workload::Renew => etcd.renew().await.map(|()| Done::Accepted),
+                    Workload::FencedPut => etcd
+                        .fenced_put(&names.lease, &names.key, &ctx.value)
+                        .await
+                        .map(accepted),
+                    Workload::Put => etcd
+                        .put(&names.key, &ctx.value)
+                        .await
+                        .map(|()| Done::Accepted),
+                    Workload::Get => etcd.get(&names.key).await.map(|()| Done::Accepted),
+                    Workload::Mixed => match action {
+                        0 => etcd.acquire(&contended, 1).await.map(accepted),
+                        1 if etcd.lock_revision > 0 => {
+                            let data = format!("{contended}-data");
+                            etcd.fenced_put(&contended, &data, &ctx.value)
+                                .await
+                                .map(accepted)
+                        }
+                        _ => etcd.get(&contended).await.map(|()| Done::Accepted),
+                    },
+                };
+                result.map_err(|status| format!("{:?}: {}", status.code(), status.message()))
+            }
+        }
+    }
+}
+
+/// A client's own names: its holder, its lease (or etcd lock key), its key.
+struct Names {
+    holder: String,
+    lease: String,
+    key: String,
+}
+
 async fn client_loop(
-    client: LeaseClient,
+    mut backend: Backend,
     ctx: ClientCtx,
     measure_from: Instant,
     until: Instant,
@@ -188,87 +353,37 @@ async fn client_loop(
 ) -> anyhow::Result<Tally> {
     let mut tally = Tally::new();
     let holder = format!("bench-{}-{}", ctx.run_id, ctx.id);
-    let own_lease = holder.clone();
-    let key = holder.clone();
-    // Setup, unmeasured: the client's own lease and key.
-    let mut token = match ctx.workload {
-        Workload::Renew | Workload::FencedPut => {
-            granted(&client.acquire(&own_lease, &holder, TTL_MS).await?)
-                .ok_or_else(|| anyhow::anyhow!("could not acquire {own_lease} for the benchmark"))?
-        }
-        _ => 0,
+    let names = Names {
+        lease: holder.clone(),
+        key: format!("{holder}-key"),
+        holder,
     };
-    if ctx.workload == Workload::Get {
-        client.put(&key, &ctx.value, None).await?;
-    }
+    backend.setup(&ctx, &names).await?;
     let mut seq: u64 = 0;
-    // A simple per-client generator for the mixed workload's choices.
-    let mut state = (ctx.id as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    // A per-client xorshift for the mixed workload's choices.
+    let mut choice = (ctx.id as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     while Instant::now() < until {
         seq += 1;
+        choice ^= choice << 13;
+        choice ^= choice >> 7;
+        choice ^= choice << 17;
         let sent = Instant::now();
-        let result: Result<Done, crate::client::ClientError> = match ctx.workload {
-            Workload::Acquire => {
-                let lease = format!("{holder}-{seq}");
-                client
-                    .acquire(&lease, &holder, TTL_MS)
-                    .await
-                    .map(|r| accepted(granted(&r).is_some()))
-            }
-            Workload::Renew => client
-                .acquire(&own_lease, &holder, TTL_MS)
-                .await
-                .map(|r| accepted(granted(&r).is_some())),
-            Workload::FencedPut => client
-                .put(&key, &ctx.value, Some((&own_lease, token)))
-                .await
-                .map(|r| accepted(written(&r))),
-            Workload::Put => client
-                .put(&key, &ctx.value, None)
-                .await
-                .map(|r| accepted(written(&r))),
-            Workload::Get => client.get(&key).await.map(|_| Done::Accepted),
-            Workload::Mixed => {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                let lease = format!("mixed-{}-{}", ctx.run_id, state % MIXED_LEASES);
-                match (state >> 8) % 4 {
-                    0 => client
-                        .acquire(&lease, &holder, 1_000)
-                        .await
-                        .map(|r| match granted(&r) {
-                            Some(t) => {
-                                token = t;
-                                Done::Accepted
-                            }
-                            None => Done::Refused,
-                        }),
-                    1 if token > 0 => client
-                        .put(&lease, &ctx.value, Some((&lease, token)))
-                        .await
-                        .map(|r| accepted(written(&r))),
-                    _ => client.get(&lease).await.map(|_| Done::Accepted),
-                }
-            }
-        };
+        let result = backend.step(&ctx, &names, seq, choice).await;
         let latency_us = sent.elapsed().as_micros() as u64;
         if sent < measure_from {
             continue;
         }
         match result {
-            Ok(Done::Accepted) => {
+            Ok(outcome) => {
                 tally.latency_us.saturating_record(latency_us.max(1));
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(Done::Refused) => {
-                tally.latency_us.saturating_record(latency_us.max(1));
-                tally.refusals += 1;
+                if matches!(outcome, Done::Refused) {
+                    tally.refusals += 1;
+                }
                 done.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => {
                 tally.errors += 1;
-                tally.last_error = Some(e.to_string());
+                tally.last_error = Some(e);
             }
         }
     }

@@ -2,6 +2,8 @@
 //! (held by, stale token), 1 on errors with one line on stderr.
 
 mod bench;
+#[cfg(feature = "etcd")]
+mod bench_etcd;
 mod cluster;
 mod commands;
 mod demo;
