@@ -16,6 +16,8 @@ use crate::proto::v1::lease_store_client::LeaseStoreClient;
 
 /// One attempt's limit: above a node's own worst case (election wait plus quorum waits).
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(9);
+/// No attempt gets less, whatever the deadline.
+const MIN_ATTEMPT: Duration = Duration::from_millis(200);
 /// How long a call keeps trying other nodes while none answers.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
 /// Pause after every node was tried once, so a cluster in an election is not hammered.
@@ -50,16 +52,19 @@ fn describe(status: &Status) -> String {
     format!("{kind}: {}", status.message())
 }
 
-/// Worth trying elsewhere: `Unavailable` means the request reached no leader, unless the node
-/// said the write may have been applied; a transport failure means the node asked died or
-/// dropped the connection (a killed node's stale connection fails this way). A write retried
-/// after a transport failure may apply twice: harmless for acquire (a renewal), put and fenced
-/// put (the same token is accepted again); a repeated release answers `not_held`.
+/// Worth trying elsewhere: the node asked did not answer in time, had no leader or quorum,
+/// or its connection failed. Safe for writes too: every request carries a request id, and the
+/// store answers a retry of an applied request with its first answer instead of applying it
+/// again. Bad input, a wrong clock and broken invariants are final.
 fn retryable(status: &Status) -> bool {
-    let indeterminate = status.metadata().get(INDETERMINATE_KEY).is_some();
-    let transport = std::error::Error::source(status)
-        .is_some_and(|source| source.downcast_ref::<tonic::transport::Error>().is_some());
-    (status.code() == Code::Unavailable && !indeterminate) || transport
+    matches!(
+        status.code(),
+        Code::Unavailable
+            | Code::DeadlineExceeded
+            | Code::Cancelled
+            | Code::Unknown
+            | Code::ResourceExhausted
+    )
 }
 
 pub struct LeaseClient {
@@ -154,8 +159,12 @@ impl LeaseClient {
         let mut attempt = 0;
         loop {
             let index = (first + attempt) % count;
-            // One attempt never outlives the whole call's deadline.
-            let timeout = ATTEMPT_TIMEOUT.min(self.deadline);
+            // Half the deadline at most, so a node that hangs (stopped, cut off) leaves time to
+            // ask another; never past the deadline itself.
+            let left = self.deadline.saturating_sub(started.elapsed());
+            let timeout = (self.deadline / 2)
+                .clamp(self.deadline.min(MIN_ATTEMPT), ATTEMPT_TIMEOUT)
+                .min(left.max(MIN_ATTEMPT));
             match call(self.channels[index].clone(), timeout).await {
                 Ok(response) => {
                     self.preferred.store(index, Ordering::Relaxed);
@@ -167,7 +176,9 @@ impl LeaseClient {
                         tokio::time::sleep(ROUND_PAUSE).await;
                     }
                 }
-                Err(status) if retryable(&status) => {
+                Err(status)
+                    if retryable(&status) && status.metadata().get(INDETERMINATE_KEY).is_none() =>
+                {
                     return Err(ClientError::Status(Status::unavailable(format!(
                         "no node of {} answered within {} ms; last: {}",
                         self.endpoints.join(","),

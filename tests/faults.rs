@@ -676,7 +676,15 @@ async fn time_to_serve(cluster: &Cluster, recorder: &Recorder, probe: &mut u64) 
         }
         if healed.elapsed() > Duration::from_secs(60) {
             for id in cluster.ids() {
-                println!("node {id}: {:?}", cluster.node_status(id).await);
+                // The process state letter: R running, S sleeping, T stopped, Z zombie.
+                let state = cluster.nodes.pid(id).and_then(|pid| {
+                    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                    Some(format!(
+                        "pid {pid} state {}",
+                        stat.rsplit(')').next()?.split_whitespace().next()?
+                    ))
+                });
+                println!("node {id} ({state:?}): {:?}", cluster.node_status(id).await);
                 let log = std::fs::read_to_string(&cluster.nodes.nodes()[(id - 1) as usize].log)
                     .unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(15).collect();

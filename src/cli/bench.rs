@@ -198,7 +198,7 @@ enum Backend {
         token: u64,
     },
     #[cfg(feature = "etcd")]
-    Etcd(super::bench_etcd::Etcd),
+    Etcd(Box<super::bench_etcd::Etcd>),
 }
 
 impl Backend {
@@ -209,7 +209,7 @@ impl Backend {
                 token: 0,
             }),
             #[cfg(feature = "etcd")]
-            Target::Etcd => Ok(Backend::Etcd(super::bench_etcd::Etcd::connect(&endpoints[0])?)),
+            Target::Etcd => Ok(Backend::Etcd(Box::new(super::bench_etcd::Etcd::connect(&endpoints[0])?))),
             #[cfg(not(feature = "etcd"))]
             Target::Etcd => anyhow::bail!(
                 "this leasehold was built without etcd support; build it with `cargo build --release --features etcd`"
