@@ -1,0 +1,109 @@
+//! Micro-benchmarks of the hot path without a cluster: the state machine's apply, and the log
+//! store's append with its fsync. `cargo bench --bench hot_path`.
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use leasehold::lease::{Command, Fence, LeaseTable, Op, RequestId};
+use leasehold::raft::{LogStore, TypeConfig};
+use openraft::storage::RaftLogStorageExt;
+use openraft::testing::log_id;
+use openraft::{Entry, EntryPayload};
+
+fn command(at_ms: u64, sequence: u64, op: Op) -> Command {
+    Command {
+        at_ms: Some(at_ms),
+        request: Some(RequestId {
+            client: 1,
+            sequence,
+        }),
+        op,
+    }
+}
+
+fn apply(c: &mut Criterion) {
+    // A table with 10,000 leases and rows, as a busy store might hold.
+    let mut table = LeaseTable::default();
+    for i in 0..10_000u64 {
+        let lease = format!("lease-{i}");
+        table.apply(&command(
+            0,
+            i,
+            Op::Acquire {
+                lease: lease.clone(),
+                holder: "h".into(),
+                ttl_ms: 600_000,
+            },
+        ));
+        table.apply(&command(
+            0,
+            i,
+            Op::Put {
+                key: format!("key-{i}"),
+                value: vec![0; 100],
+                fence: None,
+            },
+        ));
+    }
+    let mut sequence = 1_000_000;
+    c.bench_function("apply fenced put (10k leases)", |b| {
+        b.iter(|| {
+            sequence += 1;
+            let op = Op::Put {
+                key: "key-5".into(),
+                value: vec![1; 100],
+                fence: Some(Fence {
+                    lease: "lease-5".into(),
+                    token: 1,
+                }),
+            };
+            black_box(table.apply(&command(1, sequence, op)))
+        })
+    });
+    c.bench_function("apply renew (10k leases)", |b| {
+        b.iter(|| {
+            sequence += 1;
+            let op = Op::Acquire {
+                lease: "lease-7".into(),
+                holder: "h".into(),
+                ttl_ms: 600_000,
+            };
+            black_box(table.apply(&command(2, sequence, op)))
+        })
+    });
+}
+
+fn append(c: &mut Criterion) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::TempDir::new().unwrap();
+    let mut log = LogStore::open(&dir.path().join("raft.redb")).unwrap();
+    let mut index = 0u64;
+    let mut batch = |size: u64| -> Vec<Entry<TypeConfig>> {
+        (0..size)
+            .map(|_| {
+                index += 1;
+                let op = Op::Put {
+                    key: format!("k{index}"),
+                    value: vec![0; 100],
+                    fence: None,
+                };
+                Entry {
+                    log_id: log_id(1, 1, index),
+                    payload: EntryPayload::Normal(command(index, index, op)),
+                }
+            })
+            .collect()
+    };
+    for size in [1u64, 64] {
+        c.bench_function(&format!("log append, fsynced, batch of {size}"), |b| {
+            b.iter_batched(
+                || batch(size),
+                |entries| runtime.block_on(log.blocking_append(entries)).unwrap(),
+                BatchSize::SmallInput,
+            )
+        });
+    }
+}
+
+criterion_group!(benches, apply, append);
+criterion_main!(benches);

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Leasehold against etcd on this machine, in one run: a three-node etcd (default heartbeat 100 ms,
+# election 1000 ms) and a three-node Leasehold on loopback, each with its data dirs on the same disk
+# and fsync on. Every workload at 1, 16 and 64 clients on both, interleaved, in one table with the
+# ratio per row; then failover both ways (a writer on the followers, kill -9 of the leader, time to
+# the next acknowledged write); then resident memory per node, idle and under 64-client load.
+# It installs etcd-server from Debian if missing and stops everything it started.
+#
+# Settings (environment): BENCH_SECS (10), BENCH_WARMUP (1), BENCH_CLIENTS ("1 16 64"),
+# BENCH_WORKLOADS ("acquire renew fenced-put put get mixed"), FAILOVER_TRIES (5).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+secs=${BENCH_SECS:-10}
+warmup=${BENCH_WARMUP:-1}
+clients_list=${BENCH_CLIENTS:-"1 16 64"}
+workloads=${BENCH_WORKLOADS:-"acquire renew fenced-put put get mixed"}
+tries=${FAILOVER_TRIES:-5}
+
+if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
+  echo "installing etcd-server and etcd-client from Debian..." >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client >/dev/null
+fi
+echo "building leasehold with the etcd client..." >&2
+cargo build --release --features etcd --quiet
+bin=$here/target/release/leasehold
+
+mkdir -p "$here/target"
+work=$(mktemp -d -p "$here/target" bench-vs-etcd.XXXXXX)
+declare -A etcd_pid lh_pid
+cleanup() {
+  for p in "${etcd_pid[@]}" "${lh_pid[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+etcd_cluster=e1=http://127.0.0.1:12380,e2=http://127.0.0.1:22380,e3=http://127.0.0.1:32380
+etcd_endpoints=127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379
+lh_peers=1=127.0.0.1:7301,2=127.0.0.1:7302,3=127.0.0.1:7303
+lh_endpoints=127.0.0.1:7301,127.0.0.1:7302,127.0.0.1:7303
+
+start_etcd() { # id
+  local i=$1
+  etcd --name "e$i" --data-dir "$work/etcd-$i" \
+    --listen-client-urls "http://127.0.0.1:${i}2379" --advertise-client-urls "http://127.0.0.1:${i}2379" \
+    --listen-peer-urls "http://127.0.0.1:${i}2380" --initial-advertise-peer-urls "http://127.0.0.1:${i}2380" \
+    --initial-cluster "$etcd_cluster" --initial-cluster-state new --initial-cluster-token bench \
+    --heartbeat-interval 100 --election-timeout 1000 >>"$work/etcd-$i.log" 2>&1 &
+  etcd_pid[$i]=$!
+}
+start_lh() { # id
+  local i=$1
+  "$bin" serve --id "$i" --listen "127.0.0.1:730$i" --data-dir "$work/lh-$i" --peers "$lh_peers" \
+    >/dev/null 2>>"$work/lh-$i.log" &
+  lh_pid[$i]=$!
+}
+etcd_ctl() { ETCDCTL_API=3 etcdctl --command-timeout=2s "$@"; }
+etcd_ready() { etcd_ctl --endpoints "$etcd_endpoints" endpoint health >/dev/null 2>&1; }
+lh_ready() {
+  "$bin" status -o json --endpoints "$lh_endpoints" 2>/dev/null | python3 -c '
+import json, sys
+nodes = json.load(sys.stdin)["nodes"]
+sys.exit(0 if sum(n["role"] == "leader" for n in nodes) == 1 and all(n["role"] in ("leader", "follower") for n in nodes) else 1)'
+}
+wait_until() { # what, command...
+  local what=$1; shift
+  for _ in $(seq 300); do "$@" && return 0; sleep 0.1; done
+  echo "timed out waiting for $what" >&2; return 1
+}
+
+for i in 1 2 3; do start_etcd "$i"; start_lh "$i"; done
+wait_until "etcd" etcd_ready
+wait_until "leasehold" lh_ready
+
+# One benchmark run: prints "ops_per_s p99_ms errors".
+bench() { # target endpoints workload clients
+  "$bin" bench --target "$1" --endpoints "$2" --workload "$3" --clients "$4" \
+    --duration "$secs" --warmup "$warmup" -o json 2>/dev/null |
+    python3 -c 'import json,sys; r=json.load(sys.stdin); print(f"{r[\"ops_per_s\"]:.0f} {r[\"p99_ms\"]:.2f} {r[\"errors\"]}")'
+}
+
+echo
+echo "Throughput and p99 latency, ${secs} s per run after ${warmup} s warm-up (etcd's renew is LeaseKeepAlive):"
+printf '%-11s %7s | %12s %9s | %12s %9s | %7s\n' workload clients "leasehold/s" "p99 ms" "etcd/s" "p99 ms" ratio
+for w in $workloads; do
+  for c in $clients_list; do
+    read -r lh_ops lh_p99 lh_err <<<"$(bench leasehold "$lh_endpoints" "$w" "$c")"
+    read -r et_ops et_p99 et_err <<<"$(bench etcd "$etcd_endpoints" "$w" "$c")"
+    ratio=$(python3 -c "print(f'{$lh_ops / max($et_ops, 1):.2f}x')")
+    note=""
+    [ "$lh_err" != 0 ] && note="$note leasehold errors: $lh_err"
+    [ "$et_err" != 0 ] && note="$note etcd errors: $et_err"
+    printf '%-11s %7s | %12s %9s | %12s %9s | %7s%s\n' "$w" "$c" "$lh_ops" "$lh_p99" "$et_ops" "$et_p99" "$ratio" "$note"
+  done
+done
+
+# Resident memory per node, in MiB.
+rss() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
+memory() { # label
+  printf '%-24s leasehold %s MiB, etcd %s MiB\n' "$1" \
+    "$(for i in 1 2 3; do rss "${lh_pid[$i]}"; echo -n ' '; done)" \
+    "$(for i in 1 2 3; do rss "${etcd_pid[$i]}"; echo -n ' '; done)"
+}
+echo
+echo "Resident memory per node:"
+memory "idle"
+"$bin" bench --target leasehold --endpoints "$lh_endpoints" --workload fenced-put --clients 64 --duration 6 --warmup 0 >/dev/null 2>&1 &
+load=$!
+sleep 4
+lh_loaded=$(for i in 1 2 3; do rss "${lh_pid[$i]}"; echo -n ' '; done)
+wait "$load"
+"$bin" bench --target etcd --endpoints "$etcd_endpoints" --workload fenced-put --clients 64 --duration 6 --warmup 0 >/dev/null 2>&1 &
+load=$!
+sleep 4
+et_loaded=$(for i in 1 2 3; do rss "${etcd_pid[$i]}"; echo -n ' '; done)
+wait "$load"
+printf '%-24s leasehold %s MiB, etcd %s MiB\n' "64-client fenced-put" "$lh_loaded" "$et_loaded"
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+echo
+echo "Failover: kill -9 of the leader, time to the next acknowledged write from a writer on the followers:"
+lh_times=()
+for t in $(seq "$tries"); do
+  leader=$("$bin" status -o json --endpoints "$lh_endpoints" | python3 -c 'import json,sys; print([n["id"] for n in json.load(sys.stdin)["nodes"] if n["role"]=="leader"][0])')
+  followers=$(for i in 1 2 3; do [ "$i" != "$leader" ] && echo -n "127.0.0.1:730$i,"; done)
+  t0=$(now_ms)
+  kill -9 "${lh_pid[$leader]}"
+  until "$bin" put failover "$t" --endpoints "${followers%,}" >/dev/null 2>&1; do :; done
+  lh_times+=($(($(now_ms) - t0)))
+  wait "${lh_pid[$leader]}" 2>/dev/null || true
+  start_lh "$leader"
+  wait_until "leasehold to recover" lh_ready
+  sleep 1
+done
+et_times=()
+for t in $(seq "$tries"); do
+  leader=$(etcd_ctl --endpoints "$etcd_endpoints" endpoint status -w json | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+lead = s[0]["Status"]["leader"]
+print([e["Endpoint"] for e in s if e["Status"]["header"]["member_id"] == lead][0].split(":")[-1][0])')
+  followers=$(for i in 1 2 3; do [ "$i" != "$leader" ] && echo -n "127.0.0.1:${i}2379,"; done)
+  t0=$(now_ms)
+  kill -9 "${etcd_pid[$leader]}"
+  until etcd_ctl --endpoints "${followers%,}" put failover "$t" >/dev/null 2>&1; do :; done
+  et_times+=($(($(now_ms) - t0)))
+  wait "${etcd_pid[$leader]}" 2>/dev/null || true
+  start_etcd "$leader"
+  wait_until "etcd to recover" etcd_ready
+  sleep 2
+done
+echo "leasehold: ${lh_times[*]} ms; median $(printf '%s\n' "${lh_times[@]}" | median) ms, longest $(printf '%s\n' "${lh_times[@]}" | sort -n | tail -1) ms"
+echo "etcd:      ${et_times[*]} ms; median $(printf '%s\n' "${et_times[@]}" | median) ms, longest $(printf '%s\n' "${et_times[@]}" | sort -n | tail -1) ms"
