@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use harness::Rng;
 use leasehold::check::{self, Anomaly, Answer, Completion, Log, Operation, Request};
 use leasehold::cli::local::LocalCluster;
 use leasehold::client::{ClientError, LeaseClient};
@@ -30,30 +31,6 @@ use leasehold::lease::{Fence, LeaseTable, Op, Outcome, ReleaseRefusal};
 use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use leasehold::proto::v1 as pb;
 use leasehold::raft::codec;
-
-// ---------------------------------------------------------------------------------------------
-// Seeded randomness: splitmix64, so a seed replays the same choices without a dependency.
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn between(&mut self, low: u64, high: u64) -> u64 {
-        low + self.below(high - low)
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // The network namespace and its nftables rules.

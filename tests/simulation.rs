@@ -10,12 +10,15 @@
 //! `LEASEHOLD_SIM_SEEDS=N` runs N seeds (default 200); `LEASEHOLD_SIM_SEED=S` runs only seed S.
 //! A failing seed is printed; add it to `REGRESSION_SEEDS` once its bug is fixed.
 
+mod harness;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::ops::RangeBounds;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use harness::Rng;
 use leasehold::check::{self, Answer, Completion, Log, Operation, Request};
 use leasehold::lease::{Command, Fence, LeaseTable, Op, Outcome, RequestId};
 use leasehold::raft::{Applied, Raft, SharedState, StateMachineStore, TypeConfig};
@@ -35,26 +38,6 @@ use tokio::time::Instant;
 const REGRESSION_SEEDS: &[u64] = &[];
 /// Virtual time per schedule.
 const SCHEDULE: Duration = Duration::from_secs(8);
-
-// ---------------------------------------------------------------------------------------------
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn between(&mut self, low: u64, high: u64) -> u64 {
-        low + self.below(high - low)
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // A log store in memory that outlives its node, as a disk does.
@@ -561,25 +544,15 @@ async fn client(id: u32, sim: Arc<Sim>, history: History, seed: u64, until: Inst
                 value,
                 fence: None,
             },
-            7..=8 => {
-                let request = Request::Get {
-                    key: ["f0", "f1", "p"][rng.below(3) as usize].into(),
-                };
-                let invoked = sim.now_ns();
-                let completion = read(&sim, node, &request).await;
-                let completed = sim.now_ns();
-                history.lock().unwrap().push(Operation {
-                    client: id,
-                    request,
-                    invoked_ns: invoked,
-                    completed_ns: completed,
-                    completion,
-                });
-                continue;
-            }
-            _ => {
-                let request = Request::GetLease {
-                    lease: lease.into(),
+            read_choice => {
+                let request = if read_choice <= 8 {
+                    Request::Get {
+                        key: ["f0", "f1", "p"][rng.below(3) as usize].into(),
+                    }
+                } else {
+                    Request::GetLease {
+                        lease: lease.into(),
+                    }
                 };
                 let invoked = sim.now_ns();
                 let completion = read(&sim, node, &request).await;
