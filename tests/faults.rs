@@ -11,7 +11,7 @@
 //!
 //! CI runs the short tests below. The long run, on demand:
 //! `LEASEHOLD_FAULT_SECS=600 LEASEHOLD_FAULT_SEED=42 cargo test --release --test faults -- --ignored --nocapture`
-//! (`LEASEHOLD_FAULT_NODES=5` for five nodes). Every run prints its seed; the same seed replays
+//! (`LEASEHOLD_FAULT_NODES=5` for five nodes, `LEASEHOLD_FAULT_KINDS=RestartAll,…` for some kinds). Every run prints its seed; the same seed replays
 //! the same schedule of faults and operations (timing still varies).
 
 mod harness;
@@ -913,6 +913,15 @@ async fn long_fault_run() {
         .unwrap_or(3);
     let mut faults = Fault::all(nodes);
     faults.push(Fault::PausedClient);
+    // LEASEHOLD_FAULT_KINDS=RestartAll,KillLeader narrows the run to those kinds.
+    if let Ok(kinds) = std::env::var("LEASEHOLD_FAULT_KINDS") {
+        let wanted: Vec<&str> = kinds.split(',').map(str::trim).collect();
+        faults.retain(|f| wanted.contains(&format!("{f:?}").as_str()));
+        assert!(
+            !faults.is_empty(),
+            "LEASEHOLD_FAULT_KINDS names no fault kind: {kinds}"
+        );
+    }
     let report = fault_run(
         nodes,
         &faults,

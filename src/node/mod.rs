@@ -56,6 +56,10 @@ struct NodeInner {
     raft: Raft,
     /// A reader of the same log Raft writes, for `ReadLog`.
     log: LogStore,
+    /// The last log index this process found on disk when it started. Everything this node
+    /// acknowledged before a restart is at or below it, so it serves no read (and starts no
+    /// clock) before it has applied that far.
+    boot_last_log_index: u64,
     state: Arc<SharedState>,
     clock: LeaderClock,
     channels: Channels,
@@ -70,12 +74,14 @@ impl Node {
         log: LogStore,
         state: Arc<SharedState>,
         channels: Channels,
+        boot_last_log_index: u64,
     ) -> Self {
         Node {
             inner: Arc::new(NodeInner {
                 id: config.id,
                 raft,
                 log,
+                boot_last_log_index,
                 state,
                 clock: LeaderClock::default(),
                 channels,
@@ -226,9 +232,24 @@ impl Node {
     /// Confirms with a quorum that this node still leads, and waits until everything committed
     /// before now is applied (Raft's ReadIndex).
     async fn confirm_leadership(&self) -> Result<(), NodeError> {
-        match tokio::time::timeout(QUORUM_WAIT, self.inner.raft.ensure_linearizable()).await {
+        let confirmed = async {
+            let read_index = self.inner.raft.ensure_linearizable().await?;
+            // A leader restored at start-up (same term, same vote) may confirm a read index
+            // below entries it had acknowledged before the restart; wait for its whole log.
+            let boot = self.inner.boot_last_log_index;
+            if read_index.map_or(0, |id| id.index) < boot {
+                self.inner
+                    .raft
+                    .wait(None)
+                    .applied_index_at_least(Some(boot), "applied the log found at start-up")
+                    .await
+                    .map_err(|_| RaftError::Fatal(openraft::error::Fatal::Stopped))?;
+            }
+            Ok::<_, RaftError<NodeId, CheckIsLeaderError<NodeId, BasicNode>>>(())
+        };
+        match tokio::time::timeout(QUORUM_WAIT, confirmed).await {
             Err(_) => Err(NodeError::ReadUnconfirmed(QUORUM_WAIT)),
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(())) => Ok(()),
             Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
                 Err(self.forward_error(f))
             }

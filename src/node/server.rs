@@ -98,7 +98,11 @@ pub async fn run(
     })?;
     check_clock_mode(&config.data_dir, config.manual_clock)?;
 
-    let log_store = LogStore::open(&config.data_dir.join("raft.redb"))?;
+    let mut log_store = LogStore::open(&config.data_dir.join("raft.redb"))?;
+    let boot_last_log_index = openraft::storage::RaftLogStorage::get_log_state(&mut log_store)
+        .await?
+        .last_log_id
+        .map_or(0, |id| id.index);
     let state_machine = StateMachineStore::open(&config.data_dir)?;
     let state = state_machine.shared();
     let listen_ip = config.listen.ip();
@@ -117,7 +121,14 @@ pub async fn run(
     )
     .await
     .map_err(|e| StartError::Raft(e.to_string()))?;
-    let node = Node::new(&config, raft.clone(), log_store, state, channels);
+    let node = Node::new(
+        &config,
+        raft.clone(),
+        log_store,
+        state,
+        channels,
+        boot_last_log_index,
+    );
 
     // Bind before anything else can fail late: a taken port is the commonest start-up error.
     let listener = tokio::net::TcpListener::bind(config.listen)
