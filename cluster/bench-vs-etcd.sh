@@ -78,7 +78,10 @@ wait_until "leasehold" lh_ready
 bench() { # target endpoints workload clients
   "$bin" bench --target "$1" --endpoints "$2" --workload "$3" --clients "$4" \
     --duration "$secs" --warmup "$warmup" -o json 2>/dev/null |
-    python3 -c 'import json,sys; r=json.load(sys.stdin); print(f"{r[\"ops_per_s\"]:.0f} {r[\"p99_ms\"]:.2f} {r[\"errors\"]}")'
+    python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+print("%.0f %.2f %d" % (r["ops_per_s"], r["p99_ms"], r["errors"]))'
 }
 
 echo

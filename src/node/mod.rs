@@ -138,20 +138,30 @@ impl Node {
         let mut metrics = self.inner.raft.metrics();
         let deadline = tokio::time::Instant::now() + LEADER_WAIT;
         loop {
-            {
+            // Copy out and drop the borrow at once: it holds the metrics channel's read lock,
+            // and taking it again below (`not_leader` reads the membership) while openraft waits
+            // to publish new metrics deadlocks the runtime's threads. The fault suite and the
+            // etcd comparison each found a node hung exactly so, after a leader change.
+            let (running, leader, state, term) = {
                 let m = metrics.borrow_and_update();
-                if let Err(fatal) = &m.running_state {
-                    return Err(NodeError::Raft(fatal.to_string()));
+                (
+                    m.running_state.clone(),
+                    m.current_leader,
+                    m.state,
+                    m.current_term,
+                )
+            };
+            if let Err(fatal) = running {
+                return Err(NodeError::Raft(fatal.to_string()));
+            }
+            match leader {
+                Some(leader) if leader == self.inner.id && state == ServerState::Leader => {
+                    return Ok(term)
                 }
-                match m.current_leader {
-                    Some(leader) if leader == self.inner.id && m.state == ServerState::Leader => {
-                        return Ok(m.current_term);
-                    }
-                    Some(leader) if leader != self.inner.id => {
-                        return Err(self.not_leader(Some(leader)))
-                    }
-                    _ => {}
+                Some(leader) if leader != self.inner.id => {
+                    return Err(self.not_leader(Some(leader)))
                 }
+                _ => {}
             }
             match tokio::time::timeout_at(deadline, metrics.changed()).await {
                 Err(_) => return Err(NodeError::NoLeader(LEADER_WAIT)),
@@ -232,21 +242,7 @@ impl Node {
     /// Confirms with a quorum that this node still leads, and waits until everything committed
     /// before now is applied (Raft's ReadIndex).
     async fn confirm_leadership(&self) -> Result<(), NodeError> {
-        let confirmed = async {
-            let read_index = self.inner.raft.ensure_linearizable().await?;
-            // A leader restored at start-up (same term, same vote) may confirm a read index
-            // below entries it had acknowledged before the restart; wait for its whole log.
-            let boot = self.inner.boot_last_log_index;
-            if read_index.map_or(0, |id| id.index) < boot {
-                self.inner
-                    .raft
-                    .wait(None)
-                    .applied_index_at_least(Some(boot), "applied the log found at start-up")
-                    .await
-                    .map_err(|_| RaftError::Fatal(openraft::error::Fatal::Stopped))?;
-            }
-            Ok::<_, RaftError<NodeId, CheckIsLeaderError<NodeId, BasicNode>>>(())
-        };
+        let confirmed = crate::raft::read_index(&self.inner.raft, self.inner.boot_last_log_index);
         match tokio::time::timeout(QUORUM_WAIT, confirmed).await {
             Err(_) => Err(NodeError::ReadUnconfirmed(QUORUM_WAIT)),
             Ok(Ok(())) => Ok(()),

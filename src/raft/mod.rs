@@ -44,6 +44,35 @@ pub struct Applied {
     pub outcome: Outcome,
 }
 
+/// Raft's ReadIndex, made safe across restarts. openraft confirms leadership with a quorum and
+/// waits until everything committed before the read is applied. A leader restored at start-up
+/// (same term, its own committed vote) may hold a read index below entries it acknowledged
+/// before the restart, so this also waits until the node has applied `boot_last_log_index`, the
+/// last log index it found on disk when it started: everything it ever acknowledged is there.
+/// (The fault suite caught reads going back in time after a full restart without this wait.)
+pub async fn read_index(
+    raft: &Raft,
+    boot_last_log_index: u64,
+) -> Result<
+    (),
+    openraft::error::RaftError<
+        NodeId,
+        openraft::error::CheckIsLeaderError<NodeId, openraft::BasicNode>,
+    >,
+> {
+    let read_index = raft.ensure_linearizable().await?;
+    if read_index.map_or(0, |id| id.index) < boot_last_log_index {
+        raft.wait(None)
+            .applied_index_at_least(
+                Some(boot_last_log_index),
+                "applied the log found at start-up",
+            )
+            .await
+            .map_err(|_| openraft::error::RaftError::Fatal(openraft::error::Fatal::Stopped))?;
+    }
+    Ok(())
+}
+
 /// The one encoding for everything Leasehold writes to disk or sends to a peer.
 pub mod codec {
     use serde::{de::DeserializeOwned, Serialize};
