@@ -93,8 +93,8 @@ for w in $workloads; do
     read -r et_ops et_p99 et_err <<<"$(bench etcd "$etcd_endpoints" "$w" "$c")"
     ratio=$(python3 -c "print(f'{$lh_ops / max($et_ops, 1):.2f}x')")
     note=""
-    [ "$lh_err" != 0 ] && note="$note leasehold errors: $lh_err"
-    [ "$et_err" != 0 ] && note="$note etcd errors: $et_err"
+    if [ "$lh_err" != 0 ]; then note="$note leasehold errors: $lh_err"; fi
+    if [ "$et_err" != 0 ]; then note="$note etcd errors: $et_err"; fi
     printf '%-11s %7s | %12s %9s | %12s %9s | %7s%s\n' "$w" "$c" "$lh_ops" "$lh_p99" "$et_ops" "$et_p99" "$ratio" "$note"
   done
 done
@@ -129,7 +129,7 @@ echo "Failover: kill -9 of the leader, time to the next acknowledged write from 
 lh_times=()
 for t in $(seq "$tries"); do
   leader=$("$bin" status -o json --endpoints "$lh_endpoints" | python3 -c 'import json,sys; print([n["id"] for n in json.load(sys.stdin)["nodes"] if n["role"]=="leader"][0])')
-  followers=$(for i in 1 2 3; do [ "$i" != "$leader" ] && echo -n "127.0.0.1:730$i,"; done)
+  followers=$(for i in 1 2 3; do if [ "$i" != "$leader" ]; then echo -n "127.0.0.1:730$i,"; fi; done)
   t0=$(now_ms)
   kill -9 "${lh_pid[$leader]}"
   until "$bin" put failover "$t" --endpoints "${followers%,}" >/dev/null 2>&1; do :; done
@@ -146,7 +146,7 @@ import json, sys
 s = json.load(sys.stdin)
 lead = s[0]["Status"]["leader"]
 print([e["Endpoint"] for e in s if e["Status"]["header"]["member_id"] == lead][0].split(":")[-1][0])')
-  followers=$(for i in 1 2 3; do [ "$i" != "$leader" ] && echo -n "127.0.0.1:${i}2379,"; done)
+  followers=$(for i in 1 2 3; do if [ "$i" != "$leader" ]; then echo -n "127.0.0.1:${i}2379,"; fi; done)
   t0=$(now_ms)
   kill -9 "${etcd_pid[$leader]}"
   until etcd_ctl --endpoints "${followers%,}" put failover "$t" >/dev/null 2>&1; do :; done

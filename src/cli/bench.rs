@@ -195,7 +195,10 @@ const MIXED_LEASES: u64 = 4;
 enum Backend {
     Leasehold {
         client: LeaseClient,
+        /// The client's own lease's token (renew, fenced-put).
         token: u64,
+        /// The token last granted on each contended lease (mixed), 0 when none.
+        mixed_tokens: [u64; MIXED_LEASES as usize],
     },
     #[cfg(feature = "etcd")]
     Etcd(Box<super::bench_etcd::Etcd>),
@@ -207,6 +210,7 @@ impl Backend {
             Target::Leasehold => Ok(Backend::Leasehold {
                 client: LeaseClient::new(endpoints)?,
                 token: 0,
+                mixed_tokens: [0; MIXED_LEASES as usize],
             }),
             #[cfg(feature = "etcd")]
             Target::Etcd => Ok(Backend::Etcd(Box::new(super::bench_etcd::Etcd::connect(&endpoints[0])?))),
@@ -220,7 +224,7 @@ impl Backend {
     /// Unmeasured: the client's own lease and key.
     async fn setup(&mut self, ctx: &ClientCtx, names: &Names) -> anyhow::Result<()> {
         match self {
-            Backend::Leasehold { client, token } => {
+            Backend::Leasehold { client, token, .. } => {
                 if matches!(ctx.workload, Workload::Renew | Workload::FencedPut) {
                     *token = granted(&client.acquire(&names.lease, &names.holder, TTL_MS).await?)
                         .ok_or_else(|| {
@@ -256,10 +260,15 @@ impl Backend {
         seq: u64,
         choice: u64,
     ) -> Result<Done, String> {
-        let contended = format!("mixed-{}-{}", ctx.run_id, choice % MIXED_LEASES);
+        let slot = (choice % MIXED_LEASES) as usize;
+        let contended = format!("mixed-{}-{slot}", ctx.run_id);
         let action = (choice >> 8) % 4;
         match self {
-            Backend::Leasehold { client, token } => {
+            Backend::Leasehold {
+                client,
+                token,
+                mixed_tokens,
+            } => {
                 let result = match ctx.workload {
                     Workload::Acquire => {
                         let lease = format!("{}-{seq}", names.holder);
@@ -287,13 +296,17 @@ impl Backend {
                             .await
                             .map(|r| match granted(&r) {
                                 Some(t) => {
-                                    *token = t;
+                                    mixed_tokens[slot] = t;
                                     Done::Accepted
                                 }
                                 None => Done::Refused,
                             }),
-                        1 if *token > 0 => client
-                            .put(&contended, &ctx.value, Some((&contended, *token)))
+                        1 if mixed_tokens[slot] > 0 => client
+                            .put(
+                                &contended,
+                                &ctx.value,
+                                Some((&contended, mixed_tokens[slot])),
+                            )
                             .await
                             .map(|r| accepted(written(&r))),
                         _ => client.get(&contended).await.map(|_| Done::Accepted),
