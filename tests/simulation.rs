@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use harness::Rng;
 use leasehold::check::{self, Answer, Completion, Log, Operation, Request};
-use leasehold::lease::{Command, Fence, LeaseTable, Op, Outcome, RequestId};
+use leasehold::lease::{Command, Fence, Op, Outcome, RequestId};
 use leasehold::raft::{Applied, Raft, SharedState, StateMachineStore, TypeConfig};
 use openraft::error::{
     ClientWriteError, InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable,
@@ -500,23 +500,10 @@ async fn read(sim: &Sim, node: u64, request: &Request) -> Completion {
         _ => return Completion::Indeterminate("not confirmed as leader".into()),
     }
     let state = state.read();
-    let table: &LeaseTable = &state.table;
-    let answer = match request {
-        Request::Get { key } => Answer::Value(table.row(key).map(<[u8]>::to_vec)),
-        Request::GetLease { lease } => {
-            let found = table.lease(lease);
-            Answer::Lease {
-                holder: found
-                    .and_then(|l| l.holder_at(table.now_ms()))
-                    .map(str::to_owned),
-                token: found.map_or(0, |l| l.token),
-            }
-        }
-        Request::Write(_) => unreachable!(),
-    };
+    let answer = check::read_answer(&state.table, request).expect("a read, not a write");
     Completion::Ok {
         log_index: state.last_applied.map_or(0, |id| id.index),
-        store_time_ms: table.now_ms(),
+        store_time_ms: state.table.now_ms(),
         answer,
     }
 }

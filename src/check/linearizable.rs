@@ -85,7 +85,8 @@ fn acknowledged_writes(history: &[Operation], log: &Log, applied: &[Applied]) ->
     anomalies
 }
 
-fn expected_read(table: &LeaseTable, request: &Request) -> Option<Answer> {
+/// What a read should answer on `table`; `None` for a write.
+pub fn read_answer(table: &LeaseTable, request: &Request) -> Option<Answer> {
     match request {
         Request::Get { key } => Some(Answer::Value(table.row(key).map(<[u8]>::to_vec))),
         Request::GetLease { lease } => {
@@ -134,7 +135,7 @@ fn reads(history: &[Operation], log: &Log) -> Vec<Anomaly> {
                 table.apply(command);
             }
         }
-        let expected = expected_read(&table, &op.request);
+        let expected = read_answer(&table, &op.request);
         if expected.as_ref() != Some(answer) {
             anomalies.push(Anomaly::new(
                 "linearizability",

@@ -13,7 +13,7 @@ mod linearizable;
 
 pub use fencing::{fencing, mutual_exclusion};
 pub use history::{replay, Anomaly, Answer, Applied, Completion, Log, Operation, Request};
-pub use linearizable::linearizable;
+pub use linearizable::{linearizable, read_answer};
 
 /// Every checker over one run.
 pub fn check_all(history: &[Operation], log: &Log) -> Vec<Anomaly> {
