@@ -4,7 +4,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use leasehold::lease::{Command, Fence, LeaseTable, Op, RequestId};
+use leasehold::lease::{Batch, Command, Fence, LeaseTable, Op, RequestId};
 use leasehold::raft::{LogStore, TypeConfig};
 use openraft::storage::RaftLogStorageExt;
 use openraft::testing::log_id;
@@ -78,26 +78,35 @@ fn append(c: &mut Criterion) {
     let dir = tempfile::TempDir::new().unwrap();
     let mut log = LogStore::open(&dir.path().join("raft.redb")).unwrap();
     let mut index = 0u64;
-    let mut batch = |size: u64| -> Vec<Entry<TypeConfig>> {
-        (0..size)
+    let mut next = 0u64;
+    // `entries` log entries, each carrying a batch of `commands` 100-byte puts.
+    let mut entries = |entries: u64, commands: u64| -> Vec<Entry<TypeConfig>> {
+        (0..entries)
             .map(|_| {
                 index += 1;
-                let op = Op::Put {
-                    key: format!("k{index}"),
-                    value: vec![0; 100],
-                    fence: None,
-                };
+                let batch = (0..commands)
+                    .map(|_| {
+                        next += 1;
+                        let op = Op::Put {
+                            key: format!("k{next}"),
+                            value: vec![0; 100],
+                            fence: None,
+                        };
+                        command(next, next, op)
+                    })
+                    .collect();
                 Entry {
                     log_id: log_id(1, 1, index),
-                    payload: EntryPayload::Normal(command(index, index, op)),
+                    payload: EntryPayload::Normal(Batch(batch)),
                 }
             })
             .collect()
     };
-    for size in [1u64, 64] {
-        c.bench_function(&format!("log append, fsynced, batch of {size}"), |b| {
+    for (count, commands) in [(1u64, 1u64), (64, 1), (1, 64)] {
+        let name = format!("log append, fsynced, {count} entries of {commands} puts");
+        c.bench_function(&name, |b| {
             b.iter_batched(
-                || batch(size),
+                || entries(count, commands),
                 |entries| runtime.block_on(log.blocking_append(entries)).unwrap(),
                 BatchSize::SmallInput,
             )

@@ -263,6 +263,7 @@ fn completion<T>(
             let applied = applied.cloned().unwrap_or_default();
             Completion::Ok {
                 log_index: applied.log_index,
+                position: applied.position,
                 store_time_ms: applied.store_time_ms,
                 answer,
             }
@@ -767,7 +768,7 @@ async fn fault_run(nodes: usize, faults: &[Fault], duration: Duration, seed: u64
     let history = recorder.history.lock().unwrap().clone();
     let mut anomalies = check::check_all(&history, &log);
     let mut replayed = LeaseTable::default();
-    for command in log.iter().filter_map(|(_, c)| c.as_ref()) {
+    for command in log.iter().flat_map(|(_, commands)| commands) {
         replayed.apply(command);
     }
     if replayed.digest() != digest {

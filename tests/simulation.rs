@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use harness::Rng;
 use leasehold::check::{self, Answer, Completion, Log, Operation, Request};
-use leasehold::lease::{Command, Fence, Op, Outcome, RequestId};
-use leasehold::raft::{Applied, Raft, SharedState, StateMachineStore, TypeConfig};
+use leasehold::lease::{Batch, Command, Fence, Op, Outcome, RequestId};
+use leasehold::raft::{Applied, Proposer, Raft, SharedState, StateMachineStore, TypeConfig};
 use openraft::error::{
     ClientWriteError, InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable,
 };
@@ -91,18 +91,18 @@ impl MemLog {
 
     /// Every entry this node holds or purged, from index 1 to `upto` (openraft's own first
     /// entry, at 0, carries no command), with its term.
-    fn entries(&self, upto: u64) -> Vec<(u64, u64, Option<Command>)> {
+    fn entries(&self, upto: u64) -> Vec<(u64, u64, Vec<Command>)> {
         let inner = self.lock();
         inner
             .archive
             .range(1..=upto)
             .chain(inner.live.entries.range(1..=upto))
             .map(|(index, entry)| {
-                let command = match &entry.payload {
-                    EntryPayload::Normal(command) => Some(command.clone()),
-                    _ => None,
+                let commands = match &entry.payload {
+                    EntryPayload::Normal(Batch(commands)) => commands.clone(),
+                    _ => Vec::new(),
                 };
-                (*index, entry.log_id.leader_id.term, command)
+                (*index, entry.log_id.leader_id.term, commands)
             })
             .collect()
     }
@@ -319,6 +319,9 @@ struct SimNode {
     state: Mutex<Option<Arc<SharedState>>>,
     /// The last log index the running incarnation found when it booted.
     boot_last_log_index: Mutex<u64>,
+    /// The running incarnation's proposer: the product's, so writes share entries as they do
+    /// in a real cluster.
+    proposer: Mutex<Option<Proposer>>,
 }
 
 struct Sim {
@@ -346,6 +349,7 @@ impl Sim {
                     dir: tempfile::TempDir::new().unwrap(),
                     state: Mutex::new(None),
                     boot_last_log_index: Mutex::new(0),
+                    proposer: Mutex::new(None),
                 };
                 (id, node)
             })
@@ -394,10 +398,12 @@ impl Sim {
         let raft = Raft::new(id, sim_config(), net, node.log.clone(), sm)
             .await
             .unwrap();
+        *node.proposer.lock().unwrap() = Some(Proposer::start(raft.clone()));
         self.router.0.lock().unwrap().rafts.insert(id, raft);
     }
 
     async fn crash(&self, id: u64) {
+        self.nodes[&id].proposer.lock().unwrap().take();
         let raft = self.router.0.lock().unwrap().rafts.remove(&id);
         if let Some(raft) = raft {
             let _ = raft.shutdown().await;
@@ -406,6 +412,10 @@ impl Sim {
 
     fn raft(&self, id: u64) -> Option<Raft> {
         self.router.0.lock().unwrap().rafts.get(&id).cloned()
+    }
+
+    fn proposer(&self, id: u64) -> Option<Proposer> {
+        self.nodes[&id].proposer.lock().unwrap().clone()
     }
 
     fn state(&self, id: u64) -> Arc<SharedState> {
@@ -449,20 +459,22 @@ type History = Arc<Mutex<Vec<Operation>>>;
 /// Proposes `op` on `node`, following the leader, until it applies or `deadline` passes.
 async fn propose(sim: &Sim, mut node: u64, command: Command, deadline: Instant) -> Completion {
     loop {
-        let Some(raft) = sim.raft(node) else {
+        let Some(proposer) = sim.proposer(node) else {
             return Completion::Indeterminate("node down".into());
         };
         let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, raft.client_write(command.clone())).await {
+        match tokio::time::timeout(left, proposer.propose(command.clone())).await {
             Err(_) => return Completion::Indeterminate("timed out".into()),
-            Ok(Ok(response)) => {
+            Ok(Ok(applied)) => {
                 let Applied {
                     log_index,
+                    position,
                     store_time_ms,
                     outcome,
-                } = response.data;
+                } = applied;
                 return Completion::Ok {
                     log_index,
+                    position,
                     store_time_ms,
                     answer: Answer::Outcome(outcome),
                 };
@@ -503,6 +515,7 @@ async fn read(sim: &Sim, node: u64, request: &Request) -> Completion {
     let answer = check::read_answer(&state.table, request).expect("a read, not a write");
     Completion::Ok {
         log_index: state.last_applied.map_or(0, |id| id.index),
+        position: 0,
         store_time_ms: state.table.now_ms(),
         answer,
     }
@@ -616,8 +629,16 @@ async fn client(id: u32, sim: Arc<Sim>, history: History, seed: u64, until: Inst
 // ---------------------------------------------------------------------------------------------
 // One schedule.
 
-/// Runs one seeded schedule; returns the anomalies and how many operations were acknowledged.
-async fn schedule(seed: u64) -> (Vec<check::Anomaly>, usize) {
+/// What one schedule found and did.
+struct Run {
+    anomalies: Vec<check::Anomaly>,
+    acknowledged: usize,
+    /// Commands in the committed log that shared their entry with another.
+    batched: usize,
+}
+
+/// Runs one seeded schedule.
+async fn schedule(seed: u64) -> Run {
     let mut rng = Rng(seed);
     let sim = Arc::new(Sim::start(3, rng.next()).await);
     let history: History = Arc::default();
@@ -714,13 +735,14 @@ async fn schedule(seed: u64) -> (Vec<check::Anomaly>, usize) {
         }
     }
     let Some(settled) = settled else {
-        return (
-            vec![check::Anomaly::new(
+        return Run {
+            anomalies: vec![check::Anomaly::new(
                 "liveness",
                 "no write applied after healing",
             )],
-            0,
-        );
+            acknowledged: 0,
+            batched: 0,
+        };
     };
     let mut history = history.lock().unwrap().clone();
     history.push(Operation {
@@ -759,7 +781,16 @@ async fn schedule(seed: u64) -> (Vec<check::Anomaly>, usize) {
         .iter()
         .filter(|op| matches!(op.completion, Completion::Ok { .. }))
         .count();
-    (anomalies, acknowledged)
+    let batched = log
+        .iter()
+        .map(|(_, commands)| commands.len())
+        .filter(|&n| n > 1)
+        .sum();
+    Run {
+        anomalies,
+        acknowledged,
+        batched,
+    }
 }
 
 /// The committed log up to `upto`, pieced together from every node: one that installed a
@@ -768,27 +799,27 @@ async fn schedule(seed: u64) -> (Vec<check::Anomaly>, usize) {
 /// of a later term holds the committed entry and never overwrites it. Two entries of the same
 /// index and term must be the same (Raft's log matching); the anomalies say where not.
 fn cluster_log(sim: &Sim, upto: u64) -> (Log, Vec<check::Anomaly>) {
-    let mut merged: BTreeMap<u64, (u64, Option<Command>)> = BTreeMap::new();
+    let mut merged: BTreeMap<u64, (u64, Vec<Command>)> = BTreeMap::new();
     let mut anomalies = Vec::new();
     for (id, node) in &sim.nodes {
-        for (index, term, command) in node.log.entries(upto) {
+        for (index, term, commands) in node.log.entries(upto) {
             match merged.get(&index) {
-                Some((known_term, known)) if *known_term == term && *known != command => {
+                Some((known_term, known)) if *known_term == term && *known != commands => {
                     anomalies.push(check::Anomaly::new(
                         "convergence",
-                        format!("node {id} holds {command:?} at index {index} of term {term}, another node {known:?}"),
+                        format!("node {id} holds {commands:?} at index {index} of term {term}, another node {known:?}"),
                     ))
                 }
                 Some((known_term, _)) if *known_term >= term => {}
                 _ => {
-                    merged.insert(index, (term, command));
+                    merged.insert(index, (term, commands));
                 }
             }
         }
     }
     let log = merged
         .into_iter()
-        .map(|(index, (_, command))| (index, command))
+        .map(|(index, (_, commands))| (index, commands))
         .collect();
     (log, anomalies)
 }
@@ -810,7 +841,7 @@ fn seeds() -> Vec<u64> {
 #[test]
 fn seeded_schedules_of_crashes_partitions_and_loss_keep_every_invariant() {
     let started = std::time::Instant::now();
-    let mut acknowledged = 0;
+    let (mut acknowledged, mut batched) = (0, 0);
     let seeds = seeds();
     for &seed in &seeds {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -818,18 +849,23 @@ fn seeded_schedules_of_crashes_partitions_and_loss_keep_every_invariant() {
             .start_paused(true)
             .build()
             .unwrap();
-        let (anomalies, acked) = runtime.block_on(schedule(seed));
-        assert!(anomalies.is_empty(), "seed {seed}: {anomalies:#?}");
+        let run = runtime.block_on(schedule(seed));
+        assert!(run.anomalies.is_empty(), "seed {seed}: {:#?}", run.anomalies);
         assert!(
-            acked >= 20,
-            "seed {seed} exercised nothing: {acked} operations acknowledged"
+            run.acknowledged >= 20,
+            "seed {seed} exercised nothing: {} operations acknowledged",
+            run.acknowledged
         );
-        acknowledged += acked;
+        acknowledged += run.acknowledged;
+        batched += run.batched;
     }
     println!(
-        "{} schedules of {} virtual seconds, {acknowledged} operations acknowledged, in {:?}",
+        "{} schedules of {} virtual seconds, {acknowledged} operations acknowledged \
+         ({batched} commands logged in shared entries), in {:?}",
         seeds.len(),
         SCHEDULE.as_secs(),
         started.elapsed()
     );
+    // The proposer's gathering must be exercised, not just present.
+    assert!(batched > 0, "no two commands ever shared a log entry");
 }

@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use leasehold::lease::{Command as LeaseCommand, Op, Outcome};
+use leasehold::lease::{Batch, Command as LeaseCommand, Op, Outcome};
 use leasehold::raft::{LogStore, StateMachineStore, TypeConfig};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::testing::{log_id, StoreBuilder, Suite};
@@ -30,7 +30,7 @@ fn openraft_storage_suite_passes_on_the_real_store() {
 fn entry(term: u64, index: u64, key: &str) -> Entry<TypeConfig> {
     Entry {
         log_id: log_id(term, 1, index),
-        payload: EntryPayload::Normal(LeaseCommand {
+        payload: EntryPayload::Normal(Batch(vec![LeaseCommand {
             at_ms: Some(index),
             request: None,
             op: Op::Put {
@@ -38,7 +38,7 @@ fn entry(term: u64, index: u64, key: &str) -> Entry<TypeConfig> {
                 value: vec![7; 100],
                 fence: None,
             },
-        }),
+        }])),
     }
 }
 
@@ -125,7 +125,7 @@ fn state_machine_reloads_its_snapshot_after_restart() {
             let mut sm = StateMachineStore::open(dir.path()).unwrap();
             let acquire = Entry::<TypeConfig> {
                 log_id: log_id(1, 1, 1),
-                payload: EntryPayload::Normal(LeaseCommand {
+                payload: EntryPayload::Normal(Batch(vec![LeaseCommand {
                     at_ms: Some(100),
                     request: None,
                     op: Op::Acquire {
@@ -133,11 +133,11 @@ fn state_machine_reloads_its_snapshot_after_restart() {
                         holder: "a".into(),
                         ttl_ms: 1_000,
                     },
-                }),
+                }])),
             };
             let replies = sm.apply([acquire, entry(1, 2, "k")]).await.unwrap();
             assert!(matches!(
-                replies[0].outcome,
+                replies[0][0].outcome,
                 Outcome::Granted { token: 1, .. }
             ));
             sm.get_snapshot_builder()

@@ -24,6 +24,8 @@ pub enum Answer {
 pub enum Completion {
     Ok {
         log_index: u64,
+        /// A write's place in its entry's batch; 0 for a read.
+        position: u32,
         store_time_ms: u64,
         answer: Answer,
     },
@@ -56,13 +58,15 @@ impl Operation {
     }
 }
 
-/// The cluster's applied log: each index with its command, or `None` for Raft's own entries.
-pub type Log = Vec<(u64, Option<Command>)>;
+/// The cluster's applied log: each index with its batch of commands, empty for Raft's own
+/// entries.
+pub type Log = Vec<(u64, Vec<Command>)>;
 
 /// One command of the log as the table applied it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Applied {
     pub index: u64,
+    pub position: u32,
     pub store_time_ms: u64,
     /// A retried request appears in the log once per attempt but takes effect once: `retry`
     /// marks the later appearances, whose outcome is the first one's, answered again.
@@ -98,20 +102,18 @@ pub fn replay(log: &Log) -> Result<Vec<Applied>, Anomaly> {
     let mut table = LeaseTable::default();
     let mut applied = Vec::new();
     let mut requests = std::collections::BTreeSet::new();
-    for (position, (index, command)) in log.iter().enumerate() {
-        if *index != position as u64 + 1 {
+    for (expected, (index, commands)) in (1..).zip(log) {
+        if *index != expected {
             return Err(Anomaly::new(
                 "durability",
-                format!(
-                    "the log has a hole: index {index} stands where {} should",
-                    position + 1
-                ),
+                format!("the log has a hole: index {index} stands where {expected} should"),
             ));
         }
-        if let Some(command) = command {
+        for (position, command) in (0..).zip(commands) {
             let outcome = table.apply(command);
             applied.push(Applied {
                 index: *index,
+                position,
                 store_time_ms: table.now_ms(),
                 request: command.request,
                 retry: command.request.is_some_and(|r| !requests.insert(r)),

@@ -1,6 +1,7 @@
 //! Linearizability, checked cheaply because every answer names the log index it was applied
-//! at: each acknowledged write must stand at its index with the answer the log's replay gives
-//! there, each read must see the replayed state at its index, an operation that began after
+//! at (and a write its position in that entry's batch): each acknowledged write must stand at
+//! its place with the answer the log's replay gives there, each read must see the replayed state
+//! after its index, an operation that began after
 //! another completed must have the later index, and nothing may apply more often than sent.
 
 use std::collections::BTreeMap;
@@ -24,13 +25,15 @@ fn last_index(log: &Log) -> u64 {
 fn acknowledged_writes(history: &[Operation], log: &Log, applied: &[Applied]) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
     let last = last_index(log);
-    let by_index: BTreeMap<u64, &Applied> = applied.iter().map(|a| (a.index, a)).collect();
-    let mut claimed: BTreeMap<u64, &Operation> = BTreeMap::new();
+    let by_place: BTreeMap<(u64, u32), &Applied> =
+        applied.iter().map(|a| ((a.index, a.position), a)).collect();
+    let mut claimed: BTreeMap<(u64, u32), &Operation> = BTreeMap::new();
     for op in history {
         let (
             Request::Write(write),
             Completion::Ok {
                 log_index,
+                position,
                 store_time_ms,
                 answer,
             },
@@ -38,24 +41,25 @@ fn acknowledged_writes(history: &[Operation], log: &Log, applied: &[Applied]) ->
         else {
             continue;
         };
-        if let Some(other) = claimed.insert(*log_index, op) {
+        let place = format!("index {log_index} position {position}");
+        if let Some(other) = claimed.insert((*log_index, *position), op) {
             anomalies.push(Anomaly::new(
                 "linearizability",
                 format!(
-                    "{write:?} and {:?} were both acknowledged at index {log_index}",
+                    "{write:?} and {:?} were both acknowledged at {place}",
                     other.request
                 ),
             ));
         }
-        let Some(found) = by_index.get(log_index) else {
+        let Some(found) = by_place.get(&(*log_index, *position)) else {
             let where_ = if *log_index > last {
                 format!("but the log ends at {last}")
             } else {
-                "which holds a Raft entry, not a command".to_owned()
+                "where the log holds no command".to_owned()
             };
             anomalies.push(Anomaly::new(
                 "durability",
-                format!("{write:?} was acknowledged at index {log_index}, {where_}: a lost write"),
+                format!("{write:?} was acknowledged at {place}, {where_}: a lost write"),
             ));
             continue;
         };
@@ -63,7 +67,7 @@ fn acknowledged_writes(history: &[Operation], log: &Log, applied: &[Applied]) ->
             anomalies.push(Anomaly::new(
                 "durability",
                 format!(
-                    "{write:?} was acknowledged at index {log_index}, but the log holds {:?} there: a lost write",
+                    "{write:?} was acknowledged at {place}, but the log holds {:?} there: a lost write",
                     found.op
                 ),
             ));
@@ -75,7 +79,7 @@ fn acknowledged_writes(history: &[Operation], log: &Log, applied: &[Applied]) ->
             anomalies.push(Anomaly::new(
                 "linearizability",
                 format!(
-                    "{write:?} at index {log_index} was answered {answer:?} at store time {store_time_ms}, \
+                    "{write:?} at {place} was answered {answer:?} at store time {store_time_ms}, \
                      the log's replay gives {:?} at {}",
                     found.outcome, found.store_time_ms
                 ),
@@ -102,7 +106,7 @@ pub fn read_answer(table: &LeaseTable, request: &Request) -> Option<Answer> {
     }
 }
 
-/// Every read saw exactly the replayed state at the index it was answered at.
+/// Every read saw exactly the replayed state after the entry it was answered at.
 fn reads(history: &[Operation], log: &Log) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
     let last = last_index(log);
@@ -130,8 +134,8 @@ fn reads(history: &[Operation], log: &Log) -> Vec<Anomaly> {
             ));
             continue;
         }
-        while let Some((_, command)) = entries.next_if(|(i, _)| *i <= index) {
-            if let Some(command) = command {
+        while let Some((_, commands)) = entries.next_if(|(i, _)| *i <= index) {
+            for command in commands {
                 table.apply(command);
             }
         }
@@ -150,7 +154,9 @@ fn reads(history: &[Operation], log: &Log) -> Vec<Anomaly> {
 }
 
 /// An operation invoked after another completed must not be applied before it: a write
-/// strictly after, a read at or after.
+/// strictly after, a read at or after. (Two writes in one entry were both pending when the leader
+/// formed it, so neither can have completed before the other began: comparing entry indexes is
+/// enough.)
 fn real_time_order(history: &[Operation]) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
     let mut completed: Vec<&Operation> = history

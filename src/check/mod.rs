@@ -53,14 +53,14 @@ mod tests {
 
     /// A log of `ops` stamped 100 ms apart, after Raft's own first entry.
     fn log_of(ops: &[Op]) -> Log {
-        let mut log = vec![(1, None)];
+        let mut log = vec![(1, vec![])];
         for (i, op) in ops.iter().enumerate() {
             let command = Command {
                 at_ms: Some(i as u64 * 100),
                 request: None,
                 op: op.clone(),
             };
-            log.push((i as u64 + 2, Some(command)));
+            log.push((i as u64 + 2, vec![command]));
         }
         log
     }
@@ -79,6 +79,7 @@ mod tests {
                 completed_ns: i as u64 * 10 + 5,
                 completion: Completion::Ok {
                     log_index: a.index,
+                    position: a.position,
                     store_time_ms: a.store_time_ms,
                     answer: Answer::Outcome(a.outcome),
                 },
@@ -94,6 +95,7 @@ mod tests {
             completed_ns: invoked_ns + 5,
             completion: Completion::Ok {
                 log_index: at_index,
+                position: 0,
                 store_time_ms: 0,
                 answer: Answer::Value(value.map(|v| v.as_bytes().to_vec())),
             },
@@ -130,6 +132,7 @@ mod tests {
             completed_ns: 505,
             completion: Completion::Ok {
                 log_index: 5,
+                position: 0,
                 store_time_ms: 300,
                 answer: Answer::Outcome(Outcome::Written),
             },
@@ -162,6 +165,7 @@ mod tests {
             Applied {
                 request: None,
                 retry: false,
+                position: 0,
                 index: 2,
                 store_time_ms: 0,
                 op: acquire("l", "a"),
@@ -174,6 +178,7 @@ mod tests {
             Applied {
                 request: None,
                 retry: false,
+                position: 0,
                 index: 3,
                 store_time_ms: 1_500,
                 op: acquire("l", "b"),
@@ -186,6 +191,7 @@ mod tests {
             Applied {
                 request: None,
                 retry: false,
+                position: 0,
                 index: 4,
                 store_time_ms: 1_600,
                 op: put("k", "by a", Some(("l", 1))),
@@ -203,6 +209,7 @@ mod tests {
             request: None,
             retry: false,
             index,
+            position: 0,
             store_time_ms: index * 1_000,
             op: acquire("l", "a"),
             outcome: Outcome::Granted {
@@ -224,6 +231,7 @@ mod tests {
             request: None,
             retry: false,
             index,
+            position: 0,
             store_time_ms: at_ms,
             op: acquire("l", holder),
             outcome: Outcome::Granted {
@@ -240,6 +248,7 @@ mod tests {
             request: None,
             retry: false,
             index: 3,
+            position: 0,
             store_time_ms: 400,
             op: Op::Release {
                 lease: "l".into(),
@@ -289,11 +298,11 @@ mod tests {
         let twice = put("k", "2", None);
         log.push((
             6,
-            Some(Command {
+            vec![Command {
                 at_ms: Some(400),
                 request: None,
                 op: twice.clone(),
-            }),
+            }],
         ));
         let history = honest_history(&scenario());
         let anomalies = check_all(&history, &log);
@@ -328,7 +337,7 @@ mod tests {
             at_ms: Some(50),
             ..grant.clone()
         };
-        let log: Log = vec![(1, None), (2, Some(grant)), (3, Some(retried))];
+        let log: Log = vec![(1, vec![]), (2, vec![grant]), (3, vec![retried])];
         // The client saw only the retry's answer, at index 3.
         let history: Vec<Operation> = honest_history(&log).into_iter().skip(1).collect();
         assert_eq!(check_all(&history, &log), vec![]);
@@ -340,5 +349,60 @@ mod tests {
         log.remove(2);
         let anomalies = check_all(&[], &log);
         assert!(anomalies[0].what.contains("hole"), "{anomalies:?}");
+    }
+
+    /// Two writes gathered into one entry: each is answered at its own position there.
+    fn batched() -> Log {
+        let command = |at_ms, op| Command {
+            at_ms: Some(at_ms),
+            request: None,
+            op,
+        };
+        vec![
+            (1, vec![]),
+            (
+                2,
+                vec![
+                    command(0, acquire("l", "a")),
+                    command(0, put("k", "1", Some(("l", 1)))),
+                ],
+            ),
+            (3, vec![command(100, put("k", "2", None))]),
+        ]
+    }
+
+    #[test]
+    fn writes_sharing_an_entry_pass_at_their_own_positions() {
+        let log = batched();
+        let mut history = honest_history(&log);
+        // The two writes of entry 2 were pending together, as a leader gathers them.
+        history[1].invoked_ns = history[0].invoked_ns;
+        history[1].completed_ns = history[0].completed_ns;
+        history.push(read("k", 2, Some("1"), 6));
+        history.push(read("k", 3, Some("2"), 1_000));
+        assert_eq!(check_all(&history, &log), vec![]);
+        // Sequential writes in one entry cannot be: the second began after the first was
+        // answered, so it belongs to a later entry.
+        let sequential = honest_history(&log);
+        assert!(check_all(&sequential, &log)
+            .iter()
+            .any(|a| a.what.contains("went back in time")));
+    }
+
+    #[test]
+    fn a_write_acknowledged_at_another_commands_position_is_flagged() {
+        let log = batched();
+        let mut history = honest_history(&log);
+        // The fenced put answered as if it were the entry's first command.
+        if let Completion::Ok { position, .. } = &mut history[1].completion {
+            *position = 0;
+        }
+        let anomalies = check_all(&history, &log);
+        assert!(
+            anomalies
+                .iter()
+                .any(|a| a.what.contains("acknowledged at index 2 position 0")),
+            "{anomalies:?}"
+        );
     }
 }

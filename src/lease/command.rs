@@ -13,6 +13,12 @@ pub struct Command {
     pub op: Op,
 }
 
+/// What one log entry carries: the commands the leader gathered while its earlier entries were
+/// on their way to a quorum, applied in order. Requests that arrive together share one entry,
+/// so they share one fsync on every node instead of waiting for one each.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Batch(pub Vec<Command>);
+
 /// A client's name for one request: the same on every retry of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct RequestId {

@@ -7,6 +7,6 @@ mod command;
 pub mod limits;
 mod table;
 
-pub use command::{Command, Fence, Op, Outcome, ReleaseRefusal, RequestId};
+pub use command::{Batch, Command, Fence, Op, Outcome, ReleaseRefusal, RequestId};
 pub use limits::{validate, InvalidInput, Limits};
 pub use table::{Lease, LeaseTable};

@@ -10,6 +10,7 @@ fn applied(a: &Applied) -> Option<pb::Applied> {
     Some(pb::Applied {
         log_index: a.log_index,
         store_time_ms: a.store_time_ms,
+        position: a.position,
     })
 }
 

@@ -21,9 +21,9 @@ pub use clock::LeaderClock;
 pub use error::{NodeError, INDETERMINATE_KEY};
 pub use server::{run, StartError};
 
-use crate::lease::{validate, Command, Op, RequestId};
+use crate::lease::{validate, Batch, Command, Op, RequestId};
 use crate::raft::state_machine::Applying;
-use crate::raft::{Applied, Channels, LogStore, NodeId, Raft, SharedState};
+use crate::raft::{Applied, Channels, LogStore, NodeId, Proposer, Raft, SharedState};
 
 /// How a node is started: `leasehold serve`'s flags.
 #[derive(Clone, Debug)]
@@ -54,6 +54,8 @@ pub struct Node {
 struct NodeInner {
     id: NodeId,
     raft: Raft,
+    /// Gathers concurrent writes into shared log entries.
+    proposer: Proposer,
     /// A reader of the same log Raft writes, for `ReadLog`.
     log: LogStore,
     /// The last log index this process found on disk when it started. Everything this node
@@ -79,6 +81,7 @@ impl Node {
         Node {
             inner: Arc::new(NodeInner {
                 id: config.id,
+                proposer: Proposer::start(raft.clone()),
                 raft,
                 log,
                 boot_last_log_index,
@@ -218,10 +221,10 @@ impl Node {
         }
         let term = self.ensure_leader().await?;
         let at_ms = self.stamp(term).await?;
-        let proposal = self.inner.raft.client_write(Command { at_ms, request, op });
+        let proposal = self.inner.proposer.propose(Command { at_ms, request, op });
         match tokio::time::timeout(QUORUM_WAIT, proposal).await {
             Err(_) => Err(NodeError::NoQuorum(QUORUM_WAIT)),
-            Ok(Ok(response)) => Ok(response.data),
+            Ok(Ok(applied)) => Ok(applied),
             Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
                 Err(self.forward_error(f))
             }
@@ -254,12 +257,12 @@ impl Node {
     }
 
     /// The applied entries of this node's log with indexes in `from..=to`: each index with its
-    /// command, or `None` for Raft's own entries. Purged entries are absent.
+    /// commands, none for Raft's own entries. Purged entries are absent.
     pub async fn applied_log(
         &self,
         from: u64,
         to: u64,
-    ) -> Result<Vec<(u64, Option<Command>)>, NodeError> {
+    ) -> Result<Vec<(u64, Vec<Command>)>, NodeError> {
         let applied = self
             .inner
             .state
@@ -277,11 +280,11 @@ impl Node {
         Ok(entries
             .into_iter()
             .map(|entry| {
-                let command = match entry.payload {
-                    openraft::EntryPayload::Normal(command) => Some(command),
-                    _ => None,
+                let commands = match entry.payload {
+                    openraft::EntryPayload::Normal(Batch(commands)) => commands,
+                    _ => Vec::new(),
                 };
-                (entry.log_id.index, command)
+                (entry.log_id.index, commands)
             })
             .collect())
     }
@@ -296,6 +299,7 @@ impl Node {
         let state = self.inner.state.read();
         let at = Applied {
             log_index: state.last_applied.map_or(0, |id| id.index),
+            position: 0,
             store_time_ms: state.table.now_ms(),
             outcome: crate::lease::Outcome::Nothing,
         };

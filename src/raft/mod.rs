@@ -7,6 +7,7 @@
 
 mod log_store;
 mod network;
+mod proposer;
 pub mod state_machine;
 
 use std::io::Cursor;
@@ -15,15 +16,17 @@ use serde::{Deserialize, Serialize};
 
 pub use log_store::LogStore;
 pub use network::{Channels, PeerNetwork};
+pub use proposer::{Proposer, WriteError};
 pub use state_machine::{SharedState, StateMachineStore};
 
-use crate::lease::{Command, Outcome};
+use crate::lease::{Batch, Outcome};
 
 openraft::declare_raft_types!(
-    /// Leasehold's Raft types: commands in, applied outcomes out, nodes addressed by gRPC address.
+    /// Leasehold's Raft types: batches of commands in, one applied outcome per command out,
+    /// nodes addressed by gRPC address.
     pub TypeConfig:
-        D = Command,
-        R = Applied,
+        D = Batch,
+        R = Vec<Applied>,
         NodeId = u64,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
@@ -36,10 +39,12 @@ pub type Raft = openraft::Raft<TypeConfig>;
 pub type LogId = openraft::LogId<NodeId>;
 pub type StorageError = openraft::StorageError<NodeId>;
 
-/// What the state machine answers for one log entry: the outcome, where, and at what store time.
+/// What the state machine answers for one command: the outcome, where, and at what store time.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Applied {
     pub log_index: u64,
+    /// The command's place in its entry's batch.
+    pub position: u32,
     pub store_time_ms: u64,
     pub outcome: Outcome,
 }
@@ -103,7 +108,9 @@ pub fn config(snapshot_every: u64) -> openraft::Config {
         election_timeout_min: 250,
         election_timeout_max: 400,
         install_snapshot_timeout: 2_000,
-        max_payload_entries: 1_000,
+        // Each entry holds up to `proposer::MAX_ENTRY_BYTES`: a replication message stays
+        // within 64 MiB.
+        max_payload_entries: 256,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(snapshot_every),
         max_in_snapshot_log_to_keep: snapshot_every / 10,
         ..Default::default()

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::codec::{decode, encode};
 use super::{Applied, LogId, NodeId, StorageError, TypeConfig};
-use crate::lease::{LeaseTable, Outcome};
+use crate::lease::{Batch, LeaseTable};
 
 type Entry = openraft::Entry<TypeConfig>;
 type Meta = SnapshotMeta<NodeId, BasicNode>;
@@ -171,7 +171,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         Ok((state.last_applied, state.last_membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, StorageError>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Applied>>, StorageError>
     where
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
@@ -179,21 +179,27 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let mut state = self.state.inner.write().unwrap_or_else(|p| p.into_inner());
         let mut replies = Vec::new();
         for entry in entries {
-            let outcome = match &entry.payload {
-                EntryPayload::Blank => Outcome::Nothing,
-                EntryPayload::Normal(command) => state.table.apply(command),
+            let mut answers = Vec::new();
+            match &entry.payload {
+                EntryPayload::Blank => {}
+                EntryPayload::Normal(Batch(commands)) => {
+                    for (position, command) in (0..).zip(commands) {
+                        let outcome = state.table.apply(command);
+                        answers.push(Applied {
+                            log_index: entry.log_id.index,
+                            position,
+                            store_time_ms: state.table.now_ms(),
+                            outcome,
+                        });
+                    }
+                }
                 EntryPayload::Membership(membership) => {
                     state.last_membership =
                         StoredMembership::new(Some(entry.log_id), membership.clone());
-                    Outcome::Nothing
                 }
-            };
+            }
             state.last_applied = Some(entry.log_id);
-            replies.push(Applied {
-                log_index: entry.log_id.index,
-                store_time_ms: state.table.now_ms(),
-                outcome,
-            });
+            replies.push(answers);
         }
         Ok(replies)
     }
