@@ -8,9 +8,10 @@
 //!
 //! - [`lease`]: the heart, pure. Commands, outcomes, limits, and `LeaseTable::apply`.
 //! - [`raft`]: openraft glue. Type config, the redb log store, the state machine adapter and
-//!   snapshots, the peer network.
+//!   snapshots, the peer network, and the proposer that gathers concurrent writes into one entry.
 //! - [`node`]: one running node. The leader's clock, the gRPC services, forwarding to the
-//!   leader, bootstrap and shutdown.
+//!   leader (writes in batches), bootstrap and shutdown.
+//! - [`gather`]: batching of concurrent requests, for the proposer and the forwarder.
 //! - [`check`]: the fault suite's checkers: linearizability, fencing, mutual exclusion, durability.
 //! - [`client`]: `LeaseClient`, which finds a live node and retries; used by the CLI and tests.
 //! - [`cli`]: the `leasehold` commands: serve, cluster, the client commands, demo.
@@ -19,6 +20,7 @@
 pub mod check;
 pub mod cli;
 pub mod client;
+pub mod gather;
 pub mod lease;
 pub mod node;
 pub mod proto;

@@ -850,7 +850,11 @@ fn seeded_schedules_of_crashes_partitions_and_loss_keep_every_invariant() {
             .build()
             .unwrap();
         let run = runtime.block_on(schedule(seed));
-        assert!(run.anomalies.is_empty(), "seed {seed}: {:#?}", run.anomalies);
+        assert!(
+            run.anomalies.is_empty(),
+            "seed {seed}: {:#?}",
+            run.anomalies
+        );
         assert!(
             run.acknowledged >= 20,
             "seed {seed} exercised nothing: {} operations acknowledged",

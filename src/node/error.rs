@@ -12,7 +12,7 @@ pub const INDETERMINATE_KEY: &str = "leasehold-indeterminate";
 /// Metadata key set on every status a node produced itself, as opposed to a transport failure.
 pub const ORIGIN_KEY: &str = "leasehold-origin";
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum NodeError {
     #[error("{0}")]
     Invalid(#[from] InvalidInput),
@@ -49,6 +49,47 @@ pub enum NodeError {
     Invariant(String),
 }
 
+/// A node's error on its way back to the node that forwarded the request: the status it is.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct ForwardedError {
+    code: i32,
+    message: String,
+    indeterminate: bool,
+}
+
+impl From<NodeError> for ForwardedError {
+    fn from(e: NodeError) -> Self {
+        let status = Status::from(e);
+        ForwardedError {
+            code: status.code() as i32,
+            message: status.message().to_owned(),
+            indeterminate: status.metadata().get(INDETERMINATE_KEY).is_some(),
+        }
+    }
+}
+
+impl From<ForwardedError> for Status {
+    fn from(e: ForwardedError) -> Status {
+        node_status(Code::from_i32(e.code), e.message, e.indeterminate)
+    }
+}
+
+/// A status this node produced itself (not the transport), marked so.
+fn node_status(code: Code, message: String, indeterminate: bool) -> Status {
+    let mut status = Status::new(code, message);
+    status.metadata_mut().insert(
+        ORIGIN_KEY,
+        tonic::metadata::MetadataValue::from_static("node"),
+    );
+    if indeterminate {
+        status.metadata_mut().insert(
+            INDETERMINATE_KEY,
+            tonic::metadata::MetadataValue::from_static("true"),
+        );
+    }
+    status
+}
+
 impl From<NodeError> for Status {
     fn from(e: NodeError) -> Status {
         let code = match &e {
@@ -62,17 +103,6 @@ impl From<NodeError> for Status {
             | NodeError::ShuttingDown => Code::Unavailable,
             NodeError::Raft(_) | NodeError::Invariant(_) => Code::Internal,
         };
-        let mut status = Status::new(code, e.to_string());
-        status.metadata_mut().insert(
-            ORIGIN_KEY,
-            tonic::metadata::MetadataValue::from_static("node"),
-        );
-        if matches!(e, NodeError::NoQuorum(_)) {
-            status.metadata_mut().insert(
-                INDETERMINATE_KEY,
-                tonic::metadata::MetadataValue::from_static("true"),
-            );
-        }
-        status
+        node_status(code, e.to_string(), matches!(e, NodeError::NoQuorum(_)))
     }
 }

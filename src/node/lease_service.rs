@@ -1,23 +1,23 @@
 //! The public `LeaseStore` service: validate, propose or read, and forward to the leader when
-//! this node does not lead, so clients never need to know who leads.
+//! this node does not lead, so clients never need to know who leads. Writes go there in batches
+//! (the forwarder); a read is forwarded as its own call.
 
 use std::future::Future;
-use std::time::Duration;
 
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use super::error::ORIGIN_KEY;
+use super::forwarder::FORWARD_TIMEOUT;
 use super::{convert, Node, NodeError};
 use crate::lease::{Fence, Op, RequestId};
 use crate::proto::v1 as pb;
 use crate::proto::v1::lease_store_client::LeaseStoreClient;
+use crate::raft::Applied;
 
-/// Set on a forwarded request, so a node that is not the leader either answers instead of
+/// Set on a forwarded read, so a node that is not the leader either answers instead of
 /// forwarding again: leadership moved, and the client retries.
 const FORWARDED_KEY: &str = "leasehold-forwarded";
-/// Covers the leader's own leader wait and quorum wait, with room for the hop.
-const FORWARD_TIMEOUT: Duration = Duration::from_millis(6_000);
 
 pub struct LeaseService {
     node: Node,
@@ -28,7 +28,31 @@ impl LeaseService {
         LeaseService { node }
     }
 
-    /// Handles `error` from the local attempt: forwards `message` to the leader when the error
+    /// Proposes `op` here or, when another node leads, sends it there with the other writes
+    /// bound for it (see [`Forwarder`](super::forwarder::Forwarder)). The leader answers a
+    /// forwarded write itself and never forwards it again.
+    async fn write(&self, op: Op, request: Option<RequestId>) -> Result<Applied, Status> {
+        // Only a follower needs the op after a refusal, to forward it: the leader copies nothing.
+        let spare = (!self.node.is_leader()).then(|| op.clone());
+        match (self.node.write(op, request).await, spare) {
+            (Ok(applied), _) => Ok(applied),
+            (
+                Err(NodeError::NotLeader {
+                    leader: Some((leader, addr)),
+                    ..
+                }),
+                Some(op),
+            ) => {
+                self.node
+                    .forwarder()
+                    .write(leader, &addr, (op, request))
+                    .await
+            }
+            (Err(e), _) => Err(e.into()),
+        }
+    }
+
+    /// Handles `error` from a local read: forwards `message` to the leader when the error
     /// names one and the request was not forwarded already; otherwise reports the error.
     async fn forward<Req, Resp, F, Fut>(
         &self,
@@ -96,73 +120,48 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         &self,
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
-        let forwarded = is_forwarded(&request);
         let m = request.into_inner();
+        let id = request_id(m.request_id.as_ref());
         let op = Op::Acquire {
-            lease: m.lease.clone(),
-            holder: m.holder.clone(),
+            lease: m.lease,
+            holder: m.holder,
             ttl_ms: m.ttl_ms,
         };
-        match self.node.write(op, request_id(m.request_id.as_ref())).await {
-            Ok(applied) => Ok(Response::new(convert::acquire(applied)?)),
-            Err(e) => {
-                self.forward(
-                    e,
-                    forwarded,
-                    m,
-                    |mut c, r| async move { c.acquire(r).await },
-                )
-                .await
-            }
-        }
+        let applied = self.write(op, id).await?;
+        Ok(Response::new(convert::acquire(applied)?))
     }
 
     async fn release(
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
-        let forwarded = is_forwarded(&request);
         let m = request.into_inner();
+        let id = request_id(m.request_id.as_ref());
         let op = Op::Release {
-            lease: m.lease.clone(),
-            holder: m.holder.clone(),
+            lease: m.lease,
+            holder: m.holder,
             token: m.token,
         };
-        match self.node.write(op, request_id(m.request_id.as_ref())).await {
-            Ok(applied) => Ok(Response::new(convert::release(applied)?)),
-            Err(e) => {
-                self.forward(
-                    e,
-                    forwarded,
-                    m,
-                    |mut c, r| async move { c.release(r).await },
-                )
-                .await
-            }
-        }
+        let applied = self.write(op, id).await?;
+        Ok(Response::new(convert::release(applied)?))
     }
 
     async fn put(
         &self,
         request: Request<pb::PutRequest>,
     ) -> Result<Response<pb::PutResponse>, Status> {
-        let forwarded = is_forwarded(&request);
         let m = request.into_inner();
+        let id = request_id(m.request_id.as_ref());
         let op = Op::Put {
-            key: m.key.clone(),
-            value: m.value.clone(),
-            fence: m.fence.as_ref().map(|f| Fence {
-                lease: f.lease.clone(),
+            key: m.key,
+            value: m.value,
+            fence: m.fence.map(|f| Fence {
+                lease: f.lease,
                 token: f.token,
             }),
         };
-        match self.node.write(op, request_id(m.request_id.as_ref())).await {
-            Ok(applied) => Ok(Response::new(convert::put(applied)?)),
-            Err(e) => {
-                self.forward(e, forwarded, m, |mut c, r| async move { c.put(r).await })
-                    .await
-            }
-        }
+        let applied = self.write(op, id).await?;
+        Ok(Response::new(convert::put(applied)?))
     }
 
     async fn get(
@@ -212,26 +211,9 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         &self,
         request: Request<pb::AdvanceRequest>,
     ) -> Result<Response<pb::AdvanceResponse>, Status> {
-        let forwarded = is_forwarded(&request);
         let m = request.into_inner();
-        match self
-            .node
-            .write(
-                Op::Advance { by_ms: m.ms },
-                request_id(m.request_id.as_ref()),
-            )
-            .await
-        {
-            Ok(applied) => Ok(Response::new(convert::advance(applied)?)),
-            Err(e) => {
-                self.forward(
-                    e,
-                    forwarded,
-                    m,
-                    |mut c, r| async move { c.advance(r).await },
-                )
-                .await
-            }
-        }
+        let op = Op::Advance { by_ms: m.ms };
+        let applied = self.write(op, request_id(m.request_id.as_ref())).await?;
+        Ok(Response::new(convert::advance(applied)?))
     }
 }

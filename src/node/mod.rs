@@ -5,6 +5,7 @@ mod clock;
 mod cluster_service;
 mod convert;
 mod error;
+mod forwarder;
 mod lease_service;
 mod raft_service;
 mod server;
@@ -56,6 +57,8 @@ struct NodeInner {
     raft: Raft,
     /// Gathers concurrent writes into shared log entries.
     proposer: Proposer,
+    /// Sends the writes this node gets while it follows to the leader, in batches.
+    forwarder: forwarder::Forwarder,
     /// A reader of the same log Raft writes, for `ReadLog`.
     log: LogStore,
     /// The last log index this process found on disk when it started. Everything this node
@@ -82,6 +85,7 @@ impl Node {
             inner: Arc::new(NodeInner {
                 id: config.id,
                 proposer: Proposer::start(raft.clone()),
+                forwarder: forwarder::Forwarder::new(channels.clone()),
                 raft,
                 log,
                 boot_last_log_index,
@@ -104,6 +108,10 @@ impl Node {
 
     pub fn channels(&self) -> &Channels {
         &self.inner.channels
+    }
+
+    fn forwarder(&self) -> &forwarder::Forwarder {
+        &self.inner.forwarder
     }
 
     pub fn peers(&self) -> &BTreeMap<NodeId, String> {
@@ -204,32 +212,75 @@ impl Node {
     /// Proposes `op` through the log and returns what applying it answered. A `request` that
     /// was applied before is answered as it was then.
     pub async fn write(&self, op: Op, request: Option<RequestId>) -> Result<Applied, NodeError> {
-        validate(&op)?;
-        match (&op, self.inner.manual_clock) {
-            (Op::Advance { .. }, false) => {
-                return Err(NodeError::WrongClock(
-                    "advance is refused: this cluster runs the default clock; \
-                     start it with --manual-clock to move time by hand",
-                ))
-            }
-            (Op::Tick, true) => {
-                return Err(NodeError::WrongClock(
-                    "tick is refused under the manual clock",
-                ))
-            }
-            _ => {}
+        self.write_many(vec![(op, request)])
+            .await
+            .pop()
+            .unwrap_or_else(|| Err(NodeError::Invariant("a write got no answer".into())))
+    }
+
+    /// Proposes `writes` together, so that they share log entries, and answers each in order.
+    pub async fn write_many(
+        &self,
+        writes: Vec<(Op, Option<RequestId>)>,
+    ) -> Vec<Result<Applied, NodeError>> {
+        let checked: Vec<_> = writes
+            .into_iter()
+            .map(|(op, request)| self.check_write(&op).map(|()| (op, request)))
+            .collect();
+        if checked.iter().all(Result::is_err) {
+            return checked
+                .into_iter()
+                .map(|w| w.map(|_| unreachable!()))
+                .collect();
         }
+        let at_ms = match self.leader_stamp().await {
+            Ok(at_ms) => at_ms,
+            Err(e) => return checked.into_iter().map(|w| w.and(Err(e.clone()))).collect(),
+        };
+        let deadline = tokio::time::Instant::now() + QUORUM_WAIT;
+        let answers: Vec<_> = checked
+            .into_iter()
+            .map(|w| {
+                w.map(|(op, request)| self.inner.proposer.submit(Command { at_ms, request, op }))
+            })
+            .collect();
+        let mut results = Vec::with_capacity(answers.len());
+        for answer in answers {
+            results.push(match answer {
+                Err(e) => Err(e),
+                Ok(answer) => match tokio::time::timeout_at(deadline, answer).await {
+                    Err(_) => Err(NodeError::NoQuorum(QUORUM_WAIT)),
+                    Ok(Err(_)) => Err(NodeError::ShuttingDown),
+                    Ok(Ok(Ok(applied))) => Ok(applied),
+                    Ok(Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))))) => {
+                        Err(self.forward_error(f))
+                    }
+                    Ok(Ok(Err(e))) => Err(NodeError::Raft(e.to_string())),
+                },
+            });
+        }
+        results
+    }
+
+    /// Refuses what no node would propose: bad input, or an op for the other clock.
+    fn check_write(&self, op: &Op) -> Result<(), NodeError> {
+        validate(op)?;
+        match (op, self.inner.manual_clock) {
+            (Op::Advance { .. }, false) => Err(NodeError::WrongClock(
+                "advance is refused: this cluster runs the default clock; \
+                 start it with --manual-clock to move time by hand",
+            )),
+            (Op::Tick, true) => Err(NodeError::WrongClock(
+                "tick is refused under the manual clock",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits until this node leads (or names who does), then stamps a proposal.
+    async fn leader_stamp(&self) -> Result<Option<u64>, NodeError> {
         let term = self.ensure_leader().await?;
-        let at_ms = self.stamp(term).await?;
-        let proposal = self.inner.proposer.propose(Command { at_ms, request, op });
-        match tokio::time::timeout(QUORUM_WAIT, proposal).await {
-            Err(_) => Err(NodeError::NoQuorum(QUORUM_WAIT)),
-            Ok(Ok(applied)) => Ok(applied),
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                Err(self.forward_error(f))
-            }
-            Ok(Err(e)) => Err(NodeError::Raft(e.to_string())),
-        }
+        self.stamp(term).await
     }
 
     fn forward_error(&self, f: ForwardToLeader<NodeId, BasicNode>) -> NodeError {

@@ -2,9 +2,12 @@
 
 use tonic::{Request, Response, Status};
 
+use super::error::ForwardedError;
+use super::forwarder::Forwarded;
 use super::Node;
 use crate::proto::raft_v1::{raft_server, RaftMessage};
 use crate::raft::codec::{decode, encode};
+use crate::raft::Applied;
 
 pub struct RaftService {
     node: Node,
@@ -63,5 +66,20 @@ impl raft_server::Raft for RaftService {
             .await
             .map_err(Status::from)?;
         encode_reply(&entries)
+    }
+
+    async fn propose(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let writes: Vec<Forwarded> = decode_request(request)?;
+        let answers: Vec<Result<Applied, ForwardedError>> = self
+            .node
+            .write_many(writes)
+            .await
+            .into_iter()
+            .map(|answer| answer.map_err(ForwardedError::from))
+            .collect();
+        encode_reply(&answers)
     }
 }

@@ -3,8 +3,9 @@
 //! Every append batch and every vote is one redb transaction committed with
 //! `Durability::Immediate` (an fsync) before openraft hears that it is saved.
 //!
-//! The committed index is written without an fsync, off the write path's critical fsyncs: after
-//! a crash it may come back older than what the node had applied. That costs nothing but
+//! The committed index costs no transaction of its own: openraft reports it after every commit,
+//! and it is kept in memory and written with the next transaction that the log needs anyway.
+//! After a crash it may come back older than what the node had applied. That costs nothing but
 //! re-applying a few entries later, because reads never trust it alone: see
 //! [`read_index`](super::read_index), which makes a restarted node apply the whole log it found
 //! at start-up before it answers a read. (The deterministic simulation and the fault suite each
@@ -13,7 +14,7 @@
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{AnyError, ErrorSubject, ErrorVerb, RaftLogReader, StorageIOError, Vote};
@@ -34,6 +35,8 @@ const PURGED_KEY: &str = "last_purged";
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<Database>,
+    /// A committed log id reported since the last transaction, to be written with the next.
+    unwritten_committed: Arc<Mutex<Option<Option<LogId>>>>,
 }
 
 fn io_error(
@@ -60,7 +63,10 @@ impl LogStore {
         txn.open_table(LOG).map_err(write_error)?;
         txn.open_table(META).map_err(write_error)?;
         txn.commit().map_err(write_error)?;
-        Ok(LogStore { db: Arc::new(db) })
+        Ok(LogStore {
+            db: Arc::new(db),
+            unwritten_committed: Arc::default(),
+        })
     }
 
     fn read_meta<T: serde::de::DeserializeOwned>(
@@ -75,16 +81,29 @@ impl LogStore {
         }
     }
 
-    /// Runs one write transaction on the blocking pool, so an fsync never stalls the runtime.
-    async fn write<F>(&self, durability: Durability, f: F) -> Result<(), StorageError>
+    fn take_unwritten_committed(&self) -> Option<Option<LogId>> {
+        self.unwritten_committed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    /// Runs one fsynced write transaction on the blocking pool, so an fsync never stalls the
+    /// runtime. The last committed log id reported rides along.
+    async fn write<F>(&self, f: F) -> Result<(), StorageError>
     where
         F: FnOnce(&redb::WriteTransaction) -> Result<(), StorageError> + Send + 'static,
     {
         let db = self.db.clone();
+        let committed = self.take_unwritten_committed();
         tokio::task::spawn_blocking(move || {
             let mut txn = db.begin_write().map_err(write_error)?;
-            txn.set_durability(durability).map_err(write_error)?;
+            txn.set_durability(Durability::Immediate)
+                .map_err(write_error)?;
             f(&txn)?;
+            if let Some(committed) = committed {
+                put_meta(&txn, COMMITTED_KEY, &committed)?;
+            }
             txn.commit().map_err(write_error)
         })
         .await
@@ -158,11 +177,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
         let vote = *vote;
-        self.write(Durability::Immediate, move |txn| {
-            put_meta(txn, VOTE_KEY, &vote)
-        })
-        .await
-        .map_err(|e| io_error(ErrorSubject::Vote, ErrorVerb::Write, e))
+        self.write(move |txn| put_meta(txn, VOTE_KEY, &vote))
+            .await
+            .map_err(|e| io_error(ErrorSubject::Vote, ErrorVerb::Write, e))
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
@@ -170,14 +187,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        self.write(Durability::None, move |txn| {
-            put_meta(txn, COMMITTED_KEY, &committed)
-        })
-        .await
+        *self
+            .unwritten_committed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(committed);
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        Ok(self.read_meta::<Option<LogId>>(COMMITTED_KEY)?.flatten())
+        let unwritten = *self
+            .unwritten_committed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match unwritten {
+            Some(committed) => Ok(committed),
+            None => Ok(self.read_meta::<Option<LogId>>(COMMITTED_KEY)?.flatten()),
+        }
     }
 
     async fn append<I>(
@@ -194,7 +219,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             encoded.push((entry.log_id.index, encode(&entry).map_err(write_error)?));
         }
         let result = self
-            .write(Durability::Immediate, move |txn| {
+            .write(move |txn| {
                 let mut table = txn.open_table(LOG).map_err(write_error)?;
                 for (index, bytes) in &encoded {
                     table
@@ -213,7 +238,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.write(Durability::Immediate, move |txn| {
+        self.write(move |txn| {
             let mut table = txn.open_table(LOG).map_err(write_error)?;
             table
                 .retain_in(log_id.index.., |_, _| false)
@@ -225,7 +250,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         // The purge marker and the deletion land in one transaction: never a hole, never a lie.
-        self.write(Durability::Immediate, move |txn| {
+        self.write(move |txn| {
             put_meta(txn, PURGED_KEY, &log_id)?;
             let mut table = txn.open_table(LOG).map_err(write_error)?;
             table

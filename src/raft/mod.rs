@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 pub use log_store::LogStore;
 pub use network::{Channels, PeerNetwork};
-pub use proposer::{Proposer, WriteError};
+pub use proposer::{weight, Proposer, WriteError, MAX_ENTRY_BYTES};
 pub use state_machine::{SharedState, StateMachineStore};
 
 use crate::lease::{Batch, Outcome};

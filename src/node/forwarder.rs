@@ -1,0 +1,119 @@
+//! Writes that reach a follower go to the leader in batches (with [`crate::gather`]).
+//!
+//! Forwarding each request as its own gRPC call costs the follower and the leader a full call
+//! per request: under load with clients spread over the nodes, that was most of the leader's
+//! work. Instead a follower gathers the writes bound for the leader and sends them in one
+//! internal `Propose` call, which the leader proposes together; each write still gets its own
+//! answer, or its own error with the leader's status.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tonic::Status;
+
+use super::error::ForwardedError;
+use super::NodeError;
+use crate::gather::{Gatherer, Limits};
+use crate::lease::{Op, RequestId};
+use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
+use crate::raft::codec::{decode, encode};
+use crate::raft::{Applied, Channels, NodeId, MAX_ENTRY_BYTES};
+
+/// Covers the leader's own leader wait and quorum wait, with room for the hop.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_millis(6_000);
+
+const LIMITS: Limits = Limits {
+    in_flight: 2,
+    max_items: 1024,
+    max_weight: MAX_ENTRY_BYTES,
+    // As the proposer's: a batch still unanswered after this is stuck behind a partition or an
+    // election, and the next one goes out regardless.
+    hold: Duration::from_millis(500),
+};
+
+/// One forwarded write: the op and the client's name for it.
+pub type Forwarded = (Op, Option<RequestId>);
+type Answer = Result<Applied, Status>;
+
+pub struct Forwarder {
+    channels: Channels,
+    /// One gatherer per leader address seen: a new leader gets its own batches.
+    to_leader: Mutex<HashMap<String, Gatherer<Forwarded, Answer>>>,
+}
+
+impl Forwarder {
+    pub fn new(channels: Channels) -> Self {
+        Forwarder {
+            channels,
+            to_leader: Mutex::default(),
+        }
+    }
+
+    /// Sends `write` to `leader` at `addr` in the next batch and waits for its answer.
+    pub async fn write(&self, leader: NodeId, addr: &str, write: Forwarded) -> Answer {
+        let gatherer = {
+            let mut to_leader = self.to_leader.lock().unwrap_or_else(|p| p.into_inner());
+            to_leader
+                .entry(addr.to_owned())
+                .or_insert_with(|| {
+                    let (channels, addr) = (self.channels.clone(), addr.to_owned());
+                    Gatherer::start(
+                        LIMITS,
+                        |(op, _): &Forwarded| crate::raft::weight(op),
+                        move |writes| send(channels.clone(), leader, addr.clone(), writes),
+                    )
+                })
+                .clone()
+        };
+        match gatherer.submit(write) {
+            Some(answer) => answer
+                .await
+                .unwrap_or_else(|_| Err(NodeError::ShuttingDown.into())),
+            None => Err(NodeError::ShuttingDown.into()),
+        }
+    }
+}
+
+/// One batch to the leader: its answers, or the same failure for each write.
+async fn send(
+    channels: Channels,
+    leader: NodeId,
+    addr: String,
+    writes: Vec<Forwarded>,
+) -> Vec<Answer> {
+    let count = writes.len();
+    let unreachable = |reason: String| -> Vec<Answer> {
+        let status = Status::from(NodeError::LeaderUnreachable {
+            leader,
+            addr: addr.clone(),
+            reason,
+        });
+        vec![Err(status); count]
+    };
+    let data = match encode(&writes) {
+        Ok(data) => data,
+        Err(e) => return unreachable(format!("encoding the forwarded writes: {e}")),
+    };
+    let channel = match channels.get(&addr) {
+        Ok(channel) => channel,
+        Err(e) => return unreachable(e.to_string()),
+    };
+    let mut request = tonic::Request::new(RaftMessage { data });
+    request.set_timeout(FORWARD_TIMEOUT);
+    let reply = match RaftClient::new(channel).propose(request).await {
+        Ok(reply) => reply.into_inner(),
+        Err(status) => return unreachable(status.message().to_owned()),
+    };
+    match decode::<Vec<Result<Applied, ForwardedError>>>(&reply.data) {
+        Ok(answers) if answers.len() == count => answers
+            .into_iter()
+            .map(|a| a.map_err(Status::from))
+            .collect(),
+        Ok(answers) => unreachable(format!(
+            "the leader answered {} of {count} forwarded writes",
+            answers.len()
+        )),
+        Err(e) => unreachable(format!("decoding the leader's answers: {e}")),
+    }
+}
