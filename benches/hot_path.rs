@@ -76,7 +76,7 @@ fn apply(c: &mut Criterion) {
 fn append(c: &mut Criterion) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::TempDir::new().unwrap();
-    let mut log = LogStore::open(&dir.path().join("raft.redb")).unwrap();
+    let mut log = LogStore::open(&dir.path().join("raft-log")).unwrap();
     let mut index = 0u64;
     let mut next = 0u64;
     // `entries` log entries, each carrying a batch of `commands` 100-byte puts.

@@ -7,7 +7,7 @@
 //! The arrows point one way: `cli` → `client` / `node` → `raft` → `lease`.
 //!
 //! - [`lease`]: the heart, pure. Commands, outcomes, limits, and `LeaseTable::apply`.
-//! - [`raft`]: openraft glue. Type config, the redb log store, the state machine adapter and
+//! - [`raft`]: openraft glue. Type config, the segment-file log store, the state machine adapter and
 //!   snapshots, the peer network, and the proposer that gathers concurrent writes into one entry.
 //! - [`node`]: one running node. The leader's clock, the gRPC services, forwarding to the
 //!   leader (writes in batches), bootstrap and shutdown.

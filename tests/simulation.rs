@@ -4,7 +4,7 @@
 //! of many virtual seconds runs in a fraction of a real one, and hundreds of seeds run in CI.
 //!
 //! Each node is openraft with Leasehold's real state machine; its log is kept in memory here
-//! (the redb store has its own tests and the real-process suite), and survives a crash as a
+//! (the segment-file store has its own tests and the real-process suite), and survives a crash as a
 //! disk would. Clients record a history that the same checkers judge against the log.
 //!
 //! `LEASEHOLD_SIM_SEEDS=N` runs N seeds (default 200); `LEASEHOLD_SIM_SEED=S` runs only seed S.
@@ -155,7 +155,7 @@ impl RaftLogStorage<TypeConfig> for MemLog {
         &mut self,
         committed: Option<LogId<u64>>,
     ) -> Result<(), StorageError<u64>> {
-        // Not synced, as in the redb store: reads wait for the log found at start-up instead.
+        // Not synced, as in the real store: reads wait for the log found at start-up instead.
         self.lock().live.committed = committed;
         Ok(())
     }

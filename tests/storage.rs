@@ -1,4 +1,4 @@
-//! The durable Raft store: openraft's conformance suite on the real redb log and snapshotting
+//! The durable Raft store: openraft's conformance suite on the real segment log and snapshotting
 //! state machine, and what openraft's suite never does: reopen after a crash.
 
 use std::io::{BufRead, BufReader};
@@ -11,12 +11,12 @@ use openraft::testing::{log_id, StoreBuilder, Suite};
 use openraft::{Entry, EntryPayload, RaftLogReader, RaftSnapshotBuilder, StorageError, Vote};
 use tempfile::TempDir;
 
-struct RedbBuilder;
+struct LogBuilder;
 
-impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for RedbBuilder {
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for LogBuilder {
     async fn build(&self) -> Result<(TempDir, LogStore, StateMachineStore), StorageError<u64>> {
         let dir = TempDir::new().expect("temp dir");
-        let log = LogStore::open(&dir.path().join("raft.redb"))?;
+        let log = LogStore::open(&dir.path().join("raft-log"))?;
         let sm = StateMachineStore::open(dir.path())?;
         Ok((dir, log, sm))
     }
@@ -24,7 +24,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for RedbBuil
 
 #[test]
 fn openraft_storage_suite_passes_on_the_real_store() {
-    Suite::test_all(RedbBuilder).expect("openraft's storage conformance suite");
+    Suite::test_all(LogBuilder).expect("openraft's storage conformance suite");
 }
 
 fn entry(term: u64, index: u64, key: &str) -> Entry<TypeConfig> {
@@ -48,7 +48,7 @@ async fn crash_child_appends_until_killed() {
     let Ok(dir) = std::env::var("LEASEHOLD_CRASH_DIR") else {
         return; // Only runs as the child of `log_survives_kill_9_mid_append`.
     };
-    let mut log = LogStore::open(&std::path::Path::new(&dir).join("raft.redb")).unwrap();
+    let mut log = LogStore::open(&std::path::Path::new(&dir).join("raft-log")).unwrap();
     log.save_vote(&Vote::new(4, 1)).await.unwrap();
     println!("vote saved");
     let mut next = 1;
@@ -96,7 +96,7 @@ fn log_survives_kill_9_mid_append() {
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let mut log = LogStore::open(&dir.path().join("raft.redb")).expect("reopen after kill -9");
+        let mut log = LogStore::open(&dir.path().join("raft-log")).expect("reopen after kill -9");
         assert_eq!(
             log.read_vote().await.unwrap(),
             Some(Vote::new(4, 1)),

@@ -1,6 +1,6 @@
 //! `LeaseTable::apply`: the one place where the store's state changes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -13,6 +13,7 @@ const SESSION_IDLE_MS: u64 = 60 * 60 * 1000;
 
 /// The whole replicated state. `BTreeMap`s, so iteration and serialization are deterministic.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Stored")]
 pub struct LeaseTable {
     /// Store time: the largest stamp or advance applied so far. Never goes backwards.
     now_ms: u64,
@@ -22,6 +23,37 @@ pub struct LeaseTable {
     /// Recent answers per client: a request retried after a lost answer (a dead connection,
     /// a leader change) gets its first answer back instead of being applied twice.
     sessions: BTreeMap<u64, Session>,
+    /// `(expires_at_ms, name)` of every lease with a holder, expired or not: the next expiry
+    /// without a scan of every lease. Derived from `leases`, so not stored: rebuilt on load.
+    #[serde(skip)]
+    expiries: BTreeSet<(u64, String)>,
+}
+
+/// What a table stores: everything but what is derived. Same fields, same order.
+#[derive(Deserialize)]
+struct Stored {
+    now_ms: u64,
+    leases: BTreeMap<String, Lease>,
+    rows: BTreeMap<String, Vec<u8>>,
+    sessions: BTreeMap<u64, Session>,
+}
+
+impl From<Stored> for LeaseTable {
+    fn from(stored: Stored) -> Self {
+        let expiries = stored
+            .leases
+            .iter()
+            .filter(|(_, lease)| lease.holder.is_some())
+            .map(|(name, lease)| (lease.expires_at_ms, name.clone()))
+            .collect();
+        LeaseTable {
+            now_ms: stored.now_ms,
+            leases: stored.leases,
+            rows: stored.rows,
+            sessions: stored.sessions,
+            expiries,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +84,25 @@ impl Lease {
     }
 }
 
+/// Keeps `expiries` in step with a lease whose expiry while held goes from `before` to `after`
+/// (`None`: no holder).
+fn reindex(
+    expiries: &mut BTreeSet<(u64, String)>,
+    name: &str,
+    before: Option<u64>,
+    after: Option<u64>,
+) {
+    if before == after {
+        return;
+    }
+    if let Some(at) = before {
+        expiries.remove(&(at, name.to_owned()));
+    }
+    if let Some(at) = after {
+        expiries.insert((at, name.to_owned()));
+    }
+}
+
 impl LeaseTable {
     pub fn now_ms(&self) -> u64 {
         self.now_ms
@@ -77,11 +128,9 @@ impl LeaseTable {
 
     /// The earliest expiry of a lease that is still held: when the next tick is due.
     pub fn next_expiry_ms(&self) -> Option<u64> {
-        self.leases
-            .values()
-            .filter(|lease| lease.holder_at(self.now_ms).is_some())
-            .map(|lease| lease.expires_at_ms)
-            .min()
+        // Held at `now_ms` means expiring after it.
+        let after_now = (self.now_ms.saturating_add(1), String::new());
+        self.expiries.range(after_now..).next().map(|(at, _)| *at)
     }
 
     /// Applies one logged command. Pure: the same table and command give the same outcome on
@@ -149,7 +198,9 @@ impl LeaseTable {
         if let Some(lease) = self.leases.get_mut(name) {
             match lease.holder_at(now_ms) {
                 Some(current) if current == holder => {
+                    let before = lease.expires_at_ms;
                     lease.expires_at_ms = expires_at_ms;
+                    reindex(&mut self.expiries, name, Some(before), Some(expires_at_ms));
                     return Outcome::Granted {
                         token: lease.token,
                         expires_at_ms,
@@ -167,6 +218,7 @@ impl LeaseTable {
             }
         }
         let lease = self.leases.entry(name.to_owned()).or_default();
+        let before = lease.holder.is_some().then_some(lease.expires_at_ms);
         let token = lease.token + 1;
         debug_assert!(
             token > lease.fence,
@@ -178,6 +230,7 @@ impl LeaseTable {
             expires_at_ms,
             fence: token,
         };
+        reindex(&mut self.expiries, name, before, Some(expires_at_ms));
         Outcome::Granted {
             token,
             expires_at_ms,
@@ -205,9 +258,11 @@ impl LeaseTable {
                 })
             }
             Some(_) => {
+                let before = lease.expires_at_ms;
                 lease.holder = None;
                 // Free at once: the next acquire must not wait for the old expiry.
                 lease.expires_at_ms = now_ms;
+                reindex(&mut self.expiries, name, Some(before), None);
                 Outcome::Released { token }
             }
         }
@@ -699,7 +754,19 @@ mod tests {
                         *last = lease.token;
                     }
                     prop_assert_eq!(&table.rows, &model.rows);
+                    // The expiry index answers what a scan of every lease would.
+                    let scanned = table
+                        .leases
+                        .values()
+                        .filter(|lease| lease.holder_at(table.now_ms()).is_some())
+                        .map(|lease| lease.expires_at_ms)
+                        .min();
+                    prop_assert_eq!(table.next_expiry_ms(), scanned);
                 }
+                // A table loaded from its encoding (a snapshot) rebuilds the same index.
+                let bytes = postcard::to_allocvec(&table).unwrap();
+                let loaded: LeaseTable = postcard::from_bytes(&bytes).unwrap();
+                prop_assert_eq!(&loaded, &table);
             }
         }
     }

@@ -1,136 +1,412 @@
-//! The durable Raft log, vote and committed index, in one redb file.
+//! The durable Raft log and vote: append-only segment files and a small state file.
 //!
-//! Every append batch and every vote is one redb transaction committed with
-//! `Durability::Immediate` (an fsync) before openraft hears that it is saved.
+//! A node's log directory holds:
+//! - segments, `{first index:020}.seg`: one record per entry, `[length u32][crc32 u32][entry]`
+//!   (little-endian; the entry in postcard), indexes consecutive within and across segments. A
+//!   new segment starts once the current one passes [`SEGMENT_BYTES`], so purging the log behind
+//!   a snapshot deletes whole files.
+//! - `state`: the vote, the last purged log id and the last committed id reported, replaced
+//!   atomically (temporary file, fsync, rename, fsync of the directory).
 //!
-//! The committed index costs no transaction of its own: openraft reports it after every commit,
-//! and it is kept in memory and written with the next transaction that the log needs anyway.
-//! After a crash it may come back older than what the node had applied. That costs nothing but
-//! re-applying a few entries later, because reads never trust it alone: see
+//! An append is one write of all its records and one `fdatasync`, done before openraft hears the
+//! entries are saved: the whole cost of durability, where a B-tree store (redb, before) wrote
+//! several pages per commit. A vote is saved durably before `save_vote` returns.
+//!
+//! At open every record is read back and checked. A record cut short or failing its checksum
+//! can only be the tail of the last segment: the write a crash interrupted, never acknowledged.
+//! It is cut off. Anything wrong elsewhere is corruption, and the node refuses to start.
+//!
+//! The committed id is a hint, never fsynced on its own: it is written whenever the state file
+//! is. After a crash it may come back older than what the node had applied. That costs nothing
+//! but re-applying a few entries later, because reads never trust it alone: see
 //! [`read_index`](super::read_index), which makes a restarted node apply the whole log it found
-//! at start-up before it answers a read. (The deterministic simulation and the fault suite each
-//! caught stale reads after a restart before that wait existed.)
+//! at start-up before it answers a read.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
+use std::fs::{self, File, OpenOptions};
+use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{AnyError, ErrorSubject, ErrorVerb, RaftLogReader, StorageIOError, Vote};
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
 
 use super::codec::{decode, encode};
 use super::{LogId, NodeId, StorageError, TypeConfig};
 
 type Entry = openraft::Entry<TypeConfig>;
 
-const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
-const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-const VOTE_KEY: &str = "vote";
-const COMMITTED_KEY: &str = "committed";
-const PURGED_KEY: &str = "last_purged";
+/// A segment grows to about this size before the next one starts.
+pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+/// `[length u32][crc32 u32]` before each entry.
+const HEADER: u64 = 8;
+/// No entry comes near this (entries are bounded at 256 KiB): a longer length is corruption.
+const MAX_RECORD: u64 = 64 * 1024 * 1024;
+const STATE: &str = "state";
 
-/// Cheap to clone: clones share one database, as openraft's log readers expect.
+/// Cheap to clone: clones share one log, as openraft's log readers expect.
 #[derive(Clone)]
 pub struct LogStore {
-    db: Arc<Database>,
-    /// A committed log id reported since the last transaction, to be written with the next.
-    unwritten_committed: Arc<Mutex<Option<Option<LogId>>>>,
+    shared: Arc<Shared>,
 }
 
-fn io_error(
-    subject: ErrorSubject<NodeId>,
-    verb: ErrorVerb,
-    e: impl std::error::Error + 'static,
-) -> StorageError {
+struct Shared {
+    dir: PathBuf,
+    /// What readers see. Held only for lookups and updates, never across file I/O.
+    index: Mutex<Index>,
+    /// The one writer's state. openraft calls the writing methods one at a time; the lock only
+    /// keeps that true for clones too.
+    writer: Mutex<Writer>,
+}
+
+#[derive(Default)]
+struct Index {
+    segments: BTreeMap<u64, Arc<File>>,
+    /// Where each entry is, for indexes `first..first + len` (purged ones are gone).
+    entries: VecDeque<Location>,
+    last_purged: Option<LogId>,
+}
+
+#[derive(Clone, Copy)]
+struct Location {
+    log_id: LogId,
+    /// The segment (its first index) and where the record starts in it.
+    segment: u64,
+    offset: u64,
+    len: u32,
+}
+
+#[derive(Default)]
+struct Writer {
+    /// The segment appends go to: its first index, file and length.
+    active: Option<(u64, Arc<File>, u64)>,
+    state: State,
+}
+
+#[derive(Clone, Default, Serialize, Deserialize)]
+struct State {
+    vote: Option<Vote<NodeId>>,
+    last_purged: Option<LogId>,
+    committed: Option<LogId>,
+}
+
+fn io_error(subject: ErrorSubject<NodeId>, verb: ErrorVerb, e: impl ToString) -> StorageError {
+    let e = io::Error::other(e.to_string());
     StorageIOError::new(subject, verb, AnyError::new(&e)).into()
 }
 
-fn read_error(e: impl std::error::Error + 'static) -> StorageError {
+fn read_error(e: impl ToString) -> StorageError {
     io_error(ErrorSubject::Logs, ErrorVerb::Read, e)
 }
 
-fn write_error(e: impl std::error::Error + 'static) -> StorageError {
+fn write_error(e: impl ToString) -> StorageError {
     io_error(ErrorSubject::Logs, ErrorVerb::Write, e)
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn segment_path(dir: &Path, first: u64) -> PathBuf {
+    dir.join(format!("{first:020}.seg"))
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// One entry as a record: header and payload.
+fn record(entry: &Entry, into: &mut Vec<u8>) -> Result<u32, StorageError> {
+    let payload = encode(entry).map_err(write_error)?;
+    let len = u32::try_from(payload.len()).map_err(write_error)?;
+    into.extend_from_slice(&len.to_le_bytes());
+    into.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    into.extend_from_slice(&payload);
+    Ok(len)
+}
+
+/// The entries of one segment's bytes, with where each starts, up to the first record that is
+/// cut short or fails its checksum; and where that one starts, if any.
+fn parse_segment(bytes: &[u8]) -> (Vec<(Entry, u64, u32)>, Option<u64>) {
+    let mut entries = Vec::new();
+    let mut pos = 0usize;
+    while pos < bytes.len() {
+        let torn = Some(pos as u64);
+        let Some(header) = bytes.get(pos..pos + HEADER as usize) else {
+            return (entries, torn);
+        };
+        let len = u32::from_le_bytes(header[..4].try_into().unwrap_or_default());
+        let crc = u32::from_le_bytes(header[4..].try_into().unwrap_or_default());
+        let start = pos + HEADER as usize;
+        let payload = (u64::from(len) <= MAX_RECORD)
+            .then(|| bytes.get(start..start + len as usize))
+            .flatten();
+        let Some(payload) = payload.filter(|p| crc32fast::hash(p) == crc) else {
+            return (entries, torn);
+        };
+        let Ok(entry) = decode::<Entry>(payload) else {
+            return (entries, torn);
+        };
+        entries.push((entry, pos as u64, len));
+        pos = start + len as usize;
+    }
+    (entries, None)
+}
+
 impl LogStore {
-    /// Opens (or creates) the log file at `path`.
-    pub fn open(path: &Path) -> Result<Self, StorageError> {
-        let db = Database::create(path).map_err(write_error)?;
-        let txn = db.begin_write().map_err(write_error)?;
-        txn.open_table(LOG).map_err(write_error)?;
-        txn.open_table(META).map_err(write_error)?;
-        txn.commit().map_err(write_error)?;
+    /// Opens (or creates) the log in directory `dir`, checking every record and cutting off a
+    /// torn tail.
+    pub fn open(dir: &Path) -> Result<Self, StorageError> {
+        fs::create_dir_all(dir).map_err(write_error)?;
+        let state: State = match fs::read(dir.join(STATE)) {
+            Ok(bytes) => decode(&bytes).map_err(read_error)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => State::default(),
+            Err(e) => return Err(read_error(e)),
+        };
+        let _ = fs::remove_file(dir.join(format!("{STATE}.tmp")));
+        let mut firsts: Vec<u64> = fs::read_dir(dir)
+            .map_err(read_error)?
+            .filter_map(|e| {
+                e.ok()?
+                    .file_name()
+                    .to_str()?
+                    .strip_suffix(".seg")?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        firsts.sort_unstable();
+
+        let purged_upto = state.last_purged.map(|id| id.index);
+        let mut index = Index {
+            last_purged: state.last_purged,
+            ..Index::default()
+        };
+        let mut active = None;
+        for (n, &first) in firsts.iter().enumerate() {
+            let path = segment_path(dir, first);
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(read_error)?;
+            let bytes = fs::read(&path).map_err(read_error)?;
+            let (entries, torn) = parse_segment(&bytes);
+            let mut len = bytes.len() as u64;
+            if let Some(at) = torn {
+                if n + 1 != firsts.len() {
+                    return Err(read_error(format!(
+                        "{} is corrupt at byte {at}, before the last segment: refusing to start",
+                        path.display()
+                    )));
+                }
+                // The last write before a crash, never acknowledged: cut it off.
+                file.set_len(at).map_err(write_error)?;
+                file.sync_all().map_err(write_error)?;
+                len = at;
+            }
+            let file = Arc::new(file);
+            for (entry, offset, record_len) in entries {
+                let at = entry.log_id.index;
+                if purged_upto.is_some_and(|p| at <= p) {
+                    continue;
+                }
+                if let Some(prev) = index.entries.back() {
+                    if at != prev.log_id.index + 1 {
+                        return Err(read_error(format!(
+                            "{} holds entry {at} after entry {}: refusing to start",
+                            path.display(),
+                            prev.log_id.index
+                        )));
+                    }
+                }
+                index.entries.push_back(Location {
+                    log_id: entry.log_id,
+                    segment: first,
+                    offset,
+                    len: record_len,
+                });
+            }
+            index.segments.insert(first, file.clone());
+            active = Some((first, file, len));
+        }
         Ok(LogStore {
-            db: Arc::new(db),
-            unwritten_committed: Arc::default(),
+            shared: Arc::new(Shared {
+                dir: dir.to_owned(),
+                index: Mutex::new(index),
+                writer: Mutex::new(Writer { active, state }),
+            }),
         })
     }
 
-    fn read_meta<T: serde::de::DeserializeOwned>(
-        &self,
-        key: &str,
-    ) -> Result<Option<T>, StorageError> {
-        let txn = self.db.begin_read().map_err(read_error)?;
-        let table = txn.open_table(META).map_err(read_error)?;
-        match table.get(key).map_err(read_error)? {
-            Some(bytes) => Ok(Some(decode(bytes.value()).map_err(read_error)?)),
-            None => Ok(None),
-        }
-    }
-
-    fn take_unwritten_committed(&self) -> Option<Option<LogId>> {
-        self.unwritten_committed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-    }
-
-    /// Runs one fsynced write transaction on the blocking pool, so an fsync never stalls the
-    /// runtime. The last committed log id reported rides along.
-    async fn write<F>(&self, f: F) -> Result<(), StorageError>
+    /// Runs `f` with the writer on the blocking pool, so an fsync never stalls the runtime.
+    async fn with_writer<T, F>(&self, f: F) -> Result<T, StorageError>
     where
-        F: FnOnce(&redb::WriteTransaction) -> Result<(), StorageError> + Send + 'static,
+        T: Send + 'static,
+        F: FnOnce(&Shared, &mut Writer) -> Result<T, StorageError> + Send + 'static,
     {
-        let db = self.db.clone();
-        let committed = self.take_unwritten_committed();
+        let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || {
-            let mut txn = db.begin_write().map_err(write_error)?;
-            txn.set_durability(Durability::Immediate)
-                .map_err(write_error)?;
-            f(&txn)?;
-            if let Some(committed) = committed {
-                put_meta(&txn, COMMITTED_KEY, &committed)?;
-            }
-            txn.commit().map_err(write_error)
+            let mut writer = lock(&shared.writer);
+            f(&shared, &mut writer)
         })
         .await
         .map_err(write_error)?
     }
+}
 
-    fn last_entry_log_id(&self) -> Result<Option<LogId>, StorageError> {
-        let txn = self.db.begin_read().map_err(read_error)?;
-        let table = txn.open_table(LOG).map_err(read_error)?;
-        let last = table.last().map_err(read_error)?;
-        let Some((_, bytes)) = last else {
-            return Ok(None);
-        };
-        let entry: Entry = decode(bytes.value()).map_err(read_error)?;
-        Ok(Some(entry.log_id))
+impl Index {
+    fn last_log_id(&self) -> Option<LogId> {
+        self.entries.back().map(|l| l.log_id).or(self.last_purged)
     }
 }
 
-fn put_meta<T: serde::Serialize>(
-    txn: &redb::WriteTransaction,
-    key: &str,
-    value: &T,
-) -> Result<(), StorageError> {
-    let bytes = encode(value).map_err(write_error)?;
-    let mut table = txn.open_table(META).map_err(write_error)?;
-    table.insert(key, bytes.as_slice()).map_err(write_error)?;
-    Ok(())
+impl Shared {
+    /// Replaces the state file, durably.
+    fn write_state(&self, state: &State) -> Result<(), StorageError> {
+        let bytes = encode(state).map_err(write_error)?;
+        let tmp = self.dir.join(format!("{STATE}.tmp"));
+        let mut file = File::create(&tmp).map_err(write_error)?;
+        io::Write::write_all(&mut file, &bytes).map_err(write_error)?;
+        file.sync_all().map_err(write_error)?;
+        fs::rename(&tmp, self.dir.join(STATE)).map_err(write_error)?;
+        sync_dir(&self.dir).map_err(write_error)
+    }
+
+    /// Writes `entries` after the last one, durably, then makes them visible to readers.
+    fn append(&self, writer: &mut Writer, entries: Vec<Entry>) -> Result<(), StorageError> {
+        let Some(first_index) = entries.first().map(|e| e.log_id.index) else {
+            return Ok(());
+        };
+        if writer
+            .active
+            .as_ref()
+            .is_none_or(|(_, _, len)| *len >= SEGMENT_BYTES)
+        {
+            let path = segment_path(&self.dir, first_index);
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)
+                .map_err(write_error)?;
+            sync_dir(&self.dir).map_err(write_error)?;
+            let file = Arc::new(file);
+            lock(&self.index).segments.insert(first_index, file.clone());
+            writer.active = Some((first_index, file, 0));
+        }
+        let Some((segment, file, len)) = writer.active.as_mut() else {
+            unreachable!("a segment was opened above");
+        };
+        let mut bytes = Vec::new();
+        let mut locations = Vec::with_capacity(entries.len());
+        for entry in &entries {
+            let offset = *len + bytes.len() as u64;
+            let record_len = record(entry, &mut bytes)?;
+            locations.push(Location {
+                log_id: entry.log_id,
+                segment: *segment,
+                offset,
+                len: record_len,
+            });
+        }
+        let written = file
+            .write_all_at(&bytes, *len)
+            .and_then(|()| file.sync_data());
+        if let Err(e) = written {
+            // Leave no partial record behind this point for the next append to follow.
+            let _ = file.set_len(*len);
+            return Err(write_error(e));
+        }
+        *len += bytes.len() as u64;
+        lock(&self.index).entries.extend(locations);
+        Ok(())
+    }
+
+    /// Removes every entry from `since` on, durably.
+    fn truncate(&self, writer: &mut Writer, since: u64) -> Result<(), StorageError> {
+        let (cut, later) = {
+            let mut index = lock(&self.index);
+            let Some(first) = index.entries.front().map(|l| l.log_id.index) else {
+                return Ok(());
+            };
+            let Some(at) = since
+                .checked_sub(first)
+                .and_then(|i| usize::try_from(i).ok())
+            else {
+                return Err(write_error(format!(
+                    "truncating at {since}, before the first entry {first}"
+                )));
+            };
+            let Some(cut) = index.entries.get(at).copied() else {
+                return Ok(()); // Nothing at or after `since`.
+            };
+            index.entries.truncate(at);
+            let later: Vec<u64> = index
+                .segments
+                .range(cut.segment + 1..)
+                .map(|(first, _)| *first)
+                .collect();
+            for first in &later {
+                index.segments.remove(first);
+            }
+            (cut, later)
+        };
+        for first in later {
+            fs::remove_file(segment_path(&self.dir, first)).map_err(write_error)?;
+        }
+        let file = lock(&self.index)
+            .segments
+            .get(&cut.segment)
+            .cloned()
+            .ok_or_else(|| write_error("truncated segment vanished"))?;
+        file.set_len(cut.offset).map_err(write_error)?;
+        file.sync_all().map_err(write_error)?;
+        sync_dir(&self.dir).map_err(write_error)?;
+        writer.active = Some((cut.segment, file, cut.offset));
+        Ok(())
+    }
+
+    /// Forgets every entry up to `upto`: the marker first, durably, then whole segments.
+    fn purge(&self, writer: &mut Writer, upto: LogId) -> Result<(), StorageError> {
+        writer.state.last_purged = Some(upto);
+        self.write_state(&writer.state)?;
+        let doomed = {
+            let mut index = lock(&self.index);
+            index.last_purged = Some(upto);
+            while index
+                .entries
+                .front()
+                .is_some_and(|l| l.log_id.index <= upto.index)
+            {
+                index.entries.pop_front();
+            }
+            // A segment goes once every entry in it is purged: all before the first kept
+            // entry's segment, or every segment if no entry is kept.
+            let keep_from = index.entries.front().map_or(u64::MAX, |l| l.segment);
+            let doomed: Vec<u64> = index.segments.range(..keep_from).map(|(f, _)| *f).collect();
+            for first in &doomed {
+                index.segments.remove(first);
+            }
+            doomed
+        };
+        if writer
+            .active
+            .as_ref()
+            .is_some_and(|(first, _, _)| doomed.contains(first))
+        {
+            writer.active = None;
+        }
+        for first in doomed {
+            fs::remove_file(segment_path(&self.dir, first)).map_err(write_error)?;
+        }
+        Ok(())
+    }
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -138,22 +414,40 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        let txn = self.db.begin_read().map_err(read_error)?;
-        let table = txn.open_table(LOG).map_err(read_error)?;
-        let start = match range.start_bound() {
-            Bound::Included(i) => Bound::Included(*i),
-            Bound::Excluded(i) => Bound::Excluded(*i),
-            Bound::Unbounded => Bound::Unbounded,
+        let wanted: Vec<(Arc<File>, Location)> = {
+            let index = lock(&self.shared.index);
+            let Some(first) = index.entries.front().map(|l| l.log_id.index) else {
+                return Ok(Vec::new());
+            };
+            let start = match range.start_bound() {
+                Bound::Included(i) => *i,
+                Bound::Excluded(i) => i.saturating_add(1),
+                Bound::Unbounded => first,
+            };
+            let end = match range.end_bound() {
+                Bound::Included(i) => i.saturating_add(1),
+                Bound::Excluded(i) => *i,
+                Bound::Unbounded => u64::MAX,
+            };
+            let from = start.saturating_sub(first).min(index.entries.len() as u64) as usize;
+            let to = end.saturating_sub(first).min(index.entries.len() as u64) as usize;
+            let mut wanted = Vec::with_capacity(to.saturating_sub(from));
+            for location in index.entries.range(from..to.max(from)) {
+                let file = index
+                    .segments
+                    .get(&location.segment)
+                    .cloned()
+                    .ok_or_else(|| read_error("an entry's segment is missing"))?;
+                wanted.push((file, *location));
+            }
+            wanted
         };
-        let end = match range.end_bound() {
-            Bound::Included(i) => Bound::Included(*i),
-            Bound::Excluded(i) => Bound::Excluded(*i),
-            Bound::Unbounded => Bound::Unbounded,
-        };
-        let mut entries = Vec::new();
-        for item in table.range::<u64>((start, end)).map_err(read_error)? {
-            let (_, bytes) = item.map_err(read_error)?;
-            entries.push(decode(bytes.value()).map_err(read_error)?);
+        let mut entries = Vec::with_capacity(wanted.len());
+        for (file, location) in wanted {
+            let mut payload = vec![0; location.len as usize];
+            file.read_exact_at(&mut payload, location.offset + HEADER)
+                .map_err(read_error)?;
+            entries.push(decode(&payload).map_err(read_error)?);
         }
         Ok(entries)
     }
@@ -163,11 +457,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        let last_purged_log_id: Option<LogId> = self.read_meta(PURGED_KEY)?;
-        let last_log_id = self.last_entry_log_id()?.or(last_purged_log_id);
+        let index = lock(&self.shared.index);
         Ok(LogState {
-            last_purged_log_id,
-            last_log_id,
+            last_purged_log_id: index.last_purged,
+            last_log_id: index.last_log_id(),
         })
     }
 
@@ -177,32 +470,25 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
         let vote = *vote;
-        self.write(move |txn| put_meta(txn, VOTE_KEY, &vote))
-            .await
-            .map_err(|e| io_error(ErrorSubject::Vote, ErrorVerb::Write, e))
+        self.with_writer(move |shared, writer| {
+            writer.state.vote = Some(vote);
+            shared.write_state(&writer.state)
+        })
+        .await
+        .map_err(|e| io_error(ErrorSubject::Vote, ErrorVerb::Write, e))
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
-        self.read_meta(VOTE_KEY)
+        Ok(lock(&self.shared.writer).state.vote)
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        *self
-            .unwritten_committed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(committed);
+        lock(&self.shared.writer).state.committed = committed;
         Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        let unwritten = *self
-            .unwritten_committed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match unwritten {
-            Some(committed) => Ok(committed),
-            None => Ok(self.read_meta::<Option<LogId>>(COMMITTED_KEY)?.flatten()),
-        }
+        Ok(lock(&self.shared.writer).state.committed)
     }
 
     async fn append<I>(
@@ -214,50 +500,157 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let mut encoded = Vec::new();
-        for entry in entries {
-            encoded.push((entry.log_id.index, encode(&entry).map_err(write_error)?));
-        }
+        let entries: Vec<Entry> = entries.into_iter().collect();
         let result = self
-            .write(move |txn| {
-                let mut table = txn.open_table(LOG).map_err(write_error)?;
-                for (index, bytes) in &encoded {
-                    table
-                        .insert(*index, bytes.as_slice())
-                        .map_err(write_error)?;
-                }
-                Ok(())
-            })
+            .with_writer(move |shared, writer| shared.append(writer, entries))
             .await;
-        // The entries are durable (the commit fsynced) before openraft is told so.
+        // The entries are durable (fdatasync returned) before openraft is told so.
         match &result {
             Ok(()) => callback.log_io_completed(Ok(())),
-            Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
+            Err(e) => callback.log_io_completed(Err(io::Error::other(e.to_string()))),
         }
         result
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.write(move |txn| {
-            let mut table = txn.open_table(LOG).map_err(write_error)?;
-            table
-                .retain_in(log_id.index.., |_, _| false)
-                .map_err(write_error)?;
-            Ok(())
-        })
-        .await
+        self.with_writer(move |shared, writer| shared.truncate(writer, log_id.index))
+            .await
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        // The purge marker and the deletion land in one transaction: never a hole, never a lie.
-        self.write(move |txn| {
-            put_meta(txn, PURGED_KEY, &log_id)?;
-            let mut table = txn.open_table(LOG).map_err(write_error)?;
-            table
-                .retain_in(..=log_id.index, |_, _| false)
-                .map_err(write_error)?;
-            Ok(())
-        })
-        .await
+        self.with_writer(move |shared, writer| shared.purge(writer, log_id))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::{Batch, Command, Op};
+    use openraft::storage::RaftLogStorageExt;
+    use openraft::testing::log_id;
+    use openraft::EntryPayload;
+
+    fn entry(index: u64) -> Entry {
+        Entry {
+            log_id: log_id(1, 1, index),
+            payload: EntryPayload::Normal(Batch(vec![Command {
+                at_ms: Some(index),
+                request: None,
+                op: Op::Put {
+                    key: format!("k{index}"),
+                    value: vec![7; 100],
+                    fence: None,
+                },
+            }])),
+        }
+    }
+
+    async fn indexes(log: &mut LogStore) -> Vec<u64> {
+        log.try_get_log_entries(..)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.log_id.index)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_torn_tail_is_cut_off_and_the_log_goes_on_from_there() {
+        let dir = tempfile::TempDir::new().unwrap();
+        {
+            let mut log = LogStore::open(dir.path()).unwrap();
+            log.blocking_append((1..=5).map(entry)).await.unwrap();
+        }
+        // A crash halfway through writing entry 6: its header and part of its payload.
+        let segment = segment_path(dir.path(), 1);
+        let mut torn = Vec::new();
+        record(&entry(6), &mut torn).unwrap();
+        let mut bytes = fs::read(&segment).unwrap();
+        let intact = bytes.len() as u64;
+        bytes.extend_from_slice(&torn[..torn.len() / 2]);
+        fs::write(&segment, &bytes).unwrap();
+
+        let mut log = LogStore::open(dir.path()).unwrap();
+        assert_eq!(indexes(&mut log).await, vec![1, 2, 3, 4, 5]);
+        assert_eq!(
+            fs::metadata(&segment).unwrap().len(),
+            intact,
+            "the tail is cut"
+        );
+        log.blocking_append([entry(6)]).await.unwrap();
+        drop(log);
+        let mut log = LogStore::open(dir.path()).unwrap();
+        assert_eq!(indexes(&mut log).await, vec![1, 2, 3, 4, 5, 6]);
+    }
+
+    #[tokio::test]
+    async fn a_flipped_bit_before_the_last_segment_refuses_to_start() {
+        let dir = tempfile::TempDir::new().unwrap();
+        {
+            let mut log = LogStore::open(dir.path()).unwrap();
+            log.blocking_append((1..=3).map(entry)).await.unwrap();
+        }
+        // A second segment after the first, then damage in the first.
+        fs::write(segment_path(dir.path(), 4), b"").unwrap();
+        let segment = segment_path(dir.path(), 1);
+        let mut bytes = fs::read(&segment).unwrap();
+        bytes[HEADER as usize + 3] ^= 0x10;
+        fs::write(&segment, &bytes).unwrap();
+        let error = LogStore::open(dir.path())
+            .err()
+            .expect("corruption refused");
+        assert!(error.to_string().contains("corrupt"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn purge_deletes_whole_segments_and_survives_reopen() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut log = LogStore::open(dir.path()).unwrap();
+        // Force one segment per append: every append finds the last one full.
+        for i in 1..=6 {
+            log.blocking_append([entry(i)]).await.unwrap();
+            lock(&log.shared.writer).active.as_mut().unwrap().2 = SEGMENT_BYTES;
+        }
+        log.purge(log_id(1, 1, 3)).await.unwrap();
+        assert_eq!(indexes(&mut log).await, vec![4, 5, 6]);
+        assert!(
+            !segment_path(dir.path(), 3).exists(),
+            "purged segment deleted"
+        );
+        assert!(segment_path(dir.path(), 4).exists());
+        drop(log);
+        let mut log = LogStore::open(dir.path()).unwrap();
+        assert_eq!(indexes(&mut log).await, vec![4, 5, 6]);
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 3)));
+        // Purging past the end (a snapshot installed ahead of the log) empties it.
+        log.purge(log_id(2, 1, 10)).await.unwrap();
+        assert_eq!(indexes(&mut log).await, Vec::<u64>::new());
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_log_id, Some(log_id(2, 1, 10)));
+        log.blocking_append([entry(11)]).await.unwrap();
+        drop(log);
+        let mut log = LogStore::open(dir.path()).unwrap();
+        assert_eq!(indexes(&mut log).await, vec![11]);
+    }
+
+    #[tokio::test]
+    async fn truncate_across_segments_survives_reopen() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut log = LogStore::open(dir.path()).unwrap();
+        log.blocking_append((1..=3).map(entry)).await.unwrap();
+        lock(&log.shared.writer).active.as_mut().unwrap().2 = SEGMENT_BYTES;
+        log.blocking_append((4..=6).map(entry)).await.unwrap();
+        log.truncate(log_id(1, 1, 3)).await.unwrap();
+        assert_eq!(indexes(&mut log).await, vec![1, 2]);
+        assert!(
+            !segment_path(dir.path(), 4).exists(),
+            "later segment deleted"
+        );
+        log.blocking_append((3..=4).map(entry)).await.unwrap();
+        drop(log);
+        let mut log = LogStore::open(dir.path()).unwrap();
+        assert_eq!(indexes(&mut log).await, vec![1, 2, 3, 4]);
     }
 }
