@@ -1,8 +1,8 @@
 //! Gathering concurrent requests into batches, for a stage that costs about as much per batch
 //! as per request: an fsynced log append, a round trip to the leader.
 //!
-//! At most `in_flight` batches are outstanding; every request that arrives meanwhile joins the
-//! next batch. A lone request goes out at once (nothing waits for company), and under load the
+//! `in_flight` batches are outstanding (more only while one is stuck past `hold`); every request
+//! that arrives meanwhile joins the next batch. A lone request goes out at once (nothing waits for company), and under load the
 //! batches grow until a batch's cost is shared by many requests.
 
 use std::future::Future;

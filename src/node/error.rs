@@ -39,6 +39,21 @@ pub enum NodeError {
         addr: String,
         reason: String,
     },
+    /// A forwarded write reached (or may have reached) the leader, but its answer was lost.
+    #[error(
+        "the write was forwarded to leader node {leader} at {addr}, but its answer was lost \
+         ({reason}); it may or may not have been applied"
+    )]
+    ForwardLost {
+        leader: NodeId,
+        addr: String,
+        reason: String,
+    },
+    /// The node stopped while the write was in its proposer.
+    #[error(
+        "this node stopped before the write was answered; it may or may not have been applied"
+    )]
+    Unanswered,
     #[error("{0}")]
     WrongClock(&'static str),
     #[error("this node is shutting down")]
@@ -100,9 +115,15 @@ impl From<NodeError> for Status {
             | NodeError::NoQuorum(_)
             | NodeError::ReadUnconfirmed(_)
             | NodeError::LeaderUnreachable { .. }
+            | NodeError::ForwardLost { .. }
+            | NodeError::Unanswered
             | NodeError::ShuttingDown => Code::Unavailable,
             NodeError::Raft(_) | NodeError::Invariant(_) => Code::Internal,
         };
-        node_status(code, e.to_string(), matches!(e, NodeError::NoQuorum(_)))
+        let indeterminate = matches!(
+            e,
+            NodeError::NoQuorum(_) | NodeError::ForwardLost { .. } | NodeError::Unanswered
+        );
+        node_status(code, e.to_string(), indeterminate)
     }
 }

@@ -14,23 +14,15 @@ use tonic::Status;
 
 use super::error::ForwardedError;
 use super::NodeError;
-use crate::gather::{Gatherer, Limits};
+use crate::gather::Gatherer;
 use crate::lease::{Op, RequestId};
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use crate::raft::codec::{decode, encode};
-use crate::raft::{Applied, Channels, NodeId, MAX_ENTRY_BYTES};
+use crate::raft::{Applied, Channels, NodeId, WRITE_BATCHES};
 
-/// Covers the leader's own leader wait and quorum wait, with room for the hop.
-pub const FORWARD_TIMEOUT: Duration = Duration::from_millis(6_000);
-
-const LIMITS: Limits = Limits {
-    in_flight: 2,
-    max_items: 1024,
-    max_weight: MAX_ENTRY_BYTES,
-    // As the proposer's: a batch still unanswered after this is stuck behind a partition or an
-    // election, and the next one goes out regardless.
-    hold: Duration::from_millis(500),
-};
+/// Covers the leader's own waits (for an election, 2 s; to confirm a new term, 3 s; for a
+/// quorum, 3 s), with room for the hop.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_millis(10_000);
 
 /// One forwarded write: the op and the client's name for it.
 pub type Forwarded = (Op, Option<RequestId>);
@@ -38,8 +30,8 @@ type Answer = Result<Applied, Status>;
 
 pub struct Forwarder {
     channels: Channels,
-    /// One gatherer per leader address seen: a new leader gets its own batches.
-    to_leader: Mutex<HashMap<String, Gatherer<Forwarded, Answer>>>,
+    /// One gatherer per leader seen: a new leader gets its own batches.
+    to_leader: Mutex<HashMap<(NodeId, String), Gatherer<Forwarded, Answer>>>,
 }
 
 impl Forwarder {
@@ -55,11 +47,11 @@ impl Forwarder {
         let gatherer = {
             let mut to_leader = self.to_leader.lock().unwrap_or_else(|p| p.into_inner());
             to_leader
-                .entry(addr.to_owned())
+                .entry((leader, addr.to_owned()))
                 .or_insert_with(|| {
                     let (channels, addr) = (self.channels.clone(), addr.to_owned());
                     Gatherer::start(
-                        LIMITS,
+                        WRITE_BATCHES,
                         |(op, _): &Forwarded| crate::raft::weight(op),
                         move |writes| send(channels.clone(), leader, addr.clone(), writes),
                     )
@@ -69,7 +61,7 @@ impl Forwarder {
         match gatherer.submit(write) {
             Some(answer) => answer
                 .await
-                .unwrap_or_else(|_| Err(NodeError::ShuttingDown.into())),
+                .unwrap_or_else(|_| Err(NodeError::Unanswered.into())),
             None => Err(NodeError::ShuttingDown.into()),
         }
     }
@@ -83,13 +75,21 @@ async fn send(
     writes: Vec<Forwarded>,
 ) -> Vec<Answer> {
     let count = writes.len();
-    let unreachable = |reason: String| -> Vec<Answer> {
-        let status = Status::from(NodeError::LeaderUnreachable {
+    let fail = |error: NodeError| -> Vec<Answer> { vec![Err(Status::from(error)); count] };
+    // Before the call the writes certainly did not apply; after it, they may have.
+    let unreachable = |reason: String| {
+        fail(NodeError::LeaderUnreachable {
             leader,
             addr: addr.clone(),
             reason,
-        });
-        vec![Err(status); count]
+        })
+    };
+    let lost = |reason: String| {
+        fail(NodeError::ForwardLost {
+            leader,
+            addr: addr.clone(),
+            reason,
+        })
     };
     let data = match encode(&writes) {
         Ok(data) => data,
@@ -103,17 +103,17 @@ async fn send(
     request.set_timeout(FORWARD_TIMEOUT);
     let reply = match RaftClient::new(channel).propose(request).await {
         Ok(reply) => reply.into_inner(),
-        Err(status) => return unreachable(status.message().to_owned()),
+        Err(status) => return lost(status.message().to_owned()),
     };
     match decode::<Vec<Result<Applied, ForwardedError>>>(&reply.data) {
         Ok(answers) if answers.len() == count => answers
             .into_iter()
             .map(|a| a.map_err(Status::from))
             .collect(),
-        Ok(answers) => unreachable(format!(
+        Ok(answers) => lost(format!(
             "the leader answered {} of {count} forwarded writes",
             answers.len()
         )),
-        Err(e) => unreachable(format!("decoding the leader's answers: {e}")),
+        Err(e) => lost(format!("decoding the leader's answers: {e}")),
     }
 }

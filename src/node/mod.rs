@@ -250,7 +250,7 @@ impl Node {
                 Err(e) => Err(e),
                 Ok(answer) => match tokio::time::timeout_at(deadline, answer).await {
                     Err(_) => Err(NodeError::NoQuorum(QUORUM_WAIT)),
-                    Ok(Err(_)) => Err(NodeError::ShuttingDown),
+                    Ok(Err(_)) => Err(NodeError::Unanswered),
                     Ok(Ok(Ok(applied))) => Ok(applied),
                     Ok(Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))))) => {
                         Err(self.forward_error(f))

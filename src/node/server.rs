@@ -46,7 +46,8 @@ impl From<raft::StorageError> for StartError {
     }
 }
 
-/// Raft messages carry up to 256 entries of up to 256 KiB each: far above tonic's 4 MiB default.
+/// A bound far above what Raft messages carry (16 entries of about 128 KiB, or snapshots in
+/// chunks), which tonic would otherwise cap at 4 MiB.
 const MAX_RAFT_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
 /// The expiry ticker looks again at least this often, to notice a new leadership or lease.
 const TICK_CHECK: Duration = Duration::from_millis(100);

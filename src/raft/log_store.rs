@@ -12,9 +12,11 @@
 //! entries are saved: the whole cost of durability, where a B-tree store (redb, before) wrote
 //! several pages per commit. A vote is saved durably before `save_vote` returns.
 //!
-//! At open every record is read back and checked. A record cut short or failing its checksum
-//! can only be the tail of the last segment: the write a crash interrupted, never acknowledged.
-//! It is cut off. Anything wrong elsewhere is corruption, and the node refuses to start.
+//! At open every record is read back and checked. A record cut short, or failing its checksum
+//! with nothing but zeros after it, at the end of the last segment is the write a crash
+//! interrupted, never acknowledged: it is cut off. Anything else wrong (a bad record with records
+//! after it, an entry that passes its checksum but does not decode, a gap between entries) is
+//! corruption, and the node refuses to start rather than serve a log with a hole.
 //!
 //! The committed id is a hint, never fsynced on its own: it is written whenever the state file
 //! is. After a crash it may come back older than what the node had applied. That costs nothing
@@ -44,7 +46,8 @@ type Entry = openraft::Entry<TypeConfig>;
 pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// `[length u32][crc32 u32]` before each entry.
 const HEADER: u64 = 8;
-/// No entry comes near this (entries are bounded at 256 KiB): a longer length is corruption.
+/// No entry comes near this (the proposer keeps entries to about 128 KiB, or one command): a
+/// longer length is corruption.
 const MAX_RECORD: u64 = 64 * 1024 * 1024;
 const STATE: &str = "state";
 
@@ -129,39 +132,72 @@ fn record(entry: &Entry, into: &mut Vec<u8>) -> Result<u32, StorageError> {
     Ok(len)
 }
 
-/// The entries of one segment's bytes, with where each starts, up to the first record that is
-/// cut short or fails its checksum; and where that one starts, if any.
-fn parse_segment(bytes: &[u8]) -> (Vec<(Entry, u64, u32)>, Option<u64>) {
+/// How a segment's records end.
+#[derive(Debug, PartialEq, Eq)]
+enum End {
+    /// Every byte belongs to a good record.
+    Clean,
+    /// The last record, from this offset, is cut short or fails its checksum with nothing but
+    /// zeros after it: the write a crash interrupted, never acknowledged.
+    Torn(u64),
+    /// A bad record with data after it, or a record whose checksum holds but whose entry does
+    /// not decode: not what a crash leaves.
+    Corrupt(u64, &'static str),
+}
+
+/// The entries of one segment's bytes, with where each record starts and its payload length,
+/// up to how the records end.
+fn parse_segment(bytes: &[u8]) -> (Vec<(Entry, u64, u32)>, End) {
+    let zeros_from = |at: usize| bytes.get(at..).is_none_or(|r| r.iter().all(|b| *b == 0));
     let mut entries = Vec::new();
     let mut pos = 0usize;
     while pos < bytes.len() {
-        let torn = Some(pos as u64);
+        let at = pos as u64;
+        // A crash can leave the file longer than what reached the disk, the rest zeros.
+        if zeros_from(pos) {
+            return (entries, End::Torn(at));
+        }
         let Some(header) = bytes.get(pos..pos + HEADER as usize) else {
-            return (entries, torn);
+            return (entries, End::Torn(at));
         };
         let len = u32::from_le_bytes(header[..4].try_into().unwrap_or_default());
         let crc = u32::from_le_bytes(header[4..].try_into().unwrap_or_default());
         let start = pos + HEADER as usize;
-        let payload = (u64::from(len) <= MAX_RECORD)
-            .then(|| bytes.get(start..start + len as usize))
-            .flatten();
-        let Some(payload) = payload.filter(|p| crc32fast::hash(p) == crc) else {
-            return (entries, torn);
+        let end = start.saturating_add(len as usize);
+        let Some(payload) = bytes.get(start..end) else {
+            return (entries, End::Torn(at)); // Runs past the end: the last write, cut short.
         };
+        if u64::from(len) > MAX_RECORD {
+            return (entries, End::Corrupt(at, "a length no writer produces"));
+        }
+        if crc32fast::hash(payload) != crc {
+            let end = if zeros_from(end) {
+                End::Torn(at)
+            } else {
+                End::Corrupt(at, "a checksum mismatch before more records")
+            };
+            return (entries, end);
+        }
         let Ok(entry) = decode::<Entry>(payload) else {
-            return (entries, torn);
+            return (entries, End::Corrupt(at, "an entry that does not decode"));
         };
-        entries.push((entry, pos as u64, len));
-        pos = start + len as usize;
+        entries.push((entry, at, len));
+        pos = end;
     }
-    (entries, None)
+    (entries, End::Clean)
 }
 
 impl LogStore {
     /// Opens (or creates) the log in directory `dir`, checking every record and cutting off a
     /// torn tail.
     pub fn open(dir: &Path) -> Result<Self, StorageError> {
-        fs::create_dir_all(dir).map_err(write_error)?;
+        if !dir.exists() {
+            fs::create_dir_all(dir).map_err(write_error)?;
+            // The directory's own entry must be durable before a vote is saved inside it.
+            if let Some(parent) = dir.parent() {
+                sync_dir(parent).map_err(write_error)?;
+            }
+        }
         let state: State = match fs::read(dir.join(STATE)) {
             Ok(bytes) => decode(&bytes).map_err(read_error)?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => State::default(),
@@ -195,19 +231,28 @@ impl LogStore {
                 .open(&path)
                 .map_err(read_error)?;
             let bytes = fs::read(&path).map_err(read_error)?;
-            let (entries, torn) = parse_segment(&bytes);
+            let (entries, end) = parse_segment(&bytes);
             let mut len = bytes.len() as u64;
-            if let Some(at) = torn {
-                if n + 1 != firsts.len() {
+            let last = n + 1 == firsts.len();
+            match end {
+                End::Clean => {}
+                End::Torn(at) if last => {
+                    // The last write before a crash, never acknowledged: cut it off.
+                    file.set_len(at).map_err(write_error)?;
+                    file.sync_all().map_err(write_error)?;
+                    len = at;
+                }
+                End::Torn(at) | End::Corrupt(at, _) => {
+                    let why = match end {
+                        End::Corrupt(_, why) => why,
+                        _ => "a torn record before the last segment",
+                    };
                     return Err(read_error(format!(
-                        "{} is corrupt at byte {at}, before the last segment: refusing to start",
+                        "{} is corrupt at byte {at} ({why}): refusing to start rather than \
+                         serve a log with a hole; restore this node's data dir or start it empty",
                         path.display()
                     )));
                 }
-                // The last write before a crash, never acknowledged: cut it off.
-                file.set_len(at).map_err(write_error)?;
-                file.sync_all().map_err(write_error)?;
-                len = at;
             }
             let file = Arc::new(file);
             for (entry, offset, record_len) in entries {
@@ -215,12 +260,16 @@ impl LogStore {
                 if purged_upto.is_some_and(|p| at <= p) {
                     continue;
                 }
-                if let Some(prev) = index.entries.back() {
-                    if at != prev.log_id.index + 1 {
+                let expected = match index.entries.back() {
+                    Some(prev) => Some(prev.log_id.index + 1),
+                    None => purged_upto.map(|p| p + 1),
+                };
+                if let Some(expected) = expected {
+                    if at != expected {
                         return Err(read_error(format!(
-                            "{} holds entry {at} after entry {}: refusing to start",
+                            "{} holds entry {at} where entry {expected} should be: refusing to \
+                             start rather than serve a log with a hole",
                             path.display(),
-                            prev.log_id.index
                         )));
                     }
                 }
@@ -330,7 +379,7 @@ impl Shared {
 
     /// Removes every entry from `since` on, durably.
     fn truncate(&self, writer: &mut Writer, since: u64) -> Result<(), StorageError> {
-        let (cut, later) = {
+        let (cut, later, file) = {
             let mut index = lock(&self.index);
             let Some(first) = index.entries.front().map(|l| l.log_id.index) else {
                 return Ok(());
@@ -355,19 +404,21 @@ impl Shared {
             for first in &later {
                 index.segments.remove(first);
             }
-            (cut, later)
+            let file = index
+                .segments
+                .get(&cut.segment)
+                .cloned()
+                .ok_or_else(|| write_error("the segment to cut is missing"))?;
+            (cut, later, file)
         };
-        for first in later {
-            fs::remove_file(segment_path(&self.dir, first)).map_err(write_error)?;
+        // Later segments go first, newest first, and durably, so that a crash part way leaves
+        // the log a prefix of itself, never a gap before a segment that survived.
+        for first in later.iter().rev() {
+            fs::remove_file(segment_path(&self.dir, *first)).map_err(write_error)?;
         }
-        let file = lock(&self.index)
-            .segments
-            .get(&cut.segment)
-            .cloned()
-            .ok_or_else(|| write_error("truncated segment vanished"))?;
+        sync_dir(&self.dir).map_err(write_error)?;
         file.set_len(cut.offset).map_err(write_error)?;
         file.sync_all().map_err(write_error)?;
-        sync_dir(&self.dir).map_err(write_error)?;
         writer.active = Some((cut.segment, file, cut.offset));
         Ok(())
     }
@@ -414,7 +465,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        let wanted: Vec<(Arc<File>, Location)> = {
+        // Read under the lock, so that a truncation cannot pull the bytes away between finding
+        // an entry and reading it; decode after.
+        let payloads: Vec<Vec<u8>> = {
             let index = lock(&self.shared.index);
             let Some(first) = index.entries.front().map(|l| l.log_id.index) else {
                 return Ok(Vec::new());
@@ -431,25 +484,23 @@ impl RaftLogReader<TypeConfig> for LogStore {
             };
             let from = start.saturating_sub(first).min(index.entries.len() as u64) as usize;
             let to = end.saturating_sub(first).min(index.entries.len() as u64) as usize;
-            let mut wanted = Vec::with_capacity(to.saturating_sub(from));
+            let mut payloads = Vec::with_capacity(to.saturating_sub(from));
             for location in index.entries.range(from..to.max(from)) {
                 let file = index
                     .segments
                     .get(&location.segment)
-                    .cloned()
                     .ok_or_else(|| read_error("an entry's segment is missing"))?;
-                wanted.push((file, *location));
+                let mut payload = vec![0; location.len as usize];
+                file.read_exact_at(&mut payload, location.offset + HEADER)
+                    .map_err(read_error)?;
+                payloads.push(payload);
             }
-            wanted
+            payloads
         };
-        let mut entries = Vec::with_capacity(wanted.len());
-        for (file, location) in wanted {
-            let mut payload = vec![0; location.len as usize];
-            file.read_exact_at(&mut payload, location.offset + HEADER)
-                .map_err(read_error)?;
-            entries.push(decode(&payload).map_err(read_error)?);
-        }
-        Ok(entries)
+        payloads
+            .iter()
+            .map(|payload| decode(payload).map_err(read_error))
+            .collect()
     }
 }
 
@@ -601,6 +652,42 @@ mod tests {
             .err()
             .expect("corruption refused");
         assert!(error.to_string().contains("corrupt"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn damage_before_the_last_record_refuses_to_start_even_in_the_last_segment() {
+        let dir = tempfile::TempDir::new().unwrap();
+        {
+            let mut log = LogStore::open(dir.path()).unwrap();
+            log.blocking_append((1..=3).map(entry)).await.unwrap();
+        }
+        let segment = segment_path(dir.path(), 1);
+        let mut bytes = fs::read(&segment).unwrap();
+        bytes[HEADER as usize + 3] ^= 0x10; // In entry 1, with entries 2 and 3 after it.
+        fs::write(&segment, &bytes).unwrap();
+        let error = LogStore::open(dir.path())
+            .err()
+            .expect("corruption refused");
+        assert!(error.to_string().contains("checksum mismatch"), "{error}");
+    }
+
+    #[test]
+    fn a_zeroed_tail_is_torn_and_an_undecodable_entry_is_corrupt() {
+        let mut bytes = Vec::new();
+        record(&entry(1), &mut bytes).unwrap();
+        let good = bytes.len() as u64;
+        // The file grew but the last write's blocks never reached the disk.
+        bytes.extend_from_slice(&[0; 300]);
+        let (entries, end) = parse_segment(&bytes);
+        assert_eq!((entries.len(), end), (1, End::Torn(good)));
+        // A record whose checksum holds over bytes that are no entry: not a crash's doing.
+        let mut bytes = bytes[..good as usize].to_vec();
+        let junk = [0xff_u8; 5];
+        bytes.extend_from_slice(&(junk.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(&junk).to_le_bytes());
+        bytes.extend_from_slice(&junk);
+        let (_, end) = parse_segment(&bytes);
+        assert!(matches!(end, End::Corrupt(at, _) if at == good), "{end:?}");
     }
 
     #[tokio::test]

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 pub use log_store::LogStore;
 pub use network::{Channels, PeerNetwork};
-pub use proposer::{weight, Proposer, WriteError, MAX_ENTRY_BYTES};
+pub use proposer::{weight, Proposer, WriteError, MAX_ENTRY_BYTES, WRITE_BATCHES};
 pub use state_machine::{SharedState, StateMachineStore};
 
 use crate::lease::{Batch, Outcome};
@@ -108,9 +108,11 @@ pub fn config(snapshot_every: u64) -> openraft::Config {
         election_timeout_min: 250,
         election_timeout_max: 400,
         install_snapshot_timeout: 2_000,
-        // Each entry holds up to `proposer::MAX_ENTRY_BYTES`: a replication message stays
-        // within 64 MiB.
-        max_payload_entries: 256,
+        // openraft gives each AppendEntries one heartbeat interval to be written, fsynced and
+        // answered. An entry holds up to `proposer::MAX_ENTRY_BYTES` (128 KiB), so a message of
+        // 16 stays within 2 MiB: a follower catching up is never sent more than it can fsync in
+        // time. Steady-state messages carry one or two entries.
+        max_payload_entries: 16,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(snapshot_every),
         max_in_snapshot_log_to_keep: snapshot_every / 10,
         ..Default::default()

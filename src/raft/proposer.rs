@@ -2,8 +2,9 @@
 //!
 //! openraft 0.9 writes each proposal to the log, and waits for that write's fsync, before it
 //! looks at the next one: proposing every request as its own entry caps a leader at one request
-//! per fsync, however many clients wait. The proposer keeps at most two entries on their way
-//! to a quorum and puts every request that arrives meanwhile into the next entry. Under
+//! per fsync, however many clients wait. The proposer keeps two entries on their way to a
+//! quorum (more only while one is stuck) and puts every request that arrives meanwhile into the
+//! next entry. Under
 //! load an entry carries many commands and every node fsyncs once for all of them; a lone request
 //! still goes out at once, since nothing is ever held back waiting for company.
 
@@ -20,16 +21,17 @@ use crate::lease::{Batch, Command, Op};
 /// Payload bytes per entry, at most (by [`weight`]), so that an entry, and a replication message
 /// of `max_payload_entries` of them, stays bounded even when every request carries the largest
 /// value.
-pub const MAX_ENTRY_BYTES: usize = 256 * 1024;
+pub const MAX_ENTRY_BYTES: usize = 128 * 1024;
 
-const LIMITS: Limits = Limits {
+/// How writes are gathered, into entries here and into forwarded batches on a follower.
+pub const WRITE_BATCHES: Limits = Limits {
     // Two let the leader fsync the next entry while the previous one is being replicated; more
     // would only make each entry smaller.
     in_flight: 2,
     max_items: 1024,
     max_weight: MAX_ENTRY_BYTES,
-    // A quorum answers in milliseconds; an entry still waiting after this is stuck behind a
-    // partition or an election.
+    // A quorum answers in milliseconds; a batch still waiting after this is stuck behind a
+    // partition or an election, and the next one goes out regardless.
     hold: Duration::from_millis(500),
 };
 
@@ -46,7 +48,7 @@ impl Proposer {
     /// Starts gathering proposals for `raft`. Must be called inside a tokio runtime.
     pub fn start(raft: Raft) -> Self {
         let gatherer = Gatherer::start(
-            LIMITS,
+            WRITE_BATCHES,
             |command: &Command| weight(&command.op),
             move |commands| write_entry(raft.clone(), commands),
         );
