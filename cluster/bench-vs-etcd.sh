@@ -108,7 +108,7 @@ memory() { # label
 }
 echo
 echo "Resident memory per node:"
-memory "idle"
+memory "idle after the runs"
 "$bin" bench --target leasehold --endpoints "$lh_endpoints" --workload fenced-put --clients 64 --duration 6 --warmup 0 >/dev/null 2>&1 &
 load=$!
 sleep 4
