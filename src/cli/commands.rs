@@ -41,10 +41,6 @@ fn client(opts: &ClientOpts) -> anyhow::Result<LeaseClient> {
     Ok(LeaseClient::new(&endpoints)?)
 }
 
-fn applied_fields(applied: Option<&pb::Applied>) -> (u64, u64) {
-    applied.map_or((0, 0), |a| (a.log_index, a.store_time_ms))
-}
-
 /// Prints `text` or `fields` (plus where it was applied) and returns the exit status.
 fn emit(
     opts: &ClientOpts,
@@ -56,9 +52,10 @@ fn emit(
     match opts.output {
         Output::Text => println!("{text}"),
         Output::Json => {
-            let (log_index, store_time_ms) = applied_fields(applied);
-            fields["log_index"] = json!(log_index);
-            fields["store_time_ms"] = json!(store_time_ms);
+            let applied = applied.cloned().unwrap_or_default();
+            fields["log_index"] = json!(applied.log_index);
+            fields["position"] = json!(applied.position);
+            fields["store_time_ms"] = json!(applied.store_time_ms);
             println!("{fields}");
         }
     }
@@ -179,7 +176,7 @@ pub async fn get(opts: &ClientOpts, key: &str) -> anyhow::Result<Exit> {
 
 pub async fn lease(opts: &ClientOpts, name: &str) -> anyhow::Result<Exit> {
     let r = client(opts)?.get_lease(name).await?;
-    let (_, now_ms) = applied_fields(r.applied.as_ref());
+    let now_ms = r.applied.as_ref().map_or(0, |a| a.store_time_ms);
     let text = if r.holder.is_empty() {
         format!(
             "free (last token {}, fence {}; store time {})",
@@ -204,7 +201,7 @@ pub async fn lease(opts: &ClientOpts, name: &str) -> anyhow::Result<Exit> {
 
 pub async fn advance(opts: &ClientOpts, by_ms: u64) -> anyhow::Result<Exit> {
     let r = client(opts)?.advance(by_ms).await?;
-    let (_, now_ms) = applied_fields(r.applied.as_ref());
+    let now_ms = r.applied.as_ref().map_or(0, |a| a.store_time_ms);
     Ok(emit(
         opts,
         r.applied.as_ref(),

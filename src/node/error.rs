@@ -127,3 +127,56 @@ impl From<NodeError> for Status {
         node_status(code, e.to_string(), indeterminate)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn crossed(e: NodeError) -> Status {
+        let forwarded = ForwardedError::from(e);
+        let bytes = crate::raft::codec::encode(&forwarded).unwrap();
+        Status::from(crate::raft::codec::decode::<ForwardedError>(&bytes).unwrap())
+    }
+
+    #[test]
+    fn a_forwarded_error_keeps_its_code_message_and_indeterminacy() {
+        let lost = crossed(NodeError::NoQuorum(Duration::from_millis(3_000)));
+        assert_eq!(lost.code(), Code::Unavailable);
+        assert!(
+            lost.message().contains("may or may not"),
+            "{}",
+            lost.message()
+        );
+        assert!(lost.metadata().get(INDETERMINATE_KEY).is_some());
+        assert!(lost.metadata().get(ORIGIN_KEY).is_some());
+
+        let refused = crossed(NodeError::WrongClock("tick is refused"));
+        assert_eq!(refused.code(), Code::FailedPrecondition);
+        assert_eq!(refused.message(), "tick is refused");
+        assert!(refused.metadata().get(INDETERMINATE_KEY).is_none());
+    }
+
+    #[test]
+    fn only_a_write_that_may_have_applied_is_marked_indeterminate() {
+        let maybe = [
+            NodeError::ForwardLost {
+                leader: 1,
+                addr: "127.0.0.1:1".into(),
+                reason: "reset".into(),
+            },
+            NodeError::Unanswered,
+        ];
+        for e in maybe {
+            assert!(Status::from(e).metadata().get(INDETERMINATE_KEY).is_some());
+        }
+        let not_sent = NodeError::LeaderUnreachable {
+            leader: 1,
+            addr: "127.0.0.1:1".into(),
+            reason: "connection refused".into(),
+        };
+        assert!(Status::from(not_sent)
+            .metadata()
+            .get(INDETERMINATE_KEY)
+            .is_none());
+    }
+}

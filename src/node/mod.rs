@@ -228,9 +228,11 @@ impl Node {
             .map(|(op, request)| self.check_write(&op).map(|()| (op, request)))
             .collect();
         if checked.iter().all(Result::is_err) {
+            // Nothing to propose: no need to wait for a leader.
             return checked
                 .into_iter()
-                .map(|w| w.map(|_| unreachable!()))
+                .filter_map(Result::err)
+                .map(Err)
                 .collect();
         }
         let at_ms = match self.leader_stamp().await {
