@@ -89,6 +89,9 @@ pub enum Outcome {
     },
     Advanced,
     Ticked,
+    /// A retried request older than every answer its client's session keeps: it is not applied
+    /// again (it may have been applied once, with an answer since forgotten).
+    Forgotten,
     /// Raft's own entries (blank, membership) carry no command.
     Nothing,
 }
@@ -102,6 +105,7 @@ impl Outcome {
                 | Outcome::ReleaseRefused(_)
                 | Outcome::StaleToken { .. }
                 | Outcome::UnknownToken { .. }
+                | Outcome::Forgotten
         )
     }
 }

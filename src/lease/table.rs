@@ -60,6 +60,10 @@ impl From<Stored> for LeaseTable {
 struct Session {
     last_seen_ms: u64,
     answers: BTreeMap<u64, Outcome>,
+    /// The highest sequence whose answer was dropped to keep `answers` bounded. A request at or
+    /// below it without a kept answer is a late retry (a node stopped with it queued, say), and
+    /// applying it would apply it twice.
+    forgotten_through: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,12 +151,21 @@ impl LeaseTable {
         if let Some(answer) = self.answered(request) {
             return answer.clone();
         }
+        if self
+            .sessions
+            .get(&request.client)
+            .is_some_and(|s| request.sequence <= s.forgotten_through)
+        {
+            return Outcome::Forgotten;
+        }
         let outcome = self.apply_op(&command.op);
         let session = self.sessions.entry(request.client).or_default();
         session.last_seen_ms = self.now_ms;
         session.answers.insert(request.sequence, outcome.clone());
         while session.answers.len() > SESSION_ANSWERS {
-            session.answers.pop_first();
+            if let Some((sequence, _)) = session.answers.pop_first() {
+                session.forgotten_through = session.forgotten_through.max(sequence);
+            }
         }
         outcome
     }
@@ -570,6 +583,31 @@ mod tests {
         };
         assert_eq!(t.apply(&next), Outcome::Written);
         assert_eq!(t.row("k"), Some(&b"w"[..]));
+    }
+
+    #[test]
+    fn a_retry_older_than_the_kept_answers_is_refused_not_applied_again() {
+        let mut t = LeaseTable::default();
+        let command = |sequence, op| Command {
+            at_ms: Some(sequence),
+            request: Some(RequestId {
+                client: 7,
+                sequence,
+            }),
+            op,
+        };
+        let first = command(1, acquire("l", "a", 1_000));
+        assert!(matches!(t.apply(&first), Outcome::Granted { token: 1, .. }));
+        t.apply(&command(2, release("l", "a", 1)));
+        // Enough later requests that the first one's answer is dropped.
+        for sequence in 3..3 + SESSION_ANSWERS as u64 {
+            t.apply(&command(sequence, plain("k", "v")));
+        }
+        let before = t.clone();
+        // The first acquire, retried late: the lease is free, yet nothing is granted again.
+        assert_eq!(t.apply(&first), Outcome::Forgotten);
+        assert_eq!(t.leases, before.leases);
+        assert_eq!(t.lease("l").unwrap().token, 1);
     }
 
     #[test]

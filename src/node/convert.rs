@@ -1,5 +1,6 @@
 //! Applied outcomes to protobuf responses. An outcome that does not belong to its command is a
-//! broken invariant, reported as `Internal`, never silently mapped.
+//! late retry the store refused (`ABORTED`) or a broken invariant (`INTERNAL`), never silently
+//! mapped.
 
 use super::NodeError;
 use crate::lease::{InvalidInput, Outcome, ReleaseRefusal};
@@ -14,8 +15,13 @@ fn applied(a: &Applied) -> Option<pb::Applied> {
     })
 }
 
+/// An outcome that is not an answer to `command`: a late retry the store refused, or a broken
+/// invariant.
 fn mismatch(command: &str, outcome: &Outcome) -> NodeError {
-    NodeError::Invariant(format!("{command} was answered with {outcome:?}"))
+    match outcome {
+        Outcome::Forgotten => NodeError::Forgotten,
+        _ => NodeError::Invariant(format!("{command} was answered with {outcome:?}")),
+    }
 }
 
 /// A fenced put naming a token the lease never handed out is bad input, reported as such.

@@ -49,6 +49,12 @@ pub enum NodeError {
         addr: String,
         reason: String,
     },
+    /// A retry so late that the store no longer keeps its answer: not applied now.
+    #[error(
+        "this request is older than every answer the store keeps for its client, so it was not \
+         applied now; an earlier attempt of it may have been. Send a new request"
+    )]
+    Forgotten,
     /// The node stopped while the write was in its proposer.
     #[error(
         "this node stopped before the write was answered; it may or may not have been applied"
@@ -118,11 +124,15 @@ impl From<NodeError> for Status {
             | NodeError::ForwardLost { .. }
             | NodeError::Unanswered
             | NodeError::ShuttingDown => Code::Unavailable,
+            NodeError::Forgotten => Code::Aborted,
             NodeError::Raft(_) | NodeError::Invariant(_) => Code::Internal,
         };
         let indeterminate = matches!(
             e,
-            NodeError::NoQuorum(_) | NodeError::ForwardLost { .. } | NodeError::Unanswered
+            NodeError::NoQuorum(_)
+                | NodeError::ForwardLost { .. }
+                | NodeError::Unanswered
+                | NodeError::Forgotten
         );
         node_status(code, e.to_string(), indeterminate)
     }
