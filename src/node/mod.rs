@@ -24,7 +24,7 @@ pub use server::{run, StartError};
 
 use crate::lease::{validate, Batch, Command, Op, RequestId};
 use crate::raft::state_machine::Applying;
-use crate::raft::{Applied, Channels, LogStore, NodeId, Proposer, Raft, SharedState};
+use crate::raft::{Applied, Channels, LogStore, NodeId, Proposer, Raft, Reads, SharedState};
 
 /// How a node is started: `leasehold serve`'s flags.
 #[derive(Clone, Debug)]
@@ -57,14 +57,12 @@ struct NodeInner {
     raft: Raft,
     /// Gathers concurrent writes into shared log entries.
     proposer: Proposer,
+    /// Confirms leadership for reads, one ReadIndex for all that arrive together.
+    reads: Reads,
     /// Sends the writes this node gets while it follows to the leader, in batches.
     forwarder: forwarder::Forwarder,
     /// A reader of the same log Raft writes, for `ReadLog`.
     log: LogStore,
-    /// The last log index this process found on disk when it started. Everything this node
-    /// acknowledged before a restart is at or below it, so it serves no read (and starts no
-    /// clock) before it has applied that far.
-    boot_last_log_index: u64,
     state: Arc<SharedState>,
     clock: LeaderClock,
     channels: Channels,
@@ -85,10 +83,13 @@ impl Node {
             inner: Arc::new(NodeInner {
                 id: config.id,
                 proposer: Proposer::start(raft.clone()),
+                // Everything this node acknowledged before a restart is at or below the last
+                // index it found on disk: it serves no read (and starts no clock) before it has
+                // applied that far.
+                reads: Reads::start(raft.clone(), boot_last_log_index),
                 forwarder: forwarder::Forwarder::new(channels.clone()),
                 raft,
                 log,
-                boot_last_log_index,
                 state,
                 clock: LeaderClock::default(),
                 channels,
@@ -296,9 +297,9 @@ impl Node {
     }
 
     /// Confirms with a quorum that this node still leads, and waits until everything committed
-    /// before now is applied (Raft's ReadIndex).
+    /// before now is applied (Raft's ReadIndex, shared with the reads that arrive together).
     async fn confirm_leadership(&self) -> Result<(), NodeError> {
-        let confirmed = crate::raft::read_index(&self.inner.raft, self.inner.boot_last_log_index);
+        let confirmed = self.inner.reads.confirm();
         match tokio::time::timeout(QUORUM_WAIT, confirmed).await {
             Err(_) => Err(NodeError::ReadUnconfirmed(QUORUM_WAIT)),
             Ok(Ok(())) => Ok(()),

@@ -8,6 +8,7 @@
 mod log_store;
 mod network;
 mod proposer;
+mod reads;
 pub mod state_machine;
 
 use std::io::Cursor;
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 pub use log_store::LogStore;
 pub use network::{Channels, PeerNetwork};
 pub use proposer::{weight, Proposer, WriteError, MAX_ENTRY_BYTES, WRITE_BATCHES};
+pub use reads::{ReadError, Reads};
 pub use state_machine::{SharedState, StateMachineStore};
 
 use crate::lease::{Batch, Outcome};

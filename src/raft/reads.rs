@@ -1,0 +1,57 @@
+//! Linearizable reads share their ReadIndex (with [`crate::gather`]).
+//!
+//! Each ReadIndex costs a round of messages to a quorum. A read only needs one that started
+//! after the read arrived: so the reads that arrive while a confirmation is out wait for the next
+//! one, and all share it. A lone read still gets its own at once.
+
+use std::time::Duration;
+
+use openraft::error::{CheckIsLeaderError, Fatal, RaftError};
+use openraft::BasicNode;
+
+use super::{read_index, NodeId, Raft};
+use crate::gather::{Gatherer, Limits};
+
+/// What openraft answers a read it could not confirm.
+pub type ReadError = RaftError<NodeId, CheckIsLeaderError<NodeId, BasicNode>>;
+
+const READS: Limits = Limits {
+    // One confirmation at a time: a read arriving meanwhile needs the next one anyway.
+    in_flight: 1,
+    max_items: usize::MAX,
+    max_weight: usize::MAX,
+    // A confirmation still out after this is stuck behind a partition or an election.
+    hold: Duration::from_millis(500),
+};
+
+/// A handle to one node's read confirmations: cheap to clone; stops with the last handle.
+#[derive(Clone)]
+pub struct Reads {
+    gatherer: Gatherer<(), Result<(), ReadError>>,
+}
+
+impl Reads {
+    /// Starts confirming reads for `raft`; see [`read_index`] for `boot_last_log_index`.
+    pub fn start(raft: Raft, boot_last_log_index: u64) -> Self {
+        let gatherer = Gatherer::start(
+            READS,
+            |(): &()| 1,
+            move |waiting: Vec<()>| {
+                let raft = raft.clone();
+                async move {
+                    let confirmed = read_index(&raft, boot_last_log_index).await;
+                    vec![confirmed; waiting.len()]
+                }
+            },
+        );
+        Reads { gatherer }
+    }
+
+    /// Returns once a ReadIndex that began after this call has confirmed this node's leadership
+    /// and everything committed before it is applied.
+    pub async fn confirm(&self) -> Result<(), ReadError> {
+        let stopped = || RaftError::Fatal(Fatal::Stopped);
+        let answer = self.gatherer.submit(()).ok_or_else(stopped)?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
