@@ -8,10 +8,11 @@
 //!
 //! - [`lease`]: the heart, pure. Commands, outcomes, limits, and `LeaseTable::apply`.
 //! - [`raft`]: openraft glue. Type config, the segment-file log store, the state machine adapter and
-//!   snapshots, the peer network, and the proposer that gathers concurrent writes into one entry.
+//!   snapshots, the peer network, the proposer that gathers concurrent writes into one entry, and
+//!   the reads that share one ReadIndex.
 //! - [`node`]: one running node. The leader's clock, the gRPC services, forwarding to the
 //!   leader (writes in batches), bootstrap and shutdown.
-//! - [`gather`]: batching of concurrent requests, for the proposer and the forwarder.
+//! - [`gather`]: batching of concurrent requests, for the proposer, the reads and the forwarder.
 //! - [`check`]: the fault suite's checkers: linearizability, fencing, mutual exclusion, durability.
 //! - [`client`]: `LeaseClient`, which finds a live node and retries; used by the CLI and tests.
 //! - [`cli`]: the `leasehold` commands: serve, cluster, the client commands, demo.
