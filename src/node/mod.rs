@@ -306,6 +306,10 @@ impl Node {
             Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
                 Err(self.forward_error(f))
             }
+            // Followers slow to answer, or gone: a quorum did not confirm in time.
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)))) => {
+                Err(NodeError::ReadUnconfirmed(QUORUM_WAIT))
+            }
             Ok(Err(e)) => Err(NodeError::Raft(e.to_string())),
         }
     }

@@ -24,6 +24,9 @@ const READS: Limits = Limits {
     hold: Duration::from_millis(500),
 };
 
+/// Rounds tried when too few followers answer in time, before the reads are told.
+const QUORUM_TRIES: usize = 3;
+
 /// A handle to one node's read confirmations: cheap to clone; stops with the last handle.
 #[derive(Clone)]
 pub struct Reads {
@@ -39,7 +42,17 @@ impl Reads {
             move |waiting: Vec<()>| {
                 let raft = raft.clone();
                 async move {
-                    let confirmed = read_index(&raft, boot_last_log_index).await;
+                    let mut confirmed = read_index(&raft, boot_last_log_index).await;
+                    // Under load a follower can miss the heartbeat's deadline (one heartbeat
+                    // interval): ask again rather than fail every read that shares this round.
+                    for _ in 1..QUORUM_TRIES {
+                        match confirmed {
+                            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => {
+                                confirmed = read_index(&raft, boot_last_log_index).await;
+                            }
+                            _ => break,
+                        }
+                    }
                     vec![confirmed; waiting.len()]
                 }
             },
