@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 pub use log_store::LogStore;
 pub use network::{Channels, PeerNetwork};
-pub use proposer::{weight, Proposer, WriteError, MAX_ENTRY_BYTES, WRITE_BATCHES};
+pub use proposer::{weight, Proposer, WriteError, WRITE_BATCHES};
 pub use reads::{ReadError, Reads};
 pub use state_machine::{SharedState, StateMachineStore};
 
