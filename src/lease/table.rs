@@ -290,10 +290,14 @@ impl LeaseTable {
                     latest_token,
                 };
             }
+            // Total, never a panic: a committed command is applied on every replica and on every
+            // replay, so one that crashed here would crash them all, forever. Token 0 on a lease
+            // never granted gets here past the check above (0 is not above 0).
             let Some(lease) = self.leases.get_mut(name) else {
-                unreachable!(
-                    "a token at most the latest (0 for an unknown lease) was refused above"
-                );
+                return Outcome::UnknownToken {
+                    lease: name.clone(),
+                    latest_token,
+                };
             };
             if *token < lease.fence {
                 return Outcome::StaleToken { fence: lease.fence };
@@ -526,6 +530,25 @@ mod tests {
     }
 
     #[test]
+    fn a_fenced_put_with_token_zero_on_an_unknown_lease_is_refused_not_a_panic() {
+        // Edge validation keeps token 0 out, but a command that reached the log anyway (an old
+        // build, a forged peer message) is applied on every replica: it must be a refusal.
+        let mut t = LeaseTable::default();
+        assert_eq!(
+            assert_refused_unchanged(&mut t, at(0, fenced("k", "v", "nope", 0))),
+            Outcome::UnknownToken {
+                lease: "nope".into(),
+                latest_token: 0
+            }
+        );
+        t.apply(&at(0, acquire("l", "a", 1_000)));
+        assert_eq!(
+            assert_refused_unchanged(&mut t, at(1, fenced("k", "v", "l", 0))),
+            Outcome::StaleToken { fence: 1 }
+        );
+    }
+
+    #[test]
     fn store_time_never_goes_backwards() {
         let mut t = LeaseTable::default();
         t.apply(&at(5_000, Op::Tick));
@@ -724,7 +747,8 @@ mod tests {
                     Op::Put { key, value, fence } => {
                         if let Some(Fence { lease, token }) = fence {
                             let handed_out = self.grants.get(lease).map_or(0, |g| g.len() as u64);
-                            if *token > handed_out {
+                            // Tokens start at 1: a lease that never granted one knows none.
+                            if handed_out == 0 || *token > handed_out {
                                 return Outcome::UnknownToken {
                                     lease: lease.clone(),
                                     latest_token: handed_out,
@@ -758,7 +782,8 @@ mod tests {
                 (lease.clone(), who.clone(), 100u64..3_000)
                     .prop_map(|(l, h, ttl)| acquire(l, h, ttl)),
                 (lease.clone(), who.clone(), 1u64..5).prop_map(|(l, h, t)| release(l, h, t)),
-                (prop::sample::select(vec!["k1", "k2"]), lease, 1u64..5)
+                // From 0: apply must be total even on tokens edge validation refuses.
+                (prop::sample::select(vec!["k1", "k2"]), lease, 0u64..5)
                     .prop_map(|(k, l, t)| fenced(k, "v", l, t)),
                 prop::sample::select(vec!["k1", "k2"]).prop_map(|k| plain(k, "p")),
                 (1u64..2_000).prop_map(|by_ms| Op::Advance { by_ms }),
