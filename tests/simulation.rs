@@ -21,7 +21,9 @@ use std::time::Duration;
 use harness::Rng;
 use leasehold::check::{self, Answer, Completion, Log, Operation, Request};
 use leasehold::lease::{Batch, Command, Fence, Op, Outcome, RequestId};
-use leasehold::raft::{Applied, Proposer, Raft, SharedState, StateMachineStore, TypeConfig};
+use leasehold::raft::{
+    Applied, BootLog, Proposer, Raft, SharedState, StateMachineStore, TypeConfig,
+};
 use openraft::error::{
     ClientWriteError, InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable,
 };
@@ -317,8 +319,8 @@ struct SimNode {
     dir: tempfile::TempDir,
     /// The running incarnation's applied state; replaced on every boot.
     state: Mutex<Option<Arc<SharedState>>>,
-    /// The last log index the running incarnation found when it booted.
-    boot_last_log_index: Mutex<u64>,
+    /// What the running incarnation found on its disk when it booted.
+    boot: Mutex<BootLog>,
     /// The running incarnation's proposer: the product's, so writes share entries as they do
     /// in a real cluster.
     proposer: Mutex<Option<Proposer>>,
@@ -348,7 +350,7 @@ impl Sim {
                     log: MemLog::default(),
                     dir: tempfile::TempDir::new().unwrap(),
                     state: Mutex::new(None),
-                    boot_last_log_index: Mutex::new(0),
+                    boot: Mutex::default(),
                     proposer: Mutex::new(None),
                 };
                 (id, node)
@@ -378,6 +380,11 @@ impl Sim {
 
     /// Starts node `id` on its log and snapshot dir, as a restarted process would.
     async fn boot(&self, id: u64) {
+        self.boot_with(id, sim_config()).await
+    }
+
+    /// [`Sim::boot`] with a Raft config of the test's choosing.
+    async fn boot_with(&self, id: u64, config: Arc<openraft::Config>) {
         let node = &self.nodes[&id];
         let sm = StateMachineStore::open(node.dir.path()).unwrap();
         *node.state.lock().unwrap() = Some(sm.shared());
@@ -390,12 +397,16 @@ impl Sim {
             .next_back()
             .copied()
             .unwrap_or(0);
-        *node.boot_last_log_index.lock().unwrap() = last;
+        let vote_term = node.log.lock().live.vote.map_or(0, |v| v.leader_id.term);
+        *node.boot.lock().unwrap() = BootLog {
+            last_index: last,
+            vote_term,
+        };
         let net = NodeNet {
             from: id,
             router: self.router.clone(),
         };
-        let raft = Raft::new(id, sim_config(), net, node.log.clone(), sm)
+        let raft = Raft::new(id, config, net, node.log.clone(), sm)
             .await
             .unwrap();
         *node.proposer.lock().unwrap() = Some(Proposer::start(raft.clone()));
@@ -500,7 +511,7 @@ async fn read(sim: &Sim, node: u64, request: &Request) -> Completion {
         return Completion::Indeterminate("node down".into());
     };
     let state = sim.state(node);
-    let boot = *sim.nodes[&node].boot_last_log_index.lock().unwrap();
+    let boot = *sim.nodes[&node].boot.lock().unwrap();
     // The product's read path: ReadIndex plus the wait for the log found at boot.
     match tokio::time::timeout(
         Duration::from_secs(1),
@@ -872,4 +883,166 @@ fn seeded_schedules_of_crashes_partitions_and_loss_keep_every_invariant() {
     );
     // The proposer's gathering must be exercised, not just present.
     assert!(batched > 0, "no two commands ever shared a log entry");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios: one fault sequence each, built by hand, on the same simulated cluster.
+
+/// Waits until `id` leads, up to `limit` of virtual time.
+async fn until_leader(sim: &Sim, id: u64, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(raft) = sim.raft(id) {
+            let (leader, state) = {
+                let m = raft.metrics();
+                let m = m.borrow();
+                (m.current_leader, m.state)
+            };
+            if leader == Some(id) && state == openraft::ServerState::Leader {
+                return true;
+            }
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Who leads now, as the first live node that names a leader says.
+async fn any_leader(sim: &Sim, limit: Duration) -> Option<u64> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        for id in sim.up() {
+            if until_leader(sim, id, Duration::ZERO).await {
+                return Some(id);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+fn last_log_index(sim: &Sim, id: u64) -> u64 {
+    let inner = sim.nodes[&id].log.lock();
+    inner.live.entries.keys().next_back().copied().unwrap_or(0)
+}
+
+fn plain_put(key: &str) -> Command {
+    Command {
+        at_ms: Some(0),
+        request: None,
+        op: Op::Put {
+            key: key.into(),
+            value: b"v".to_vec(),
+            fence: None,
+        },
+    }
+}
+
+/// Review finding 1: a leader's uncommitted tail, lost while it was down, must not make the
+/// node wait forever for it once it leads again in a later term. A leads and appends entries
+/// nobody else gets; it dies; B leads and appends only its blank entry; A restarts, follows and
+/// loses its tail; B dies; A leads with a blank entry below the index it found at boot. Its
+/// reads must still be served.
+async fn restarted_leader_with_a_lost_tail(seed: u64) {
+    let sim = Sim::start(3, seed).await;
+    let a = any_leader(&sim, Duration::from_secs(5))
+        .await
+        .expect("a first leader");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    assert!(matches!(
+        propose(&sim, a, plain_put("before"), deadline).await,
+        Completion::Ok { .. }
+    ));
+    // Cut A off, and let it append entries of its own that reach nobody.
+    {
+        let mut net = sim.net();
+        for other in (1..=3).filter(|other| *other != a) {
+            net.cut.insert((a, other));
+            net.cut.insert((other, a));
+        }
+    }
+    let before_tail = last_log_index(&sim, a);
+    let raft_a = sim.raft(a).unwrap();
+    for i in 0..6 {
+        let raft = raft_a.clone();
+        tokio::spawn(async move {
+            let _ = raft
+                .client_write(Batch(vec![plain_put(&format!("lost{i}"))]))
+                .await;
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while last_log_index(&sim, a) < before_tail + 6 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let tail_end = last_log_index(&sim, a);
+    assert!(
+        tail_end >= before_tail + 3,
+        "A appended its tail: {before_tail}..{tail_end}"
+    );
+    sim.crash(a).await;
+    sim.net().cut.clear();
+
+    // B leads without A's tail; A comes back, follows and drops its tail.
+    let b = any_leader(&sim, Duration::from_secs(5))
+        .await
+        .expect("a leader among the other two");
+    sim.boot(a).await;
+    let booted_at = sim.nodes[&a].boot.lock().unwrap().last_index;
+    assert_eq!(booted_at, tail_end, "A booted with its uncommitted tail");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while last_log_index(&sim, a) != last_log_index(&sim, b) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        last_log_index(&sim, a) < tail_end,
+        "A's tail was truncated: {} < {tail_end}",
+        last_log_index(&sim, a)
+    );
+
+    // The third node only votes from now on, so that A is the one to lead next.
+    let c = 6 - a - b;
+    sim.crash(c).await;
+    let mut passive = (*sim_config()).clone();
+    passive.enable_elect = false;
+    sim.boot_with(c, Arc::new(passive)).await;
+    // B dies; A campaigns at once and wins with the third node's vote.
+    sim.crash(b).await;
+    sim.raft(a).unwrap().trigger().elect().await.unwrap();
+    if !until_leader(&sim, a, Duration::from_secs(5)).await {
+        let m = sim.raft(a).unwrap().metrics().borrow().clone();
+        panic!("seed {seed}: A={a} B={b} does not lead again: {m:?}");
+    }
+    assert!(
+        last_log_index(&sim, a) < tail_end,
+        "A leads with its log below the index it found at boot"
+    );
+    let state = sim.state(a);
+    let completion = read(
+        &sim,
+        a,
+        &Request::Get {
+            key: "before".into(),
+        },
+    )
+    .await;
+    assert!(
+        matches!(completion, Completion::Ok { .. }),
+        "A, leading in a later term, must serve reads: {completion:?}"
+    );
+    assert!(state.read().table.row("before").is_some());
+}
+
+#[test]
+fn a_restarted_leader_whose_tail_was_truncated_still_serves_reads() {
+    for seed in 1..=10 {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(restarted_leader_with_a_lost_tail(seed));
+    }
 }

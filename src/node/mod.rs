@@ -24,7 +24,9 @@ pub use server::{run, StartError};
 
 use crate::lease::{validate, Batch, Command, Op, RequestId};
 use crate::raft::state_machine::Applying;
-use crate::raft::{Applied, Channels, LogStore, NodeId, Proposer, Raft, Reads, SharedState};
+use crate::raft::{
+    Applied, BootLog, Channels, LogStore, NodeId, Proposer, Raft, Reads, SharedState,
+};
 
 /// How a node is started: `leasehold serve`'s flags.
 #[derive(Clone, Debug)]
@@ -77,7 +79,7 @@ impl Node {
         log: LogStore,
         state: Arc<SharedState>,
         channels: Channels,
-        boot_last_log_index: u64,
+        boot: BootLog,
     ) -> Self {
         Node {
             inner: Arc::new(NodeInner {
@@ -86,7 +88,7 @@ impl Node {
                 // Everything this node acknowledged before a restart is at or below the last
                 // index it found on disk: it serves no read (and starts no clock) before it has
                 // applied that far.
-                reads: Reads::start(raft.clone(), boot_last_log_index),
+                reads: Reads::start(raft.clone(), boot),
                 forwarder: forwarder::Forwarder::new(channels.clone()),
                 raft,
                 log,

@@ -113,10 +113,15 @@ pub async fn run(
     }
 
     let mut log_store = LogStore::open(&config.data_dir.join("raft-log"))?;
-    let boot_last_log_index = openraft::storage::RaftLogStorage::get_log_state(&mut log_store)
-        .await?
-        .last_log_id
-        .map_or(0, |id| id.index);
+    let boot = raft::BootLog {
+        last_index: openraft::storage::RaftLogStorage::get_log_state(&mut log_store)
+            .await?
+            .last_log_id
+            .map_or(0, |id| id.index),
+        vote_term: openraft::storage::RaftLogStorage::read_vote(&mut log_store)
+            .await?
+            .map_or(0, |vote| vote.leader_id.term),
+    };
     let state_machine = StateMachineStore::open(&config.data_dir)?;
     let state = state_machine.shared();
     let listen_ip = config.listen.ip();
@@ -135,14 +140,7 @@ pub async fn run(
     )
     .await
     .map_err(|e| StartError::Raft(e.to_string()))?;
-    let node = Node::new(
-        &config,
-        raft.clone(),
-        log_store,
-        state,
-        channels,
-        boot_last_log_index,
-    );
+    let node = Node::new(&config, raft.clone(), log_store, state, channels, boot);
 
     // Bind before anything else can fail late: a taken port is the commonest start-up error.
     let listener = tokio::net::TcpListener::bind(config.listen)

@@ -51,15 +51,41 @@ pub struct Applied {
     pub outcome: Outcome,
 }
 
+/// What a node found on disk when it started: the last log index and the term of its vote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BootLog {
+    pub last_index: u64,
+    pub vote_term: u64,
+}
+
+impl BootLog {
+    /// Whether a read on this node, as `metrics` show it, no longer needs to wait for the log
+    /// found at start-up: that log is applied, or the node has moved to a later term (so its
+    /// ReadIndex, the first entry of its own term, already covers everything it acknowledged
+    /// before), or the log no longer reaches that far (the uncommitted tail was truncated by a
+    /// newer leader: there is nothing there to wait for).
+    pub fn wait_is_over(
+        &self,
+        metrics: &openraft::RaftMetrics<NodeId, openraft::BasicNode>,
+    ) -> bool {
+        metrics.last_applied.map_or(0, |id| id.index) >= self.last_index
+            || metrics.current_term != self.vote_term
+            || metrics.last_log_index.unwrap_or(0) < self.last_index
+    }
+}
+
 /// Raft's ReadIndex, made safe across restarts. openraft confirms leadership with a quorum and
-/// waits until everything committed before the read is applied. A leader restored at start-up
-/// (same term, its own committed vote) may hold a read index below entries it acknowledged
-/// before the restart, so this also waits until the node has applied `boot_last_log_index`, the
-/// last log index it found on disk when it started: everything it ever acknowledged is there.
-/// (The fault suite caught reads going back in time after a full restart without this wait.)
+/// waits until everything committed before the read is applied. openraft 0.9 restores a leader
+/// whose vote was committed as leader of the same term at start-up, and then its ReadIndex may
+/// lie below entries it acknowledged before the restart (the committed index is not fsynced), so
+/// in that term this also waits until the node has applied `boot.last_index`: everything it ever
+/// acknowledged is there. (The fault suite caught reads going back in time after a full restart
+/// without this wait.) Only in that term: the last index found at boot can include an
+/// uncommitted tail that a newer leader truncated, which a node leading in a later term would
+/// wait for forever (review finding 1: every read and every first stamp of the term hung).
 pub async fn read_index(
     raft: &Raft,
-    boot_last_log_index: u64,
+    boot: BootLog,
 ) -> Result<
     (),
     openraft::error::RaftError<
@@ -68,10 +94,10 @@ pub async fn read_index(
     >,
 > {
     let read_index = raft.ensure_linearizable().await?;
-    if read_index.map_or(0, |id| id.index) < boot_last_log_index {
+    if read_index.map_or(0, |id| id.index) < boot.last_index {
         raft.wait(None)
-            .applied_index_at_least(
-                Some(boot_last_log_index),
+            .metrics(
+                |m| boot.wait_is_over(m),
                 "applied the log found at start-up",
             )
             .await

@@ -9,7 +9,7 @@ use std::time::Duration;
 use openraft::error::{CheckIsLeaderError, Fatal, RaftError};
 use openraft::BasicNode;
 
-use super::{read_index, NodeId, Raft};
+use super::{read_index, BootLog, NodeId, Raft};
 use crate::gather::{Gatherer, Limits};
 
 /// What openraft answers a read it could not confirm.
@@ -34,21 +34,21 @@ pub struct Reads {
 }
 
 impl Reads {
-    /// Starts confirming reads for `raft`; see [`read_index`] for `boot_last_log_index`.
-    pub fn start(raft: Raft, boot_last_log_index: u64) -> Self {
+    /// Starts confirming reads for `raft`; see [`read_index`] for `boot`.
+    pub fn start(raft: Raft, boot: BootLog) -> Self {
         let gatherer = Gatherer::start(
             READS,
             |(): &()| 1,
             move |waiting: Vec<()>| {
                 let raft = raft.clone();
                 async move {
-                    let mut confirmed = read_index(&raft, boot_last_log_index).await;
+                    let mut confirmed = read_index(&raft, boot).await;
                     // Under load a follower can miss the heartbeat's deadline (one heartbeat
                     // interval): ask again rather than fail every read that shares this round.
                     for _ in 1..QUORUM_TRIES {
                         match confirmed {
                             Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => {
-                                confirmed = read_index(&raft, boot_last_log_index).await;
+                                confirmed = read_index(&raft, boot).await;
                             }
                             _ => break,
                         }
