@@ -7,6 +7,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use harness::{binary, granted, wait_for, Harness};
+use leasehold::client::LeaseClient;
 use leasehold::proto::v1 as pb;
 use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
@@ -223,6 +224,71 @@ async fn advance_is_refused_on_the_default_clock() {
     let err = h.client.advance(1_000).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err}");
     assert!(err.to_string().contains("--manual-clock"), "{err}");
+}
+
+/// Review finding 7: the clock is cluster state. A node started with `--manual-clock` among
+/// default-clock peers takes no part: its peers refuse its messages and it refuses theirs, so it
+/// never applies their log, never helps elect a leader, and can never lead and accept `Advance`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_started_with_the_other_clock_takes_no_part_in_the_cluster() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let endpoints: Vec<String> = leasehold::cli::local::free_ports(3)
+        .unwrap()
+        .into_iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect();
+    let mut cluster =
+        leasehold::cli::local::LocalCluster::new(binary().as_ref(), dir.path(), &endpoints, false)
+            .with_node_args(3, &["--manual-clock"]);
+    cluster.start_all().unwrap();
+    let pair = LeaseClient::new(&endpoints[..2]).unwrap();
+    let written = wait_for(
+        "a write through nodes 1 and 2",
+        Duration::from_secs(20),
+        || async { pair.put("k", b"v", None).await.ok() },
+    )
+    .await;
+    let index = written.applied.unwrap().log_index;
+    let odd_log = cluster.nodes()[2].log.clone();
+    let odd = LeaseClient::new(&endpoints[2..]).unwrap();
+    // Node 3 either applies the write (it took part) or logs that it refused its peers.
+    let odd_applied = wait_for(
+        "node 3 to apply the write or refuse its peers",
+        Duration::from_secs(10),
+        || async {
+            let applied = odd.node_status().await.ok()?.applied_index;
+            let log = std::fs::read_to_string(&odd_log).unwrap_or_default();
+            let refused =
+                log.contains("the sender runs the leader clock, this node the manual clock");
+            (refused || applied >= index).then_some(applied)
+        },
+    )
+    .await;
+    assert!(
+        odd_applied < index,
+        "node 3 applied {odd_applied} of a log it must refuse (the write is at {index})"
+    );
+
+    // Without node 3, the one default-clock node left has no majority: nobody leads, and
+    // node 3's Advance, which it would accept as a leader, is never applied.
+    let leader = pair.node_status().await.unwrap().leader;
+    cluster.kill(leader);
+    let advanced = odd
+        .with_deadline(Duration::from_secs(3))
+        .advance(3_600_000)
+        .await;
+    assert!(advanced.is_err(), "Advance applied: {advanced:?}");
+    let survivor = 3 - leader;
+    let survivor_status = LeaseClient::new(&endpoints[(survivor - 1) as usize..survivor as usize])
+        .unwrap()
+        .node_status()
+        .await
+        .unwrap();
+    assert_ne!(
+        survivor_status.role,
+        pb::Role::Leader as i32,
+        "node {survivor} leads with the manual-clock node's vote"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -32,6 +32,8 @@ pub struct LocalCluster {
     manual_clock: bool,
     /// More `serve` flags, the same for every node.
     extra_args: Vec<String>,
+    /// More `serve` flags for one node only, by id.
+    node_args: std::collections::BTreeMap<u64, Vec<String>>,
 }
 
 impl LocalCluster {
@@ -56,12 +58,20 @@ impl LocalCluster {
             nodes,
             manual_clock,
             extra_args: Vec::new(),
+            node_args: Default::default(),
         }
     }
 
     /// Passes `args` to every node's `serve` as well.
     pub fn with_serve_args(mut self, args: &[&str]) -> Self {
         self.extra_args = args.iter().map(|a| (*a).to_owned()).collect();
+        self
+    }
+
+    /// Passes `args` to node `id`'s `serve` only (a node configured unlike the others).
+    pub fn with_node_args(mut self, id: u64, args: &[&str]) -> Self {
+        self.node_args
+            .insert(id, args.iter().map(|a| (*a).to_owned()).collect());
         self
     }
 
@@ -107,6 +117,7 @@ impl LocalCluster {
             args.push("--manual-clock".to_owned());
         }
         args.extend(self.extra_args.iter().cloned());
+        args.extend(self.node_args.get(&id).into_iter().flatten().cloned());
         args
     }
 

@@ -99,8 +99,7 @@ async fn send(
         Ok(channel) => channel,
         Err(e) => return unreachable(e.to_string()),
     };
-    let mut request = tonic::Request::new(RaftMessage { data });
-    request.set_timeout(FORWARD_TIMEOUT);
+    let request = channels.peer_request(RaftMessage { data }, FORWARD_TIMEOUT);
     let reply = match RaftClient::new(channel).propose(request).await {
         Ok(reply) => reply.into_inner(),
         Err(status) => return lost(status.message().to_owned()),

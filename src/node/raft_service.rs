@@ -1,5 +1,8 @@
 //! The internal Raft service: peers' RPCs in, handed to openraft, its answers encoded back.
 
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use tonic::{Request, Response, Status};
 
 use super::error::ForwardedError;
@@ -7,15 +10,42 @@ use super::forwarder::Forwarded;
 use super::Node;
 use crate::proto::raft_v1::{raft_server, RaftMessage};
 use crate::raft::codec::{decode, encode};
-use crate::raft::Applied;
+use crate::raft::{Applied, ClockMode};
 
 pub struct RaftService {
     node: Node,
+    clock: ClockMode,
+    /// When a refused peer was last logged: a misconfigured peer retries every heartbeat, and
+    /// one line every few seconds says it all.
+    refusal_logged: Mutex<Option<Instant>>,
 }
+
+/// How often a peer refusal is logged at most.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(5);
 
 impl RaftService {
     pub fn new(node: Node) -> Self {
-        RaftService { node }
+        RaftService {
+            clock: ClockMode::from_manual(node.manual_clock()),
+            node,
+            refusal_logged: Mutex::new(None),
+        }
+    }
+
+    /// Checks what a peer message carries outside its body before the body is decoded.
+    fn admit<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let refused = self.clock.check_peer(request.metadata());
+        if let Err(status) = &refused {
+            let mut logged = self
+                .refusal_logged
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if logged.is_none_or(|at| at.elapsed() >= REFUSAL_LOG_EVERY) {
+                *logged = Some(Instant::now());
+                tracing::error!(peer = ?request.remote_addr(), "{}", status.message());
+            }
+        }
+        refused
     }
 }
 
@@ -38,11 +68,13 @@ impl raft_server::Raft for RaftService {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
+        self.admit(&request)?;
         let rpc = decode_request(request)?;
         encode_reply(&self.node.raft().append_entries(rpc).await)
     }
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        self.admit(&request)?;
         let rpc = decode_request(request)?;
         encode_reply(&self.node.raft().vote(rpc).await)
     }
@@ -51,6 +83,7 @@ impl raft_server::Raft for RaftService {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
+        self.admit(&request)?;
         let rpc = decode_request(request)?;
         encode_reply(&self.node.raft().install_snapshot(rpc).await)
     }
@@ -72,6 +105,7 @@ impl raft_server::Raft for RaftService {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
+        self.admit(&request)?;
         let writes: Vec<Forwarded> = decode_request(request)?;
         let answers: Vec<Result<Applied, ForwardedError>> = self
             .node

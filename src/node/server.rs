@@ -19,7 +19,7 @@ use crate::lease::Op;
 use crate::proto::raft_v1::raft_server::RaftServer;
 use crate::proto::v1::cluster_server::ClusterServer;
 use crate::proto::v1::lease_store_server::LeaseStoreServer;
-use crate::raft::{self, Channels, LogStore, PeerNetwork, StateMachineStore};
+use crate::raft::{self, Channels, ClockMode, LogStore, PeerNetwork, StateMachineStore};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -58,24 +58,37 @@ const TICK_CHECK: Duration = Duration::from_millis(100);
 const TICK_MIN_GAP: Duration = Duration::from_millis(50);
 
 /// The clock a data dir was created with. A node refuses to start it with the other one: the
-/// two clocks' logs do not mix.
-fn check_clock_mode(dir: &Path, manual: bool) -> Result<(), StartError> {
+/// two clocks' logs do not mix. (Its peers refuse it too: see [`ClockMode::check_peer`].)
+fn check_clock_mode(dir: &Path, clock: ClockMode) -> Result<(), StartError> {
     let path = dir.join("clock");
-    let wanted = if manual { "manual" } else { "leader" };
     let io = |source| StartError::DataDir {
         dir: dir.display().to_string(),
         source,
     };
     match std::fs::read_to_string(&path) {
-        Ok(found) if found.trim() == wanted => Ok(()),
+        Ok(found) if found.trim() == clock.name() => Ok(()),
         Ok(found) => Err(StartError::Config(format!(
             "data dir {} was created with the {} clock; start it {} --manual-clock",
             dir.display(),
             found.trim(),
-            if manual { "without" } else { "with" }
+            if clock == ClockMode::Manual {
+                "without"
+            } else {
+                "with"
+            }
         ))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::write(&path, wanted).map_err(io)
+            // Durably, and whole or not at all: an empty file after a power loss would keep
+            // the node from starting.
+            let tmp = dir.join("clock.tmp");
+            let write = || -> std::io::Result<()> {
+                let mut file = std::fs::File::create(&tmp)?;
+                std::io::Write::write_all(&mut file, clock.name().as_bytes())?;
+                file.sync_all()?;
+                std::fs::rename(&tmp, &path)?;
+                std::fs::File::open(dir)?.sync_all()
+            };
+            write().map_err(io)
         }
         Err(e) => Err(io(e)),
     }
@@ -102,7 +115,8 @@ pub async fn run(
         dir: config.data_dir.display().to_string(),
         source,
     })?;
-    check_clock_mode(&config.data_dir, config.manual_clock)?;
+    let clock = ClockMode::from_manual(config.manual_clock);
+    check_clock_mode(&config.data_dir, clock)?;
     if config.data_dir.join("raft.redb").exists() {
         // Its vote would be forgotten, and a node that forgets its vote may vote twice.
         return Err(StartError::Config(format!(
@@ -125,7 +139,7 @@ pub async fn run(
     let state_machine = StateMachineStore::open(&config.data_dir)?;
     let state = state_machine.shared();
     let listen_ip = config.listen.ip();
-    let channels = Channels::bound_to((!listen_ip.is_unspecified()).then_some(listen_ip));
+    let channels = Channels::new((!listen_ip.is_unspecified()).then_some(listen_ip), clock);
     let raft_config = Arc::new(
         raft::config(config.snapshot_every)
             .validate()

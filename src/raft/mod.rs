@@ -16,7 +16,7 @@ use std::io::Cursor;
 use serde::{Deserialize, Serialize};
 
 pub use log_store::LogStore;
-pub use network::{Channels, PeerNetwork};
+pub use network::{Channels, ClockMode, PeerNetwork, CLOCK_KEY};
 pub use proposer::{weight, Proposer, WriteError, WRITE_BATCHES};
 pub use reads::{ReadError, Reads};
 pub use state_machine::{SharedState, StateMachineStore};

@@ -24,6 +24,54 @@ use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 /// How long a connection attempt to a peer may take before it counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// Metadata key on every peer message: the sender's clock. The clock is cluster state (the two
+/// clocks' logs do not mix, and a manual-clock node that led would accept `Advance` and expire
+/// every lease at once), so a node refuses every message from a peer that runs the other one.
+pub const CLOCK_KEY: &str = "leasehold-clock";
+
+/// How a cluster's store time moves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClockMode {
+    /// The leader stamps every command from its monotonic clock.
+    #[default]
+    Leader,
+    /// Only `Advance` moves store time (`serve --manual-clock`).
+    Manual,
+}
+
+impl ClockMode {
+    pub fn from_manual(manual: bool) -> Self {
+        if manual {
+            ClockMode::Manual
+        } else {
+            ClockMode::Leader
+        }
+    }
+
+    /// The name written in the data dir's `clock` file and sent with every peer message.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClockMode::Leader => "leader",
+            ClockMode::Manual => "manual",
+        }
+    }
+
+    /// Refuses a peer message whose sender runs another clock (or does not say which).
+    pub fn check_peer(self, metadata: &tonic::metadata::MetadataMap) -> Result<(), tonic::Status> {
+        let theirs = metadata.get(CLOCK_KEY).and_then(|v| v.to_str().ok());
+        if theirs == Some(self.name()) {
+            return Ok(());
+        }
+        Err(tonic::Status::failed_precondition(format!(
+            "refused a peer message: the sender runs the {} clock, this node the {} clock; \
+             every node of a cluster must be started with the same clock (--manual-clock on all \
+             or none)",
+            theirs.unwrap_or("(unnamed)"),
+            self.name()
+        )))
+    }
+}
+
 /// Lazily connected channels by address, shared by Raft replication and request forwarding.
 /// A tonic channel reconnects by itself, so one per peer serves for the life of the node.
 #[derive(Clone, Default)]
@@ -33,14 +81,28 @@ pub struct Channels {
     /// several talks from it, so a firewall rule (or the fault suite's partitions) can tell
     /// nodes apart by source address.
     local_address: Option<IpAddr>,
+    /// This node's clock, named on every peer message it sends.
+    clock: ClockMode,
 }
 
 impl Channels {
-    pub fn bound_to(local_address: Option<IpAddr>) -> Self {
+    pub fn new(local_address: Option<IpAddr>, clock: ClockMode) -> Self {
         Channels {
             local_address,
+            clock,
             ..Channels::default()
         }
+    }
+
+    /// A peer message, carrying what its receiver checks before it looks inside.
+    pub fn peer_request<T>(&self, message: T, timeout: Duration) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(timeout);
+        request.metadata_mut().insert(
+            CLOCK_KEY,
+            tonic::metadata::MetadataValue::from_static(self.clock.name()),
+        );
+        request
     }
 
     pub fn get(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
@@ -78,6 +140,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
         PeerClient {
             target,
+            channels: self.channels.clone(),
             client: self
                 .channels
                 .get(&node.addr)
@@ -89,6 +152,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
 
 pub struct PeerClient {
     target: NodeId,
+    channels: Channels,
     /// An address that does not parse stays an error, reported as unreachable on every call.
     client: Result<RaftClient<Channel>, String>,
 }
@@ -125,8 +189,9 @@ impl PeerClient {
             }
         };
         let data = encode(request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let mut message = tonic::Request::new(RaftMessage { data });
-        message.set_timeout(option.hard_ttl());
+        let message = self
+            .channels
+            .peer_request(RaftMessage { data }, option.hard_ttl());
         let reply = match rpc {
             Rpc::AppendEntries => client.append_entries(message).await,
             Rpc::Vote => client.vote(message).await,
@@ -172,5 +237,35 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         self.call(Rpc::Vote, &rpc, &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_message_is_admitted_only_with_the_same_clock() {
+        let sent_by = |clock: ClockMode| {
+            Channels::new(None, clock)
+                .peer_request((), Duration::from_secs(1))
+                .metadata()
+                .clone()
+        };
+        assert!(ClockMode::Leader
+            .check_peer(&sent_by(ClockMode::Leader))
+            .is_ok());
+        assert!(ClockMode::Manual
+            .check_peer(&sent_by(ClockMode::Manual))
+            .is_ok());
+        let refused = ClockMode::Leader
+            .check_peer(&sent_by(ClockMode::Manual))
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+        assert!(refused.message().contains("--manual-clock"), "{refused}");
+        // A sender that names no clock (an older build, a stray client) is refused too.
+        assert!(ClockMode::Leader
+            .check_peer(&tonic::metadata::MetadataMap::new())
+            .is_err());
     }
 }
