@@ -38,6 +38,15 @@ impl ClientError {
             ClientError::Status(status) => status.code(),
         }
     }
+
+    /// The call was a write that may or may not have been applied: some attempt of it reached
+    /// the store, or may have, and no answer came back. Never true of a read.
+    pub fn is_indeterminate(&self) -> bool {
+        match self {
+            ClientError::Endpoint { .. } => false,
+            ClientError::Status(status) => status.metadata().get(INDETERMINATE_KEY).is_some(),
+        }
+    }
 }
 
 fn describe(status: &Status) -> String {
@@ -65,6 +74,48 @@ fn retryable(status: &Status) -> bool {
             | Code::Unknown
             | Code::ResourceExhausted
     )
+}
+
+/// Whether a call changes the store: only a write can be left indeterminate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Effect {
+    Read,
+    Write,
+}
+
+/// What the call does after a failed attempt.
+#[derive(Debug)]
+enum Next {
+    Retry,
+    Stop(ClientError),
+}
+
+/// A call's failed attempts so far, and what they add up to.
+#[derive(Debug)]
+struct Attempts {
+    effect: Effect,
+}
+
+impl Attempts {
+    fn new(effect: Effect) -> Self {
+        Attempts { effect }
+    }
+
+    /// Takes one attempt's failure. `gave_up` is why the call stops even if this failure is
+    /// worth retrying (its deadline passed); `None` while there is time left.
+    fn failed(&mut self, status: Status, gave_up: Option<String>) -> Next {
+        match gave_up {
+            _ if !retryable(&status) => Next::Stop(ClientError::Status(status)),
+            None => Next::Retry,
+            Some(why) if status.metadata().get(INDETERMINATE_KEY).is_none() => {
+                Next::Stop(ClientError::Status(Status::unavailable(format!(
+                    "{why}; last: {}",
+                    status.message()
+                ))))
+            }
+            Some(_) => Next::Stop(ClientError::Status(status)),
+        }
+    }
 }
 
 pub struct LeaseClient {
@@ -148,7 +199,7 @@ impl LeaseClient {
     }
 
     /// Runs `call` against one node after another until one answers or the deadline passes.
-    async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
+    async fn call<T, F, Fut>(&self, effect: Effect, mut call: F) -> Result<T, ClientError>
     where
         F: FnMut(Channel, Duration) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
@@ -156,6 +207,7 @@ impl LeaseClient {
         let started = tokio::time::Instant::now();
         let count = self.channels.len();
         let first = self.preferred.load(Ordering::Relaxed);
+        let mut attempts = Attempts::new(effect);
         let mut attempt = 0;
         loop {
             let index = (first + attempt) % count;
@@ -170,23 +222,24 @@ impl LeaseClient {
                     self.preferred.store(index, Ordering::Relaxed);
                     return Ok(response.into_inner());
                 }
-                Err(status) if retryable(&status) && started.elapsed() < self.deadline => {
-                    attempt += 1;
-                    if attempt % count == 0 {
-                        tokio::time::sleep(ROUND_PAUSE).await;
+                Err(status) => {
+                    let gave_up = (started.elapsed() >= self.deadline).then(|| {
+                        format!(
+                            "no node of {} answered within {} ms",
+                            self.endpoints.join(","),
+                            self.deadline.as_millis()
+                        )
+                    });
+                    match attempts.failed(status, gave_up) {
+                        Next::Stop(error) => return Err(error),
+                        Next::Retry => {
+                            attempt += 1;
+                            if attempt % count == 0 {
+                                tokio::time::sleep(ROUND_PAUSE).await;
+                            }
+                        }
                     }
                 }
-                Err(status)
-                    if retryable(&status) && status.metadata().get(INDETERMINATE_KEY).is_none() =>
-                {
-                    return Err(ClientError::Status(Status::unavailable(format!(
-                        "no node of {} answered within {} ms; last: {}",
-                        self.endpoints.join(","),
-                        self.deadline.as_millis(),
-                        status.message()
-                    ))))
-                }
-                Err(status) => return Err(ClientError::Status(status)),
             }
         }
     }
@@ -203,7 +256,7 @@ impl LeaseClient {
             ttl_ms,
             request_id: self.request_id(),
         };
-        self.call(|ch, timeout| {
+        self.call(Effect::Write, |ch, timeout| {
             let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).acquire(request).await }
         })
@@ -222,7 +275,7 @@ impl LeaseClient {
             token,
             request_id: self.request_id(),
         };
-        self.call(|ch, timeout| {
+        self.call(Effect::Write, |ch, timeout| {
             let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).release(request).await }
         })
@@ -245,7 +298,7 @@ impl LeaseClient {
             }),
             request_id: self.request_id(),
         };
-        self.call(|ch, timeout| {
+        self.call(Effect::Write, |ch, timeout| {
             let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).put(request).await }
         })
@@ -254,7 +307,7 @@ impl LeaseClient {
 
     pub async fn get(&self, key: &str) -> Result<pb::GetResponse, ClientError> {
         let message = pb::GetRequest { key: key.into() };
-        self.call(|ch, timeout| {
+        self.call(Effect::Read, |ch, timeout| {
             let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).get(request).await }
         })
@@ -265,7 +318,7 @@ impl LeaseClient {
         let message = pb::GetLeaseRequest {
             lease: lease.into(),
         };
-        self.call(|ch, timeout| {
+        self.call(Effect::Read, |ch, timeout| {
             let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).get_lease(request).await }
         })
@@ -277,7 +330,7 @@ impl LeaseClient {
             ms,
             request_id: self.request_id(),
         };
-        self.call(|ch, timeout| {
+        self.call(Effect::Write, |ch, timeout| {
             let request = attempt(message, timeout);
             async move { LeaseStoreClient::new(ch).advance(request).await }
         })
@@ -286,7 +339,7 @@ impl LeaseClient {
 
     /// The first node that answers, about itself only.
     pub async fn node_status(&self) -> Result<pb::NodeStatus, ClientError> {
-        self.call(|ch, timeout| {
+        self.call(Effect::Read, |ch, timeout| {
             let request = attempt(pb::NodeStatusRequest {}, timeout);
             async move { ClusterClient::new(ch).node_status(request).await }
         })
@@ -295,7 +348,7 @@ impl LeaseClient {
 
     /// Every member's status, as seen by the first node that answers.
     pub async fn status(&self) -> Result<pb::StatusResponse, ClientError> {
-        self.call(|ch, timeout| {
+        self.call(Effect::Read, |ch, timeout| {
             let request = attempt(pb::StatusRequest {}, timeout);
             async move { ClusterClient::new(ch).status(request).await }
         })
@@ -322,3 +375,4 @@ fn attempt<T>(message: T, timeout: Duration) -> Request<T> {
     request.set_timeout(timeout);
     request
 }
+

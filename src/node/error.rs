@@ -5,7 +5,7 @@ use std::time::Duration;
 use tonic::{Code, Status};
 
 use crate::lease::InvalidInput;
-use crate::raft::NodeId;
+use crate::raft::{NodeId, WriteError};
 
 /// Metadata key set on a status when the write may or may not have been applied.
 pub const INDETERMINATE_KEY: &str = "leasehold-indeterminate";
@@ -68,6 +68,13 @@ pub enum NodeError {
     Raft(String),
     #[error("invariant broken: {0}")]
     Invariant(String),
+}
+
+impl NodeError {
+    /// What Raft's failure of a write handed to it says.
+    pub(super) fn proposal_failed(e: WriteError) -> NodeError {
+        NodeError::Raft(e.to_string())
+    }
 }
 
 /// A node's error on its way back to the node that forwarded the request: the status it is.

@@ -258,7 +258,7 @@ impl Node {
                     Ok(Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))))) => {
                         Err(self.forward_error(f))
                     }
-                    Ok(Ok(Err(e))) => Err(NodeError::Raft(e.to_string())),
+                    Ok(Ok(Err(e))) => Err(NodeError::proposal_failed(e)),
                 },
             });
         }
