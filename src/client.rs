@@ -9,7 +9,7 @@ use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
-use crate::node::INDETERMINATE_KEY;
+use crate::node::{INDETERMINATE_KEY, ORIGIN_KEY};
 use crate::proto::v1 as pb;
 use crate::proto::v1::cluster_client::ClusterClient;
 use crate::proto::v1::lease_store_client::LeaseStoreClient;
@@ -38,18 +38,33 @@ impl ClientError {
             ClientError::Status(status) => status.code(),
         }
     }
+
+    /// The call was a write that may or may not have been applied: some attempt of it reached
+    /// the store, or may have, and no answer came back. Never true of a read.
+    pub fn is_indeterminate(&self) -> bool {
+        match self {
+            ClientError::Endpoint { .. } => false,
+            ClientError::Status(status) => status.metadata().get(INDETERMINATE_KEY).is_some(),
+        }
+    }
 }
 
+/// One line: the code, then whether the write may have been applied, then the message.
 fn describe(status: &Status) -> String {
     let kind = match status.code() {
-        Code::InvalidArgument => "invalid argument",
-        Code::Unavailable => "unavailable",
-        Code::FailedPrecondition => "failed precondition",
-        Code::DeadlineExceeded => "deadline exceeded",
-        Code::Internal => "internal error",
-        other => return format!("{other:?}: {}", status.message()),
+        Code::InvalidArgument => "invalid argument".to_owned(),
+        Code::Unavailable => "unavailable".to_owned(),
+        Code::FailedPrecondition => "failed precondition".to_owned(),
+        Code::DeadlineExceeded => "deadline exceeded".to_owned(),
+        Code::Internal => "internal error".to_owned(),
+        other => format!("{other:?}"),
     };
-    format!("{kind}: {}", status.message())
+    let indeterminate = if status.metadata().get(INDETERMINATE_KEY).is_some() {
+        " (indeterminate)"
+    } else {
+        ""
+    };
+    format!("{kind}{indeterminate}: {}", status.message())
 }
 
 /// Worth trying elsewhere: the node asked did not answer in time, had no leader or quorum,
@@ -65,6 +80,133 @@ fn retryable(status: &Status) -> bool {
             | Code::Unknown
             | Code::ResourceExhausted
     )
+}
+
+/// Whether a call changes the store: only a write can be left indeterminate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Effect {
+    Read,
+    Write,
+}
+
+/// What the call does after a failed attempt.
+#[derive(Debug)]
+enum Next {
+    Retry,
+    Stop(ClientError),
+}
+
+/// A call's failed attempts so far, and what they add up to.
+///
+/// A write is retried, under its one request id, whatever happened to the attempt before:
+/// the store answers a retry of a request it already applied with its first answer instead of
+/// applying it again. So an indeterminate attempt is retried too, and a later answer settles
+/// it. Only when the call ends without an answer does it matter that an attempt may have
+/// applied the write: then the error says so, whichever attempt it was.
+#[derive(Debug)]
+struct Attempts {
+    effect: Effect,
+    /// Why an attempt of this write may have applied it; `None` while none may have.
+    applied_maybe: Option<String>,
+}
+
+impl Attempts {
+    fn new(effect: Effect) -> Self {
+        Attempts {
+            effect,
+            applied_maybe: None,
+        }
+    }
+
+    /// Takes one attempt's failure. `gave_up` is why the call stops even if this failure is
+    /// worth retrying (its deadline passed); `None` while there is time left.
+    fn failed(&mut self, status: Status, gave_up: Option<String>) -> Next {
+        let earlier = self.applied_maybe.take();
+        let this = match self.effect {
+            Effect::Write => applied_maybe(&status),
+            Effect::Read => None,
+        };
+        let retry = retryable(&status);
+        if retry && gave_up.is_none() {
+            self.applied_maybe = earlier.or(this);
+            return Next::Retry;
+        }
+        let last = match gave_up {
+            Some(why) if retry => {
+                let mut summary = Status::unavailable(format!("{why}; last: {}", status.message()));
+                if status.metadata().get(INDETERMINATE_KEY).is_some() {
+                    mark_indeterminate(&mut summary);
+                }
+                summary
+            }
+            _ => status,
+        };
+        Next::Stop(ClientError::Status(match (self.effect, earlier, this) {
+            (Effect::Read, ..) => {
+                let mut last = last;
+                last.metadata_mut().remove(INDETERMINATE_KEY);
+                last
+            }
+            (Effect::Write, None, None) => last,
+            // The node's own message already says the write may have been applied.
+            (Effect::Write, _, _) if last.metadata().get(INDETERMINATE_KEY).is_some() => last,
+            (Effect::Write, Some(earlier), _) => indeterminate(
+                &last,
+                &format!("the write may have been applied by an earlier attempt: {earlier}"),
+            ),
+            (Effect::Write, None, Some(_)) => indeterminate(
+                &last,
+                "the last attempt's answer was lost, so the write may have been applied",
+            ),
+        }))
+    }
+}
+
+/// Why the attempt that failed with `status` may have applied its write; `None` if it
+/// certainly did not.
+fn applied_maybe(status: &Status) -> Option<String> {
+    if status.metadata().get(INDETERMINATE_KEY).is_some() {
+        // The node says why: a lost quorum, a lost forward, a stop mid-write.
+        return Some(status.message().to_owned());
+    }
+    if status.metadata().get(ORIGIN_KEY).is_some() || never_sent(status) {
+        // A node's own determinate answer (no leader, bad input), or no connection at all.
+        return None;
+    }
+    // Anything else failed after the request may have left: the attempt's timeout fired, the
+    // call was cancelled or reset, or the answer did not arrive or decode.
+    Some(format!("its answer was lost ({})", describe(status)))
+}
+
+/// Only a connection that was never made proves the request was not sent: tonic reports a
+/// failed connect (refused, timed out) as a `ConnectError` in the status's source chain.
+fn never_sent(status: &Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if error.is::<tonic::ConnectError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+fn mark_indeterminate(status: &mut Status) {
+    status.metadata_mut().insert(
+        INDETERMINATE_KEY,
+        tonic::metadata::MetadataValue::from_static("true"),
+    );
+}
+
+/// `status` with the mark, and `why` after its message.
+fn indeterminate(status: &Status, why: &str) -> Status {
+    let mut marked = Status::with_metadata(
+        status.code(),
+        format!("{}; {why}", status.message()),
+        status.metadata().clone(),
+    );
+    mark_indeterminate(&mut marked);
+    marked
 }
 
 pub struct LeaseClient {
@@ -148,7 +290,7 @@ impl LeaseClient {
     }
 
     /// Runs `call` against one node after another until one answers or the deadline passes.
-    async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
+    async fn call<T, F, Fut>(&self, effect: Effect, mut call: F) -> Result<T, ClientError>
     where
         F: FnMut(Channel, Duration) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
@@ -156,6 +298,7 @@ impl LeaseClient {
         let started = tokio::time::Instant::now();
         let count = self.channels.len();
         let first = self.preferred.load(Ordering::Relaxed);
+        let mut attempts = Attempts::new(effect);
         let mut attempt = 0;
         loop {
             let index = (first + attempt) % count;
@@ -170,23 +313,24 @@ impl LeaseClient {
                     self.preferred.store(index, Ordering::Relaxed);
                     return Ok(response.into_inner());
                 }
-                Err(status) if retryable(&status) && started.elapsed() < self.deadline => {
-                    attempt += 1;
-                    if attempt % count == 0 {
-                        tokio::time::sleep(ROUND_PAUSE).await;
+                Err(status) => {
+                    let gave_up = (started.elapsed() >= self.deadline).then(|| {
+                        format!(
+                            "no node of {} answered within {} ms",
+                            self.endpoints.join(","),
+                            self.deadline.as_millis()
+                        )
+                    });
+                    match attempts.failed(status, gave_up) {
+                        Next::Stop(error) => return Err(error),
+                        Next::Retry => {
+                            attempt += 1;
+                            if attempt % count == 0 {
+                                tokio::time::sleep(ROUND_PAUSE).await;
+                            }
+                        }
                     }
                 }
-                Err(status)
-                    if retryable(&status) && status.metadata().get(INDETERMINATE_KEY).is_none() =>
-                {
-                    return Err(ClientError::Status(Status::unavailable(format!(
-                        "no node of {} answered within {} ms; last: {}",
-                        self.endpoints.join(","),
-                        self.deadline.as_millis(),
-                        status.message()
-                    ))))
-                }
-                Err(status) => return Err(ClientError::Status(status)),
             }
         }
     }
@@ -203,7 +347,7 @@ impl LeaseClient {
             ttl_ms,
             request_id: self.request_id(),
         };
-        self.call(|ch, timeout| {
+        self.call(Effect::Write, |ch, timeout| {
             let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).acquire(request).await }
         })
@@ -222,7 +366,7 @@ impl LeaseClient {
             token,
             request_id: self.request_id(),
         };
-        self.call(|ch, timeout| {
+        self.call(Effect::Write, |ch, timeout| {
             let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).release(request).await }
         })
@@ -245,7 +389,7 @@ impl LeaseClient {
             }),
             request_id: self.request_id(),
         };
-        self.call(|ch, timeout| {
+        self.call(Effect::Write, |ch, timeout| {
             let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).put(request).await }
         })
@@ -254,7 +398,7 @@ impl LeaseClient {
 
     pub async fn get(&self, key: &str) -> Result<pb::GetResponse, ClientError> {
         let message = pb::GetRequest { key: key.into() };
-        self.call(|ch, timeout| {
+        self.call(Effect::Read, |ch, timeout| {
             let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).get(request).await }
         })
@@ -265,7 +409,7 @@ impl LeaseClient {
         let message = pb::GetLeaseRequest {
             lease: lease.into(),
         };
-        self.call(|ch, timeout| {
+        self.call(Effect::Read, |ch, timeout| {
             let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).get_lease(request).await }
         })
@@ -277,7 +421,7 @@ impl LeaseClient {
             ms,
             request_id: self.request_id(),
         };
-        self.call(|ch, timeout| {
+        self.call(Effect::Write, |ch, timeout| {
             let request = attempt(message, timeout);
             async move { LeaseStoreClient::new(ch).advance(request).await }
         })
@@ -286,7 +430,7 @@ impl LeaseClient {
 
     /// The first node that answers, about itself only.
     pub async fn node_status(&self) -> Result<pb::NodeStatus, ClientError> {
-        self.call(|ch, timeout| {
+        self.call(Effect::Read, |ch, timeout| {
             let request = attempt(pb::NodeStatusRequest {}, timeout);
             async move { ClusterClient::new(ch).node_status(request).await }
         })
@@ -295,7 +439,7 @@ impl LeaseClient {
 
     /// Every member's status, as seen by the first node that answers.
     pub async fn status(&self) -> Result<pb::StatusResponse, ClientError> {
-        self.call(|ch, timeout| {
+        self.call(Effect::Read, |ch, timeout| {
             let request = attempt(pb::StatusRequest {}, timeout);
             async move { ClusterClient::new(ch).status(request).await }
         })
@@ -321,4 +465,268 @@ fn attempt<T>(message: T, timeout: Duration) -> Request<T> {
     let mut request = Request::new(message);
     request.set_timeout(timeout);
     request
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::node::NodeError;
+    use crate::proto::v1::lease_store_server::{LeaseStore, LeaseStoreServer};
+
+    /// A node's own plain UNAVAILABLE: this attempt was not applied.
+    fn no_leader() -> Status {
+        Status::from(NodeError::NoLeader(Duration::from_millis(2_000)))
+    }
+
+    /// A node's own UNAVAILABLE for a write that may still be applied.
+    fn no_quorum() -> Status {
+        Status::from(NodeError::NoQuorum(Duration::from_millis(3_000)))
+    }
+
+    /// What tonic reports when the connection could not be made: the request was never sent.
+    fn refused() -> Status {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        Status::from_error(Box::new(tonic::ConnectError(Box::new(io))))
+    }
+
+    /// What the client's own per-attempt timeout reports, with the request in flight.
+    fn timed_out() -> Status {
+        Status::from_error(Box::new(tonic::TimeoutExpired(())))
+    }
+
+    /// Feeds `failures` to a fresh call's attempts, the last one at its deadline.
+    fn outcome(effect: Effect, failures: Vec<Status>) -> ClientError {
+        let mut attempts = Attempts::new(effect);
+        let last = failures.len() - 1;
+        for (i, status) in failures.into_iter().enumerate() {
+            let gave_up = (i == last).then(|| "deadline passed".to_owned());
+            match attempts.failed(status, gave_up) {
+                Next::Stop(error) => return error,
+                Next::Retry => assert!(i < last, "the call retried past its deadline"),
+            }
+        }
+        panic!("the call neither answered nor stopped")
+    }
+
+    #[test]
+    fn a_write_marked_indeterminate_once_stays_so_when_later_attempts_fail_plainly() {
+        let e = outcome(Effect::Write, vec![no_quorum(), no_leader(), no_leader()]);
+        assert_eq!(e.code(), Code::Unavailable, "{e}");
+        assert!(e.is_indeterminate(), "{e}");
+        assert!(e.to_string().contains("may have been applied"), "{e}");
+    }
+
+    #[test]
+    fn a_write_whose_attempt_timed_out_in_flight_is_indeterminate_at_the_deadline() {
+        for lost in [
+            timed_out(),
+            Status::deadline_exceeded("deadline"),
+            Status::cancelled("cancelled"),
+            Status::unknown("transport error"),
+            Status::unavailable("connection reset"),
+        ] {
+            let e = outcome(Effect::Write, vec![lost.clone(), no_leader()]);
+            assert!(e.is_indeterminate(), "after {lost:?}: {e}");
+            assert!(e.to_string().contains("may have been applied"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_write_whose_last_attempt_timed_out_at_the_deadline_is_indeterminate() {
+        let e = outcome(Effect::Write, vec![no_leader(), timed_out()]);
+        assert_eq!(e.code(), Code::Unavailable, "{e}");
+        assert!(e.is_indeterminate(), "{e}");
+    }
+
+    #[test]
+    fn a_write_that_failed_for_good_after_a_lost_attempt_is_indeterminate() {
+        let broken = Status::from(NodeError::Invariant("broken".into()));
+        let e = outcome(Effect::Write, vec![timed_out(), broken]);
+        assert_eq!(e.code(), Code::Internal, "{e}");
+        assert!(e.is_indeterminate(), "{e}");
+    }
+
+    #[test]
+    fn a_write_never_sent_or_refused_by_a_node_is_determinate() {
+        let e = outcome(Effect::Write, vec![refused(), no_leader(), refused()]);
+        assert_eq!(e.code(), Code::Unavailable, "{e}");
+        assert!(!e.is_indeterminate(), "{e}");
+        assert!(!e.to_string().contains("may have been applied"), "{e}");
+
+        let invalid = Status::from(NodeError::WrongClock("advance is refused"));
+        let e = outcome(Effect::Write, vec![invalid]);
+        assert_eq!(e.code(), Code::FailedPrecondition);
+        assert!(!e.is_indeterminate(), "{e}");
+    }
+
+    #[test]
+    fn a_final_error_the_node_marked_is_reported_as_it_came() {
+        let forgotten = Status::from(NodeError::Forgotten);
+        let e = outcome(Effect::Write, vec![no_leader(), forgotten.clone()]);
+        assert_eq!(e.code(), Code::Aborted);
+        assert!(e.is_indeterminate(), "{e}");
+        assert!(e.to_string().contains(forgotten.message()), "{e}");
+    }
+
+    #[test]
+    fn a_read_is_never_indeterminate() {
+        for failures in [
+            vec![timed_out(), no_leader()],
+            vec![no_quorum(), timed_out()],
+            vec![Status::unknown("transport error")],
+        ] {
+            let e = outcome(Effect::Read, failures);
+            assert!(!e.is_indeterminate(), "{e}");
+        }
+    }
+
+    /// How the fake node answers one call.
+    #[derive(Clone)]
+    enum Reply {
+        /// Never answers: the client's attempt timeout fires with the request in flight.
+        Hang,
+        Fail(Status),
+    }
+
+    /// A node that answers from a script, and remembers the request ids it was sent.
+    struct FakeNode {
+        /// The replies in order; the last one answers every call after it.
+        script: Mutex<Vec<Reply>>,
+        request_ids: Mutex<Vec<Option<pb::RequestId>>>,
+    }
+
+    impl FakeNode {
+        async fn answer<T>(
+            &self,
+            request_id: Option<pb::RequestId>,
+        ) -> Result<Response<T>, Status> {
+            let reply = {
+                self.request_ids.lock().unwrap().push(request_id);
+                let mut script = self.script.lock().unwrap();
+                if script.len() > 1 {
+                    script.remove(0)
+                } else {
+                    script[0].clone()
+                }
+            };
+            match reply {
+                Reply::Hang => std::future::pending().await,
+                Reply::Fail(status) => Err(status),
+            }
+        }
+    }
+
+    #[tonic::async_trait]
+    impl LeaseStore for Arc<FakeNode> {
+        async fn acquire(
+            &self,
+            r: Request<pb::AcquireRequest>,
+        ) -> Result<Response<pb::AcquireResponse>, Status> {
+            self.answer(r.into_inner().request_id).await
+        }
+        async fn release(
+            &self,
+            r: Request<pb::ReleaseRequest>,
+        ) -> Result<Response<pb::ReleaseResponse>, Status> {
+            self.answer(r.into_inner().request_id).await
+        }
+        async fn put(
+            &self,
+            r: Request<pb::PutRequest>,
+        ) -> Result<Response<pb::PutResponse>, Status> {
+            self.answer(r.into_inner().request_id).await
+        }
+        async fn get(
+            &self,
+            _: Request<pb::GetRequest>,
+        ) -> Result<Response<pb::GetResponse>, Status> {
+            self.answer(None).await
+        }
+        async fn get_lease(
+            &self,
+            _: Request<pb::GetLeaseRequest>,
+        ) -> Result<Response<pb::GetLeaseResponse>, Status> {
+            self.answer(None).await
+        }
+        async fn advance(
+            &self,
+            r: Request<pb::AdvanceRequest>,
+        ) -> Result<Response<pb::AdvanceResponse>, Status> {
+            self.answer(r.into_inner().request_id).await
+        }
+    }
+
+    /// Serves `script` on 127.0.0.1, on a port of the system's choosing; a client with a short
+    /// deadline talks to it. The server stops with the test's runtime.
+    async fn fake_node(script: Vec<Reply>) -> (Arc<FakeNode>, LeaseClient) {
+        let node = Arc::new(FakeNode {
+            script: Mutex::new(script),
+            request_ids: Mutex::default(),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tonic::transport::Server::builder()
+            .add_service(LeaseStoreServer::new(node.clone()))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
+        tokio::spawn(server);
+        let client = LeaseClient::new(&[addr.to_string()])
+            .unwrap()
+            .with_deadline(Duration::from_millis(800));
+        (node, client)
+    }
+
+    #[tokio::test]
+    async fn a_write_left_hanging_past_its_attempt_timeout_is_indeterminate_at_the_deadline() {
+        let (node, client) = fake_node(vec![Reply::Hang, Reply::Fail(no_leader())]).await;
+        let e = client.acquire("l", "a", 1_000).await.unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable, "{e}");
+        assert!(e.is_indeterminate(), "{e}");
+        // The one line the CLI prints says so.
+        assert!(
+            e.to_string().starts_with("unavailable (indeterminate): "),
+            "{e}"
+        );
+        assert!(e.to_string().contains("may have been applied"), "{e}");
+
+        let ids = node.request_ids.lock().unwrap().clone();
+        assert!(ids.len() >= 2, "the write was retried: {ids:?}");
+        assert!(ids[0].is_some(), "a write carries a request id");
+        assert!(
+            ids.iter().all(|id| *id == ids[0]),
+            "every retry carries the first attempt's request id: {ids:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_write_marked_indeterminate_then_refused_plainly_is_indeterminate() {
+        let (_node, client) =
+            fake_node(vec![Reply::Fail(no_quorum()), Reply::Fail(no_leader())]).await;
+        let e = client.put("k", b"v", None).await.unwrap_err();
+        assert!(e.is_indeterminate(), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_read_left_hanging_is_determinate() {
+        let (_node, client) = fake_node(vec![Reply::Hang, Reply::Fail(no_leader())]).await;
+        let e = client.get("k").await.unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable, "{e}");
+        assert!(!e.is_indeterminate(), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_write_to_a_port_nobody_listens_on_is_determinate() {
+        // Bound and closed again: connecting to it is refused.
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let client = LeaseClient::new(&[addr.to_string()])
+            .unwrap()
+            .with_deadline(Duration::from_millis(300));
+        let e = client.acquire("l", "a", 1_000).await.unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable, "{e}");
+        assert!(!e.is_indeterminate(), "{e}");
+    }
 }

@@ -5,7 +5,9 @@ use std::time::Duration;
 use tonic::{Code, Status};
 
 use crate::lease::InvalidInput;
-use crate::raft::NodeId;
+use openraft::error::{ClientWriteError, RaftError};
+
+use crate::raft::{NodeId, WriteError};
 
 /// Metadata key set on a status when the write may or may not have been applied.
 pub const INDETERMINATE_KEY: &str = "leasehold-indeterminate";
@@ -60,6 +62,16 @@ pub enum NodeError {
         "this node stopped before the write was answered; it may or may not have been applied"
     )]
     Unanswered,
+    /// Raft failed after the write was handed to it: it may be in the log.
+    #[error("raft failed after the write was proposed: {0}; it may or may not have been applied")]
+    ProposalFailed(String),
+    /// Leadership moved while the write was proposed: its entry may be in the log of the
+    /// nodes that elect the next leader.
+    #[error(
+        "leadership moved while the write was being proposed; it may or may not have been \
+         applied"
+    )]
+    Deposed,
     #[error("{0}")]
     WrongClock(&'static str),
     #[error("this node is shutting down")]
@@ -68,6 +80,21 @@ pub enum NodeError {
     Raft(String),
     #[error("invariant broken: {0}")]
     Invariant(String),
+}
+
+impl NodeError {
+    /// What Raft's failure of a write handed to it says: never that it was not applied.
+    pub(super) fn proposal_failed(e: WriteError) -> NodeError {
+        match e {
+            // openraft gives this answer both to a write it refused before appending it and to
+            // one whose entry a new leader's log cut off (0.9's `raft_core.rs`,
+            // `DeleteConflictLog`). A cut-off entry may survive on the nodes that elect a later
+            // leader, which then commits it; the two cannot be told apart.
+            RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => NodeError::Deposed,
+            // Storage failed, Raft panicked or stopped: after the append, for all we know.
+            other => NodeError::ProposalFailed(other.to_string()),
+        }
+    }
 }
 
 /// A node's error on its way back to the node that forwarded the request: the status it is.
@@ -123,15 +150,20 @@ impl From<NodeError> for Status {
             | NodeError::LeaderUnreachable { .. }
             | NodeError::ForwardLost { .. }
             | NodeError::Unanswered
+            | NodeError::Deposed
             | NodeError::ShuttingDown => Code::Unavailable,
             NodeError::Forgotten => Code::Aborted,
-            NodeError::Raft(_) | NodeError::Invariant(_) => Code::Internal,
+            NodeError::Raft(_) | NodeError::ProposalFailed(_) | NodeError::Invariant(_) => {
+                Code::Internal
+            }
         };
         let indeterminate = matches!(
             e,
             NodeError::NoQuorum(_)
                 | NodeError::ForwardLost { .. }
                 | NodeError::Unanswered
+                | NodeError::Deposed
+                | NodeError::ProposalFailed(_)
                 | NodeError::Forgotten
         );
         node_status(code, e.to_string(), indeterminate)
@@ -164,6 +196,36 @@ mod tests {
         assert_eq!(refused.code(), Code::FailedPrecondition);
         assert_eq!(refused.message(), "tick is refused");
         assert!(refused.metadata().get(INDETERMINATE_KEY).is_none());
+    }
+
+    #[test]
+    fn a_write_raft_failed_after_it_was_proposed_is_indeterminate() {
+        use openraft::error::{ClientWriteError, Fatal, ForwardToLeader, RaftError};
+        use openraft::{AnyError, StorageError, StorageIOError};
+
+        let disk = std::io::Error::other("disk gone");
+        let after_append = [
+            RaftError::Fatal(Fatal::StorageError(StorageError::from(
+                StorageIOError::write_logs(AnyError::new(&disk)),
+            ))),
+            RaftError::Fatal(Fatal::Stopped),
+            RaftError::Fatal(Fatal::Panicked),
+            // openraft answers so a write whose entry a new leader's log cut off; that entry
+            // may still be committed by a later leader that has it (raft_core.rs,
+            // DeleteConflictLog).
+            RaftError::APIError(ClientWriteError::ForwardToLeader(ForwardToLeader::empty())),
+        ];
+        for e in after_append {
+            let status = Status::from(NodeError::proposal_failed(e.clone()));
+            assert!(
+                status.metadata().get(INDETERMINATE_KEY).is_some(),
+                "{e}: {status:?}"
+            );
+            assert!(
+                status.message().contains("may or may not"),
+                "{e}: {status:?}"
+            );
+        }
     }
 
     #[test]

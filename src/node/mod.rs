@@ -15,11 +15,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
+use openraft::error::{CheckIsLeaderError, ForwardToLeader, RaftError};
 use openraft::{BasicNode, ServerState};
 
 pub use clock::LeaderClock;
-pub use error::{NodeError, INDETERMINATE_KEY};
+pub use error::{NodeError, INDETERMINATE_KEY, ORIGIN_KEY};
 pub use server::{run, StartError};
 
 use crate::lease::{validate, Batch, Command, Op, RequestId};
@@ -257,10 +257,8 @@ impl Node {
                     Err(_) => Err(NodeError::NoQuorum(QUORUM_WAIT)),
                     Ok(Err(_)) => Err(NodeError::Unanswered),
                     Ok(Ok(Ok(applied))) => Ok(applied),
-                    Ok(Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))))) => {
-                        Err(self.forward_error(f))
-                    }
-                    Ok(Ok(Err(e))) => Err(NodeError::Raft(e.to_string())),
+                    // Handed to Raft: whatever it answers, the write may be in the log.
+                    Ok(Ok(Err(e))) => Err(NodeError::proposal_failed(e)),
                 },
             });
         }
