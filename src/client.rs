@@ -9,7 +9,7 @@ use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
-use crate::node::{INDETERMINATE_KEY, ORIGIN_KEY};
+use crate::node::{INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 use crate::proto::v1 as pb;
 use crate::proto::v1::cluster_client::ClusterClient;
 use crate::proto::v1::lease_store_client::LeaseStoreClient;
@@ -45,6 +45,14 @@ impl ClientError {
         match self {
             ClientError::Endpoint { .. } => false,
             ClientError::Status(status) => status.metadata().get(INDETERMINATE_KEY).is_some(),
+        }
+    }
+
+    /// The store refused the request because its session is not open (expired, say).
+    fn is_unknown_session(&self) -> bool {
+        match self {
+            ClientError::Endpoint { .. } => false,
+            ClientError::Status(status) => status.metadata().get(SESSION_KEY).is_some(),
         }
     }
 }
@@ -120,7 +128,12 @@ impl Attempts {
 
     /// Takes one attempt's failure. `gave_up` is why the call stops even if this failure is
     /// worth retrying (its deadline passed); `None` while there is time left.
-    fn failed(&mut self, status: Status, gave_up: Option<String>) -> Next {
+    fn failed(&mut self, mut status: Status, gave_up: Option<String>) -> Next {
+        if status.metadata().get(SESSION_KEY).is_some() {
+            // "Not applied now, and maybe earlier": the node cannot know about earlier attempts,
+            // but this call does. Only they can make the write indeterminate.
+            status.metadata_mut().remove(INDETERMINATE_KEY);
+        }
         let earlier = self.applied_maybe.take();
         let this = match self.effect {
             Effect::Write => applied_maybe(&status),
@@ -210,8 +223,11 @@ fn indeterminate(status: &Status, why: &str) -> Status {
 }
 
 pub struct LeaseClient {
-    /// Names this client's requests, so the store answers a retry instead of applying it twice.
-    client_id: u64,
+    /// This client's session, opened through the log on its first write: its requests name
+    /// it, so the store answers a retry instead of applying it twice.
+    session: std::sync::Mutex<Option<u64>>,
+    /// Held while a session is being opened, so concurrent first writes open one.
+    opening: tokio::sync::Mutex<()>,
     next_sequence: std::sync::atomic::AtomicU64,
     endpoints: Vec<String>,
     targets: Vec<Endpoint>,
@@ -248,7 +264,8 @@ impl LeaseClient {
             targets.push(target);
         }
         Ok(LeaseClient {
-            client_id: random_client_id(),
+            session: std::sync::Mutex::new(None),
+            opening: tokio::sync::Mutex::new(()),
             next_sequence: std::sync::atomic::AtomicU64::new(1),
             endpoints: endpoints
                 .iter()
@@ -277,12 +294,58 @@ impl LeaseClient {
         self
     }
 
-    /// A fresh request id; every retry of the request carries the same one.
-    fn request_id(&self) -> Option<pb::RequestId> {
-        Some(pb::RequestId {
-            client_id: self.client_id,
-            sequence: self.next_sequence.fetch_add(1, Ordering::Relaxed),
-        })
+    fn open_session(&self) -> Option<u64> {
+        *self.session.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// This client's session id, opening one through the log if it has none.
+    async fn session_id(&self) -> Result<u64, ClientError> {
+        if let Some(id) = self.open_session() {
+            return Ok(id);
+        }
+        let _opening = self.opening.lock().await;
+        if let Some(id) = self.open_session() {
+            return Ok(id);
+        }
+        // Counted as a read: a registration whose answer is lost leaves an unused session that
+        // expires by itself, so retrying it is always safe and it is never indeterminate.
+        let registered = self
+            .call(Effect::Read, |ch, timeout| {
+                let request = attempt(pb::RegisterRequest {}, timeout);
+                async move { LeaseStoreClient::new(ch).register(request).await }
+            })
+            .await?;
+        *self.session.lock().unwrap_or_else(|p| p.into_inner()) = Some(registered.client_id);
+        Ok(registered.client_id)
+    }
+
+    /// Runs a write under this client's session: `send` gets the request id, the same on every
+    /// retry of the request. If the store no longer knows the session (an hour without requests
+    /// expires it) and no attempt of the request may have been applied, a new session is opened
+    /// and the request sent once more as a new one.
+    async fn write<T, F, Fut>(&self, send: F) -> Result<T, ClientError>
+    where
+        F: Fn(Option<pb::RequestId>) -> Fut,
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let mut reopened = false;
+        loop {
+            let client_id = self.session_id().await?;
+            let request_id = pb::RequestId {
+                client_id,
+                sequence: self.next_sequence.fetch_add(1, Ordering::Relaxed),
+            };
+            match send(Some(request_id)).await {
+                Err(e) if e.is_unknown_session() && !e.is_indeterminate() && !reopened => {
+                    reopened = true;
+                    let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+                    if *session == Some(client_id) {
+                        *session = None;
+                    }
+                }
+                answer => return answer,
+            }
+        }
     }
 
     pub fn endpoints(&self) -> &[String] {
@@ -341,15 +404,17 @@ impl LeaseClient {
         holder: &str,
         ttl_ms: u64,
     ) -> Result<pb::AcquireResponse, ClientError> {
-        let message = pb::AcquireRequest {
-            lease: lease.into(),
-            holder: holder.into(),
-            ttl_ms,
-            request_id: self.request_id(),
-        };
-        self.call(Effect::Write, |ch, timeout| {
-            let request = attempt(message.clone(), timeout);
-            async move { LeaseStoreClient::new(ch).acquire(request).await }
+        self.write(|request_id| {
+            let message = pb::AcquireRequest {
+                lease: lease.into(),
+                holder: holder.into(),
+                ttl_ms,
+                request_id,
+            };
+            self.call(Effect::Write, move |ch, timeout| {
+                let request = attempt(message.clone(), timeout);
+                async move { LeaseStoreClient::new(ch).acquire(request).await }
+            })
         })
         .await
     }
@@ -360,15 +425,17 @@ impl LeaseClient {
         holder: &str,
         token: u64,
     ) -> Result<pb::ReleaseResponse, ClientError> {
-        let message = pb::ReleaseRequest {
-            lease: lease.into(),
-            holder: holder.into(),
-            token,
-            request_id: self.request_id(),
-        };
-        self.call(Effect::Write, |ch, timeout| {
-            let request = attempt(message.clone(), timeout);
-            async move { LeaseStoreClient::new(ch).release(request).await }
+        self.write(|request_id| {
+            let message = pb::ReleaseRequest {
+                lease: lease.into(),
+                holder: holder.into(),
+                token,
+                request_id,
+            };
+            self.call(Effect::Write, move |ch, timeout| {
+                let request = attempt(message.clone(), timeout);
+                async move { LeaseStoreClient::new(ch).release(request).await }
+            })
         })
         .await
     }
@@ -380,18 +447,20 @@ impl LeaseClient {
         value: &[u8],
         fence: Option<(&str, u64)>,
     ) -> Result<pb::PutResponse, ClientError> {
-        let message = pb::PutRequest {
-            key: key.into(),
-            value: value.to_vec(),
-            fence: fence.map(|(lease, token)| pb::Fence {
-                lease: lease.into(),
-                token,
-            }),
-            request_id: self.request_id(),
-        };
-        self.call(Effect::Write, |ch, timeout| {
-            let request = attempt(message.clone(), timeout);
-            async move { LeaseStoreClient::new(ch).put(request).await }
+        self.write(|request_id| {
+            let message = pb::PutRequest {
+                key: key.into(),
+                value: value.to_vec(),
+                fence: fence.map(|(lease, token)| pb::Fence {
+                    lease: lease.into(),
+                    token,
+                }),
+                request_id,
+            };
+            self.call(Effect::Write, move |ch, timeout| {
+                let request = attempt(message.clone(), timeout);
+                async move { LeaseStoreClient::new(ch).put(request).await }
+            })
         })
         .await
     }
@@ -417,13 +486,12 @@ impl LeaseClient {
     }
 
     pub async fn advance(&self, ms: u64) -> Result<pb::AdvanceResponse, ClientError> {
-        let message = pb::AdvanceRequest {
-            ms,
-            request_id: self.request_id(),
-        };
-        self.call(Effect::Write, |ch, timeout| {
-            let request = attempt(message, timeout);
-            async move { LeaseStoreClient::new(ch).advance(request).await }
+        self.write(|request_id| {
+            let message = pb::AdvanceRequest { ms, request_id };
+            self.call(Effect::Write, move |ch, timeout| {
+                let request = attempt(message, timeout);
+                async move { LeaseStoreClient::new(ch).advance(request).await }
+            })
         })
         .await
     }
@@ -445,20 +513,6 @@ impl LeaseClient {
         })
         .await
     }
-}
-
-/// 64 random bits from the standard library's randomly keyed hasher: no RNG crate for one
-/// number per client.
-fn random_client_id() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u32(std::process::id());
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    hasher.finish().max(1) // 0 means "no request id"
 }
 
 fn attempt<T>(message: T, timeout: Duration) -> Request<T> {
@@ -588,6 +642,8 @@ mod tests {
         /// Never answers: the client's attempt timeout fires with the request in flight.
         Hang,
         Fail(Status),
+        /// An answer with every field at its default.
+        Answer,
     }
 
     /// A node that answers from a script, and remembers the request ids it was sent.
@@ -595,10 +651,12 @@ mod tests {
         /// The replies in order; the last one answers every call after it.
         script: Mutex<Vec<Reply>>,
         request_ids: Mutex<Vec<Option<pb::RequestId>>>,
+        /// Sessions opened so far; each registration gets the next id.
+        sessions: Mutex<u64>,
     }
 
     impl FakeNode {
-        async fn answer<T>(
+        async fn answer<T: Default>(
             &self,
             request_id: Option<pb::RequestId>,
         ) -> Result<Response<T>, Status> {
@@ -614,6 +672,7 @@ mod tests {
             match reply {
                 Reply::Hang => std::future::pending().await,
                 Reply::Fail(status) => Err(status),
+                Reply::Answer => Ok(Response::new(T::default())),
             }
         }
     }
@@ -656,6 +715,17 @@ mod tests {
         ) -> Result<Response<pb::AdvanceResponse>, Status> {
             self.answer(r.into_inner().request_id).await
         }
+        async fn register(
+            &self,
+            _: Request<pb::RegisterRequest>,
+        ) -> Result<Response<pb::RegisterResponse>, Status> {
+            let mut sessions = self.sessions.lock().unwrap();
+            *sessions += 1;
+            Ok(Response::new(pb::RegisterResponse {
+                applied: None,
+                client_id: *sessions,
+            }))
+        }
     }
 
     /// Serves `script` on 127.0.0.1, on a port of the system's choosing; a client with a short
@@ -664,6 +734,7 @@ mod tests {
         let node = Arc::new(FakeNode {
             script: Mutex::new(script),
             request_ids: Mutex::default(),
+            sessions: Mutex::default(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -675,6 +746,52 @@ mod tests {
             .unwrap()
             .with_deadline(Duration::from_millis(800));
         (node, client)
+    }
+
+    #[tokio::test]
+    async fn a_write_refused_for_an_expired_session_opens_a_new_one_and_is_sent_again() {
+        let gone = Status::from(NodeError::UnknownSession);
+        let (node, client) = fake_node(vec![Reply::Fail(gone), Reply::Answer]).await;
+        client.put("k", b"v", None).await.unwrap();
+        assert_eq!(
+            *node.sessions.lock().unwrap(),
+            2,
+            "a second session was opened"
+        );
+        let ids = node.request_ids.lock().unwrap().clone();
+        let clients: Vec<u64> = ids.iter().flatten().map(|id| id.client_id).collect();
+        assert_eq!(clients, vec![1, 2], "sent once per session: {ids:?}");
+        // The next write uses the new session at once.
+        client.put("k", b"w", None).await.unwrap();
+        assert_eq!(*node.sessions.lock().unwrap(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_write_that_may_have_applied_before_its_session_expired_is_not_sent_again() {
+        let gone = Status::from(NodeError::UnknownSession);
+        let (node, client) = fake_node(vec![Reply::Hang, Reply::Fail(gone)]).await;
+        let e = client.put("k", b"v", None).await.unwrap_err();
+        assert_eq!(e.code(), Code::Aborted, "{e}");
+        assert!(e.is_indeterminate(), "{e}");
+        assert_eq!(*node.sessions.lock().unwrap(), 1, "no new session: {e}");
+        let ids = node.request_ids.lock().unwrap().clone();
+        assert!(ids.iter().all(|id| *id == ids[0]), "one request: {ids:?}");
+    }
+
+    #[tokio::test]
+    async fn concurrent_first_writes_open_one_session() {
+        let (node, client) = fake_node(vec![Reply::Answer]).await;
+        let client = Arc::new(client);
+        let writes: Vec<_> = (0..8)
+            .map(|i| {
+                let client = client.clone();
+                tokio::spawn(async move { client.put(&format!("k{i}"), b"v", None).await })
+            })
+            .collect();
+        for write in writes {
+            write.await.unwrap().unwrap();
+        }
+        assert_eq!(*node.sessions.lock().unwrap(), 1);
     }
 
     #[tokio::test]

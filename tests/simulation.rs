@@ -537,6 +537,32 @@ async fn client(id: u32, sim: Arc<Sim>, history: History, seed: u64, until: Inst
     let holder = format!("c{id}");
     let mut tokens: BTreeMap<&str, u64> = BTreeMap::new();
     let mut sequence = 0;
+    // A session first, through the log, as the client library opens one.
+    let session = loop {
+        if Instant::now() >= until {
+            return;
+        }
+        let register = Command {
+            at_ms: Some(sim.now_ms()),
+            request: None,
+            op: Op::Register,
+        };
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let node = match sim.up().first() {
+            Some(node) => *node,
+            None => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if let Completion::Ok {
+            answer: Answer::Outcome(Outcome::Registered { client }),
+            ..
+        } = propose(&sim, node, register, deadline).await
+        {
+            break client;
+        }
+    };
     while Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(rng.between(1, 30))).await;
         let lease = ["L0", "L1"][rng.below(2) as usize];
@@ -604,7 +630,7 @@ async fn client(id: u32, sim: Arc<Sim>, history: History, seed: u64, until: Inst
         let command = Command {
             at_ms: Some(at_ms),
             request: Some(RequestId {
-                client: u64::from(id) + 1,
+                client: session,
                 sequence,
             }),
             op: op.clone(),

@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::lease::{Command, LeaseTable, Op, Outcome, RequestId};
+use super::model::Model;
+use crate::lease::{Command, Op, Outcome, RequestId};
 
 /// What a client asked.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,7 +70,8 @@ pub struct Applied {
     pub position: u32,
     pub store_time_ms: u64,
     /// A retried request appears in the log once per attempt but takes effect once: `retry`
-    /// marks the later appearances, whose outcome is the first one's, answered again.
+    /// marks the later appearances, which the model answers with the first one's answer (or
+    /// refuses, once the session forgot it) and which change nothing.
     pub request: Option<RequestId>,
     pub retry: bool,
     pub op: Op,
@@ -97,9 +99,10 @@ impl std::fmt::Display for Anomaly {
     }
 }
 
-/// Replays `log` through a fresh table. The log must run from index 1 without a hole.
+/// Replays `log` through the reference model (not the product's table). The log must run from
+/// index 1 without a hole.
 pub fn replay(log: &Log) -> Result<Vec<Applied>, Anomaly> {
-    let mut table = LeaseTable::default();
+    let mut table = Model::default();
     let mut applied = Vec::new();
     let mut requests = std::collections::BTreeSet::new();
     for (expected, (index, commands)) in (1..).zip(log) {

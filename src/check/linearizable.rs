@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::history::{Anomaly, Answer, Applied, Completion, Log, Operation, Request};
+use super::model::Model;
 use crate::lease::{LeaseTable, Op};
 
 pub fn linearizable(history: &[Operation], log: &Log, applied: &[Applied]) -> Vec<Anomaly> {
@@ -106,6 +107,21 @@ pub fn read_answer(table: &LeaseTable, request: &Request) -> Option<Answer> {
     }
 }
 
+/// What a read should answer on the reference model's state; `None` for a write.
+fn model_answer(model: &Model, request: &Request) -> Option<Answer> {
+    match request {
+        Request::Get { key } => Some(Answer::Value(model.row(key).map(<[u8]>::to_vec))),
+        Request::GetLease { lease } => {
+            let (holder, token) = model.lease(lease);
+            Some(Answer::Lease {
+                holder: holder.map(str::to_owned),
+                token,
+            })
+        }
+        Request::Write(_) => None,
+    }
+}
+
 /// Every read saw exactly the replayed state after the entry it was answered at.
 fn reads(history: &[Operation], log: &Log) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
@@ -121,7 +137,7 @@ fn reads(history: &[Operation], log: &Log) -> Vec<Anomaly> {
         })
         .collect();
     reads.sort_by_key(|(_, index, _)| *index);
-    let mut table = LeaseTable::default();
+    let mut table = Model::default();
     let mut entries = log.iter().peekable();
     for (op, index, answer) in reads {
         if index > last {
@@ -139,7 +155,7 @@ fn reads(history: &[Operation], log: &Log) -> Vec<Anomaly> {
                 table.apply(command);
             }
         }
-        let expected = read_answer(&table, &op.request);
+        let expected = model_answer(&table, &op.request);
         if expected.as_ref() != Some(answer) {
             anomalies.push(Anomaly::new(
                 "linearizability",
@@ -205,8 +221,11 @@ fn applied_at_most_once(history: &[Operation], applied: &[Applied]) -> Vec<Anoma
     // Keyed by the op's encoding: `Op` is compared whole, as the log holds it.
     let mut counts: BTreeMap<Vec<u8>, (usize, usize, &Op)> = BTreeMap::new();
     for a in applied.iter().filter(|a| !a.retry) {
-        if matches!(a.op, Op::Tick | Op::Advance { .. }) {
-            continue; // The leader's own ticks; advances are not part of fault runs.
+        if matches!(a.op, Op::Tick | Op::Advance { .. } | Op::Register) {
+            // The leader's own ticks; advances are not part of fault runs; registrations are
+            // the client library's own, which histories do not record (a lost one is retried
+            // and leaves an unused session behind, harmlessly).
+            continue;
         }
         let key = postcard::to_allocvec(&a.op).unwrap_or_default();
         counts.entry(key).or_insert((0, 0, &a.op)).0 += 1;

@@ -2,14 +2,16 @@
 //! logged, find anomalies. Pure: no I/O, so each checker is tested on hand-made bad histories.
 //!
 //! The log is the ground truth of what happened: every command a node applied, at its index.
-//! Replaying it through the same pure [`LeaseTable`](crate::lease::LeaseTable) gives each
-//! command's outcome; the linearizability checker ties every acknowledged answer to that
-//! replay, and the fencing and exclusion checkers judge the replay on their own terms, so a bug
-//! in the table itself (say, a fence check gone missing) is still caught.
+//! Replaying it through the reference [`model`], written from the README and sharing no code
+//! with the product's table, gives each command's outcome; the linearizability checker ties
+//! every acknowledged answer to that replay, so a bug in the product's table (a late retry
+//! applied twice, a fence check gone missing) is an answer the model does not give. The fencing
+//! and exclusion checkers judge the replay on their own terms.
 
 mod fencing;
 mod history;
 mod linearizable;
+pub mod model;
 
 pub use fencing::{fencing, mutual_exclusion};
 pub use history::{replay, Anomaly, Answer, Applied, Completion, Log, Operation, Request};

@@ -52,6 +52,8 @@ pub enum Op {
     Advance { by_ms: u64 },
     /// Default clock only: carries nothing but its stamp, so leases expire in the log.
     Tick,
+    /// Opens a client session: the answer names the client id its requests then carry.
+    Register,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,6 +94,17 @@ pub enum Outcome {
     /// A retried request older than every answer its client's session keeps: it is not applied
     /// again (it may have been applied once, with an answer since forgotten).
     Forgotten,
+    /// A session opened: the client's requests carry this id from now on.
+    Registered {
+        client: u64,
+    },
+    /// A request naming a session the store does not have: never opened, or expired after an
+    /// hour of silence. Not applied: it may be a late retry of one applied before the session
+    /// expired.
+    UnknownSession,
+    /// A request id already used for another operation: refused, not answered with the other
+    /// operation's answer.
+    RequestIdReused,
     /// Raft's own entries (blank, membership) carry no command.
     Nothing,
 }
@@ -106,6 +119,8 @@ impl Outcome {
                 | Outcome::StaleToken { .. }
                 | Outcome::UnknownToken { .. }
                 | Outcome::Forgotten
+                | Outcome::UnknownSession
+                | Outcome::RequestIdReused
         )
     }
 }

@@ -94,7 +94,7 @@ pub fn validate(op: &Op) -> Result<(), InvalidInput> {
             }
             Ok(())
         }
-        Op::Tick => Ok(()),
+        Op::Tick | Op::Register => Ok(()),
     }
 }
 

@@ -5,8 +5,18 @@
 
 mod command;
 pub mod limits;
+pub(crate) mod session;
 mod table;
 
 pub use command::{Batch, Command, Fence, Op, Outcome, ReleaseRefusal, RequestId};
 pub use limits::{validate, InvalidInput, Limits};
+pub use session::SESSION_IDLE_MS;
 pub use table::{Lease, LeaseTable};
+
+/// FNV-1a over `bytes`: stable across processes and builds, unlike std's hasher, so replicas
+/// and checkers agree on it.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}

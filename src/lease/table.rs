@@ -4,12 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::lease::{Command, Fence, Op, Outcome, ReleaseRefusal, RequestId};
-
-/// How many answers each client session keeps: far more than a client has in flight.
-const SESSION_ANSWERS: usize = 128;
-/// A client not heard from for this long in store time is forgotten.
-const SESSION_IDLE_MS: u64 = 60 * 60 * 1000;
+use super::session::{fingerprint, Admission, Sessions};
+use crate::lease::{Command, Fence, Op, Outcome, ReleaseRefusal};
 
 /// The whole replicated state. `BTreeMap`s, so iteration and serialization are deterministic.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,9 +16,10 @@ pub struct LeaseTable {
     /// Leases are never forgotten, even when free: their token must keep growing.
     leases: BTreeMap<String, Lease>,
     rows: BTreeMap<String, Vec<u8>>,
-    /// Recent answers per client: a request retried after a lost answer (a dead connection,
-    /// a leader change) gets its first answer back instead of being applied twice.
-    sessions: BTreeMap<u64, Session>,
+    /// Registered clients and their recent answers: a request retried after a lost answer (a
+    /// dead connection, a leader change) gets its first answer back instead of being applied
+    /// twice.
+    sessions: Sessions,
     /// `(expires_at_ms, name)` of every lease with a holder, expired or not: the next expiry
     /// without a scan of every lease. Derived from `leases`, so not stored: rebuilt on load.
     #[serde(skip)]
@@ -35,7 +32,7 @@ struct Stored {
     now_ms: u64,
     leases: BTreeMap<String, Lease>,
     rows: BTreeMap<String, Vec<u8>>,
-    sessions: BTreeMap<u64, Session>,
+    sessions: Sessions,
 }
 
 impl From<Stored> for LeaseTable {
@@ -54,16 +51,6 @@ impl From<Stored> for LeaseTable {
             expiries,
         }
     }
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-struct Session {
-    last_seen_ms: u64,
-    answers: BTreeMap<u64, Outcome>,
-    /// The highest sequence whose answer was dropped to keep `answers` bounded. A request at or
-    /// below it without a kept answer is a late retry (a node stopped with it queued, say), and
-    /// applying it would apply it twice.
-    forgotten_through: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,10 +111,12 @@ impl LeaseTable {
     /// over the table's canonical encoding (stable across processes and builds, unlike std's
     /// hasher).
     pub fn digest(&self) -> u64 {
-        let bytes = postcard::to_allocvec(self).unwrap_or_default();
-        bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-            (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
-        })
+        super::fnv1a(&postcard::to_allocvec(self).unwrap_or_default())
+    }
+
+    /// How many client sessions are open.
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
     }
 
     /// The earliest expiry of a lease that is still held: when the next tick is due.
@@ -145,37 +134,21 @@ impl LeaseTable {
             // Invariant: store time never goes backwards, whatever a (new) leader stamped.
             self.now_ms = self.now_ms.max(at_ms);
         }
+        // Sessions expire by store time on every command, lease or not: state stays the size
+        // of the clients seen in the last hour.
+        self.sessions.expire(self.now_ms);
         let Some(request) = command.request else {
             return self.apply_op(&command.op);
         };
-        if let Some(answer) = self.answered(request) {
-            return answer.clone();
-        }
-        if self
-            .sessions
-            .get(&request.client)
-            .is_some_and(|s| request.sequence <= s.forgotten_through)
-        {
-            return Outcome::Forgotten;
-        }
-        let outcome = self.apply_op(&command.op);
-        let session = self.sessions.entry(request.client).or_default();
-        session.last_seen_ms = self.now_ms;
-        session.answers.insert(request.sequence, outcome.clone());
-        while session.answers.len() > SESSION_ANSWERS {
-            if let Some((sequence, _)) = session.answers.pop_first() {
-                session.forgotten_through = session.forgotten_through.max(sequence);
+        let print = fingerprint(&command.op);
+        match self.sessions.admit(request, print, self.now_ms) {
+            Admission::Answer(outcome) => outcome,
+            Admission::Apply => {
+                let outcome = self.apply_op(&command.op);
+                self.sessions.record(request, print, &outcome);
+                outcome
             }
         }
-        outcome
-    }
-
-    /// The answer already given to `request`, if it was applied before.
-    fn answered(&self, request: RequestId) -> Option<&Outcome> {
-        self.sessions
-            .get(&request.client)?
-            .answers
-            .get(&request.sequence)
     }
 
     fn apply_op(&mut self, op: &Op) -> Outcome {
@@ -195,13 +168,11 @@ impl LeaseTable {
                 self.now_ms = self.now_ms.saturating_add(*by_ms);
                 Outcome::Advanced
             }
-            Op::Tick => {
-                // Ticks are rare (a lease falls due): the place to forget idle clients.
-                let now_ms = self.now_ms;
-                self.sessions
-                    .retain(|_, s| s.last_seen_ms.saturating_add(SESSION_IDLE_MS) > now_ms);
-                Outcome::Ticked
-            }
+            // Carries nothing but its stamp: expiries happen by the time it brings.
+            Op::Tick => Outcome::Ticked,
+            Op::Register => Outcome::Registered {
+                client: self.sessions.register(self.now_ms),
+            },
         }
     }
 
@@ -312,6 +283,7 @@ impl LeaseTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lease::{RequestId, SESSION_IDLE_MS};
 
     fn at(at_ms: u64, op: Op) -> Command {
         Command {
@@ -356,6 +328,14 @@ mod tests {
             token,
             expires_at_ms,
             renewed,
+        }
+    }
+
+    /// Opens a session at `at_ms`; its id.
+    fn register(t: &mut LeaseTable, at_ms: u64) -> u64 {
+        match t.apply(&at(at_ms, Op::Register)) {
+            Outcome::Registered { client } => client,
+            other => panic!("register answered {other:?}"),
         }
     }
 
@@ -576,8 +556,9 @@ mod tests {
     #[test]
     fn a_retried_request_is_answered_again_not_applied_twice() {
         let mut t = LeaseTable::default();
+        let client = register(&mut t, 0);
         let request = Some(RequestId {
-            client: 7,
+            client,
             sequence: 1,
         });
         let put = |at_ms, value: &str| Command {
@@ -599,7 +580,7 @@ mod tests {
         // A new sequence number is a new request.
         let next = Command {
             request: Some(RequestId {
-                client: 7,
+                client,
                 sequence: 2,
             }),
             ..put(4, "w")
@@ -611,19 +592,17 @@ mod tests {
     #[test]
     fn a_retry_older_than_the_kept_answers_is_refused_not_applied_again() {
         let mut t = LeaseTable::default();
+        let client = register(&mut t, 0);
         let command = |sequence, op| Command {
             at_ms: Some(sequence),
-            request: Some(RequestId {
-                client: 7,
-                sequence,
-            }),
+            request: Some(RequestId { client, sequence }),
             op,
         };
         let first = command(1, acquire("l", "a", 1_000));
         assert!(matches!(t.apply(&first), Outcome::Granted { token: 1, .. }));
         t.apply(&command(2, release("l", "a", 1)));
         // Enough later requests that the first one's answer is dropped.
-        for sequence in 3..3 + SESSION_ANSWERS as u64 {
+        for sequence in 3..3 + crate::lease::session::SESSION_ANSWERS as u64 {
             t.apply(&command(sequence, plain("k", "v")));
         }
         let before = t.clone();
@@ -634,21 +613,107 @@ mod tests {
     }
 
     #[test]
-    fn idle_sessions_are_forgotten_on_a_tick() {
+    fn a_late_retry_after_its_session_expired_is_refused_not_applied_again() {
         let mut t = LeaseTable::default();
+        let client = register(&mut t, 0);
+        let command = |at_ms, sequence, value: &str| Command {
+            at_ms: Some(at_ms),
+            request: Some(RequestId { client, sequence }),
+            op: plain("k", value),
+        };
+        assert_eq!(t.apply(&command(0, 1, "first")), Outcome::Written);
+        assert_eq!(t.apply(&command(1, 2, "second")), Outcome::Written);
+        // An hour of store time passes, brought by any command (no lease is held).
+        t.apply(&at(SESSION_IDLE_MS + 2, plain("other", "x")));
+        assert_eq!(t.session_count(), 0, "the idle session expired");
+        // Sequence 1, stuck on a paused node for an hour, reaches the log at last.
+        let before = t.clone();
+        let late = t.apply(&command(SESSION_IDLE_MS + 3, 1, "first"));
+        assert_eq!(late, Outcome::UnknownSession);
+        assert_eq!(t.rows, before.rows, "the acknowledged write stays");
+        assert_eq!(t.row("k"), Some(&b"second"[..]));
+    }
+
+    #[test]
+    fn a_request_naming_no_open_session_is_refused() {
+        let mut t = LeaseTable::default();
+        let stray = Command {
+            at_ms: Some(0),
+            request: Some(RequestId {
+                client: 99,
+                sequence: 1,
+            }),
+            op: plain("k", "v"),
+        };
+        assert_eq!(
+            assert_refused_unchanged(&mut t, stray),
+            Outcome::UnknownSession
+        );
+    }
+
+    #[test]
+    fn a_request_id_reused_for_another_operation_is_refused() {
+        let mut t = LeaseTable::default();
+        let client = register(&mut t, 0);
         let request = Some(RequestId {
-            client: 7,
+            client,
             sequence: 1,
         });
-        t.apply(&Command {
-            at_ms: Some(0),
+        let put = Command {
+            at_ms: Some(1),
             request,
             op: plain("k", "v"),
-        });
-        t.apply(&at(SESSION_IDLE_MS - 1, Op::Tick));
-        assert_eq!(t.sessions.len(), 1);
-        t.apply(&at(SESSION_IDLE_MS, Op::Tick));
-        assert!(t.sessions.is_empty());
+        };
+        assert_eq!(t.apply(&put), Outcome::Written);
+        let other = Command {
+            at_ms: Some(2),
+            request,
+            op: acquire("l", "a", 1_000),
+        };
+        let outcome = t.apply(&other);
+        assert_eq!(outcome, Outcome::RequestIdReused);
+        assert!(t.lease("l").is_none(), "the acquire was not applied");
+    }
+
+    #[test]
+    fn sessions_expire_by_store_time_with_no_lease_held() {
+        let mut t = LeaseTable::default();
+        let first = register(&mut t, 0);
+        let second = register(&mut t, 10);
+        assert_ne!(first, second, "every registration gets a new id");
+        let seen = |at_ms, client| Command {
+            at_ms: Some(at_ms),
+            request: Some(RequestId {
+                client,
+                sequence: at_ms,
+            }),
+            op: plain("k", "v"),
+        };
+        t.apply(&seen(SESSION_IDLE_MS - 1, second));
+        assert_eq!(t.session_count(), 2);
+        t.apply(&at(SESSION_IDLE_MS, plain("k", "w")));
+        assert_eq!(
+            t.session_count(),
+            1,
+            "the first expired an hour after it was seen"
+        );
+        t.apply(&at(2 * SESSION_IDLE_MS - 1, plain("k", "w")));
+        assert_eq!(
+            t.session_count(),
+            0,
+            "the second an hour after its last request"
+        );
+        // A table loaded from its encoding (a snapshot) expires the same way.
+        let third = register(&mut t, 3 * SESSION_IDLE_MS);
+        let mut loaded: LeaseTable =
+            postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
+        assert_eq!(loaded, t);
+        loaded.apply(&at(4 * SESSION_IDLE_MS, plain("k", "x")));
+        assert_eq!(
+            loaded.session_count(),
+            0,
+            "session {third} expired after load"
+        );
     }
 
     #[test]
@@ -662,175 +727,5 @@ mod tests {
         assert_eq!(t.next_expiry_ms(), Some(1_000));
         t.apply(&at(600, release("a", "x", 1)));
         assert_eq!(t.next_expiry_ms(), None);
-    }
-
-    mod model {
-        //! A property test against a deliberately naive model: every lease is a list of grants,
-        //! and every question is answered by scanning that history.
-        use super::*;
-        use proptest::prelude::*;
-
-        #[derive(Default)]
-        struct Model {
-            now_ms: u64,
-            /// Per lease: (holder, token, expires_at_ms, released).
-            grants: BTreeMap<String, Vec<(String, u64, u64, bool)>>,
-            /// Per lease: every token accepted on a fenced put.
-            fenced_tokens: BTreeMap<String, Vec<u64>>,
-            rows: BTreeMap<String, Vec<u8>>,
-        }
-
-        impl Model {
-            fn current(&self, lease: &str) -> Option<&(String, u64, u64, bool)> {
-                self.grants
-                    .get(lease)
-                    .and_then(|g| g.last())
-                    .filter(|(_, _, exp, released)| !released && self.now_ms < *exp)
-            }
-            fn seen(&self, lease: &str) -> u64 {
-                let granted = self.grants.get(lease).into_iter().flatten().map(|g| g.1);
-                let fenced = self.fenced_tokens.get(lease).into_iter().flatten().copied();
-                granted.chain(fenced).max().unwrap_or(0)
-            }
-            fn apply(&mut self, c: &Command) -> Outcome {
-                if let Some(at) = c.at_ms {
-                    self.now_ms = self.now_ms.max(at);
-                }
-                match &c.op {
-                    Op::Acquire {
-                        lease,
-                        holder,
-                        ttl_ms,
-                    } => {
-                        let exp = self.now_ms + ttl_ms;
-                        if let Some((h, tok, e, _)) = self.current(lease).cloned() {
-                            if &h != holder {
-                                return Outcome::HeldBy {
-                                    holder: h,
-                                    token: tok,
-                                    expires_at_ms: e,
-                                };
-                            }
-                            self.grants.get_mut(lease).unwrap().last_mut().unwrap().2 = exp;
-                            return granted(tok, exp, true);
-                        }
-                        let token = self.grants.get(lease).map_or(0, |g| g.len() as u64) + 1;
-                        self.grants.entry(lease.clone()).or_default().push((
-                            holder.clone(),
-                            token,
-                            exp,
-                            false,
-                        ));
-                        granted(token, exp, false)
-                    }
-                    Op::Release {
-                        lease,
-                        holder,
-                        token,
-                    } => match self.current(lease).cloned() {
-                        None => Outcome::ReleaseRefused(ReleaseRefusal::NotHeld),
-                        Some((h, t, e, _)) if &h != holder => {
-                            Outcome::ReleaseRefused(ReleaseRefusal::HeldByOther {
-                                holder: h,
-                                token: t,
-                                expires_at_ms: e,
-                            })
-                        }
-                        Some((_, t, _, _)) if t != *token => {
-                            Outcome::ReleaseRefused(ReleaseRefusal::WrongToken { current_token: t })
-                        }
-                        Some(_) => {
-                            self.grants.get_mut(lease).unwrap().last_mut().unwrap().3 = true;
-                            Outcome::Released { token: *token }
-                        }
-                    },
-                    Op::Put { key, value, fence } => {
-                        if let Some(Fence { lease, token }) = fence {
-                            let handed_out = self.grants.get(lease).map_or(0, |g| g.len() as u64);
-                            // Tokens start at 1: a lease that never granted one knows none.
-                            if handed_out == 0 || *token > handed_out {
-                                return Outcome::UnknownToken {
-                                    lease: lease.clone(),
-                                    latest_token: handed_out,
-                                };
-                            }
-                            let seen = self.seen(lease);
-                            if *token < seen {
-                                return Outcome::StaleToken { fence: seen };
-                            }
-                            self.fenced_tokens
-                                .entry(lease.clone())
-                                .or_default()
-                                .push(*token);
-                        }
-                        self.rows.insert(key.clone(), value.clone());
-                        Outcome::Written
-                    }
-                    Op::Advance { by_ms } => {
-                        self.now_ms += by_ms;
-                        Outcome::Advanced
-                    }
-                    Op::Tick => Outcome::Ticked,
-                }
-            }
-        }
-
-        fn command() -> impl Strategy<Value = Command> {
-            let lease = prop::sample::select(vec!["l1", "l2"]);
-            let who = prop::sample::select(vec!["a", "b", "c"]);
-            let op = prop_oneof![
-                (lease.clone(), who.clone(), 100u64..3_000)
-                    .prop_map(|(l, h, ttl)| acquire(l, h, ttl)),
-                (lease.clone(), who.clone(), 1u64..5).prop_map(|(l, h, t)| release(l, h, t)),
-                // From 0: apply must be total even on tokens edge validation refuses.
-                (prop::sample::select(vec!["k1", "k2"]), lease, 0u64..5)
-                    .prop_map(|(k, l, t)| fenced(k, "v", l, t)),
-                prop::sample::select(vec!["k1", "k2"]).prop_map(|k| plain(k, "p")),
-                (1u64..2_000).prop_map(|by_ms| Op::Advance { by_ms }),
-                Just(Op::Tick),
-            ];
-            (prop::option::of(0u64..20_000), op).prop_map(|(at_ms, op)| Command {
-                at_ms,
-                request: None,
-                op,
-            })
-        }
-
-        proptest! {
-            #[test]
-            fn table_agrees_with_the_model(commands in prop::collection::vec(command(), 1..80)) {
-                let mut table = LeaseTable::default();
-                let mut model = Model::default();
-                let mut last_token: BTreeMap<String, u64> = BTreeMap::new();
-                for c in &commands {
-                    let before = table.clone();
-                    let outcome = table.apply(c);
-                    prop_assert_eq!(&outcome, &model.apply(c), "command {:?}", c);
-                    prop_assert!(table.now_ms() >= before.now_ms(), "store time went backwards");
-                    if !outcome.accepted() {
-                        prop_assert_eq!(&table.leases, &before.leases, "refusal changed a lease");
-                        prop_assert_eq!(&table.rows, &before.rows, "refusal changed a row");
-                    }
-                    for (name, lease) in &table.leases {
-                        let last = last_token.entry(name.clone()).or_default();
-                        prop_assert!(lease.token >= *last, "token of {} went backwards", name);
-                        *last = lease.token;
-                    }
-                    prop_assert_eq!(&table.rows, &model.rows);
-                    // The expiry index answers what a scan of every lease would.
-                    let scanned = table
-                        .leases
-                        .values()
-                        .filter(|lease| lease.holder_at(table.now_ms()).is_some())
-                        .map(|lease| lease.expires_at_ms)
-                        .min();
-                    prop_assert_eq!(table.next_expiry_ms(), scanned);
-                }
-                // A table loaded from its encoding (a snapshot) rebuilds the same index.
-                let bytes = postcard::to_allocvec(&table).unwrap();
-                let loaded: LeaseTable = postcard::from_bytes(&bytes).unwrap();
-                prop_assert_eq!(&loaded, &table);
-            }
-        }
     }
 }

@@ -15,11 +15,17 @@ fn applied(a: &Applied) -> Option<pb::Applied> {
     })
 }
 
-/// An outcome that is not an answer to `command`: a late retry the store refused, or a broken
+/// An outcome that is not an answer to `command`: a request its session refused, or a broken
 /// invariant.
 fn mismatch(command: &str, outcome: &Outcome) -> NodeError {
     match outcome {
         Outcome::Forgotten => NodeError::Forgotten,
+        Outcome::UnknownSession => NodeError::UnknownSession,
+        Outcome::RequestIdReused => NodeError::Invalid(InvalidInput::new(
+            "request_id",
+            "this sequence number was already used for another operation; every request needs \
+             a sequence number of its own",
+        )),
         _ => NodeError::Invariant(format!("{command} was answered with {outcome:?}")),
     }
 }
@@ -110,6 +116,16 @@ pub fn put(a: Applied) -> Result<pb::PutResponse, NodeError> {
         applied: applied(&a),
         outcome: Some(outcome),
     })
+}
+
+pub fn register(a: Applied) -> Result<pb::RegisterResponse, NodeError> {
+    match &a.outcome {
+        Outcome::Registered { client } => Ok(pb::RegisterResponse {
+            applied: applied(&a),
+            client_id: *client,
+        }),
+        other => Err(mismatch("register", other)),
+    }
 }
 
 pub fn advance(a: Applied) -> Result<pb::AdvanceResponse, NodeError> {

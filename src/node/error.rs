@@ -11,6 +11,8 @@ use crate::raft::{NodeId, WriteError};
 
 /// Metadata key set on a status when the write may or may not have been applied.
 pub const INDETERMINATE_KEY: &str = "leasehold-indeterminate";
+/// Metadata key set on a status refusing a request whose client session is not open.
+pub const SESSION_KEY: &str = "leasehold-session";
 /// Metadata key set on every status a node produced itself, as opposed to a transport failure.
 pub const ORIGIN_KEY: &str = "leasehold-origin";
 
@@ -57,6 +59,13 @@ pub enum NodeError {
          applied now; an earlier attempt of it may have been. Send a new request"
     )]
     Forgotten,
+    /// A request naming a session that is not open: it was not applied now.
+    #[error(
+        "this request's client session is not open (never registered, or expired after an hour \
+         without requests), so it was not applied now; an earlier attempt of it may have been. \
+         Register a new session and send a new request"
+    )]
+    UnknownSession,
     /// The node stopped while the write was in its proposer.
     #[error(
         "this node stopped before the write was answered; it may or may not have been applied"
@@ -152,7 +161,7 @@ impl From<NodeError> for Status {
             | NodeError::Unanswered
             | NodeError::Deposed
             | NodeError::ShuttingDown => Code::Unavailable,
-            NodeError::Forgotten => Code::Aborted,
+            NodeError::Forgotten | NodeError::UnknownSession => Code::Aborted,
             NodeError::Raft(_) | NodeError::ProposalFailed(_) | NodeError::Invariant(_) => {
                 Code::Internal
             }
@@ -165,8 +174,18 @@ impl From<NodeError> for Status {
                 | NodeError::Deposed
                 | NodeError::ProposalFailed(_)
                 | NodeError::Forgotten
+                | NodeError::UnknownSession
         );
-        node_status(code, e.to_string(), indeterminate)
+        let mut status = node_status(code, e.to_string(), indeterminate);
+        if matches!(e, NodeError::UnknownSession) {
+            // The node cannot know whether an earlier attempt was applied; the client can, and
+            // needs to tell this refusal apart to open a new session.
+            status.metadata_mut().insert(
+                SESSION_KEY,
+                tonic::metadata::MetadataValue::from_static("unknown"),
+            );
+        }
+        status
     }
 }
 

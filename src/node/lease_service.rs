@@ -207,6 +207,14 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         }
     }
 
+    async fn register(
+        &self,
+        _request: Request<pb::RegisterRequest>,
+    ) -> Result<Response<pb::RegisterResponse>, Status> {
+        let applied = self.write(Op::Register, None).await?;
+        Ok(Response::new(convert::register(applied)?))
+    }
+
     async fn advance(
         &self,
         request: Request<pb::AdvanceRequest>,

@@ -19,7 +19,7 @@ use openraft::error::{CheckIsLeaderError, ForwardToLeader, RaftError};
 use openraft::{BasicNode, ServerState};
 
 pub use clock::LeaderClock;
-pub use error::{NodeError, INDETERMINATE_KEY, ORIGIN_KEY};
+pub use error::{NodeError, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 pub use server::{run, StartError};
 
 use crate::lease::{validate, Batch, Command, Op, RequestId};

@@ -1,0 +1,383 @@
+//! The reference model: the README's semantics written out as plainly as possible, sharing no
+//! code with [`LeaseTable`](crate::lease::LeaseTable). The checkers replay the cluster's log
+//! through this model, so a bug in the product's table (a dedupe that forgets, a fence check gone
+//! missing) shows up as a difference instead of being replayed along; a property test compares
+//! the two command by command.
+//!
+//! Deliberately naive: every lease is the list of its grants and every session the list of its
+//! requests, and each question is answered by scanning them. Slow, and easy to check by eye.
+
+use std::collections::BTreeMap;
+
+use crate::lease::{Command, Fence, Op, Outcome, ReleaseRefusal, RequestId, SESSION_IDLE_MS};
+
+/// Answers a session keeps for retries (the README: the last 128 per client).
+const KEPT_ANSWERS: usize = 128;
+
+#[derive(Clone, Debug)]
+struct Grant {
+    holder: String,
+    token: u64,
+    expires_at_ms: u64,
+    released: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct ClientSession {
+    /// Store times at which the store heard from the client: its registration, then every
+    /// request naming it while it was open.
+    heard_at_ms: Vec<u64>,
+    /// Once expired, a session never comes back.
+    expired: bool,
+    /// Every request applied under this session: (sequence, operation, answer).
+    applied: Vec<(u64, Op, Outcome)>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Model {
+    now_ms: u64,
+    grants: BTreeMap<String, Vec<Grant>>,
+    /// Per lease, every token a fenced put was accepted with.
+    fenced_tokens: BTreeMap<String, Vec<u64>>,
+    rows: BTreeMap<String, Vec<u8>>,
+    /// Sessions by client id; ids are handed out 1, 2, 3, ... in registration order.
+    sessions: Vec<ClientSession>,
+}
+
+impl Model {
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    pub fn row(&self, key: &str) -> Option<&[u8]> {
+        self.rows.get(key).map(Vec::as_slice)
+    }
+
+    /// The holder of `lease` now (none when free, released or expired) and its latest token.
+    pub fn lease(&self, lease: &str) -> (Option<&str>, u64) {
+        let holder = self.current(lease).map(|g| g.holder.as_str());
+        (holder, self.handed_out(lease))
+    }
+
+    /// How many sessions are open now.
+    pub fn open_sessions(&self) -> usize {
+        self.sessions.iter().filter(|s| !s.expired).count()
+    }
+
+    fn current(&self, lease: &str) -> Option<&Grant> {
+        self.grants
+            .get(lease)?
+            .last()
+            .filter(|g| !g.released && self.now_ms < g.expires_at_ms)
+    }
+
+    /// Tokens handed out for `lease`: 1 to this number.
+    fn handed_out(&self, lease: &str) -> u64 {
+        self.grants.get(lease).map_or(0, |g| g.len() as u64)
+    }
+
+    /// The largest token the store has seen for `lease`: granted or fenced with.
+    fn seen(&self, lease: &str) -> u64 {
+        let granted = self
+            .grants
+            .get(lease)
+            .into_iter()
+            .flatten()
+            .map(|g| g.token);
+        let fenced = self.fenced_tokens.get(lease).into_iter().flatten().copied();
+        granted.chain(fenced).max().unwrap_or(0)
+    }
+
+    /// Applies one logged command and answers as the README says the store answers.
+    pub fn apply(&mut self, command: &Command) -> Outcome {
+        if let Some(at_ms) = command.at_ms {
+            self.now_ms = self.now_ms.max(at_ms);
+        }
+        // A session expires once an hour of store time has passed since the store last heard
+        // from its client, whatever the command that brings that time.
+        let now_ms = self.now_ms;
+        for session in &mut self.sessions {
+            let last = session.heard_at_ms.iter().max().copied().unwrap_or(0);
+            if now_ms >= last.saturating_add(SESSION_IDLE_MS) {
+                session.expired = true;
+            }
+        }
+        let Some(request) = command.request else {
+            return self.apply_op(&command.op);
+        };
+        match self.admit(request, &command.op) {
+            Some(answer) => answer,
+            None => {
+                let outcome = self.apply_op(&command.op);
+                self.session_mut(request).applied.push((
+                    request.sequence,
+                    command.op.clone(),
+                    outcome.clone(),
+                ));
+                outcome
+            }
+        }
+    }
+
+    fn session_mut(&mut self, request: RequestId) -> &mut ClientSession {
+        &mut self.sessions[(request.client - 1) as usize]
+    }
+
+    /// The answer for a request that is not applied now (a retry, or a refusal); `None` to apply.
+    fn admit(&mut self, request: RequestId, op: &Op) -> Option<Outcome> {
+        let now_ms = self.now_ms;
+        let open = request.client >= 1
+            && self
+                .sessions
+                .get((request.client - 1) as usize)
+                .is_some_and(|s| !s.expired);
+        if !open {
+            return Some(Outcome::UnknownSession);
+        }
+        let session = self.session_mut(request);
+        session.heard_at_ms.push(now_ms);
+        // The answers kept: those of the KEPT_ANSWERS highest sequences applied.
+        let mut sequences: Vec<u64> = session.applied.iter().map(|(s, _, _)| *s).collect();
+        sequences.sort_unstable();
+        let dropped = sequences.len().saturating_sub(KEPT_ANSWERS);
+        let forgotten_through = sequences[..dropped].last().copied().unwrap_or(0);
+        let kept = &sequences[dropped..];
+        if kept.contains(&request.sequence) {
+            let (_, first_op, first_answer) = session
+                .applied
+                .iter()
+                .find(|(s, _, _)| *s == request.sequence)?;
+            return Some(if first_op == op {
+                first_answer.clone()
+            } else {
+                Outcome::RequestIdReused
+            });
+        }
+        if request.sequence <= forgotten_through {
+            return Some(Outcome::Forgotten);
+        }
+        None
+    }
+
+    fn apply_op(&mut self, op: &Op) -> Outcome {
+        match op {
+            Op::Acquire {
+                lease,
+                holder,
+                ttl_ms,
+            } => self.acquire(lease, holder, *ttl_ms),
+            Op::Release {
+                lease,
+                holder,
+                token,
+            } => self.release(lease, holder, *token),
+            Op::Put { key, value, fence } => self.put(key, value, fence.as_ref()),
+            Op::Advance { by_ms } => {
+                self.now_ms = self.now_ms.saturating_add(*by_ms);
+                Outcome::Advanced
+            }
+            Op::Tick => Outcome::Ticked,
+            Op::Register => {
+                self.sessions.push(ClientSession {
+                    heard_at_ms: vec![self.now_ms],
+                    ..ClientSession::default()
+                });
+                Outcome::Registered {
+                    client: self.sessions.len() as u64,
+                }
+            }
+        }
+    }
+
+    fn acquire(&mut self, lease: &str, holder: &str, ttl_ms: u64) -> Outcome {
+        let expires_at_ms = self.now_ms.saturating_add(ttl_ms);
+        if let Some(current) = self.current(lease).cloned() {
+            if current.holder != holder {
+                return Outcome::HeldBy {
+                    holder: current.holder,
+                    token: current.token,
+                    expires_at_ms: current.expires_at_ms,
+                };
+            }
+            if let Some(last) = self.grants.get_mut(lease).and_then(|g| g.last_mut()) {
+                last.expires_at_ms = expires_at_ms;
+            }
+            return Outcome::Granted {
+                token: current.token,
+                expires_at_ms,
+                renewed: true,
+            };
+        }
+        let token = self.handed_out(lease) + 1;
+        self.grants
+            .entry(lease.to_owned())
+            .or_default()
+            .push(Grant {
+                holder: holder.to_owned(),
+                token,
+                expires_at_ms,
+                released: false,
+            });
+        Outcome::Granted {
+            token,
+            expires_at_ms,
+            renewed: false,
+        }
+    }
+
+    fn release(&mut self, lease: &str, holder: &str, token: u64) -> Outcome {
+        let Some(current) = self.current(lease).cloned() else {
+            return Outcome::ReleaseRefused(ReleaseRefusal::NotHeld);
+        };
+        if current.holder != holder {
+            return Outcome::ReleaseRefused(ReleaseRefusal::HeldByOther {
+                holder: current.holder,
+                token: current.token,
+                expires_at_ms: current.expires_at_ms,
+            });
+        }
+        if current.token != token {
+            return Outcome::ReleaseRefused(ReleaseRefusal::WrongToken {
+                current_token: current.token,
+            });
+        }
+        if let Some(last) = self.grants.get_mut(lease).and_then(|g| g.last_mut()) {
+            last.released = true;
+        }
+        Outcome::Released { token }
+    }
+
+    fn put(&mut self, key: &str, value: &[u8], fence: Option<&Fence>) -> Outcome {
+        if let Some(Fence { lease, token }) = fence {
+            let handed_out = self.handed_out(lease);
+            // Tokens start at 1: a token above the latest, or any token of a lease never
+            // granted, was never handed out.
+            if handed_out == 0 || *token > handed_out {
+                return Outcome::UnknownToken {
+                    lease: lease.clone(),
+                    latest_token: handed_out,
+                };
+            }
+            let seen = self.seen(lease);
+            if *token < seen {
+                return Outcome::StaleToken { fence: seen };
+            }
+            self.fenced_tokens
+                .entry(lease.clone())
+                .or_default()
+                .push(*token);
+        }
+        self.rows.insert(key.to_owned(), value.to_vec());
+        Outcome::Written
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The product's table against the model, command by command, on random logs.
+    use super::*;
+    use crate::lease::LeaseTable;
+    use proptest::prelude::*;
+
+    fn op() -> impl Strategy<Value = Op> {
+        let lease = prop::sample::select(vec!["l1", "l2"]);
+        let who = prop::sample::select(vec!["a", "b", "c"]);
+        let key = prop::sample::select(vec!["k1", "k2"]);
+        prop_oneof![
+            (lease.clone(), who.clone(), 100u64..3_000).prop_map(|(l, h, ttl_ms)| Op::Acquire {
+                lease: l.into(),
+                holder: h.into(),
+                ttl_ms
+            }),
+            (lease.clone(), who, 1u64..5).prop_map(|(l, h, token)| Op::Release {
+                lease: l.into(),
+                holder: h.into(),
+                token
+            }),
+            // From 0: apply must be total even on tokens edge validation refuses.
+            (key.clone(), lease, 0u64..5).prop_map(|(k, l, token)| Op::Put {
+                key: k.into(),
+                value: b"v".to_vec(),
+                fence: Some(Fence {
+                    lease: l.into(),
+                    token
+                }),
+            }),
+            key.prop_map(|k| Op::Put {
+                key: k.into(),
+                value: b"p".to_vec(),
+                fence: None,
+            }),
+            (1u64..2_000).prop_map(|by_ms| Op::Advance { by_ms }),
+            Just(Op::Tick),
+            Just(Op::Register),
+        ]
+    }
+
+    /// Commands with or without a request id: clients 0 to 3 (0 never registered), sequences
+    /// drawn small so that retries, reuse with another op and answers out of order all happen;
+    /// time jumps past the session idle limit now and then.
+    fn command() -> impl Strategy<Value = Command> {
+        let request = prop::option::of((0u64..4, 1u64..6))
+            .prop_map(|r| r.map(|(client, sequence)| RequestId { client, sequence }));
+        let at_ms = prop_oneof![
+            8 => prop::option::of(0u64..20_000),
+            1 => Just(Some(SESSION_IDLE_MS)),
+            1 => Just(Some(2 * SESSION_IDLE_MS + 7)),
+        ];
+        (at_ms, request, op()).prop_map(|(at_ms, request, op)| Command { at_ms, request, op })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn the_table_answers_every_command_as_the_model_does(
+            commands in prop::collection::vec(command(), 1..120)
+        ) {
+            let mut table = LeaseTable::default();
+            let mut model = Model::default();
+            for c in &commands {
+                let before = table.clone();
+                let outcome = table.apply(c);
+                prop_assert_eq!(&outcome, &model.apply(c), "command {:?}", c);
+                prop_assert_eq!(table.now_ms(), model.now_ms());
+                prop_assert!(table.now_ms() >= before.now_ms(), "store time went backwards");
+                prop_assert_eq!(table.session_count(), model.open_sessions());
+                if !outcome.accepted() {
+                    for key in ["k1", "k2"] {
+                        prop_assert_eq!(table.row(key), before.row(key), "refusal changed a row");
+                    }
+                    for lease in ["l1", "l2"] {
+                        prop_assert_eq!(table.lease(lease), before.lease(lease),
+                            "refusal changed a lease");
+                    }
+                }
+                for lease in ["l1", "l2"] {
+                    let found = table.lease(lease);
+                    let (holder, token) = model.lease(lease);
+                    prop_assert_eq!(found.and_then(|l| l.holder_at(table.now_ms())), holder);
+                    prop_assert_eq!(found.map_or(0, |l| l.token), token);
+                    if let Some(before) = before.lease(lease) {
+                        prop_assert!(found.is_some_and(|l| l.token >= before.token),
+                            "token of {} went backwards", lease);
+                    }
+                }
+                for key in ["k1", "k2"] {
+                    prop_assert_eq!(table.row(key), model.row(key));
+                }
+                // The expiry index answers what a scan of every lease would.
+                let scanned = ["l1", "l2"]
+                    .iter()
+                    .filter_map(|l| table.lease(l))
+                    .filter(|lease| lease.holder_at(table.now_ms()).is_some())
+                    .map(|lease| lease.expires_at_ms)
+                    .min();
+                prop_assert_eq!(table.next_expiry_ms(), scanned);
+            }
+            // A table loaded from its encoding (a snapshot) is the same table.
+            let bytes = postcard::to_allocvec(&table).unwrap();
+            let loaded: LeaseTable = postcard::from_bytes(&bytes).unwrap();
+            prop_assert_eq!(&loaded, &table);
+        }
+    }
+}

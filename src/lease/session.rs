@@ -1,0 +1,148 @@
+//! Client sessions, as in the Raft dissertation (section 6.3): a client registers through the
+//! log and gets its id from the state machine; each of its requests carries that id and a
+//! sequence number, so a retry of an applied request is answered, never applied twice.
+//!
+//! A request whose session is unknown or has expired is refused, never applied: the store can
+//! no longer tell a late retry from a new request, and applying a late retry (a forward batch
+//! held by a paused node, a suspended VM) could undo what was acknowledged since. Sessions
+//! expire by store time, on every command, so their number stays bounded by the clients seen in
+//! the last [`SESSION_IDLE_MS`] whether or not any lease is held.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Op, Outcome, RequestId};
+
+/// How many answers each session keeps: far more than a client has in flight.
+pub(crate) const SESSION_ANSWERS: usize = 128;
+/// A session not heard from for this long in store time expires.
+pub const SESSION_IDLE_MS: u64 = 60 * 60 * 1000;
+
+/// Every live session. `BTreeMap`s, so iteration and serialization are deterministic.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Stored")]
+pub struct Sessions {
+    /// The id the next registration gets; ids are never reused.
+    next_client: u64,
+    by_client: BTreeMap<u64, Session>,
+    /// `(last_seen_ms, client)` of every session: the next to expire without a scan. Derived
+    /// from `by_client`, so not stored: rebuilt on load.
+    #[serde(skip)]
+    idle: BTreeSet<(u64, u64)>,
+}
+
+/// What a `Sessions` stores: everything but what is derived. Same fields, same order.
+#[derive(Deserialize)]
+struct Stored {
+    next_client: u64,
+    by_client: BTreeMap<u64, Session>,
+}
+
+impl From<Stored> for Sessions {
+    fn from(stored: Stored) -> Self {
+        let idle = stored
+            .by_client
+            .iter()
+            .map(|(client, s)| (s.last_seen_ms, *client))
+            .collect();
+        Sessions {
+            next_client: stored.next_client,
+            by_client: stored.by_client,
+            idle,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Session {
+    last_seen_ms: u64,
+    /// Per sequence: the fingerprint of the operation and the answer it got.
+    answers: BTreeMap<u64, (u64, Outcome)>,
+    /// The highest sequence whose answer was dropped to keep `answers` bounded. A request at or
+    /// below it without a kept answer is a late retry, and applying it would apply it twice.
+    forgotten_through: u64,
+}
+
+/// What to do with a request that names a session.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// New: apply it, then [`Sessions::record`] the answer.
+    Apply,
+    /// Answer without applying: a retry's first answer, or a refusal.
+    Answer(Outcome),
+}
+
+/// A stable fingerprint of an operation (FNV-1a over its canonical encoding), so a request id
+/// reused for another operation is told apart from a retry.
+pub fn fingerprint(op: &Op) -> u64 {
+    super::fnv1a(&postcard::to_allocvec(op).unwrap_or_default())
+}
+
+impl Sessions {
+    /// Opens a session at store time `now_ms` and returns its id.
+    pub fn register(&mut self, now_ms: u64) -> u64 {
+        self.next_client += 1;
+        let client = self.next_client;
+        self.by_client.insert(
+            client,
+            Session {
+                last_seen_ms: now_ms,
+                ..Session::default()
+            },
+        );
+        self.idle.insert((now_ms, client));
+        client
+    }
+
+    /// Drops every session idle for [`SESSION_IDLE_MS`] at store time `now_ms`.
+    pub fn expire(&mut self, now_ms: u64) {
+        while let Some(&(last_seen_ms, client)) = self.idle.first() {
+            if last_seen_ms.saturating_add(SESSION_IDLE_MS) > now_ms {
+                break;
+            }
+            self.idle.pop_first();
+            self.by_client.remove(&client);
+        }
+    }
+
+    /// Decides what `request` for the operation with `fingerprint` gets, and marks its session
+    /// seen at `now_ms`. Call [`Sessions::expire`] first.
+    pub fn admit(&mut self, request: RequestId, fingerprint: u64, now_ms: u64) -> Admission {
+        let Some(session) = self.by_client.get_mut(&request.client) else {
+            return Admission::Answer(Outcome::UnknownSession);
+        };
+        if session.last_seen_ms != now_ms {
+            self.idle.remove(&(session.last_seen_ms, request.client));
+            self.idle.insert((now_ms, request.client));
+            session.last_seen_ms = now_ms;
+        }
+        match session.answers.get(&request.sequence) {
+            Some((kept, answer)) if *kept == fingerprint => Admission::Answer(answer.clone()),
+            Some(_) => Admission::Answer(Outcome::RequestIdReused),
+            None if request.sequence <= session.forgotten_through => {
+                Admission::Answer(Outcome::Forgotten)
+            }
+            None => Admission::Apply,
+        }
+    }
+
+    /// Keeps the answer to an admitted request, for its retries.
+    pub fn record(&mut self, request: RequestId, fingerprint: u64, outcome: &Outcome) {
+        let Some(session) = self.by_client.get_mut(&request.client) else {
+            return; // Admitted only with a session; nothing between admit and record drops it.
+        };
+        session
+            .answers
+            .insert(request.sequence, (fingerprint, outcome.clone()));
+        while session.answers.len() > SESSION_ANSWERS {
+            if let Some((sequence, _)) = session.answers.pop_first() {
+                session.forgotten_through = session.forgotten_through.max(sequence);
+            }
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.by_client.len()
+    }
+}
