@@ -19,7 +19,7 @@ use crate::lease::Op;
 use crate::proto::raft_v1::raft_server::RaftServer;
 use crate::proto::v1::cluster_server::ClusterServer;
 use crate::proto::v1::lease_store_server::LeaseStoreServer;
-use crate::raft::{self, Channels, LogStore, PeerNetwork, StateMachineStore};
+use crate::raft::{self, Channels, PeerNetwork};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -112,12 +112,11 @@ pub async fn run(
         )));
     }
 
-    let mut log_store = LogStore::open(&config.data_dir.join("raft-log"))?;
+    let (mut log_store, state_machine) = raft::open_storage(&config.data_dir)?;
     let boot_last_log_index = openraft::storage::RaftLogStorage::get_log_state(&mut log_store)
         .await?
         .last_log_id
         .map_or(0, |id| id.index);
-    let state_machine = StateMachineStore::open(&config.data_dir)?;
     let state = state_machine.shared();
     let listen_ip = config.listen.ip();
     let channels = Channels::bound_to((!listen_ip.is_unspecified()).then_some(listen_ip));

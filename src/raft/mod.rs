@@ -80,6 +80,15 @@ pub async fn read_index(
     Ok(())
 }
 
+/// Opens a node's log (in `data_dir/raft-log`) and its state machine (snapshot in `data_dir`).
+pub fn open_storage(
+    data_dir: &std::path::Path,
+) -> Result<(LogStore, StateMachineStore), StorageError> {
+    let log = LogStore::open(&data_dir.join("raft-log"))?;
+    let state_machine = StateMachineStore::open(data_dir)?;
+    Ok((log, state_machine))
+}
+
 /// The one encoding for everything Leasehold writes to disk or sends to a peer.
 pub mod codec {
     use serde::{de::DeserializeOwned, Serialize};

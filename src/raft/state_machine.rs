@@ -137,8 +137,9 @@ pub struct SnapshotBuilder {
     id: u64,
 }
 
-impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+impl SnapshotBuilder {
+    /// The table and where it stands, read under the state lock.
+    fn capture(&self) -> Result<SnapshotFile, StorageError> {
         let (data, last_log_id, last_membership) = {
             let state = self.state.read();
             let data = encode(&state.table).map_err(|e| sm_error(ErrorVerb::Read, e))?;
@@ -148,16 +149,26 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             Some(id) => format!("{}-{}-{}", id.leader_id.term, id.index, self.id),
             None => format!("0-0-{}", self.id),
         };
-        let file = SnapshotFile {
+        Ok(SnapshotFile {
             meta: Meta {
                 last_log_id,
                 last_membership,
                 snapshot_id,
             },
             data,
-        };
+        })
+    }
+
+    async fn persist(&self, file: SnapshotFile) -> Result<Snapshot<TypeConfig>, StorageError> {
         persist_snapshot(&self.dir, self.id, &file)?;
         Ok(to_snapshot(file))
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let file = self.capture()?;
+        self.persist(file).await
     }
 }
 
@@ -235,5 +246,71 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
         // The file on disk is the latest snapshot: builders write it, installs replace it.
         Ok(read_snapshot(&self.dir)?.map(to_snapshot))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::{Command, Op};
+    use openraft::testing::log_id;
+
+    fn put(index: u64) -> Entry {
+        Entry {
+            log_id: log_id(1, 1, index),
+            payload: EntryPayload::Normal(Batch(vec![Command {
+                at_ms: Some(index),
+                request: None,
+                op: Op::Put {
+                    key: format!("k{index}"),
+                    value: vec![7; 10],
+                    fence: None,
+                },
+            }])),
+        }
+    }
+
+    /// A snapshot of entries `1..=upto`, as a leader would send it.
+    async fn leader_snapshot(upto: u64) -> Snapshot<TypeConfig> {
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut leader = StateMachineStore::open(dir.path()).unwrap();
+        leader.apply((1..=upto).map(put)).await.unwrap();
+        let mut builder = leader.get_snapshot_builder().await;
+        builder.build_snapshot().await.unwrap()
+    }
+
+    /// openraft runs a build in its own task while the worker goes on to an install: the build
+    /// can read the state before the install and rename its file after it.
+    #[ignore = "fails until the snapshot/purge ordering fix (review finding 4)"]
+    #[tokio::test]
+    async fn a_build_that_read_the_state_before_an_install_does_not_replace_the_installed_snapshot()
+    {
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut sm = StateMachineStore::open(dir.path()).unwrap();
+        sm.apply((1..=2).map(put)).await.unwrap();
+        let builder = sm.get_snapshot_builder().await;
+        let captured_at_2 = builder.capture().unwrap();
+
+        let installed = leader_snapshot(5).await;
+        sm.install_snapshot(&installed.meta, installed.snapshot)
+            .await
+            .unwrap();
+        builder.persist(captured_at_2).await.unwrap();
+
+        let current = sm.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(
+            current.meta.last_log_id,
+            Some(log_id(1, 1, 5)),
+            "the snapshot file went back behind the installed snapshot (and the log purged to it)"
+        );
+        drop(sm);
+        let mut sm = StateMachineStore::open(dir.path()).unwrap();
+        let (applied, _) = sm.applied_state().await.unwrap();
+        assert_eq!(
+            applied,
+            Some(log_id(1, 1, 5)),
+            "restart restores the newer state"
+        );
+        assert_eq!(sm.shared().read().table.row("k5"), Some(&[7u8; 10][..]));
     }
 }
