@@ -19,7 +19,7 @@ use crate::lease::Op;
 use crate::proto::raft_v1::raft_server::RaftServer;
 use crate::proto::v1::cluster_server::ClusterServer;
 use crate::proto::v1::lease_store_server::LeaseStoreServer;
-use crate::raft::{self, Channels, ClockMode, LogStore, PeerNetwork, StateMachineStore};
+use crate::raft::{self, Channels, ClockMode, PeerNetwork};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -126,7 +126,7 @@ pub async fn run(
         )));
     }
 
-    let mut log_store = LogStore::open(&config.data_dir.join("raft-log"))?;
+    let (mut log_store, state_machine) = raft::open_storage(&config.data_dir)?;
     let boot = raft::BootLog {
         last_index: openraft::storage::RaftLogStorage::get_log_state(&mut log_store)
             .await?
@@ -136,7 +136,6 @@ pub async fn run(
             .await?
             .map_or(0, |vote| vote.leader_id.term),
     };
-    let state_machine = StateMachineStore::open(&config.data_dir)?;
     let state = state_machine.shared();
     let listen_ip = config.listen.ip();
     let channels = Channels::new((!listen_ip.is_unspecified()).then_some(listen_ip), clock);

@@ -38,6 +38,7 @@ use openraft::{AnyError, ErrorSubject, ErrorVerb, RaftLogReader, StorageIOError,
 use serde::{Deserialize, Serialize};
 
 use super::codec::{decode, encode};
+use super::snapshot_file::DurableSnapshot;
 use super::{LogId, NodeId, StorageError, TypeConfig};
 
 type Entry = openraft::Entry<TypeConfig>;
@@ -55,6 +56,10 @@ const STATE: &str = "state";
 #[derive(Clone)]
 pub struct LogStore {
     shared: Arc<Shared>,
+    /// When set, a purge waits until the snapshot on disk covers it: openraft issues a purge
+    /// alongside a snapshot install that may not be durable yet (see `snapshot_file`). Unset,
+    /// as in openraft's storage suite, a purge goes ahead at once.
+    purge_behind: Option<DurableSnapshot>,
 }
 
 struct Shared {
@@ -289,7 +294,14 @@ impl LogStore {
                 index: Mutex::new(index),
                 writer: Mutex::new(Writer { active, state }),
             }),
+            purge_behind: None,
         })
+    }
+
+    /// This log purges only what `snapshot` durably covers.
+    pub fn purging_behind(mut self, snapshot: DurableSnapshot) -> Self {
+        self.purge_behind = Some(snapshot);
+        self
     }
 
     /// Runs `f` with the writer on the blocking pool, so an fsync never stalls the runtime.
@@ -569,6 +581,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        // Made durable before the snapshot covering it, the purge would leave a crash a log
+        // with a hole between the snapshot and the first entry. The wait is async and bounded:
+        // the install it waits for runs on openraft's state machine worker, not here.
+        if let Some(snapshot) = &self.purge_behind {
+            snapshot.wait_covers(log_id).await?;
+        }
         self.with_writer(move |shared, writer| shared.purge(writer, log_id))
             .await
     }

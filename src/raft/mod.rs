@@ -9,6 +9,7 @@ mod log_store;
 mod network;
 mod proposer;
 mod reads;
+mod snapshot_file;
 pub mod state_machine;
 
 use std::io::Cursor;
@@ -19,6 +20,7 @@ pub use log_store::LogStore;
 pub use network::{Channels, ClockMode, PeerNetwork, CLOCK_KEY};
 pub use proposer::{weight, Proposer, WriteError, WRITE_BATCHES};
 pub use reads::{ReadError, Reads};
+pub use snapshot_file::DurableSnapshot;
 pub use state_machine::{SharedState, StateMachineStore};
 
 use crate::lease::{Batch, Outcome};
@@ -104,6 +106,18 @@ pub async fn read_index(
             .map_err(|_| openraft::error::RaftError::Fatal(openraft::error::Fatal::Stopped))?;
     }
     Ok(())
+}
+
+/// Opens a node's log (in `data_dir/raft-log`) and its state machine (snapshot in `data_dir`),
+/// the log purging only what the durable snapshot covers (see `snapshot_file` for why openraft
+/// needs that enforced).
+pub fn open_storage(
+    data_dir: &std::path::Path,
+) -> Result<(LogStore, StateMachineStore), StorageError> {
+    let state_machine = StateMachineStore::open(data_dir)?;
+    let log = LogStore::open(&data_dir.join("raft-log"))?
+        .purging_behind(state_machine.durable_snapshot());
+    Ok((log, state_machine))
 }
 
 /// The one encoding for everything Leasehold writes to disk or sends to a peer.

@@ -1,10 +1,12 @@
 //! Applies committed entries to the [`LeaseTable`]; builds, stores and installs snapshots.
 //!
 //! The table lives in memory. Durability comes from the log plus a snapshot file written
-//! atomically (temp file, fsync, rename, fsync of the directory) and loaded before Raft starts.
+//! atomically (temp file, fsync, rename, fsync of the directory) and loaded before Raft starts;
+//! [`snapshot_file`](super::snapshot_file) keeps that file from going back, and tells the log
+//! when it may purge.
 
-use std::io::{Cursor, Write};
-use std::path::{Path, PathBuf};
+use std::io::Cursor;
+use std::path::Path;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
@@ -15,6 +17,7 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 
 use super::codec::{decode, encode};
+use super::snapshot_file::{DurableSnapshot, SnapshotFile, SnapshotFiles, Written};
 use super::{Applied, LogId, NodeId, StorageError, TypeConfig};
 use crate::lease::{Batch, LeaseTable};
 
@@ -43,16 +46,9 @@ impl SharedState {
     }
 }
 
-/// What the snapshot file holds: openraft's meta and the encoded table.
-#[derive(Serialize, Deserialize)]
-struct SnapshotFile {
-    meta: Meta,
-    data: Vec<u8>,
-}
-
 pub struct StateMachineStore {
     state: Arc<SharedState>,
-    dir: PathBuf,
+    files: SnapshotFiles,
     /// Distinguishes snapshots built at the same log id, and their temporary files.
     snapshot_count: u64,
 }
@@ -68,13 +64,14 @@ fn snapshot_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> Stora
 impl StateMachineStore {
     /// Opens the state machine in `dir`, restoring the last snapshot if there is one.
     pub fn open(dir: &Path) -> Result<Self, StorageError> {
+        let (files, found) = SnapshotFiles::open(dir)?;
         let store = StateMachineStore {
             state: Arc::default(),
-            dir: dir.to_owned(),
+            files,
             snapshot_count: 0,
         };
-        if let Some(file) = read_snapshot(dir)? {
-            store.restore(&file.meta, &file.data)?;
+        if let Some(file) = found {
+            store.restore(&file.meta, decode_table(&file.data)?);
         }
         Ok(store)
     }
@@ -83,44 +80,23 @@ impl StateMachineStore {
         self.state.clone()
     }
 
-    fn restore(&self, meta: &Meta, data: &[u8]) -> Result<(), StorageError> {
-        let table: LeaseTable = decode(data).map_err(|e| snapshot_error(ErrorVerb::Read, e))?;
+    /// The snapshot on disk, for the log store: it purges only what this covers.
+    pub fn durable_snapshot(&self) -> DurableSnapshot {
+        self.files.durable()
+    }
+
+    fn restore(&self, meta: &Meta, table: LeaseTable) {
         let mut state = self.state.inner.write().unwrap_or_else(|p| p.into_inner());
         *state = Applying {
             table,
             last_applied: meta.last_log_id,
             last_membership: meta.last_membership.clone(),
         };
-        Ok(())
     }
 }
 
-fn snapshot_path(dir: &Path) -> PathBuf {
-    dir.join("snapshot.bin")
-}
-
-fn read_snapshot(dir: &Path) -> Result<Option<SnapshotFile>, StorageError> {
-    match std::fs::read(snapshot_path(dir)) {
-        Ok(bytes) => Ok(Some(
-            decode(&bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?,
-        )),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(snapshot_error(ErrorVerb::Read, e)),
-    }
-}
-
-/// Writes the snapshot so that a crash leaves either the old file or the new one, whole.
-/// `id` keeps the temporary files of a build and an install apart.
-fn persist_snapshot(dir: &Path, id: u64, file: &SnapshotFile) -> Result<(), StorageError> {
-    let write = || -> std::io::Result<()> {
-        let tmp = dir.join(format!("snapshot.{id}.tmp"));
-        let mut out = std::fs::File::create(&tmp)?;
-        out.write_all(&encode(file).map_err(std::io::Error::other)?)?;
-        out.sync_all()?;
-        std::fs::rename(&tmp, snapshot_path(dir))?;
-        std::fs::File::open(dir)?.sync_all()
-    };
-    write().map_err(|e| snapshot_error(ErrorVerb::Write, e))
+fn decode_table(data: &[u8]) -> Result<LeaseTable, StorageError> {
+    decode(data).map_err(|e| snapshot_error(ErrorVerb::Read, e))
 }
 
 fn to_snapshot(file: SnapshotFile) -> Snapshot<TypeConfig> {
@@ -133,12 +109,13 @@ fn to_snapshot(file: SnapshotFile) -> Snapshot<TypeConfig> {
 /// Builds a snapshot of the table as applied at the moment of the call.
 pub struct SnapshotBuilder {
     state: Arc<SharedState>,
-    dir: PathBuf,
+    files: SnapshotFiles,
     id: u64,
 }
 
-impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+impl SnapshotBuilder {
+    /// The table and where it stands, read under the state lock.
+    fn capture(&self) -> Result<SnapshotFile, StorageError> {
         let (data, last_log_id, last_membership) = {
             let state = self.state.read();
             let data = encode(&state.table).map_err(|e| sm_error(ErrorVerb::Read, e))?;
@@ -148,16 +125,36 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             Some(id) => format!("{}-{}-{}", id.leader_id.term, id.index, self.id),
             None => format!("0-0-{}", self.id),
         };
-        let file = SnapshotFile {
+        Ok(SnapshotFile {
             meta: Meta {
                 last_log_id,
                 last_membership,
                 snapshot_id,
             },
             data,
-        };
-        persist_snapshot(&self.dir, self.id, &file)?;
+        })
+    }
+
+    /// Writes the captured snapshot, unless an install wrote a newer one since the capture.
+    /// Either way openraft gets the captured one back: it keeps only the newest snapshot it has
+    /// heard of, which is then the install's.
+    async fn persist(&self, file: SnapshotFile) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let (file, written) = self.files.write(self.id, file).await?;
+        if let Written::KeptNewer(newer) = written {
+            tracing::debug!(
+                built = ?file.meta.last_log_id,
+                ?newer,
+                "a newer snapshot was installed during the build; kept it"
+            );
+        }
         Ok(to_snapshot(file))
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let file = self.capture()?;
+        self.persist(file).await
     }
 }
 
@@ -208,7 +205,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.snapshot_count += 1;
         SnapshotBuilder {
             state: self.state.clone(),
-            dir: self.dir.clone(),
+            files: self.files.clone(),
             id: self.snapshot_count,
         }
     }
@@ -222,18 +219,118 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         meta: &Meta,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
+        let data = snapshot.into_inner();
+        // Decoded first, on the blocking pool (it can be large): a snapshot that does not decode
+        // must not replace a good file.
+        let (data, table) = tokio::task::spawn_blocking(move || {
+            let table = decode_table(&data)?;
+            Ok::<_, StorageError>((data, table))
+        })
+        .await
+        .map_err(|e| sm_error(ErrorVerb::Write, e))??;
         let file = SnapshotFile {
             meta: meta.clone(),
-            data: snapshot.into_inner(),
+            data,
         };
-        // Persist first: a crash between the two leaves the new snapshot to load on restart.
+        // Persisted before the state changes: a crash between the two leaves the new snapshot
+        // to load on restart. Its durable rename is also what lets the log's purge, which
+        // openraft issued alongside this install, go ahead (see `snapshot_file`). openraft
+        // installs only a snapshot past everything committed, so no build has written a newer
+        // file.
         self.snapshot_count += 1;
-        persist_snapshot(&self.dir, self.snapshot_count, &file)?;
-        self.restore(&file.meta, &file.data)
+        self.files.write(self.snapshot_count, file).await?;
+        self.restore(meta, table);
+        Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        // The file on disk is the latest snapshot: builders write it, installs replace it.
-        Ok(read_snapshot(&self.dir)?.map(to_snapshot))
+        // The file on disk is the latest snapshot: builders write it, installs replace it, and
+        // neither puts back an older one.
+        Ok(self.files.read().await?.map(to_snapshot))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::{Command, Op};
+    use openraft::testing::log_id;
+
+    fn put(index: u64) -> Entry {
+        Entry {
+            log_id: log_id(1, 1, index),
+            payload: EntryPayload::Normal(Batch(vec![Command {
+                at_ms: Some(index),
+                request: None,
+                op: Op::Put {
+                    key: format!("k{index}"),
+                    value: vec![7; 10],
+                    fence: None,
+                },
+            }])),
+        }
+    }
+
+    /// A snapshot of entries `1..=upto`, as a leader would send it.
+    async fn leader_snapshot(upto: u64) -> Snapshot<TypeConfig> {
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut leader = StateMachineStore::open(dir.path()).unwrap();
+        leader.apply((1..=upto).map(put)).await.unwrap();
+        let mut builder = leader.get_snapshot_builder().await;
+        builder.build_snapshot().await.unwrap()
+    }
+
+    /// openraft runs a build in its own task while the worker goes on to an install: the build
+    /// can read the state before the install and rename its file after it.
+    #[tokio::test]
+    async fn a_build_that_read_the_state_before_an_install_does_not_replace_the_installed_snapshot()
+    {
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut sm = StateMachineStore::open(dir.path()).unwrap();
+        sm.apply((1..=2).map(put)).await.unwrap();
+        let builder = sm.get_snapshot_builder().await;
+        let captured_at_2 = builder.capture().unwrap();
+
+        let installed = leader_snapshot(5).await;
+        sm.install_snapshot(&installed.meta, installed.snapshot)
+            .await
+            .unwrap();
+        builder.persist(captured_at_2).await.unwrap();
+
+        let current = sm.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(
+            current.meta.last_log_id,
+            Some(log_id(1, 1, 5)),
+            "the snapshot file went back behind the installed snapshot (and the log purged to it)"
+        );
+        drop(sm);
+        let mut sm = StateMachineStore::open(dir.path()).unwrap();
+        let (applied, _) = sm.applied_state().await.unwrap();
+        assert_eq!(
+            applied,
+            Some(log_id(1, 1, 5)),
+            "restart restores the newer state"
+        );
+        assert_eq!(sm.shared().read().table.row("k5"), Some(&[7u8; 10][..]));
+    }
+
+    #[tokio::test]
+    async fn an_installed_snapshot_that_does_not_decode_leaves_the_snapshot_file_alone() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut sm = StateMachineStore::open(dir.path()).unwrap();
+        sm.apply((1..=2).map(put)).await.unwrap();
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        let mut meta = leader_snapshot(5).await.meta;
+        meta.snapshot_id = "garbage".into();
+        let garbage = Box::new(Cursor::new(vec![0xff; 64]));
+        assert!(sm.install_snapshot(&meta, garbage).await.is_err());
+        let current = sm.get_current_snapshot().await.unwrap().unwrap();
+        assert_eq!(current.meta.last_log_id, Some(log_id(1, 1, 2)));
+        drop(sm);
+        StateMachineStore::open(dir.path()).expect("the node still starts");
     }
 }

@@ -1,0 +1,260 @@
+//! The snapshot file, `snapshot.bin`: written whole, never replaced by an older snapshot, and
+//! announced once durable, so that the log is purged no further than a snapshot on disk.
+//!
+//! openraft 0.9.25 does not order these for us:
+//! - To install a received snapshot, its engine queues the install on the state machine worker
+//!   and, in the same step, issues `PurgeLog` for the log the snapshot covers
+//!   (`engine/handler/following_handler/mod.rs`, `install_full_snapshot`). `PurgeLog` carries no
+//!   condition (`engine/command.rs`, `Command::condition`), so `RaftCore` purges, durably, while
+//!   the worker may still be writing the snapshot. A crash between the two left the log purged
+//!   past the snapshot on disk: on restart openraft re-applies the committed log after the old
+//!   snapshot and finds it gone (`storage/helper.rs`, `reapply_committed`), and the node would
+//!   offer the old snapshot to followers whose missing entries it no longer has. So the log's
+//!   purge waits for [`DurableSnapshot::wait_covers`], which only a durable rename satisfies.
+//! - A build runs in a task of its own (`core/sm/worker.rs`, `build_snapshot`) while the worker
+//!   goes on, perhaps to an install. A build that read the state before the install could
+//!   rename its file after it, putting back a snapshot older than the applied state and the
+//!   purged log. So a file replaces the current one only if it is at least as new, compared and
+//!   renamed under one lock.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::storage::SnapshotMeta;
+use openraft::{AnyError, BasicNode, ErrorSubject, ErrorVerb, StorageIOError};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::codec::{decode, encode};
+use super::{LogId, NodeId, StorageError};
+
+type Meta = SnapshotMeta<NodeId, BasicNode>;
+
+/// How long the log's purge waits for the snapshot that covers it. The wait is for an install
+/// the state machine worker was handed just before: decoding and writing one file with an
+/// fsync. One that has not finished in this time has failed, and then openraft stops the node
+/// anyway; the purge fails with the log still whole, which a restart can always recover from.
+pub const PURGE_WAIT: Duration = Duration::from_secs(60);
+
+/// What the snapshot file holds: openraft's meta and the encoded table.
+#[derive(Serialize, Deserialize)]
+pub(super) struct SnapshotFile {
+    pub meta: Meta,
+    pub data: Vec<u8>,
+}
+
+fn snapshot_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
+    StorageIOError::new(ErrorSubject::Snapshot(None), verb, AnyError::new(&e)).into()
+}
+
+fn snapshot_path(dir: &Path) -> PathBuf {
+    dir.join("snapshot.bin")
+}
+
+/// A snapshot file waiting in a temporary file, written and fsynced, to be renamed over the
+/// current one.
+struct Staged {
+    tmp: PathBuf,
+    last_log_id: Option<LogId>,
+}
+
+/// The snapshot file of one node's directory. Cheap to clone: clones share one file and lock.
+#[derive(Clone)]
+pub(super) struct SnapshotFiles {
+    inner: Arc<Files>,
+}
+
+struct Files {
+    dir: PathBuf,
+    /// The last log id of the snapshot on disk (`None` before the first). Held from the
+    /// comparison through the rename and the directory's fsync, so that two writers cannot both
+    /// pass the comparison and then rename in the wrong order. A std mutex, taken only on
+    /// blocking threads.
+    durable: Mutex<Option<LogId>>,
+    /// The same, sent once the rename is durable, for the log's purge to wait on.
+    announced: watch::Sender<Option<LogId>>,
+}
+
+/// Whether a write replaced the snapshot file.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Written {
+    Replaced,
+    /// The file on disk was newer: the write was dropped.
+    KeptNewer(Option<LogId>),
+}
+
+impl SnapshotFiles {
+    /// The snapshot files of `dir`, and the snapshot found there. Temporary files a crash left
+    /// behind are removed: no one will rename them now.
+    pub fn open(dir: &Path) -> Result<(Self, Option<SnapshotFile>), StorageError> {
+        let found = read_snapshot(dir)?;
+        if let Ok(listing) = std::fs::read_dir(dir) {
+            for name in listing.filter_map(|e| e.ok()?.file_name().into_string().ok()) {
+                if name.starts_with("snapshot.") && name.ends_with(".tmp") {
+                    let _ = std::fs::remove_file(dir.join(name));
+                }
+            }
+        }
+        let last = found.as_ref().and_then(|f| f.meta.last_log_id);
+        let files = SnapshotFiles {
+            inner: Arc::new(Files {
+                dir: dir.to_owned(),
+                durable: Mutex::new(last),
+                announced: watch::Sender::new(last),
+            }),
+        };
+        Ok((files, found))
+    }
+
+    /// What the log's purge waits on.
+    pub fn durable(&self) -> DurableSnapshot {
+        DurableSnapshot {
+            announced: self.inner.announced.subscribe(),
+            wait: PURGE_WAIT,
+        }
+    }
+
+    /// The snapshot on disk, read on the blocking pool: a snapshot can be large, and a runtime
+    /// thread held on it delays heartbeats.
+    pub async fn read(&self) -> Result<Option<SnapshotFile>, StorageError> {
+        let dir = self.inner.dir.clone();
+        tokio::task::spawn_blocking(move || read_snapshot(&dir))
+            .await
+            .map_err(|e| snapshot_error(ErrorVerb::Read, e))?
+    }
+
+    /// Writes `file` on the blocking pool (see [`SnapshotFiles::read`]), replacing the current
+    /// file unless that is newer, and gives `file` back. `id` keeps concurrent writers'
+    /// temporary files apart.
+    pub async fn write(
+        &self,
+        id: u64,
+        file: SnapshotFile,
+    ) -> Result<(SnapshotFile, Written), StorageError> {
+        let files = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let staged = files.stage(id, &file)?;
+            let written = files.commit(staged)?;
+            Ok((file, written))
+        })
+        .await
+        .map_err(|e| snapshot_error(ErrorVerb::Write, e))?
+    }
+
+    /// Writes and fsyncs `file` beside the current one; a crash now leaves the current one.
+    fn stage(&self, id: u64, file: &SnapshotFile) -> Result<Staged, StorageError> {
+        let tmp = self.inner.dir.join(format!("snapshot.{id}.tmp"));
+        let write = || -> std::io::Result<()> {
+            let mut out = std::fs::File::create(&tmp)?;
+            out.write_all(&encode(file).map_err(std::io::Error::other)?)?;
+            out.sync_all()
+        };
+        write().map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
+        Ok(Staged {
+            tmp,
+            last_log_id: file.meta.last_log_id,
+        })
+    }
+
+    /// Renames a staged file over the current one, unless the current one is newer; then
+    /// announces it. Two snapshots at the same log id hold the same state, so either may stay.
+    fn commit(&self, staged: Staged) -> Result<Written, StorageError> {
+        let mut durable = self
+            .inner
+            .durable
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if staged.last_log_id < *durable {
+            let _ = std::fs::remove_file(&staged.tmp);
+            return Ok(Written::KeptNewer(*durable));
+        }
+        let rename = || -> std::io::Result<()> {
+            std::fs::rename(&staged.tmp, snapshot_path(&self.inner.dir))?;
+            std::fs::File::open(&self.inner.dir)?.sync_all()
+        };
+        rename().map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
+        *durable = staged.last_log_id;
+        self.inner.announced.send_replace(staged.last_log_id);
+        Ok(Written::Replaced)
+    }
+}
+
+fn read_snapshot(dir: &Path) -> Result<Option<SnapshotFile>, StorageError> {
+    match std::fs::read(snapshot_path(dir)) {
+        Ok(bytes) => Ok(Some(
+            decode(&bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?,
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(snapshot_error(ErrorVerb::Read, e)),
+    }
+}
+
+/// Why the log was not purged.
+#[derive(Debug, thiserror::Error)]
+pub enum PurgeWaitError {
+    #[error(
+        "purging the log through index {upto} waited {waited_ms} ms for a durable snapshot \
+         covering it; the snapshot on disk ends at index {durable:?}"
+    )]
+    TimedOut {
+        upto: u64,
+        durable: Option<u64>,
+        waited_ms: u128,
+    },
+    #[error(
+        "purging the log through index {upto}: the state machine stopped before a snapshot \
+         covering it was durable"
+    )]
+    StateMachineStopped { upto: u64 },
+}
+
+/// The last log id of the durable snapshot, as the log store sees it.
+#[derive(Clone)]
+pub struct DurableSnapshot {
+    announced: watch::Receiver<Option<LogId>>,
+    wait: Duration,
+}
+
+impl DurableSnapshot {
+    /// Waits, up to [`PURGE_WAIT`], until the snapshot on disk covers `upto`. Indexes are
+    /// compared, not log ids: the snapshot and the purge point come from one committed log, so
+    /// an index names one entry.
+    pub async fn wait_covers(&self, upto: LogId) -> Result<(), StorageError> {
+        let mut announced = self.announced.clone();
+        let covered = |durable: &Option<LogId>| durable.is_some_and(|d| d.index >= upto.index);
+        let waited = tokio::time::timeout(self.wait, announced.wait_for(covered))
+            .await
+            .map(|seen| seen.is_ok());
+        let error = match waited {
+            Ok(true) => return Ok(()),
+            Ok(false) => PurgeWaitError::StateMachineStopped { upto: upto.index },
+            Err(_elapsed) => PurgeWaitError::TimedOut {
+                upto: upto.index,
+                durable: self.announced.borrow().map(|d| d.index),
+                waited_ms: self.wait.as_millis(),
+            },
+        };
+        Err(
+            StorageIOError::new(ErrorSubject::Logs, ErrorVerb::Delete, AnyError::new(&error))
+                .into(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::testing::log_id;
+
+    #[tokio::test]
+    async fn a_purge_waiting_on_a_stopped_state_machine_fails_at_once() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let (files, _) = SnapshotFiles::open(dir.path()).unwrap();
+        let durable = files.durable();
+        drop(files);
+        let error = durable.wait_covers(log_id(1, 1, 5)).await.unwrap_err();
+        assert!(error.to_string().contains("stopped"), "{error}");
+    }
+}
