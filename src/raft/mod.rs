@@ -61,18 +61,18 @@ pub struct BootLog {
 }
 
 impl BootLog {
-    /// Whether a read on this node, as `metrics` show it, no longer needs to wait for the log
-    /// found at start-up: that log is applied, or the node has moved to a later term (so its
-    /// ReadIndex, the first entry of its own term, already covers everything it acknowledged
-    /// before), or the log no longer reaches that far (the uncommitted tail was truncated by a
-    /// newer leader: there is nothing there to wait for).
-    pub fn wait_is_over(
-        &self,
-        metrics: &openraft::RaftMetrics<NodeId, openraft::BasicNode>,
-    ) -> bool {
-        metrics.last_applied.map_or(0, |id| id.index) >= self.last_index
+    /// Whether the wait for the log found at start-up is over, as `metrics` show the node: that
+    /// log is applied, or the node's term moved on (its confirmation then belongs to a term that
+    /// is over, so the read is confirmed again), or the log no longer reaches that far (a newer
+    /// leader truncated the uncommitted tail: there is nothing there to wait for).
+    fn wait_is_over(&self, metrics: &openraft::RaftMetrics<NodeId, openraft::BasicNode>) -> bool {
+        self.applied(metrics)
             || metrics.current_term != self.vote_term
             || metrics.last_log_index.unwrap_or(0) < self.last_index
+    }
+
+    fn applied(&self, metrics: &openraft::RaftMetrics<NodeId, openraft::BasicNode>) -> bool {
+        metrics.last_applied.map_or(0, |id| id.index) >= self.last_index
     }
 }
 
@@ -82,9 +82,13 @@ impl BootLog {
 /// lie below entries it acknowledged before the restart (the committed index is not fsynced), so
 /// in that term this also waits until the node has applied `boot.last_index`: everything it ever
 /// acknowledged is there. (The fault suite caught reads going back in time after a full restart
-/// without this wait.) Only in that term: the last index found at boot can include an
-/// uncommitted tail that a newer leader truncated, which a node leading in a later term would
-/// wait for forever (review finding 1: every read and every first stamp of the term hung).
+/// without this wait.)
+///
+/// Only in that term. In a later term the ReadIndex is at least this leader's first entry, which
+/// follows everything committed before: no wait is needed, and waiting would be wrong, since the
+/// last index found at boot can include an uncommitted tail that a newer leader truncated and
+/// nothing will ever fill again (review finding 1: every read and every first stamp of the term
+/// hung). If the term moves on during the wait, the confirmation is stale and is taken again.
 pub async fn read_index(
     raft: &Raft,
     boot: BootLog,
@@ -95,17 +99,26 @@ pub async fn read_index(
         openraft::error::CheckIsLeaderError<NodeId, openraft::BasicNode>,
     >,
 > {
-    let read_index = raft.ensure_linearizable().await?;
-    if read_index.map_or(0, |id| id.index) < boot.last_index {
-        raft.wait(None)
+    loop {
+        // Read before the confirmation: terms only grow, so a confirmation that follows a later
+        // term than the boot term belongs to a later term too.
+        let term = raft.metrics().borrow().current_term;
+        let read_index = raft.ensure_linearizable().await?;
+        if term != boot.vote_term || read_index.map_or(0, |id| id.index) >= boot.last_index {
+            return Ok(());
+        }
+        let metrics = raft
+            .wait(None)
             .metrics(
                 |m| boot.wait_is_over(m),
                 "applied the log found at start-up",
             )
             .await
             .map_err(|_| openraft::error::RaftError::Fatal(openraft::error::Fatal::Stopped))?;
+        if boot.applied(&metrics) {
+            return Ok(());
+        }
     }
-    Ok(())
 }
 
 /// Opens a node's log (in `data_dir/raft-log`) and its state machine (snapshot in `data_dir`),
