@@ -44,20 +44,35 @@
 //! One case no format can tell apart: damage within the very last record of the last segment
 //! looks exactly like a torn write. It is cut, and logged; every earlier record is protected.
 //!
+//! Directory changes (a segment created or removed, the state file renamed) are synced before
+//! anything relies on them, and a truncate syncs each removal before the next, since a file
+//! system may make unsynced directory changes durable in any order. Unsynced removals of purged
+//! segments may come back after a crash; their entries are all purged, and open skips them.
+//!
 //! The committed id is a hint, never fsynced on its own: it is written whenever the state file
 //! is. After a crash it may come back older than what the node had applied. That costs nothing
 //! but re-applying a few entries later, because reads never trust it alone: see
 //! [`read_index`](super::read_index), which makes a restarted node apply the whole log it found
 //! at start-up before it answers a read.
+//!
+//! # Files
+//!
+//! `segment` holds the format and the recovery table; `disk` the seam under every file-system
+//! call (in production the same system calls as before the seam: an append is still one
+//! `pwrite` and one `fdatasync`); in tests, `sim_disk` is a disk that loses power and
+//! `power_loss` crashes the store at every one of those calls.
 
+mod disk;
+#[cfg(test)]
+mod power_loss;
 mod segment;
+#[cfg(test)]
+mod sim_disk;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
-use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -67,6 +82,7 @@ use serde::{Deserialize, Serialize};
 
 use super::codec::{decode, encode};
 use super::{LogId, NodeId, StorageError, TypeConfig};
+use disk::{Disk, DiskFile, Open, StdDisk};
 use segment::{encode_record, parse_segment, End, HEADER, MAGIC};
 
 type Entry = openraft::Entry<TypeConfig>;
@@ -74,6 +90,7 @@ type Entry = openraft::Entry<TypeConfig>;
 /// A segment grows to about this size before the next one starts.
 pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 const STATE: &str = "state";
+const STATE_TMP: &str = "state.tmp";
 
 /// Cheap to clone: clones share one log, as openraft's log readers expect.
 #[derive(Clone)]
@@ -82,6 +99,7 @@ pub struct LogStore {
 }
 
 struct Shared {
+    disk: Arc<dyn Disk>,
     dir: PathBuf,
     /// What readers see. Held only for lookups and updates, never across file I/O.
     index: Mutex<Index>,
@@ -92,7 +110,7 @@ struct Shared {
 
 #[derive(Default)]
 struct Index {
-    segments: BTreeMap<u64, Arc<File>>,
+    segments: BTreeMap<u64, Arc<dyn DiskFile>>,
     /// Where each entry is, for indexes `first..first + len` (purged ones are gone).
     entries: VecDeque<Location>,
     last_purged: Option<LogId>,
@@ -110,7 +128,7 @@ struct Location {
 #[derive(Default)]
 struct Writer {
     /// The segment appends go to: its first index, file and length.
-    active: Option<(u64, Arc<File>, u64)>,
+    active: Option<(u64, Arc<dyn DiskFile>, u64)>,
     state: State,
 }
 
@@ -142,37 +160,39 @@ fn segment_path(dir: &Path, first: u64) -> PathBuf {
     dir.join(format!("{first:020}.seg"))
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
 impl LogStore {
     /// Opens (or creates) the log in directory `dir`, checking every record and cutting off a
     /// torn tail.
     pub fn open(dir: &Path) -> Result<Self, StorageError> {
-        if !dir.exists() {
-            fs::create_dir_all(dir).map_err(write_error)?;
-            // The directory's own entry must be durable before a vote is saved inside it.
-            if let Some(parent) = dir.parent() {
-                sync_dir(parent).map_err(write_error)?;
+        Self::open_on(Arc::new(StdDisk), dir)
+    }
+
+    fn open_on(disk: Arc<dyn Disk>, dir: &Path) -> Result<Self, StorageError> {
+        let names = match disk.read_dir(dir) {
+            Ok(names) => names,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                disk.create_dir_all(dir).map_err(write_error)?;
+                // The directory's own entry must be durable before a vote is saved inside it.
+                let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+                disk.sync_dir(parent.unwrap_or(Path::new(".")))
+                    .map_err(write_error)?;
+                Vec::new()
             }
-        }
-        let state: State = match fs::read(dir.join(STATE)) {
+            Err(e) => return Err(read_error(e)),
+        };
+        let state: State = match disk.read(&dir.join(STATE)) {
             Ok(bytes) => decode(&bytes).map_err(read_error)?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => State::default(),
             Err(e) => return Err(read_error(e)),
         };
-        let _ = fs::remove_file(dir.join(format!("{STATE}.tmp")));
-        let mut firsts: Vec<u64> = fs::read_dir(dir)
-            .map_err(read_error)?
-            .filter_map(|e| {
-                e.ok()?
-                    .file_name()
-                    .to_str()?
-                    .strip_suffix(".seg")?
-                    .parse()
-                    .ok()
-            })
+        if names.iter().any(|n| n == STATE_TMP) {
+            // A state replacement a crash interrupted; `state` is whole, old or new.
+            disk.remove_file(&dir.join(STATE_TMP))
+                .map_err(write_error)?;
+        }
+        let mut firsts: Vec<u64> = names
+            .iter()
+            .filter_map(|name| name.strip_suffix(".seg")?.parse().ok())
             .collect();
         firsts.sort_unstable();
 
@@ -184,12 +204,8 @@ impl LogStore {
         let mut active = None;
         for (n, &first) in firsts.iter().enumerate() {
             let path = segment_path(dir, first);
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&path)
-                .map_err(read_error)?;
-            let bytes = fs::read(&path).map_err(read_error)?;
+            let file = disk.open(&path, Open::Existing).map_err(read_error)?;
+            let bytes = disk.read(&path).map_err(read_error)?;
             let parsed = parse_segment(&bytes);
             let mut len = bytes.len() as u64;
             let last = n + 1 == firsts.len();
@@ -227,7 +243,6 @@ impl LogStore {
                     path.display()
                 )));
             }
-            let file = Arc::new(file);
             for (entry, offset, record_len) in parsed.entries {
                 let at = entry.log_id.index;
                 if purged_upto.is_some_and(|p| at <= p) {
@@ -258,6 +273,7 @@ impl LogStore {
         }
         Ok(LogStore {
             shared: Arc::new(Shared {
+                disk,
                 dir: dir.to_owned(),
                 index: Mutex::new(index),
                 writer: Mutex::new(Writer { active, state }),
@@ -291,12 +307,14 @@ impl Shared {
     /// Replaces the state file, durably.
     fn write_state(&self, state: &State) -> Result<(), StorageError> {
         let bytes = encode(state).map_err(write_error)?;
-        let tmp = self.dir.join(format!("{STATE}.tmp"));
-        let mut file = File::create(&tmp).map_err(write_error)?;
-        io::Write::write_all(&mut file, &bytes).map_err(write_error)?;
+        let tmp = self.dir.join(STATE_TMP);
+        let file = self.disk.open(&tmp, Open::Truncated).map_err(write_error)?;
+        file.write_all_at(&bytes, 0).map_err(write_error)?;
         file.sync_all().map_err(write_error)?;
-        fs::rename(&tmp, self.dir.join(STATE)).map_err(write_error)?;
-        sync_dir(&self.dir).map_err(write_error)
+        self.disk
+            .rename(&tmp, &self.dir.join(STATE))
+            .map_err(write_error)?;
+        self.disk.sync_dir(&self.dir).map_err(write_error)
     }
 
     /// Writes `entries` after the last one, durably, then makes them visible to readers.
@@ -310,15 +328,11 @@ impl Shared {
             .is_none_or(|(_, _, len)| *len >= SEGMENT_BYTES)
         {
             let path = segment_path(&self.dir, first_index);
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&path)
+            let file = self
+                .disk
+                .open(&path, Open::Truncated)
                 .map_err(write_error)?;
-            sync_dir(&self.dir).map_err(write_error)?;
-            let file = Arc::new(file);
+            self.disk.sync_dir(&self.dir).map_err(write_error)?;
             lock(&self.index).segments.insert(first_index, file.clone());
             writer.active = Some((first_index, file, 0));
         }
@@ -387,12 +401,14 @@ impl Shared {
                 .ok_or_else(|| write_error("the segment to cut is missing"))?;
             (cut, later, file)
         };
-        // Later segments go first, newest first, and durably, so that a crash part way leaves
-        // the log a prefix of itself, never a gap before a segment that survived.
+        // Later segments go first, newest first, each durably before the next (a file system
+        // may make unsynced removals durable in any order), so that a crash part way leaves the
+        // log a prefix of itself, never a gap before a segment that survived.
         for first in later.iter().rev() {
-            fs::remove_file(segment_path(&self.dir, *first)).map_err(write_error)?;
+            let path = segment_path(&self.dir, *first);
+            self.disk.remove_file(&path).map_err(write_error)?;
+            self.disk.sync_dir(&self.dir).map_err(write_error)?;
         }
-        sync_dir(&self.dir).map_err(write_error)?;
         file.set_len(cut.offset).map_err(write_error)?;
         file.sync_all().map_err(write_error)?;
         writer.active = Some((cut.segment, file, cut.offset));
@@ -429,8 +445,11 @@ impl Shared {
         {
             writer.active = None;
         }
+        // Not synced: a removal a crash undoes brings back a segment whose entries are all
+        // purged, and open skips them.
         for first in doomed {
-            fs::remove_file(segment_path(&self.dir, first)).map_err(write_error)?;
+            let path = segment_path(&self.dir, first);
+            self.disk.remove_file(&path).map_err(write_error)?;
         }
         Ok(())
     }
@@ -557,6 +576,7 @@ mod tests {
     use openraft::storage::RaftLogStorageExt;
     use openraft::testing::log_id;
     use openraft::EntryPayload;
+    use std::fs;
 
     pub(super) fn entry(index: u64) -> Entry {
         Entry {
