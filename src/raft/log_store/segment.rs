@@ -1,0 +1,377 @@
+//! One segment file's bytes: the record format, and the recovery table that decides how a
+//! segment's records end (see the [module doc](super) for the format and the table).
+
+use super::Entry;
+use crate::raft::codec::{decode, encode};
+
+/// Every segment file starts with these bytes, the format's name and version (2). Version 1
+/// had no magic and no header checksum; its segments are refused, never misread.
+pub(super) const MAGIC: &[u8; 8] = b"LHSEG\x00\x00\x02";
+/// `[header crc32 u32][length u32][payload crc32 u32]` before each entry.
+pub(super) const HEADER: u64 = 12;
+/// No entry comes near this (the proposer keeps entries to about 128 KiB, or one command), and
+/// no writer writes a longer one: a header that checks but says more is corruption.
+pub(super) const MAX_RECORD: u64 = 64 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub(super) enum EncodeError {
+    #[error("encoding entry {index}: {source}")]
+    Encode { index: u64, source: postcard::Error },
+    #[error("entry {index} encodes to {len} bytes, over the {MAX_RECORD}-byte record limit")]
+    TooLong { index: u64, len: usize },
+}
+
+/// How a segment's records end.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum End {
+    /// Every byte belongs to a good record.
+    Clean,
+    /// From this offset on, the bytes are what a crash can leave of the last write, which was
+    /// never acknowledged: a damaged record with no good record anywhere after it.
+    Torn(u64),
+    /// Not what a crash leaves.
+    Corrupt(u64, Corruption),
+    /// A segment of format 1, written before records had a header checksum.
+    OldFormat,
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(super) enum Corruption {
+    #[error("{damage}, with a good record at byte {good_at} after it")]
+    DamagedBeforeGood { damage: Damage, good_at: u64 },
+    #[error(
+        "a header that passes its checksum but gives a length of {len} bytes, over the \
+         {MAX_RECORD}-byte limit every writer keeps"
+    )]
+    LengthOverLimit { len: u32 },
+    #[error("an entry that passes its checksums but does not decode")]
+    Undecodable,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(super) enum Damage {
+    #[error("a segment that does not start with the format's magic bytes")]
+    Magic,
+    #[error("a header cut short")]
+    HeaderShort,
+    #[error("a header failing its checksum")]
+    HeaderChecksum,
+    #[error("a payload cut short")]
+    PayloadShort,
+    #[error("a payload failing its checksum")]
+    PayloadChecksum,
+}
+
+/// A segment's good entries in order, each with the offset of its record and its payload
+/// length, and how its records end.
+pub(super) struct Parsed {
+    pub entries: Vec<(Entry, u64, u32)>,
+    pub end: End,
+}
+
+/// The header checksum covers the record's offset as well as its length and payload checksum:
+/// a record is good only where it was written. Recovery looks for good records at every byte
+/// after a damaged one, and a client's value inside a payload can hold any bytes, a whole
+/// record's included; without the offset, such a value could pass for a record.
+fn header_crc(offset: u64, len: u32, payload_crc: u32) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&offset.to_le_bytes());
+    hasher.update(&len.to_le_bytes());
+    hasher.update(&payload_crc.to_le_bytes());
+    hasher.finalize()
+}
+
+/// Appends to `into` the record of `entry`, to be written at byte `offset` of its segment, and
+/// returns its payload length.
+pub(super) fn encode_record(
+    entry: &Entry,
+    offset: u64,
+    into: &mut Vec<u8>,
+) -> Result<u32, EncodeError> {
+    let index = entry.log_id.index;
+    let payload = encode(entry).map_err(|source| EncodeError::Encode { index, source })?;
+    let len = payload.len();
+    let len = u32::try_from(len)
+        .ok()
+        .filter(|l| u64::from(*l) <= MAX_RECORD)
+        .ok_or(EncodeError::TooLong { index, len })?;
+    let payload_crc = crc32fast::hash(&payload);
+    into.extend_from_slice(&header_crc(offset, len, payload_crc).to_le_bytes());
+    into.extend_from_slice(&len.to_le_bytes());
+    into.extend_from_slice(&payload_crc.to_le_bytes());
+    into.extend_from_slice(&payload);
+    Ok(len)
+}
+
+/// What the bytes at one offset hold.
+enum Slot<'a> {
+    Good { payload: &'a [u8], end: usize },
+    Damaged(Damage),
+    OverLimit(u32),
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
+    let word = bytes.get(at..at.checked_add(4)?)?;
+    Some(u32::from_le_bytes([word[0], word[1], word[2], word[3]]))
+}
+
+fn slot(bytes: &[u8], at: usize) -> Slot<'_> {
+    let header = (
+        u32_at(bytes, at),
+        u32_at(bytes, at + 4),
+        u32_at(bytes, at + 8),
+    );
+    let (Some(crc), Some(len), Some(payload_crc)) = header else {
+        return Slot::Damaged(Damage::HeaderShort);
+    };
+    // No writer writes an empty payload; refusing a zero length also keeps a run of zeros
+    // from ever passing for a record, whatever its offset hashes to.
+    if len == 0 || header_crc(at as u64, len, payload_crc) != crc {
+        return Slot::Damaged(Damage::HeaderChecksum);
+    }
+    if u64::from(len) > MAX_RECORD {
+        return Slot::OverLimit(len);
+    }
+    let start = at + HEADER as usize;
+    let end = start + len as usize;
+    let Some(payload) = bytes.get(start..end) else {
+        return Slot::Damaged(Damage::PayloadShort);
+    };
+    if crc32fast::hash(payload) != payload_crc {
+        return Slot::Damaged(Damage::PayloadChecksum);
+    }
+    Slot::Good { payload, end }
+}
+
+/// The first offset from `from` on where a whole good record starts (header and payload both
+/// check), looked for at every byte since a damaged length says nothing of where the next
+/// record is. Costs a pass over the rest of the segment, only when a record is damaged.
+fn first_good_from(bytes: &[u8], from: usize) -> Option<u64> {
+    let fits = |at: usize| {
+        u32_at(bytes, at + 4).is_some_and(|len| {
+            len != 0
+                && u64::from(len) <= MAX_RECORD
+                && at + HEADER as usize + len as usize <= bytes.len()
+        })
+    };
+    (from..bytes.len())
+        .find(|&at| fits(at) && matches!(slot(bytes, at), Slot::Good { .. }))
+        .map(|at| at as u64)
+}
+
+/// The damaged rows of the recovery table: a damaged record is a torn tail only if nothing good
+/// follows it anywhere, since a crash leaves a prefix of the last write and nothing after it.
+fn damaged(bytes: &[u8], at: usize, damage: Damage) -> End {
+    match first_good_from(bytes, at + 1) {
+        Some(good_at) => End::Corrupt(at as u64, Corruption::DamagedBeforeGood { damage, good_at }),
+        None => End::Torn(at as u64),
+    }
+}
+
+/// A good record of format 1 (`[length u32][crc32 u32][payload]`, no magic) anywhere.
+fn holds_format_1(bytes: &[u8]) -> bool {
+    (0..bytes.len()).any(|at| {
+        let (Some(len), Some(crc)) = (u32_at(bytes, at), u32_at(bytes, at + 4)) else {
+            return false;
+        };
+        let start = at + 8;
+        len != 0
+            && u64::from(len) <= MAX_RECORD
+            && bytes
+                .get(start..start + len as usize)
+                .is_some_and(|payload| crc32fast::hash(payload) == crc)
+    })
+}
+
+/// Reads a segment's bytes by the recovery table.
+pub(super) fn parse_segment(bytes: &[u8]) -> Parsed {
+    let mut entries = Vec::new();
+    if bytes.is_empty() {
+        // Created, and its first append never begun.
+        return Parsed {
+            entries,
+            end: End::Clean,
+        };
+    }
+    if !bytes.starts_with(MAGIC) {
+        // The magic goes out with the segment's first append, so a crash can tear it too.
+        let end = match damaged(bytes, 0, Damage::Magic) {
+            End::Torn(_) if holds_format_1(bytes) => End::OldFormat,
+            end => end,
+        };
+        return Parsed { entries, end };
+    }
+    let mut at = MAGIC.len();
+    while at < bytes.len() {
+        match slot(bytes, at) {
+            Slot::Good { payload, end } => {
+                let Ok(entry) = decode::<Entry>(payload) else {
+                    let end = End::Corrupt(at as u64, Corruption::Undecodable);
+                    return Parsed { entries, end };
+                };
+                entries.push((entry, at as u64, payload.len() as u32));
+                at = end;
+            }
+            Slot::OverLimit(len) => {
+                let end = End::Corrupt(at as u64, Corruption::LengthOverLimit { len });
+                return Parsed { entries, end };
+            }
+            Slot::Damaged(damage) => {
+                let end = damaged(bytes, at, damage);
+                return Parsed { entries, end };
+            }
+        }
+    }
+    Parsed {
+        entries,
+        end: End::Clean,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raft::log_store::tests::entry;
+
+    /// A segment as appends write it: the magic, then records 1..=n.
+    fn segment(n: u64) -> (Vec<u8>, Vec<u64>) {
+        let mut bytes = MAGIC.to_vec();
+        let mut offsets = Vec::new();
+        for i in 1..=n {
+            offsets.push(bytes.len() as u64);
+            encode_record(&entry(i), bytes.len() as u64, &mut bytes).unwrap();
+        }
+        (bytes, offsets)
+    }
+
+    fn indexes(parsed: &Parsed) -> Vec<u64> {
+        parsed
+            .entries
+            .iter()
+            .map(|(e, ..)| e.log_id.index)
+            .collect()
+    }
+
+    #[test]
+    fn every_flipped_bit_of_a_segment_is_corruption_but_in_its_last_record() {
+        let (pristine, offsets) = segment(5);
+        let last = offsets[4];
+        for bit in 0..pristine.len() * 8 {
+            let mut bytes = pristine.clone();
+            bytes[bit / 8] ^= 1 << (bit % 8);
+            let parsed = parse_segment(&bytes);
+            let at = (bit / 8) as u64;
+            if at >= last {
+                // Indistinguishable from the last write torn by a crash: the one case cut.
+                assert_eq!(parsed.end, End::Torn(last), "bit {bit}");
+                assert_eq!(indexes(&parsed), vec![1, 2, 3, 4], "bit {bit}");
+            } else {
+                let damaged = offsets
+                    .iter()
+                    .rev()
+                    .find(|o| **o <= at)
+                    .copied()
+                    .unwrap_or(0);
+                assert!(
+                    matches!(parsed.end, End::Corrupt(o, _) if o == damaged),
+                    "bit {bit}: {:?}",
+                    parsed.end
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_torn_last_write_is_torn_whatever_follows_its_prefix() {
+        let (bytes, offsets) = segment(3);
+        let last = offsets[2] as usize;
+        // A crash keeps a prefix of the last write, then zeros where the file grew but the
+        // blocks never came, or garbage in the block being written.
+        for cut in last..bytes.len() {
+            for tail in [vec![], vec![0; 300], vec![0xa5; 37]] {
+                let mut torn = bytes[..cut].to_vec();
+                torn.extend_from_slice(&tail);
+                let parsed = parse_segment(&torn);
+                // The tail may happen to hold the bytes the cut took (a payload ending in 0).
+                let (whole, kept) = if torn.starts_with(&bytes) {
+                    (bytes.len(), vec![1, 2, 3])
+                } else {
+                    (last, vec![1, 2])
+                };
+                let expected = if torn.len() == whole {
+                    End::Clean
+                } else {
+                    End::Torn(whole as u64)
+                };
+                assert_eq!(parsed.end, expected, "cut at {cut}, tail {}", tail.len());
+                assert_eq!(indexes(&parsed), kept, "cut at {cut}, tail {}", tail.len());
+            }
+        }
+        // The first write of a segment, magic and all, can be torn too.
+        for cut in 1..MAGIC.len() {
+            let mut torn = bytes[..cut].to_vec();
+            assert_eq!(parse_segment(&torn).end, End::Torn(0), "cut at {cut}");
+            torn.extend_from_slice(&[0xa5; 100]);
+            assert_eq!(parse_segment(&torn).end, End::Torn(0), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_record_is_good_only_at_the_offset_it_was_written_for() {
+        // A value holding a whole record, as a client may write it: still one entry.
+        let (mut bytes, _) = segment(1);
+        let inner_at = bytes.len() as u64;
+        let mut inner = Vec::new();
+        encode_record(&entry(2), inner_at, &mut inner).unwrap();
+        let mut moved = MAGIC.to_vec();
+        moved.extend_from_slice(&inner[..]);
+        assert_eq!(
+            parse_segment(&moved).end,
+            End::Torn(MAGIC.len() as u64),
+            "a record moved from where it was written fails its header checksum"
+        );
+        bytes.extend_from_slice(&inner);
+        assert_eq!(indexes(&parse_segment(&bytes)), vec![1, 2]);
+    }
+
+    #[test]
+    fn an_undecodable_entry_and_an_impossible_length_are_corrupt() {
+        let (mut bytes, _) = segment(1);
+        let good = bytes.len() as u64;
+        let junk = [0xff_u8; 5];
+        let payload_crc = crc32fast::hash(&junk);
+        bytes.extend_from_slice(&header_crc(good, 5, payload_crc).to_le_bytes());
+        bytes.extend_from_slice(&5u32.to_le_bytes());
+        bytes.extend_from_slice(&payload_crc.to_le_bytes());
+        bytes.extend_from_slice(&junk);
+        assert_eq!(
+            parse_segment(&bytes).end,
+            End::Corrupt(good, Corruption::Undecodable)
+        );
+
+        let (mut bytes, _) = segment(1);
+        let len = MAX_RECORD as u32 + 1;
+        bytes.extend_from_slice(&header_crc(good, len, 0).to_le_bytes());
+        bytes.extend_from_slice(&len.to_le_bytes());
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        assert_eq!(
+            parse_segment(&bytes).end,
+            End::Corrupt(good, Corruption::LengthOverLimit { len })
+        );
+    }
+
+    #[test]
+    fn a_format_1_segment_is_old_not_torn() {
+        let mut bytes = Vec::new();
+        for i in 1..=2 {
+            let payload = encode(&entry(i)).unwrap();
+            bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+            bytes.extend_from_slice(&payload);
+        }
+        assert_eq!(parse_segment(&bytes).end, End::OldFormat);
+        // Even with its first record damaged.
+        bytes[9] ^= 1;
+        assert_eq!(parse_segment(&bytes).end, End::OldFormat);
+    }
+}
