@@ -353,7 +353,9 @@ async fn write(client: &LeaseClient, recorder: &Recorder, id: u32, op: Op) -> Op
                 (r.applied.as_ref(), Answer::Outcome(put_outcome(r)))
             })
         }
-        Op::Advance { .. } | Op::Tick => unreachable!("clients send neither"),
+        Op::Advance { .. } | Op::Tick | Op::Register => {
+            unreachable!("clients send none of these")
+        }
     };
     let outcome = match &completion {
         Completion::Ok {
@@ -767,6 +769,18 @@ async fn fault_run(nodes: usize, faults: &[Fault], duration: Duration, seed: u64
 
     let history = recorder.history.lock().unwrap().clone();
     let mut anomalies = check::check_all(&history, &log);
+    // INTERNAL means a broken invariant or a failed disk, neither of which a fault run causes:
+    // it fails the run, where counting it as indeterminate would hide it.
+    for op in &history {
+        if let Completion::Indeterminate(why) = &op.completion {
+            if why.starts_with("internal error") {
+                anomalies.push(Anomaly::new(
+                    "internal error",
+                    format!("{:?} (client {}) failed: {why}", op.request, op.client),
+                ));
+            }
+        }
+    }
     let mut replayed = LeaseTable::default();
     for command in log.iter().flat_map(|(_, commands)| commands) {
         replayed.apply(command);

@@ -100,6 +100,9 @@ impl NodeError {
             // `DeleteConflictLog`). A cut-off entry may survive on the nodes that elect a later
             // leader, which then commits it; the two cannot be told apart.
             RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => NodeError::Deposed,
+            // The node is stopping (a shutdown, or its proposer gone with it): no fault of the
+            // store, so UNAVAILABLE and the client tries another node.
+            RaftError::Fatal(openraft::error::Fatal::Stopped) => NodeError::Unanswered,
             // Storage failed, Raft panicked or stopped: after the append, for all we know.
             other => NodeError::ProposalFailed(other.to_string()),
         }
