@@ -138,10 +138,12 @@ impl Cluster {
             .map(|i| format!("127.0.0.{i}").parse().unwrap())
             .collect();
         let endpoints: Vec<String> = ips.iter().map(|ip| format!("{ip}:7001")).collect();
-        // Never purge: the checkers read the whole log at the end.
+        // Snapshots often, so that building, installing and purging happen under the faults;
+        // the log is archived as the run goes, before it is purged (see `archive_log`).
+        let snapshot_every = snapshot_every().to_string();
         let mut nodes =
             LocalCluster::new(harness::binary().as_ref(), dir.path(), &endpoints, false)
-                .with_serve_args(&["--snapshot-every", "100000000"]);
+                .with_serve_args(&["--snapshot-every", &snapshot_every]);
         nodes.start_all().unwrap();
         Cluster {
             nodes,
@@ -204,24 +206,102 @@ impl Cluster {
         .await
     }
 
-    /// The applied log of node `id`, from index 1 to `upto`.
-    async fn read_log(&self, id: u64, upto: u64) -> Log {
-        let endpoint = format!("http://{}", self.endpoints[(id - 1) as usize]);
-        let channel = tonic::transport::Endpoint::from_shared(endpoint)
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        let mut client = RaftClient::new(channel).max_decoding_message_size(usize::MAX);
-        let request = RaftMessage {
-            data: codec::encode(&(1u64, upto)).unwrap(),
-        };
-        let reply = client
-            .read_log(request)
-            .await
-            .expect("ReadLog")
-            .into_inner();
-        codec::decode(&reply.data).expect("decode the log")
+    /// A channel to each node's internal service, from the clients' address (which no partition
+    /// touches).
+    fn log_readers(&self) -> Vec<tonic::transport::Channel> {
+        self.endpoints
+            .iter()
+            .map(|endpoint| {
+                tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
+                    .unwrap()
+                    .local_address(Some(CLIENT_IP.parse().unwrap()))
+                    .connect_lazy()
+            })
+            .collect()
+    }
+}
+
+/// Applied entries between snapshots in fault runs: small, so that every run builds, installs
+/// and purges snapshots; larger in release builds, whose nodes apply entries faster than
+/// the archive reads them back. `LEASEHOLD_FAULT_SNAPSHOT_EVERY` overrides it.
+fn snapshot_every() -> u64 {
+    std::env::var("LEASEHOLD_FAULT_SNAPSHOT_EVERY")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if cfg!(debug_assertions) { 1_000 } else { 5_000 })
+}
+
+/// Entries read back per `ReadLog` call.
+const LOG_CHUNK: u64 = 1_000;
+
+/// The applied entries of the node behind `channel` from index `from` on, at most `LOG_CHUNK`.
+async fn read_log_chunk(channel: tonic::transport::Channel, from: u64) -> Option<Log> {
+    let mut client = RaftClient::new(channel).max_decoding_message_size(usize::MAX);
+    let mut request = tonic::Request::new(RaftMessage {
+        data: codec::encode(&(from, from + LOG_CHUNK - 1)).ok()?,
+    });
+    request.set_timeout(Duration::from_millis(200));
+    let reply = client.read_log(request).await.ok()?.into_inner();
+    codec::decode(&reply.data).ok()
+}
+
+/// The cluster's committed log, gathered while the run goes on. With snapshots on, each node
+/// purges what its snapshot covers, so the entries are read back from whichever node answers
+/// before every node has purged them. Applied entries are committed: every node that has one
+/// has the same one.
+#[derive(Default)]
+struct LogArchive {
+    entries: Mutex<BTreeMap<u64, Vec<leasehold::lease::Command>>>,
+}
+
+impl LogArchive {
+    fn next_missing(&self) -> u64 {
+        let entries = self.entries.lock().unwrap();
+        (1..).find(|i| !entries.contains_key(i)).unwrap_or(1)
+    }
+
+    /// Reads every node's log from the first missing index until none has more to give. All
+    /// nodes at once: a stopped node must not hold the others' reads back while they purge.
+    async fn catch_up(&self, readers: &[tonic::transport::Channel]) {
+        loop {
+            let from = self.next_missing();
+            let mut reads = tokio::task::JoinSet::new();
+            for reader in readers {
+                reads.spawn(read_log_chunk(reader.clone(), from));
+            }
+            let mut grew = false;
+            while let Some(chunk) = reads.join_next().await {
+                let Ok(Some(chunk)) = chunk else { continue };
+                let mut entries = self.entries.lock().unwrap();
+                for (index, commands) in chunk {
+                    grew |= entries.insert(index, commands).is_none();
+                }
+            }
+            if !grew {
+                return;
+            }
+        }
+    }
+
+    /// Entries 1 to `upto`, as far as they were archived (a hole is the checkers' to report).
+    fn log(&self, upto: u64) -> Log {
+        let entries = self.entries.lock().unwrap();
+        entries
+            .range(1..=upto)
+            .map(|(index, commands)| (*index, commands.clone()))
+            .collect()
+    }
+}
+
+/// Archives the log every 20 ms until `stop`.
+async fn archive_log(
+    archive: Arc<LogArchive>,
+    readers: Vec<tonic::transport::Channel>,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        archive.catch_up(&readers).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -702,6 +782,14 @@ async fn fault_run(nodes: usize, faults: &[Fault], duration: Duration, seed: u64
         history: Mutex::new(Vec::new()),
     });
     let stop = Arc::new(AtomicBool::new(false));
+    let archive = Arc::new(LogArchive::default());
+    let readers = cluster.log_readers();
+    let archiving_done = Arc::new(AtomicBool::new(false));
+    let archiver = tokio::spawn(archive_log(
+        archive.clone(),
+        readers.clone(),
+        archiving_done.clone(),
+    ));
     let mut clients = Vec::new();
     for id in 0..5u32 {
         let client = cluster.client(&cluster.endpoints, Duration::from_secs(3));
@@ -713,6 +801,7 @@ async fn fault_run(nodes: usize, faults: &[Fault], duration: Duration, seed: u64
     let mut windows: Vec<(String, u64, u64)> = Vec::new();
     let mut unavailable: BTreeMap<String, Duration> = BTreeMap::new();
     let mut probe = 0;
+    let mut self_exits: Vec<String> = Vec::new();
     let began = Instant::now();
     while began.elapsed() < duration {
         tokio::time::sleep(Duration::from_millis(rng.between(300, 1_200))).await;
@@ -724,6 +813,18 @@ async fn fault_run(nodes: usize, faults: &[Fault], duration: Duration, seed: u64
         // Pauses outlast the election timeout; everything outlasts a failover.
         tokio::time::sleep(Duration::from_millis(rng.between(1_000, 3_000))).await;
         apply_heal(heal, &mut cluster);
+        // A node that stopped by itself (its Raft stopped with an error, and it exits rather
+        // than answer errors) is restarted, as a supervisor would, and counted.
+        for id in cluster.ids() {
+            if let Some(status) = cluster.nodes.try_reap(id) {
+                println!("node {id} exited by itself ({status}); restarted");
+                self_exits.push(format!(
+                    "node {id} at {} ms: {status}",
+                    began.elapsed().as_millis()
+                ));
+                cluster.nodes.start(id).unwrap();
+            }
+        }
         let took = time_to_serve(&cluster, &recorder, &mut probe).await;
         windows.push((label.clone(), from, recorder.now_ns()));
         let longest = unavailable.entry(label).or_default();
@@ -741,7 +842,7 @@ async fn fault_run(nodes: usize, faults: &[Fault], duration: Duration, seed: u64
     for id in cluster.ids() {
         cluster.nodes.start(id).unwrap();
     }
-    let leader = cluster.wait_leader().await;
+    cluster.wait_leader().await;
     time_to_serve(&cluster, &recorder, &mut probe).await;
     let final_client = cluster.client(&cluster.endpoints, Duration::from_secs(10));
     for key in KEYS {
@@ -765,7 +866,37 @@ async fn fault_run(nodes: usize, faults: &[Fault], duration: Duration, seed: u64
         .await;
     }
     let (applied, digest) = cluster.converged().await;
-    let log = cluster.read_log(leader, applied).await;
+    // Snapshots were built, purged behind and installed under the faults, not only configured.
+    let mut purged_through = 0;
+    for id in cluster.ids() {
+        if let Some(status) = cluster.node_status(id).await {
+            purged_through = purged_through.max(status.purged_index);
+        }
+    }
+    let installs: usize = cluster
+        .nodes
+        .nodes()
+        .iter()
+        .map(|node| {
+            std::fs::read_to_string(&node.log)
+                .unwrap_or_default()
+                .matches("installed a snapshot from the leader")
+                .count()
+        })
+        .sum();
+    println!(
+        "snapshots every {} entries: log purged through {purged_through}, {installs} installed \
+         from a leader",
+        snapshot_every()
+    );
+    assert!(
+        purged_through > 0,
+        "no node purged its log behind a snapshot: the run exercised no snapshot"
+    );
+    archiving_done.store(true, Ordering::Relaxed);
+    archiver.await.unwrap();
+    archive.catch_up(&readers).await;
+    let log = archive.log(applied);
 
     let history = recorder.history.lock().unwrap().clone();
     let mut anomalies = check::check_all(&history, &log);
@@ -816,6 +947,20 @@ async fn fault_run(nodes: usize, faults: &[Fault], duration: Duration, seed: u64
     for (label, longest) in unavailable {
         per_fault.entry(label).or_default().4 = longest;
     }
+    if !self_exits.is_empty() {
+        println!("nodes that exited by themselves: {self_exits:?}");
+    }
+    if !anomalies.is_empty() || !self_exits.is_empty() {
+        // The run's data dirs go with it: keep the nodes' logs, to read what they did.
+        let kept = std::env::temp_dir().join(format!("leasehold-fault-{seed}"));
+        let _ = std::fs::create_dir_all(&kept);
+        for node in cluster.nodes.nodes() {
+            if let Some(name) = node.log.file_name() {
+                let _ = std::fs::copy(&node.log, kept.join(name));
+            }
+        }
+        println!("the nodes' logs are kept in {}", kept.display());
+    }
     let report = Report {
         seed,
         anomalies,
@@ -842,8 +987,12 @@ fn print_report(report: &Report) {
         report.anomalies.len(),
         report.seed
     );
-    for anomaly in &report.anomalies {
+    // The first few say what went wrong; one broken node can fail every later request.
+    for anomaly in report.anomalies.iter().take(20) {
         println!("  {anomaly}");
+    }
+    if report.anomalies.len() > 20 {
+        println!("  ... and {} more", report.anomalies.len() - 20);
     }
 }
 
@@ -856,9 +1005,10 @@ fn assert_clean(report: &Report, at_least: usize) {
     );
     assert!(
         report.anomalies.is_empty(),
-        "anomalies found with seed {}: {:?}",
+        "{} anomalies found with seed {}, the first: {:?}",
+        report.anomalies.len(),
         report.seed,
-        report.anomalies
+        report.anomalies.iter().take(3).collect::<Vec<_>>()
     );
 }
 

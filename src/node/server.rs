@@ -180,6 +180,8 @@ pub async fn run(
     let reflection_v1alpha = reflection()
         .build_v1alpha()
         .map_err(|e| StartError::Config(e.to_string()))?;
+    let fatal = Arc::new(tokio::sync::Notify::new());
+    let watchdog = tokio::spawn(watch_for_fatal(raft.clone(), fatal.clone()));
     let server = tonic::transport::Server::builder()
         .add_service(LeaseStoreServer::new(LeaseService::new(node.clone())))
         .add_service(ClusterServer::new(ClusterService::new(node.clone())))
@@ -191,7 +193,12 @@ pub async fn run(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .serve_with_incoming_shutdown(incoming, shutdown);
+        .serve_with_incoming_shutdown(incoming, async move {
+            tokio::select! {
+                () = shutdown => {}
+                () = fatal.notified() => {}
+            }
+        });
     let server = tokio::spawn(server);
 
     form_cluster(&node, &config).await?;
@@ -202,10 +209,40 @@ pub async fn run(
     if let Some(ticker) = ticker {
         ticker.abort();
     }
+    watchdog.abort();
+    let stopped = raft.metrics().borrow().running_state.clone();
     let _ = raft.shutdown().await;
     served?;
+    if let Err(fatal) = stopped {
+        return Err(StartError::Raft(format!(
+            "raft stopped on node {}: {fatal}; the node exits so that it can be restarted \
+             (its data dir is intact unless the error names the disk)",
+            config.id
+        )));
+    }
     tracing::info!(id = config.id, "node stopped");
     Ok(())
+}
+
+/// Notifies `fatal` once Raft has stopped with an error. A node whose Raft stopped can answer
+/// nothing but errors, forever: it stops serving and exits instead, so that clients move to
+/// the other nodes at once and a supervisor (or `leasehold cluster`) restarts it, which
+/// recovers it from its disk. (openraft 0.9 can stop a leader so when a replication stream
+/// ends while a snapshot is being sent to it: a fault run with snapshots on saw every request to
+/// that node answered INTERNAL until the run ended.)
+async fn watch_for_fatal(raft: raft::Raft, fatal: Arc<tokio::sync::Notify>) {
+    let mut metrics = raft.metrics();
+    loop {
+        let stopped = metrics.borrow_and_update().running_state.clone();
+        if let Err(e) = stopped {
+            tracing::error!(error = %e, "raft stopped with an error; the node stops");
+            fatal.notify_one();
+            return;
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// On a pristine data dir every node proposes the same membership; openraft makes that safe, so

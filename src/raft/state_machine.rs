@@ -240,6 +240,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.snapshot_count += 1;
         self.files.write(self.snapshot_count, file).await?;
         self.restore(meta, table);
+        tracing::info!(
+            index = meta.last_log_id.map_or(0, |id| id.index),
+            "installed a snapshot from the leader"
+        );
         Ok(())
     }
 
