@@ -801,7 +801,7 @@ async fn fault_run(nodes: usize, faults: &[Fault], duration: Duration, seed: u64
     let mut windows: Vec<(String, u64, u64)> = Vec::new();
     let mut unavailable: BTreeMap<String, Duration> = BTreeMap::new();
     let mut probe = 0;
-    let mut self_exits: Vec<String> = Vec::new();
+    let mut self_exits: Vec<(u64, Duration, String)> = Vec::new();
     let began = Instant::now();
     while began.elapsed() < duration {
         tokio::time::sleep(Duration::from_millis(rng.between(300, 1_200))).await;
@@ -817,11 +817,16 @@ async fn fault_run(nodes: usize, faults: &[Fault], duration: Duration, seed: u64
         // than answer errors) is restarted, as a supervisor would, and counted.
         for id in cluster.ids() {
             if let Some(status) = cluster.nodes.try_reap(id) {
-                println!("node {id} exited by itself ({status}); restarted");
-                self_exits.push(format!(
-                    "node {id} at {} ms: {status}",
-                    began.elapsed().as_millis()
-                ));
+                let log = &cluster.nodes.nodes()[(id - 1) as usize].log;
+                let why = std::fs::read_to_string(log)
+                    .unwrap_or_default()
+                    .lines()
+                    .rev()
+                    .find(|line| line.contains("raft stopped"))
+                    .unwrap_or("no reason logged")
+                    .to_owned();
+                println!("node {id} exited by itself ({status}); restarted. {why}");
+                self_exits.push((id, began.elapsed(), why));
                 cluster.nodes.start(id).unwrap();
             }
         }
@@ -947,8 +952,22 @@ async fn fault_run(nodes: usize, faults: &[Fault], duration: Duration, seed: u64
     for (label, longest) in unavailable {
         per_fault.entry(label).or_default().4 = longest;
     }
-    if !self_exits.is_empty() {
-        println!("nodes that exited by themselves: {self_exits:?}");
+    for (id, at, why) in &self_exits {
+        // openraft 0.9.25 stops a leader whose replication stream to a follower ended on a
+        // higher vote when, before it hears of that vote, it asks the stream to send that
+        // follower a snapshot. The node exits and restarts cleanly from its disk (a fault run
+        // sees it now and then since snapshots are on); any other reason fails the run.
+        if why.contains("replication channel closed") {
+            println!(
+                "node {id} stopped at {} ms on openraft's known snapshot-replication race",
+                at.as_millis()
+            );
+        } else {
+            anomalies.push(Anomaly::new(
+                "node exit",
+                format!("node {id} exited by itself at {} ms: {why}", at.as_millis()),
+            ));
+        }
     }
     if !anomalies.is_empty() || !self_exits.is_empty() {
         // The run's data dirs go with it: keep the nodes' logs, to read what they did.

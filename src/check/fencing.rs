@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::history::{Anomaly, Applied};
+use super::history::{Anomaly, Applied, Completion, Operation};
 use crate::lease::{Fence, Op, Outcome};
 
 /// Tokens of successive grants of a lease strictly increase; a renewal keeps the current token;
@@ -96,6 +96,124 @@ pub fn mutual_exclusion(applied: &[Applied]) -> Vec<Anomaly> {
                 if let Some((_, until_ms)) = held.get_mut(lease.as_str()) {
                     *until_ms = (*until_ms).min(a.store_time_ms);
                 }
+            }
+            _ => {}
+        }
+    }
+    anomalies
+}
+
+/// Who a lease was last granted to, and what its holder was told.
+struct Holding<'a> {
+    holder: &'a str,
+    token: u64,
+    /// `None` until an acknowledged grant or renewal told the holder it may act.
+    promise: Option<Promise>,
+}
+
+#[derive(Clone, Copy)]
+struct Promise {
+    /// The holder's request was sent at this instant of the history's clock, plus the TTL.
+    until_ns: u64,
+    /// The grant or renewal that promised it, and the store-time expiry it logged.
+    index: u64,
+    expires_at_ms: u64,
+}
+
+/// How much earlier than its TTL a lease may end in real time: stamps count whole milliseconds
+/// (a floor), so a lease can end up to 1 ms early; 2 ms leaves room for the rounding of both ends.
+const REAL_TIME_ROUNDING_NS: u64 = 2_000_000;
+
+/// The README's headline claim, in real time as the clients measured it: a grant of a lease to a
+/// new holder completes no earlier than the previous holder's acquire (or renewal) was sent plus
+/// its TTL, unless that holder released it in between. Judged from the history's clock, not from
+/// the store time in the log, so a leader whose clock ran fast fails it.
+///
+/// Only what the holders knew counts: a grant or renewal whose answer was lost (indeterminate)
+/// promised its client nothing, and a renewal replaces what the grant promised (its TTL may be
+/// shorter).
+pub fn real_time_exclusion(history: &[Operation], applied: &[Applied]) -> Vec<Anomaly> {
+    let acknowledged: BTreeMap<(u64, u32), &Operation> = history
+        .iter()
+        .filter_map(|op| match op.completion {
+            Completion::Ok {
+                log_index,
+                position,
+                ..
+            } if op.is_write() => Some(((log_index, position), op)),
+            _ => None,
+        })
+        .collect();
+    let mut anomalies = Vec::new();
+    // Per lease: the holder the store last granted it to, its token, and until when (in the
+    // history's nanoseconds) that holder was told it may act; `None` until it was told.
+    let mut held: BTreeMap<&str, Holding> = BTreeMap::new();
+    for a in applied.iter().filter(|a| !a.retry) {
+        let ack = acknowledged.get(&(a.index, a.position));
+        match (&a.op, &a.outcome) {
+            (
+                Op::Acquire {
+                    lease,
+                    holder,
+                    ttl_ms,
+                },
+                Outcome::Granted {
+                    token,
+                    renewed,
+                    expires_at_ms,
+                },
+            ) => {
+                let promise = ack.map(|op| Promise {
+                    until_ns: op.invoked_ns + ttl_ms * 1_000_000,
+                    index: a.index,
+                    expires_at_ms: *expires_at_ms,
+                });
+                if *renewed {
+                    // A renewal sets the expiry to its own send plus its own TTL, shorter or
+                    // longer than before. Answered, it is what the holder was told; its answer
+                    // lost, the holder cannot know which, and nor can this check: it judges the
+                    // lease again from the next answered grant or renewal.
+                    if let Some(holding) = held.get_mut(lease.as_str()) {
+                        holding.promise = promise;
+                    }
+                    continue;
+                }
+                if let (Some(previous), Some(op)) = (held.get(lease.as_str()), ack) {
+                    if let Some(promised) = previous.promise {
+                        if previous.holder != holder
+                            && op.completed_ns + REAL_TIME_ROUNDING_NS < promised.until_ns
+                        {
+                            anomalies.push(Anomaly::new(
+                                "real-time exclusion",
+                                format!(
+                                    "{holder:?} was granted {lease:?} (token {token}, index {}, store \
+                                     time {}) at {} ns, but {:?} (token {}) had been promised it \
+                                     until {} ns (by index {}, expiring at store time {}): {} ms early",
+                                    a.index,
+                                    a.store_time_ms,
+                                    op.completed_ns,
+                                    previous.holder,
+                                    previous.token,
+                                    promised.until_ns,
+                                    promised.index,
+                                    promised.expires_at_ms,
+                                    (promised.until_ns - op.completed_ns) / 1_000_000
+                                ),
+                            ));
+                        }
+                    }
+                }
+                held.insert(
+                    lease,
+                    Holding {
+                        holder,
+                        token: *token,
+                        promise,
+                    },
+                );
+            }
+            (Op::Release { lease, .. }, Outcome::Released { .. }) => {
+                held.remove(lease.as_str());
             }
             _ => {}
         }

@@ -13,7 +13,7 @@ mod history;
 mod linearizable;
 pub mod model;
 
-pub use fencing::{fencing, mutual_exclusion};
+pub use fencing::{fencing, mutual_exclusion, real_time_exclusion};
 pub use history::{replay, Anomaly, Answer, Applied, Completion, Log, Operation, Request};
 pub use linearizable::{linearizable, read_answer};
 
@@ -26,6 +26,7 @@ pub fn check_all(history: &[Operation], log: &Log) -> Vec<Anomaly> {
     let mut anomalies = linearizable(history, log, &applied);
     anomalies.extend(fencing(&applied));
     anomalies.extend(mutual_exclusion(&applied));
+    anomalies.extend(real_time_exclusion(history, &applied));
     anomalies
 }
 
@@ -263,6 +264,147 @@ mod tests {
             mutual_exclusion(&[grant(2, "a", 0, 1), released, grant(4, "b", 500, 2)]),
             vec![]
         );
+    }
+
+    /// Store time says a's lease expired (the leader's clock ran fast: 1,500 ms of store time in
+    /// 600 ms of real time), so the store granted it to b; the clients' clock says b got it
+    /// while a had been promised it.
+    fn fast_clock_history(b_completed_ms: u64, release_between: bool) -> (Log, Vec<Operation>) {
+        let acquire = |holder: &str| Op::Acquire {
+            lease: "l".into(),
+            holder: holder.into(),
+            ttl_ms: 1_000,
+        };
+        let command = |at_ms, op: &Op| Command {
+            at_ms: Some(at_ms),
+            request: None,
+            op: op.clone(),
+        };
+        let release = Op::Release {
+            lease: "l".into(),
+            holder: "a".into(),
+            token: 1,
+        };
+        let mut log = vec![(1, vec![]), (2, vec![command(0, &acquire("a"))])];
+        if release_between {
+            log.push((3, vec![command(100, &release)]));
+        }
+        let b_index = log.len() as u64 + 1;
+        log.push((b_index, vec![command(1_500, &acquire("b"))]));
+        let ms = 1_000_000;
+        let done =
+            |request: Op, invoked_ns, completed_ns, index, store_time_ms, answer| Operation {
+                client: 0,
+                request: Request::Write(request),
+                invoked_ns,
+                completed_ns,
+                completion: Completion::Ok {
+                    log_index: index,
+                    position: 0,
+                    store_time_ms,
+                    answer: Answer::Outcome(answer),
+                },
+            };
+        let mut history = vec![
+            done(
+                acquire("a"),
+                0,
+                ms,
+                2,
+                0,
+                Outcome::Granted {
+                    token: 1,
+                    expires_at_ms: 1_000,
+                    renewed: false,
+                },
+            ),
+            done(
+                acquire("b"),
+                500 * ms,
+                b_completed_ms * ms,
+                b_index,
+                1_500,
+                Outcome::Granted {
+                    token: 2,
+                    expires_at_ms: 2_500,
+                    renewed: false,
+                },
+            ),
+        ];
+        if release_between {
+            // a released it; its answer was lost, but the log has the release.
+            history.push(Operation {
+                client: 0,
+                request: Request::Write(release),
+                invoked_ns: 50 * ms,
+                completed_ns: 60 * ms,
+                completion: Completion::Indeterminate("answer lost".into()),
+            });
+        }
+        (log, history)
+    }
+
+    #[test]
+    fn a_grant_before_the_previous_holders_ttl_passed_in_real_time_is_flagged() {
+        let (log, history) = fast_clock_history(600, false);
+        let anomalies = check_all(&history, &log);
+        assert_eq!(anomalies.len(), 1, "{anomalies:?}");
+        assert_eq!(anomalies[0].checker, "real-time exclusion");
+        assert!(anomalies[0].what.contains("400 ms early"), "{anomalies:?}");
+        // Store time alone sees nothing wrong: that is the point of judging in real time.
+        assert!(mutual_exclusion(&replay(&log).unwrap()).is_empty());
+    }
+
+    #[test]
+    fn a_grant_after_the_ttl_or_after_a_release_is_not_flagged() {
+        let (log, history) = fast_clock_history(1_001, false);
+        assert_eq!(check_all(&history, &log), vec![]);
+        let (log, history) = fast_clock_history(600, true);
+        assert_eq!(check_all(&history, &log), vec![]);
+    }
+
+    #[test]
+    fn a_renewal_with_a_shorter_ttl_replaces_what_the_grant_promised() {
+        let acquire = |holder: &str, ttl_ms| Op::Acquire {
+            lease: "l".into(),
+            holder: holder.into(),
+            ttl_ms,
+        };
+        let entry = |index, at_ms, op: Op| {
+            (
+                index,
+                vec![Command {
+                    at_ms: Some(at_ms),
+                    request: None,
+                    op,
+                }],
+            )
+        };
+        let log = vec![
+            (1, vec![]),
+            entry(2, 0, acquire("a", 1_000)),
+            entry(3, 10, acquire("a", 100)),
+            entry(4, 200, acquire("b", 1_000)),
+        ];
+        let ms = 1_000_000;
+        let history: Vec<Operation> = replay(&log)
+            .unwrap()
+            .into_iter()
+            .map(|a| Operation {
+                client: 0,
+                request: Request::Write(a.op),
+                invoked_ns: a.store_time_ms * ms,
+                completed_ns: a.store_time_ms * ms + 50 * ms,
+                completion: Completion::Ok {
+                    log_index: a.index,
+                    position: a.position,
+                    store_time_ms: a.store_time_ms,
+                    answer: Answer::Outcome(a.outcome),
+                },
+            })
+            .collect();
+        // a was told at 10 ms that its lease ends 100 ms later; b's grant at 250 ms is fine.
+        assert_eq!(check_all(&history, &log), vec![]);
     }
 
     #[test]

@@ -71,9 +71,16 @@ pub enum NodeError {
         "this node stopped before the write was answered; it may or may not have been applied"
     )]
     Unanswered,
-    /// Raft failed after the write was handed to it: it may be in the log.
-    #[error("raft failed after the write was proposed: {0}; it may or may not have been applied")]
+    /// Raft stopped with an error after the write was handed to it: it may be in the log.
+    #[error(
+        "this node's Raft stopped after the write was proposed ({0}); it may or may not have \
+         been applied. The node exits to be restarted: ask another node"
+    )]
     ProposalFailed(String),
+    /// Raft stopped with an error (a storage failure, or openraft's own): this node answers
+    /// nothing until it is restarted, which it exits for.
+    #[error("this node's Raft stopped ({0}); the node exits to be restarted: ask another node")]
+    RaftStopped(String),
     /// Leadership moved while the write was proposed: its entry may be in the log of the
     /// nodes that elect the next leader.
     #[error(
@@ -163,11 +170,11 @@ impl From<NodeError> for Status {
             | NodeError::ForwardLost { .. }
             | NodeError::Unanswered
             | NodeError::Deposed
+            | NodeError::ProposalFailed(_)
+            | NodeError::RaftStopped(_)
             | NodeError::ShuttingDown => Code::Unavailable,
             NodeError::Forgotten | NodeError::UnknownSession => Code::Aborted,
-            NodeError::Raft(_) | NodeError::ProposalFailed(_) | NodeError::Invariant(_) => {
-                Code::Internal
-            }
+            NodeError::Raft(_) | NodeError::Invariant(_) => Code::Internal,
         };
         let indeterminate = matches!(
             e,

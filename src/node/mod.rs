@@ -166,7 +166,7 @@ impl Node {
                 )
             };
             if let Err(fatal) = running {
-                return Err(NodeError::Raft(fatal.to_string()));
+                return Err(NodeError::RaftStopped(fatal.to_string()));
             }
             match leader {
                 Some(leader) if leader == self.inner.id && state == ServerState::Leader => {
@@ -310,7 +310,7 @@ impl Node {
             Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)))) => {
                 Err(NodeError::ReadUnconfirmed(QUORUM_WAIT))
             }
-            Ok(Err(e)) => Err(NodeError::Raft(e.to_string())),
+            Ok(Err(RaftError::Fatal(fatal))) => Err(NodeError::RaftStopped(fatal.to_string())),
         }
     }
 
