@@ -77,10 +77,18 @@ async fn killed_node_restarted_catches_up_and_answers_reads() {
         },
     )
     .await;
+    // Served from the victim's own state, not forwarded: it leads now.
+    h.make_leader(victim).await;
     let through_victim = h.client_of(victim);
     assert_eq!(
         through_victim.get("k49").await.unwrap().value.as_deref(),
         Some(&b"v"[..])
+    );
+    let status = through_victim.node_status().await.unwrap();
+    assert_eq!(
+        status.role,
+        pb::Role::Leader as i32,
+        "the read was the victim's own"
     );
 }
 
@@ -203,7 +211,8 @@ async fn follower_behind_a_purged_log_catches_up_from_a_snapshot() {
         },
     )
     .await;
-    // Its state came whole.
+    // Its state came whole: read from its own state, as the leader.
+    h.make_leader(victim).await;
     let lease = h.client_of(victim).get_lease("l").await.unwrap();
     assert_eq!(lease.token, token);
     assert_eq!(
@@ -277,4 +286,81 @@ async fn a_node_whose_raft_stopped_exits_instead_of_answering_errors() {
     assert!(!status.success(), "it exits with an error: {status}");
     let log = std::fs::read_to_string(&h.cluster.nodes()[(victim - 1) as usize].log).unwrap();
     assert!(log.contains("raft stopped"), "it says why: {log}");
+}
+
+/// Review finding 1, with real processes: a leader's tail that never reached a quorum is lost
+/// while it is down, and once it leads again below the index it found at start-up, it must
+/// still serve. A leads and appends entries while both followers are stopped; A is killed; B
+/// leads with only its blank entry; A restarts, follows and drops its tail; then leadership moves
+/// until A leads, its log still shorter than at its start. Before the fix every read and write
+/// on A waited for the lost tail and failed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_leader_below_its_lost_tail_serves_reads_and_writes() {
+    let mut h = Harness::start(3, false).await;
+    assert!(written(&h.client.put("before", b"v", None).await.unwrap()));
+    let a = h.leader().await;
+    let others: Vec<u64> = (1..=3).filter(|id| *id != a).collect();
+    let start_index = h.client_of(a).node_status().await.unwrap().last_log_index;
+
+    // A appends entries nobody else gets: one write every 100 ms while the followers sleep.
+    for &id in &others {
+        h.cluster.signal(id, libc::SIGSTOP);
+    }
+    let endpoint = format!("http://{}", h.endpoints[(a - 1) as usize]);
+    let channel = tonic::transport::Endpoint::from_shared(endpoint)
+        .unwrap()
+        .connect_lazy();
+    let mut writes = Vec::new();
+    for i in 0..40 {
+        let mut store = pb::lease_store_client::LeaseStoreClient::new(channel.clone());
+        writes.push(tokio::spawn(async move {
+            let _ = store
+                .put(pb::PutRequest {
+                    key: format!("lost{i}"),
+                    value: b"x".to_vec(),
+                    fence: None,
+                    request_id: None,
+                })
+                .await;
+        }));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let tail_end = h.client_of(a).node_status().await.unwrap().last_log_index;
+    assert!(
+        tail_end >= start_index + 6,
+        "A appended a tail of its own: {start_index} to {tail_end}"
+    );
+    h.kill(a);
+    for write in writes {
+        let _ = write.await;
+    }
+    for &id in &others {
+        h.cluster.signal(id, libc::SIGCONT);
+    }
+    h.new_leader(a).await;
+    h.restart(a);
+    wait_for(
+        "A to follow and drop its tail",
+        Duration::from_secs(20),
+        || h.caught_up(a),
+    )
+    .await;
+    h.make_leader(a).await;
+    let status = h.client_of(a).node_status().await.unwrap();
+    assert!(
+        status.last_log_index < tail_end,
+        "A leads below the index it found at start-up ({} < {tail_end})",
+        status.last_log_index
+    );
+    let through_a = h.client_of(a).with_deadline(Duration::from_secs(5));
+    assert_eq!(
+        through_a.get("before").await.unwrap().value.as_deref(),
+        Some(&b"v"[..])
+    );
+    assert!(written(&through_a.put("after", b"v", None).await.unwrap()));
+    assert_eq!(
+        through_a.get("lost0").await.unwrap().value,
+        None,
+        "the lost tail is gone"
+    );
 }

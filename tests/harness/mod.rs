@@ -88,12 +88,35 @@ impl Harness {
         .await
     }
 
-    /// Node `id`'s status, if it has applied as far as the leader.
+    /// Node `id`'s status, if it has applied as far as the leader and holds the same state
+    /// there (the same state digest, not only the same index).
     pub async fn caught_up(&self, id: u64) -> Option<pb::NodeStatus> {
         let nodes = self.status().await;
         let leader = nodes.iter().find(|n| n.role == pb::Role::Leader as i32)?;
         let node = nodes.iter().find(|n| n.id == id)?;
-        (node.applied_index == leader.applied_index).then(|| node.clone())
+        (node.applied_index == leader.applied_index && node.state_digest == leader.state_digest)
+            .then(|| node.clone())
+    }
+
+    /// Makes node `id` the leader by killing (and restarting) whichever other node leads,
+    /// until `id` wins an election; each round gives it about an even chance.
+    pub async fn make_leader(&mut self, id: u64) {
+        for _ in 0..10 {
+            let leader = self.leader().await;
+            if leader == id {
+                return;
+            }
+            self.kill(leader);
+            self.new_leader(leader).await;
+            self.restart(leader);
+            wait_for(
+                "the restarted node to catch up",
+                Duration::from_secs(20),
+                || self.caught_up(leader),
+            )
+            .await;
+        }
+        panic!("node {id} did not win an election in 10 rounds");
     }
 
     pub fn kill(&mut self, id: u64) {
