@@ -588,7 +588,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::lease::{Batch, Command, Op};
     use openraft::storage::RaftLogStorageExt;
@@ -596,7 +596,8 @@ mod tests {
     use openraft::EntryPayload;
     use std::fs;
 
-    pub(super) fn entry(index: u64) -> Entry {
+    /// Entry `index` of term 1: one plain put, for the storage tests.
+    pub(crate) fn entry(index: u64) -> Entry {
         Entry {
             log_id: log_id(1, 1, index),
             payload: EntryPayload::Normal(Batch(vec![Command {

@@ -257,29 +257,14 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::{Command, Op};
+    use crate::raft::log_store::tests::entry;
     use openraft::testing::log_id;
-
-    fn put(index: u64) -> Entry {
-        Entry {
-            log_id: log_id(1, 1, index),
-            payload: EntryPayload::Normal(Batch(vec![Command {
-                at_ms: Some(index),
-                request: None,
-                op: Op::Put {
-                    key: format!("k{index}"),
-                    value: vec![7; 10],
-                    fence: None,
-                },
-            }])),
-        }
-    }
 
     /// A snapshot of entries `1..=upto`, as a leader would send it.
     async fn leader_snapshot(upto: u64) -> Snapshot<TypeConfig> {
         let dir = tempfile::TempDir::new().unwrap();
         let mut leader = StateMachineStore::open(dir.path()).unwrap();
-        leader.apply((1..=upto).map(put)).await.unwrap();
+        leader.apply((1..=upto).map(entry)).await.unwrap();
         let mut builder = leader.get_snapshot_builder().await;
         builder.build_snapshot().await.unwrap()
     }
@@ -291,7 +276,7 @@ mod tests {
     {
         let dir = tempfile::TempDir::new().unwrap();
         let mut sm = StateMachineStore::open(dir.path()).unwrap();
-        sm.apply((1..=2).map(put)).await.unwrap();
+        sm.apply((1..=2).map(entry)).await.unwrap();
         let builder = sm.get_snapshot_builder().await;
         let captured_at_2 = builder.capture().unwrap();
 
@@ -315,14 +300,14 @@ mod tests {
             Some(log_id(1, 1, 5)),
             "restart restores the newer state"
         );
-        assert_eq!(sm.shared().read().table.row("k5"), Some(&[7u8; 10][..]));
+        assert_eq!(sm.shared().read().table.row("k5"), Some(&[7u8; 100][..]));
     }
 
     #[tokio::test]
     async fn an_installed_snapshot_that_does_not_decode_leaves_the_snapshot_file_alone() {
         let dir = tempfile::TempDir::new().unwrap();
         let mut sm = StateMachineStore::open(dir.path()).unwrap();
-        sm.apply((1..=2).map(put)).await.unwrap();
+        sm.apply((1..=2).map(entry)).await.unwrap();
         sm.get_snapshot_builder()
             .await
             .build_snapshot()
