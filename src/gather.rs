@@ -117,6 +117,9 @@ async fn gather<T, R, W, S, F>(
         tokio::spawn(async move {
             tokio::pin!(batch);
             let answers = tokio::select! {
+                // An answer that is ready wins over the hold running out at the same moment: the
+                // same choice every time, so a seeded simulation replays.
+                biased;
                 answers = &mut batch => answers,
                 () = tokio::time::sleep(limits.hold) => {
                     drop(slot);

@@ -8,7 +8,10 @@
 //! disk would. Clients record a history that the same checkers judge against the log.
 //!
 //! `LEASEHOLD_SIM_SEEDS=N` runs N seeds (default 200); `LEASEHOLD_SIM_SEED=S` runs only seed S.
-//! A failing seed is printed; add it to `REGRESSION_SEEDS` once its bug is fixed.
+//! A failing seed is printed, and replays: everything random follows the seed (the router's
+//! choices, openraft's election timeouts through `raft::runtime`), and every task runs on one
+//! thread on tokio's virtual clock, snapshot files included. Add a seed to `REGRESSION_SEEDS`
+//! once its bug is fixed.
 
 mod harness;
 
@@ -22,7 +25,7 @@ use harness::Rng;
 use leasehold::check::{self, Answer, Completion, Log, Operation, Request};
 use leasehold::lease::{Batch, Command, Fence, Op, Outcome, RequestId};
 use leasehold::raft::{
-    Applied, BootLog, Proposer, Raft, SharedState, StateMachineStore, TypeConfig,
+    Applied, BootLog, Proposer, Raft, SharedState, SlowWork, StateMachineStore, TypeConfig,
 };
 use openraft::error::{
     ClientWriteError, InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable,
@@ -386,7 +389,9 @@ impl Sim {
     /// [`Sim::boot`] with a Raft config of the test's choosing.
     async fn boot_with(&self, id: u64, config: Arc<openraft::Config>) {
         let node = &self.nodes[&id];
-        let sm = StateMachineStore::open(node.dir.path()).unwrap();
+        // Snapshot files are read and written on this thread: the blocking pool would finish
+        // them in real time, and the virtual clock would not replay.
+        let sm = StateMachineStore::open_with(node.dir.path(), SlowWork::Inline).unwrap();
         *node.state.lock().unwrap() = Some(sm.shared());
         let last = node
             .log
@@ -672,10 +677,15 @@ struct Run {
     acknowledged: usize,
     /// Commands in the committed log that shared their entry with another.
     batched: usize,
+    /// Everything the clients did and saw, for replays to compare.
+    history: Vec<Operation>,
 }
 
 /// Runs one seeded schedule.
 async fn schedule(seed: u64) -> Run {
+    // openraft's own draws (election timeouts) follow the seed too: the whole cluster runs on
+    // this one thread.
+    leasehold::raft::runtime::seed_this_thread(seed);
     let mut rng = Rng(seed);
     let sim = Arc::new(Sim::start(3, rng.next()).await);
     let history: History = Arc::default();
@@ -779,6 +789,7 @@ async fn schedule(seed: u64) -> Run {
             )],
             acknowledged: 0,
             batched: 0,
+            history: history.lock().unwrap().clone(),
         };
     };
     let mut history = history.lock().unwrap().clone();
@@ -827,6 +838,7 @@ async fn schedule(seed: u64) -> Run {
         anomalies,
         acknowledged,
         batched,
+        history,
     }
 }
 
@@ -881,12 +893,7 @@ fn seeded_schedules_of_crashes_partitions_and_loss_keep_every_invariant() {
     let (mut acknowledged, mut batched) = (0, 0);
     let seeds = seeds();
     for &seed in &seeds {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        let run = runtime.block_on(schedule(seed));
+        let run = run_schedule(seed);
         assert!(
             run.anomalies.is_empty(),
             "seed {seed}: {:#?}",
@@ -1059,6 +1066,41 @@ async fn restarted_leader_with_a_lost_tail(seed: u64) {
         "A, leading in a later term, must serve reads: {completion:?}"
     );
     assert!(state.read().table.row("before").is_some());
+}
+
+/// Runs schedule `seed` on a fresh paused runtime.
+fn run_schedule(seed: u64) -> Run {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(schedule(seed))
+}
+
+/// A failing seed is a reproduction only if it replays: the same seed, run again, must give
+/// the same history, operation by operation, to the virtual nanosecond.
+#[test]
+fn a_seed_replays_the_same_history() {
+    for seed in [1, 4, 107] {
+        let first = run_schedule(seed);
+        let again = run_schedule(seed);
+        assert!(first.history.len() > 20, "seed {seed} did too little");
+        let diverged = first
+            .history
+            .iter()
+            .zip(&again.history)
+            .position(|(a, b)| a != b);
+        assert!(
+            diverged.is_none() && first.history.len() == again.history.len(),
+            "seed {seed} replayed differently from operation {diverged:?} of {} (then {}): {:?} \
+             then {:?}",
+            first.history.len(),
+            again.history.len(),
+            diverged.map(|i| &first.history[i]),
+            diverged.map(|i| &again.history[i]),
+        );
+    }
 }
 
 #[test]

@@ -9,6 +9,7 @@ mod log_store;
 mod network;
 mod proposer;
 mod reads;
+pub mod runtime;
 mod snapshot_file;
 pub mod state_machine;
 
@@ -20,7 +21,7 @@ pub use log_store::LogStore;
 pub use network::{Channels, ClockMode, PeerNetwork, CLOCK_KEY};
 pub use proposer::{weight, Proposer, WriteError, WRITE_BATCHES};
 pub use reads::{ReadError, Reads};
-pub use snapshot_file::DurableSnapshot;
+pub use snapshot_file::{DurableSnapshot, SlowWork};
 pub use state_machine::{SharedState, StateMachineStore};
 
 use crate::lease::{Batch, Outcome};
@@ -35,7 +36,7 @@ openraft::declare_raft_types!(
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = Cursor<Vec<u8>>,
-        AsyncRuntime = openraft::TokioRuntime,
+        AsyncRuntime = runtime::Runtime,
 );
 
 pub type NodeId = u64;

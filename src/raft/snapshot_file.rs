@@ -66,8 +66,34 @@ pub(super) struct SnapshotFiles {
     inner: Arc<Files>,
 }
 
+/// Where the slow work on a whole snapshot (reading, writing and decoding it) runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SlowWork {
+    /// On tokio's blocking pool, so that a large snapshot never holds up a runtime thread, and
+    /// the heartbeats behind it. What a node uses.
+    #[default]
+    BlockingPool,
+    /// On the calling task. For the simulation: work on the blocking pool finishes in real
+    /// time while the simulation's clock is virtual, so with it a seed would not replay.
+    Inline,
+}
+
+impl SlowWork {
+    pub(super) async fn run<T, F>(self, work: F) -> Result<T, tokio::task::JoinError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        match self {
+            SlowWork::BlockingPool => tokio::task::spawn_blocking(work).await,
+            SlowWork::Inline => Ok(work()),
+        }
+    }
+}
+
 struct Files {
     dir: PathBuf,
+    slow: SlowWork,
     /// The last log id of the snapshot on disk (`None` before the first). Held from the
     /// comparison through the rename and the directory's fsync, so that two writers cannot both
     /// pass the comparison and then rename in the wrong order. A std mutex, taken only on
@@ -88,7 +114,7 @@ pub(super) enum Written {
 impl SnapshotFiles {
     /// The snapshot files of `dir`, and the snapshot found there. Temporary files a crash left
     /// behind are removed: no one will rename them now.
-    pub fn open(dir: &Path) -> Result<(Self, Option<SnapshotFile>), StorageError> {
+    pub fn open(dir: &Path, slow: SlowWork) -> Result<(Self, Option<SnapshotFile>), StorageError> {
         let found = read_snapshot(dir)?;
         if let Ok(listing) = std::fs::read_dir(dir) {
             for name in listing.filter_map(|e| e.ok()?.file_name().into_string().ok()) {
@@ -101,11 +127,16 @@ impl SnapshotFiles {
         let files = SnapshotFiles {
             inner: Arc::new(Files {
                 dir: dir.to_owned(),
+                slow,
                 durable: Mutex::new(last),
                 announced: watch::Sender::new(last),
             }),
         };
         Ok((files, found))
+    }
+
+    pub(super) fn slow(&self) -> SlowWork {
+        self.inner.slow
     }
 
     /// What the log's purge waits on.
@@ -120,7 +151,9 @@ impl SnapshotFiles {
     /// thread held on it delays heartbeats.
     pub async fn read(&self) -> Result<Option<SnapshotFile>, StorageError> {
         let dir = self.inner.dir.clone();
-        tokio::task::spawn_blocking(move || read_snapshot(&dir))
+        self.inner
+            .slow
+            .run(move || read_snapshot(&dir))
             .await
             .map_err(|e| snapshot_error(ErrorVerb::Read, e))?
     }
@@ -134,13 +167,15 @@ impl SnapshotFiles {
         file: SnapshotFile,
     ) -> Result<(SnapshotFile, Written), StorageError> {
         let files = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let staged = files.stage(id, &file)?;
-            let written = files.commit(staged)?;
-            Ok((file, written))
-        })
-        .await
-        .map_err(|e| snapshot_error(ErrorVerb::Write, e))?
+        self.inner
+            .slow
+            .run(move || {
+                let staged = files.stage(id, &file)?;
+                let written = files.commit(staged)?;
+                Ok((file, written))
+            })
+            .await
+            .map_err(|e| snapshot_error(ErrorVerb::Write, e))?
     }
 
     /// Writes and fsyncs `file` beside the current one; a crash now leaves the current one.
@@ -251,7 +286,7 @@ mod tests {
     #[tokio::test]
     async fn a_purge_waiting_on_a_stopped_state_machine_fails_at_once() {
         let dir = tempfile::TempDir::new().unwrap();
-        let (files, _) = SnapshotFiles::open(dir.path()).unwrap();
+        let (files, _) = SnapshotFiles::open(dir.path(), SlowWork::BlockingPool).unwrap();
         let durable = files.durable();
         drop(files);
         let error = durable.wait_covers(log_id(1, 1, 5)).await.unwrap_err();

@@ -17,7 +17,7 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 
 use super::codec::{decode, encode};
-use super::snapshot_file::{DurableSnapshot, SnapshotFile, SnapshotFiles, Written};
+use super::snapshot_file::{DurableSnapshot, SlowWork, SnapshotFile, SnapshotFiles, Written};
 use super::{Applied, LogId, NodeId, StorageError, TypeConfig};
 use crate::lease::{Batch, LeaseTable};
 
@@ -64,7 +64,12 @@ fn snapshot_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> Stora
 impl StateMachineStore {
     /// Opens the state machine in `dir`, restoring the last snapshot if there is one.
     pub fn open(dir: &Path) -> Result<Self, StorageError> {
-        let (files, found) = SnapshotFiles::open(dir)?;
+        Self::open_with(dir, SlowWork::BlockingPool)
+    }
+
+    /// [`StateMachineStore::open`], with the snapshot's slow work run where `slow` says.
+    pub fn open_with(dir: &Path, slow: SlowWork) -> Result<Self, StorageError> {
+        let (files, found) = SnapshotFiles::open(dir, slow)?;
         let store = StateMachineStore {
             state: Arc::default(),
             files,
@@ -220,14 +225,17 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        // Decoded first, on the blocking pool (it can be large): a snapshot that does not decode
-        // must not replace a good file.
-        let (data, table) = tokio::task::spawn_blocking(move || {
-            let table = decode_table(&data)?;
-            Ok::<_, StorageError>((data, table))
-        })
-        .await
-        .map_err(|e| sm_error(ErrorVerb::Write, e))??;
+        // Decoded first, off the runtime threads (it can be large): a snapshot that does not
+        // decode must not replace a good file.
+        let (data, table) = self
+            .files
+            .slow()
+            .run(move || {
+                let table = decode_table(&data)?;
+                Ok::<_, StorageError>((data, table))
+            })
+            .await
+            .map_err(|e| sm_error(ErrorVerb::Write, e))??;
         let file = SnapshotFile {
             meta: meta.clone(),
             data,
