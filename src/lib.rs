@@ -6,14 +6,19 @@
 //!
 //! The arrows point one way: `cli` → `client` / `node` → `raft` → `lease`.
 //!
-//! - [`lease`]: the heart, pure. Commands, outcomes, limits, and `LeaseTable::apply`.
-//! - [`raft`]: openraft glue. Type config, the segment-file log store, the state machine adapter and
-//!   snapshots, the peer network, the proposer that gathers concurrent writes into one entry, and
-//!   the reads that share one ReadIndex.
+//! - [`lease`]: the heart, pure. Commands, outcomes, limits, client sessions, and
+//!   `LeaseTable::apply`.
+//! - [`raft`]: openraft glue. Type config and its runtime (tokio, with a seedable generator), the
+//!   segment-file log store (behind a file-system seam its crash tests replace), the state
+//!   machine adapter and the snapshot file (never behind the purged log), the peer network (which
+//!   refuses peers running the other clock), the proposer that gathers concurrent writes into one
+//!   entry, and the reads that share one ReadIndex.
 //! - [`node`]: one running node. The leader's clock, the gRPC services, forwarding to the
 //!   leader (writes in batches), bootstrap and shutdown.
 //! - [`gather`]: batching of concurrent requests, for the proposer, the reads and the forwarder.
-//! - [`check`]: the fault suite's checkers: linearizability, fencing, mutual exclusion, durability.
+//! - [`check`]: the fault suite's checkers (linearizability, fencing, mutual exclusion in store
+//!   time and in real time, durability), replaying the log through a reference model of the
+//!   README's semantics that shares no code with the table.
 //! - [`client`]: `LeaseClient`, which finds a live node and retries; used by the CLI and tests.
 //! - [`cli`]: the `leasehold` commands: serve, cluster, the client commands, demo.
 //! - [`proto`]: code generated from `proto/`.
