@@ -1,17 +1,22 @@
-//! The fault suite's deterministic layer: the Raft nodes of one cluster in one process, on
-//! tokio's paused clock, talking through a router that the test controls: seeded partitions,
-//! delays, dropped messages, crashes and power losses. Time only moves when every task waits, so a schedule
-//! of many virtual seconds runs in a fraction of a real one, and hundreds of seeds run in CI.
+//! The fault suite's deterministic layer: the nodes of one cluster in one process, on tokio's
+//! paused clock, talking through a router that the test controls: seeded partitions, delays,
+//! dropped messages, crashes and power losses. Time only moves when every task waits, so a
+//! schedule of many virtual seconds runs in a fraction of a real one, and hundreds of seeds run
+//! in CI.
 //!
-//! Each node is openraft with Leasehold's real state machine; its log is kept in memory here
-//! (the segment-file store has its own tests and the real-process suite), and survives a crash as a
-//! disk would. Clients record a history that the same checkers judge against the log.
+//! Each node is the product's `node::Node` (its leader clock stamping every write, the proposer,
+//! the forwarder, the read path with its boot wait, and the expiry ticker) around openraft with
+//! Leasehold's state machine. Only the transports are the test's: Raft messages and forwarded
+//! write batches go through the router (a `RaftNetwork` and a `LeaderLink`), and the log is kept
+//! in memory (the segment-file store has its own crash tests and the real-process suite),
+//! surviving a crash as a disk would. Clients record a history that the checkers judge against
+//! the log, in real (here, virtual) time as well as store time.
 //!
 //! `LEASEHOLD_SIM_SEEDS=N` runs N seeds (default 200); `LEASEHOLD_SIM_SEED=S` runs only seed S.
 //! A failing seed is printed, and replays: everything random follows the seed (the router's
-//! choices, openraft's election timeouts through `raft::runtime`), and every task runs on one
-//! thread on tokio's virtual clock, snapshot files included. Add a seed to `REGRESSION_SEEDS`
-//! once its bug is fixed.
+//! choices, openraft's election timeouts through `raft::runtime`, tokio's own `select!` order
+//! through its seeded runtime), and every task runs on one thread on the virtual clock,
+//! snapshot files included. Add a seed to `REGRESSION_SEEDS` once its bug is fixed.
 
 mod harness;
 
@@ -24,12 +29,15 @@ use std::time::Duration;
 use harness::Rng;
 use leasehold::check::{self, Answer, Completion, Log, Operation, Request};
 use leasehold::lease::{Batch, Command, Fence, Op, Outcome, RequestId};
+use leasehold::node::{
+    tick_expiring_leases, Answer as ForwardAnswer, Forwarded, LeaderLink, Node, NodeConfig,
+    NodeError,
+};
+use leasehold::raft::Channels;
 use leasehold::raft::{
-    Applied, BootLog, Proposer, Raft, SharedState, SlowWork, StateMachineStore, TypeConfig,
+    Applied, BootLog, Raft, SharedState, SlowWork, StateMachineStore, TypeConfig,
 };
-use openraft::error::{
-    ClientWriteError, InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable,
-};
+use openraft::error::{InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -37,6 +45,8 @@ use openraft::raft::{
 };
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{BasicNode, Entry, EntryPayload, LogId, RaftLogReader, StorageError, Vote};
+use std::future::Future;
+use std::pin::Pin;
 use tokio::time::Instant;
 
 /// Seeds that once failed; they run first, every time. 4: a leader restarted within its lease
@@ -212,6 +222,8 @@ impl RaftLogStorage<TypeConfig> for MemLog {
 #[derive(Default)]
 struct Net {
     rafts: BTreeMap<u64, Raft>,
+    /// The product's node around each running Raft: its clock, proposer, forwarder and reads.
+    nodes: BTreeMap<u64, Node>,
     /// Directed links that drop everything.
     cut: BTreeSet<(u64, u64)>,
     /// Percent of messages dropped on every link.
@@ -315,6 +327,72 @@ impl RaftNetwork<TypeConfig> for Link {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Forwarding: a follower's batch of writes reaches the leader's node through the router, as the
+// internal Propose call does between processes.
+
+struct SimLink {
+    from: u64,
+    router: Router,
+}
+
+impl LeaderLink for SimLink {
+    fn propose(
+        &self,
+        leader: u64,
+        addr: String,
+        writes: Vec<Forwarded>,
+    ) -> Pin<Box<dyn Future<Output = Vec<ForwardAnswer>> + Send>> {
+        let (from, router) = (self.from, self.router.clone());
+        Box::pin(async move {
+            let count = writes.len();
+            let fail = |e: NodeError| vec![Err(tonic::Status::from(e)); count];
+            // Dropped on the way there: certainly not applied.
+            let route = router.route(from, leader).and_then(|(raft, delay)| {
+                let node = router.0.lock().unwrap().nodes.get(&leader).cloned();
+                node.map(|node| (node, raft, delay))
+                    .ok_or_else(|| Unreachable::new(&std::io::Error::other("node down")))
+            });
+            let (node, _raft, delay) = match route {
+                Ok(found) => found,
+                Err(e) => {
+                    return fail(NodeError::LeaderUnreachable {
+                        leader,
+                        addr,
+                        reason: e.to_string(),
+                    })
+                }
+            };
+            tokio::time::sleep(delay).await;
+            let answers = node.write_many(writes).await;
+            if router.reply_lost(from, leader) {
+                // Lost on the way back: they may have applied.
+                return fail(NodeError::ForwardLost {
+                    leader,
+                    addr,
+                    reason: "reply partitioned".into(),
+                });
+            }
+            answers
+                .into_iter()
+                .map(|answer| answer.map_err(tonic::Status::from))
+                .collect()
+        })
+    }
+}
+
+/// Node `id` of `count`, as `serve` would configure it (the addresses are the router's names).
+fn node_config(id: u64, count: u64) -> NodeConfig {
+    NodeConfig {
+        id,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: std::path::PathBuf::new(),
+        peers: (1..=count).map(|id| (id, format!("node-{id}"))).collect(),
+        manual_clock: false,
+        snapshot_every: 200,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The simulated cluster.
 
 struct SimNode {
@@ -324,9 +402,8 @@ struct SimNode {
     state: Mutex<Option<Arc<SharedState>>>,
     /// What the running incarnation found on its disk when it booted.
     boot: Mutex<BootLog>,
-    /// The running incarnation's proposer: the product's, so writes share entries as they do
-    /// in a real cluster.
-    proposer: Mutex<Option<Proposer>>,
+    /// The running incarnation's expiry ticker, the product's, stopped with it.
+    ticker: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 struct Sim {
@@ -354,7 +431,7 @@ impl Sim {
                     dir: tempfile::TempDir::new().unwrap(),
                     state: Mutex::new(None),
                     boot: Mutex::default(),
-                    proposer: Mutex::new(None),
+                    ticker: Mutex::new(None),
                 };
                 (id, node)
             })
@@ -411,16 +488,39 @@ impl Sim {
             from: id,
             router: self.router.clone(),
         };
+        let state = sm.shared();
         let raft = Raft::new(id, config, net, node.log.clone(), sm)
             .await
             .unwrap();
-        *node.proposer.lock().unwrap() = Some(Proposer::start(raft.clone()));
-        self.router.0.lock().unwrap().rafts.insert(id, raft);
+        let boot = *node.boot.lock().unwrap();
+        let link = Arc::new(SimLink {
+            from: id,
+            router: self.router.clone(),
+        });
+        let product = Node::new(
+            &node_config(id, self.nodes.len() as u64),
+            raft.clone(),
+            None,
+            state,
+            Channels::default(),
+            link,
+            boot,
+        );
+        *node.ticker.lock().unwrap() = Some(tokio::spawn(tick_expiring_leases(product.clone())));
+        let mut net = self.router.0.lock().unwrap();
+        net.rafts.insert(id, raft);
+        net.nodes.insert(id, product);
     }
 
     async fn crash(&self, id: u64) {
-        self.nodes[&id].proposer.lock().unwrap().take();
-        let raft = self.router.0.lock().unwrap().rafts.remove(&id);
+        if let Some(ticker) = self.nodes[&id].ticker.lock().unwrap().take() {
+            ticker.abort();
+        }
+        let raft = {
+            let mut net = self.router.0.lock().unwrap();
+            net.nodes.remove(&id);
+            net.rafts.remove(&id)
+        };
         if let Some(raft) = raft {
             let _ = raft.shutdown().await;
         }
@@ -430,8 +530,8 @@ impl Sim {
         self.router.0.lock().unwrap().rafts.get(&id).cloned()
     }
 
-    fn proposer(&self, id: u64) -> Option<Proposer> {
-        self.nodes[&id].proposer.lock().unwrap().clone()
+    fn node(&self, id: u64) -> Option<Node> {
+        self.router.0.lock().unwrap().nodes.get(&id).cloned()
     }
 
     fn state(&self, id: u64) -> Arc<SharedState> {
@@ -454,10 +554,6 @@ impl Sim {
             .collect()
     }
 
-    fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
-    }
-
     fn now_ns(&self) -> u64 {
         self.started.elapsed().as_nanos() as u64
     }
@@ -472,69 +568,81 @@ impl Sim {
 
 type History = Arc<Mutex<Vec<Operation>>>;
 
-/// Proposes `op` on `node`, following the leader, until it applies or `deadline` passes.
-async fn propose(sim: &Sim, mut node: u64, command: Command, deadline: Instant) -> Completion {
-    loop {
-        let Some(proposer) = sim.proposer(node) else {
-            return Completion::Indeterminate("node down".into());
-        };
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, proposer.propose(command.clone())).await {
-            Err(_) => return Completion::Indeterminate("timed out".into()),
-            Ok(Ok(applied)) => {
-                let Applied {
-                    log_index,
-                    position,
-                    store_time_ms,
-                    outcome,
-                } = applied;
-                return Completion::Ok {
-                    log_index,
-                    position,
-                    store_time_ms,
-                    answer: Answer::Outcome(outcome),
-                };
-            }
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => match f.leader_id
-            {
-                Some(leader) if leader != node => node = leader,
-                _ => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    if Instant::now() >= deadline {
-                        return Completion::Indeterminate("no leader".into());
-                    }
-                }
-            },
-            Ok(Err(e)) => return Completion::Indeterminate(e.to_string()),
+/// What a client sees of a node's answer: an outcome, a refusal of bad input (it did not
+/// happen), or anything else (it may have happened).
+fn completion(answer: Result<Applied, tonic::Status>) -> Completion {
+    match answer {
+        Ok(Applied {
+            log_index,
+            position,
+            store_time_ms,
+            outcome,
+        }) => Completion::Ok {
+            log_index,
+            position,
+            store_time_ms,
+            answer: Answer::Outcome(outcome),
+        },
+        Err(status)
+            if matches!(
+                status.code(),
+                tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition
+            ) =>
+        {
+            Completion::Failed(status.message().to_owned())
         }
+        Err(status) => Completion::Indeterminate(status.message().to_owned()),
     }
 }
 
-/// A linearizable read on `node`, if it leads and a quorum confirms it.
-async fn read(sim: &Sim, node: u64, request: &Request) -> Completion {
-    let Some(raft) = sim.raft(node) else {
+/// Sends `op` to `node` as a client of the product does: the node stamps it with its leader
+/// clock and proposes it, or forwards it to the leader in a batch. Waits at most until
+/// `deadline`.
+async fn write(
+    sim: &Sim,
+    node: u64,
+    op: Op,
+    request: Option<RequestId>,
+    deadline: Instant,
+) -> Completion {
+    let Some(node) = sim.node(node) else {
         return Completion::Indeterminate("node down".into());
     };
-    let state = sim.state(node);
-    let boot = *sim.nodes[&node].boot.lock().unwrap();
-    // The product's read path: ReadIndex plus the wait for the log found at boot.
-    match tokio::time::timeout(
-        Duration::from_secs(1),
-        leasehold::raft::read_index(&raft, boot),
-    )
-    .await
-    {
-        Ok(Ok(_)) => {}
-        _ => return Completion::Indeterminate("not confirmed as leader".into()),
+    match tokio::time::timeout_at(deadline, node.write_or_forward(op, request)).await {
+        Err(_) => Completion::Indeterminate("timed out".into()),
+        Ok(answer) => completion(answer),
     }
-    let state = state.read();
-    let answer = check::read_answer(&state.table, request).expect("a read, not a write");
-    Completion::Ok {
-        log_index: state.last_applied.map_or(0, |id| id.index),
-        position: 0,
-        store_time_ms: state.table.now_ms(),
-        answer,
+}
+
+/// A linearizable read through the product's read path on `node`, or on the leader it names.
+async fn read(sim: &Sim, node: u64, request: &Request) -> Completion {
+    let mut asked = node;
+    for _ in 0..2 {
+        let Some(node) = sim.node(asked) else {
+            return Completion::Indeterminate("node down".into());
+        };
+        let answer = node.read(|state| {
+            let answer = check::read_answer(&state.table, request).expect("a read, not a write");
+            (answer, state.last_applied.map_or(0, |id| id.index))
+        });
+        match tokio::time::timeout(Duration::from_secs(1), answer).await {
+            Ok(Ok(((answer, _), at))) => {
+                return Completion::Ok {
+                    log_index: at.log_index,
+                    position: 0,
+                    store_time_ms: at.store_time_ms,
+                    answer,
+                }
+            }
+            Ok(Err(leasehold::node::NodeError::NotLeader {
+                leader: Some((leader, _)),
+                ..
+            })) => asked = leader,
+            Ok(Err(e)) => return Completion::Indeterminate(e.to_string()),
+            Err(_) => return Completion::Indeterminate("timed out".into()),
+        }
     }
+    Completion::Indeterminate("leadership moved".into())
 }
 
 async fn client(id: u32, sim: Arc<Sim>, history: History, seed: u64, until: Instant) {
@@ -547,11 +655,6 @@ async fn client(id: u32, sim: Arc<Sim>, history: History, seed: u64, until: Inst
         if Instant::now() >= until {
             return;
         }
-        let register = Command {
-            at_ms: Some(sim.now_ms()),
-            request: None,
-            op: Op::Register,
-        };
         let deadline = Instant::now() + Duration::from_secs(2);
         let node = match sim.up().first() {
             Some(node) => *node,
@@ -563,7 +666,7 @@ async fn client(id: u32, sim: Arc<Sim>, history: History, seed: u64, until: Inst
         if let Completion::Ok {
             answer: Answer::Outcome(Outcome::Registered { client }),
             ..
-        } = propose(&sim, node, register, deadline).await
+        } = write(&sim, node, Op::Register, None, deadline).await
         {
             break client;
         }
@@ -631,17 +734,13 @@ async fn client(id: u32, sim: Arc<Sim>, history: History, seed: u64, until: Inst
                 continue;
             }
         };
-        let (invoked, at_ms) = (sim.now_ns(), sim.now_ms());
-        let command = Command {
-            at_ms: Some(at_ms),
-            request: Some(RequestId {
-                client: session,
-                sequence,
-            }),
-            op: op.clone(),
-        };
-        let completion =
-            propose(&sim, node, command, Instant::now() + Duration::from_secs(2)).await;
+        let invoked = sim.now_ns();
+        let request = Some(RequestId {
+            client: session,
+            sequence,
+        });
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let completion = write(&sim, node, op.clone(), request, deadline).await;
         if let Completion::Ok {
             answer: Answer::Outcome(outcome),
             ..
@@ -764,19 +863,17 @@ async fn schedule(seed: u64) -> Run {
         sim.boot(id).await;
     }
     // A final write commits everything before it; every replica must reach it.
-    let settle = Command {
-        at_ms: Some(sim.now_ms()),
-        request: None,
-        op: Op::Put {
-            key: "settle".into(),
-            value: Vec::new(),
-            fence: None,
-        },
+    let settle = Op::Put {
+        key: "settle".into(),
+        value: Vec::new(),
+        fence: None,
     };
     let mut settled = None;
     for _ in 0..20 {
         let deadline = Instant::now() + Duration::from_secs(2);
-        if let Completion::Ok { log_index, .. } = propose(&sim, 1, settle.clone(), deadline).await {
+        if let Completion::Ok { log_index, .. } =
+            write(&sim, 1, settle.clone(), None, deadline).await
+        {
             settled = Some(log_index);
             break;
         }
@@ -795,7 +892,7 @@ async fn schedule(seed: u64) -> Run {
     let mut history = history.lock().unwrap().clone();
     history.push(Operation {
         client: 99,
-        request: Request::Write(settle.op.clone()),
+        request: Request::Write(settle.clone()),
         invoked_ns: sim.now_ns(),
         completed_ns: sim.now_ns(),
         completion: Completion::Indeterminate("the settling write, sent until it applied".into()),
@@ -985,7 +1082,7 @@ async fn restarted_leader_with_a_lost_tail(seed: u64) {
         .expect("a first leader");
     let deadline = Instant::now() + Duration::from_secs(5);
     assert!(matches!(
-        propose(&sim, a, plain_put("before"), deadline).await,
+        write(&sim, a, plain_put("before").op, None, deadline).await,
         Completion::Ok { .. }
     ));
     // Cut A off, and let it append entries of its own that reach nobody.
@@ -1070,11 +1167,13 @@ async fn restarted_leader_with_a_lost_tail(seed: u64) {
 
 /// Runs schedule `seed` on a fresh paused runtime.
 fn run_schedule(seed: u64) -> Run {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap();
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_all().start_paused(true);
+    // tokio's own draws (which `select!` branch is polled first, inside openraft) follow the
+    // seed too; `tokio_unstable` comes from .cargo/config.toml.
+    #[cfg(tokio_unstable)]
+    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
+    let runtime = builder.build().unwrap();
     runtime.block_on(schedule(seed))
 }
 

@@ -11,7 +11,10 @@
 //! TTL after the acquire was sent.
 
 use std::sync::Mutex;
-use std::time::Instant;
+
+// tokio's, not std's: the same monotonic clock in a node, and the simulation's virtual one when
+// it runs the real stamping on tokio's paused clock.
+use tokio::time::Instant;
 
 /// Where this term's stamps start from.
 #[derive(Clone, Copy)]

@@ -7,7 +7,9 @@
 //! answer, or its own error with the leader's status.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tonic::Status;
@@ -26,18 +28,46 @@ pub const FORWARD_TIMEOUT: Duration = Duration::from_millis(10_000);
 
 /// One forwarded write: the op and the client's name for it.
 pub type Forwarded = (Op, Option<RequestId>);
-type Answer = Result<Applied, Status>;
+/// What the leader answered one forwarded write, or why it could not.
+pub type Answer = Result<Applied, Status>;
+
+/// How a batch of forwarded writes reaches the leader and its answers come back: the internal
+/// `Propose` call over gRPC in a node ([`GrpcLink`]); in the simulation, a call into the leader
+/// through its router. One answer per write, in order; before the call the writes certainly did
+/// not apply, after it they may have.
+pub trait LeaderLink: Send + Sync + 'static {
+    fn propose(
+        &self,
+        leader: NodeId,
+        addr: String,
+        writes: Vec<Forwarded>,
+    ) -> Pin<Box<dyn Future<Output = Vec<Answer>> + Send>>;
+}
+
+/// [`LeaderLink`] over the peers' gRPC channels.
+pub struct GrpcLink(pub Channels);
+
+impl LeaderLink for GrpcLink {
+    fn propose(
+        &self,
+        leader: NodeId,
+        addr: String,
+        writes: Vec<Forwarded>,
+    ) -> Pin<Box<dyn Future<Output = Vec<Answer>> + Send>> {
+        Box::pin(send(self.0.clone(), leader, addr, writes))
+    }
+}
 
 pub struct Forwarder {
-    channels: Channels,
+    link: Arc<dyn LeaderLink>,
     /// One gatherer per leader seen: a new leader gets its own batches.
     to_leader: Mutex<HashMap<(NodeId, String), Gatherer<Forwarded, Answer>>>,
 }
 
 impl Forwarder {
-    pub fn new(channels: Channels) -> Self {
+    pub fn new(link: Arc<dyn LeaderLink>) -> Self {
         Forwarder {
-            channels,
+            link,
             to_leader: Mutex::default(),
         }
     }
@@ -49,11 +79,11 @@ impl Forwarder {
             to_leader
                 .entry((leader, addr.to_owned()))
                 .or_insert_with(|| {
-                    let (channels, addr) = (self.channels.clone(), addr.to_owned());
+                    let (link, addr) = (self.link.clone(), addr.to_owned());
                     Gatherer::start(
                         WRITE_BATCHES,
                         |(op, _): &Forwarded| crate::raft::weight(op),
-                        move |writes| send(channels.clone(), leader, addr.clone(), writes),
+                        move |writes| link.propose(leader, addr.clone(), writes),
                     )
                 })
                 .clone()

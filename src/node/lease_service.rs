@@ -28,28 +28,8 @@ impl LeaseService {
         LeaseService { node }
     }
 
-    /// Proposes `op` here or, when another node leads, sends it there with the other writes
-    /// bound for it (see [`Forwarder`](super::forwarder::Forwarder)). The leader answers a
-    /// forwarded write itself and never forwards it again.
     async fn write(&self, op: Op, request: Option<RequestId>) -> Result<Applied, Status> {
-        // Only a follower needs the op after a refusal, to forward it: the leader copies nothing.
-        let spare = (!self.node.is_leader()).then(|| op.clone());
-        match (self.node.write(op, request).await, spare) {
-            (Ok(applied), _) => Ok(applied),
-            (
-                Err(NodeError::NotLeader {
-                    leader: Some((leader, addr)),
-                    ..
-                }),
-                Some(op),
-            ) => {
-                self.node
-                    .forwarder()
-                    .write(leader, &addr, (op, request))
-                    .await
-            }
-            (Err(e), _) => Err(e.into()),
-        }
+        self.node.write_or_forward(op, request).await
     }
 
     /// Handles `error` from a local read: forwards `message` to the leader when the error

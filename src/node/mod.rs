@@ -20,6 +20,8 @@ use openraft::{BasicNode, ServerState};
 
 pub use clock::LeaderClock;
 pub use error::{NodeError, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
+pub use forwarder::{Answer, Forwarded, GrpcLink, LeaderLink};
+pub use server::tick_expiring_leases;
 pub use server::{run, StartError};
 
 use crate::lease::{validate, Batch, Command, Op, RequestId};
@@ -63,8 +65,9 @@ struct NodeInner {
     reads: Reads,
     /// Sends the writes this node gets while it follows to the leader, in batches.
     forwarder: forwarder::Forwarder,
-    /// A reader of the same log Raft writes, for `ReadLog`.
-    log: LogStore,
+    /// A reader of the same log Raft writes, for `ReadLog`; `None` where the log is not a
+    /// `LogStore` (the simulation's, in memory).
+    log: Option<LogStore>,
     state: Arc<SharedState>,
     clock: LeaderClock,
     channels: Channels,
@@ -73,12 +76,16 @@ struct NodeInner {
 }
 
 impl Node {
-    fn new(
+    /// The node around a started `raft`: `state` is its state machine's, `log` a reader of its
+    /// log, `link` how this node's writes reach the leader while it follows, `channels` the
+    /// peers' channels (reads forwarded to the leader, status), `boot` what it found on disk.
+    pub fn new(
         config: &NodeConfig,
         raft: Raft,
-        log: LogStore,
+        log: Option<LogStore>,
         state: Arc<SharedState>,
         channels: Channels,
+        link: Arc<dyn LeaderLink>,
         boot: BootLog,
     ) -> Self {
         Node {
@@ -89,7 +96,7 @@ impl Node {
                 // index it found on disk: it serves no read (and starts no clock) before it has
                 // applied that far.
                 reads: Reads::start(raft.clone(), boot),
-                forwarder: forwarder::Forwarder::new(channels.clone()),
+                forwarder: forwarder::Forwarder::new(link),
                 raft,
                 log,
                 state,
@@ -111,10 +118,6 @@ impl Node {
 
     pub fn channels(&self) -> &Channels {
         &self.inner.channels
-    }
-
-    fn forwarder(&self) -> &forwarder::Forwarder {
-        &self.inner.forwarder
     }
 
     pub fn peers(&self) -> &BTreeMap<NodeId, String> {
@@ -210,6 +213,34 @@ impl Node {
     fn peek_stamp(&self) -> Option<u64> {
         let term = self.inner.raft.metrics().borrow().current_term;
         self.inner.clock.stamp(term)
+    }
+
+    /// [`Node::write`] here or, when another node leads, sent there with the other writes
+    /// bound for it (see [`forwarder::Forwarder`]). The leader answers a forwarded write itself
+    /// and never forwards it again. What the client-facing service calls.
+    pub async fn write_or_forward(
+        &self,
+        op: Op,
+        request: Option<RequestId>,
+    ) -> Result<Applied, tonic::Status> {
+        // Only a follower needs the op after a refusal, to forward it: the leader copies nothing.
+        let spare = (!self.is_leader()).then(|| op.clone());
+        match (self.write(op, request).await, spare) {
+            (Ok(applied), _) => Ok(applied),
+            (
+                Err(NodeError::NotLeader {
+                    leader: Some((leader, addr)),
+                    ..
+                }),
+                Some(op),
+            ) => {
+                self.inner
+                    .forwarder
+                    .write(leader, &addr, (op, request))
+                    .await
+            }
+            (Err(e), _) => Err(e.into()),
+        }
     }
 
     /// Proposes `op` through the log and returns what applying it answered. A `request` that
@@ -331,7 +362,11 @@ impl Node {
         if from > to {
             return Ok(Vec::new());
         }
-        let mut reader = self.inner.log.clone();
+        let Some(mut reader) = self.inner.log.clone() else {
+            return Err(NodeError::Raft(
+                "this node keeps no log reader (an in-memory log)".into(),
+            ));
+        };
         let entries = openraft::RaftLogReader::try_get_log_entries(&mut reader, from..=to)
             .await
             .map_err(|e| NodeError::Raft(e.to_string()))?;

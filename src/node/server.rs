@@ -153,7 +153,16 @@ pub async fn run(
     )
     .await
     .map_err(|e| StartError::Raft(e.to_string()))?;
-    let node = Node::new(&config, raft.clone(), log_store, state, channels, boot);
+    let link = Arc::new(super::GrpcLink(channels.clone()));
+    let node = Node::new(
+        &config,
+        raft.clone(),
+        Some(log_store),
+        state,
+        channels,
+        link,
+        boot,
+    );
 
     // Bind before anything else can fail late: a taken port is the commonest start-up error.
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -270,8 +279,8 @@ async fn form_cluster(node: &Node, config: &NodeConfig) -> Result<(), StartError
 
 /// Default clock only. When the leader's clock passes the earliest expiry of a held lease, it
 /// logs a `Tick`, so that expiry is in the replicated state (at most [`TICK_MIN_GAP`] late). An
-/// idle cluster with no lease due logs nothing.
-async fn tick_expiring_leases(node: Node) {
+/// idle cluster with no lease due logs nothing. Runs until aborted.
+pub async fn tick_expiring_leases(node: Node) {
     loop {
         let due_in = match (
             node.state().read().table.next_expiry_ms(),
