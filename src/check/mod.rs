@@ -408,6 +408,79 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_answered_otherwise_than_its_first_attempt_is_flagged() {
+        use crate::lease::RequestId;
+        // A stale fenced put, refused, then its retry reaches the log again and is acknowledged
+        // as written: what a store that applied the retry anew would answer.
+        let request = Some(RequestId {
+            client: 1,
+            sequence: 1,
+        });
+        let stale = put("k", "late", Some(("l", 1)));
+        let entry = |index, op: Op, request| {
+            (
+                index,
+                vec![Command {
+                    at_ms: Some(index * 10),
+                    request,
+                    op,
+                }],
+            )
+        };
+        let log = vec![
+            (1, vec![]),
+            entry(2, Op::Register, None),
+            entry(3, acquire("l", "a"), None),
+            entry(
+                4,
+                Op::Release {
+                    lease: "l".into(),
+                    holder: "a".into(),
+                    token: 1,
+                },
+                None,
+            ),
+            entry(5, acquire("l", "b"), None),
+            entry(6, stale.clone(), request),
+            entry(7, stale.clone(), request),
+        ];
+        let applied = replay(&log).unwrap();
+        // Entries 2 to 7, one command each: the put and its retry are the last two.
+        assert_eq!(applied[4].outcome, Outcome::StaleToken { fence: 2 });
+        assert_eq!(
+            applied[5].outcome, applied[4].outcome,
+            "the model answers the retry with the first answer"
+        );
+        let acknowledged = |answer| Operation {
+            client: 0,
+            request: Request::Write(stale.clone()),
+            invoked_ns: 0,
+            completed_ns: 1,
+            completion: Completion::Ok {
+                log_index: 7,
+                position: 0,
+                store_time_ms: 70,
+                answer: Answer::Outcome(answer),
+            },
+        };
+        let anomalies = check_all(&[acknowledged(Outcome::Written)], &log);
+        assert!(
+            anomalies
+                .iter()
+                .any(|a| a.checker == "linearizability" && a.what.contains("index 7")),
+            "{anomalies:?}"
+        );
+        assert_eq!(
+            check_all(&[acknowledged(Outcome::StaleToken { fence: 2 })], &log)
+                .into_iter()
+                .filter(|a| a.what.contains("index 7"))
+                .collect::<Vec<_>>(),
+            vec![],
+            "the first answer, acknowledged at the retry's place, is right"
+        );
+    }
+
+    #[test]
     fn a_read_that_goes_back_in_time_is_flagged() {
         let log = scenario();
         let mut history = honest_history(&log);

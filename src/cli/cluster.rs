@@ -179,7 +179,9 @@ async fn monitor(cluster: &mut LocalCluster) -> anyhow::Result<Exit> {
                     if matches!(before, Some(Seen::Dead) | Some(Seen::Unreachable)) {
                         println!("node {id} is back (pid {pid})");
                     }
-                    if cluster.pid(id) != Some(*pid) {
+                    // A pid comes over gRPC: 0 or 1 would signal a process group or init,
+                    // and anything past i32 is no pid.
+                    if cluster.pid(id) != Some(*pid) && *pid > 1 && i32::try_from(*pid).is_ok() {
                         external_pids.insert(id, *pid);
                     }
                     let was_role = match &before {
