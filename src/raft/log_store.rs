@@ -596,6 +596,16 @@ pub(crate) mod tests {
     use openraft::EntryPayload;
     use std::fs;
 
+    proptest::proptest! {
+        /// A state file of any bytes decodes to a state or an error, never a panic.
+        #[test]
+        fn a_state_file_of_any_bytes_decodes_without_a_panic(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)
+        ) {
+            let _ = decode::<State>(&bytes);
+        }
+    }
+
     /// Entry `index` of term 1: one plain put, for the storage tests.
     pub(crate) fn entry(index: u64) -> Entry {
         Entry {

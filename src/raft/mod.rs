@@ -8,6 +8,8 @@
 mod log_store;
 mod network;
 mod proposer;
+#[cfg(test)]
+mod decoding_tests;
 mod reads;
 pub mod runtime;
 mod snapshot_file;

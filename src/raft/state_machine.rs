@@ -100,7 +100,7 @@ impl StateMachineStore {
     }
 }
 
-fn decode_table(data: &[u8]) -> Result<LeaseTable, StorageError> {
+pub(super) fn decode_table(data: &[u8]) -> Result<LeaseTable, StorageError> {
     decode(data).map_err(|e| snapshot_error(ErrorVerb::Read, e))
 }
 

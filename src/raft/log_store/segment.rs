@@ -232,6 +232,32 @@ pub(super) fn parse_segment(bytes: &[u8]) -> Parsed {
 mod tests {
     use super::*;
     use crate::raft::log_store::tests::entry;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1_000))]
+
+        /// The disk is not trusted either: whatever a segment holds, parsing it ends in entries
+        /// and a verdict, never a panic.
+        #[test]
+        fn random_and_mutated_segments_parse_without_a_panic(
+            random in prop::collection::vec(any::<u8>(), 0..4_096),
+            flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let _ = parse_segment(&random);
+            let mut with_magic = MAGIC.to_vec();
+            with_magic.extend_from_slice(&random);
+            let _ = parse_segment(&with_magic);
+            let (mut bytes, _) = segment(5);
+            for (at, value) in flips {
+                let at = at.index(bytes.len());
+                bytes[at] = value;
+            }
+            let _ = parse_segment(&bytes);
+            let _ = parse_segment(&bytes[..cut.index(bytes.len() + 1)]);
+        }
+    }
 
     /// A segment as appends write it: the magic, then records 1..=n.
     fn segment(n: u64) -> (Vec<u8>, Vec<u64>) {
