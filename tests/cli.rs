@@ -399,3 +399,55 @@ fn tokio_stream_once<T: Send + 'static>(
 ) -> impl tonic::codegen::tokio_stream::Stream<Item = T> {
     tonic::codegen::tokio_stream::iter([item])
 }
+
+/// Review finding 7 (the chunk at offset 2^40): a snapshot chunk that would leave a gap is
+/// refused, naming why, before openraft seeks there and zero-fills up to it in memory; the node
+/// keeps serving. The chunks are forged as from the current leader, as anyone on the peer port
+/// could.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_chunk_past_a_gap_is_refused_and_the_node_keeps_serving() {
+    use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
+    use leasehold::raft::{codec, TypeConfig};
+    let h = Harness::start(3, false).await;
+    let leader = h.leader().await;
+    let term = h.client_of(leader).node_status().await.unwrap().term;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(format!(
+        "http://{}",
+        h.endpoints[(follower - 1) as usize]
+    ))
+    .unwrap()
+    .connect()
+    .await
+    .unwrap();
+    let chunk = |offset: u64| {
+        let chunk = openraft::raft::InstallSnapshotRequest::<TypeConfig> {
+            vote: openraft::Vote::new_committed(term, leader),
+            meta: openraft::SnapshotMeta {
+                snapshot_id: "forged".into(),
+                ..Default::default()
+            },
+            offset,
+            data: vec![1],
+            done: false,
+        };
+        let mut request = tonic::Request::new(RaftMessage {
+            data: codec::encode(&chunk).unwrap(),
+        });
+        request.metadata_mut().insert(
+            leasehold::raft::CLOCK_KEY,
+            tonic::metadata::MetadataValue::from_static("leader"),
+        );
+        request
+    };
+    let mut peer = RaftClient::new(channel);
+    peer.install_snapshot(chunk(0)).await.unwrap();
+    let refused = peer.install_snapshot(chunk(1 << 40)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("gap"), "{}", refused.message());
+    let status = h.client_of(follower).node_status().await.unwrap();
+    assert_eq!(status.id, follower, "the follower still answers");
+    assert!(harness::written(
+        &h.client.put("after", b"v", None).await.unwrap()
+    ));
+}

@@ -30,6 +30,17 @@ use crate::raft::{
     Applied, BootLog, Channels, LogStore, NodeId, Proposer, Raft, Reads, SharedState,
 };
 
+/// Entries one `ReadLog` call returns at most: the log is read into memory under the index
+/// lock, so a caller asking for `1..=u64::MAX` gets a bounded answer and asks again from there.
+pub const READ_LOG_MAX_ENTRIES: u64 = 1_000;
+
+/// The last index a `ReadLog` call for `from..=to` reads, with `applied` entries applied: no
+/// further than what is applied, nor than [`READ_LOG_MAX_ENTRIES`] entries.
+fn read_log_end(from: u64, to: u64, applied: u64) -> u64 {
+    to.min(applied)
+        .min(from.saturating_add(READ_LOG_MAX_ENTRIES - 1))
+}
+
 /// How a node is started: `leasehold serve`'s flags.
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
@@ -358,7 +369,7 @@ impl Node {
             .read()
             .last_applied
             .map_or(0, |id| id.index);
-        let to = to.min(applied);
+        let to = read_log_end(from, to, applied);
         if from > to {
             return Ok(Vec::new());
         }
@@ -397,5 +408,18 @@ impl Node {
             outcome: crate::lease::Outcome::Nothing,
         };
         Ok((read(&state), at))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_read_back_is_bounded_per_call_and_by_what_is_applied() {
+        assert_eq!(read_log_end(1, u64::MAX, 5_000), READ_LOG_MAX_ENTRIES);
+        assert_eq!(read_log_end(4_500, u64::MAX, 5_000), 5_000);
+        assert_eq!(read_log_end(10, 20, 5_000), 20);
+        assert_eq!(read_log_end(u64::MAX, u64::MAX, 5_000), 5_000);
     }
 }

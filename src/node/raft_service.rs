@@ -10,14 +10,63 @@ use super::forwarder::Forwarded;
 use super::Node;
 use crate::proto::raft_v1::{raft_server, RaftMessage};
 use crate::raft::codec::{decode, encode};
-use crate::raft::{Applied, ClockMode};
+use crate::raft::{Applied, ClockMode, TypeConfig};
+use openraft::raft::InstallSnapshotRequest;
 
 pub struct RaftService {
     node: Node,
+    /// How much of the snapshot being received has arrived, to refuse chunks that would leave
+    /// a gap (openraft seeks to any offset, and the gap fills with zeros in memory).
+    chunks: Mutex<SnapshotChunks>,
     clock: ClockMode,
     /// When a refused peer was last logged: a misconfigured peer retries every heartbeat, and
     /// one line every few seconds says it all.
     refusal_logged: Mutex<Option<Instant>>,
+}
+
+/// The largest snapshot a node receives: far above any table this store keeps in memory, and a
+/// bound on what a sender can make a node allocate.
+pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
+
+/// The snapshot being received, by id, and the bytes of it that have arrived.
+#[derive(Debug, Default)]
+struct SnapshotChunks {
+    receiving: Option<(String, u64)>,
+}
+
+impl SnapshotChunks {
+    /// A chunk of `len` bytes at `offset` of snapshot `id` may be written only where it leaves
+    /// no gap (at or before what has arrived; a new snapshot starts at 0) and within
+    /// [`MAX_SNAPSHOT_BYTES`].
+    fn admit(&self, id: &str, offset: u64, len: u64) -> Result<(), String> {
+        let arrived = match &self.receiving {
+            Some((receiving, arrived)) if receiving == id => *arrived,
+            _ => 0,
+        };
+        if offset > arrived {
+            return Err(format!(
+                "install_snapshot: a chunk at offset {offset} of snapshot {id:?} would leave a \
+                 gap: {arrived} bytes of it have arrived"
+            ));
+        }
+        if offset.saturating_add(len) > MAX_SNAPSHOT_BYTES {
+            return Err(format!(
+                "install_snapshot: a chunk ending at byte {} is past the {MAX_SNAPSHOT_BYTES}-byte \
+                 limit on a snapshot",
+                offset.saturating_add(len)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Snapshot `id` has arrived up to byte `end`; `done`, and it is whole.
+    fn received(&mut self, id: &str, end: u64, done: bool) {
+        let arrived = match &self.receiving {
+            Some((receiving, arrived)) if receiving == id => (*arrived).max(end),
+            _ => end,
+        };
+        self.receiving = (!done).then(|| (id.to_owned(), arrived));
+    }
 }
 
 /// How often a peer refusal is logged at most.
@@ -28,8 +77,13 @@ impl RaftService {
         RaftService {
             clock: ClockMode::from_manual(node.manual_clock()),
             node,
+            chunks: Mutex::default(),
             refusal_logged: Mutex::new(None),
         }
+    }
+
+    fn chunks(&self) -> std::sync::MutexGuard<'_, SnapshotChunks> {
+        self.chunks.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Checks what a peer message carries outside its body before the body is decoded.
@@ -84,8 +138,21 @@ impl raft_server::Raft for RaftService {
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         self.admit(&request)?;
-        let rpc = decode_request(request)?;
-        encode_reply(&self.node.raft().install_snapshot(rpc).await)
+        let rpc: InstallSnapshotRequest<TypeConfig> = decode_request(request)?;
+        let (id, offset, len, done) = (
+            rpc.meta.snapshot_id.clone(),
+            rpc.offset,
+            rpc.data.len() as u64,
+            rpc.done,
+        );
+        self.chunks()
+            .admit(&id, offset, len)
+            .map_err(Status::invalid_argument)?;
+        let reply = self.node.raft().install_snapshot(rpc).await;
+        if reply.is_ok() {
+            self.chunks().received(&id, offset + len, done);
+        }
+        encode_reply(&reply)
     }
 
     async fn read_log(
@@ -115,5 +182,30 @@ impl raft_server::Raft for RaftService {
             .map(|answer| answer.map_err(ForwardedError::from))
             .collect();
         encode_reply(&answers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_chunks_that_would_leave_a_gap_or_pass_the_limit_are_refused() {
+        let mut chunks = SnapshotChunks::default();
+        assert!(chunks.admit("s1", 0, 100).is_ok());
+        chunks.received("s1", 100, false);
+        // A resent chunk, and the next one, are fine; one past a gap is not.
+        assert!(chunks.admit("s1", 0, 100).is_ok());
+        assert!(chunks.admit("s1", 100, 100).is_ok());
+        let gap = chunks.admit("s1", 1 << 40, 1).unwrap_err();
+        assert!(gap.contains("gap") && gap.contains("100 bytes"), "{gap}");
+        // Another snapshot starts from 0.
+        assert!(chunks.admit("s2", 50, 1).is_err());
+        assert!(chunks.admit("s2", 0, 1).is_ok());
+        let too_big = chunks.admit("s1", 100, MAX_SNAPSHOT_BYTES).unwrap_err();
+        assert!(too_big.contains("limit"), "{too_big}");
+        // Once whole, the next snapshot starts afresh.
+        chunks.received("s1", 200, true);
+        assert!(chunks.admit("s1", 100, 1).is_err());
     }
 }

@@ -5,11 +5,11 @@
 // type rather than boxing it only to unbox it at the trait boundary.
 #![allow(clippy::result_large_err)]
 
+#[cfg(test)]
+mod decoding_tests;
 mod log_store;
 mod network;
 mod proposer;
-#[cfg(test)]
-mod decoding_tests;
 mod reads;
 pub mod runtime;
 mod snapshot_file;
