@@ -186,6 +186,11 @@ fn applied_maybe(status: &Status) -> Option<String> {
         // A node's own determinate answer (no leader, bad input), or no connection at all.
         return None;
     }
+    if matches!(status.code(), Code::OutOfRange | Code::Unimplemented) {
+        // Refused by the server before any handler ran: a message over its size limit, or a
+        // method it does not serve. No node produces these codes itself.
+        return None;
+    }
     // Anything else failed after the request may have left: the attempt's timeout fired, the
     // call was cancelled or reset, or the answer did not arrive or decode.
     Some(format!("its answer was lost ({})", describe(status)))

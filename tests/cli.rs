@@ -451,3 +451,45 @@ async fn a_snapshot_chunk_past_a_gap_is_refused_and_the_node_keeps_serving() {
         &h.client.put("after", b"v", None).await.unwrap()
     ));
 }
+
+/// Messages past a plane's limit are refused before they are decoded, with the limit named:
+/// a 9 MiB `Propose` on the peer service (the review's 512 MiB one), a 1 MiB put from a
+/// client; the node keeps serving.
+#[tokio::test(flavor = "multi_thread")]
+async fn oversized_messages_are_refused_with_the_limit_named() {
+    use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
+    let h = Harness::start(3, false).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", h.endpoints[0]))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut propose = tonic::Request::new(RaftMessage {
+        data: vec![0; 9 * 1024 * 1024],
+    });
+    propose.metadata_mut().insert(
+        leasehold::raft::CLOCK_KEY,
+        tonic::metadata::MetadataValue::from_static("leader"),
+    );
+    let refused = RaftClient::new(channel.clone())
+        .propose(propose)
+        .await
+        .unwrap_err();
+    let limit = leasehold::node::MAX_PEER_MESSAGE_BYTES.to_string();
+    assert!(refused.message().contains(&limit), "{refused:?}");
+
+    let huge = h
+        .client
+        .put("k", &vec![7; 1024 * 1024], None)
+        .await
+        .unwrap_err();
+    let limit = leasehold::node::MAX_CLIENT_MESSAGE_BYTES.to_string();
+    assert!(huge.to_string().contains(&limit), "{huge}");
+    assert!(
+        !huge.is_indeterminate(),
+        "refused before anything was proposed: {huge}"
+    );
+    assert!(harness::written(
+        &h.client.put("after", b"v", None).await.unwrap()
+    ));
+}

@@ -21,8 +21,8 @@ use openraft::{BasicNode, ServerState};
 pub use clock::LeaderClock;
 pub use error::{NodeError, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 pub use forwarder::{Answer, Forwarded, GrpcLink, LeaderLink};
-pub use server::tick_expiring_leases;
 pub use server::{run, StartError};
+pub use server::{tick_expiring_leases, MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAGE_BYTES};
 
 use crate::lease::{validate, Batch, Command, Op, RequestId};
 use crate::raft::state_machine::Applying;
@@ -33,6 +33,9 @@ use crate::raft::{
 /// Entries one `ReadLog` call returns at most: the log is read into memory under the index
 /// lock, so a caller asking for `1..=u64::MAX` gets a bounded answer and asks again from there.
 pub const READ_LOG_MAX_ENTRIES: u64 = 1_000;
+/// Bytes of commands one `ReadLog` answer carries at most (by [`crate::raft::weight`]): a
+/// call stops early at the entry that passes it, and the caller asks again from there.
+pub const READ_LOG_MAX_BYTES: usize = 2 * 1024 * 1024;
 
 /// The last index a `ReadLog` call for `from..=to` reads, with `applied` entries applied: no
 /// further than what is applied, nor than [`READ_LOG_MAX_ENTRIES`] entries.
@@ -381,16 +384,24 @@ impl Node {
         let entries = openraft::RaftLogReader::try_get_log_entries(&mut reader, from..=to)
             .await
             .map_err(|e| NodeError::Raft(e.to_string()))?;
-        Ok(entries
-            .into_iter()
-            .map(|entry| {
-                let commands = match entry.payload {
-                    openraft::EntryPayload::Normal(Batch(commands)) => commands,
-                    _ => Vec::new(),
-                };
-                (entry.log_id.index, commands)
-            })
-            .collect())
+        let mut bytes = 0;
+        let mut answer = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let commands = match entry.payload {
+                openraft::EntryPayload::Normal(Batch(commands)) => commands,
+                _ => Vec::new(),
+            };
+            // The first entry always goes, so that every call makes progress.
+            if !answer.is_empty() && bytes >= READ_LOG_MAX_BYTES {
+                break;
+            }
+            bytes += commands
+                .iter()
+                .map(|c| crate::raft::weight(&c.op))
+                .sum::<usize>();
+            answer.push((entry.log_id.index, commands));
+        }
+        Ok(answer)
     }
 
     /// A linearizable read: never served from a stale follower or a deposed leader.

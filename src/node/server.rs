@@ -46,9 +46,30 @@ impl From<raft::StorageError> for StartError {
     }
 }
 
-/// A bound far above what Raft messages carry (16 entries of about 128 KiB, or snapshots in
-/// chunks), which tonic would otherwise cap at 4 MiB.
-const MAX_RAFT_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
+/// The largest message a peer may send or be answered with: a replication message of
+/// `max_payload_entries` entries of at most `MAX_ENTRY_BYTES` each, a snapshot chunk, a
+/// `ReadLog` answer, each with room to spare. Anything larger is refused before it is decoded.
+pub const MAX_PEER_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+/// The largest request a client may send: a put of the largest value with the longest key and
+/// lease name, with room to spare, so that a value just over its limit still gets the
+/// field's own error, and a huge message is refused before it is decoded.
+pub const MAX_CLIENT_MESSAGE_BYTES: usize = 256 * 1024;
+
+const _: () = {
+    use crate::lease::Limits;
+    let replication = raft::MAX_PAYLOAD_ENTRIES as usize * raft::MAX_ENTRY_BYTES;
+    assert!(
+        2 * replication <= MAX_PEER_MESSAGE_BYTES,
+        "a replication message fits"
+    );
+    assert!(2 * raft::SNAPSHOT_CHUNK_BYTES as usize <= MAX_PEER_MESSAGE_BYTES);
+    assert!(2 * super::READ_LOG_MAX_BYTES <= MAX_PEER_MESSAGE_BYTES);
+    let put = Limits::MAX_VALUE_BYTES + Limits::MAX_KEY_BYTES + 2 * Limits::MAX_NAME_BYTES;
+    assert!(
+        2 * put <= MAX_CLIENT_MESSAGE_BYTES,
+        "the largest valid put fits, with room"
+    );
+};
 /// The expiry ticker looks again at least this often, to notice a new leadership or lease.
 const TICK_CHECK: Duration = Duration::from_millis(100);
 /// Ticks are at least this far apart: when leases fall due one after another (thousands a
@@ -192,12 +213,15 @@ pub async fn run(
     let fatal = Arc::new(tokio::sync::Notify::new());
     let watchdog = tokio::spawn(watch_for_fatal(raft.clone(), fatal.clone()));
     let server = tonic::transport::Server::builder()
-        .add_service(LeaseStoreServer::new(LeaseService::new(node.clone())))
+        .add_service(
+            LeaseStoreServer::new(LeaseService::new(node.clone()))
+                .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
+        )
         .add_service(ClusterServer::new(ClusterService::new(node.clone())))
         .add_service(
             RaftServer::new(RaftService::new(node.clone()))
-                .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES),
+                .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES),
         )
         .add_service(health_service)
         .add_service(reflection_v1)

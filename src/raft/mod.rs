@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 pub use log_store::LogStore;
 pub use network::{Channels, ClockMode, PeerNetwork, CLOCK_KEY};
-pub use proposer::{weight, Proposer, WriteError, WRITE_BATCHES};
+pub use proposer::{weight, Proposer, WriteError, MAX_ENTRY_BYTES, WRITE_BATCHES};
 pub use reads::{ReadError, Reads};
 pub use snapshot_file::{DurableSnapshot, SlowWork};
 pub use state_machine::{SharedState, StateMachineStore};
@@ -149,6 +149,11 @@ pub mod codec {
     }
 }
 
+/// Entries per replication message, at most (see [`config`]).
+pub const MAX_PAYLOAD_ENTRIES: u64 = 16;
+/// Bytes per snapshot chunk sent to a follower.
+pub const SNAPSHOT_CHUNK_BYTES: u64 = 3 * 1024 * 1024;
+
 /// The default for `serve --snapshot-every`.
 pub const DEFAULT_SNAPSHOT_EVERY: u64 = 10_000;
 
@@ -170,7 +175,8 @@ pub fn config(snapshot_every: u64) -> openraft::Config {
         // answered. An entry holds up to `proposer::MAX_ENTRY_BYTES` (128 KiB), so a message of
         // 16 stays within 2 MiB: a follower catching up is never sent more than it can fsync in
         // time. Steady-state messages carry one or two entries.
-        max_payload_entries: 16,
+        max_payload_entries: MAX_PAYLOAD_ENTRIES,
+        snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(snapshot_every),
         max_in_snapshot_log_to_keep: snapshot_every / 10,
         ..Default::default()
