@@ -16,6 +16,10 @@ use crate::proto::v1::lease_store_client::LeaseStoreClient;
 
 /// One attempt's limit: above a node's own worst case (election wait plus quorum waits).
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(9);
+const _: () = assert!(
+    ATTEMPT_TIMEOUT.as_millis() > crate::node::NODE_WRITE_WORST.as_millis(),
+    "an attempt may last as long as a node's own worst case for a write"
+);
 /// No attempt gets less, whatever the deadline.
 const MIN_ATTEMPT: Duration = Duration::from_millis(200);
 /// How long a call keeps trying other nodes while none answers.

@@ -63,6 +63,21 @@ pub struct NodeConfig {
 const LEADER_WAIT: Duration = Duration::from_millis(2_000);
 /// How long a write or a read waits for a quorum before answering `Unavailable`.
 const QUORUM_WAIT: Duration = Duration::from_millis(3_000);
+/// The longest a node takes to answer a write itself: an election, a first stamp of the term
+/// (a confirmation with a quorum), then the write's own quorum.
+pub const NODE_WRITE_WORST: Duration =
+    Duration::from_millis(LEADER_WAIT.as_millis() as u64 + 2 * QUORUM_WAIT.as_millis() as u64);
+
+const _: () = {
+    assert!(
+        LEADER_WAIT.as_millis() as u64 >= 2 * crate::raft::LONGEST_ELECTION_MS,
+        "a request waits out a whole election, twice over, before it answers no leader"
+    );
+    assert!(
+        forwarder::FORWARD_TIMEOUT.as_millis() > NODE_WRITE_WORST.as_millis(),
+        "a forwarded write waits for the leader's own worst case, and the hop"
+    );
+};
 
 /// A handle to the running node, cheap to clone into every service.
 #[derive(Clone)]

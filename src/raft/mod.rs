@@ -149,6 +149,20 @@ pub mod codec {
     }
 }
 
+/// How often a leader sends heartbeats (see [`config`]).
+pub const HEARTBEAT_MS: u64 = 60;
+/// A follower campaigns after its leader lease (the maximum) plus a random timeout in this range.
+pub const ELECTION_TIMEOUT_MIN_MS: u64 = 250;
+pub const ELECTION_TIMEOUT_MAX_MS: u64 = 400;
+/// The longest a dead leader goes unreplaced without a partition: the lease, then the longest
+/// random timeout.
+pub const LONGEST_ELECTION_MS: u64 = 2 * ELECTION_TIMEOUT_MAX_MS;
+
+const _: () = assert!(
+    3 * HEARTBEAT_MS <= ELECTION_TIMEOUT_MIN_MS,
+    "a live leader's heartbeats arrive several times within any election timeout"
+);
+
 /// Entries per replication message, at most (see [`config`]).
 pub const MAX_PAYLOAD_ENTRIES: u64 = 16;
 /// Bytes per snapshot chunk sent to a follower.
@@ -167,9 +181,9 @@ pub const DEFAULT_SNAPSHOT_EVERY: u64 = 10_000;
 pub fn config(snapshot_every: u64) -> openraft::Config {
     openraft::Config {
         cluster_name: "leasehold".into(),
-        heartbeat_interval: 60,
-        election_timeout_min: 250,
-        election_timeout_max: 400,
+        heartbeat_interval: HEARTBEAT_MS,
+        election_timeout_min: ELECTION_TIMEOUT_MIN_MS,
+        election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
         install_snapshot_timeout: 2_000,
         // openraft gives each AppendEntries one heartbeat interval to be written, fsynced and
         // answered. An entry holds up to `proposer::MAX_ENTRY_BYTES` (128 KiB), so a message of
