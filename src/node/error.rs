@@ -92,6 +92,12 @@ pub enum NodeError {
     WrongClock(&'static str),
     #[error("this node is shutting down")]
     ShuttingDown,
+    /// Refused before anything was queued: nothing was applied.
+    #[error(
+        "this node is working on its limit of {limit} requests at once; retry shortly, or on \
+         another node"
+    )]
+    Overloaded { limit: usize },
     #[error("raft failed: {0}")]
     Raft(String),
     #[error("invariant broken: {0}")]
@@ -174,6 +180,7 @@ impl From<NodeError> for Status {
             | NodeError::RaftStopped(_)
             | NodeError::ShuttingDown => Code::Unavailable,
             NodeError::Forgotten | NodeError::UnknownSession => Code::Aborted,
+            NodeError::Overloaded { .. } => Code::ResourceExhausted,
             NodeError::Raft(_) | NodeError::Invariant(_) => Code::Internal,
         };
         let indeterminate = matches!(

@@ -29,6 +29,7 @@ impl LeaseService {
     }
 
     async fn write(&self, op: Op, request: Option<RequestId>) -> Result<Applied, Status> {
+        let _working = self.node.admit(1)?;
         self.node.write_or_forward(op, request).await
     }
 
@@ -148,6 +149,7 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         &self,
         request: Request<pb::GetRequest>,
     ) -> Result<Response<pb::GetResponse>, Status> {
+        let _working = self.node.admit(1)?;
         let forwarded = is_forwarded(&request);
         let m = request.into_inner();
         crate::lease::limits::name("key", &m.key, crate::lease::Limits::MAX_KEY_BYTES)
@@ -169,6 +171,7 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         &self,
         request: Request<pb::GetLeaseRequest>,
     ) -> Result<Response<pb::GetLeaseResponse>, Status> {
+        let _working = self.node.admit(1)?;
         let forwarded = is_forwarded(&request);
         let m = request.into_inner();
         crate::lease::limits::name("lease", &m.lease, crate::lease::Limits::MAX_NAME_BYTES)

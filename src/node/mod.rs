@@ -30,6 +30,11 @@ use crate::raft::{
     Applied, BootLog, Channels, LogStore, NodeId, Proposer, Raft, Reads, SharedState,
 };
 
+/// Requests a node works on at once, client requests and forwarded writes counted alike; past
+/// it a request is refused at once (RESOURCE_EXHAUSTED) instead of queueing without bound. Far
+/// above what a node serves well: 64 clients keep a few hundred in flight.
+pub const MAX_CONCURRENT_REQUESTS: usize = 8_192;
+
 /// Entries one `ReadLog` call returns at most: the log is read into memory under the index
 /// lock, so a caller asking for `1..=u64::MAX` gets a bounded answer and asks again from there.
 pub const READ_LOG_MAX_ENTRIES: u64 = 1_000;
@@ -102,6 +107,32 @@ struct NodeInner {
     channels: Channels,
     manual_clock: bool,
     peers: BTreeMap<NodeId, String>,
+    /// One permit per request being worked on: see [`MAX_CONCURRENT_REQUESTS`].
+    requests: Admission,
+}
+
+/// A bound on the requests a node works on at once.
+struct Admission {
+    permits: Arc<tokio::sync::Semaphore>,
+    limit: usize,
+}
+
+impl Admission {
+    fn new(limit: usize) -> Self {
+        Admission {
+            permits: Arc::new(tokio::sync::Semaphore::new(limit)),
+            limit,
+        }
+    }
+
+    /// Room for `count` more requests, held until the permit is dropped; refused at once, with
+    /// nothing queued, when that would pass the limit.
+    fn admit(&self, count: usize) -> Result<tokio::sync::OwnedSemaphorePermit, NodeError> {
+        u32::try_from(count)
+            .ok()
+            .and_then(|n| self.permits.clone().try_acquire_many_owned(n).ok())
+            .ok_or(NodeError::Overloaded { limit: self.limit })
+    }
 }
 
 impl Node {
@@ -133,8 +164,15 @@ impl Node {
                 channels,
                 manual_clock: config.manual_clock,
                 peers: config.peers.clone(),
+                requests: Admission::new(MAX_CONCURRENT_REQUESTS),
             }),
         }
+    }
+
+    /// Room for `count` more requests, held until the permit is dropped; refused at once when
+    /// the node already works on [`MAX_CONCURRENT_REQUESTS`].
+    pub fn admit(&self, count: usize) -> Result<tokio::sync::OwnedSemaphorePermit, NodeError> {
+        self.inner.requests.admit(count)
     }
 
     pub fn id(&self) -> NodeId {
@@ -440,6 +478,34 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_past_the_limit_are_refused_at_once_and_admitted_again_once_room_is_made() {
+        let admission = Admission::new(3);
+        let first = admission.admit(2).unwrap();
+        let refused = admission.admit(2).unwrap_err();
+        assert!(
+            matches!(refused, NodeError::Overloaded { limit: 3 }),
+            "{refused}"
+        );
+        let status = tonic::Status::from(refused);
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            status.message().contains("limit of 3"),
+            "{}",
+            status.message()
+        );
+        assert!(
+            status.metadata().get(INDETERMINATE_KEY).is_none(),
+            "nothing was queued"
+        );
+        drop(first);
+        assert!(
+            admission.admit(3).is_ok(),
+            "room again once the first requests are done"
+        );
+        assert!(admission.admit(usize::MAX).is_err());
+    }
 
     #[test]
     fn a_log_read_back_is_bounded_per_call_and_by_what_is_applied() {

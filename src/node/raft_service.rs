@@ -174,6 +174,7 @@ impl raft_server::Raft for RaftService {
     ) -> Result<Response<RaftMessage>, Status> {
         self.admit(&request)?;
         let writes: Vec<Forwarded> = decode_request(request)?;
+        let _working = self.node.admit(writes.len())?;
         let answers: Vec<Result<Applied, ForwardedError>> = self
             .node
             .write_many(writes)
