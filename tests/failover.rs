@@ -340,14 +340,8 @@ async fn a_restarted_leader_below_its_lost_tail_serves_reads_and_writes() {
     for &id in &others {
         h.cluster.signal(id, libc::SIGCONT);
     }
-    h.new_leader(a).await;
-    h.restart(a);
-    wait_for(
-        "A to follow and drop its tail",
-        Duration::from_secs(20),
-        || h.caught_up(a),
-    )
-    .await;
+    // A follows and drops its tail, then leads.
+    h.rejoin_after_failover(a).await;
     h.make_leader(a).await;
     let status = h.client_of(a).node_status().await.unwrap();
     assert!(

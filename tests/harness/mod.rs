@@ -107,16 +107,22 @@ impl Harness {
                 return;
             }
             self.kill(leader);
-            self.new_leader(leader).await;
-            self.restart(leader);
-            wait_for(
-                "the restarted node to catch up",
-                Duration::from_secs(20),
-                || self.caught_up(leader),
-            )
-            .await;
+            self.rejoin_after_failover(leader).await;
         }
         panic!("node {id} did not win an election in 10 rounds");
+    }
+
+    /// Once another node than the dead `id` leads, restarts `id` and waits until it holds the
+    /// leader's state.
+    pub async fn rejoin_after_failover(&mut self, id: u64) {
+        self.new_leader(id).await;
+        self.restart(id);
+        wait_for(
+            "the restarted node to catch up",
+            Duration::from_secs(20),
+            || self.caught_up(id),
+        )
+        .await;
     }
 
     pub fn kill(&mut self, id: u64) {
