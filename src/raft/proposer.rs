@@ -65,13 +65,6 @@ impl Proposer {
             answer
         })
     }
-
-    /// Proposes `command` in the next entry and waits until that entry is applied.
-    pub async fn propose(&self, command: Command) -> Result<Applied, WriteError> {
-        self.submit(command)
-            .await
-            .unwrap_or(Err(RaftError::Fatal(Fatal::Stopped)))
-    }
 }
 
 /// The size an op adds to an entry or a message, near enough to bound them by bytes.
