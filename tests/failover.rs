@@ -305,9 +305,6 @@ async fn a_node_whose_raft_stopped_exits_instead_of_answering_errors() {
 /// until A leads, its log still shorter than at its start. Before the fix every read and write
 /// on A waited for the lost tail and failed.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "in two of three CI runs the restarted node never won an election (make_leader gave \
-            up after 10 rounds, or no leader within 20 s): an open liveness question, see the \
-            issue note; run with --ignored"]
 async fn a_restarted_leader_below_its_lost_tail_serves_reads_and_writes() {
     let _one = ONE_AT_A_TIME.lock().await;
     let mut h = Harness::start(3, false).await;

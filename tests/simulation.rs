@@ -228,8 +228,14 @@ struct Net {
     cut: BTreeSet<(u64, u64)>,
     /// Percent of messages dropped on every link.
     loss_pct: u64,
+    /// Every message takes the same time, as on one machine's loopback; otherwise each takes a
+    /// random 0 to 14 ms, which by itself pulls apart nodes that act at the same instant.
+    uniform_latency: bool,
     rng: Option<Rng>,
 }
+
+/// A message's travel time when every link takes the same.
+const UNIFORM_LATENCY: Duration = Duration::from_millis(1);
 
 #[derive(Clone, Default)]
 struct Router(Arc<Mutex<Net>>);
@@ -243,11 +249,16 @@ impl Router {
             return Err(lost("partitioned"));
         }
         let loss = net.loss_pct;
+        let uniform = net.uniform_latency;
         let rng = net.rng.as_mut().expect("seeded");
         if rng.below(100) < loss {
             return Err(lost("dropped"));
         }
-        let delay = Duration::from_millis(rng.below(15));
+        let delay = if uniform {
+            UNIFORM_LATENCY
+        } else {
+            Duration::from_millis(rng.below(15))
+        };
         let raft = net
             .rafts
             .get(&to)
@@ -407,6 +418,8 @@ struct SimNode {
 }
 
 struct Sim {
+    /// The Raft config every boot uses, unless a scenario boots a node with its own.
+    config: Arc<openraft::Config>,
     router: Router,
     nodes: BTreeMap<u64, SimNode>,
     started: Instant,
@@ -422,6 +435,11 @@ fn sim_config() -> Arc<openraft::Config> {
 
 impl Sim {
     async fn start(count: u64, seed: u64) -> Sim {
+        Sim::start_with(count, seed, sim_config()).await
+    }
+
+    /// [`Sim::start`], every node booting with `config`.
+    async fn start_with(count: u64, seed: u64, config: Arc<openraft::Config>) -> Sim {
         let router = Router::default();
         router.0.lock().unwrap().rng = Some(Rng(seed));
         let nodes = (1..=count)
@@ -437,6 +455,7 @@ impl Sim {
             })
             .collect();
         let sim = Sim {
+            config,
             router,
             nodes,
             started: Instant::now(),
@@ -460,7 +479,7 @@ impl Sim {
 
     /// Starts node `id` on its log and snapshot dir, as a restarted process would.
     async fn boot(&self, id: u64) {
-        self.boot_with(id, sim_config()).await
+        self.boot_with(id, self.config.clone()).await
     }
 
     /// [`Sim::boot`] with a Raft config of the test's choosing.
@@ -1211,5 +1230,61 @@ fn a_restarted_leader_whose_tail_was_truncated_still_serves_reads() {
             .build()
             .unwrap();
         runtime.block_on(restarted_leader_with_a_lost_tail(seed));
+    }
+}
+
+/// After a leader dies, its two survivors must elect one of them, every time, within a few
+/// election timeouts. openraft 0.9 draws a node's election timeout once per process and checks
+/// it on a fixed tick, so two survivors can campaign in the same instant, again and again (a
+/// known livelock of openraft's single-term-leader mode). Leasehold uses its default mode, where
+/// a leader id is the term and the node id, so a candidate grants a same-term candidate with a
+/// higher id and a tie ends at once. Here every node draws the same timeout and every message
+/// takes the same time, the worst case for ties, and three leaders in a row die.
+async fn survivors_of_a_dead_leader_elect(seed: u64) {
+    // Every node draws the same timeout: the worst case of draws that round to the same tick.
+    let mut same_draw = (*sim_config()).clone();
+    same_draw.election_timeout_min = same_draw.election_timeout_max - 1;
+    let sim = Sim::start_with(3, seed, Arc::new(same_draw.validate().unwrap())).await;
+    sim.net().uniform_latency = true;
+    for round in 0..3 {
+        let old = any_leader(&sim, Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|| panic!("seed {seed} round {round}: no leader to kill"));
+        sim.crash(old).await;
+        // The longest seen in 600 such failovers was about two seconds.
+        let new = any_leader(&sim, Duration::from_secs(5)).await;
+        assert!(
+            new.is_some(),
+            "seed {seed} round {round}: the two nodes left after node {old} died elected \
+             nobody within 5 s (terms now {:?})",
+            sim.up()
+                .iter()
+                .map(|id| sim.raft(*id).unwrap().metrics().borrow().current_term)
+                .collect::<Vec<_>>()
+        );
+        sim.boot(old).await;
+        // The restarted node may boot believing it still leads (openraft restores a leader's
+        // own vote); the next round starts once it follows the new leader.
+        let new = new.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while sim.raft(old).unwrap().metrics().borrow().current_leader != Some(new) {
+            assert!(
+                Instant::now() < deadline,
+                "seed {seed} round {round}: node {old} never followed node {new}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+#[test]
+fn the_survivors_of_a_dead_leader_always_elect_one_of_them() {
+    for seed in 1..=50 {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(survivors_of_a_dead_leader_elect(seed));
     }
 }

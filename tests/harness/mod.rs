@@ -48,6 +48,9 @@ impl Harness {
             endpoints,
             _dir: dir,
         };
+        if std::env::var_os(KEEP_DIRS).is_some() {
+            eprintln!("node logs and data kept in {}", harness._dir.path().display());
+        }
         harness.leader().await;
         harness
     }
@@ -98,18 +101,44 @@ impl Harness {
             .then(|| node.clone())
     }
 
-    /// Makes node `id` the leader by killing (and restarting) whichever other node leads,
-    /// until `id` wins an election; each round gives it about an even chance.
+    /// Makes node `id` of three the leader. Racing the nodes until `id` wins is no good:
+    /// openraft 0.9 draws a node's election timeout once per process, so a node that drew a long
+    /// one loses nearly every race. Instead, each round kills the leader and pauses the third
+    /// node, so that `id` campaigns alone, in vain, once per its election timeout. Timed from
+    /// two such campaigns, the old leader restarts just before `id`'s next one: it is up to
+    /// grant that campaign its vote, and its own election timeout, which starts when it learns
+    /// `id`'s term, cannot have run out yet. Then the third node resumes and follows. A round
+    /// fails only when the restart takes longer than [`RESTART_LEAD`].
     pub async fn make_leader(&mut self, id: u64) {
-        for _ in 0..10 {
+        assert_eq!(self.endpoints.len(), 3, "make_leader handles three nodes");
+        for round in 0..MAKE_LEADER_ROUNDS {
             let leader = self.leader().await;
             if leader == id {
                 return;
             }
+            let third = (1..=3).find(|n| *n != id && *n != leader).unwrap();
             self.kill(leader);
-            self.rejoin_after_failover(leader).await;
+            self.cluster.signal(third, libc::SIGSTOP);
+            let alone = self.client_of(id);
+            let (term, first) = next_campaign(&alone, 0).await;
+            let (_, second) = next_campaign(&alone, term).await;
+            let period = second - first;
+            tokio::time::sleep_until((second + period.saturating_sub(RESTART_LEAD)).into()).await;
+            self.restart(leader);
+            let winner = wait_for("a leader of the two", Duration::from_secs(20), || async {
+                let status = alone.node_status().await.ok()?;
+                (status.leader != 0 && status.role != pb::Role::Candidate as i32)
+                    .then_some(status.leader)
+            })
+            .await;
+            self.cluster.signal(third, libc::SIGCONT);
+            if winner == id {
+                assert_eq!(self.leader().await, id, "the resumed node follows");
+                eprintln!("make_leader: node {id} leads after {} rounds", round + 1);
+                return;
+            }
         }
-        panic!("node {id} did not win an election in 10 rounds");
+        panic!("node {id} did not win an election in {MAKE_LEADER_ROUNDS} rounds");
     }
 
     /// Once another node than the dead `id` leads, restarts `id` and waits until it holds the
@@ -133,6 +162,64 @@ impl Harness {
         self.cluster.start(id).expect("restart node");
     }
 }
+
+/// A failed test shows the end of every node's log, so that a failure seen only in CI can
+/// still be explained from its output.
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if std::env::var_os(KEEP_DIRS).is_some() {
+            // Killed now, while the dir is still ours to leave behind.
+            for id in 1..=self.endpoints.len() as u64 {
+                self.cluster.kill(id);
+            }
+            let dir = std::mem::replace(&mut self._dir, TempDir::new().expect("temp dir"));
+            let _ = dir.keep();
+        }
+        if !std::thread::panicking() {
+            return;
+        }
+        for node in self.cluster.nodes() {
+            let log = std::fs::read_to_string(&node.log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..];
+            eprintln!("---- node {} log, last {} lines ----", node.id, tail.len());
+            for line in tail {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// Rounds of [`Harness::make_leader`] before it gives up.
+const MAKE_LEADER_ROUNDS: usize = 10;
+/// How long before a lone candidate's next campaign [`Harness::make_leader`] restarts the node
+/// whose vote it needs: more than a restart takes, less than the shortest election timeout.
+const RESTART_LEAD: Duration = Duration::from_millis(150);
+const _: () = assert!(RESTART_LEAD.as_millis() < leasehold::raft::ELECTION_TIMEOUT_MIN_MS as u128);
+
+/// When `node`, a candidate, next campaigns in a term above `after`: the term and about when
+/// (polled every few milliseconds, so two such times give its election timeout).
+async fn next_campaign(node: &LeaseClient, after: u64) -> (u64, Instant) {
+    let started = Instant::now();
+    loop {
+        if let Ok(status) = node.node_status().await {
+            if status.role == pb::Role::Candidate as i32 && status.term > after {
+                return (status.term, Instant::now());
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no campaign after term {after} within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Set (to anything), the harness leaves its nodes' data dirs and whole logs behind.
+const KEEP_DIRS: &str = "LEASEHOLD_KEEP_TEST_DIRS";
+
+/// How many lines of each node's log a failed test prints.
+const LOG_TAIL_LINES: usize = 60;
 
 /// Polls `check` until it yields a value; panics naming `what` after `timeout`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
