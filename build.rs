@@ -7,10 +7,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     let descriptors = protox::compile(files, ["proto"])?;
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
-    // Reflection serves this set, so generic gRPC tools work without the proto files.
+    // Reflection on the client port serves the public API only, so generic gRPC tools work
+    // without the proto files and nobody is shown the peer plane's service.
+    let public = protox::compile(["proto/leasehold/v1/leasehold.proto"], ["proto"])?;
     std::fs::write(
         out_dir.join("leasehold_descriptor.bin"),
-        prost::Message::encode_to_vec(&descriptors),
+        prost::Message::encode_to_vec(&public),
     )?;
     tonic_prost_build::configure().compile_fds(descriptors)?;
     for file in files {

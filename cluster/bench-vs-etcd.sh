@@ -38,7 +38,7 @@ trap cleanup EXIT
 
 etcd_cluster=e1=http://127.0.0.1:12380,e2=http://127.0.0.1:22380,e3=http://127.0.0.1:32380
 etcd_endpoints=127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379
-lh_peers=1=127.0.0.1:7301,2=127.0.0.1:7302,3=127.0.0.1:7303
+lh_peers=1=127.0.0.1:7401,2=127.0.0.1:7402,3=127.0.0.1:7403
 lh_endpoints=127.0.0.1:7301,127.0.0.1:7302,127.0.0.1:7303
 
 start_etcd() { # id
@@ -52,7 +52,7 @@ start_etcd() { # id
 }
 start_lh() { # id
   local i=$1
-  "$bin" serve --id "$i" --listen "127.0.0.1:730$i" --data-dir "$work/lh-$i" --peers "$lh_peers" \
+  "$bin" serve --id "$i" --listen "127.0.0.1:730$i" --peer-listen "127.0.0.1:740$i" --data-dir "$work/lh-$i" --peers "$lh_peers" \
     >/dev/null 2>>"$work/lh-$i.log" &
   lh_pid[$i]=$!
 }

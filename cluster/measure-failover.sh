@@ -9,9 +9,9 @@ bin=${LEASEHOLD_BIN:-$here/target/release/leasehold}
 [ -x "$bin" ] || (cd "$here" && cargo build --release --quiet)
 dir=$(mktemp -d)
 export LEASEHOLD_ENDPOINTS=127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103
-peers=1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103
+peers=1=127.0.0.1:7201,2=127.0.0.1:7202,3=127.0.0.1:7203
 declare -A pids
-start() { "$bin" serve --id "$1" --listen "127.0.0.1:710$1" --data-dir "$dir/node-$1" --peers "$peers" \
+start() { "$bin" serve --id "$1" --listen "127.0.0.1:710$1" --peer-listen "127.0.0.1:720$1" --data-dir "$dir/node-$1" --peers "$peers" \
             >/dev/null 2>>"$dir/node-$1.log" & pids[$1]=$!; }
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT

@@ -16,6 +16,7 @@ pub mod etcd {
     tonic::include_proto!("etcdserverpb");
 }
 
-/// Every message and service above, for gRPC reflection.
+/// The public API's messages and services, for gRPC reflection on the client port (the peer
+/// plane's `leasehold.raft.v1` is left out).
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/leasehold_descriptor.bin"));

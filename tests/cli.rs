@@ -232,14 +232,11 @@ async fn advance_is_refused_on_the_default_clock() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_started_with_the_other_clock_takes_no_part_in_the_cluster() {
     let dir = tempfile::TempDir::new().unwrap();
-    let endpoints: Vec<String> = leasehold::cli::local::free_ports(3)
-        .unwrap()
-        .into_iter()
-        .map(|p| format!("127.0.0.1:{p}"))
-        .collect();
+    let addrs = leasehold::cli::local::local_addrs(3).unwrap();
     let mut cluster =
-        leasehold::cli::local::LocalCluster::new(binary().as_ref(), dir.path(), &endpoints, false)
+        leasehold::cli::local::LocalCluster::new(binary().as_ref(), dir.path(), &addrs, false)
             .with_node_args(3, &["--manual-clock"]);
+    let endpoints = cluster.endpoints();
     cluster.start_all().unwrap();
     let pair = LeaseClient::new(&endpoints[..2]).unwrap();
     let written = wait_for(
@@ -390,7 +387,84 @@ async fn every_node_serves_health_and_reflection() {
                 "{wanted} missing from {names:?}"
             );
         }
+        assert!(
+            !names.iter().any(|n| n.contains("raft")),
+            "the client port lists no internal service: {names:?}"
+        );
     }
+}
+
+/// Review finding 5: the client port served the internal Raft service to anyone. Now every
+/// internal RPC there is UNIMPLEMENTED, forged as well as it could be (the right clock header,
+/// a real vote from a higher term), and nothing reaches Raft: no election is forced. The same
+/// calls reach the peer plane, and the cluster keeps serving.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_client_port_serves_no_internal_rpc() {
+    use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
+    use leasehold::raft::codec;
+    let h = Harness::start(3, false).await;
+    assert!(harness::written(
+        &h.client.put("before", b"v", None).await.unwrap()
+    ));
+    let leader = h.leader().await;
+    let term = h.client_of(leader).node_status().await.unwrap().term;
+    let forged = |data: Vec<u8>| {
+        let mut request = tonic::Request::new(RaftMessage { data });
+        request.metadata_mut().insert(
+            leasehold::raft::CLOCK_KEY,
+            tonic::metadata::MetadataValue::from_static("leader"),
+        );
+        request
+    };
+    let vote = || {
+        let vote =
+            openraft::raft::VoteRequest::<u64>::new(openraft::Vote::new(term + 100, 2), None);
+        forged(codec::encode(&vote).unwrap())
+    };
+    for id in 1..=3 {
+        let channel = tonic::transport::Endpoint::from_shared(format!(
+            "http://{}",
+            h.endpoints[(id - 1) as usize]
+        ))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+        let mut on_client_port = RaftClient::new(channel);
+        let refusals = [
+            on_client_port.vote(vote()).await.unwrap_err(),
+            on_client_port
+                .append_entries(forged(vec![1]))
+                .await
+                .unwrap_err(),
+            on_client_port
+                .install_snapshot(forged(vec![1]))
+                .await
+                .unwrap_err(),
+            on_client_port.propose(forged(vec![1])).await.unwrap_err(),
+            on_client_port.read_log(forged(vec![1])).await.unwrap_err(),
+        ];
+        for refused in refusals {
+            assert_eq!(
+                refused.code(),
+                tonic::Code::Unimplemented,
+                "node {id}: {refused:?}"
+            );
+        }
+    }
+    let after = h.client_of(leader).node_status().await.unwrap();
+    assert_eq!(after.term, term, "no election was forced");
+    assert_eq!(after.role, pb::Role::Leader as i32);
+    // The peer plane serves the same service: the log reads back there.
+    let mut on_peer_port = RaftClient::new(h.peer_channel(leader).await);
+    let read = on_peer_port
+        .read_log(forged(codec::encode(&(1u64, 10u64)).unwrap()))
+        .await
+        .unwrap();
+    assert!(!read.into_inner().data.is_empty());
+    assert!(harness::written(
+        &h.client.put("after", b"v", None).await.unwrap()
+    ));
 }
 
 /// A one-message request stream, without pulling in a stream crate.
@@ -412,14 +486,7 @@ async fn a_snapshot_chunk_past_a_gap_is_refused_and_the_node_keeps_serving() {
     let leader = h.leader().await;
     let term = h.client_of(leader).node_status().await.unwrap().term;
     let follower = (1..=3).find(|id| *id != leader).unwrap();
-    let channel = tonic::transport::Endpoint::from_shared(format!(
-        "http://{}",
-        h.endpoints[(follower - 1) as usize]
-    ))
-    .unwrap()
-    .connect()
-    .await
-    .unwrap();
+    let channel = h.peer_channel(follower).await;
     let chunk = |offset: u64| {
         let chunk = openraft::raft::InstallSnapshotRequest::<TypeConfig> {
             vote: openraft::Vote::new_committed(term, leader),
@@ -459,11 +526,7 @@ async fn a_snapshot_chunk_past_a_gap_is_refused_and_the_node_keeps_serving() {
 async fn oversized_messages_are_refused_with_the_limit_named() {
     use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
     let h = Harness::start(3, false).await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", h.endpoints[0]))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = h.peer_channel(1).await;
     let mut propose = tonic::Request::new(RaftMessage {
         data: vec![0; 9 * 1024 * 1024],
     });

@@ -11,19 +11,21 @@ use std::time::Duration;
 
 use harness::binary;
 
-/// Three consecutive free loopback ports, for `cluster --port`.
+/// A port for `cluster --port` with three consecutive free loopback ports from it, and three
+/// more from 100 above it, where `cluster` puts the peer ports by default.
 fn consecutive_free_ports() -> u16 {
     let seed = std::process::id() as u16;
     for attempt in 0..200u16 {
         let base = 20_000 + (seed.wrapping_add(attempt.wrapping_mul(97))) % 40_000;
-        let held: Vec<_> = (0..3)
+        let held: Vec<_> = [0, 1, 2, 100, 101, 102]
+            .into_iter()
             .map_while(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).ok())
             .collect();
-        if held.len() == 3 {
+        if held.len() == 6 {
             return base;
         }
     }
-    panic!("no three consecutive free ports");
+    panic!("no three consecutive free ports with three more above them");
 }
 
 fn alive(pid: i32) -> bool {

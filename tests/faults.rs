@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use harness::Rng;
 use leasehold::check::{self, Anomaly, Answer, Completion, Log, Operation, Request};
-use leasehold::cli::local::LocalCluster;
+use leasehold::cli::local::{LocalCluster, PlaneAddrs};
 use leasehold::client::{ClientError, LeaseClient};
 use leasehold::lease::{Fence, LeaseTable, Op, Outcome, ReleaseRefusal};
 use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
@@ -180,14 +180,20 @@ impl Cluster {
         let ips: Vec<IpAddr> = (1..=count)
             .map(|i| format!("127.0.0.{i}").parse().unwrap())
             .collect();
-        let endpoints: Vec<String> = ips.iter().map(|ip| format!("{ip}:7001")).collect();
+        let addrs: Vec<PlaneAddrs> = ips
+            .iter()
+            .map(|ip| PlaneAddrs {
+                client: format!("{ip}:7001"),
+                peer: format!("{ip}:7002"),
+            })
+            .collect();
         // Snapshots often, so that building, installing and purging happen under the faults;
         // the log is archived as the run goes, before it is purged (see `archive_log`).
         let snapshot_every = snapshot_every().to_string();
-        let mut nodes =
-            LocalCluster::new(harness::binary().as_ref(), dir.path(), &endpoints, false)
-                .with_serve_args(&["--snapshot-every", &snapshot_every]);
+        let mut nodes = LocalCluster::new(harness::binary().as_ref(), dir.path(), &addrs, false)
+            .with_serve_args(&["--snapshot-every", &snapshot_every]);
         nodes.start_all().unwrap();
+        let endpoints = nodes.endpoints();
         Cluster {
             nodes,
             ips,
@@ -249,10 +255,11 @@ impl Cluster {
         .await
     }
 
-    /// A channel to each node's internal service, from the clients' address (which no partition
+    /// A channel to each node's peer plane, from the clients' address (which no partition
     /// touches).
     fn log_readers(&self) -> Vec<tonic::transport::Channel> {
-        self.endpoints
+        self.nodes
+            .peer_endpoints()
             .iter()
             .map(|endpoint| {
                 tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))

@@ -396,6 +396,8 @@ fn node_config(id: u64, count: u64) -> NodeConfig {
     NodeConfig {
         id,
         listen: "127.0.0.1:0".parse().unwrap(),
+        peer_listen: "127.0.0.1:0".parse().unwrap(),
+        advertise: format!("client-{id}"),
         data_dir: std::path::PathBuf::new(),
         peers: (1..=count).map(|id| (id, format!("node-{id}"))).collect(),
         manual_clock: false,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::local::LocalCluster;
+use super::local::{LocalCluster, PlaneAddrs};
 use super::Exit;
 use crate::proto::v1 as pb;
 use crate::proto::v1::cluster_client::ClusterClient;
@@ -20,9 +20,13 @@ pub struct ClusterArgs {
     /// Where the nodes keep their data and logs; reused on the next start.
     #[arg(long, default_value = "leasehold-cluster")]
     dir: PathBuf,
-    /// The first node's port; the others follow it.
+    /// The first node's client port; the others follow it.
     #[arg(long, default_value_t = 7001)]
     port: u16,
+    /// The first node's peer port (Raft traffic, never clients); the others follow it.
+    /// Defaults to --port plus 100.
+    #[arg(long)]
+    peer_port: Option<u16>,
     /// Only `leasehold advance` moves store time.
     #[arg(long)]
     manual_clock: bool,
@@ -36,6 +40,9 @@ fn parse_node_count(text: &str) -> Result<u64, String> {
     }
 }
 
+/// The default peer ports start this far above the client ports.
+const PEER_PORT_OFFSET: u16 = 100;
+
 /// How often the nodes are looked at.
 const POLL: Duration = Duration::from_millis(200);
 
@@ -48,25 +55,49 @@ enum Seen {
 }
 
 pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
-    let last_port = u64::from(args.port) + args.nodes - 1;
+    let peer_port = match args.peer_port {
+        Some(port) => port,
+        None => args.port.checked_add(PEER_PORT_OFFSET).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--port {} leaves no room for peer ports; pass --peer-port",
+                args.port
+            )
+        })?,
+    };
+    for (flag, first) in [("--port", args.port), ("--peer-port", peer_port)] {
+        anyhow::ensure!(
+            u64::from(first) + args.nodes - 1 <= 65_535,
+            "{flag} {first} leaves no room for {} nodes",
+            args.nodes
+        );
+    }
+    let clients = u64::from(args.port)..u64::from(args.port) + args.nodes;
+    let peers = u64::from(peer_port)..u64::from(peer_port) + args.nodes;
     anyhow::ensure!(
-        last_port <= 65_535,
-        "--port {} leaves no room for {} nodes",
-        args.port,
-        args.nodes
+        clients.end <= peers.start || peers.end <= clients.start,
+        "client ports {}-{} and peer ports {}-{} overlap; pick another --peer-port",
+        clients.start,
+        clients.end - 1,
+        peers.start,
+        peers.end - 1
     );
     std::fs::create_dir_all(&args.dir)?;
     let dir = args.dir.canonicalize()?;
-    check_layout(&dir, &args)?;
+    check_layout(&dir, &args, peer_port)?;
     let resumed = dir.join("node-1").exists();
 
-    let addrs: Vec<String> = (0..args.nodes)
-        .map(|i| format!("127.0.0.1:{}", u64::from(args.port) + i))
+    let addrs: Vec<PlaneAddrs> = clients
+        .zip(peers)
+        .map(|(client, peer)| PlaneAddrs {
+            client: format!("127.0.0.1:{client}"),
+            peer: format!("127.0.0.1:{peer}"),
+        })
         .collect();
-    for addr in &addrs {
+    for addr in addrs.iter().flat_map(|a| [&a.client, &a.peer]) {
         if let Err(e) = std::net::TcpListener::bind(addr) {
             anyhow::bail!(
-                "{addr} is not free ({e}); is another cluster running? Use --port to pick others"
+                "{addr} is not free ({e}); is another cluster running? Use --port and \
+                 --peer-port to pick others"
             );
         }
     }
@@ -90,16 +121,17 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
     );
     for node in cluster.nodes() {
         println!(
-            "  node {}  {}  pid {}  data {}  log {}",
+            "  node {}  {}  peers at {}  pid {}  data {}  log {}",
             node.id,
             node.addr,
+            node.peer_addr,
             cluster.pid(node.id).unwrap_or(0),
             node.data_dir.display(),
             node.log.display()
         );
     }
-    println!("endpoints: {}", addrs.join(","));
-    let endpoints = addrs.join(",");
+    let endpoints = cluster.endpoints().join(",");
+    println!("endpoints: {endpoints}");
     let flag = if endpoints == super::DEFAULT_ENDPOINTS {
         String::new()
     } else {
@@ -114,11 +146,19 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
 }
 
 /// Refuses to reuse a directory laid out for another cluster shape.
-fn check_layout(dir: &std::path::Path, args: &ClusterArgs) -> anyhow::Result<()> {
+fn check_layout(dir: &std::path::Path, args: &ClusterArgs, peer_port: u16) -> anyhow::Result<()> {
     let path = dir.join("cluster.conf");
-    let wanted = format!("nodes={} port={}\n", args.nodes, args.port);
+    let wanted = format!(
+        "nodes={} port={} peer-port={peer_port}\n",
+        args.nodes, args.port
+    );
     match std::fs::read_to_string(&path) {
         Ok(found) if found == wanted => Ok(()),
+        Ok(found) if !found.contains("peer-port=") => anyhow::bail!(
+            "{} holds a cluster made by an older Leasehold, whose nodes took peers on the \
+             client port; this version cannot resume it: use another --dir",
+            dir.display()
+        ),
         Ok(found) => anyhow::bail!(
             "{} holds a cluster of {}; start it with those flags, or use another --dir",
             dir.display(),

@@ -230,9 +230,15 @@ pub fn status_table(nodes: &[pb::NodeStatus]) -> String {
     );
     for n in nodes {
         if n.role == pb::Role::Unreachable as i32 {
+            // A member never reached has given out no client address: name its peer one.
+            let address = if n.address.is_empty() {
+                format!("peer {}", n.peer_address)
+            } else {
+                n.address.clone()
+            };
             out += &format!(
                 "{:<4} {:<21} {:<8} {:<11} {}\n",
-                n.id, n.address, "-", "unreachable", n.error
+                n.id, address, "-", "unreachable", n.error
             );
             continue;
         }
@@ -262,7 +268,7 @@ fn status_json(nodes: &[pb::NodeStatus]) -> Value {
         .iter()
         .map(|n| {
             json!({
-                "id": n.id, "address": n.address, "pid": n.pid, "role": role_name(n.role),
+                "id": n.id, "address": n.address, "peer_address": n.peer_address, "pid": n.pid, "role": role_name(n.role),
                 "term": n.term, "leader": n.leader, "last_log_index": n.last_log_index,
                 "applied_index": n.applied_index, "store_time_ms": n.store_time_ms,
                 "manual_clock": n.manual_clock, "error": n.error,

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::local::{free_ports, LocalCluster};
+use super::local::{local_addrs, LocalCluster};
 use super::Exit;
 use crate::client::LeaseClient;
 use crate::proto::v1 as pb;
@@ -16,11 +16,8 @@ pub async fn run() -> anyhow::Result<Exit> {
     let binary = std::env::current_exe()?;
     let dir = std::env::temp_dir().join(format!("leasehold-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let addrs: Vec<String> = free_ports(3)?
-        .into_iter()
-        .map(|port| format!("127.0.0.1:{port}"))
-        .collect();
-    let mut cluster = LocalCluster::new(&binary, &dir, &addrs, true);
+    let mut cluster = LocalCluster::new(&binary, &dir, &local_addrs(3)?, true);
+    let addrs = cluster.endpoints();
     let outcome = match cluster.start_all() {
         Ok(()) => {
             // Generous: the first call waits for the new cluster's first election.

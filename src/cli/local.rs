@@ -18,9 +18,31 @@ pub fn free_ports(count: usize) -> std::io::Result<Vec<u16>> {
         .collect()
 }
 
+/// A node's two addresses: one for clients, one for its peers.
+#[derive(Clone, Debug)]
+pub struct PlaneAddrs {
+    pub client: String,
+    pub peer: String,
+}
+
+/// Addresses on 127.0.0.1 for `count` nodes, on ports that were free a moment ago.
+pub fn local_addrs(count: usize) -> std::io::Result<Vec<PlaneAddrs>> {
+    let ports = free_ports(2 * count)?;
+    Ok(ports
+        .chunks(2)
+        .map(|pair| PlaneAddrs {
+            client: format!("127.0.0.1:{}", pair[0]),
+            peer: format!("127.0.0.1:{}", pair[1]),
+        })
+        .collect())
+}
+
 pub struct LocalNode {
     pub id: u64,
+    /// Where clients reach it.
     pub addr: String,
+    /// Where the other nodes reach it.
+    pub peer_addr: String,
     pub data_dir: PathBuf,
     pub log: PathBuf,
     child: Option<Child>,
@@ -37,16 +59,18 @@ pub struct LocalCluster {
 }
 
 impl LocalCluster {
-    /// Describes (does not start) one node per address, numbered from 1, under `dir`.
-    pub fn new(binary: &Path, dir: &Path, addrs: &[String], manual_clock: bool) -> Self {
+    /// Describes (does not start) one node per pair of client and peer address, numbered from
+    /// 1, under `dir`.
+    pub fn new(binary: &Path, dir: &Path, addrs: &[PlaneAddrs], manual_clock: bool) -> Self {
         let nodes = addrs
             .iter()
             .enumerate()
-            .map(|(i, addr)| {
+            .map(|(i, addrs)| {
                 let id = i as u64 + 1;
                 LocalNode {
                     id,
-                    addr: addr.clone(),
+                    addr: addrs.client.clone(),
+                    peer_addr: addrs.peer.clone(),
                     data_dir: dir.join(format!("node-{id}")),
                     log: dir.join(format!("node-{id}.log")),
                     child: None,
@@ -79,6 +103,7 @@ impl LocalCluster {
         &self.nodes
     }
 
+    /// The nodes' client addresses.
     pub fn endpoints(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.addr.clone()).collect()
     }
@@ -91,10 +116,15 @@ impl LocalCluster {
         &mut self.nodes[(id - 1) as usize]
     }
 
+    /// The nodes' peer addresses.
+    pub fn peer_endpoints(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.peer_addr.clone()).collect()
+    }
+
     fn peers(&self) -> String {
         self.nodes
             .iter()
-            .map(|n| format!("{}={}", n.id, n.addr))
+            .map(|n| format!("{}={}", n.id, n.peer_addr))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -108,6 +138,8 @@ impl LocalCluster {
             id.to_string(),
             "--listen".to_owned(),
             node.addr.clone(),
+            "--peer-listen".to_owned(),
+            node.peer_addr.clone(),
             "--data-dir".to_owned(),
             node.data_dir.display().to_string(),
             "--peers".to_owned(),

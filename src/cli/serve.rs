@@ -14,13 +14,22 @@ pub struct ServeArgs {
     /// This node's id: one of the ids in --peers.
     #[arg(long)]
     id: u64,
-    /// Address to listen on for clients and peers.
+    /// Address to listen on for clients (the lease API, status, health, reflection).
     #[arg(long)]
     listen: SocketAddr,
+    /// Address to listen on for peers (Raft messages, forwarded writes, log read-back): keep it
+    /// reachable by the other nodes only. Nothing here is served on --listen.
+    #[arg(long)]
+    peer_listen: SocketAddr,
+    /// The client address this node gives out (in status) when --listen is not one clients can
+    /// dial, such as 0.0.0.0:7001. Defaults to --listen.
+    #[arg(long, value_name = "HOST:PORT")]
+    advertise: Option<String>,
     /// Where this node keeps its log, vote and snapshots.
     #[arg(long)]
     data_dir: PathBuf,
-    /// Every voter as ID=HOST:PORT, comma separated, this node included. The same on every node.
+    /// Every voter's peer address (its --peer-listen) as ID=HOST:PORT, comma separated, this
+    /// node included. The same on every node.
     #[arg(long, value_parser = parse_peers)]
     peers: BTreeMap<u64, String>,
     /// Only `advance` moves store time (demos and deterministic tests).
@@ -68,6 +77,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     let config = NodeConfig {
         id: args.id,
         listen: args.listen,
+        peer_listen: args.peer_listen,
+        advertise: args.advertise.unwrap_or_else(|| args.listen.to_string()),
         data_dir: args.data_dir,
         peers: args.peers,
         manual_clock: args.manual_clock,

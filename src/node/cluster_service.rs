@@ -38,7 +38,8 @@ impl ClusterService {
         };
         pb::NodeStatus {
             id: self.node.id(),
-            address: self
+            address: self.node.advertise().to_owned(),
+            peer_address: self
                 .node
                 .peers()
                 .get(&self.node.id())
@@ -61,11 +62,12 @@ impl ClusterService {
     }
 }
 
-/// One member's own view, or why it could not be had.
+/// One member's own view, asked over the peer plane at its peer address `addr`, or why it could
+/// not be had.
 async fn remote_status(channels: Channels, id: u64, addr: String) -> pb::NodeStatus {
     let unreachable = |error: String| pb::NodeStatus {
         id,
-        address: addr.clone(),
+        peer_address: addr.clone(),
         role: pb::Role::Unreachable as i32,
         error,
         ..Default::default()

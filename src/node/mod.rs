@@ -53,10 +53,14 @@ fn read_log_end(from: u64, to: u64, applied: u64) -> u64 {
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
     pub id: NodeId,
-    /// The address to bind; peers reach this node at its entry in `peers`.
+    /// The client plane's address to bind.
     pub listen: std::net::SocketAddr,
+    /// The peer plane's address to bind; peers reach it at this node's entry in `peers`.
+    pub peer_listen: std::net::SocketAddr,
+    /// The client address this node gives out, in status.
+    pub advertise: String,
     pub data_dir: PathBuf,
-    /// Every voter, this node included, by id. The same on every node.
+    /// Every voter's peer address, this node included, by id. The same on every node.
     pub peers: BTreeMap<NodeId, String>,
     /// Only `Advance` moves store time; the leader stamps nothing.
     pub manual_clock: bool,
@@ -107,6 +111,8 @@ struct NodeInner {
     channels: Channels,
     manual_clock: bool,
     peers: BTreeMap<NodeId, String>,
+    /// This node's client address, as given out in status.
+    advertise: String,
     /// One permit per request being worked on: see [`MAX_CONCURRENT_REQUESTS`].
     requests: Admission,
 }
@@ -164,6 +170,7 @@ impl Node {
                 channels,
                 manual_clock: config.manual_clock,
                 peers: config.peers.clone(),
+                advertise: config.advertise.clone(),
                 requests: Admission::new(MAX_CONCURRENT_REQUESTS),
             }),
         }
@@ -187,8 +194,14 @@ impl Node {
         &self.inner.channels
     }
 
+    /// Every voter's peer address, by id.
     pub fn peers(&self) -> &BTreeMap<NodeId, String> {
         &self.inner.peers
+    }
+
+    /// This node's client address, as given out in status.
+    pub fn advertise(&self) -> &str {
+        &self.inner.advertise
     }
 
     pub fn manual_clock(&self) -> bool {

@@ -132,6 +132,12 @@ pub async fn run(
             config.peers.len()
         )));
     }
+    if config.listen == config.peer_listen {
+        return Err(StartError::Config(format!(
+            "--listen and --peer-listen are both {}; peers and clients need a port each",
+            config.listen
+        )));
+    }
     std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
         dir: config.data_dir.display().to_string(),
         source,
@@ -158,7 +164,8 @@ pub async fn run(
             .map_or(0, |vote| vote.leader_id.term),
     };
     let state = state_machine.shared();
-    let listen_ip = config.listen.ip();
+    // Outgoing peer connections start from the peer plane's address.
+    let listen_ip = config.peer_listen.ip();
     let channels = Channels::new((!listen_ip.is_unspecified()).then_some(listen_ip), clock);
     let raft_config = Arc::new(
         raft::config(config.snapshot_every)
@@ -186,19 +193,15 @@ pub async fn run(
     );
 
     // Bind before anything else can fail late: a taken port is the commonest start-up error.
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| StartError::Listen {
-            addr: config.listen.to_string(),
-            source,
-        })?;
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let client_incoming = bind(config.listen).await?;
+    let peer_incoming = bind(config.peer_listen).await?;
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<LeaseStoreServer<LeaseService>>()
         .await;
-    // Both reflection versions: grpcurl and older tools still ask v1alpha.
+    // Both reflection versions: grpcurl and older tools still ask v1alpha. They list the
+    // public API only.
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
@@ -212,40 +215,88 @@ pub async fn run(
         .map_err(|e| StartError::Config(e.to_string()))?;
     let fatal = Arc::new(tokio::sync::Notify::new());
     let watchdog = tokio::spawn(watch_for_fatal(raft.clone(), fatal.clone()));
-    // No HTTP/2 keepalive on the server: with it on, the leader's AppendEntries to followers
+    // Either plane's server ending (on request, on a fatal Raft error, or failing) stops both.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stop_on = {
+        let stop = stop.clone();
+        async move {
+            tokio::select! {
+                () = shutdown => {}
+                () = fatal.notified() => {}
+            }
+            let _ = stop.send(true);
+        }
+    };
+    let stop_watch = tokio::spawn(stop_on);
+    let until_stopped = move || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        }
+    };
+    // No HTTP/2 keepalive on the servers: with it on, the leader's AppendEntries to followers
     // timed out hundreds of times a minute and put throughput fell by 12 to 20 % (p99 two to
     // three times higher) on this machine. Peers' channels ping the server from their side.
-    let server = tonic::transport::Server::builder()
+    let client_server = tonic::transport::Server::builder()
         .add_service(
             LeaseStoreServer::new(LeaseService::new(node.clone()))
                 .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
         )
         .add_service(ClusterServer::new(ClusterService::new(node.clone())))
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .serve_with_incoming_shutdown(client_incoming, until_stopped());
+    // The peer plane: Raft, forwarded writes and log read-back; the lease API for reads a
+    // follower forwards to the leader; and each node's own status for `Status`, which asks
+    // every member over this plane.
+    let peer_server = tonic::transport::Server::builder()
         .add_service(
             RaftServer::new(RaftService::new(node.clone()))
                 .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES),
         )
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .serve_with_incoming_shutdown(incoming, async move {
-            tokio::select! {
-                () = shutdown => {}
-                () = fatal.notified() => {}
-            }
-        });
-    let server = tokio::spawn(server);
+        .add_service(
+            LeaseStoreServer::new(LeaseService::new(node.clone()))
+                .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
+        )
+        .add_service(ClusterServer::new(ClusterService::new(node.clone())))
+        .serve_with_incoming_shutdown(peer_incoming, until_stopped());
+    let server = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let (client, peer) = tokio::join!(
+                async {
+                    let served = client_server.await;
+                    let _ = stop.send(true);
+                    served
+                },
+                async {
+                    let served = peer_server.await;
+                    let _ = stop.send(true);
+                    served
+                }
+            );
+            client.and(peer)
+        })
+    };
 
     form_cluster(&node, &config).await?;
     let ticker = (!config.manual_clock).then(|| tokio::spawn(tick_expiring_leases(node.clone())));
-    tracing::info!(id = config.id, listen = %config.listen, manual_clock = config.manual_clock, "node started");
+    tracing::info!(
+        id = config.id,
+        listen = %config.listen,
+        peer_listen = %config.peer_listen,
+        manual_clock = config.manual_clock,
+        "node started"
+    );
 
     let served = server.await.map_err(|e| StartError::Raft(e.to_string()))?;
     if let Some(ticker) = ticker {
         ticker.abort();
     }
     watchdog.abort();
+    stop_watch.abort();
     let stopped = raft.metrics().borrow().running_state.clone();
     let _ = raft.shutdown().await;
     served?;
@@ -258,6 +309,17 @@ pub async fn run(
     }
     tracing::info!(id = config.id, "node stopped");
     Ok(())
+}
+
+/// A listener on `addr`, its connections without Nagle's delay.
+async fn bind(addr: std::net::SocketAddr) -> Result<TcpIncoming, StartError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Listen {
+            addr: addr.to_string(),
+            source,
+        })?;
+    Ok(TcpIncoming::from(listener).with_nodelay(Some(true)))
 }
 
 /// Notifies `fatal` once Raft has stopped with an error. A node whose Raft stopped can answer

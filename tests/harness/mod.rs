@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use leasehold::cli::local::{free_ports, LocalCluster};
+use leasehold::cli::local::{local_addrs, LocalCluster};
 use leasehold::client::LeaseClient;
 use leasehold::proto::v1 as pb;
 use tempfile::TempDir;
@@ -32,14 +32,10 @@ impl Harness {
     /// Like `start`, with more `serve` flags for every node.
     pub async fn start_with(nodes: usize, manual_clock: bool, serve_args: &[&str]) -> Harness {
         let dir = TempDir::new().expect("temp dir");
-        let endpoints: Vec<String> = free_ports(nodes)
-            .expect("free ports")
-            .into_iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect();
-        let mut cluster =
-            LocalCluster::new(binary().as_ref(), dir.path(), &endpoints, manual_clock)
-                .with_serve_args(serve_args);
+        let addrs = local_addrs(nodes).expect("free ports");
+        let mut cluster = LocalCluster::new(binary().as_ref(), dir.path(), &addrs, manual_clock)
+            .with_serve_args(serve_args);
+        let endpoints = cluster.endpoints();
         cluster.start_all().expect("start nodes");
         let client = LeaseClient::new(&endpoints).unwrap();
         let harness = Harness {
@@ -49,10 +45,24 @@ impl Harness {
             _dir: dir,
         };
         if std::env::var_os(KEEP_DIRS).is_some() {
-            eprintln!("node logs and data kept in {}", harness._dir.path().display());
+            eprintln!(
+                "node logs and data kept in {}",
+                harness._dir.path().display()
+            );
         }
         harness.leader().await;
         harness
+    }
+
+    /// A connection to node `id`'s peer plane, as another node (or an attacker on the peers'
+    /// network) would open it.
+    pub async fn peer_channel(&self, id: u64) -> tonic::transport::Channel {
+        let addr = &self.cluster.nodes()[(id - 1) as usize].peer_addr;
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
     }
 
     /// A client that talks to node `id` only.
