@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
 use crate::node::{INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
@@ -76,7 +76,26 @@ fn describe(status: &Status) -> String {
     } else {
         ""
     };
-    format!("{kind}{indeterminate}: {}", status.message())
+    format!("{kind}{indeterminate}: {}", message_with_cause(status))
+}
+
+/// The status's message and, when the transport failed, what failed underneath (a refused
+/// connection, a TLS handshake alert): tonic's own message then says only "transport error".
+fn message_with_cause(status: &Status) -> String {
+    let mut text = status.message().to_owned();
+    let mut source = std::error::Error::source(status);
+    let mut deepest = None;
+    while let Some(error) = source {
+        deepest = Some(error.to_string());
+        source = error.source();
+    }
+    if let Some(cause) = deepest.filter(|cause| !text.contains(cause.as_str())) {
+        text = format!("{text}: {cause}");
+    }
+    if status.code() == Code::Internal && text.contains("h2 protocol error") {
+        text += " (is the node serving TLS? then pass --tls-ca)";
+    }
+    text
 }
 
 /// Worth trying elsewhere: the node asked did not answer in time, had no leader or quorum,
@@ -150,7 +169,8 @@ impl Attempts {
         }
         let last = match gave_up {
             Some(why) if retry => {
-                let mut summary = Status::unavailable(format!("{why}; last: {}", status.message()));
+                let mut summary =
+                    Status::unavailable(format!("{why}; last: {}", message_with_cause(&status)));
                 if status.metadata().get(INDETERMINATE_KEY).is_some() {
                     mark_indeterminate(&mut summary);
                 }
@@ -246,6 +266,26 @@ pub struct LeaseClient {
     deadline: Duration,
 }
 
+/// How to reach `endpoint` (`host:port`, or a URI): over TLS when `tls` is given.
+fn target(endpoint: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, ClientError> {
+    let invalid = |e: tonic::transport::Error| ClientError::Endpoint {
+        endpoint: endpoint.to_owned(),
+        reason: e.to_string(),
+    };
+    let address = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, rest)| rest);
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let target = Endpoint::from_shared(format!("{scheme}://{address}"))
+        .map_err(invalid)?
+        .connect_timeout(Duration::from_millis(500))
+        .tcp_nodelay(true);
+    match tls {
+        Some(tls) => target.tls_config(tls.clone()).map_err(invalid),
+        None => Ok(target),
+    }
+}
+
 impl LeaseClient {
     /// A client for `endpoints` (`host:port`). Connections are made lazily, on first use.
     pub fn new<S: AsRef<str>>(endpoints: &[S]) -> Result<Self, ClientError> {
@@ -255,23 +295,10 @@ impl LeaseClient {
                 reason: "no endpoints given".into(),
             });
         }
-        let mut targets = Vec::new();
-        for endpoint in endpoints {
-            let endpoint = endpoint.as_ref().trim();
-            let uri = if endpoint.contains("://") {
-                endpoint.to_owned()
-            } else {
-                format!("http://{endpoint}")
-            };
-            let target = Endpoint::from_shared(uri)
-                .map_err(|e| ClientError::Endpoint {
-                    endpoint: endpoint.to_owned(),
-                    reason: e.to_string(),
-                })?
-                .connect_timeout(Duration::from_millis(500))
-                .tcp_nodelay(true);
-            targets.push(target);
-        }
+        let targets = endpoints
+            .iter()
+            .map(|endpoint| target(endpoint.as_ref().trim(), None))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(LeaseClient {
             session: std::sync::Mutex::new(None),
             opening: tokio::sync::Mutex::new(()),
@@ -285,6 +312,18 @@ impl LeaseClient {
             preferred: AtomicUsize::new(0),
             deadline: DEFAULT_DEADLINE,
         })
+    }
+
+    /// Talks TLS to every endpoint, checking the nodes' certificates (and showing this client's,
+    /// if `tls` has one) as `tls` says.
+    pub fn with_tls(mut self, tls: ClientTlsConfig) -> Result<Self, ClientError> {
+        self.targets = self
+            .endpoints
+            .iter()
+            .map(|endpoint| target(endpoint, Some(&tls)))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.channels = self.targets.iter().map(Endpoint::connect_lazy).collect();
+        Ok(self)
     }
 
     /// Connects from `ip` (the fault suite's clients use an address its partitions leave alone).

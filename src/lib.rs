@@ -13,8 +13,11 @@
 //!   machine adapter and the snapshot file (never behind the purged log), the peer network (which
 //!   refuses peers running the other clock), the proposer that gathers concurrent writes into one
 //!   entry, and the reads that share one ReadIndex.
-//! - [`node`]: one running node. The leader's clock, the gRPC services, forwarding to the
-//!   leader (writes in batches), bootstrap and shutdown.
+//! - [`node`]: one running node. Its two planes (clients; peers, behind the peer gate), the
+//!   leader's clock, the gRPC services, forwarding to the leader (writes in batches), bootstrap
+//!   and shutdown.
+//! - [`tls`]: TLS for both planes: loading the files, the accept loop that logs refusals, which
+//!   member a peer's certificate names.
 //! - [`gather`]: batching of concurrent requests, for the proposer, the reads and the forwarder.
 //! - [`check`]: the fault suite's checkers (linearizability, fencing, mutual exclusion in store
 //!   time and in real time, durability), replaying the log through a reference model of the
@@ -31,3 +34,4 @@ pub mod lease;
 pub mod node;
 pub mod proto;
 pub mod raft;
+pub mod tls;

@@ -402,6 +402,8 @@ fn node_config(id: u64, count: u64) -> NodeConfig {
         peers: (1..=count).map(|id| (id, format!("node-{id}"))).collect(),
         manual_clock: false,
         snapshot_every: 200,
+        tls: None,
+        client_cert_auth: false,
     }
 }
 

@@ -111,7 +111,7 @@ pub async fn run(opts: &ClientOpts, args: BenchArgs) -> anyhow::Result<Exit> {
         .collect();
     anyhow::ensure!(!all.is_empty(), "--endpoints names no node");
     let leader = match (args.connect, args.target) {
-        (Connect::Leader, Target::Leasehold) => Some(leader_endpoint(&all).await?),
+        (Connect::Leader, Target::Leasehold) => Some(leader_endpoint(opts, &all).await?),
         (Connect::Leader, Target::Etcd) => {
             anyhow::bail!("--connect leader is for Leasehold; use spread with etcd")
         }
@@ -136,7 +136,7 @@ pub async fn run(opts: &ClientOpts, args: BenchArgs) -> anyhow::Result<Exit> {
                 rotated
             }
         };
-        let backend = Backend::connect(args.target, &endpoints)?;
+        let backend = Backend::connect(opts, args.target, &endpoints)?;
         let ctx = ClientCtx {
             id: i,
             run_id,
@@ -168,8 +168,8 @@ pub async fn run(opts: &ClientOpts, args: BenchArgs) -> anyhow::Result<Exit> {
 }
 
 /// The address of the node that leads now.
-async fn leader_endpoint(endpoints: &[String]) -> anyhow::Result<String> {
-    let status = LeaseClient::new(endpoints)?.status().await?;
+async fn leader_endpoint(opts: &ClientOpts, endpoints: &[String]) -> anyhow::Result<String> {
+    let status = opts.lease_client(endpoints)?.status().await?;
     status
         .nodes
         .iter()
@@ -205,15 +205,18 @@ enum Backend {
 }
 
 impl Backend {
-    fn connect(target: Target, endpoints: &[String]) -> anyhow::Result<Backend> {
+    fn connect(opts: &ClientOpts, target: Target, endpoints: &[String]) -> anyhow::Result<Backend> {
         match target {
             Target::Leasehold => Ok(Backend::Leasehold {
-                client: LeaseClient::new(endpoints)?,
+                client: opts.lease_client(endpoints)?,
                 token: 0,
                 mixed_tokens: [0; MIXED_LEASES as usize],
             }),
             #[cfg(feature = "etcd")]
-            Target::Etcd => Ok(Backend::Etcd(Box::new(super::bench_etcd::Etcd::connect(&endpoints[0])?))),
+            Target::Etcd => Ok(Backend::Etcd(Box::new(super::bench_etcd::Etcd::connect(
+                &endpoints[0],
+                opts.tls_config()?,
+            )?))),
             #[cfg(not(feature = "etcd"))]
             Target::Etcd => anyhow::bail!(
                 "this leasehold was built without etcd support; build it with `cargo build --release --features etcd`"

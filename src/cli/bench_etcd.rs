@@ -28,13 +28,20 @@ pub struct Etcd {
 }
 
 impl Etcd {
-    pub fn connect(endpoint: &str) -> anyhow::Result<Etcd> {
-        let uri = if endpoint.contains("://") {
-            endpoint.to_owned()
-        } else {
-            format!("http://{endpoint}")
-        };
-        let channel = Endpoint::from_shared(uri)?.tcp_nodelay(true).connect_lazy();
+    /// A client of etcd at `endpoint`, over TLS when `tls` is given.
+    pub fn connect(
+        endpoint: &str,
+        tls: Option<tonic::transport::ClientTlsConfig>,
+    ) -> anyhow::Result<Etcd> {
+        let address = endpoint
+            .split_once("://")
+            .map_or(endpoint, |(_, rest)| rest);
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut target = Endpoint::from_shared(format!("{scheme}://{address}"))?.tcp_nodelay(true);
+        if let Some(tls) = tls {
+            target = target.tls_config(tls)?;
+        }
+        let channel = target.connect_lazy();
         Ok(Etcd {
             kv: KvClient::new(channel.clone()),
             lease: LeaseClient::new(channel),

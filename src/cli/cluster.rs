@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use super::local::{LocalCluster, PlaneAddrs};
 use super::Exit;
+use crate::client::LeaseClient;
 use crate::proto::v1 as pb;
-use crate::proto::v1::cluster_client::ClusterClient;
-use crate::raft::Channels;
 
 #[derive(clap::Args)]
 pub struct ClusterArgs {
@@ -30,6 +29,10 @@ pub struct ClusterArgs {
     /// Only `leasehold advance` moves store time.
     #[arg(long)]
     manual_clock: bool,
+    /// TLS on both planes, with client certificates demanded: makes a CA and certificates in
+    /// DIR/tls (once), and prints the environment a client needs.
+    #[arg(long)]
+    tls: bool,
 }
 
 fn parse_node_count(text: &str) -> Result<u64, String> {
@@ -102,6 +105,26 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
         }
     }
     let mut cluster = LocalCluster::new(&std::env::current_exe()?, &dir, &addrs, args.manual_clock);
+    let client_tls = if args.tls {
+        let certs = super::certs::ensure(&dir, args.nodes)?;
+        let ca = certs.node(1).ca.display().to_string();
+        cluster = cluster.with_serve_args(&["--tls-ca", &ca, "--client-cert-auth"]);
+        for id in 1..=args.nodes {
+            let files = certs.node(id);
+            cluster = cluster.with_node_args(
+                id,
+                &[
+                    "--tls-cert",
+                    &files.cert.display().to_string(),
+                    "--tls-key",
+                    &files.key.display().to_string(),
+                ],
+            );
+        }
+        Some(certs.client())
+    } else {
+        None
+    };
     cluster.start_all()?;
 
     println!(
@@ -137,9 +160,22 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
     } else {
         format!(" --endpoints {endpoints}")
     };
+    let tls = match &client_tls {
+        Some(files) => {
+            println!(
+                "TLS on; a client needs: export LEASEHOLD_TLS_CA={} LEASEHOLD_TLS_CERT={} \
+                 LEASEHOLD_TLS_KEY={}",
+                files.ca.display(),
+                files.cert.display(),
+                files.key.display()
+            );
+            Some(crate::tls::Tls::load(files)?.client_config(None))
+        }
+        None => None,
+    };
     println!("try: leasehold status --watch{flag}    (Ctrl-C here stops every node)");
 
-    let outcome = monitor(&mut cluster).await;
+    let outcome = monitor(&mut cluster, tls).await;
     cluster.stop_all(Duration::from_secs(5));
     println!("all nodes stopped");
     outcome
@@ -169,20 +205,27 @@ fn check_layout(dir: &std::path::Path, args: &ClusterArgs, peer_port: u16) -> an
     }
 }
 
-async fn node_status(channels: &Channels, addr: &str) -> Option<pb::NodeStatus> {
-    let mut client = ClusterClient::new(channels.get(addr).ok()?);
-    let mut request = tonic::Request::new(pb::NodeStatusRequest {});
-    request.set_timeout(Duration::from_millis(300));
-    let call = client.node_status(request);
-    tokio::time::timeout(Duration::from_millis(400), call)
+/// Node `addr`'s own status, if it answers within a poll.
+async fn node_status(client: &LeaseClient) -> Option<pb::NodeStatus> {
+    tokio::time::timeout(Duration::from_millis(400), client.node_status())
         .await
         .ok()?
         .ok()
-        .map(tonic::Response::into_inner)
 }
 
-async fn monitor(cluster: &mut LocalCluster) -> anyhow::Result<Exit> {
-    let channels = Channels::default();
+async fn monitor(
+    cluster: &mut LocalCluster,
+    tls: Option<tonic::transport::ClientTlsConfig>,
+) -> anyhow::Result<Exit> {
+    let mut clients = BTreeMap::new();
+    for node in cluster.nodes() {
+        let client = LeaseClient::new(&[&node.addr])?.with_deadline(Duration::from_millis(300));
+        let client = match &tls {
+            Some(tls) => client.with_tls(tls.clone())?,
+            None => client,
+        };
+        clients.insert(node.id, client);
+    }
     let mut seen: BTreeMap<u64, Seen> = BTreeMap::new();
     let ids: Vec<u64> = cluster.nodes().iter().map(|n| n.id).collect();
     // Nodes brought back by hand are not our children: stop them by pid on Ctrl-C.
@@ -198,8 +241,7 @@ async fn monitor(cluster: &mut LocalCluster) -> anyhow::Result<Exit> {
                     cluster.restart_command(id)
                 );
             }
-            let addr = cluster.nodes()[(id - 1) as usize].addr.clone();
-            let now = match node_status(&channels, &addr).await {
+            let now = match node_status(&clients[&id]).await {
                 Some(s) => Seen::Up {
                     role: s.role,
                     term: s.term,

@@ -38,7 +38,7 @@ fn client(opts: &ClientOpts) -> anyhow::Result<LeaseClient> {
         .split(',')
         .filter(|e| !e.trim().is_empty())
         .collect();
-    Ok(LeaseClient::new(&endpoints)?)
+    opts.lease_client(&endpoints)
 }
 
 /// Prints `text` or `fields` (plus where it was applied) and returns the exit status.

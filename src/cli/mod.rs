@@ -4,6 +4,7 @@
 mod bench;
 #[cfg(feature = "etcd")]
 mod bench_etcd;
+pub mod certs;
 mod cluster;
 mod commands;
 mod demo;
@@ -13,6 +14,8 @@ mod serve;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::client::LeaseClient;
 
 /// The local cluster's addresses, the default for every client command.
 pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003";
@@ -39,6 +42,47 @@ pub struct ClientOpts {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text, global = true)]
     output: Output,
+    /// Talk TLS: the CA (PEM) that signed the nodes' certificates.
+    #[arg(long, env = "LEASEHOLD_TLS_CA", value_name = "FILE", global = true)]
+    tls_ca: Option<std::path::PathBuf>,
+    /// This client's certificate (PEM), for nodes that demand one; needs --tls-key.
+    #[arg(long, env = "LEASEHOLD_TLS_CERT", value_name = "FILE", global = true, requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "LEASEHOLD_TLS_KEY", value_name = "FILE", global = true, requires_all = ["tls_cert", "tls_ca"])]
+    tls_key: Option<std::path::PathBuf>,
+}
+
+impl ClientOpts {
+    /// The TLS settings the client flags ask for; `None` without --tls-ca.
+    pub fn tls_config(&self) -> anyhow::Result<Option<tonic::transport::ClientTlsConfig>> {
+        let Some(ca) = &self.tls_ca else {
+            return Ok(None);
+        };
+        Ok(Some(match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => crate::tls::Tls::load(&crate::tls::TlsFiles {
+                ca: ca.clone(),
+                cert: cert.clone(),
+                key: key.clone(),
+            })?
+            .client_config(None),
+            _ => {
+                let pem =
+                    std::fs::read(ca).map_err(|e| anyhow::anyhow!("{}: {e}", ca.display()))?;
+                tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(pem))
+            }
+        }))
+    }
+
+    /// A client for `endpoints`, over TLS when --tls-ca is given.
+    pub fn lease_client<S: AsRef<str>>(&self, endpoints: &[S]) -> anyhow::Result<LeaseClient> {
+        let client = LeaseClient::new(endpoints)?;
+        Ok(match self.tls_config()? {
+            Some(tls) => client.with_tls(tls)?,
+            None => client,
+        })
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, PartialEq, Eq)]

@@ -35,6 +35,20 @@ pub struct ServeArgs {
     /// Only `advance` moves store time (demos and deterministic tests).
     #[arg(long)]
     manual_clock: bool,
+    /// TLS on both planes: this node's certificate (PEM), which must name it as
+    /// leasehold-node-ID and, for clients, carry the host they dial. Needs --tls-key and
+    /// --tls-ca. Peers must then show a certificate from the same CA naming another member.
+    #[arg(long, value_name = "FILE", requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_ca"])]
+    tls_key: Option<PathBuf>,
+    /// The CA (PEM) that signed every node's and client's certificate.
+    #[arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_key"])]
+    tls_ca: Option<PathBuf>,
+    /// Clients must show a certificate from --tls-ca as well.
+    #[arg(long, requires = "tls_cert")]
+    client_cert_auth: bool,
     /// Snapshot the state every this many applied entries, and purge the log behind it.
     #[arg(long, value_name = "ENTRIES", default_value_t = crate::raft::DEFAULT_SNAPSHOT_EVERY,
           value_parser = clap::value_parser!(u64).range(10..))]
@@ -83,6 +97,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         peers: args.peers,
         manual_clock: args.manual_clock,
         snapshot_every: args.snapshot_every,
+        tls: match (args.tls_ca, args.tls_cert, args.tls_key) {
+            (Some(ca), Some(cert), Some(key)) => Some(crate::tls::TlsFiles { ca, cert, key }),
+            _ => None,
+        },
+        client_cert_auth: args.client_cert_auth,
     };
     node::run(config, shutdown_signal()).await?;
     Ok(Exit::Ok)

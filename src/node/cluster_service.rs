@@ -72,7 +72,7 @@ async fn remote_status(channels: Channels, id: u64, addr: String) -> pb::NodeSta
         error,
         ..Default::default()
     };
-    let channel = match channels.get(&addr) {
+    let channel = match channels.get(id, &addr) {
         Ok(channel) => channel,
         Err(e) => return unreachable(e.to_string()),
     };

@@ -125,7 +125,7 @@ async fn send(
         Ok(data) => data,
         Err(e) => return unreachable(format!("encoding the forwarded writes: {e}")),
     };
-    let channel = match channels.get(&addr) {
+    let channel = match channels.get(leader, &addr) {
         Ok(channel) => channel,
         Err(e) => return unreachable(e.to_string()),
     };

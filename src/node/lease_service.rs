@@ -64,7 +64,7 @@ impl LeaseService {
         let channel = self
             .node
             .channels()
-            .get(addr)
+            .get(*leader, addr)
             .map_err(|e| Status::from(unreachable(e.to_string())))?;
         let mut request = Request::new(message);
         request.set_timeout(FORWARD_TIMEOUT);

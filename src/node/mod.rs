@@ -7,6 +7,7 @@ mod convert;
 mod error;
 mod forwarder;
 mod lease_service;
+mod peer_gate;
 mod raft_service;
 mod server;
 
@@ -66,6 +67,10 @@ pub struct NodeConfig {
     pub manual_clock: bool,
     /// Applied entries between snapshots.
     pub snapshot_every: u64,
+    /// TLS on both planes (mutual on the peer plane), or none.
+    pub tls: Option<crate::tls::TlsFiles>,
+    /// With TLS, clients must show a certificate from the same CA as well.
+    pub client_cert_auth: bool,
 }
 
 /// How long a request waits for an election to finish before answering `Unavailable`.

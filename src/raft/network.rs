@@ -83,13 +83,21 @@ pub struct Channels {
     local_address: Option<IpAddr>,
     /// This node's clock, named on every peer message it sends.
     clock: ClockMode,
+    /// With TLS, peers are dialed with this node's certificate, and each must show one that
+    /// names the node it was dialed as.
+    tls: Option<crate::tls::Tls>,
 }
 
 impl Channels {
-    pub fn new(local_address: Option<IpAddr>, clock: ClockMode) -> Self {
+    pub fn new(
+        local_address: Option<IpAddr>,
+        clock: ClockMode,
+        tls: Option<crate::tls::Tls>,
+    ) -> Self {
         Channels {
             local_address,
             clock,
+            tls,
             ..Channels::default()
         }
     }
@@ -105,12 +113,18 @@ impl Channels {
         request
     }
 
-    pub fn get(&self, addr: &str) -> Result<Channel, tonic::transport::Error> {
+    /// The channel to node `id`'s peer plane at `addr`.
+    pub fn get(&self, id: NodeId, addr: &str) -> Result<Channel, tonic::transport::Error> {
         let mut by_addr = self.by_addr.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(channel) = by_addr.get(addr) {
             return Ok(channel.clone());
         }
-        let channel = Endpoint::from_shared(format!("http://{addr}"))?
+        let endpoint = match &self.tls {
+            Some(tls) => Endpoint::from_shared(format!("https://{addr}"))?
+                .tls_config(tls.client_config(Some(&crate::tls::node_name(id))))?,
+            None => Endpoint::from_shared(format!("http://{addr}"))?,
+        };
+        let channel = endpoint
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(5))
@@ -143,7 +157,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             channels: self.channels.clone(),
             client: self
                 .channels
-                .get(&node.addr)
+                .get(target, &node.addr)
                 .map(RaftClient::new)
                 .map_err(|e| e.to_string()),
         }
@@ -247,7 +261,7 @@ mod tests {
     #[test]
     fn a_peer_message_is_admitted_only_with_the_same_clock() {
         let sent_by = |clock: ClockMode| {
-            Channels::new(None, clock)
+            Channels::new(None, clock, None)
                 .peer_request((), Duration::from_secs(1))
                 .metadata()
                 .clone()

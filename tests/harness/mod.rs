@@ -6,15 +6,19 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use leasehold::cli::certs;
 use leasehold::cli::local::{local_addrs, LocalCluster};
 use leasehold::client::LeaseClient;
 use leasehold::proto::v1 as pb;
+use leasehold::tls::Tls;
 use tempfile::TempDir;
 
 pub struct Harness {
     pub cluster: LocalCluster,
     pub client: LeaseClient,
     pub endpoints: Vec<String>,
+    /// With TLS on: what every client of this harness dials with.
+    pub tls: Option<tonic::transport::ClientTlsConfig>,
     // Dropped after `cluster`, so the nodes are dead before their data dirs go.
     _dir: TempDir,
 }
@@ -22,6 +26,10 @@ pub struct Harness {
 pub fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_leasehold")
 }
+
+/// Spare node certificates that `start_tls` makes beyond the members': certificates from the
+/// cluster's own CA that name no member.
+pub const SPARE_NODE_CERTS: u64 = 2;
 
 impl Harness {
     /// Starts `nodes` nodes and waits until one of them leads.
@@ -33,15 +41,48 @@ impl Harness {
     pub async fn start_with(nodes: usize, manual_clock: bool, serve_args: &[&str]) -> Harness {
         let dir = TempDir::new().expect("temp dir");
         let addrs = local_addrs(nodes).expect("free ports");
-        let mut cluster = LocalCluster::new(binary().as_ref(), dir.path(), &addrs, manual_clock)
+        let cluster = LocalCluster::new(binary().as_ref(), dir.path(), &addrs, manual_clock)
             .with_serve_args(serve_args);
+        Harness::launch(cluster, None, dir).await
+    }
+
+    /// Like `start`, with TLS on both planes and client certificates demanded, as
+    /// `cluster --tls` runs it; the certificates are in the harness's dir, under `tls/`.
+    pub async fn start_tls(nodes: usize, manual_clock: bool) -> Harness {
+        let dir = TempDir::new().expect("temp dir");
+        let addrs = local_addrs(nodes).expect("free ports");
+        let certs = certs::ensure(dir.path(), nodes as u64 + SPARE_NODE_CERTS).unwrap();
+        let ca = certs.node(1).ca.display().to_string();
+        let mut cluster = LocalCluster::new(binary().as_ref(), dir.path(), &addrs, manual_clock)
+            .with_serve_args(&["--tls-ca", &ca, "--client-cert-auth"]);
+        for id in 1..=nodes as u64 {
+            let files = certs.node(id);
+            cluster = cluster.with_node_args(
+                id,
+                &[
+                    "--tls-cert",
+                    files.cert.to_str().unwrap(),
+                    "--tls-key",
+                    files.key.to_str().unwrap(),
+                ],
+            );
+        }
+        let tls = Tls::load(&certs.client()).unwrap().client_config(None);
+        Harness::launch(cluster, Some(tls), dir).await
+    }
+
+    async fn launch(
+        mut cluster: LocalCluster,
+        tls: Option<tonic::transport::ClientTlsConfig>,
+        dir: TempDir,
+    ) -> Harness {
         let endpoints = cluster.endpoints();
         cluster.start_all().expect("start nodes");
-        let client = LeaseClient::new(&endpoints).unwrap();
         let harness = Harness {
+            client: client_for(&endpoints, tls.as_ref()),
             cluster,
-            client,
             endpoints,
+            tls,
             _dir: dir,
         };
         if std::env::var_os(KEEP_DIRS).is_some() {
@@ -52,6 +93,11 @@ impl Harness {
         }
         harness.leader().await;
         harness
+    }
+
+    /// Where the harness keeps its nodes' dirs and logs (and, with TLS, `tls/`).
+    pub fn dir(&self) -> &std::path::Path {
+        self._dir.path()
     }
 
     /// A connection to node `id`'s peer plane, as another node (or an attacker on the peers'
@@ -67,7 +113,10 @@ impl Harness {
 
     /// A client that talks to node `id` only.
     pub fn client_of(&self, id: u64) -> LeaseClient {
-        LeaseClient::new(&[self.endpoints[(id - 1) as usize].clone()]).unwrap()
+        client_for(
+            &[self.endpoints[(id - 1) as usize].clone()],
+            self.tls.as_ref(),
+        )
     }
 
     pub async fn status(&self) -> Vec<pb::NodeStatus> {
@@ -230,6 +279,18 @@ const KEEP_DIRS: &str = "LEASEHOLD_KEEP_TEST_DIRS";
 
 /// How many lines of each node's log a failed test prints.
 const LOG_TAIL_LINES: usize = 60;
+
+/// A client of `endpoints`, over TLS when `tls` is given.
+fn client_for(
+    endpoints: &[String],
+    tls: Option<&tonic::transport::ClientTlsConfig>,
+) -> LeaseClient {
+    let client = LeaseClient::new(endpoints).unwrap();
+    match tls {
+        Some(tls) => client.with_tls(tls.clone()).unwrap(),
+        None => client,
+    }
+}
 
 /// Polls `check` until it yields a value; panics naming `what` after `timeout`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T

@@ -1,0 +1,126 @@
+//! Certificates for `cluster --tls`: a CA, one certificate per node and one for clients, kept in
+//! the cluster's dir and reused when it resumes. The CA's key is not kept, so no more can be
+//! issued from it: delete the dir's `tls` folder to have a new set made. For a real deployment,
+//! issue them from your own CA instead (the README's Security section says what each must name).
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+
+use crate::tls::{node_name, TlsFiles};
+
+/// Where `cluster --tls` keeps them, under its dir.
+const SUBDIR: &str = "tls";
+/// The name on the client certificate: any name that is no member's.
+const CLIENT_NAME: &str = "leasehold-client";
+
+/// The files of a cluster's certificates.
+pub struct ClusterCerts {
+    dir: PathBuf,
+}
+
+impl ClusterCerts {
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// What node `id` serves with.
+    pub fn node(&self, id: u64) -> TlsFiles {
+        TlsFiles {
+            ca: self.path("ca.pem"),
+            cert: self.path(&format!("node-{id}.pem")),
+            key: self.path(&format!("node-{id}-key.pem")),
+        }
+    }
+
+    /// What a client shows.
+    pub fn client(&self) -> TlsFiles {
+        TlsFiles {
+            ca: self.path("ca.pem"),
+            cert: self.path("client.pem"),
+            key: self.path("client-key.pem"),
+        }
+    }
+}
+
+/// The certificates under `dir` for nodes 1 to `nodes`: made now if `dir` has none yet.
+pub fn ensure(dir: &Path, nodes: u64) -> anyhow::Result<ClusterCerts> {
+    let certs = ClusterCerts {
+        dir: dir.join(SUBDIR),
+    };
+    let complete = (1..=nodes)
+        .flat_map(|id| {
+            let files = certs.node(id);
+            [files.ca, files.cert, files.key]
+        })
+        .chain([certs.client().cert, certs.client().key])
+        .all(|path| path.exists());
+    if complete {
+        return Ok(certs);
+    }
+    std::fs::create_dir_all(&certs.dir)?;
+
+    let ca_key = KeyPair::generate()?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "leasehold cluster CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_cert = ca_params.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca_params, ca_key);
+    write(&certs.path("ca.pem"), &ca_cert.pem(), false)?;
+
+    let issue = |names: Vec<SanType>, common_name: &str| -> anyhow::Result<(String, String)> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.subject_alt_names = names;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    };
+    for id in 1..=nodes {
+        // The node's own name, for its peers; the local host's names, for clients.
+        let (cert, key) = issue(
+            vec![
+                SanType::DnsName(node_name(id).try_into()?),
+                SanType::DnsName("localhost".try_into()?),
+                SanType::IpAddress([127, 0, 0, 1].into()),
+            ],
+            &node_name(id),
+        )?;
+        let files = certs.node(id);
+        write(&files.cert, &cert, false)?;
+        write(&files.key, &key, true)?;
+    }
+    let (cert, key) = issue(vec![SanType::DnsName(CLIENT_NAME.try_into()?)], CLIENT_NAME)?;
+    write(&certs.client().cert, &cert, false)?;
+    write(&certs.client().key, &key, true)?;
+    Ok(certs)
+}
+
+/// Writes `text` to `path`; a private key readable by its owner only.
+fn write(path: &Path, text: &str, private: bool) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    if private {
+        options.mode(0o600);
+    }
+    let mut file = options
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    std::io::Write::write_all(&mut file, text.as_bytes())?;
+    file.sync_all()?;
+    Ok(())
+}

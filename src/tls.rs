@@ -1,0 +1,221 @@
+//! TLS for both planes, with rustls. The peer plane is mutual TLS only: a peer presents a
+//! certificate from the cluster's CA that names a member (`leasehold-node-ID`), or it is
+//! refused before any of its messages is decoded. The client plane serves TLS, and demands
+//! client certificates from the same CA when asked to. Handshakes are done by our own accept
+//! loop, not tonic's, so that every refused connection is logged with its reason (once per
+//! address and reason, so a peer retrying every few milliseconds does not flood the log).
+
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::WebPkiClientVerifier;
+use rustls::RootCertStore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::server::TlsStream;
+use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+
+use crate::raft::NodeId;
+
+/// A handshake that takes longer than this is dropped, so idle half-open connections do not
+/// pile up.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Handshaken connections waiting for the gRPC server to take them.
+const ACCEPTED_QUEUE: usize = 64;
+
+/// The name a node's certificate carries, and peers check for when they dial it.
+pub fn node_name(id: NodeId) -> String {
+    format!("leasehold-node-{id}")
+}
+
+/// The three files a TLS-speaking process is started with.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// The CA that signs every node's and client's certificate.
+    pub ca: PathBuf,
+    /// This process's certificate, and its private key.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{path}: {reason}")]
+    File { path: String, reason: String },
+    #[error("TLS setup: {0}")]
+    Setup(String),
+}
+
+fn file_error(path: &Path, reason: impl std::fmt::Display) -> TlsError {
+    TlsError::File {
+        path: path.display().to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// A CA and an identity, loaded and checked once at start-up.
+#[derive(Clone)]
+pub struct Tls {
+    ca_pem: Vec<u8>,
+    roots: Arc<RootCertStore>,
+    cert_pem: Vec<u8>,
+    key_pem: Vec<u8>,
+    chain: Vec<CertificateDer<'static>>,
+    key: Arc<PrivateKeyDer<'static>>,
+}
+
+impl Tls {
+    /// Reads and parses the three files; the error names the file and what is wrong with it.
+    pub fn load(files: &TlsFiles) -> Result<Tls, TlsError> {
+        let read = |path: &Path| std::fs::read(path).map_err(|e| file_error(path, e));
+        let ca_pem = read(&files.ca)?;
+        let cert_pem = read(&files.cert)?;
+        let key_pem = read(&files.key)?;
+        let certs = |path: &Path, pem: &[u8]| {
+            let certs = CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| file_error(path, format!("not a PEM certificate: {e}")))?;
+            if certs.is_empty() {
+                return Err(file_error(path, "holds no PEM certificate"));
+            }
+            Ok(certs)
+        };
+        let mut roots = RootCertStore::empty();
+        for ca in certs(&files.ca, &ca_pem)? {
+            roots
+                .add(ca)
+                .map_err(|e| file_error(&files.ca, format!("not a usable CA certificate: {e}")))?;
+        }
+        let chain = certs(&files.cert, &cert_pem)?;
+        let key = PrivateKeyDer::from_pem_slice(&key_pem)
+            .map_err(|e| file_error(&files.key, format!("not a PEM private key: {e}")))?;
+        Ok(Tls {
+            ca_pem,
+            roots: Arc::new(roots),
+            cert_pem,
+            key_pem,
+            chain,
+            key: Arc::new(key),
+        })
+    }
+
+    /// What a client of either plane dials with: this CA to check the server, this identity to
+    /// show it, and the name the server's certificate must carry (a node's, on the peer
+    /// plane; the endpoint's host, when `None`).
+    pub fn client_config(&self, server_name: Option<&str>) -> tonic::transport::ClientTlsConfig {
+        let config = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(&self.ca_pem))
+            .identity(tonic::transport::Identity::from_pem(
+                &self.cert_pem,
+                &self.key_pem,
+            ));
+        match server_name {
+            Some(name) => config.domain_name(name),
+            None => config,
+        }
+    }
+
+    /// A server's TLS settings; `client_certs` demands a certificate from this CA of every
+    /// client.
+    pub fn server_config(&self, client_certs: bool) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Setup(e.to_string()))?;
+        let builder = if client_certs {
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(self.roots.clone(), provider)
+                    .build()
+                    .map_err(|e| TlsError::Setup(e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        } else {
+            builder.with_no_client_auth()
+        };
+        let mut config = builder
+            .with_single_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| TlsError::Setup(format!("the certificate and key do not match: {e}")))?;
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+/// Which of `members` the certificate names, by [`node_name`]; `None` for a certificate of
+/// no member (a client's, an outsider's).
+pub fn member_named(
+    cert: &CertificateDer<'_>,
+    members: impl IntoIterator<Item = NodeId>,
+) -> Option<NodeId> {
+    let cert = webpki::EndEntityCert::try_from(cert).ok()?;
+    members.into_iter().find(|id| {
+        ServerName::try_from(node_name(*id))
+            .is_ok_and(|name| cert.verify_is_valid_for_subject_name(&name).is_ok())
+    })
+}
+
+/// Logs a refusal the first time its reason is seen from an address.
+#[derive(Clone, Default)]
+pub struct RefusalLog(Arc<Mutex<HashSet<(IpAddr, String)>>>);
+
+impl RefusalLog {
+    pub fn refused(&self, plane: &str, from: Option<SocketAddr>, reason: &str) {
+        let ip = from.map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip());
+        let first = self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((ip, reason.to_owned()));
+        if first {
+            tracing::warn!(plane, from = %ip, reason, "refused a connection (logged once per address and reason)");
+        }
+    }
+}
+
+/// TLS connections accepted on `listener`, handshaken with `config`; refused handshakes are
+/// logged to `refusals` and never reach the server. Runs until the stream is dropped.
+pub fn incoming(
+    listener: TcpListener,
+    config: Arc<rustls::ServerConfig>,
+    plane: &'static str,
+    refusals: RefusalLog,
+) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
+    let (accepted, stream) = tokio::sync::mpsc::channel(ACCEPTED_QUEUE);
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    tokio::spawn(async move {
+        loop {
+            let (tcp, from) = tokio::select! {
+                conn = listener.accept() => match conn {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait, then go on accepting.
+                        tracing::warn!(plane, error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+                () = accepted.closed() => return,
+            };
+            let _ = tcp.set_nodelay(true);
+            let acceptor = acceptor.clone();
+            let accepted = accepted.clone();
+            let refusals = refusals.clone();
+            tokio::spawn(async move {
+                let reason = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
+                    .await
+                {
+                    Ok(Ok(tls)) => {
+                        let _ = accepted.send(Ok(tls)).await;
+                        return;
+                    }
+                    Ok(Err(e)) => format!("TLS handshake failed: {e}"),
+                    Err(_) => format!("no TLS handshake within {} s", HANDSHAKE_TIMEOUT.as_secs()),
+                };
+                refusals.refused(plane, Some(from), &reason);
+            });
+        }
+    });
+    ReceiverStream::new(stream)
+}

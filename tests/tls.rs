@@ -1,0 +1,212 @@
+//! TLS on both planes, as `cluster --tls` runs it: a cluster that works end to end, and every
+//! caller without the right certificate refused, with the refusal logged once with its reason.
+
+mod harness;
+
+use std::time::Duration;
+
+use harness::{granted, wait_for, written, Harness};
+use leasehold::cli::certs;
+use leasehold::client::LeaseClient;
+use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
+use leasehold::proto::v1 as pb;
+use leasehold::tls::{node_name, Tls, TlsFiles};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+
+/// The seed page's scenario, then a leader kill: nothing is lost and the old token still
+/// fences.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tls_cluster_passes_the_seed_scenario_and_a_leader_kill() {
+    let mut h = Harness::start_tls(3, true).await;
+    let c = &h.client;
+    assert_eq!(
+        granted(&c.acquire("report", "a", 10_000).await.unwrap()),
+        Some(1)
+    );
+    assert_eq!(
+        granted(&c.acquire("report", "b", 10_000).await.unwrap()),
+        None
+    );
+    c.advance(15_000).await.unwrap();
+    assert_eq!(
+        granted(&c.acquire("report", "b", 10_000).await.unwrap()),
+        Some(2)
+    );
+    assert!(written(&c.put("plain", b"by a", None).await.unwrap()));
+    assert!(!written(
+        &c.put("fenced", b"by a", Some(("report", 1))).await.unwrap()
+    ));
+    assert!(written(
+        &c.put("fenced", b"by b", Some(("report", 2))).await.unwrap()
+    ));
+
+    let old = h.leader().await;
+    h.kill(old);
+    h.new_leader(old).await;
+    let lease = h.client.get_lease("report").await.unwrap();
+    assert_eq!((lease.holder.as_str(), lease.token), ("b", 2));
+    assert_eq!(
+        h.client.get("fenced").await.unwrap().value.as_deref(),
+        Some(&b"by b"[..])
+    );
+    assert!(!written(
+        &h.client
+            .put("fenced", b"late a", Some(("report", 1)))
+            .await
+            .unwrap()
+    ));
+    assert!(written(&h.client.put("after", b"v", None).await.unwrap()));
+}
+
+/// How many lines of node `id`'s log say a connection was refused for `reason`.
+fn refusals_logged(h: &Harness, id: u64, plane: &str, reason: &str) -> usize {
+    let log = std::fs::read_to_string(&h.cluster.nodes()[(id - 1) as usize].log).unwrap();
+    log.lines()
+        .filter(|l| l.contains("refused a connection"))
+        .filter(|l| l.contains(&format!("plane=\"{plane}\"")) && l.contains(reason))
+        .count()
+}
+
+/// Waits until node `id` has logged a refusal for `reason`, then checks it did so once.
+async fn logged_once(h: &Harness, id: u64, plane: &str, reason: &str) {
+    wait_for(
+        &format!("node {id} to log a {plane} refusal for {reason:?}"),
+        Duration::from_secs(10),
+        || async { (refusals_logged(h, id, plane, reason) > 0).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        refusals_logged(h, id, plane, reason),
+        1,
+        "logged once, though tried several times"
+    );
+}
+
+/// A client configuration that trusts the cluster's CA and shows `identity`'s certificate.
+fn showing(h: &Harness, identity: &TlsFiles) -> ClientTlsConfig {
+    let ca = std::fs::read(h.dir().join("tls/ca.pem")).unwrap();
+    ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca))
+        .identity(Identity::from_pem(
+            std::fs::read(&identity.cert).unwrap(),
+            std::fs::read(&identity.key).unwrap(),
+        ))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn clients_without_tls_or_with_another_cas_certificate_are_refused() {
+    let h = Harness::start_tls(3, false).await;
+    let endpoint = [h.endpoints[0].clone()];
+    let short = Duration::from_millis(1_500);
+
+    let plain = LeaseClient::new(&endpoint).unwrap().with_deadline(short);
+    for _ in 0..3 {
+        let refused = plain.get("k").await.unwrap_err();
+        assert!(
+            refused.to_string().contains("TLS"),
+            "the error says the node may want TLS: {refused}"
+        );
+    }
+    logged_once(&h, 1, "client", "TLS handshake failed").await;
+
+    let elsewhere = tempfile::TempDir::new().unwrap();
+    let other_ca = certs::ensure(elsewhere.path(), 1).unwrap();
+    let outsider = LeaseClient::new(&endpoint)
+        .unwrap()
+        .with_tls(showing(&h, &other_ca.client()))
+        .unwrap()
+        .with_deadline(short);
+    for _ in 0..3 {
+        outsider.get("k").await.unwrap_err();
+    }
+    logged_once(&h, 1, "client", "invalid peer certificate").await;
+
+    // The cluster's own client certificate still gets in.
+    assert!(written(&h.client.put("k", b"v", None).await.unwrap()));
+}
+
+/// A Raft message to node 1's peer plane, dialed as its peers dial it, showing `tls`.
+async fn vote_as(h: &Harness, tls: ClientTlsConfig) -> Result<(), tonic::Status> {
+    let addr = &h.cluster.nodes()[0].peer_addr;
+    let channel = Endpoint::from_shared(format!("https://{addr}"))
+        .unwrap()
+        .tls_config(tls.domain_name(node_name(1)))
+        .unwrap()
+        .connect()
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("{e}: {:?}", e)))?;
+    let mut request = tonic::Request::new(RaftMessage { data: vec![1] });
+    request.metadata_mut().insert(
+        leasehold::raft::CLOCK_KEY,
+        tonic::metadata::MetadataValue::from_static("leader"),
+    );
+    RaftClient::new(channel).vote(request).await.map(|_| ())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn peers_with_another_cas_certificate_or_naming_no_member_are_refused() {
+    let h = Harness::start_tls(3, false).await;
+    let term = h.client_of(1).node_status().await.unwrap().term;
+
+    // Another CA's certificate for node 2: the handshake fails.
+    let elsewhere = tempfile::TempDir::new().unwrap();
+    let other_ca = certs::ensure(elsewhere.path(), 3).unwrap();
+    for _ in 0..3 {
+        vote_as(&h, showing(&h, &other_ca.node(2)))
+            .await
+            .unwrap_err();
+    }
+    logged_once(&h, 1, "peer", "invalid peer certificate").await;
+
+    // The cluster's own CA, but naming a node that is no member, or a client: the gate refuses
+    // before the message (a byte that decodes to nothing) is looked at.
+    let own = certs::ensure(h.dir(), 3 + harness::SPARE_NODE_CERTS).unwrap();
+    for identity in [own.node(4), own.client()] {
+        for _ in 0..3 {
+            let refused = vote_as(&h, showing(&h, &identity)).await.unwrap_err();
+            assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+            assert!(
+                refused.message().contains("names no other member"),
+                "{refused:?}"
+            );
+        }
+    }
+    logged_once(&h, 1, "peer", "names no other member").await;
+
+    // A member's certificate passes the gate (the byte then fails to decode, as it should).
+    let member = vote_as(&h, showing(&h, &own.node(2))).await.unwrap_err();
+    assert_eq!(member.code(), tonic::Code::InvalidArgument, "{member:?}");
+
+    // Nothing reached Raft: the cluster serves, in the same term.
+    assert!(written(&h.client.put("k", b"v", None).await.unwrap()));
+    let status = h.client_of(1).node_status().await.unwrap();
+    assert_eq!(status.term, term);
+    assert!(h
+        .client
+        .status()
+        .await
+        .unwrap()
+        .nodes
+        .iter()
+        .all(|n| n.role != pb::Role::Unreachable as i32));
+}
+
+#[test]
+fn a_key_that_does_not_match_its_certificate_is_refused_at_start_naming_it() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let own = certs::ensure(dir.path(), 2).unwrap();
+    let mismatched = TlsFiles {
+        key: own.node(2).key,
+        ..own.node(1)
+    };
+    let tls = Tls::load(&mismatched).unwrap();
+    let error = tls.server_config(true).unwrap_err().to_string();
+    assert!(error.contains("do not match"), "{error}");
+
+    let missing = TlsFiles {
+        ca: dir.path().join("nope.pem"),
+        ..own.node(1)
+    };
+    let error = Tls::load(&missing).err().unwrap().to_string();
+    assert!(error.contains("nope.pem"), "{error}");
+}
