@@ -25,12 +25,14 @@ use std::time::{Duration, Instant};
 
 use harness::Rng;
 use leasehold::check::{self, Anomaly, Answer, Completion, Log, Operation, Request};
+use leasehold::cli::certs;
 use leasehold::cli::local::{LocalCluster, PlaneAddrs};
 use leasehold::client::{ClientError, LeaseClient};
 use leasehold::lease::{Fence, LeaseTable, Op, Outcome, ReleaseRefusal};
 use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use leasehold::proto::v1 as pb;
 use leasehold::raft::codec;
+use leasehold::tls::{node_name, Tls};
 
 // ---------------------------------------------------------------------------------------------
 // The network namespace and its nftables rules.
@@ -171,11 +173,14 @@ struct Cluster {
     nodes: LocalCluster,
     ips: Vec<IpAddr>,
     endpoints: Vec<String>,
+    /// With TLS on: the certificates, under the cluster's dir.
+    certs: Option<certs::ClusterCerts>,
     _dir: tempfile::TempDir,
 }
 
 impl Cluster {
-    fn start(count: usize) -> Cluster {
+    /// `count` nodes, with TLS on both planes (and client certificates demanded) if `tls`.
+    fn start(count: usize, tls: bool) -> Cluster {
         let dir = tempfile::TempDir::new().unwrap();
         let ips: Vec<IpAddr> = (1..=count)
             .map(|i| format!("127.0.0.{i}").parse().unwrap())
@@ -192,12 +197,36 @@ impl Cluster {
         let snapshot_every = snapshot_every().to_string();
         let mut nodes = LocalCluster::new(harness::binary().as_ref(), dir.path(), &addrs, false)
             .with_serve_args(&["--snapshot-every", &snapshot_every]);
+        let certs = tls.then(|| certs::ensure_for(dir.path(), count as u64, &ips).unwrap());
+        if let Some(certs) = &certs {
+            let ca = certs.node(1).ca.display().to_string();
+            nodes = nodes.with_serve_args(&[
+                "--snapshot-every",
+                &snapshot_every,
+                "--tls-ca",
+                &ca,
+                "--client-cert-auth",
+            ]);
+            for id in 1..=count as u64 {
+                let files = certs.node(id);
+                nodes = nodes.with_node_args(
+                    id,
+                    &[
+                        "--tls-cert",
+                        files.cert.to_str().unwrap(),
+                        "--tls-key",
+                        files.key.to_str().unwrap(),
+                    ],
+                );
+            }
+        }
         nodes.start_all().unwrap();
         let endpoints = nodes.endpoints();
         Cluster {
             nodes,
             ips,
             endpoints,
+            certs,
             _dir: dir,
         }
     }
@@ -207,8 +236,14 @@ impl Cluster {
     }
 
     fn client(&self, endpoints: &[String], deadline: Duration) -> LeaseClient {
-        LeaseClient::new(endpoints)
-            .unwrap()
+        let client = LeaseClient::new(endpoints).unwrap();
+        let client = match &self.certs {
+            Some(certs) => client
+                .with_tls(Tls::load(&certs.client()).unwrap().client_config(None))
+                .unwrap(),
+            None => client,
+        };
+        client
             .with_local_address(CLIENT_IP.parse().unwrap())
             .with_deadline(deadline)
     }
@@ -256,14 +291,27 @@ impl Cluster {
     }
 
     /// A channel to each node's peer plane, from the clients' address (which no partition
-    /// touches).
+    /// touches). With TLS, the reader shows another member's certificate, as the peer plane
+    /// lets only members in.
     fn log_readers(&self) -> Vec<tonic::transport::Channel> {
+        let count = self.ips.len() as u64;
         self.nodes
             .peer_endpoints()
             .iter()
-            .map(|endpoint| {
-                tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
-                    .unwrap()
+            .zip(1..)
+            .map(|(endpoint, id)| {
+                let endpoint = match &self.certs {
+                    Some(certs) => {
+                        let other = Tls::load(&certs.node(id % count + 1)).unwrap();
+                        tonic::transport::Endpoint::from_shared(format!("https://{endpoint}"))
+                            .unwrap()
+                            .tls_config(other.client_config(Some(&node_name(id))))
+                            .unwrap()
+                    }
+                    None => tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
+                        .unwrap(),
+                };
+                endpoint
                     .local_address(Some(CLIENT_IP.parse().unwrap()))
                     .connect_lazy()
             })
@@ -818,13 +866,20 @@ struct Report {
     accepted: usize,
 }
 
-async fn fault_run(nodes: usize, faults: &[Fault], duration: Duration, seed: u64) -> Report {
+async fn fault_run(
+    nodes: usize,
+    faults: &[Fault],
+    duration: Duration,
+    seed: u64,
+    tls: bool,
+) -> Report {
     println!(
-        "fault run: {nodes} nodes, seed {seed}, {} s, faults {faults:?}",
-        duration.as_secs()
+        "fault run: {nodes} nodes, seed {seed}, {} s, faults {faults:?}, TLS {}",
+        duration.as_secs(),
+        if tls { "on" } else { "off" }
     );
     let mut rng = Rng(seed);
-    let mut cluster = Cluster::start(nodes);
+    let mut cluster = Cluster::start(nodes, tls);
     cluster.wait_leader().await;
 
     let recorder = Arc::new(Recorder {
@@ -1115,9 +1170,10 @@ async fn three_nodes_survive_crashes_pauses_and_partitions() {
     if !in_private_netns("three_nodes_survive_crashes_pauses_and_partitions") {
         return;
     }
+    // The second run with TLS on both planes.
     let base = seed_from_env_or_clock();
-    for seed in [base, base.wrapping_add(1)] {
-        let report = fault_run(3, &Fault::all(3), Duration::from_secs(20), seed).await;
+    for (seed, tls) in [(base, false), (base.wrapping_add(1), true)] {
+        let report = fault_run(3, &Fault::all(3), Duration::from_secs(20), seed, tls).await;
         assert_clean(&report, 100);
     }
 }
@@ -1138,13 +1194,14 @@ async fn five_nodes_survive_split_and_bridge_partitions() {
         &faults,
         Duration::from_secs(20),
         seed_from_env_or_clock(),
+        false,
     )
     .await;
     assert_clean(&report, 100);
 }
 
 /// The long run, on demand: `LEASEHOLD_FAULT_SECS` (default 600), `LEASEHOLD_FAULT_SEED`,
-/// `LEASEHOLD_FAULT_NODES` (3 or 5).
+/// `LEASEHOLD_FAULT_NODES` (3 or 5), `LEASEHOLD_FAULT_TLS=1`.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "long: run with --ignored"]
 async fn long_fault_run() {
@@ -1170,11 +1227,14 @@ async fn long_fault_run() {
             "LEASEHOLD_FAULT_KINDS names no fault kind: {kinds}"
         );
     }
+    // LEASEHOLD_FAULT_TLS=1 runs it with TLS on both planes.
+    let tls = std::env::var("LEASEHOLD_FAULT_TLS").is_ok_and(|v| v == "1");
     let report = fault_run(
         nodes,
         &faults,
         Duration::from_secs(secs),
         seed_from_env_or_clock(),
+        tls,
     )
     .await;
     assert_clean(&report, 1_000);

@@ -3,6 +3,7 @@
 //! issued from it: delete the dir's `tls` folder to have a new set made. For a real deployment,
 //! issue them from your own CA instead (the README's Security section says what each must name).
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use rcgen::{
@@ -48,6 +49,12 @@ impl ClusterCerts {
 
 /// The certificates under `dir` for nodes 1 to `nodes`: made now if `dir` has none yet.
 pub fn ensure(dir: &Path, nodes: u64) -> anyhow::Result<ClusterCerts> {
+    ensure_for(dir, nodes, &[])
+}
+
+/// [`ensure`], each node's certificate also naming its entry in `node_ips` (node 1 the first),
+/// for clients that dial nodes on addresses other than 127.0.0.1.
+pub fn ensure_for(dir: &Path, nodes: u64, node_ips: &[IpAddr]) -> anyhow::Result<ClusterCerts> {
     let certs = ClusterCerts {
         dir: dir.join(SUBDIR),
     };
@@ -91,14 +98,15 @@ pub fn ensure(dir: &Path, nodes: u64) -> anyhow::Result<ClusterCerts> {
     };
     for id in 1..=nodes {
         // The node's own name, for its peers; the local host's names, for clients.
-        let (cert, key) = issue(
-            vec![
-                SanType::DnsName(node_name(id).try_into()?),
-                SanType::DnsName("localhost".try_into()?),
-                SanType::IpAddress([127, 0, 0, 1].into()),
-            ],
-            &node_name(id),
-        )?;
+        let mut names = vec![
+            SanType::DnsName(node_name(id).try_into()?),
+            SanType::DnsName("localhost".try_into()?),
+            SanType::IpAddress([127, 0, 0, 1].into()),
+        ];
+        if let Some(ip) = node_ips.get(id as usize - 1) {
+            names.push(SanType::IpAddress(*ip));
+        }
+        let (cert, key) = issue(names, &node_name(id))?;
         let files = certs.node(id);
         write(&files.cert, &cert, false)?;
         write(&files.key, &key, true)?;
