@@ -156,6 +156,28 @@ pub fn member_named(
     })
 }
 
+/// TCP keepalive for accepted connections, so that the connections of peers and clients that
+/// died without closing them are found and dropped instead of piling up. (Not HTTP/2 pings:
+/// those cost the peer plane 12 to 20 % of its throughput here.)
+#[derive(Clone, Copy, Debug)]
+pub struct KeepAlive {
+    /// Silence before the first probe.
+    pub idle: Duration,
+    /// Between probes.
+    pub interval: Duration,
+    /// Unanswered probes before the connection is dropped.
+    pub retries: u32,
+}
+
+impl KeepAlive {
+    fn to_socket2(self) -> socket2::TcpKeepalive {
+        socket2::TcpKeepalive::new()
+            .with_time(self.idle)
+            .with_interval(self.interval)
+            .with_retries(self.retries)
+    }
+}
+
 /// Logs a refusal the first time its reason is seen from an address.
 #[derive(Clone, Default)]
 pub struct RefusalLog(Arc<Mutex<HashSet<(IpAddr, String)>>>);
@@ -181,6 +203,7 @@ pub fn incoming(
     config: Arc<rustls::ServerConfig>,
     plane: &'static str,
     refusals: RefusalLog,
+    keepalive: KeepAlive,
 ) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
     let (accepted, stream) = tokio::sync::mpsc::channel(ACCEPTED_QUEUE);
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
@@ -199,6 +222,7 @@ pub fn incoming(
                 () = accepted.closed() => return,
             };
             let _ = tcp.set_nodelay(true);
+            let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive.to_socket2());
             let acceptor = acceptor.clone();
             let accepted = accepted.clone();
             let refusals = refusals.clone();

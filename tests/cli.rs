@@ -556,3 +556,85 @@ async fn oversized_messages_are_refused_with_the_limit_named() {
         &h.client.put("after", b"v", None).await.unwrap()
     ));
 }
+
+/// A node past `--max-requests` refuses at once with RESOURCE_EXHAUSTED, naming the limit,
+/// instead of queueing without bound; once the load stops it serves again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_past_its_request_limit_refuses_at_once_and_recovers() {
+    let h = Harness::start_with(3, false, &["--max-requests", "2"]).await;
+    let leader = h.leader().await;
+    let channel = tonic::transport::Endpoint::from_shared(format!(
+        "http://{}",
+        h.endpoints[(leader - 1) as usize]
+    ))
+    .unwrap()
+    .connect()
+    .await
+    .unwrap();
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let mut store = pb::lease_store_client::LeaseStoreClient::new(channel.clone());
+        calls.spawn(async move {
+            store
+                .put(pb::PutRequest {
+                    key: format!("k{i}"),
+                    value: b"v".to_vec(),
+                    fence: None,
+                    request_id: None,
+                })
+                .await
+        });
+    }
+    let (mut written, mut refused) = (0, 0);
+    while let Some(call) = calls.join_next().await {
+        match call.unwrap() {
+            Ok(_) => written += 1,
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+                assert!(status.message().contains("limit of 2"), "{status:?}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        refused > 0,
+        "200 at once past a limit of 2: some were refused"
+    );
+    assert!(written > 0, "and the rest were served");
+    assert!(harness::written(
+        &h.client_of(leader).put("after", b"v", None).await.unwrap()
+    ));
+}
+
+/// Both planes keep TCP keepalive on every connection they accept, so that a dead client's or
+/// peer's connection is dropped instead of piling up; `ss` shows the kernel's keepalive timer.
+#[tokio::test(flavor = "multi_thread")]
+async fn accepted_connections_have_tcp_keepalive_on_both_planes() {
+    let h = Harness::start(3, false).await;
+    let node = &h.cluster.nodes()[0];
+    for addr in [&node.addr, &node.peer_addr] {
+        let stream = tokio::net::TcpStream::connect(addr.as_str()).await.unwrap();
+        let port = addr.rsplit(':').next().unwrap();
+        let filter = format!(
+            "( sport = :{port} and dport = :{} )",
+            stream.local_addr().unwrap().port()
+        );
+        let shown = wait_for(
+            "the accepted connection in ss",
+            Duration::from_secs(5),
+            || {
+                let filter = filter.clone();
+                async move {
+                    let out = std::process::Command::new("ss")
+                        .args(["-tnoH", "state", "established", &filter])
+                        .output()
+                        .expect("ss (iproute2; .ci/run installs it)");
+                    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                    (!text.trim().is_empty()).then_some(text)
+                }
+            },
+        )
+        .await;
+        assert!(shown.contains("keepalive"), "{addr}: {shown}");
+    }
+}

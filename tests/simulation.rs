@@ -404,6 +404,7 @@ fn node_config(id: u64, count: u64) -> NodeConfig {
         snapshot_every: 200,
         tls: None,
         client_cert_auth: false,
+        max_requests: leasehold::node::MAX_CONCURRENT_REQUESTS,
     }
 }
 

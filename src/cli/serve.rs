@@ -49,6 +49,11 @@ pub struct ServeArgs {
     /// Clients must show a certificate from --tls-ca as well.
     #[arg(long, requires = "tls_cert")]
     client_cert_auth: bool,
+    /// Requests this node works on at once, client requests and forwarded writes alike;
+    /// past it a request is refused at once with RESOURCE_EXHAUSTED.
+    #[arg(long, value_name = "N", default_value_t = crate::node::MAX_CONCURRENT_REQUESTS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_requests: u64,
     /// Snapshot the state every this many applied entries, and purge the log behind it.
     #[arg(long, value_name = "ENTRIES", default_value_t = crate::raft::DEFAULT_SNAPSHOT_EVERY,
           value_parser = clap::value_parser!(u64).range(10..))]
@@ -102,6 +107,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
             _ => None,
         },
         client_cert_auth: args.client_cert_auth,
+        max_requests: args.max_requests as usize,
     };
     node::run(config, shutdown_signal()).await?;
     Ok(Exit::Ok)

@@ -31,9 +31,10 @@ use crate::raft::{
     Applied, BootLog, Channels, LogStore, NodeId, Proposer, Raft, Reads, SharedState,
 };
 
-/// Requests a node works on at once, client requests and forwarded writes counted alike; past
-/// it a request is refused at once (RESOURCE_EXHAUSTED) instead of queueing without bound. Far
-/// above what a node serves well: 64 clients keep a few hundred in flight.
+/// Requests a node works on at once by default (`serve --max-requests`), client requests and
+/// forwarded writes counted alike; past it a request is refused at once (RESOURCE_EXHAUSTED)
+/// instead of queueing without bound. Far above what a node serves well: 64 clients keep a few
+/// hundred in flight.
 pub const MAX_CONCURRENT_REQUESTS: usize = 8_192;
 
 /// Entries one `ReadLog` call returns at most: the log is read into memory under the index
@@ -71,6 +72,9 @@ pub struct NodeConfig {
     pub tls: Option<crate::tls::TlsFiles>,
     /// With TLS, clients must show a certificate from the same CA as well.
     pub client_cert_auth: bool,
+    /// Requests worked on at once; past it, RESOURCE_EXHAUSTED (see
+    /// [`MAX_CONCURRENT_REQUESTS`]).
+    pub max_requests: usize,
 }
 
 /// How long a request waits for an election to finish before answering `Unavailable`.
@@ -118,7 +122,7 @@ struct NodeInner {
     peers: BTreeMap<NodeId, String>,
     /// This node's client address, as given out in status.
     advertise: String,
-    /// One permit per request being worked on: see [`MAX_CONCURRENT_REQUESTS`].
+    /// One permit per request being worked on, up to `NodeConfig::max_requests`.
     requests: Admission,
 }
 
@@ -176,13 +180,13 @@ impl Node {
                 manual_clock: config.manual_clock,
                 peers: config.peers.clone(),
                 advertise: config.advertise.clone(),
-                requests: Admission::new(MAX_CONCURRENT_REQUESTS),
+                requests: Admission::new(config.max_requests),
             }),
         }
     }
 
     /// Room for `count` more requests, held until the permit is dropped; refused at once when
-    /// the node already works on [`MAX_CONCURRENT_REQUESTS`].
+    /// the node already works on `NodeConfig::max_requests`.
     pub fn admit(&self, count: usize) -> Result<tokio::sync::OwnedSemaphorePermit, NodeError> {
         self.inner.requests.admit(count)
     }
