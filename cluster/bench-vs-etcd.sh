@@ -7,7 +7,9 @@
 # It installs etcd-server from Debian if missing and stops everything it started.
 #
 # Settings (environment): BENCH_SECS (10), BENCH_WARMUP (1), BENCH_CLIENTS ("1 16 64"),
-# BENCH_WORKLOADS ("acquire renew fenced-put put get mixed"), FAILOVER_TRIES (5).
+# BENCH_WORKLOADS ("acquire renew fenced-put put get mixed"), FAILOVER_TRIES (5), BENCH_TLS (0;
+# 1 runs both with TLS on client and peer traffic and client certificates demanded, from one
+# CA made by `leasehold certs`).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -16,6 +18,7 @@ warmup=${BENCH_WARMUP:-1}
 clients_list=${BENCH_CLIENTS:-"1 16 64"}
 workloads=${BENCH_WORKLOADS:-"acquire renew fenced-put put get mixed"}
 tries=${FAILOVER_TRIES:-5}
+tls=${BENCH_TLS:-0}
 
 if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
   echo "installing etcd-server and etcd-client from Debian..." >&2
@@ -36,27 +39,44 @@ cleanup() {
 }
 trap cleanup EXIT
 
-etcd_cluster=e1=http://127.0.0.1:12380,e2=http://127.0.0.1:22380,e3=http://127.0.0.1:32380
+scheme=http
+etcd_tls=() lh_tls=() ctl_tls=()
+if [ "$tls" = 1 ]; then
+  "$bin" certs --dir "$work/tls" --nodes 3 >/dev/null
+  export LEASEHOLD_TLS_CA=$work/tls/ca.pem LEASEHOLD_TLS_CERT=$work/tls/client.pem LEASEHOLD_TLS_KEY=$work/tls/client-key.pem
+  scheme=https
+  ctl_tls=(--cacert "$LEASEHOLD_TLS_CA" --cert "$LEASEHOLD_TLS_CERT" --key "$LEASEHOLD_TLS_KEY")
+fi
+tls_args() { # id: sets etcd_tls and lh_tls for node id
+  [ "$tls" = 1 ] || return 0
+  local c=$work/tls/node-$1.pem k=$work/tls/node-$1-key.pem ca=$work/tls/ca.pem
+  etcd_tls=(--cert-file "$c" --key-file "$k" --trusted-ca-file "$ca" --client-cert-auth
+            --peer-cert-file "$c" --peer-key-file "$k" --peer-trusted-ca-file "$ca" --peer-client-cert-auth)
+  lh_tls=(--tls-cert "$c" --tls-key "$k" --tls-ca "$ca" --client-cert-auth)
+}
+etcd_cluster=e1=$scheme://127.0.0.1:12380,e2=$scheme://127.0.0.1:22380,e3=$scheme://127.0.0.1:32380
 etcd_endpoints=127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379
 lh_peers=1=127.0.0.1:7401,2=127.0.0.1:7402,3=127.0.0.1:7403
 lh_endpoints=127.0.0.1:7301,127.0.0.1:7302,127.0.0.1:7303
 
 start_etcd() { # id
   local i=$1
+  tls_args "$i"
   etcd --name "e$i" --data-dir "$work/etcd-$i" \
-    --listen-client-urls "http://127.0.0.1:${i}2379" --advertise-client-urls "http://127.0.0.1:${i}2379" \
-    --listen-peer-urls "http://127.0.0.1:${i}2380" --initial-advertise-peer-urls "http://127.0.0.1:${i}2380" \
+    --listen-client-urls "$scheme://127.0.0.1:${i}2379" --advertise-client-urls "$scheme://127.0.0.1:${i}2379" \
+    --listen-peer-urls "$scheme://127.0.0.1:${i}2380" --initial-advertise-peer-urls "$scheme://127.0.0.1:${i}2380" \
     --initial-cluster "$etcd_cluster" --initial-cluster-state new --initial-cluster-token bench \
-    --heartbeat-interval 100 --election-timeout 1000 >>"$work/etcd-$i.log" 2>&1 &
+    --heartbeat-interval 100 --election-timeout 1000 "${etcd_tls[@]}" >>"$work/etcd-$i.log" 2>&1 &
   etcd_pid[$i]=$!
 }
 start_lh() { # id
   local i=$1
+  tls_args "$i"
   "$bin" serve --id "$i" --listen "127.0.0.1:730$i" --peer-listen "127.0.0.1:740$i" --data-dir "$work/lh-$i" --peers "$lh_peers" \
-    >/dev/null 2>>"$work/lh-$i.log" &
+    "${lh_tls[@]}" >/dev/null 2>>"$work/lh-$i.log" &
   lh_pid[$i]=$!
 }
-etcd_ctl() { ETCDCTL_API=3 etcdctl --command-timeout=2s "$@"; }
+etcd_ctl() { ETCDCTL_API=3 etcdctl --command-timeout=2s "${ctl_tls[@]}" "$@"; }
 etcd_ready() { etcd_ctl --endpoints "$etcd_endpoints" endpoint health >/dev/null 2>&1; }
 lh_ready() {
   "$bin" status -o json --endpoints "$lh_endpoints" 2>/dev/null | python3 -c '
@@ -85,7 +105,7 @@ print("%.0f %.2f %d" % (r["ops_per_s"], r["p99_ms"], r["errors"]))'
 }
 
 echo
-echo "Throughput and p99 latency, ${secs} s per run after ${warmup} s warm-up (etcd's renew is LeaseKeepAlive):"
+echo "Throughput and p99 latency, ${secs} s per run after ${warmup} s warm-up (etcd's renew is LeaseKeepAlive), TLS $([ "$tls" = 1 ] && echo on || echo off):"
 printf '%-11s %7s | %12s %9s | %12s %9s | %7s\n' workload clients "leasehold/s" "p99 ms" "etcd/s" "p99 ms" ratio
 for w in $workloads; do
   for c in $clients_list; do

@@ -11,6 +11,7 @@ use leasehold::client::LeaseClient;
 use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use leasehold::proto::v1 as pb;
 use leasehold::tls::{node_name, Tls, TlsFiles};
+use rustls::pki_types::pem::PemObject;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 /// The seed page's scenario, then a leader kill: nothing is lost and the old token still
@@ -209,4 +210,57 @@ fn a_key_that_does_not_match_its_certificate_is_refused_at_start_naming_it() {
     };
     let error = Tls::load(&missing).err().unwrap().to_string();
     assert!(error.contains("nope.pem"), "{error}");
+}
+
+/// `leasehold certs` for three hosts: every file written, the keys private, each node's
+/// certificate naming its host beside its node name; a host for no node is refused in one line.
+#[test]
+fn certs_makes_a_set_for_named_hosts_and_refuses_a_host_for_no_node() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::TempDir::new().unwrap();
+    let out = std::process::Command::new(harness::binary())
+        .args(["certs", "--dir"])
+        .arg(dir.path())
+        .args([
+            "--nodes",
+            "3",
+            "--hosts",
+            "1=10.0.0.1,2=db2.example,3=10.0.0.3",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("LEASEHOLD_TLS_CA="));
+    for name in [
+        "ca.pem",
+        "node-1.pem",
+        "node-2-key.pem",
+        "client.pem",
+        "client-key.pem",
+    ] {
+        assert!(dir.path().join(name).exists(), "{name}");
+    }
+    let mode = std::fs::metadata(dir.path().join("node-2-key.pem"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "a key is its owner's only");
+    let pem = std::fs::read(dir.path().join("node-2.pem")).unwrap();
+    let der = rustls::pki_types::CertificateDer::from_pem_slice(&pem).unwrap();
+    let cert = webpki::EndEntityCert::try_from(&der).unwrap();
+    for name in ["db2.example", "leasehold-node-2"] {
+        let name = rustls::pki_types::ServerName::try_from(name).unwrap();
+        assert!(cert.verify_is_valid_for_subject_name(&name).is_ok());
+    }
+
+    let refused = std::process::Command::new(harness::binary())
+        .args(["certs", "--dir"])
+        .arg(dir.path().join("other"))
+        .args(["--nodes", "3", "--hosts", "4=10.0.0.4"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("node 4"), "{stderr}");
 }

@@ -47,16 +47,80 @@ impl ClusterCerts {
     }
 }
 
-/// The certificates under `dir` for nodes 1 to `nodes`: made now if `dir` has none yet.
+#[derive(clap::Args)]
+pub struct CertsArgs {
+    /// Where to write them (ca.pem, node-N.pem and node-N-key.pem, client.pem and
+    /// client-key.pem); an existing complete set there is kept.
+    #[arg(long)]
+    dir: PathBuf,
+    /// How many nodes.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=5))]
+    nodes: u64,
+    /// The host (IP address or DNS name) clients dial each node at, as ID=HOST, comma
+    /// separated; each node's certificate names it beside leasehold-node-ID.
+    #[arg(long, value_name = "ID=HOST,...", value_parser = parse_hosts, default_value = "")]
+    hosts: std::collections::BTreeMap<u64, String>,
+}
+
+fn parse_hosts(text: &str) -> Result<std::collections::BTreeMap<u64, String>, String> {
+    let mut hosts = std::collections::BTreeMap::new();
+    for part in text.split(',').filter(|p| !p.trim().is_empty()) {
+        let (id, host) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?} is not ID=HOST"))?;
+        let id = id
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| format!("{id:?} in {part:?} is not a node id"))?;
+        hosts.insert(id, host.trim().to_owned());
+    }
+    Ok(hosts)
+}
+
+pub fn run(args: CertsArgs) -> anyhow::Result<super::Exit> {
+    if let Some(id) = args.hosts.keys().find(|id| **id == 0 || **id > args.nodes) {
+        anyhow::bail!("--hosts names node {id}; the nodes are 1 to {}", args.nodes);
+    }
+    let hosts: Vec<String> = (1..=args.nodes)
+        .map(|id| args.hosts.get(&id).cloned().unwrap_or_default())
+        .collect();
+    let certs = write_set(&args.dir, args.nodes, &hosts)?;
+    for id in 1..=args.nodes {
+        let files = certs.node(id);
+        println!(
+            "node {id}: serve --tls-ca {} --tls-cert {} --tls-key {}",
+            files.ca.display(),
+            files.cert.display(),
+            files.key.display()
+        );
+    }
+    let client = certs.client();
+    println!(
+        "clients: export LEASEHOLD_TLS_CA={} LEASEHOLD_TLS_CERT={} LEASEHOLD_TLS_KEY={}",
+        client.ca.display(),
+        client.cert.display(),
+        client.key.display()
+    );
+    Ok(super::Exit::Ok)
+}
+
+/// The certificates under `dir`/tls for nodes 1 to `nodes`: made now if there are none yet.
 pub fn ensure(dir: &Path, nodes: u64) -> anyhow::Result<ClusterCerts> {
-    ensure_for(dir, nodes, &[])
+    write_set(&dir.join(SUBDIR), nodes, &[])
 }
 
 /// [`ensure`], each node's certificate also naming its entry in `node_ips` (node 1 the first),
 /// for clients that dial nodes on addresses other than 127.0.0.1.
 pub fn ensure_for(dir: &Path, nodes: u64, node_ips: &[IpAddr]) -> anyhow::Result<ClusterCerts> {
+    let hosts: Vec<String> = node_ips.iter().map(IpAddr::to_string).collect();
+    write_set(&dir.join(SUBDIR), nodes, &hosts)
+}
+
+/// The set in `dir` itself, each node's certificate also naming its entry in `hosts` (an IP
+/// address or a DNS name; empty for none).
+fn write_set(dir: &Path, nodes: u64, hosts: &[String]) -> anyhow::Result<ClusterCerts> {
     let certs = ClusterCerts {
-        dir: dir.join(SUBDIR),
+        dir: dir.to_owned(),
     };
     let complete = (1..=nodes)
         .flat_map(|id| {
@@ -103,8 +167,14 @@ pub fn ensure_for(dir: &Path, nodes: u64, node_ips: &[IpAddr]) -> anyhow::Result
             SanType::DnsName("localhost".try_into()?),
             SanType::IpAddress([127, 0, 0, 1].into()),
         ];
-        if let Some(ip) = node_ips.get(id as usize - 1) {
-            names.push(SanType::IpAddress(*ip));
+        match hosts.get(id as usize - 1).map(String::as_str) {
+            None | Some("") => {}
+            Some(host) => names.push(match host.parse::<IpAddr>() {
+                Ok(ip) => SanType::IpAddress(ip),
+                Err(_) => SanType::DnsName(host.try_into().map_err(|e| {
+                    anyhow::anyhow!("{host:?} is neither an IP address nor a DNS name: {e}")
+                })?),
+            }),
         }
         let (cert, key) = issue(names, &node_name(id))?;
         let files = certs.node(id);

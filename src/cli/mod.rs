@@ -99,6 +99,9 @@ enum Cmd {
     Cluster(cluster::ClusterArgs),
     /// Replay the fencing-token scenario against a fresh three-node cluster.
     Demo,
+    /// Make a CA, a certificate per node and one for clients, for `serve --tls-*` on several
+    /// hosts (the CA's key is not kept).
+    Certs(certs::CertsArgs),
     /// Measure throughput and latency against a running cluster.
     Bench(bench::BenchArgs),
     /// Acquire a lease, or renew it if HOLDER already holds it.
@@ -196,6 +199,7 @@ async fn run(command: Cmd, client: &ClientOpts) -> anyhow::Result<Exit> {
         Cmd::Serve(args) => serve::run(args).await,
         Cmd::Cluster(args) => cluster::run(args).await,
         Cmd::Demo => demo::run().await,
+        Cmd::Certs(args) => certs::run(args),
         Cmd::Bench(args) => bench::run(client, args).await,
         Cmd::Acquire {
             lease,
