@@ -422,15 +422,7 @@ async fn the_client_port_serves_no_internal_rpc() {
         forged(codec::encode(&vote).unwrap())
     };
     for id in 1..=3 {
-        let channel = tonic::transport::Endpoint::from_shared(format!(
-            "http://{}",
-            h.endpoints[(id - 1) as usize]
-        ))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-        let mut on_client_port = RaftClient::new(channel);
+        let mut on_client_port = RaftClient::new(h.client_channel(id).await);
         let refusals = [
             on_client_port.vote(vote()).await.unwrap_err(),
             on_client_port
@@ -563,14 +555,7 @@ async fn oversized_messages_are_refused_with_the_limit_named() {
 async fn a_node_past_its_request_limit_refuses_at_once_and_recovers() {
     let h = Harness::start_with(3, false, &["--max-requests", "2"]).await;
     let leader = h.leader().await;
-    let channel = tonic::transport::Endpoint::from_shared(format!(
-        "http://{}",
-        h.endpoints[(leader - 1) as usize]
-    ))
-    .unwrap()
-    .connect()
-    .await
-    .unwrap();
+    let channel = h.client_channel(leader).await;
     let mut calls = tokio::task::JoinSet::new();
     for i in 0..200 {
         let mut store = pb::lease_store_client::LeaseStoreClient::new(channel.clone());

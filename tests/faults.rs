@@ -199,26 +199,7 @@ impl Cluster {
             .with_serve_args(&["--snapshot-every", &snapshot_every]);
         let certs = tls.then(|| certs::ensure_for(dir.path(), count as u64, &ips).unwrap());
         if let Some(certs) = &certs {
-            let ca = certs.node(1).ca.display().to_string();
-            nodes = nodes.with_serve_args(&[
-                "--snapshot-every",
-                &snapshot_every,
-                "--tls-ca",
-                &ca,
-                "--client-cert-auth",
-            ]);
-            for id in 1..=count as u64 {
-                let files = certs.node(id);
-                nodes = nodes.with_node_args(
-                    id,
-                    &[
-                        "--tls-cert",
-                        files.cert.to_str().unwrap(),
-                        "--tls-key",
-                        files.key.to_str().unwrap(),
-                    ],
-                );
-            }
+            nodes = nodes.with_tls(certs);
         }
         nodes.start_all().unwrap();
         let endpoints = nodes.endpoints();

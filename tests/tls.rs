@@ -264,3 +264,36 @@ fn certs_makes_a_set_for_named_hosts_and_refuses_a_host_for_no_node() {
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("node 4"), "{stderr}");
 }
+
+/// A node given a TLS file it cannot use stops at once with one line naming the file, before
+/// it opens its storage or a port.
+#[test]
+fn serve_with_a_missing_tls_file_exits_naming_it() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let own = certs::ensure(dir.path(), 1).unwrap();
+    let files = own.node(1);
+    let addrs = leasehold::cli::local::local_addrs(1).unwrap();
+    let out = std::process::Command::new(harness::binary())
+        .args(["serve", "--id", "1", "--listen", &addrs[0].client])
+        .args(["--peer-listen", &addrs[0].peer, "--peers"])
+        .arg(format!("1={}", addrs[0].peer))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--tls-ca")
+        .arg(dir.path().join("missing-ca.pem"))
+        .arg("--tls-cert")
+        .arg(&files.cert)
+        .arg("--tls-key")
+        .arg(&files.key)
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("missing-ca.pem"), "{stderr}");
+    assert!(
+        !dir.path().join("data").join("raft-log").exists(),
+        "no storage was opened"
+    );
+}

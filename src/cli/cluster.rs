@@ -107,20 +107,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
     let mut cluster = LocalCluster::new(&std::env::current_exe()?, &dir, &addrs, args.manual_clock);
     let client_tls = if args.tls {
         let certs = super::certs::ensure(&dir, args.nodes)?;
-        let ca = certs.node(1).ca.display().to_string();
-        cluster = cluster.with_serve_args(&["--tls-ca", &ca, "--client-cert-auth"]);
-        for id in 1..=args.nodes {
-            let files = certs.node(id);
-            cluster = cluster.with_node_args(
-                id,
-                &[
-                    "--tls-cert",
-                    &files.cert.display().to_string(),
-                    "--tls-key",
-                    &files.key.display().to_string(),
-                ],
-            );
-        }
+        cluster = cluster.with_tls(&certs);
         Some(certs.client())
     } else {
         None

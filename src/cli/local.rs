@@ -92,6 +92,24 @@ impl LocalCluster {
         self
     }
 
+    /// Turns TLS on for every node, with client certificates demanded, from `certs`: each node
+    /// serves with its own certificate.
+    pub fn with_tls(mut self, certs: &super::certs::ClusterCerts) -> Self {
+        let ca = certs.node(1).ca.display().to_string();
+        self.extra_args
+            .extend(["--tls-ca".to_owned(), ca, "--client-cert-auth".to_owned()]);
+        for id in 1..=self.nodes.len() as u64 {
+            let files = certs.node(id);
+            self.node_args.entry(id).or_default().extend([
+                "--tls-cert".to_owned(),
+                files.cert.display().to_string(),
+                "--tls-key".to_owned(),
+                files.key.display().to_string(),
+            ]);
+        }
+        self
+    }
+
     /// Passes `args` to node `id`'s `serve` only (a node configured unlike the others).
     pub fn with_node_args(mut self, id: u64, args: &[&str]) -> Self {
         self.node_args

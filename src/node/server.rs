@@ -164,6 +164,22 @@ pub async fn run(
         )));
     }
 
+    // TLS files are read and checked before the storage is opened: a wrong path or a key that
+    // does not match its certificate stops the node before it starts Raft.
+    let tls = match &config.tls {
+        Some(files) => Some(Tls::load(files).map_err(|e| StartError::Config(e.to_string()))?),
+        None => None,
+    };
+    let tls_configs = match &tls {
+        Some(tls) => {
+            let setup = |e: crate::tls::TlsError| StartError::Config(e.to_string());
+            Some((
+                tls.server_config(config.client_cert_auth).map_err(setup)?,
+                tls.server_config(true).map_err(setup)?,
+            ))
+        }
+        None => None,
+    };
     let (mut log_store, state_machine) = raft::open_storage(&config.data_dir)?;
     let boot = raft::BootLog {
         last_index: openraft::storage::RaftLogStorage::get_log_state(&mut log_store)
@@ -177,10 +193,6 @@ pub async fn run(
     let state = state_machine.shared();
     // Outgoing peer connections start from the peer plane's address.
     let listen_ip = config.peer_listen.ip();
-    let tls = match &config.tls {
-        Some(files) => Some(Tls::load(files).map_err(|e| StartError::Config(e.to_string()))?),
-        None => None,
-    };
     let channels = Channels::new(
         (!listen_ip.is_unspecified()).then_some(listen_ip),
         clock,
@@ -214,16 +226,6 @@ pub async fn run(
     // Bind before anything else can fail late: a taken port is the commonest start-up error.
     let client_listener = bind(config.listen).await?;
     let peer_listener = bind(config.peer_listen).await?;
-    let tls_configs = match &tls {
-        Some(tls) => {
-            let setup = |e: crate::tls::TlsError| StartError::Config(e.to_string());
-            Some((
-                tls.server_config(config.client_cert_auth).map_err(setup)?,
-                tls.server_config(true).map_err(setup)?,
-            ))
-        }
-        None => None,
-    };
     let refusals = RefusalLog::default();
     let gate = PeerGate::new(
         config.id,

@@ -52,21 +52,8 @@ impl Harness {
         let dir = TempDir::new().expect("temp dir");
         let addrs = local_addrs(nodes).expect("free ports");
         let certs = certs::ensure(dir.path(), nodes as u64 + SPARE_NODE_CERTS).unwrap();
-        let ca = certs.node(1).ca.display().to_string();
-        let mut cluster = LocalCluster::new(binary().as_ref(), dir.path(), &addrs, manual_clock)
-            .with_serve_args(&["--tls-ca", &ca, "--client-cert-auth"]);
-        for id in 1..=nodes as u64 {
-            let files = certs.node(id);
-            cluster = cluster.with_node_args(
-                id,
-                &[
-                    "--tls-cert",
-                    files.cert.to_str().unwrap(),
-                    "--tls-key",
-                    files.key.to_str().unwrap(),
-                ],
-            );
-        }
+        let cluster =
+            LocalCluster::new(binary().as_ref(), dir.path(), &addrs, manual_clock).with_tls(&certs);
         let tls = Tls::load(&certs.client()).unwrap().client_config(None);
         Harness::launch(cluster, Some(tls), dir).await
     }
@@ -103,12 +90,12 @@ impl Harness {
     /// A connection to node `id`'s peer plane, as another node (or an attacker on the peers'
     /// network) would open it.
     pub async fn peer_channel(&self, id: u64) -> tonic::transport::Channel {
-        let addr = &self.cluster.nodes()[(id - 1) as usize].peer_addr;
-        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap()
+        connect(&self.cluster.nodes()[(id - 1) as usize].peer_addr).await
+    }
+
+    /// A plain connection to node `id`'s client port, for calls no `LeaseClient` makes.
+    pub async fn client_channel(&self, id: u64) -> tonic::transport::Channel {
+        connect(&self.endpoints[(id - 1) as usize]).await
     }
 
     /// A client that talks to node `id` only.
@@ -279,6 +266,15 @@ const KEEP_DIRS: &str = "LEASEHOLD_KEEP_TEST_DIRS";
 
 /// How many lines of each node's log a failed test prints.
 const LOG_TAIL_LINES: usize = 60;
+
+/// A plain connection to `addr`.
+async fn connect(addr: &str) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
 
 /// A client of `endpoints`, over TLS when `tls` is given.
 fn client_for(
