@@ -1226,15 +1226,19 @@ fn a_seed_replays_the_same_history() {
     }
 }
 
+/// A runtime on one thread and tokio's paused clock, for one hand-built scenario.
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn a_restarted_leader_whose_tail_was_truncated_still_serves_reads() {
     for seed in 1..=10 {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        runtime.block_on(restarted_leader_with_a_lost_tail(seed));
+        paused_runtime().block_on(restarted_leader_with_a_lost_tail(seed));
     }
 }
 
@@ -1285,11 +1289,6 @@ async fn survivors_of_a_dead_leader_elect(seed: u64) {
 #[test]
 fn the_survivors_of_a_dead_leader_always_elect_one_of_them() {
     for seed in 1..=50 {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        runtime.block_on(survivors_of_a_dead_leader_elect(seed));
+        paused_runtime().block_on(survivors_of_a_dead_leader_elect(seed));
     }
 }
