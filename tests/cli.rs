@@ -623,3 +623,36 @@ async fn accepted_connections_have_tcp_keepalive_on_both_planes() {
         assert!(shown.contains("keepalive"), "{addr}: {shown}");
     }
 }
+
+/// `status` shows the size of every node's state: leases, rows, sessions, snapshot bytes.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_shows_the_size_of_each_nodes_state() {
+    let h = Harness::start_with(3, false, &["--snapshot-every", "10"]).await;
+    expect(&h, &["acquire", "l", "--holder", "a", "--ttl", "60"], 0);
+    for i in 0..12 {
+        expect(&h, &["put", &format!("k{i}"), "v"], 0);
+    }
+    let sizes = wait_for(
+        "every node to apply it all",
+        Duration::from_secs(10),
+        || {
+            let json = expect(&h, &["status", "-o", "json"], 0);
+            async move {
+                let status: serde_json::Value = serde_json::from_str(&json).unwrap();
+                let nodes = status["nodes"].as_array().unwrap().clone();
+                nodes
+                    .iter()
+                    .all(|n| n["leases"] == 1 && n["rows"] == 12)
+                    .then_some(nodes)
+            }
+        },
+    )
+    .await;
+    for node in &sizes {
+        // Each CLI run opened a session of its own.
+        assert!(node["sessions"].as_u64().unwrap() >= 13, "{node}");
+        assert!(node["snapshot_bytes"].as_u64().unwrap() > 0, "{node}");
+    }
+    let table = expect(&h, &["status"], 0);
+    assert!(table.lines().next().unwrap().contains("LEASES"), "{table}");
+}

@@ -57,6 +57,10 @@ pub struct BenchArgs {
     value_size: usize,
     #[arg(long, value_enum, default_value_t = Connect::Spread)]
     connect: Connect,
+    /// The TTL of the leases the workloads acquire, in seconds (etcd's are whole seconds, at
+    /// least 1). Short ones, with `acquire`, make leases expire as fast as they are granted.
+    #[arg(long = "ttl", value_name = "SECONDS", default_value = "60", value_parser = super::commands::parse_seconds)]
+    ttl_ms: u64,
     /// What to measure: Leasehold, or etcd v3 at --endpoints (needs `--features etcd`).
     #[arg(long, value_enum, default_value_t = Target::Leasehold)]
     target: Target,
@@ -142,6 +146,7 @@ pub async fn run(opts: &ClientOpts, args: BenchArgs) -> anyhow::Result<Exit> {
             run_id,
             workload: args.workload,
             value: vec![b'x'; args.value_size],
+            ttl_ms: args.ttl_ms,
         };
         tasks.push(tokio::spawn(client_loop(
             backend,
@@ -185,9 +190,9 @@ struct ClientCtx {
     run_id: u128,
     workload: Workload,
     value: Vec<u8>,
+    /// The TTL of every lease the client acquires (but the mixed workload's contended ones).
+    ttl_ms: u64,
 }
-
-const TTL_MS: u64 = 60_000;
 /// Leases the mixed workload's clients contend for.
 const MIXED_LEASES: u64 = 4;
 
@@ -229,8 +234,12 @@ impl Backend {
         match self {
             Backend::Leasehold { client, token, .. } => {
                 if matches!(ctx.workload, Workload::Renew | Workload::FencedPut) {
-                    *token = granted(&client.acquire(&names.lease, &names.holder, TTL_MS).await?)
-                        .ok_or_else(|| {
+                    *token = granted(
+                        &client
+                            .acquire(&names.lease, &names.holder, ctx.ttl_ms)
+                            .await?,
+                    )
+                    .ok_or_else(|| {
                         anyhow::anyhow!("could not acquire {} for the benchmark", names.lease)
                     })?;
                 }
@@ -242,7 +251,8 @@ impl Backend {
             Backend::Etcd(etcd) => {
                 if matches!(ctx.workload, Workload::Renew | Workload::FencedPut) {
                     anyhow::ensure!(
-                        etcd.acquire(&names.lease, (TTL_MS / 1000) as i64).await?,
+                        etcd.acquire(&names.lease, (ctx.ttl_ms / 1000).max(1) as i64)
+                            .await?,
                         "could not acquire {} for the benchmark",
                         names.lease
                     );
@@ -276,12 +286,12 @@ impl Backend {
                     Workload::Acquire => {
                         let lease = format!("{}-{seq}", names.holder);
                         client
-                            .acquire(&lease, &names.holder, TTL_MS)
+                            .acquire(&lease, &names.holder, ctx.ttl_ms)
                             .await
                             .map(|r| accepted(granted(&r).is_some()))
                     }
                     Workload::Renew => client
-                        .acquire(&names.lease, &names.holder, TTL_MS)
+                        .acquire(&names.lease, &names.holder, ctx.ttl_ms)
                         .await
                         .map(|r| accepted(granted(&r).is_some())),
                     Workload::FencedPut => client
@@ -322,7 +332,7 @@ impl Backend {
                 let result = match ctx.workload {
                     Workload::Acquire => {
                         let lock = format!("{}-{seq}", names.holder);
-                        etcd.acquire(&lock, (TTL_MS / 1000) as i64)
+                        etcd.acquire(&lock, (ctx.ttl_ms / 1000).max(1) as i64)
                             .await
                             .map(accepted)
                     }

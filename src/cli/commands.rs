@@ -225,8 +225,20 @@ pub fn role_name(role: i32) -> &'static str {
 /// The status table, one row per node.
 pub fn status_table(nodes: &[pb::NodeStatus]) -> String {
     let mut out = format!(
-        "{:<4} {:<21} {:<8} {:<11} {:>5} {:>6} {:>9} {:>9} {:>11}\n",
-        "ID", "ADDRESS", "PID", "ROLE", "TERM", "LEADER", "LAST LOG", "APPLIED", "STORE TIME"
+        "{:<4} {:<21} {:<8} {:<11} {:>5} {:>6} {:>9} {:>9} {:>11} {:>8} {:>8} {:>8} {:>10}\n",
+        "ID",
+        "ADDRESS",
+        "PID",
+        "ROLE",
+        "TERM",
+        "LEADER",
+        "LAST LOG",
+        "APPLIED",
+        "STORE TIME",
+        "LEASES",
+        "ROWS",
+        "SESSIONS",
+        "SNAPSHOT"
     );
     for n in nodes {
         if n.role == pb::Role::Unreachable as i32 {
@@ -248,7 +260,7 @@ pub fn status_table(nodes: &[pb::NodeStatus]) -> String {
             n.leader.to_string()
         };
         out += &format!(
-            "{:<4} {:<21} {:<8} {:<11} {:>5} {:>6} {:>9} {:>9} {:>11}\n",
+            "{:<4} {:<21} {:<8} {:<11} {:>5} {:>6} {:>9} {:>9} {:>11} {:>8} {:>8} {:>8} {:>10}\n",
             n.id,
             n.address,
             n.pid,
@@ -257,10 +269,23 @@ pub fn status_table(nodes: &[pb::NodeStatus]) -> String {
             leader,
             n.last_log_index,
             n.applied_index,
-            seconds(n.store_time_ms)
+            seconds(n.store_time_ms),
+            n.leases,
+            n.rows,
+            n.sessions,
+            bytes(n.snapshot_bytes)
         );
     }
     out
+}
+
+/// A size for people: bytes, KiB or MiB.
+fn bytes(n: u64) -> String {
+    match n {
+        0..1_024 => format!("{n} B"),
+        1_024..1_048_576 => format!("{:.1} KiB", n as f64 / 1_024.0),
+        _ => format!("{:.1} MiB", n as f64 / 1_048_576.0),
+    }
 }
 
 fn status_json(nodes: &[pb::NodeStatus]) -> Value {
@@ -271,7 +296,8 @@ fn status_json(nodes: &[pb::NodeStatus]) -> Value {
                 "id": n.id, "address": n.address, "peer_address": n.peer_address, "pid": n.pid, "role": role_name(n.role),
                 "term": n.term, "leader": n.leader, "last_log_index": n.last_log_index,
                 "applied_index": n.applied_index, "store_time_ms": n.store_time_ms,
-                "manual_clock": n.manual_clock, "error": n.error,
+                "manual_clock": n.manual_clock, "error": n.error, "leases": n.leases,
+                "rows": n.rows, "sessions": n.sessions, "snapshot_bytes": n.snapshot_bytes,
             })
         })
         .collect();

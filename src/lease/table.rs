@@ -119,6 +119,16 @@ impl LeaseTable {
         self.sessions.len()
     }
 
+    /// How many leases the table keeps, free ones included.
+    pub fn lease_count(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// How many rows the table keeps.
+    pub fn row_count(&self) -> usize {
+        self.rows.len()
+    }
+
     /// The earliest expiry of a lease that is still held: when the next tick is due.
     pub fn next_expiry_ms(&self) -> Option<u64> {
         // Held at `now_ms` means expiring after it.

@@ -1,20 +1,45 @@
 //! The leader's stamping of store time.
 //!
 //! Store time is replicated state: it moves only through logged commands. The leader stamps each
-//! command it proposes with the last store time in its log plus what its own monotonic clock has
-//! measured since it read that time. A new leader reads the time only after every entry of
-//! earlier terms is applied, so it continues from the last time in its log: time without a
-//! leader is not counted, and a failover makes leases last longer, never shorter.
+//! command it proposes with a base store time plus what its own monotonic clock has measured
+//! since it took that base. A new leader takes its base only after every entry of earlier terms
+//! is applied.
 //!
-//! Invariant (enforced here and by `LeaseTable::apply` taking the max): store time never runs
-//! faster than the leader's real time, so a lease never expires, in real time, sooner than its
-//! TTL after the acquire was sent.
+//! **Time carried across a failover.** The base is the newest store time this node applied, plus
+//! what its own monotonic clock has measured since it applied it ([`carried_base`]), so time
+//! without a leader is counted and a lease's life across a leader kill stays close to its TTL.
+//! After a restart the node has no such instant, and the base is the applied time itself: time
+//! without a leader is then not counted, and leases last longer, never shorter.
+//!
+//! **Why it never runs ahead of real time.** Let a lease be acquired by an entry stamped `A`,
+//! taken at real time `t_A`, no earlier than the acquire was sent. Claim: every stamp `S`,
+//! taken at real time `t_S`, has `S - A <= t_S - t_A`, so store time reaches `A + TTL` no sooner
+//! than `TTL` after the acquire was sent. Within a term it holds because the leader adds only
+//! what its monotonic clock measured. A new leader's base is `S + (now - t_seen)`, where `S` was
+//! stamped at `t_S` and applied here at `t_seen >= t_S` (stamped before proposed, proposed
+//! before applied). So `base - A = (S - A) + (now - t_seen) <= (t_S - t_A) + (now - t_S)`, which
+//! is `now - t_A`. `LeaseTable::apply` taking the max keeps stamps from going back.
 
 use std::sync::Mutex;
 
 // tokio's, not std's: the same monotonic clock in a node, and the simulation's virtual one when
 // it runs the real stamping on tokio's paused clock.
 use tokio::time::Instant;
+
+use crate::raft::StampSeen;
+
+/// Where a new term's stamps start: `applied_now_ms`, the store time applied here, plus the time
+/// this node's monotonic clock has measured since it applied that time, when `seen` says it did
+/// in this process; `applied_now_ms` alone otherwise.
+pub fn carried_base(applied_now_ms: u64, seen: Option<StampSeen>, now: Instant) -> u64 {
+    match seen {
+        Some(seen) if seen.ms == applied_now_ms => {
+            let since = now.saturating_duration_since(seen.at).as_millis();
+            applied_now_ms.saturating_add(u64::try_from(since).unwrap_or(u64::MAX))
+        }
+        _ => applied_now_ms,
+    }
+}
 
 /// Where this term's stamps start from.
 #[derive(Clone, Copy)]
@@ -85,6 +110,37 @@ mod tests {
         );
         // Real time elapsed bounds the stamps: never faster than the monotonic clock.
         assert!(later <= 10_000 + 1_000, "{later}");
+    }
+
+    #[test]
+    fn a_new_base_carries_the_time_measured_since_the_newest_stamp_was_applied() {
+        let applied_at = Instant::now();
+        let seen = Some(StampSeen {
+            ms: 7_000,
+            at: applied_at,
+        });
+        let later = applied_at + Duration::from_millis(2_500);
+        assert_eq!(carried_base(7_000, seen, later), 9_500);
+        assert_eq!(
+            carried_base(7_000, seen, applied_at),
+            7_000,
+            "nothing measured, nothing added"
+        );
+    }
+
+    #[test]
+    fn without_an_instant_for_the_applied_time_the_base_is_the_applied_time() {
+        let now = Instant::now();
+        assert_eq!(carried_base(7_000, None, now), 7_000, "after a restart");
+        let older = Some(StampSeen {
+            ms: 6_000,
+            at: now - Duration::from_secs(10),
+        });
+        assert_eq!(
+            carried_base(7_000, older, now),
+            7_000,
+            "the applied time came another way (a snapshot): nothing is carried"
+        );
     }
 
     #[test]

@@ -31,11 +31,21 @@ impl ClusterService {
             ServerState::Learner => pb::Role::Learner,
             ServerState::Shutdown => pb::Role::Unreachable,
         };
-        let (store_time_ms, state_digest, applied_index) = {
+        let (store_time_ms, state_digest, applied_index, leases, rows, sessions) = {
             let state = self.node.state().read();
             let applied = state.last_applied.map_or(0, |id| id.index);
-            (state.table.now_ms(), state.table.digest(), applied)
+            let table = &state.table;
+            (
+                table.now_ms(),
+                table.digest(),
+                applied,
+                table.lease_count() as u64,
+                table.row_count() as u64,
+                table.session_count() as u64,
+            )
         };
+        let snapshot_bytes = std::fs::metadata(crate::raft::snapshot_path(self.node.data_dir()))
+            .map_or(0, |m| m.len());
         pb::NodeStatus {
             id: self.node.id(),
             address: self.node.advertise().to_owned(),
@@ -58,6 +68,10 @@ impl ClusterService {
             snapshot_index: metrics.snapshot.map_or(0, |id| id.index),
             purged_index: metrics.purged.map_or(0, |id| id.index),
             state_digest,
+            leases,
+            rows,
+            sessions,
+            snapshot_bytes,
         }
     }
 }

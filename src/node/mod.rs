@@ -122,6 +122,8 @@ struct NodeInner {
     peers: BTreeMap<NodeId, String>,
     /// This node's client address, as given out in status.
     advertise: String,
+    /// Where this node keeps its log, vote and snapshot.
+    data_dir: std::path::PathBuf,
     /// One permit per request being worked on, up to `NodeConfig::max_requests`.
     requests: Admission,
 }
@@ -180,6 +182,7 @@ impl Node {
                 manual_clock: config.manual_clock,
                 peers: config.peers.clone(),
                 advertise: config.advertise.clone(),
+                data_dir: config.data_dir.clone(),
                 requests: Admission::new(config.max_requests),
             }),
         }
@@ -211,6 +214,11 @@ impl Node {
     /// This node's client address, as given out in status.
     pub fn advertise(&self) -> &str {
         &self.inner.advertise
+    }
+
+    /// Where this node keeps its log, vote and snapshot.
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.inner.data_dir
     }
 
     pub fn manual_clock(&self) -> bool {
@@ -286,10 +294,16 @@ impl Node {
             return Ok(Some(ms));
         }
         // First proposal of this term: continue from the last time in the log, which is the
-        // applied time once this term's first entry, and so every earlier one, is applied.
+        // applied time once this term's first entry, and so every earlier one, is applied, plus
+        // the time measured here since it was applied (see `clock`).
         self.confirm_leadership().await?;
         let applied_now_ms = self.inner.state.read().table.now_ms();
-        Ok(Some(self.inner.clock.start_term(term, applied_now_ms)))
+        let base = clock::carried_base(
+            applied_now_ms,
+            self.inner.state.stamp_seen(),
+            tokio::time::Instant::now(),
+        );
+        Ok(Some(self.inner.clock.start_term(term, base)))
     }
 
     fn is_leader(&self) -> bool {

@@ -23,8 +23,8 @@ pub use log_store::LogStore;
 pub use network::{Channels, ClockMode, PeerNetwork, CLOCK_KEY};
 pub use proposer::{weight, Proposer, WriteError, MAX_ENTRY_BYTES, WRITE_BATCHES};
 pub use reads::{ReadError, Reads};
-pub use snapshot_file::{DurableSnapshot, SlowWork};
-pub use state_machine::{SharedState, StateMachineStore};
+pub use snapshot_file::{snapshot_path, DurableSnapshot, SlowWork};
+pub use state_machine::{SharedState, StampSeen, StateMachineStore};
 
 use crate::lease::{Batch, Outcome};
 

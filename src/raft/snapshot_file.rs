@@ -49,7 +49,8 @@ fn snapshot_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> Stora
     StorageIOError::new(ErrorSubject::Snapshot(None), verb, AnyError::new(&e)).into()
 }
 
-fn snapshot_path(dir: &Path) -> PathBuf {
+/// Where a node keeps its snapshot, in its data dir.
+pub fn snapshot_path(dir: &Path) -> PathBuf {
     dir.join("snapshot.bin")
 }
 

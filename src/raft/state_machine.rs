@@ -7,7 +7,7 @@
 
 use std::io::Cursor;
 use std::path::Path;
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
@@ -28,6 +28,18 @@ type Meta = SnapshotMeta<NodeId, BasicNode>;
 #[derive(Default)]
 pub struct SharedState {
     inner: RwLock<Applying>,
+    /// The newest store time this process applied, and when, on its own monotonic clock: what
+    /// a new leader on this node carries its time on from (see `node::clock`).
+    stamp_seen: Mutex<Option<StampSeen>>,
+}
+
+/// A store time, and the instant of this process's monotonic clock at which it was applied
+/// here. The stamp was taken before its entry was proposed, so the instant is no earlier than
+/// the stamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StampSeen {
+    pub ms: u64,
+    pub at: tokio::time::Instant,
 }
 
 #[derive(Default, Clone, Serialize, Deserialize)]
@@ -43,6 +55,12 @@ impl SharedState {
         self.inner
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The newest store time this process applied, and when; `None` before its first one
+    /// (after a restart, or when the state came whole in a snapshot).
+    pub fn stamp_seen(&self) -> Option<StampSeen> {
+        *self.stamp_seen.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -179,6 +197,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I::IntoIter: Send,
     {
         let mut state = self.state.inner.write().unwrap_or_else(|p| p.into_inner());
+        let time_before = state.table.now_ms();
         let mut replies = Vec::new();
         for entry in entries {
             let mut answers = Vec::new();
@@ -202,6 +221,18 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             }
             state.last_applied = Some(entry.log_id);
             replies.push(answers);
+        }
+        // Only when time moved: for a stamp applied twice, the first instant is the one closest
+        // to when it was taken.
+        if state.table.now_ms() > time_before {
+            *self
+                .state
+                .stamp_seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(StampSeen {
+                ms: state.table.now_ms(),
+                at: tokio::time::Instant::now(),
+            });
         }
         Ok(replies)
     }
