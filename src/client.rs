@@ -513,6 +513,29 @@ impl LeaseClient {
         .await
     }
 
+    /// A plain delete with `fence: None`; a fenced one with `Some((lease, token))`.
+    pub async fn delete(
+        &self,
+        key: &str,
+        fence: Option<(&str, u64)>,
+    ) -> Result<pb::DeleteResponse, ClientError> {
+        self.write(|request_id| {
+            let message = pb::DeleteRequest {
+                key: key.into(),
+                fence: fence.map(|(lease, token)| pb::Fence {
+                    lease: lease.into(),
+                    token,
+                }),
+                request_id,
+            };
+            self.call(Effect::Write, move |ch, timeout| {
+                let request = attempt(message.clone(), timeout);
+                async move { LeaseStoreClient::new(ch).delete(request).await }
+            })
+        })
+        .await
+    }
+
     pub async fn get(&self, key: &str) -> Result<pb::GetResponse, ClientError> {
         let message = pb::GetRequest { key: key.into() };
         self.call(Effect::Read, |ch, timeout| {
@@ -743,6 +766,12 @@ mod tests {
             &self,
             r: Request<pb::PutRequest>,
         ) -> Result<Response<pb::PutResponse>, Status> {
+            self.answer(r.into_inner().request_id).await
+        }
+        async fn delete(
+            &self,
+            r: Request<pb::DeleteRequest>,
+        ) -> Result<Response<pb::DeleteResponse>, Status> {
             self.answer(r.into_inner().request_id).await
         }
         async fn get(

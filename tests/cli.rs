@@ -656,3 +656,37 @@ async fn status_shows_the_size_of_each_nodes_state() {
     let table = expect(&h, &["status"], 0);
     assert!(table.lines().next().unwrap().contains("LEASES"), "{table}");
 }
+
+/// `delete`: plain, fenced with the current token, and stale (exit 3, the row stays).
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_removes_a_row_plain_or_fenced_and_a_stale_token_leaves_it() {
+    let h = Harness::start(3, true).await;
+    expect(&h, &["put", "plain", "v"], 0);
+    assert_eq!(expect(&h, &["delete", "plain"], 0), "deleted");
+    assert_eq!(expect(&h, &["get", "plain"], 0), "(not found)");
+    assert_eq!(
+        expect(&h, &["delete", "plain"], 0),
+        "deleted (there was no such key)"
+    );
+
+    expect(&h, &["acquire", "l", "--holder", "a", "--ttl", "10"], 0);
+    expect(
+        &h,
+        &["put", "report", "by a", "--lease", "l", "--token", "1"],
+        0,
+    );
+    expect(&h, &["advance", "15"], 0);
+    expect(&h, &["acquire", "l", "--holder", "b", "--ttl", "10"], 0);
+    let stale = expect(&h, &["delete", "report", "--lease", "l", "--token", "1"], 3);
+    assert!(stale.contains("stale token"), "{stale}");
+    assert_eq!(expect(&h, &["get", "report"], 0), "by a", "the row stays");
+    let json = expect(
+        &h,
+        &[
+            "delete", "report", "--lease", "l", "--token", "2", "-o", "json",
+        ],
+        0,
+    );
+    assert!(json.contains("\"existed\":true"), "{json}");
+    assert_eq!(expect(&h, &["get", "report"], 0), "(not found)");
+}

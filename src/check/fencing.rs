@@ -7,7 +7,7 @@ use super::history::{Anomaly, Applied, Completion, Operation};
 use crate::lease::{Fence, Op, Outcome};
 
 /// Tokens of successive grants of a lease strictly increase; a renewal keeps the current token;
-/// no fenced put is accepted with a token older than one granted or accepted before it (so a
+/// no fenced put or delete is accepted with a token older than one granted or accepted before it (so a
 /// holder paused past its expiry never lands a write after its successor's grant).
 pub fn fencing(applied: &[Applied]) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
@@ -41,6 +41,13 @@ pub fn fencing(applied: &[Applied]) -> Vec<Anomaly> {
                     ..
                 },
                 Outcome::Written,
+            )
+            | (
+                Op::Delete {
+                    fence: Some(Fence { lease, token }),
+                    ..
+                },
+                Outcome::Deleted { .. },
             ) => {
                 let newest = granted.get(lease.as_str()).copied().unwrap_or(0);
                 let seen = accepted.entry(lease).or_insert(0);
@@ -48,7 +55,7 @@ pub fn fencing(applied: &[Applied]) -> Vec<Anomaly> {
                     anomalies.push(Anomaly::new(
                         "fencing",
                         format!(
-                            "a fenced put on {lease:?} with token {token} was accepted at index {}, \
+                            "a fenced write on {lease:?} with token {token} was accepted at index {}, \
                              after token {} was granted or accepted: a stale token got through",
                             a.index,
                             newest.max(*seen)

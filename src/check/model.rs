@@ -177,6 +177,7 @@ impl Model {
                 Outcome::Advanced
             }
             Op::Tick => Outcome::Ticked,
+            Op::Delete { key, fence } => self.delete(key, fence.as_ref()),
             Op::Register => {
                 self.sessions.push(ClientSession {
                     last_heard_ms: self.now_ms,
@@ -248,25 +249,42 @@ impl Model {
     }
 
     fn put(&mut self, key: &str, value: &[u8], fence: Option<&Fence>) -> Outcome {
-        if let Some(Fence { lease, token }) = fence {
-            let handed_out = self.handed_out(lease);
-            // Tokens start at 1: a token above the latest, or any token of a lease never
-            // granted, was never handed out.
-            if handed_out == 0 || *token > handed_out {
-                return Outcome::UnknownToken {
-                    lease: lease.clone(),
-                    latest_token: handed_out,
-                };
-            }
-            let seen = self.seen(lease);
-            if *token < seen {
-                return Outcome::StaleToken { fence: seen };
-            }
-            let fenced = self.fenced_max.entry(lease.clone()).or_default();
-            *fenced = (*fenced).max(*token);
+        if let Some(refused) = self.fence_refuses(fence) {
+            return refused;
         }
         self.rows.insert(key.to_owned(), value.to_vec());
         Outcome::Written
+    }
+
+    fn delete(&mut self, key: &str, fence: Option<&Fence>) -> Outcome {
+        if let Some(refused) = self.fence_refuses(fence) {
+            return refused;
+        }
+        Outcome::Deleted {
+            existed: self.rows.remove(key).is_some(),
+        }
+    }
+
+    /// The refusal of a fenced write, if its token is unknown or stale; otherwise the token is
+    /// recorded as accepted for its lease.
+    fn fence_refuses(&mut self, fence: Option<&Fence>) -> Option<Outcome> {
+        let Fence { lease, token } = fence?;
+        let handed_out = self.handed_out(lease);
+        // Tokens start at 1: a token above the latest, or any token of a lease never
+        // granted, was never handed out.
+        if handed_out == 0 || *token > handed_out {
+            return Some(Outcome::UnknownToken {
+                lease: lease.clone(),
+                latest_token: handed_out,
+            });
+        }
+        let seen = self.seen(lease);
+        if *token < seen {
+            return Some(Outcome::StaleToken { fence: seen });
+        }
+        let fenced = self.fenced_max.entry(lease.clone()).or_default();
+        *fenced = (*fenced).max(*token);
+        None
     }
 }
 
@@ -301,11 +319,22 @@ mod tests {
                     token
                 }),
             }),
-            key.prop_map(|k| Op::Put {
+            key.clone().prop_map(|k| Op::Put {
                 key: k.into(),
                 value: b"p".to_vec(),
                 fence: None,
             }),
+            (
+                key,
+                prop::option::of((prop::sample::select(vec!["l1", "l2"]), 0u64..5))
+            )
+                .prop_map(|(k, fence)| Op::Delete {
+                    key: k.into(),
+                    fence: fence.map(|(l, token)| Fence {
+                        lease: l.into(),
+                        token
+                    }),
+                }),
             (1u64..2_000).prop_map(|by_ms| Op::Advance { by_ms }),
             Just(Op::Tick),
             Just(Op::Register),

@@ -158,6 +158,37 @@ pub async fn put(
     Ok(emit(opts, r.applied.as_ref(), text, fields, exit))
 }
 
+pub async fn delete(
+    opts: &ClientOpts,
+    key: &str,
+    fence: Option<(&str, u64)>,
+) -> anyhow::Result<Exit> {
+    let r = client(opts)?.delete(key, fence).await?;
+    use pb::delete_response::Outcome;
+    let (text, fields, exit) = match &r.outcome {
+        Some(Outcome::Deleted(d)) if d.existed => (
+            "deleted".to_owned(),
+            json!({"outcome": "deleted", "existed": true}),
+            Exit::Ok,
+        ),
+        Some(Outcome::Deleted(_)) => (
+            "deleted (there was no such key)".to_owned(),
+            json!({"outcome": "deleted", "existed": false}),
+            Exit::Ok,
+        ),
+        Some(Outcome::StaleToken(s)) => (
+            format!(
+                "stale token (the store has seen token {}); the row stays",
+                s.fence
+            ),
+            json!({"outcome": "stale_token", "fence": s.fence}),
+            Exit::Refused,
+        ),
+        None => anyhow::bail!("the server answered without an outcome"),
+    };
+    Ok(emit(opts, r.applied.as_ref(), text, fields, exit))
+}
+
 pub async fn get(opts: &ClientOpts, key: &str) -> anyhow::Result<Exit> {
     let r = client(opts)?.get(key).await?;
     let value = r.value.as_deref().map(String::from_utf8_lossy);

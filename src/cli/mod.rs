@@ -130,6 +130,14 @@ enum Cmd {
         #[arg(long, requires = "lease")]
         token: Option<u64>,
     },
+    /// Remove a row; with --lease and --token, only if that token is not stale (as put).
+    Delete {
+        key: String,
+        #[arg(long, requires = "token")]
+        lease: Option<String>,
+        #[arg(long, requires = "lease")]
+        token: Option<u64>,
+    },
     /// Read a row.
     Get { key: String },
     /// Read a lease: holder, token, expiry, fence and the store's time.
@@ -219,6 +227,9 @@ async fn run(command: Cmd, client: &ClientOpts) -> anyhow::Result<Exit> {
         } => {
             let fence = lease.as_deref().zip(token);
             commands::put(client, &key, &value, fence).await
+        }
+        Cmd::Delete { key, lease, token } => {
+            commands::delete(client, &key, lease.as_deref().zip(token)).await
         }
         Cmd::Get { key } => commands::get(client, &key).await,
         Cmd::Lease { lease } => commands::lease(client, &lease).await,

@@ -54,6 +54,9 @@ pub enum Op {
     Tick,
     /// Opens a client session: the answer names the client id its requests then carry.
     Register,
+    /// Remove a row; with a fence, only if the token is not older than the lease's fence, as a
+    /// fenced put.
+    Delete { key: String, fence: Option<Fence> },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,6 +110,10 @@ pub enum Outcome {
     RequestIdReused,
     /// Raft's own entries (blank, membership) carry no command.
     Nothing,
+    /// A delete applied: whether the row was there.
+    Deleted {
+        existed: bool,
+    },
 }
 
 impl Outcome {

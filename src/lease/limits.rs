@@ -64,6 +64,14 @@ pub fn validate(op: &Op) -> Result<(), InvalidInput> {
             name("holder", holder, Limits::MAX_NAME_BYTES)?;
             token_field(*token)
         }
+        Op::Delete { key, fence } => {
+            name("key", key, Limits::MAX_KEY_BYTES)?;
+            if let Some(Fence { lease, token }) = fence {
+                name("lease", lease, Limits::MAX_NAME_BYTES)?;
+                token_field(*token)?;
+            }
+            Ok(())
+        }
         Op::Put { key, value, fence } => {
             name("key", key, Limits::MAX_KEY_BYTES)?;
             if value.len() > Limits::MAX_VALUE_BYTES {

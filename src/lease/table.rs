@@ -183,6 +183,7 @@ impl LeaseTable {
             Op::Register => Outcome::Registered {
                 client: self.sessions.register(self.now_ms),
             },
+            Op::Delete { key, fence } => self.delete(key, fence.as_ref()),
         }
     }
 
@@ -263,30 +264,49 @@ impl LeaseTable {
     }
 
     fn put(&mut self, key: &str, value: &[u8], fence: Option<&Fence>) -> Outcome {
-        if let Some(Fence { lease: name, token }) = fence {
-            let latest_token = self.leases.get(name).map_or(0, |lease| lease.token);
-            if *token > latest_token {
-                return Outcome::UnknownToken {
-                    lease: name.clone(),
-                    latest_token,
-                };
-            }
-            // Total, never a panic: a committed command is applied on every replica and on every
-            // replay, so one that crashed here would crash them all, forever. Token 0 on a lease
-            // never granted gets here past the check above (0 is not above 0).
-            let Some(lease) = self.leases.get_mut(name) else {
-                return Outcome::UnknownToken {
-                    lease: name.clone(),
-                    latest_token,
-                };
-            };
-            if *token < lease.fence {
-                return Outcome::StaleToken { fence: lease.fence };
-            }
-            lease.fence = *token;
+        if let Err(refusal) = self.pass_fence(fence) {
+            return refusal;
         }
         self.rows.insert(key.to_owned(), value.to_vec());
         Outcome::Written
+    }
+
+    fn delete(&mut self, key: &str, fence: Option<&Fence>) -> Outcome {
+        if let Err(refusal) = self.pass_fence(fence) {
+            return refusal;
+        }
+        Outcome::Deleted {
+            existed: self.rows.remove(key).is_some(),
+        }
+    }
+
+    /// A fenced write's check: the refusal when its token is stale or was never handed out;
+    /// otherwise the lease's fence rises to the token and the write goes ahead.
+    fn pass_fence(&mut self, fence: Option<&Fence>) -> Result<(), Outcome> {
+        let Some(Fence { lease: name, token }) = fence else {
+            return Ok(());
+        };
+        let latest_token = self.leases.get(name).map_or(0, |lease| lease.token);
+        if *token > latest_token {
+            return Err(Outcome::UnknownToken {
+                lease: name.clone(),
+                latest_token,
+            });
+        }
+        // Total, never a panic: a committed command is applied on every replica and on every
+        // replay, so one that crashed here would crash them all, forever. Token 0 on a lease
+        // never granted gets here past the check above (0 is not above 0).
+        let Some(lease) = self.leases.get_mut(name) else {
+            return Err(Outcome::UnknownToken {
+                lease: name.clone(),
+                latest_token,
+            });
+        };
+        if *token < lease.fence {
+            return Err(Outcome::StaleToken { fence: lease.fence });
+        }
+        lease.fence = *token;
+        Ok(())
     }
 }
 
@@ -399,6 +419,58 @@ mod tests {
         assert_eq!(stale, Outcome::StaleToken { fence: 2 });
         assert_eq!(t.row("plain"), Some(&b"by a"[..]));
         assert_eq!(t.row("fenced"), Some(&b"by b"[..]));
+    }
+
+    fn delete(key: &str, fence: Option<(&str, u64)>) -> Op {
+        Op::Delete {
+            key: key.into(),
+            fence: fence.map(|(lease, token)| Fence {
+                lease: lease.into(),
+                token,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_delete_removes_the_row_plain_or_fenced_and_a_stale_one_changes_nothing() {
+        let mut t = LeaseTable::default();
+        t.apply(&at(0, plain("k", "v")));
+        assert_eq!(
+            t.apply(&at(0, delete("k", None))),
+            Outcome::Deleted { existed: true }
+        );
+        assert_eq!(t.row("k"), None);
+        assert_eq!(
+            t.apply(&at(0, delete("k", None))),
+            Outcome::Deleted { existed: false },
+            "deleting what is not there is no refusal"
+        );
+
+        t.apply(&at(0, acquire("l", "a", 1_000)));
+        t.apply(&at(0, plain("k", "by a")));
+        t.apply(&at(2_000, acquire("l", "b", 1_000)));
+        let stale = assert_refused_unchanged(&mut t, at(2_000, delete("k", Some(("l", 1)))));
+        assert_eq!(stale, Outcome::StaleToken { fence: 2 });
+        assert_eq!(
+            t.row("k"),
+            Some(&b"by a"[..]),
+            "a stale delete leaves the row"
+        );
+        let unknown = assert_refused_unchanged(&mut t, at(2_000, delete("k", Some(("l", 3)))));
+        assert!(matches!(
+            unknown,
+            Outcome::UnknownToken {
+                latest_token: 2,
+                ..
+            }
+        ));
+        assert_eq!(
+            t.apply(&at(2_000, delete("k", Some(("l", 2))))),
+            Outcome::Deleted { existed: true }
+        );
+        // The delete's token raised the fence as a put's does.
+        let stale = assert_refused_unchanged(&mut t, at(2_000, fenced("k", "late", "l", 1)));
+        assert_eq!(stale, Outcome::StaleToken { fence: 2 });
     }
 
     #[test]

@@ -118,6 +118,22 @@ pub fn put(a: Applied) -> Result<pb::PutResponse, NodeError> {
     })
 }
 
+pub fn delete(a: Applied) -> Result<pb::DeleteResponse, NodeError> {
+    use pb::delete_response::Outcome as O;
+    if let Some(error) = unknown_token(&a.outcome) {
+        return Err(error);
+    }
+    let outcome = match &a.outcome {
+        Outcome::Deleted { existed } => O::Deleted(pb::Deleted { existed: *existed }),
+        Outcome::StaleToken { fence } => O::StaleToken(pb::StaleToken { fence: *fence }),
+        other => return Err(mismatch("delete", other)),
+    };
+    Ok(pb::DeleteResponse {
+        applied: applied(&a),
+        outcome: Some(outcome),
+    })
+}
+
 pub fn register(a: Applied) -> Result<pb::RegisterResponse, NodeError> {
     match &a.outcome {
         Outcome::Registered { client } => Ok(pb::RegisterResponse {

@@ -145,6 +145,23 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         Ok(Response::new(convert::put(applied)?))
     }
 
+    async fn delete(
+        &self,
+        request: Request<pb::DeleteRequest>,
+    ) -> Result<Response<pb::DeleteResponse>, Status> {
+        let m = request.into_inner();
+        let id = request_id(m.request_id.as_ref());
+        let op = Op::Delete {
+            key: m.key,
+            fence: m.fence.map(|f| Fence {
+                lease: f.lease,
+                token: f.token,
+            }),
+        };
+        let applied = self.write(op, id).await?;
+        Ok(Response::new(convert::delete(applied)?))
+    }
+
     async fn get(
         &self,
         request: Request<pb::GetRequest>,

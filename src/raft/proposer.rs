@@ -78,6 +78,7 @@ pub fn weight(op: &Op) -> usize {
             Op::Put { key, value, fence } => {
                 key.len() + value.len() + fence.as_ref().map_or(0, |f| f.lease.len())
             }
+            Op::Delete { key, fence } => key.len() + fence.as_ref().map_or(0, |f| f.lease.len()),
             Op::Advance { .. } | Op::Tick | Op::Register => 0,
         }
 }
