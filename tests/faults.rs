@@ -481,6 +481,14 @@ fn put_outcome(r: &pb::PutResponse) -> Outcome {
     }
 }
 
+fn delete_outcome(r: &pb::DeleteResponse) -> Outcome {
+    match &r.outcome {
+        Some(pb::delete_response::Outcome::Deleted(d)) => Outcome::Deleted { existed: d.existed },
+        Some(pb::delete_response::Outcome::StaleToken(s)) => Outcome::StaleToken { fence: s.fence },
+        None => Outcome::Nothing,
+    }
+}
+
 /// Sends one write and records it.
 async fn write(client: &LeaseClient, recorder: &Recorder, id: u32, op: Op) -> Option<Outcome> {
     let invoked = recorder.now_ns();
@@ -510,6 +518,13 @@ async fn write(client: &LeaseClient, recorder: &Recorder, id: u32, op: Op) -> Op
             let r = client.put(key, value, fence).await;
             completion(&r, |r| {
                 (r.applied.as_ref(), Answer::Outcome(put_outcome(r)))
+            })
+        }
+        Op::Delete { key, fence } => {
+            let fence = fence.as_ref().map(|f| (f.lease.as_str(), f.token));
+            let r = client.delete(key, fence).await;
+            completion(&r, |r| {
+                (r.applied.as_ref(), Answer::Outcome(delete_outcome(r)))
             })
         }
         Op::Advance { .. } | Op::Tick | Op::Register => {
@@ -610,8 +625,14 @@ async fn client_loop(
                         token: *token,
                     });
                     let key = format!("f{}", &lease[1..]);
+                    // Now and then the holder removes the row instead, fenced the same way.
+                    let op = if rng.below(5) == 0 {
+                        Op::Delete { key, fence }
+                    } else {
+                        Op::Put { key, value, fence }
+                    };
                     if let Some(Outcome::StaleToken { .. }) =
-                        write(&client, &recorder, id, Op::Put { key, value, fence }).await
+                        write(&client, &recorder, id, op).await
                     {
                         tokens.remove(lease); // Fenced off: no longer the holder.
                     }
@@ -619,17 +640,16 @@ async fn client_loop(
             }
             65..=79 => {
                 let key = rng.pick(&["p0", "p1"]).to_string();
-                write(
-                    &client,
-                    &recorder,
-                    id,
+                let op = if rng.below(4) == 0 {
+                    Op::Delete { key, fence: None }
+                } else {
                     Op::Put {
                         key,
                         value,
                         fence: None,
-                    },
-                )
-                .await;
+                    }
+                };
+                write(&client, &recorder, id, op).await;
             }
             80..=89 => {
                 read(

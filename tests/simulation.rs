@@ -730,6 +730,10 @@ async fn client(id: u32, sim: Arc<Sim>, history: History, seed: u64, until: Inst
                 },
                 None => continue,
             },
+            6 if rng.below(3) == 0 => Op::Delete {
+                key: "p".into(),
+                fence: None,
+            },
             6 => Op::Put {
                 key: "p".into(),
                 value,
