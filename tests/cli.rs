@@ -690,3 +690,40 @@ async fn delete_removes_a_row_plain_or_fenced_and_a_stale_token_leaves_it() {
     assert!(json.contains("\"existed\":true"), "{json}");
     assert_eq!(expect(&h, &["get", "report"], 0), "(not found)");
 }
+
+/// Issue 12: a lease free for `--lease-retention` is forgotten (status counts it gone), its old
+/// token is then stale (exit 3, the row stays) and its next grant is larger.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forgotten_lease_refuses_its_old_token_as_stale_and_grants_above_it() {
+    let h = Harness::start_with(3, false, &["--lease-retention", "1"]).await;
+    let granted = expect(&h, &["acquire", "gone", "--holder", "a", "--ttl", "1"], 0);
+    assert!(granted.contains("token: 1"), "{granted}");
+    expect(
+        &h,
+        &["put", "k", "by a", "--lease", "gone", "--token", "1"],
+        0,
+    );
+    wait_for("the lease to be forgotten", Duration::from_secs(10), || {
+        let json = expect(&h, &["status", "-o", "json"], 0);
+        async move {
+            let status: serde_json::Value = serde_json::from_str(&json).unwrap();
+            status["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|n| n["leases"] == 0)
+                .then_some(())
+        }
+    })
+    .await;
+    let stale = expect(
+        &h,
+        &["put", "k", "late", "--lease", "gone", "--token", "1"],
+        3,
+    );
+    assert!(stale.contains("stale token"), "{stale}");
+    expect(&h, &["delete", "k", "--lease", "gone", "--token", "1"], 3);
+    assert_eq!(expect(&h, &["get", "k"], 0), "by a");
+    let again = expect(&h, &["acquire", "gone", "--holder", "b", "--ttl", "30"], 0);
+    assert!(again.contains("token: 2"), "{again}");
+}

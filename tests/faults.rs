@@ -196,7 +196,13 @@ impl Cluster {
         // the log is archived as the run goes, before it is purged (see `archive_log`).
         let snapshot_every = snapshot_every().to_string();
         let mut nodes = LocalCluster::new(harness::binary().as_ref(), dir.path(), &addrs, false)
-            .with_serve_args(&["--snapshot-every", &snapshot_every]);
+            // Leases free for two seconds are forgotten, so forgetting happens under the faults.
+            .with_serve_args(&[
+                "--snapshot-every",
+                &snapshot_every,
+                "--lease-retention",
+                "2",
+            ]);
         let certs = tls.then(|| certs::ensure_for(dir.path(), count as u64, &ips).unwrap());
         if let Some(certs) = &certs {
             nodes = nodes.with_tls(certs);
@@ -527,7 +533,7 @@ async fn write(client: &LeaseClient, recorder: &Recorder, id: u32, op: Op) -> Op
                 (r.applied.as_ref(), Answer::Outcome(delete_outcome(r)))
             })
         }
-        Op::Advance { .. } | Op::Tick | Op::Register => {
+        Op::Advance { .. } | Op::Tick | Op::Register | Op::Forget { .. } => {
             unreachable!("clients send none of these")
         }
     };

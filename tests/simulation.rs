@@ -405,6 +405,8 @@ fn node_config(id: u64, count: u64) -> NodeConfig {
         tls: None,
         client_cert_auth: false,
         max_requests: leasehold::node::MAX_CONCURRENT_REQUESTS,
+        // Short, so that the schedules forget leases too.
+        lease_retention_ms: 2_000,
     }
 }
 

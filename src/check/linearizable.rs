@@ -221,8 +221,11 @@ fn applied_at_most_once(history: &[Operation], applied: &[Applied]) -> Vec<Anoma
     // Keyed by the op's encoding: `Op` is compared whole, as the log holds it.
     let mut counts: BTreeMap<Vec<u8>, (usize, usize, &Op)> = BTreeMap::new();
     for a in applied.iter().filter(|a| !a.retry) {
-        if matches!(a.op, Op::Tick | Op::Advance { .. } | Op::Register) {
-            // The leader's own ticks; advances are not part of fault runs; registrations are
+        if matches!(
+            a.op,
+            Op::Tick | Op::Advance { .. } | Op::Register | Op::Forget { .. }
+        ) {
+            // The leader's own ticks and forgets; advances are not part of fault runs; registrations are
             // the client library's own, which histories do not record (a lost one is retried
             // and leaves an unused session behind, harmlessly).
             continue;

@@ -11,7 +11,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::lease::{Command, Fence, Op, Outcome, ReleaseRefusal, RequestId, SESSION_IDLE_MS};
+use crate::lease::{
+    Command, Fence, Op, Outcome, ReleaseRefusal, RequestId, FORGET_BATCH, SESSION_IDLE_MS,
+};
 
 /// Answers a session keeps for retries (the README: the last 128 per client).
 const KEPT_ANSWERS: usize = 128;
@@ -21,7 +23,18 @@ struct Grant {
     holder: String,
     token: u64,
     expires_at_ms: u64,
-    released: bool,
+    /// When its holder released it, if it did.
+    released_at_ms: Option<u64>,
+}
+
+impl Grant {
+    /// When this grant stopped holding its lease, if it has by `now_ms`.
+    fn free_since(&self, now_ms: u64) -> Option<u64> {
+        match self.released_at_ms {
+            Some(at) => Some(at),
+            None => (self.expires_at_ms <= now_ms).then_some(self.expires_at_ms),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -44,6 +57,8 @@ pub struct Model {
     rows: BTreeMap<String, Vec<u8>>,
     /// Sessions by client id; ids are handed out 1, 2, 3, ... in registration order.
     sessions: Vec<ClientSession>,
+    /// The largest token of a forgotten lease: a lease with no grants starts above it.
+    floor: u64,
 }
 
 impl Model {
@@ -58,7 +73,7 @@ impl Model {
     /// The holder of `lease` now (none when free, released or expired) and its latest token.
     pub fn lease(&self, lease: &str) -> (Option<&str>, u64) {
         let holder = self.current(lease).map(|g| g.holder.as_str());
-        (holder, self.handed_out(lease))
+        (holder, self.latest_token(lease))
     }
 
     /// How many sessions are open now.
@@ -70,19 +85,23 @@ impl Model {
         self.grants
             .get(lease)?
             .last()
-            .filter(|g| !g.released && self.now_ms < g.expires_at_ms)
+            .filter(|g| g.released_at_ms.is_none() && self.now_ms < g.expires_at_ms)
     }
 
-    /// Tokens handed out for `lease`: 1 to this number.
-    fn handed_out(&self, lease: &str) -> u64 {
-        self.grants.get(lease).map_or(0, |g| g.len() as u64)
+    /// The token of `lease`'s latest grant; 0 for a lease with none (never granted, or
+    /// forgotten).
+    fn latest_token(&self, lease: &str) -> u64 {
+        self.grants
+            .get(lease)
+            .and_then(|g| g.last())
+            .map_or(0, |g| g.token)
     }
 
     /// The largest token the store has seen for `lease`: granted (1, 2, ... so the latest) or
     /// fenced with.
     fn seen(&self, lease: &str) -> u64 {
         let fenced = self.fenced_max.get(lease).copied().unwrap_or(0);
-        self.handed_out(lease).max(fenced)
+        self.latest_token(lease).max(fenced)
     }
 
     /// Applies one logged command and answers as the README says the store answers.
@@ -178,6 +197,7 @@ impl Model {
             }
             Op::Tick => Outcome::Ticked,
             Op::Delete { key, fence } => self.delete(key, fence.as_ref()),
+            Op::Forget { retention_ms } => self.forget(*retention_ms),
             Op::Register => {
                 self.sessions.push(ClientSession {
                     last_heard_ms: self.now_ms,
@@ -209,7 +229,12 @@ impl Model {
                 renewed: true,
             };
         }
-        let token = self.handed_out(lease) + 1;
+        // Each grant of a lease one above the last; the first of a lease with none, one above
+        // every token a forgotten lease handed out.
+        let token = match self.grants.get(lease).and_then(|g| g.last()) {
+            Some(last) => last.token + 1,
+            None => self.floor + 1,
+        };
         self.grants
             .entry(lease.to_owned())
             .or_default()
@@ -217,7 +242,7 @@ impl Model {
                 holder: holder.to_owned(),
                 token,
                 expires_at_ms,
-                released: false,
+                released_at_ms: None,
             });
         Outcome::Granted {
             token,
@@ -243,7 +268,7 @@ impl Model {
             });
         }
         if let Some(last) = self.grants.get_mut(lease).and_then(|g| g.last_mut()) {
-            last.released = true;
+            last.released_at_ms = Some(self.now_ms);
         }
         Outcome::Released { token }
     }
@@ -254,6 +279,29 @@ impl Model {
         }
         self.rows.insert(key.to_owned(), value.to_vec());
         Outcome::Written
+    }
+
+    /// Forgets the leases free for `retention_ms` or longer: longest free first (by name among
+    /// equals), at most `FORGET_BATCH` of them.
+    fn forget(&mut self, retention_ms: u64) -> Outcome {
+        let now_ms = self.now_ms;
+        let mut due: Vec<(u64, String)> = self
+            .grants
+            .iter()
+            .filter_map(|(lease, grants)| {
+                let since = grants.last()?.free_since(now_ms)?;
+                (since.saturating_add(retention_ms) <= now_ms).then(|| (since, lease.clone()))
+            })
+            .collect();
+        due.sort();
+        due.truncate(FORGET_BATCH);
+        for (_, lease) in &due {
+            let seen = self.seen(lease);
+            self.floor = self.floor.max(seen);
+            self.grants.remove(lease);
+            self.fenced_max.remove(lease);
+        }
+        Outcome::Forgot { leases: due.len() }
     }
 
     fn delete(&mut self, key: &str, fence: Option<&Fence>) -> Outcome {
@@ -269,13 +317,23 @@ impl Model {
     /// recorded as accepted for its lease.
     fn fence_refuses(&mut self, fence: Option<&Fence>) -> Option<Outcome> {
         let Fence { lease, token } = fence?;
-        let handed_out = self.handed_out(lease);
-        // Tokens start at 1: a token above the latest, or any token of a lease never
-        // granted, was never handed out.
-        if handed_out == 0 || *token > handed_out {
+        if !self.grants.contains_key(lease) {
+            // No grants: never granted, or forgotten. Tokens 1 to the floor may have been a
+            // forgotten lease's, so they are stale; none above was handed out.
+            return Some(if *token >= 1 && *token <= self.floor {
+                Outcome::StaleToken { fence: self.floor }
+            } else {
+                Outcome::UnknownToken {
+                    lease: lease.clone(),
+                    latest_token: self.floor,
+                }
+            });
+        }
+        let latest = self.latest_token(lease);
+        if *token > latest {
             return Some(Outcome::UnknownToken {
                 lease: lease.clone(),
-                latest_token: handed_out,
+                latest_token: latest,
             });
         }
         let seen = self.seen(lease);
@@ -338,6 +396,7 @@ mod tests {
             (1u64..2_000).prop_map(|by_ms| Op::Advance { by_ms }),
             Just(Op::Tick),
             Just(Op::Register),
+            (0u64..3_000).prop_map(|retention_ms| Op::Forget { retention_ms }),
         ]
     }
 
@@ -363,6 +422,8 @@ mod tests {
         ) {
             let mut table = LeaseTable::default();
             let mut model = Model::default();
+            // The largest token each lease name ever had, through forgetting too.
+            let mut highest: BTreeMap<&str, u64> = BTreeMap::new();
             for c in &commands {
                 let before = table.clone();
                 let outcome = table.apply(c);
@@ -384,9 +445,15 @@ mod tests {
                     let (holder, token) = model.lease(lease);
                     prop_assert_eq!(found.and_then(|l| l.holder_at(table.now_ms())), holder);
                     prop_assert_eq!(found.map_or(0, |l| l.token), token);
-                    if let Some(before) = before.lease(lease) {
-                        prop_assert!(found.is_some_and(|l| l.token >= before.token),
-                            "token of {} went backwards", lease);
+                    let was = highest.get(lease).copied().unwrap_or(0);
+                    if let Some(found) = found {
+                        prop_assert!(found.token >= was, "token of {} went backwards", lease);
+                        highest.insert(lease, found.token);
+                    }
+                    if let Outcome::Granted { token, renewed: false, .. } = &outcome {
+                        if matches!(&c.op, Op::Acquire { lease: l, .. } if l == lease) {
+                            prop_assert!(*token > was, "{} handed out token {} twice", lease, token);
+                        }
                     }
                 }
                 for key in ["k1", "k2"] {
@@ -400,6 +467,14 @@ mod tests {
                     .map(|lease| lease.expires_at_ms)
                     .min();
                 prop_assert_eq!(table.next_expiry_ms(), scanned);
+                // And when the longest-free lease falls due to be forgotten.
+                let free_since = ["l1", "l2"]
+                    .iter()
+                    .filter_map(|l| table.lease(l))
+                    .filter(|lease| lease.holder_at(table.now_ms()).is_none())
+                    .map(|lease| lease.expires_at_ms)
+                    .min();
+                prop_assert_eq!(table.next_forget_ms(500), free_since.map(|at| at + 500));
             }
             // A table loaded from its encoding (a snapshot) is the same table.
             let bytes = postcard::to_allocvec(&table).unwrap();

@@ -54,6 +54,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = crate::node::MAX_CONCURRENT_REQUESTS as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_requests: u64,
+    /// Forget a lease once it has been free (released or expired) this long in store time;
+    /// its tokens are never handed out again. Default one hour.
+    #[arg(long, value_name = "SECONDS", default_value = "3600", value_parser = super::commands::parse_seconds)]
+    lease_retention: u64,
     /// Snapshot the state every this many applied entries, and purge the log behind it.
     #[arg(long, value_name = "ENTRIES", default_value_t = crate::raft::DEFAULT_SNAPSHOT_EVERY,
           value_parser = clap::value_parser!(u64).range(10..))]
@@ -108,6 +112,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         },
         client_cert_auth: args.client_cert_auth,
         max_requests: args.max_requests as usize,
+        lease_retention_ms: args.lease_retention,
     };
     node::run(config, shutdown_signal()).await?;
     Ok(Exit::Ok)

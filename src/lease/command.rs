@@ -57,6 +57,9 @@ pub enum Op {
     /// Remove a row; with a fence, only if the token is not older than the lease's fence, as a
     /// fenced put.
     Delete { key: String, fence: Option<Fence> },
+    /// Leader only, at a bounded rate: drop leases free for at least `retention_ms` of store
+    /// time (`serve --lease-retention`), their largest token kept as the table's floor.
+    Forget { retention_ms: u64 },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,6 +116,10 @@ pub enum Outcome {
     /// A delete applied: whether the row was there.
     Deleted {
         existed: bool,
+    },
+    /// How many free leases a `Forget` dropped.
+    Forgot {
+        leases: usize,
     },
 }
 

@@ -102,7 +102,7 @@ pub fn validate(op: &Op) -> Result<(), InvalidInput> {
             }
             Ok(())
         }
-        Op::Tick | Op::Register => Ok(()),
+        Op::Tick | Op::Register | Op::Forget { .. } => Ok(()),
     }
 }
 

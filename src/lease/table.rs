@@ -13,22 +13,41 @@ use crate::lease::{Command, Fence, Op, Outcome, ReleaseRefusal};
 pub struct LeaseTable {
     /// Store time: the largest stamp or advance applied so far. Never goes backwards.
     now_ms: u64,
-    /// Leases are never forgotten, even when free: their token must keep growing.
+    /// Held leases, and free ones until they are forgotten (see [`Op::Forget`]).
     leases: BTreeMap<String, Lease>,
     rows: BTreeMap<String, Vec<u8>>,
     /// Registered clients and their recent answers: a request retried after a lost answer (a
     /// dead connection, a leader change) gets its first answer back instead of being applied
     /// twice.
     sessions: Sessions,
-    /// `(expires_at_ms, name)` of every lease with a holder, expired or not: the next expiry
-    /// without a scan of every lease. Derived from `leases`, so not stored: rebuilt on load.
+    /// The largest token of any forgotten lease: a name not in `leases` is granted above it,
+    /// and a fenced write on such a name with a token at or below it is stale. So no token is
+    /// ever handed out twice for a name, however often it is forgotten.
+    forgotten_floor: u64,
+    /// `(expires_at_ms, name)` of every lease: the next expiry of a held lease (those after
+    /// now) and the longest-free leases (a free lease's `expires_at_ms` is when it became
+    /// free), without a scan. Derived from `leases`, so not stored: rebuilt on load.
     #[serde(skip)]
     expiries: BTreeSet<(u64, String)>,
 }
 
+/// Leases one [`Op::Forget`] drops at most, so that applying it stays short; the leader logs
+/// another while more are due.
+pub const FORGET_BATCH: usize = 4_096;
+
 /// What a table stores: everything but what is derived. Same fields, same order.
 #[derive(Deserialize)]
 struct Stored {
+    now_ms: u64,
+    leases: BTreeMap<String, Lease>,
+    rows: BTreeMap<String, Vec<u8>>,
+    sessions: Sessions,
+    forgotten_floor: u64,
+}
+
+/// What a table stored before leases could be forgotten: no floor, which is then 0.
+#[derive(Deserialize)]
+struct StoredBeforeForgetting {
     now_ms: u64,
     leases: BTreeMap<String, Lease>,
     rows: BTreeMap<String, Vec<u8>>,
@@ -40,7 +59,6 @@ impl From<Stored> for LeaseTable {
         let expiries = stored
             .leases
             .iter()
-            .filter(|(_, lease)| lease.holder.is_some())
             .map(|(name, lease)| (lease.expires_at_ms, name.clone()))
             .collect();
         LeaseTable {
@@ -48,8 +66,23 @@ impl From<Stored> for LeaseTable {
             leases: stored.leases,
             rows: stored.rows,
             sessions: stored.sessions,
+            forgotten_floor: stored.forgotten_floor,
             expiries,
         }
+    }
+}
+
+impl LeaseTable {
+    /// A table stored by a version before leases could be forgotten (a snapshot it left).
+    pub fn from_older_bytes(bytes: &[u8]) -> Result<LeaseTable, postcard::Error> {
+        let old: StoredBeforeForgetting = postcard::from_bytes(bytes)?;
+        Ok(LeaseTable::from(Stored {
+            now_ms: old.now_ms,
+            leases: old.leases,
+            rows: old.rows,
+            sessions: old.sessions,
+            forgotten_floor: 0,
+        }))
     }
 }
 
@@ -75,8 +108,8 @@ impl Lease {
     }
 }
 
-/// Keeps `expiries` in step with a lease whose expiry while held goes from `before` to `after`
-/// (`None`: no holder).
+/// Keeps `expiries` in step with a lease whose expiry goes from `before` to `after` (`None`:
+/// the lease is not in the table).
 fn reindex(
     expiries: &mut BTreeSet<(u64, String)>,
     name: &str,
@@ -131,9 +164,21 @@ impl LeaseTable {
 
     /// The earliest expiry of a lease that is still held: when the next tick is due.
     pub fn next_expiry_ms(&self) -> Option<u64> {
-        // Held at `now_ms` means expiring after it.
+        // Held at `now_ms` means expiring after it; a free lease's expiry is not after it.
         let after_now = (self.now_ms.saturating_add(1), String::new());
         self.expiries.range(after_now..).next().map(|(at, _)| *at)
+    }
+
+    /// When the longest-free lease will have been free for `retention_ms`, so that an
+    /// [`Op::Forget`] with that retention drops it; `None` when no lease is free.
+    pub fn next_forget_ms(&self, retention_ms: u64) -> Option<u64> {
+        let (free_since, _) = self.expiries.first()?;
+        (*free_since <= self.now_ms).then(|| free_since.saturating_add(retention_ms))
+    }
+
+    /// The largest token of any forgotten lease.
+    pub fn forgotten_floor(&self) -> u64 {
+        self.forgotten_floor
     }
 
     /// Applies one logged command. Pure: the same table and command give the same outcome on
@@ -184,7 +229,29 @@ impl LeaseTable {
                 client: self.sessions.register(self.now_ms),
             },
             Op::Delete { key, fence } => self.delete(key, fence.as_ref()),
+            Op::Forget { retention_ms } => self.forget(*retention_ms),
         }
+    }
+
+    /// Drops the leases free for at least `retention_ms`, longest-free first, at most
+    /// [`FORGET_BATCH`]; the floor rises to the largest token among them.
+    fn forget(&mut self, retention_ms: u64) -> Outcome {
+        let mut forgotten = 0;
+        while forgotten < FORGET_BATCH {
+            let Some((free_since, name)) = self.expiries.first().cloned() else {
+                break;
+            };
+            // A lease's expiry is no later than now exactly when it is free.
+            if free_since > self.now_ms || free_since.saturating_add(retention_ms) > self.now_ms {
+                break;
+            }
+            self.expiries.pop_first();
+            if let Some(lease) = self.leases.remove(&name) {
+                self.forgotten_floor = self.forgotten_floor.max(lease.token).max(lease.fence);
+            }
+            forgotten += 1;
+        }
+        Outcome::Forgot { leases: forgotten }
     }
 
     fn acquire(&mut self, name: &str, holder: &str, ttl_ms: u64) -> Outcome {
@@ -212,8 +279,16 @@ impl LeaseTable {
                 None => {}
             }
         }
-        let lease = self.leases.entry(name.to_owned()).or_default();
-        let before = lease.holder.is_some().then_some(lease.expires_at_ms);
+        // Indexed by its expiry if it is in the table already.
+        let before = self.leases.get(name).map(|lease| lease.expires_at_ms);
+        let floor = self.forgotten_floor;
+        let lease = self.leases.entry(name.to_owned()).or_insert_with(|| Lease {
+            // A name not in the table (never seen, or forgotten) starts above every token a
+            // forgotten lease handed out.
+            token: floor,
+            fence: floor,
+            ..Lease::default()
+        });
         let token = lease.token + 1;
         debug_assert!(
             token > lease.fence,
@@ -257,7 +332,7 @@ impl LeaseTable {
                 lease.holder = None;
                 // Free at once: the next acquire must not wait for the old expiry.
                 lease.expires_at_ms = now_ms;
-                reindex(&mut self.expiries, name, Some(before), None);
+                reindex(&mut self.expiries, name, Some(before), Some(now_ms));
                 Outcome::Released { token }
             }
         }
@@ -286,7 +361,19 @@ impl LeaseTable {
         let Some(Fence { lease: name, token }) = fence else {
             return Ok(());
         };
-        let latest_token = self.leases.get(name).map_or(0, |lease| lease.token);
+        let Some(latest_token) = self.leases.get(name).map(|lease| lease.token) else {
+            // Not in the table: never granted, or forgotten. A token at or below the floor may
+            // be a forgotten lease's: stale. Above it, none was handed out.
+            let floor = self.forgotten_floor;
+            return Err(if (1..=floor).contains(token) {
+                Outcome::StaleToken { fence: floor }
+            } else {
+                Outcome::UnknownToken {
+                    lease: name.clone(),
+                    latest_token: floor,
+                }
+            });
+        };
         if *token > latest_token {
             return Err(Outcome::UnknownToken {
                 lease: name.clone(),
@@ -294,8 +381,7 @@ impl LeaseTable {
             });
         }
         // Total, never a panic: a committed command is applied on every replica and on every
-        // replay, so one that crashed here would crash them all, forever. Token 0 on a lease
-        // never granted gets here past the check above (0 is not above 0).
+        // replay, so one that crashed here would crash them all, forever.
         let Some(lease) = self.leases.get_mut(name) else {
             return Err(Outcome::UnknownToken {
                 lease: name.clone(),
@@ -471,6 +557,121 @@ mod tests {
         // The delete's token raised the fence as a put's does.
         let stale = assert_refused_unchanged(&mut t, at(2_000, fenced("k", "late", "l", 1)));
         assert_eq!(stale, Outcome::StaleToken { fence: 2 });
+    }
+
+    #[test]
+    fn a_lease_free_past_the_retention_is_forgotten_and_its_tokens_never_come_back() {
+        let mut t = LeaseTable::default();
+        assert_eq!(
+            t.apply(&at(0, acquire("l", "a", 1_000))),
+            granted(1, 1_000, false)
+        );
+        t.apply(&at(0, fenced("k", "by a", "l", 1)));
+        assert_eq!(
+            t.apply(&at(1_000, acquire("l", "b", 1_000))),
+            granted(2, 2_000, false)
+        );
+        assert_eq!(
+            t.apply(&at(1_500, release("l", "b", 2))),
+            Outcome::Released { token: 2 }
+        );
+        // Free since 1,500; with a retention of 1,000 it is due at 2,500, not before.
+        assert_eq!(t.next_forget_ms(1_000), Some(2_500));
+        assert_eq!(
+            t.apply(&at(
+                2_499,
+                Op::Forget {
+                    retention_ms: 1_000
+                }
+            )),
+            Outcome::Forgot { leases: 0 }
+        );
+        assert_eq!(
+            t.apply(&at(
+                2_500,
+                Op::Forget {
+                    retention_ms: 1_000
+                }
+            )),
+            Outcome::Forgot { leases: 1 }
+        );
+        assert_eq!(t.lease("l"), None);
+        assert_eq!(t.lease_count(), 0);
+        assert_eq!(t.forgotten_floor(), 2);
+        assert_eq!(t.next_forget_ms(1_000), None);
+
+        // Its old tokens are stale, never unknown; a token above the floor was never handed out.
+        let stale = assert_refused_unchanged(&mut t, at(2_500, fenced("k", "late", "l", 1)));
+        assert_eq!(stale, Outcome::StaleToken { fence: 2 });
+        let stale = assert_refused_unchanged(&mut t, at(2_500, delete("k", Some(("l", 2)))));
+        assert_eq!(stale, Outcome::StaleToken { fence: 2 });
+        let unknown = assert_refused_unchanged(&mut t, at(2_500, fenced("k", "x", "l", 3)));
+        assert!(matches!(
+            unknown,
+            Outcome::UnknownToken {
+                latest_token: 2,
+                ..
+            }
+        ));
+        assert_eq!(t.row("k"), Some(&b"by a"[..]));
+
+        // A new grant, of it or of a name never seen, starts above the floor.
+        assert_eq!(
+            t.apply(&at(2_500, acquire("l", "c", 1_000))),
+            granted(3, 3_500, false)
+        );
+        assert_eq!(
+            t.apply(&at(2_500, acquire("m", "c", 1_000))),
+            granted(3, 3_500, false)
+        );
+        assert_eq!(
+            t.apply(&at(2_500, fenced("k", "by c", "l", 3))),
+            Outcome::Written
+        );
+    }
+
+    #[test]
+    fn a_held_lease_is_never_forgotten_and_one_forget_drops_at_most_a_batch() {
+        let mut t = LeaseTable::default();
+        t.apply(&at(0, acquire("held", "a", 100_000)));
+        for i in 0..FORGET_BATCH + 5 {
+            let name = format!("l{i}");
+            t.apply(&at(0, acquire(&name, "a", 10)));
+        }
+        let forget = || at(50_000, Op::Forget { retention_ms: 0 });
+        assert_eq!(
+            t.apply(&forget()),
+            Outcome::Forgot {
+                leases: FORGET_BATCH
+            }
+        );
+        assert_eq!(t.apply(&forget()), Outcome::Forgot { leases: 5 });
+        assert_eq!(t.apply(&forget()), Outcome::Forgot { leases: 0 });
+        assert_eq!(t.lease_count(), 1);
+        assert!(t.lease("held").is_some());
+    }
+
+    #[test]
+    fn a_table_stored_before_forgetting_loads_with_a_floor_of_zero() {
+        #[derive(Serialize)]
+        struct Old<'a> {
+            now_ms: u64,
+            leases: &'a BTreeMap<String, Lease>,
+            rows: &'a BTreeMap<String, Vec<u8>>,
+            sessions: &'a Sessions,
+        }
+        let mut t = LeaseTable::default();
+        t.apply(&at(5, acquire("l", "a", 1_000)));
+        t.apply(&at(5, plain("k", "v")));
+        let old = postcard::to_allocvec(&Old {
+            now_ms: t.now_ms,
+            leases: &t.leases,
+            rows: &t.rows,
+            sessions: &t.sessions,
+        })
+        .unwrap();
+        assert!(postcard::from_bytes::<LeaseTable>(&old).is_err());
+        assert_eq!(LeaseTable::from_older_bytes(&old).unwrap(), t);
     }
 
     #[test]

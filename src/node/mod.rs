@@ -75,7 +75,12 @@ pub struct NodeConfig {
     /// Requests worked on at once; past it, RESOURCE_EXHAUSTED (see
     /// [`MAX_CONCURRENT_REQUESTS`]).
     pub max_requests: usize,
+    /// Store time a lease stays free before this node, leading, has it forgotten.
+    pub lease_retention_ms: u64,
 }
+
+/// The default of `serve --lease-retention`: an hour of store time.
+pub const DEFAULT_LEASE_RETENTION_MS: u64 = 3_600_000;
 
 /// How long a request waits for an election to finish before answering `Unavailable`.
 const LEADER_WAIT: Duration = Duration::from_millis(2_000);
@@ -124,6 +129,7 @@ struct NodeInner {
     advertise: String,
     /// Where this node keeps its log, vote and snapshot.
     data_dir: std::path::PathBuf,
+    lease_retention_ms: u64,
     /// One permit per request being worked on, up to `NodeConfig::max_requests`.
     requests: Admission,
 }
@@ -183,6 +189,7 @@ impl Node {
                 peers: config.peers.clone(),
                 advertise: config.advertise.clone(),
                 data_dir: config.data_dir.clone(),
+                lease_retention_ms: config.lease_retention_ms,
                 requests: Admission::new(config.max_requests),
             }),
         }
@@ -219,6 +226,11 @@ impl Node {
     /// Where this node keeps its log, vote and snapshot.
     pub fn data_dir(&self) -> &std::path::Path {
         &self.inner.data_dir
+    }
+
+    /// Store time a lease stays free before this node, leading, has it forgotten.
+    pub fn lease_retention_ms(&self) -> u64 {
+        self.inner.lease_retention_ms
     }
 
     pub fn manual_clock(&self) -> bool {

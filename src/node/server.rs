@@ -445,19 +445,27 @@ async fn form_cluster(node: &Node, config: &NodeConfig) -> Result<(), StartError
 }
 
 /// Default clock only. When the leader's clock passes the earliest expiry of a held lease, it
-/// logs a `Tick`, so that expiry is in the replicated state (at most [`TICK_MIN_GAP`] late). An
-/// idle cluster with no lease due logs nothing. Runs until aborted.
+/// logs a `Tick`, so that expiry is in the replicated state (at most [`TICK_MIN_GAP`] late); when
+/// a lease has been free for the node's lease retention, it logs a `Forget` instead (at most
+/// `FORGET_BATCH` leases each, at most one per [`TICK_MIN_GAP`]). An idle cluster with nothing
+/// due logs nothing. Runs until aborted.
 pub async fn tick_expiring_leases(node: Node) {
+    let retention_ms = node.lease_retention_ms();
     loop {
-        let due_in = match (
-            node.state().read().table.next_expiry_ms(),
-            node.peek_stamp(),
-        ) {
-            (Some(expiry_ms), Some(now_ms)) if now_ms >= expiry_ms => Duration::ZERO,
-            (Some(expiry_ms), Some(now_ms)) => {
-                Duration::from_millis(expiry_ms - now_ms).min(TICK_CHECK)
-            }
-            // A new leader's clock starts with its first proposal: this tick, if leases are held.
+        let (next_expiry, next_forget) = {
+            let state = node.state().read();
+            (
+                state.table.next_expiry_ms(),
+                state.table.next_forget_ms(retention_ms),
+            )
+        };
+        let due = next_expiry.into_iter().chain(next_forget).min();
+        let now = node.peek_stamp();
+        let due_in = match (due, now) {
+            (Some(due_ms), Some(now_ms)) if now_ms >= due_ms => Duration::ZERO,
+            (Some(due_ms), Some(now_ms)) => Duration::from_millis(due_ms - now_ms).min(TICK_CHECK),
+            // A new leader's clock starts with its first proposal: this tick, if anything is due
+            // some time.
             (Some(_), None) if node.is_leader() => Duration::ZERO,
             _ => TICK_CHECK,
         };
@@ -465,7 +473,12 @@ pub async fn tick_expiring_leases(node: Node) {
             tokio::time::sleep(due_in).await;
             continue;
         }
-        match node.write(Op::Tick, None).await {
+        // A forget is stamped as a tick is, so it brings expiries too.
+        let op = match (next_forget, now) {
+            (Some(forget_ms), Some(now_ms)) if now_ms >= forget_ms => Op::Forget { retention_ms },
+            _ => Op::Tick,
+        };
+        match node.write(op, None).await {
             Ok(_) => tokio::time::sleep(TICK_MIN_GAP).await,
             Err(NodeError::NotLeader { .. }) => {}
             Err(e) => {

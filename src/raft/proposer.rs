@@ -79,7 +79,7 @@ pub fn weight(op: &Op) -> usize {
                 key.len() + value.len() + fence.as_ref().map_or(0, |f| f.lease.len())
             }
             Op::Delete { key, fence } => key.len() + fence.as_ref().map_or(0, |f| f.lease.len()),
-            Op::Advance { .. } | Op::Tick | Op::Register => 0,
+            Op::Advance { .. } | Op::Tick | Op::Register | Op::Forget { .. } => 0,
         }
 }
 
