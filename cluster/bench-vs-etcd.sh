@@ -9,7 +9,9 @@
 # Settings (environment): BENCH_SECS (10), BENCH_WARMUP (1), BENCH_CLIENTS ("1 16 64"),
 # BENCH_WORKLOADS ("acquire renew fenced-put put get mixed"), FAILOVER_TRIES (5), BENCH_TLS (0;
 # 1 runs both with TLS on client and peer traffic and client certificates demanded, from one
-# CA made by `leasehold certs`).
+# CA made by `leasehold certs`), BENCH_RETENTION (Leasehold's --lease-retention, 3600 s),
+# BENCH_CHURN (0; 1 adds a lease-churn run: resident memory before, at the peak of and 15 s
+# after `bench --workload acquire --ttl 1 --clients 64` for BENCH_CHURN_SECS, 30, on each).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -19,6 +21,9 @@ clients_list=${BENCH_CLIENTS:-"1 16 64"}
 workloads=${BENCH_WORKLOADS:-"acquire renew fenced-put put get mixed"}
 tries=${FAILOVER_TRIES:-5}
 tls=${BENCH_TLS:-0}
+retention=${BENCH_RETENTION:-3600}
+churn=${BENCH_CHURN:-0}
+churn_secs=${BENCH_CHURN_SECS:-30}
 
 if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
   echo "installing etcd-server and etcd-client from Debian..." >&2
@@ -73,7 +78,7 @@ start_lh() { # id
   local i=$1
   tls_args "$i"
   "$bin" serve --id "$i" --listen "127.0.0.1:730$i" --peer-listen "127.0.0.1:740$i" --data-dir "$work/lh-$i" --peers "$lh_peers" \
-    "${lh_tls[@]}" >/dev/null 2>>"$work/lh-$i.log" &
+    --lease-retention "$retention" "${lh_tls[@]}" >/dev/null 2>>"$work/lh-$i.log" &
   lh_pid[$i]=$!
 }
 etcd_ctl() { ETCDCTL_API=3 etcdctl --command-timeout=2s "${ctl_tls[@]}" "$@"; }
@@ -178,3 +183,35 @@ print([e["Endpoint"] for e in s if e["Status"]["header"]["member_id"] == lead][0
 done
 echo "leasehold: ${lh_times[*]} ms; median $(printf '%s\n' "${lh_times[@]}" | median) ms, longest $(printf '%s\n' "${lh_times[@]}" | sort -n | tail -1) ms"
 echo "etcd:      ${et_times[*]} ms; median $(printf '%s\n' "${et_times[@]}" | median) ms, longest $(printf '%s\n' "${et_times[@]}" | sort -n | tail -1) ms"
+
+if [ "$churn" = 1 ]; then
+  # The largest resident memory of one node of each, sampled every half second.
+  peak_of() { # pid-array-name seconds
+    local -n pids=$1
+    local peak=0 end=$(($(date +%s) + $2))
+    while [ "$(date +%s)" -lt "$end" ]; do
+      for p in "${pids[@]}"; do
+        local kb; kb=$(awk '/VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)
+        [ "${kb:-0}" -gt "$peak" ] && peak=$kb
+      done
+      sleep 0.5
+    done
+    awk -v kb="$peak" 'BEGIN {printf "%.1f", kb / 1024}'
+  }
+  echo
+  echo "Lease churn: bench --workload acquire --ttl 1 --clients 64 for ${churn_secs} s (Leasehold --lease-retention ${retention}); resident memory of the largest node, MiB:"
+  for target in leasehold etcd; do
+    if [ "$target" = leasehold ]; then endpoints=$lh_endpoints; pids_name=lh_pid; else endpoints=$etcd_endpoints; pids_name=etcd_pid; fi
+    before=$(peak_of "$pids_name" 1)
+    "$bin" bench --target "$target" --endpoints "$endpoints" --workload acquire --ttl 1 --clients 64 \
+      --duration "$churn_secs" --warmup 0 -o json >"$work/churn-$target.json" 2>/dev/null &
+    load=$!
+    peak=$(peak_of "$pids_name" "$churn_secs")
+    wait "$load"
+    sleep 15
+    after=$(peak_of "$pids_name" 1)
+    granted=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["ops"] - r["refused"])' "$work/churn-$target.json" 2>/dev/null || echo "?")
+    printf '%-10s before %6s, peak %6s, 15 s after %6s (acquires granted: %s)\n' "$target" "$before" "$peak" "$after" "$granted"
+  done
+  echo "leasehold state after: $("$bin" status -o json --endpoints "$lh_endpoints" | python3 -c 'import json,sys; print(", ".join("node %d: %d leases" % (n["id"], n["leases"]) for n in json.load(sys.stdin)["nodes"]))')"
+fi
