@@ -733,6 +733,63 @@ struct Heal {
     network: bool,
 }
 
+/// The TTL of the lease a leader kill is probed with.
+const PROBE_TTL: Duration = Duration::from_secs(2);
+/// How much longer than its TTL the probe lease may live across a leader kill, measured from
+/// when its acquire was sent to when a rival polling every 50 ms is granted it.
+const PROBE_SLACK: Duration = Duration::from_millis(500);
+
+/// The history's client ids of the lease probe and its rival.
+const PROBE_CLIENT: u32 = 200;
+
+/// A lease acquired just before a leader kill, and when its acquire was sent.
+struct LeaseProbe {
+    name: String,
+    sent: Instant,
+}
+
+impl LeaseProbe {
+    /// Acquires probe lease number `n`, recorded in the history as client `PROBE_CLIENT`;
+    /// `None` if the cluster does not grant it now.
+    async fn acquire(cluster: &Cluster, recorder: &Recorder, n: usize) -> Option<LeaseProbe> {
+        let client = cluster.client(&cluster.endpoints, Duration::from_secs(2));
+        let name = format!("probe-{n}");
+        let sent = Instant::now();
+        let op = Op::Acquire {
+            lease: name.clone(),
+            holder: "probe".into(),
+            ttl_ms: PROBE_TTL.as_millis() as u64,
+        };
+        match write(&client, recorder, PROBE_CLIENT, op).await {
+            Some(Outcome::Granted { .. }) => Some(LeaseProbe { name, sent }),
+            _ => None,
+        }
+    }
+
+    /// The probe lease's life: until a rival polling every 50 ms (recorded as client
+    /// `PROBE_CLIENT + 1`) is granted it; `None` if none is within 20 s.
+    async fn until_a_rival_holds_it(
+        self,
+        rival: LeaseClient,
+        recorder: Arc<Recorder>,
+    ) -> Option<Duration> {
+        while self.sent.elapsed() < Duration::from_secs(20) {
+            let op = Op::Acquire {
+                lease: self.name.clone(),
+                holder: "rival".into(),
+                ttl_ms: 60_000,
+            };
+            if let Some(Outcome::Granted { .. }) =
+                write(&rival, &recorder, PROBE_CLIENT + 1, op).await
+            {
+                return Some(self.sent.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+}
+
 async fn inject(fault: Fault, cluster: &mut Cluster, rng: &mut Rng) -> Heal {
     // With no leader right now (an election under way), node 1 stands in for it.
     let leader = cluster.leader().await.unwrap_or(1);
@@ -913,6 +970,8 @@ async fn fault_run(
     let mut windows: Vec<(String, u64, u64)> = Vec::new();
     let mut unavailable: BTreeMap<String, Duration> = BTreeMap::new();
     let mut probe = 0;
+    let mut probing: Option<tokio::task::JoinHandle<Option<Duration>>> = None;
+    let mut lives = Vec::new();
     let mut self_exits: Vec<(u64, Duration, String)> = Vec::new();
     let began = Instant::now();
     while began.elapsed() < duration {
@@ -920,8 +979,25 @@ async fn fault_run(
         let fault = *rng.pick(faults);
         let label = format!("{fault:?}");
         println!("{:>7} ms: {label}", began.elapsed().as_millis());
+        // A probe's life is measured across its leader kill alone: no other fault starts
+        // before a rival holds it.
+        if let Some(pending) = probing.take() {
+            lives.push(pending.await.unwrap());
+        }
         let from = recorder.now_ns();
+        // Before a leader kill, a probe lease: its life must stay within the carried time's
+        // bound across the kill.
+        let lease_probe = match fault {
+            Fault::KillLeader => LeaseProbe::acquire(&cluster, &recorder, lives.len()).await,
+            _ => None,
+        };
         let heal = inject(fault, &mut cluster, &mut rng).await;
+        if let Some(lease_probe) = lease_probe {
+            probing = Some(tokio::spawn(lease_probe.until_a_rival_holds_it(
+                cluster.client(&cluster.endpoints, Duration::from_secs(3)),
+                recorder.clone(),
+            )));
+        }
         // Pauses outlast the election timeout; everything outlasts a failover.
         tokio::time::sleep(Duration::from_millis(rng.between(1_000, 3_000))).await;
         apply_heal(heal, &mut cluster);
@@ -950,6 +1026,9 @@ async fn fault_run(
     stop.store(true, Ordering::Relaxed);
     for client in clients {
         client.await.unwrap();
+    }
+    if let Some(pending) = probing.take() {
+        lives.push(pending.await.unwrap());
     }
 
     // Durability: everything restarts at once, then every replica must agree.
@@ -1052,6 +1131,36 @@ async fn fault_run(
             "convergence",
             format!("the replicas agree on digest {digest:#x} at index {applied}, the log replays to {:#x}", replayed.digest()),
         ));
+    }
+
+    // Store time carried across a leader kill: a lease lives its TTL, hardly more, never less.
+    if !lives.is_empty() {
+        let shown: Vec<String> = lives
+            .iter()
+            .map(|life| life.map_or("none".into(), |l| l.as_millis().to_string()))
+            .collect();
+        println!(
+            "probe leases ({} ms TTL) across leader kills lived: {} ms",
+            PROBE_TTL.as_millis(),
+            shown.join(", ")
+        );
+    }
+    for (n, life) in lives.iter().enumerate() {
+        match life {
+            Some(life) if *life < PROBE_TTL => anomalies.push(Anomaly::new(
+                "lease life",
+                format!("probe-{n} was granted to a rival {life:?} after it was acquired, before its TTL of {PROBE_TTL:?}"),
+            )),
+            Some(life) if *life > PROBE_TTL + PROBE_SLACK => anomalies.push(Anomaly::new(
+                "lease life",
+                format!("probe-{n} lived {life:?} across a leader kill, more than its TTL of {PROBE_TTL:?} and {PROBE_SLACK:?}"),
+            )),
+            Some(_) => {}
+            None => anomalies.push(Anomaly::new(
+                "lease life",
+                format!("probe-{n} was never granted to a rival within 20 s of its acquire"),
+            )),
+        }
     }
 
     let mut per_fault: BTreeMap<String, (usize, usize, usize, usize, Duration)> = BTreeMap::new();

@@ -6,8 +6,10 @@
 //! is applied.
 //!
 //! **Time carried across a failover.** The base is the newest store time this node applied, plus
-//! what its own monotonic clock has measured since it applied it ([`carried_base`]), so time
-//! without a leader is counted and a lease's life across a leader kill stays close to its TTL.
+//! what its own monotonic clock has measured since it appended the entry that carried it
+//! ([`carried_base`]), so time without a leader is counted and a lease's life across a leader
+//! kill stays close to its TTL. The append, not the apply: an entry acknowledged just before
+//! its leader died is applied here only once the next leader is elected.
 //! After a restart the node has no such instant, and the base is the applied time itself: time
 //! without a leader is then not counted, and leases last longer, never shorter.
 //!
@@ -15,10 +17,14 @@
 //! taken at real time `t_A`, no earlier than the acquire was sent. Claim: every stamp `S`,
 //! taken at real time `t_S`, has `S - A <= t_S - t_A`, so store time reaches `A + TTL` no sooner
 //! than `TTL` after the acquire was sent. Within a term it holds because the leader adds only
-//! what its monotonic clock measured. A new leader's base is `S + (now - t_seen)`, where `S` was
-//! stamped at `t_S` and applied here at `t_seen >= t_S` (stamped before proposed, proposed
-//! before applied). So `base - A = (S - A) + (now - t_seen) <= (t_S - t_A) + (now - t_S)`, which
-//! is `now - t_A`. `LeaseTable::apply` taking the max keeps stamps from going back.
+//! what its monotonic clock measured. A new leader's base is `S + (now - t_seen)`, where `S` is
+//! the store time its table reached by applying a committed entry stamped `S` at `t_S`, and
+//! `t_seen >= t_S` is when that entry was appended here (stamped before proposed, proposed
+//! before appended). So `base - A = (S - A) + (now - t_seen) <= (t_S - t_A) + (now - t_S)`,
+//! which is `now - t_A`. Only a committed, applied entry lends its instant: an entry appended
+//! here and then replaced (a deposed leader's) could carry a stamp from a clock that the
+//! committed history did not follow. `LeaseTable::apply` taking the max keeps stamps from going
+//! back.
 
 use std::sync::Mutex;
 
@@ -29,8 +35,8 @@ use tokio::time::Instant;
 use crate::raft::StampSeen;
 
 /// Where a new term's stamps start: `applied_now_ms`, the store time applied here, plus the time
-/// this node's monotonic clock has measured since it applied that time, when `seen` says it did
-/// in this process; `applied_now_ms` alone otherwise.
+/// this node's monotonic clock has measured since the entry that brought that time was appended
+/// here, when `seen` says so for this process; `applied_now_ms` alone otherwise.
 pub fn carried_base(applied_now_ms: u64, seen: Option<StampSeen>, now: Instant) -> u64 {
     match seen {
         Some(seen) if seen.ms == applied_now_ms => {

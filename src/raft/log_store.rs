@@ -82,6 +82,7 @@ use serde::{Deserialize, Serialize};
 
 use super::codec::{decode, encode};
 use super::snapshot_file::DurableSnapshot;
+use super::AppendTimes;
 use super::{LogId, NodeId, StorageError, TypeConfig};
 use disk::{Disk, DiskFile, Open, StdDisk};
 use segment::{encode_record, parse_segment, End, HEADER, MAGIC};
@@ -101,6 +102,8 @@ pub struct LogStore {
     /// alongside a snapshot install that may not be durable yet (see `snapshot_file`). Unset,
     /// as in openraft's storage suite, a purge goes ahead at once.
     purge_behind: Option<DurableSnapshot>,
+    /// When set, every append is noted there, for the state machine (see `append_times`).
+    appends: Option<AppendTimes>,
 }
 
 struct Shared {
@@ -284,12 +287,19 @@ impl LogStore {
                 writer: Mutex::new(Writer { active, state }),
             }),
             purge_behind: None,
+            appends: None,
         })
     }
 
     /// This log purges only what `snapshot` durably covers.
     pub fn purging_behind(mut self, snapshot: DurableSnapshot) -> Self {
         self.purge_behind = Some(snapshot);
+        self
+    }
+
+    /// Notes in `appends` when each entry is appended.
+    pub fn timing_appends(mut self, appends: AppendTimes) -> Self {
+        self.appends = Some(appends);
         self
     }
 
@@ -559,6 +569,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: Send,
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
+        if let Some(appends) = &self.appends {
+            appends.appended(entries.iter().map(|entry| entry.log_id));
+        }
         let result = self
             .with_writer(move |shared, writer| shared.append(writer, entries))
             .await;

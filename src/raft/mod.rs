@@ -5,6 +5,7 @@
 // type rather than boxing it only to unbox it at the trait boundary.
 #![allow(clippy::result_large_err)]
 
+mod append_times;
 #[cfg(test)]
 mod decoding_tests;
 mod log_store;
@@ -19,6 +20,7 @@ use std::io::Cursor;
 
 use serde::{Deserialize, Serialize};
 
+pub use append_times::AppendTimes;
 pub use log_store::LogStore;
 pub use network::{Channels, ClockMode, PeerNetwork, CLOCK_KEY};
 pub use proposer::{weight, Proposer, WriteError, MAX_ENTRY_BYTES, WRITE_BATCHES};
@@ -130,9 +132,11 @@ pub async fn read_index(
 pub fn open_storage(
     data_dir: &std::path::Path,
 ) -> Result<(LogStore, StateMachineStore), StorageError> {
-    let state_machine = StateMachineStore::open(data_dir)?;
+    let appends = AppendTimes::default();
+    let state_machine = StateMachineStore::open(data_dir)?.timing_appends(appends.clone());
     let log = LogStore::open(&data_dir.join("raft-log"))?
-        .purging_behind(state_machine.durable_snapshot());
+        .purging_behind(state_machine.durable_snapshot())
+        .timing_appends(appends);
     Ok((log, state_machine))
 }
 

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::codec::{decode, encode};
 use super::snapshot_file::{DurableSnapshot, SlowWork, SnapshotFile, SnapshotFiles, Written};
-use super::{Applied, LogId, NodeId, StorageError, TypeConfig};
+use super::{AppendTimes, Applied, LogId, NodeId, StorageError, TypeConfig};
 use crate::lease::{Batch, LeaseTable};
 
 type Entry = openraft::Entry<TypeConfig>;
@@ -28,14 +28,16 @@ type Meta = SnapshotMeta<NodeId, BasicNode>;
 #[derive(Default)]
 pub struct SharedState {
     inner: RwLock<Applying>,
-    /// The newest store time this process applied, and when, on its own monotonic clock: what
-    /// a new leader on this node carries its time on from (see `node::clock`).
+    /// The newest store time this process applied, and when its entry was appended here, on
+    /// this process's monotonic clock: what a new leader on this node carries its time on from
+    /// (see `node::clock`).
     stamp_seen: Mutex<Option<StampSeen>>,
 }
 
-/// A store time, and the instant of this process's monotonic clock at which it was applied
-/// here. The stamp was taken before its entry was proposed, so the instant is no earlier than
-/// the stamp.
+/// A store time, and the instant of this process's monotonic clock at which its entry was
+/// appended here (or applied, where the append was not noted). The stamp was taken before its
+/// entry was proposed, so the instant is no earlier than the stamp; the entry is applied, so it
+/// is committed and will never be replaced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StampSeen {
     pub ms: u64,
@@ -57,8 +59,8 @@ impl SharedState {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The newest store time this process applied, and when; `None` before its first one
-    /// (after a restart, or when the state came whole in a snapshot).
+    /// The newest store time this process applied, and when its entry was appended; `None`
+    /// before its first one (after a restart, or when the state came whole in a snapshot).
     pub fn stamp_seen(&self) -> Option<StampSeen> {
         *self.stamp_seen.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -66,6 +68,9 @@ impl SharedState {
 
 pub struct StateMachineStore {
     state: Arc<SharedState>,
+    /// When the log store appended each recent entry (see `append_times`); unset, a stamp's
+    /// instant is when it is applied.
+    appends: Option<AppendTimes>,
     files: SnapshotFiles,
     /// Distinguishes snapshots built at the same log id, and their temporary files.
     snapshot_count: u64,
@@ -90,6 +95,7 @@ impl StateMachineStore {
         let (files, found) = SnapshotFiles::open(dir, slow)?;
         let store = StateMachineStore {
             state: Arc::default(),
+            appends: None,
             files,
             snapshot_count: 0,
         };
@@ -101,6 +107,12 @@ impl StateMachineStore {
 
     pub fn shared(&self) -> Arc<SharedState> {
         self.state.clone()
+    }
+
+    /// Takes a stamp's instant from when its entry was appended, as `appends` noted it.
+    pub fn timing_appends(mut self, appends: AppendTimes) -> Self {
+        self.appends = Some(appends);
+        self
     }
 
     /// The snapshot on disk, for the log store: it purges only what this covers.
@@ -200,9 +212,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I::IntoIter: Send,
     {
         let mut state = self.state.inner.write().unwrap_or_else(|p| p.into_inner());
-        let time_before = state.table.now_ms();
+        let mut seen = None;
         let mut replies = Vec::new();
         for entry in entries {
+            let time_before = state.table.now_ms();
             let mut answers = Vec::new();
             match &entry.payload {
                 EntryPayload::Blank => {}
@@ -222,20 +235,25 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         StoredMembership::new(Some(entry.log_id), membership.clone());
                 }
             }
+            // Only when time moved: for a stamp applied twice, the first instant is the one
+            // closest to when it was taken. The entry's append here is later than its stamp and
+            // earlier than its apply, which may wait for an election.
+            if state.table.now_ms() > time_before {
+                let appended = self.appends.as_ref().and_then(|a| a.when(&entry.log_id));
+                seen = Some(StampSeen {
+                    ms: state.table.now_ms(),
+                    at: appended.unwrap_or_else(tokio::time::Instant::now),
+                });
+            }
             state.last_applied = Some(entry.log_id);
             replies.push(answers);
         }
-        // Only when time moved: for a stamp applied twice, the first instant is the one closest
-        // to when it was taken.
-        if state.table.now_ms() > time_before {
+        if seen.is_some() {
             *self
                 .state
                 .stamp_seen
                 .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(StampSeen {
-                ms: state.table.now_ms(),
-                at: tokio::time::Instant::now(),
-            });
+                .unwrap_or_else(|p| p.into_inner()) = seen;
         }
         Ok(replies)
     }
