@@ -11,7 +11,8 @@
 # 1 runs both with TLS on client and peer traffic and client certificates demanded, from one
 # CA made by `leasehold certs`), BENCH_RETENTION (Leasehold's --lease-retention, 3600 s),
 # BENCH_CHURN (0; 1 adds a lease-churn run: resident memory before, at the peak of and 15 s
-# after `bench --workload acquire --ttl 1 --clients 64` for BENCH_CHURN_SECS, 30, on each).
+# after `bench --workload acquire --ttl 1 --clients 64` for BENCH_CHURN_SECS, 30, on each;
+# BENCH_CHURN_ETCD_SECS, if set, runs etcd's longer, to grant as many leases as Leasehold did).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -24,6 +25,7 @@ tls=${BENCH_TLS:-0}
 retention=${BENCH_RETENTION:-3600}
 churn=${BENCH_CHURN:-0}
 churn_secs=${BENCH_CHURN_SECS:-30}
+churn_etcd_secs=${BENCH_CHURN_ETCD_SECS:-$churn_secs}
 
 if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
   echo "installing etcd-server and etcd-client from Debian..." >&2
@@ -199,14 +201,14 @@ if [ "$churn" = 1 ]; then
     awk -v kb="$peak" 'BEGIN {printf "%.1f", kb / 1024}'
   }
   echo
-  echo "Lease churn: bench --workload acquire --ttl 1 --clients 64 for ${churn_secs} s (Leasehold --lease-retention ${retention}); resident memory of the largest node, MiB:"
+  echo "Lease churn: bench --workload acquire --ttl 1 --clients 64 for ${churn_secs} s on Leasehold (--lease-retention ${retention}), ${churn_etcd_secs} s on etcd; resident memory of the largest node, MiB:"
   for target in leasehold etcd; do
-    if [ "$target" = leasehold ]; then endpoints=$lh_endpoints; pids_name=lh_pid; else endpoints=$etcd_endpoints; pids_name=etcd_pid; fi
+    if [ "$target" = leasehold ]; then endpoints=$lh_endpoints; pids_name=lh_pid; secs_now=$churn_secs; else endpoints=$etcd_endpoints; pids_name=etcd_pid; secs_now=$churn_etcd_secs; fi
     before=$(peak_of "$pids_name" 1)
     "$bin" bench --target "$target" --endpoints "$endpoints" --workload acquire --ttl 1 --clients 64 \
-      --duration "$churn_secs" --warmup 0 -o json >"$work/churn-$target.json" 2>/dev/null &
+      --duration "$secs_now" --warmup 0 -o json >"$work/churn-$target.json" 2>/dev/null &
     load=$!
-    peak=$(peak_of "$pids_name" "$churn_secs")
+    peak=$(peak_of "$pids_name" "$secs_now")
     wait "$load"
     sleep 15
     after=$(peak_of "$pids_name" 1)
