@@ -266,6 +266,14 @@ pub struct LeaseClient {
     deadline: Duration,
 }
 
+/// A fenced write's `(lease, token)` as the API carries it.
+fn wire_fence(fence: Option<(&str, u64)>) -> Option<pb::Fence> {
+    fence.map(|(lease, token)| pb::Fence {
+        lease: lease.into(),
+        token,
+    })
+}
+
 /// How to reach `endpoint` (`host:port`, or a URI): over TLS when `tls` is given.
 fn target(endpoint: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, ClientError> {
     let invalid = |e: tonic::transport::Error| ClientError::Endpoint {
@@ -499,10 +507,7 @@ impl LeaseClient {
             let message = pb::PutRequest {
                 key: key.into(),
                 value: value.to_vec(),
-                fence: fence.map(|(lease, token)| pb::Fence {
-                    lease: lease.into(),
-                    token,
-                }),
+                fence: wire_fence(fence),
                 request_id,
             };
             self.call(Effect::Write, move |ch, timeout| {
@@ -522,10 +527,7 @@ impl LeaseClient {
         self.write(|request_id| {
             let message = pb::DeleteRequest {
                 key: key.into(),
-                fence: fence.map(|(lease, token)| pb::Fence {
-                    lease: lease.into(),
-                    token,
-                }),
+                fence: wire_fence(fence),
                 request_id,
             };
             self.call(Effect::Write, move |ch, timeout| {

@@ -84,6 +84,14 @@ impl LeaseService {
     }
 }
 
+/// A fence as the API carries it, as the log does.
+fn fence(f: pb::Fence) -> Fence {
+    Fence {
+        lease: f.lease,
+        token: f.token,
+    }
+}
+
 fn request_id(id: Option<&pb::RequestId>) -> Option<RequestId> {
     id.filter(|id| id.client_id != 0).map(|id| RequestId {
         client: id.client_id,
@@ -136,10 +144,7 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         let op = Op::Put {
             key: m.key,
             value: m.value,
-            fence: m.fence.map(|f| Fence {
-                lease: f.lease,
-                token: f.token,
-            }),
+            fence: m.fence.map(fence),
         };
         let applied = self.write(op, id).await?;
         Ok(Response::new(convert::put(applied)?))
@@ -153,10 +158,7 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         let id = request_id(m.request_id.as_ref());
         let op = Op::Delete {
             key: m.key,
-            fence: m.fence.map(|f| Fence {
-                lease: f.lease,
-                token: f.token,
-            }),
+            fence: m.fence.map(fence),
         };
         let applied = self.write(op, id).await?;
         Ok(Response::new(convert::delete(applied)?))
