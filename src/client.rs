@@ -538,6 +538,23 @@ impl LeaseClient {
         .await
     }
 
+    /// Whether `token` is `lease`'s current grant, linearizably.
+    pub async fn check_token(
+        &self,
+        lease: &str,
+        token: u64,
+    ) -> Result<pb::CheckTokenResponse, ClientError> {
+        let message = pb::CheckTokenRequest {
+            lease: lease.into(),
+            token,
+        };
+        self.call(Effect::Read, |ch, timeout| {
+            let request = attempt(message.clone(), timeout);
+            async move { LeaseStoreClient::new(ch).check_token(request).await }
+        })
+        .await
+    }
+
     pub async fn get(&self, key: &str) -> Result<pb::GetResponse, ClientError> {
         let message = pb::GetRequest { key: key.into() };
         self.call(Effect::Read, |ch, timeout| {
@@ -780,6 +797,12 @@ mod tests {
             &self,
             _: Request<pb::GetRequest>,
         ) -> Result<Response<pb::GetResponse>, Status> {
+            self.answer(None).await
+        }
+        async fn check_token(
+            &self,
+            _: Request<pb::CheckTokenRequest>,
+        ) -> Result<Response<pb::CheckTokenResponse>, Status> {
             self.answer(None).await
         }
         async fn get_lease(

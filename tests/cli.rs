@@ -727,3 +727,23 @@ async fn a_forgotten_lease_refuses_its_old_token_as_stale_and_grants_above_it() 
     let again = expect(&h, &["acquire", "gone", "--holder", "b", "--ttl", "30"], 0);
     assert!(again.contains("token: 2"), "{again}");
 }
+
+/// `check LEASE --token N`: exit 0 while the token is the current grant, 3 once it is stale,
+/// 1 (invalid argument) for a token never handed out.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_tells_a_current_token_from_a_stale_one() {
+    let h = Harness::start(3, true).await;
+    expect(&h, &["acquire", "l", "--holder", "a", "--ttl", "10"], 0);
+    let current = expect(&h, &["check", "l", "--token", "1"], 0);
+    assert!(current.starts_with("current: held by a"), "{current}");
+    expect(&h, &["advance", "15"], 0);
+    let expired = expect(&h, &["check", "l", "--token", "1"], 3);
+    assert!(expired.contains("nobody holds it"), "{expired}");
+    expect(&h, &["acquire", "l", "--holder", "b", "--ttl", "10"], 0);
+    let stale = expect(&h, &["check", "l", "--token", "1", "-o", "json"], 3);
+    assert!(stale.contains("\"current_token\":2"), "{stale}");
+    expect(&h, &["check", "l", "--token", "2"], 0);
+    let out = cli(&h, &["check", "l", "--token", "3"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid argument"));
+}

@@ -189,6 +189,33 @@ pub async fn delete(
     Ok(emit(opts, r.applied.as_ref(), text, fields, exit))
 }
 
+pub async fn check(opts: &ClientOpts, lease: &str, token: u64) -> anyhow::Result<Exit> {
+    let r = client(opts)?.check_token(lease, token).await?;
+    use pb::check_token_response::Outcome;
+    let (text, fields, exit) = match &r.outcome {
+        Some(Outcome::Current(c)) => (
+            format!(
+                "current: held by {} until {}",
+                c.holder,
+                seconds(c.expires_at_ms)
+            ),
+            json!({"outcome": "current", "holder": c.holder, "expires_at_ms": c.expires_at_ms}),
+            Exit::Ok,
+        ),
+        Some(Outcome::Stale(s)) => (
+            if s.holder.is_empty() {
+                format!("stale: nobody holds it (latest token {})", s.current_token)
+            } else {
+                format!("stale: held by {} with token {}", s.holder, s.current_token)
+            },
+            json!({"outcome": "stale", "current_token": s.current_token, "holder": s.holder}),
+            Exit::Refused,
+        ),
+        None => anyhow::bail!("the server answered without an outcome"),
+    };
+    Ok(emit(opts, r.applied.as_ref(), text, fields, exit))
+}
+
 pub async fn get(opts: &ClientOpts, key: &str) -> anyhow::Result<Exit> {
     let r = client(opts)?.get(key).await?;
     let value = r.value.as_deref().map(String::from_utf8_lossy);

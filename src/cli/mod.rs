@@ -138,6 +138,12 @@ enum Cmd {
         #[arg(long, requires = "lease")]
         token: Option<u64>,
     },
+    /// Is TOKEN the lease's current grant (held, not expired)? Exit 0 yes, 3 stale.
+    Check {
+        lease: String,
+        #[arg(long)]
+        token: u64,
+    },
     /// Read a row.
     Get { key: String },
     /// Read a lease: holder, token, expiry, fence and the store's time.
@@ -231,6 +237,7 @@ async fn run(command: Cmd, client: &ClientOpts) -> anyhow::Result<Exit> {
         Cmd::Delete { key, lease, token } => {
             commands::delete(client, &key, lease.as_deref().zip(token)).await
         }
+        Cmd::Check { lease, token } => commands::check(client, &lease, token).await,
         Cmd::Get { key } => commands::get(client, &key).await,
         Cmd::Lease { lease } => commands::lease(client, &lease).await,
         Cmd::Advance { by_ms } => commands::advance(client, by_ms).await,

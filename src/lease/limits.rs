@@ -126,7 +126,7 @@ pub fn name(field: &'static str, value: &str, max_bytes: usize) -> Result<(), In
     Ok(())
 }
 
-fn token_field(token: u64) -> Result<(), InvalidInput> {
+pub fn token_field(token: u64) -> Result<(), InvalidInput> {
     if token == 0 {
         return Err(InvalidInput::new(
             "token",

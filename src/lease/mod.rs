@@ -11,7 +11,7 @@ mod table;
 pub use command::{Batch, Command, Fence, Op, Outcome, ReleaseRefusal, RequestId};
 pub use limits::{validate, InvalidInput, Limits};
 pub use session::SESSION_IDLE_MS;
-pub use table::{Lease, LeaseTable, FORGET_BATCH};
+pub use table::{Lease, LeaseTable, TokenCheck, FORGET_BATCH};
 
 /// FNV-1a over `bytes`: stable across processes and builds, unlike std's hasher, so replicas
 /// and checkers agree on it.

@@ -86,6 +86,22 @@ impl LeaseTable {
     }
 }
 
+/// The answer to "is this token the lease's current one?" (see [`LeaseTable::check_token`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenCheck {
+    /// Held, not expired, with this token.
+    Current { holder: String, expires_at_ms: u64 },
+    /// Not the lease's current grant: a later token was granted, or the lease is free now.
+    /// `current_token` is the latest grant's (0 for a lease not in the table), `holder` whoever
+    /// holds it now.
+    Stale {
+        current_token: u64,
+        holder: Option<String>,
+    },
+    /// A token the store never handed out for this lease.
+    Unknown { latest_token: u64 },
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     /// `None` once released. An expired lease keeps its last holder, so a read can name it.
@@ -179,6 +195,38 @@ impl LeaseTable {
     /// The largest token of any forgotten lease.
     pub fn forgotten_floor(&self) -> u64 {
         self.forgotten_floor
+    }
+
+    /// Whether `token` is `name`'s current grant now: held, not expired, this token.
+    pub fn check_token(&self, name: &str, token: u64) -> TokenCheck {
+        let Some(lease) = self.leases.get(name) else {
+            // Never granted, or forgotten: nobody holds it, and tokens up to the floor may
+            // have been a forgotten lease's.
+            return if (1..=self.forgotten_floor).contains(&token) {
+                TokenCheck::Stale {
+                    current_token: 0,
+                    holder: None,
+                }
+            } else {
+                TokenCheck::Unknown {
+                    latest_token: self.forgotten_floor,
+                }
+            };
+        };
+        let holder = lease.holder_at(self.now_ms);
+        match holder {
+            _ if token > lease.token => TokenCheck::Unknown {
+                latest_token: lease.token,
+            },
+            Some(holder) if token == lease.token => TokenCheck::Current {
+                holder: holder.to_owned(),
+                expires_at_ms: lease.expires_at_ms,
+            },
+            _ => TokenCheck::Stale {
+                current_token: lease.token,
+                holder: holder.map(str::to_owned),
+            },
+        }
     }
 
     /// Applies one logged command. Pure: the same table and command give the same outcome on
@@ -627,6 +675,42 @@ mod tests {
         assert_eq!(
             t.apply(&at(2_500, fenced("k", "by c", "l", 3))),
             Outcome::Written
+        );
+    }
+
+    #[test]
+    fn a_token_is_current_only_while_its_grant_holds() {
+        let mut t = LeaseTable::default();
+        t.apply(&at(0, acquire("l", "a", 1_000)));
+        let current = TokenCheck::Current {
+            holder: "a".into(),
+            expires_at_ms: 1_000,
+        };
+        assert_eq!(t.check_token("l", 1), current);
+        assert_eq!(
+            t.check_token("l", 2),
+            TokenCheck::Unknown { latest_token: 1 }
+        );
+        t.apply(&at(1_000, Op::Tick));
+        assert_eq!(
+            t.check_token("l", 1),
+            TokenCheck::Stale {
+                current_token: 1,
+                holder: None
+            },
+            "expired: no longer current, though no later grant came"
+        );
+        t.apply(&at(1_000, acquire("l", "b", 1_000)));
+        assert_eq!(
+            t.check_token("l", 1),
+            TokenCheck::Stale {
+                current_token: 2,
+                holder: Some("b".into())
+            }
+        );
+        assert_eq!(
+            t.check_token("never", 1),
+            TokenCheck::Unknown { latest_token: 0 }
         );
     }
 

@@ -160,6 +160,42 @@ pub fn get(value: Option<Vec<u8>>, at: &Applied) -> pb::GetResponse {
     }
 }
 
+pub fn check_token(
+    lease: &str,
+    check: crate::lease::TokenCheck,
+    at: &Applied,
+) -> Result<pb::CheckTokenResponse, NodeError> {
+    use crate::lease::TokenCheck;
+    use pb::check_token_response::Outcome as O;
+    let outcome = match check {
+        TokenCheck::Current {
+            holder,
+            expires_at_ms,
+        } => O::Current(pb::TokenCurrent {
+            holder,
+            expires_at_ms,
+        }),
+        TokenCheck::Stale {
+            current_token,
+            holder,
+        } => O::Stale(pb::TokenStale {
+            current_token,
+            holder: holder.unwrap_or_default(),
+        }),
+        TokenCheck::Unknown { latest_token } => {
+            let unknown = Outcome::UnknownToken {
+                lease: lease.to_owned(),
+                latest_token,
+            };
+            return Err(unknown_token(&unknown).unwrap_or_else(|| mismatch("check", &unknown)));
+        }
+    };
+    Ok(pb::CheckTokenResponse {
+        applied: applied(at),
+        outcome: Some(outcome),
+    })
+}
+
 pub fn get_lease(lease: Option<crate::lease::Lease>, at: &Applied) -> pb::GetLeaseResponse {
     let lease = lease.unwrap_or_default();
     pb::GetLeaseResponse {

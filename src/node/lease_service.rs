@@ -209,6 +209,34 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         }
     }
 
+    async fn check_token(
+        &self,
+        request: Request<pb::CheckTokenRequest>,
+    ) -> Result<Response<pb::CheckTokenResponse>, Status> {
+        let _working = self.node.admit(1)?;
+        let forwarded = is_forwarded(&request);
+        let m = request.into_inner();
+        crate::lease::limits::name("lease", &m.lease, crate::lease::Limits::MAX_NAME_BYTES)
+            .map_err(NodeError::from)?;
+        crate::lease::limits::token_field(m.token).map_err(NodeError::from)?;
+        match self
+            .node
+            .read(|s| s.table.check_token(&m.lease, m.token))
+            .await
+        {
+            Ok((check, at)) => Ok(Response::new(convert::check_token(&m.lease, check, &at)?)),
+            Err(e) => {
+                self.forward(
+                    e,
+                    forwarded,
+                    m,
+                    |mut c, r| async move { c.check_token(r).await },
+                )
+                .await
+            }
+        }
+    }
+
     async fn register(
         &self,
         _request: Request<pb::RegisterRequest>,
