@@ -126,22 +126,9 @@ async fn clients_without_tls_or_with_another_cas_certificate_are_refused() {
     assert!(written(&h.client.put("k", b"v", None).await.unwrap()));
 }
 
-/// A Raft message to node 1's peer plane, dialed as its peers dial it, showing `tls`.
+/// A junk Vote to node 1's peer plane, dialed as its peers dial it, showing `tls`.
 async fn vote_as(h: &Harness, tls: ClientTlsConfig) -> Result<(), tonic::Status> {
-    let addr = &h.cluster.nodes()[0].peer_addr;
-    let channel = Endpoint::from_shared(format!("https://{addr}"))
-        .unwrap()
-        .tls_config(tls.domain_name(node_name(1)))
-        .unwrap()
-        .connect()
-        .await
-        .map_err(|e| tonic::Status::unavailable(format!("{e}: {:?}", e)))?;
-    let mut request = tonic::Request::new(RaftMessage { data: vec![1] });
-    request.metadata_mut().insert(
-        leasehold::raft::CLOCK_KEY,
-        tonic::metadata::MetadataValue::from_static("leader"),
-    );
-    RaftClient::new(channel).vote(request).await.map(|_| ())
+    send_vote(h, tls, vec![1]).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -296,4 +283,49 @@ fn serve_with_a_missing_tls_file_exits_naming_it() {
         !dir.path().join("data").join("raft-log").exists(),
         "no storage was opened"
     );
+}
+
+/// A member's certificate lets its holder speak only as that member: a vote that claims
+/// another candidate is refused before Raft sees it, one in its own name goes through.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_members_raft_message_claiming_another_sender_is_refused() {
+    let h = Harness::start_tls(3, false).await;
+    let own = certs::ensure(h.dir(), 3 + harness::SPARE_NODE_CERTS).unwrap();
+    let status = h.client_of(1).node_status().await.unwrap();
+    let vote = |candidate: u64, term: u64| {
+        let vote =
+            openraft::raft::VoteRequest::<u64>::new(openraft::Vote::new(term, candidate), None);
+        leasehold::raft::codec::encode(&vote).unwrap()
+    };
+    let as_node_2 = showing(&h, &own.node(2));
+    let forged = send_vote(&h, as_node_2.clone(), vote(3, status.term + 100))
+        .await
+        .unwrap_err();
+    assert_eq!(forged.code(), tonic::Code::PermissionDenied, "{forged:?}");
+    assert!(
+        forged.message().contains("claims to come from node 3"),
+        "{forged:?}"
+    );
+    // In its own name, and in an old term so that Raft refuses it harmlessly.
+    send_vote(&h, as_node_2, vote(2, 0)).await.unwrap();
+    let after = h.client_of(1).node_status().await.unwrap();
+    assert_eq!(after.term, status.term, "no election was forced");
+}
+
+/// A Vote to node 1's peer plane, dialed as its peers dial it, showing `tls`.
+async fn send_vote(h: &Harness, tls: ClientTlsConfig, data: Vec<u8>) -> Result<(), tonic::Status> {
+    let addr = &h.cluster.nodes()[0].peer_addr;
+    let channel = Endpoint::from_shared(format!("https://{addr}"))
+        .unwrap()
+        .tls_config(tls.domain_name(node_name(1)))
+        .unwrap()
+        .connect()
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("{e:?}")))?;
+    let mut request = tonic::Request::new(RaftMessage { data });
+    request.metadata_mut().insert(
+        leasehold::raft::CLOCK_KEY,
+        tonic::metadata::MetadataValue::from_static("leader"),
+    );
+    RaftClient::new(channel).vote(request).await.map(|_| ())
 }

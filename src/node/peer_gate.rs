@@ -3,12 +3,19 @@
 //! certificate names another member of this cluster, so that a client's certificate, or one made
 //! for a node of another cluster by the same CA, cannot send Raft messages. It runs before the
 //! message is decoded. Without TLS it lets everything through: the peer plane is then as safe
-//! as the network it listens on.
+//! as the network it listens on. It leaves the member it let through on the request
+//! ([`PeerMember`]): a member's Raft message that claims another sender is refused too, so a
+//! node whose key leaked cannot vote or lead as another.
 
 use tonic::{Request, Status};
 
 use crate::raft::NodeId;
 use crate::tls::{member_named, node_name, RefusalLog};
+
+/// The member a caller's certificate names, left on the request for the handlers, which check
+/// that a Raft message claims no other sender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerMember(pub NodeId);
 
 #[derive(Clone)]
 pub struct PeerGate {
@@ -34,7 +41,7 @@ impl PeerGate {
 }
 
 impl tonic::service::Interceptor for PeerGate {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         if !self.tls {
             return Ok(request);
         }
@@ -42,7 +49,10 @@ impl tonic::service::Interceptor for PeerGate {
         let reason = match certs.as_deref().and_then(|certs| certs.first()) {
             None => "the caller showed no certificate".to_owned(),
             Some(cert) => match member_named(cert, self.others.iter().copied()) {
-                Some(_) => return Ok(request),
+                Some(member) => {
+                    request.extensions_mut().insert(PeerMember(member));
+                    return Ok(request);
+                }
                 None => format!(
                     "the caller's certificate names no other member of this cluster (one of {})",
                     self.others

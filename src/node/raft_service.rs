@@ -7,11 +7,12 @@ use tonic::{Request, Response, Status};
 
 use super::error::ForwardedError;
 use super::forwarder::Forwarded;
+use super::peer_gate::PeerMember;
 use super::Node;
 use crate::proto::raft_v1::{raft_server, RaftMessage};
 use crate::raft::codec::{decode, encode};
 use crate::raft::{Applied, ClockMode, TypeConfig};
-use openraft::raft::InstallSnapshotRequest;
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 
 pub struct RaftService {
     node: Node,
@@ -103,6 +104,20 @@ impl RaftService {
     }
 }
 
+/// Refuses a Raft message whose sender (`claimed`, from its vote) is not the member the caller's
+/// certificate names; without TLS there is no certificate to hold it to.
+fn sender_is(member: Option<PeerMember>, claimed: Option<u64>) -> Result<(), Status> {
+    match (member, claimed) {
+        (Some(PeerMember(member)), Some(claimed)) if member != claimed => {
+            Err(Status::permission_denied(format!(
+                "refused on the peer plane: the message claims to come from node {claimed}, but \
+                 the caller's certificate names node {member}"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn decode_request<T: serde::de::DeserializeOwned>(
     request: Request<RaftMessage>,
 ) -> Result<T, Status> {
@@ -123,13 +138,17 @@ impl raft_server::Raft for RaftService {
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         self.admit(&request)?;
-        let rpc = decode_request(request)?;
+        let member = request.extensions().get::<PeerMember>().copied();
+        let rpc: AppendEntriesRequest<TypeConfig> = decode_request(request)?;
+        sender_is(member, rpc.vote.leader_id().voted_for())?;
         encode_reply(&self.node.raft().append_entries(rpc).await)
     }
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         self.admit(&request)?;
-        let rpc = decode_request(request)?;
+        let member = request.extensions().get::<PeerMember>().copied();
+        let rpc: VoteRequest<u64> = decode_request(request)?;
+        sender_is(member, rpc.vote.leader_id().voted_for())?;
         encode_reply(&self.node.raft().vote(rpc).await)
     }
 
@@ -138,7 +157,9 @@ impl raft_server::Raft for RaftService {
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         self.admit(&request)?;
+        let member = request.extensions().get::<PeerMember>().copied();
         let rpc: InstallSnapshotRequest<TypeConfig> = decode_request(request)?;
+        sender_is(member, rpc.vote.leader_id().voted_for())?;
         let (id, offset, len, done) = (
             rpc.meta.snapshot_id.clone(),
             rpc.offset,
