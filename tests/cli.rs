@@ -747,3 +747,42 @@ async fn check_tells_a_current_token_from_a_stale_one() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid argument"));
 }
+
+/// Every `serve` flag can come from the environment, as `LEASEHOLD_` and the flag in upper snake
+/// case: a node started with no flags at all serves, at the address and with the settings the
+/// variables name.
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_takes_every_flag_from_the_environment() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let addrs = leasehold::cli::local::local_addrs(1).unwrap();
+    let mut node = std::process::Command::new(binary())
+        .arg("serve")
+        .env("LEASEHOLD_ID", "1")
+        .env("LEASEHOLD_LISTEN", &addrs[0].client)
+        .env("LEASEHOLD_PEER_LISTEN", &addrs[0].peer)
+        .env("LEASEHOLD_ADVERTISE", format!("node-one.example:{}", 7001))
+        .env("LEASEHOLD_DATA_DIR", dir.path().join("data"))
+        .env("LEASEHOLD_PEERS", format!("1={}", addrs[0].peer))
+        .env("LEASEHOLD_MANUAL_CLOCK", "true")
+        .env("LEASEHOLD_MAX_REQUESTS", "50")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Reap<'a>(&'a mut std::process::Child);
+    impl Drop for Reap<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _reap = Reap(&mut node);
+    let client = LeaseClient::new(&[addrs[0].client.clone()]).unwrap();
+    let status = wait_for("the node to serve", Duration::from_secs(20), || async {
+        let status = client.node_status().await.ok()?;
+        (status.role == pb::Role::Leader as i32).then_some(status)
+    })
+    .await;
+    assert_eq!(status.address, "node-one.example:7001");
+    assert!(status.manual_clock, "LEASEHOLD_MANUAL_CLOCK=true");
+    assert!(dir.path().join("data").join("raft-log").exists());
+}

@@ -187,7 +187,15 @@ impl LocalCluster {
             .create(true)
             .append(true)
             .open(&self.node(id).log)?;
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        // The nodes take their settings from the flags above only: a `LEASEHOLD_*` variable
+        // of the caller's (a client's TLS files, say) would otherwise set a `serve` flag.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("LEASEHOLD_") {
+                command.env_remove(name);
+            }
+        }
+        let child = command
             .args(self.serve_args(id))
             .stdin(Stdio::null())
             .stdout(Stdio::null())

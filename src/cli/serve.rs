@@ -12,54 +12,54 @@ use crate::node::{self, NodeConfig};
 #[derive(clap::Args)]
 pub struct ServeArgs {
     /// This node's id: one of the ids in --peers.
-    #[arg(long)]
+    #[arg(long, env = "LEASEHOLD_ID")]
     id: u64,
     /// Address to listen on for clients (the lease API, status, health, reflection).
-    #[arg(long)]
+    #[arg(long, env = "LEASEHOLD_LISTEN")]
     listen: SocketAddr,
     /// Address to listen on for peers (Raft messages, forwarded writes, log read-back): keep it
     /// reachable by the other nodes only. Nothing here is served on --listen.
-    #[arg(long)]
+    #[arg(long, env = "LEASEHOLD_PEER_LISTEN")]
     peer_listen: SocketAddr,
     /// The client address this node gives out (in status) when --listen is not one clients can
     /// dial, such as 0.0.0.0:7001. Defaults to --listen.
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, env = "LEASEHOLD_ADVERTISE", value_name = "HOST:PORT")]
     advertise: Option<String>,
     /// Where this node keeps its log, vote and snapshots.
-    #[arg(long)]
+    #[arg(long, env = "LEASEHOLD_DATA_DIR")]
     data_dir: PathBuf,
     /// Every voter's peer address (its --peer-listen) as ID=HOST:PORT, comma separated, this
     /// node included. The same on every node.
-    #[arg(long, value_parser = parse_peers)]
+    #[arg(long, env = "LEASEHOLD_PEERS", value_parser = parse_peers)]
     peers: BTreeMap<u64, String>,
     /// Only `advance` moves store time (demos and deterministic tests).
-    #[arg(long)]
+    #[arg(long, env = "LEASEHOLD_MANUAL_CLOCK")]
     manual_clock: bool,
     /// TLS on both planes: this node's certificate (PEM), which must name it as
     /// leasehold-node-ID and, for clients, carry the host they dial. Needs --tls-key and
     /// --tls-ca. Peers must then show a certificate from the same CA naming another member.
-    #[arg(long, value_name = "FILE", requires_all = ["tls_key", "tls_ca"])]
+    #[arg(long, env = "LEASEHOLD_TLS_CERT", value_name = "FILE", requires_all = ["tls_key", "tls_ca"])]
     tls_cert: Option<PathBuf>,
     /// The private key of --tls-cert (PEM).
-    #[arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_ca"])]
+    #[arg(long, env = "LEASEHOLD_TLS_KEY", value_name = "FILE", requires_all = ["tls_cert", "tls_ca"])]
     tls_key: Option<PathBuf>,
     /// The CA (PEM) that signed every node's and client's certificate.
-    #[arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_key"])]
+    #[arg(long, env = "LEASEHOLD_TLS_CA", value_name = "FILE", requires_all = ["tls_cert", "tls_key"])]
     tls_ca: Option<PathBuf>,
     /// Clients must show a certificate from --tls-ca as well.
-    #[arg(long, requires = "tls_cert")]
+    #[arg(long, env = "LEASEHOLD_CLIENT_CERT_AUTH", requires = "tls_cert")]
     client_cert_auth: bool,
     /// Requests this node works on at once, client requests and forwarded writes alike;
     /// past it a request is refused at once with RESOURCE_EXHAUSTED.
-    #[arg(long, value_name = "N", default_value_t = crate::node::MAX_CONCURRENT_REQUESTS as u64,
+    #[arg(long, env = "LEASEHOLD_MAX_REQUESTS", value_name = "N", default_value_t = crate::node::MAX_CONCURRENT_REQUESTS as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_requests: u64,
     /// Forget a lease once it has been free (released or expired) this long in store time;
     /// its tokens are never handed out again. Default one hour.
-    #[arg(long, value_name = "SECONDS", default_value = "3600", value_parser = super::commands::parse_seconds)]
+    #[arg(long, env = "LEASEHOLD_LEASE_RETENTION", value_name = "SECONDS", default_value = "3600", value_parser = super::commands::parse_seconds)]
     lease_retention: u64,
     /// Snapshot the state every this many applied entries, and purge the log behind it.
-    #[arg(long, value_name = "ENTRIES", default_value_t = crate::raft::DEFAULT_SNAPSHOT_EVERY,
+    #[arg(long, env = "LEASEHOLD_SNAPSHOT_EVERY", value_name = "ENTRIES", default_value_t = crate::raft::DEFAULT_SNAPSHOT_EVERY,
           value_parser = clap::value_parser!(u64).range(10..))]
     snapshot_every: u64,
 }
