@@ -786,3 +786,51 @@ async fn serve_takes_every_flag_from_the_environment() {
     assert!(status.manual_clock, "LEASEHOLD_MANUAL_CLOCK=true");
     assert!(dir.path().join("data").join("raft-log").exists());
 }
+
+/// gRPC health means something: SERVING while the node knows a leader with a quorum, NOT_SERVING
+/// within seconds of the majority's loss, SERVING again once a majority is back.
+#[tokio::test(flavor = "multi_thread")]
+async fn health_is_serving_only_while_a_quorum_is_up() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let mut h = Harness::start(3, false).await;
+    let channel = h.client_channel(1).await;
+    let becomes = |wanted: ServingStatus| {
+        let channel = channel.clone();
+        move || {
+            let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+            async move {
+                let reply = health
+                    .check(tonic_health::pb::HealthCheckRequest {
+                        service: "leasehold.v1.LeaseStore".into(),
+                    })
+                    .await
+                    .ok()?
+                    .into_inner();
+                (reply.status == wanted as i32).then_some(())
+            }
+        }
+    };
+    wait_for(
+        "SERVING",
+        Duration::from_secs(10),
+        becomes(ServingStatus::Serving),
+    )
+    .await;
+    h.kill(2);
+    h.kill(3);
+    let lost = Instant::now();
+    wait_for(
+        "NOT_SERVING after the majority died",
+        Duration::from_secs(10),
+        becomes(ServingStatus::NotServing),
+    )
+    .await;
+    eprintln!("NOT_SERVING {:?} after the majority died", lost.elapsed());
+    h.restart(2);
+    wait_for(
+        "SERVING again with a majority",
+        Duration::from_secs(20),
+        becomes(ServingStatus::Serving),
+    )
+    .await;
+}

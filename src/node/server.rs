@@ -235,9 +235,7 @@ pub async fn run(
     );
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter
-        .set_serving::<LeaseStoreServer<LeaseService>>()
-        .await;
+    let health = tokio::spawn(report_health(node.clone(), health_reporter, boot));
     // Both reflection versions: grpcurl and older tools still ask v1alpha. They list the
     // public API only.
     let reflection = || {
@@ -367,6 +365,7 @@ pub async fn run(
     }
     watchdog.abort();
     stop_watch.abort();
+    health.abort();
     let stopped = raft.metrics().borrow().running_state.clone();
     let _ = raft.shutdown().await;
     served?;
@@ -388,6 +387,73 @@ fn plain(listener: tokio::net::TcpListener) -> TcpIncoming {
         .with_keepalive(Some(KEEPALIVE.idle))
         .with_keepalive_interval(Some(KEEPALIVE.interval))
         .with_keepalive_retries(Some(KEEPALIVE.retries))
+}
+
+/// A leader whose quorum has not answered for this long is reported NOT_SERVING: a few
+/// heartbeats' worth past the leader lease, so that a live leader never flaps.
+const HEALTH_QUORUM_STALE_MS: u64 = 2 * raft::LONGEST_ELECTION_MS;
+/// How often health is looked at again when nothing else changes (a leader's quorum ages
+/// without a metrics change).
+const HEALTH_CHECK: Duration = Duration::from_millis(250);
+
+/// Whether the node can serve now: it knows a leader (itself with a quorum that answered within
+/// [`HEALTH_QUORUM_STALE_MS`], or another node), and has applied what it found on its disk at
+/// start-up. The reason when it cannot.
+fn health(
+    metrics: &openraft::RaftMetrics<u64, BasicNode>,
+    boot: raft::BootLog,
+) -> Result<(), String> {
+    if let Err(fatal) = &metrics.running_state {
+        return Err(format!("raft stopped: {fatal}"));
+    }
+    let applied = metrics.last_applied.map_or(0, |id| id.index);
+    if applied < boot.last_index {
+        return Err(format!(
+            "applying what it found at start-up: {applied} of {}",
+            boot.last_index
+        ));
+    }
+    match metrics.current_leader {
+        None => Err("no leader known".into()),
+        Some(leader) if leader == metrics.id => match metrics.millis_since_quorum_ack {
+            Some(ms) if ms <= HEALTH_QUORUM_STALE_MS => Ok(()),
+            _ => Err("leading, but no quorum answered lately".into()),
+        },
+        Some(_) => Ok(()),
+    }
+}
+
+/// Keeps the gRPC health of `leasehold.v1.LeaseStore` (and of the whole server) at SERVING
+/// while [`health`] holds, NOT_SERVING otherwise; each change is logged once.
+async fn report_health(
+    node: Node,
+    reporter: tonic_health::server::HealthReporter,
+    boot: raft::BootLog,
+) {
+    let mut metrics = node.raft().metrics();
+    let mut last: Option<bool> = None;
+    loop {
+        let now = health(&metrics.borrow_and_update(), boot);
+        if last != Some(now.is_ok()) {
+            let status = if now.is_ok() {
+                tonic_health::ServingStatus::Serving
+            } else {
+                tonic_health::ServingStatus::NotServing
+            };
+            for service in ["", "leasehold.v1.LeaseStore"] {
+                reporter.set_service_status(service, status).await;
+            }
+            match &now {
+                Ok(()) => tracing::info!("health: serving"),
+                Err(why) => tracing::warn!(reason = %why, "health: not serving"),
+            }
+            last = Some(now.is_ok());
+        }
+        tokio::select! {
+            changed = metrics.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(HEALTH_CHECK) => {}
+        }
+    }
 }
 
 /// A listener on `addr`.
