@@ -349,18 +349,23 @@ async fn every_node_serves_health_and_reflection() {
             .connect()
             .await
             .unwrap();
-        let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
-        let reply = health
-            .check(tonic_health::pb::HealthCheckRequest {
-                service: "leasehold.v1.LeaseStore".into(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert_eq!(
-            reply.status,
-            tonic_health::pb::health_check_response::ServingStatus::Serving as i32
-        );
+        // Health follows the node's view of the cluster, which reaches it within a moment of
+        // the leader's election: waited for, not assumed at once.
+        let serving = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+        wait_for("SERVING", Duration::from_secs(5), || {
+            let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+            async move {
+                let reply = health
+                    .check(tonic_health::pb::HealthCheckRequest {
+                        service: "leasehold.v1.LeaseStore".into(),
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                (reply.status == serving).then_some(())
+            }
+        })
+        .await;
 
         let mut reflection = ServerReflectionClient::new(channel);
         let request = ServerReflectionRequest {

@@ -392,9 +392,11 @@ fn plain(listener: tokio::net::TcpListener) -> TcpIncoming {
 /// A leader whose quorum has not answered for this long is reported NOT_SERVING: a few
 /// heartbeats' worth past the leader lease, so that a live leader never flaps.
 const HEALTH_QUORUM_STALE_MS: u64 = 2 * raft::LONGEST_ELECTION_MS;
-/// How often health is looked at again when nothing else changes (a leader's quorum ages
-/// without a metrics change).
+/// How often health is looked at again when nothing changes (a leader's quorum ages without a
+/// metrics change).
 const HEALTH_CHECK: Duration = Duration::from_millis(250);
+/// At most this often: metrics change with every applied entry under load.
+const HEALTH_MIN_GAP: Duration = Duration::from_millis(50);
 
 /// Whether the node can serve now: it knows a leader (itself with a quorum that answered within
 /// [`HEALTH_QUORUM_STALE_MS`], or another node), and has applied what it found on its disk at
@@ -449,6 +451,7 @@ async fn report_health(
             }
             last = Some(now.is_ok());
         }
+        tokio::time::sleep(HEALTH_MIN_GAP).await;
         tokio::select! {
             changed = metrics.changed() => if changed.is_err() { return },
             () = tokio::time::sleep(HEALTH_CHECK) => {}
