@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use harness::{binary, granted, wait_for, Harness};
 use leasehold::client::LeaseClient;
 use leasehold::proto::v1 as pb;
+use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
@@ -343,29 +344,11 @@ async fn an_idle_cluster_does_not_grow_its_log() {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_node_serves_health_and_reflection() {
     let h = Harness::start(3, false).await;
-    for endpoint in &h.endpoints {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+    for id in 1..=3 {
+        let channel = h.client_channel(id).await;
         // Health follows the node's view of the cluster, which reaches it within a moment of
         // the leader's election: waited for, not assumed at once.
-        let serving = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
-        wait_for("SERVING", Duration::from_secs(5), || {
-            let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
-            async move {
-                let reply = health
-                    .check(tonic_health::pb::HealthCheckRequest {
-                        service: "leasehold.v1.LeaseStore".into(),
-                    })
-                    .await
-                    .unwrap()
-                    .into_inner();
-                (reply.status == serving).then_some(())
-            }
-        })
-        .await;
+        health_becomes(&channel, ServingStatus::Serving, Duration::from_secs(5)).await;
 
         let mut reflection = ServerReflectionClient::new(channel);
         let request = ServerReflectionRequest {
@@ -796,46 +779,36 @@ async fn serve_takes_every_flag_from_the_environment() {
 /// within seconds of the majority's loss, SERVING again once a majority is back.
 #[tokio::test(flavor = "multi_thread")]
 async fn health_is_serving_only_while_a_quorum_is_up() {
-    use tonic_health::pb::health_check_response::ServingStatus;
     let mut h = Harness::start(3, false).await;
     let channel = h.client_channel(1).await;
-    let becomes = |wanted: ServingStatus| {
-        let channel = channel.clone();
-        move || {
-            let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
-            async move {
-                let reply = health
-                    .check(tonic_health::pb::HealthCheckRequest {
-                        service: "leasehold.v1.LeaseStore".into(),
-                    })
-                    .await
-                    .ok()?
-                    .into_inner();
-                (reply.status == wanted as i32).then_some(())
-            }
-        }
-    };
-    wait_for(
-        "SERVING",
-        Duration::from_secs(10),
-        becomes(ServingStatus::Serving),
-    )
-    .await;
+    health_becomes(&channel, ServingStatus::Serving, Duration::from_secs(10)).await;
     h.kill(2);
     h.kill(3);
     let lost = Instant::now();
-    wait_for(
-        "NOT_SERVING after the majority died",
-        Duration::from_secs(10),
-        becomes(ServingStatus::NotServing),
-    )
-    .await;
+    health_becomes(&channel, ServingStatus::NotServing, Duration::from_secs(10)).await;
     eprintln!("NOT_SERVING {:?} after the majority died", lost.elapsed());
     h.restart(2);
-    wait_for(
-        "SERVING again with a majority",
-        Duration::from_secs(20),
-        becomes(ServingStatus::Serving),
-    )
+    health_becomes(&channel, ServingStatus::Serving, Duration::from_secs(20)).await;
+}
+
+/// Waits up to `within` for the node behind `channel` to report `wanted` for the lease API.
+async fn health_becomes(
+    channel: &tonic::transport::Channel,
+    wanted: ServingStatus,
+    within: Duration,
+) {
+    wait_for(&format!("health {wanted:?}"), within, || {
+        let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+        async move {
+            let reply = health
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: "leasehold.v1.LeaseStore".into(),
+                })
+                .await
+                .ok()?
+                .into_inner();
+            (reply.status == wanted as i32).then_some(())
+        }
+    })
     .await;
 }

@@ -87,8 +87,9 @@ impl RaftService {
         self.chunks.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Checks what a peer message carries outside its body before the body is decoded.
-    fn admit<T>(&self, request: &Request<T>) -> Result<(), Status> {
+    /// Checks what a peer message carries outside its body before the body is decoded; the
+    /// member the caller's certificate names, if TLS is on (see [`sender_is`]).
+    fn admit<T>(&self, request: &Request<T>) -> Result<Option<PeerMember>, Status> {
         let refused = self.clock.check_peer(request.metadata());
         if let Err(status) = &refused {
             let mut logged = self
@@ -100,7 +101,7 @@ impl RaftService {
                 tracing::error!(peer = ?request.remote_addr(), "{}", status.message());
             }
         }
-        refused
+        refused.map(|()| request.extensions().get::<PeerMember>().copied())
     }
 }
 
@@ -137,16 +138,14 @@ impl raft_server::Raft for RaftService {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        self.admit(&request)?;
-        let member = request.extensions().get::<PeerMember>().copied();
+        let member = self.admit(&request)?;
         let rpc: AppendEntriesRequest<TypeConfig> = decode_request(request)?;
         sender_is(member, rpc.vote.leader_id().voted_for())?;
         encode_reply(&self.node.raft().append_entries(rpc).await)
     }
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        self.admit(&request)?;
-        let member = request.extensions().get::<PeerMember>().copied();
+        let member = self.admit(&request)?;
         let rpc: VoteRequest<u64> = decode_request(request)?;
         sender_is(member, rpc.vote.leader_id().voted_for())?;
         encode_reply(&self.node.raft().vote(rpc).await)
@@ -156,8 +155,7 @@ impl raft_server::Raft for RaftService {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        self.admit(&request)?;
-        let member = request.extensions().get::<PeerMember>().copied();
+        let member = self.admit(&request)?;
         let rpc: InstallSnapshotRequest<TypeConfig> = decode_request(request)?;
         sender_is(member, rpc.vote.leader_id().voted_for())?;
         let (id, offset, len, done) = (
