@@ -4,7 +4,13 @@
 //! holder, and fenced writes the store refuses once it has seen a bigger token. Three or five
 //! nodes replicate every command through a Raft log and apply it to a pure state machine.
 //!
-//! The arrows point one way: `cli` → `client` / `node` → `raft` → `lease`.
+//! This crate is the server and the `leasehold` command. Beside it in the workspace (`crates/`):
+//! `leasehold-proto` (the public API's wire types and keys), `leasehold-client` (the Rust client
+//! and `Holder`, on the proto crate alone), and the test-only `leasehold-check` (the fault
+//! suite's checkers, replaying the log through a reference model that shares no code with the
+//! table).
+//!
+//! The arrows point one way: `cli` → `leasehold_client` / `node` → `raft` → `lease`.
 //!
 //! - [`lease`]: the heart, pure. Commands, outcomes, limits, client sessions, and
 //!   `LeaseTable::apply`.
@@ -19,16 +25,10 @@
 //! - [`tls`]: TLS for both planes: loading the files, the accept loop that logs refusals, which
 //!   member a peer's certificate names.
 //! - [`gather`]: batching of concurrent requests, for the proposer, the reads and the forwarder.
-//! - [`check`]: the fault suite's checkers (linearizability, fencing, mutual exclusion in store
-//!   time and in real time, durability), replaying the log through a reference model of the
-//!   README's semantics that shares no code with the table.
-//! - [`client`]: `LeaseClient`, which finds a live node and retries; used by the CLI and tests.
 //! - [`cli`]: the `leasehold` commands: serve, cluster, the client commands, demo.
 //! - [`proto`]: code generated from `proto/`.
 
-pub mod check;
 pub mod cli;
-pub mod client;
 pub mod gather;
 pub mod lease;
 pub mod node;

@@ -1,9 +1,11 @@
-//! Code generated from `proto/` by `build.rs`.
+//! The wire types: the public API from the `leasehold-proto` crate, the peer plane's generated
+//! here by `build.rs`.
 
 /// The public API.
-pub mod v1 {
-    tonic::include_proto!("leasehold.v1");
-}
+pub use leasehold_proto::v1;
+/// The public API's messages and services, for gRPC reflection on the client port (the peer
+/// plane's `leasehold.raft.v1` is left out, so nobody is shown it).
+pub use leasehold_proto::FILE_DESCRIPTOR_SET;
 
 /// Node-to-node Raft traffic.
 pub mod raft_v1 {
@@ -15,8 +17,3 @@ pub mod raft_v1 {
 pub mod etcd {
     tonic::include_proto!("etcdserverpb");
 }
-
-/// The public API's messages and services, for gRPC reflection on the client port (the peer
-/// plane's `leasehold.raft.v1` is left out).
-pub const FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/leasehold_descriptor.bin"));

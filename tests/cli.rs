@@ -7,8 +7,8 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use harness::{binary, granted, wait_for, Harness};
-use leasehold::client::LeaseClient;
 use leasehold::proto::v1 as pb;
+use leasehold_client::LeaseClient;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
@@ -151,8 +151,8 @@ a asks again: held by b
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_input_is_invalid_argument_naming_the_field_and_changes_nothing() {
     let h = Harness::start(3, false).await;
-    let before = h.client.get_lease("l").await.unwrap();
-    let cases: Vec<(&str, leasehold::client::ClientError)> = vec![
+    let before = h.client.get_lease("l").await.unwrap().outcome;
+    let cases: Vec<(&str, leasehold_client::ClientError)> = vec![
         ("lease", h.client.acquire("", "a", 1_000).await.unwrap_err()),
         (
             "holder",
@@ -194,9 +194,12 @@ async fn bad_input_is_invalid_argument_naming_the_field_and_changes_nothing() {
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
         assert!(err.to_string().contains(field), "{err:?} must name {field}");
     }
-    assert_eq!(h.client.get_lease("l").await.unwrap().token, before.token);
     assert_eq!(
-        h.client.get("k").await.unwrap().value,
+        h.client.get_lease("l").await.unwrap().outcome.token,
+        before.token
+    );
+    assert_eq!(
+        h.client.get("k").await.unwrap().outcome,
         None,
         "a refused put wrote nothing"
     );
@@ -246,7 +249,7 @@ async fn a_node_started_with_the_other_clock_takes_no_part_in_the_cluster() {
         || async { pair.put("k", b"v", None).await.ok() },
     )
     .await;
-    let index = written.applied.unwrap().log_index;
+    let index = written.applied.log_index;
     let odd_log = cluster.nodes()[2].log.clone();
     let odd = LeaseClient::new(&endpoints[2..]).unwrap();
     // Node 3 either applies the write (it took part) or logs that it refused its peers.
@@ -310,8 +313,9 @@ async fn default_clock_lease_expires_no_sooner_than_its_ttl_and_the_expiry_is_lo
                 .get_lease("l")
                 .await
                 .unwrap()
+                .outcome
                 .holder
-                .is_empty()
+                .is_none()
                 .then_some(())
         },
     )

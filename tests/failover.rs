@@ -32,18 +32,18 @@ async fn leader_killed_new_leader_serves_with_lease_token_and_rows_intact() {
     let new = h.new_leader(old).await;
     assert_ne!(new, old);
 
-    let lease = h.client.get_lease("job").await.unwrap();
+    let lease = h.client.get_lease("job").await.unwrap().outcome;
     assert_eq!(
-        (lease.holder.as_str(), lease.token),
-        ("worker-a", token),
+        (lease.holder.as_deref(), lease.token),
+        (Some("worker-a"), token),
         "lease survives failover"
     );
     assert_eq!(
-        h.client.get("row").await.unwrap().value.as_deref(),
+        h.client.get("row").await.unwrap().outcome.as_deref(),
         Some(&b"before"[..])
     );
     assert_eq!(
-        h.client.get("fenced").await.unwrap().value.as_deref(),
+        h.client.get("fenced").await.unwrap().outcome.as_deref(),
         Some(&b"v1"[..])
     );
     // The new leader serves writes, and the old token still fences.
@@ -87,7 +87,7 @@ async fn killed_node_restarted_catches_up_and_answers_reads() {
     h.make_leader(victim).await;
     let through_victim = h.client_of(victim);
     assert_eq!(
-        through_victim.get("k49").await.unwrap().value.as_deref(),
+        through_victim.get("k49").await.unwrap().outcome.as_deref(),
         Some(&b"v"[..])
     );
     let status = through_victim.node_status().await.unwrap();
@@ -126,7 +126,7 @@ async fn two_of_three_killed_writes_fail_unavailable_then_succeed_when_one_retur
     let put = h.client.put("k", b"3", None).await.expect("quorum is back");
     assert!(written(&put));
     assert_eq!(
-        h.client.get("k").await.unwrap().value.as_deref(),
+        h.client.get("k").await.unwrap().outcome.as_deref(),
         Some(&b"3"[..])
     );
 }
@@ -163,15 +163,15 @@ async fn all_three_killed_and_restarted_lose_no_acknowledged_write_or_token() {
     }
     h.leader().await;
     for (i, (lease, token)) in tokens.iter().enumerate() {
-        let got = h.client.get_lease(lease).await.unwrap();
+        let got = h.client.get_lease(lease).await.unwrap().outcome;
         assert_eq!(
-            (got.holder.as_str(), got.token),
-            ("b", *token),
+            (got.holder.as_deref(), got.token),
+            (Some("b"), *token),
             "lease {lease} after restart"
         );
         let row = h.client.get(&format!("row-{i}")).await.unwrap();
         assert_eq!(
-            row.value,
+            row.outcome,
             Some(format!("v{i}").into_bytes()),
             "row-{i} after restart"
         );
@@ -222,14 +222,14 @@ async fn follower_behind_a_purged_log_catches_up_from_a_snapshot() {
     .await;
     // Its state came whole: `caught_up` compared its state digest with the leader's. (Reads
     // through it are forwarded to the leader.)
-    let lease = h.client_of(victim).get_lease("l").await.unwrap();
+    let lease = h.client_of(victim).get_lease("l").await.unwrap().outcome;
     assert_eq!(lease.token, token);
     assert_eq!(
         h.client_of(victim)
             .get("k0")
             .await
             .unwrap()
-            .value
+            .outcome
             .as_deref(),
         Some(&b"v"[..])
     );
@@ -362,12 +362,12 @@ async fn a_restarted_leader_below_its_lost_tail_serves_reads_and_writes() {
     );
     let through_a = h.client_of(a).with_deadline(Duration::from_secs(5));
     assert_eq!(
-        through_a.get("before").await.unwrap().value.as_deref(),
+        through_a.get("before").await.unwrap().outcome.as_deref(),
         Some(&b"v"[..])
     );
     assert!(written(&through_a.put("after", b"v", None).await.unwrap()));
     assert_eq!(
-        through_a.get("lost0").await.unwrap().value,
+        through_a.get("lost0").await.unwrap().outcome,
         None,
         "the lost tail is gone"
     );

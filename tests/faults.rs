@@ -24,15 +24,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use harness::Rng;
-use leasehold::check::{self, Anomaly, Answer, Completion, Log, Operation, Request};
 use leasehold::cli::certs;
 use leasehold::cli::local::{LocalCluster, PlaneAddrs};
-use leasehold::client::{ClientError, LeaseClient};
 use leasehold::lease::{Fence, LeaseTable, Op, Outcome, ReleaseRefusal};
 use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use leasehold::proto::v1 as pb;
 use leasehold::raft::codec;
 use leasehold::tls::{node_name, Tls};
+use leasehold_check::{self as check, Anomaly, Answer, Completion, Log, Operation, Request};
+use leasehold_client::{
+    Acquired, Applied, ClientError, Deleted, HeldBy, LeaseClient, Released, Written,
+};
 
 // ---------------------------------------------------------------------------------------------
 // The network namespace and its nftables rules.
@@ -420,12 +422,11 @@ impl Recorder {
 
 fn completion<T>(
     result: &Result<T, ClientError>,
-    answer: impl FnOnce(&T) -> (Option<&pb::Applied>, Answer),
+    answer: impl FnOnce(&T) -> (Applied, Answer),
 ) -> Completion {
     match result {
         Ok(response) => {
             let (applied, answer) = answer(response);
-            let applied = applied.cloned().unwrap_or_default();
             Completion::Ok {
                 log_index: applied.log_index,
                 position: applied.position,
@@ -446,52 +447,66 @@ fn completion<T>(
     }
 }
 
-fn acquire_outcome(r: &pb::AcquireResponse) -> Outcome {
-    match &r.outcome {
-        Some(pb::acquire_response::Outcome::Granted(g)) => Outcome::Granted {
-            token: g.token,
-            expires_at_ms: g.expires_at_ms,
-            renewed: g.renewed,
+// The client's typed answers, as the checkers' outcomes: mapped field by field, so that an
+// answer the client misread shows up as a mismatch against the model's replay.
+
+fn held_by(h: &HeldBy) -> (String, u64, u64) {
+    (h.holder.clone(), h.token, h.expires_at_ms)
+}
+
+fn acquire_outcome(r: &Acquired) -> Outcome {
+    match r {
+        Acquired::Granted {
+            token,
+            expires_at_ms,
+            renewed,
+        } => Outcome::Granted {
+            token: *token,
+            expires_at_ms: *expires_at_ms,
+            renewed: *renewed,
         },
-        Some(pb::acquire_response::Outcome::HeldBy(h)) => Outcome::HeldBy {
-            holder: h.holder.clone(),
-            token: h.token,
-            expires_at_ms: h.expires_at_ms,
-        },
-        None => Outcome::Nothing,
+        Acquired::HeldBy(h) => {
+            let (holder, token, expires_at_ms) = held_by(h);
+            Outcome::HeldBy {
+                holder,
+                token,
+                expires_at_ms,
+            }
+        }
     }
 }
 
-fn release_outcome(r: &pb::ReleaseResponse) -> Outcome {
-    use pb::release_response::Outcome as O;
-    match &r.outcome {
-        Some(O::Released(x)) => Outcome::Released { token: x.token },
-        Some(O::NotHeld(_)) => Outcome::ReleaseRefused(ReleaseRefusal::NotHeld),
-        Some(O::HeldBy(h)) => Outcome::ReleaseRefused(ReleaseRefusal::HeldByOther {
-            holder: h.holder.clone(),
-            token: h.token,
-            expires_at_ms: h.expires_at_ms,
-        }),
-        Some(O::WrongToken(w)) => Outcome::ReleaseRefused(ReleaseRefusal::WrongToken {
-            current_token: w.current_token,
-        }),
-        None => Outcome::Nothing,
+fn release_outcome(r: &Released) -> Outcome {
+    match r {
+        Released::Released { token } => Outcome::Released { token: *token },
+        Released::NotHeld => Outcome::ReleaseRefused(ReleaseRefusal::NotHeld),
+        Released::HeldBy(h) => {
+            let (holder, token, expires_at_ms) = held_by(h);
+            Outcome::ReleaseRefused(ReleaseRefusal::HeldByOther {
+                holder,
+                token,
+                expires_at_ms,
+            })
+        }
+        Released::WrongToken { current_token } => {
+            Outcome::ReleaseRefused(ReleaseRefusal::WrongToken {
+                current_token: *current_token,
+            })
+        }
     }
 }
 
-fn put_outcome(r: &pb::PutResponse) -> Outcome {
-    match &r.outcome {
-        Some(pb::put_response::Outcome::Written(_)) => Outcome::Written,
-        Some(pb::put_response::Outcome::StaleToken(s)) => Outcome::StaleToken { fence: s.fence },
-        None => Outcome::Nothing,
+fn put_outcome(r: &Written) -> Outcome {
+    match r {
+        Written::Written => Outcome::Written,
+        Written::StaleToken { fence } => Outcome::StaleToken { fence: *fence },
     }
 }
 
-fn delete_outcome(r: &pb::DeleteResponse) -> Outcome {
-    match &r.outcome {
-        Some(pb::delete_response::Outcome::Deleted(d)) => Outcome::Deleted { existed: d.existed },
-        Some(pb::delete_response::Outcome::StaleToken(s)) => Outcome::StaleToken { fence: s.fence },
-        None => Outcome::Nothing,
+fn delete_outcome(r: &Deleted) -> Outcome {
+    match r {
+        Deleted::Deleted { existed } => Outcome::Deleted { existed: *existed },
+        Deleted::StaleToken { fence } => Outcome::StaleToken { fence: *fence },
     }
 }
 
@@ -506,7 +521,7 @@ async fn write(client: &LeaseClient, recorder: &Recorder, id: u32, op: Op) -> Op
         } => {
             let r = client.acquire(lease, holder, *ttl_ms).await;
             completion(&r, |r| {
-                (r.applied.as_ref(), Answer::Outcome(acquire_outcome(r)))
+                (r.applied, Answer::Outcome(acquire_outcome(&r.outcome)))
             })
         }
         Op::Release {
@@ -516,21 +531,21 @@ async fn write(client: &LeaseClient, recorder: &Recorder, id: u32, op: Op) -> Op
         } => {
             let r = client.release(lease, holder, *token).await;
             completion(&r, |r| {
-                (r.applied.as_ref(), Answer::Outcome(release_outcome(r)))
+                (r.applied, Answer::Outcome(release_outcome(&r.outcome)))
             })
         }
         Op::Put { key, value, fence } => {
             let fence = fence.as_ref().map(|f| (f.lease.as_str(), f.token));
             let r = client.put(key, value, fence).await;
             completion(&r, |r| {
-                (r.applied.as_ref(), Answer::Outcome(put_outcome(r)))
+                (r.applied, Answer::Outcome(put_outcome(&r.outcome)))
             })
         }
         Op::Delete { key, fence } => {
             let fence = fence.as_ref().map(|f| (f.lease.as_str(), f.token));
             let r = client.delete(key, fence).await;
             completion(&r, |r| {
-                (r.applied.as_ref(), Answer::Outcome(delete_outcome(r)))
+                (r.applied, Answer::Outcome(delete_outcome(&r.outcome)))
             })
         }
         Op::Advance { .. } | Op::Tick | Op::Register | Op::Forget { .. } => {
@@ -553,17 +568,16 @@ async fn read(client: &LeaseClient, recorder: &Recorder, id: u32, request: Reque
     let completion = match &request {
         Request::Get { key } => {
             let r = client.get(key).await;
-            completion(&r, |r| (r.applied.as_ref(), Answer::Value(r.value.clone())))
+            completion(&r, |r| (r.applied, Answer::Value(r.outcome.clone())))
         }
         Request::GetLease { lease } => {
             let r = client.get_lease(lease).await;
             completion(&r, |r| {
-                let holder = (!r.holder.is_empty()).then(|| r.holder.clone());
                 (
-                    r.applied.as_ref(),
+                    r.applied,
                     Answer::Lease {
-                        holder,
-                        token: r.token,
+                        holder: r.outcome.holder.clone(),
+                        token: r.outcome.token,
                     },
                 )
             })

@@ -27,7 +27,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use harness::Rng;
-use leasehold::check::{self, Answer, Completion, Log, Operation, Request};
 use leasehold::lease::{Batch, Command, Fence, Op, Outcome, RequestId};
 use leasehold::node::{
     tick_expiring_leases, Answer as ForwardAnswer, Forwarded, LeaderLink, Node, NodeConfig,
@@ -37,6 +36,7 @@ use leasehold::raft::Channels;
 use leasehold::raft::{
     Applied, BootLog, Raft, SharedState, SlowWork, StateMachineStore, TypeConfig,
 };
+use leasehold_check::{self as check, Answer, Completion, Log, Operation, Request};
 use openraft::error::{InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use harness::{granted, wait_for, written, Harness};
 use leasehold::cli::certs;
-use leasehold::client::LeaseClient;
 use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use leasehold::proto::v1 as pb;
 use leasehold::tls::{node_name, Tls, TlsFiles};
+use leasehold_client::LeaseClient;
 use rustls::pki_types::pem::PemObject;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
@@ -44,10 +44,10 @@ async fn a_tls_cluster_passes_the_seed_scenario_and_a_leader_kill() {
     let old = h.leader().await;
     h.kill(old);
     h.new_leader(old).await;
-    let lease = h.client.get_lease("report").await.unwrap();
-    assert_eq!((lease.holder.as_str(), lease.token), ("b", 2));
+    let lease = h.client.get_lease("report").await.unwrap().outcome;
+    assert_eq!((lease.holder.as_deref(), lease.token), (Some("b"), 2));
     assert_eq!(
-        h.client.get("fenced").await.unwrap().value.as_deref(),
+        h.client.get("fenced").await.unwrap().outcome.as_deref(),
         Some(&b"by b"[..])
     );
     assert!(!written(
@@ -174,7 +174,6 @@ async fn peers_with_another_cas_certificate_or_naming_no_member_are_refused() {
         .status()
         .await
         .unwrap()
-        .nodes
         .iter()
         .all(|n| n.role != pb::Role::Unreachable as i32));
 }

@@ -12,8 +12,8 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::{ClientOpts, Exit, Output};
-use crate::client::LeaseClient;
 use crate::proto::v1 as pb;
+use leasehold_client::{Acquired, Answer, LeaseClient, Written};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Workload {
@@ -174,9 +174,8 @@ pub async fn run(opts: &ClientOpts, args: BenchArgs) -> anyhow::Result<Exit> {
 
 /// The address of the node that leads now.
 async fn leader_endpoint(opts: &ClientOpts, endpoints: &[String]) -> anyhow::Result<String> {
-    let status = opts.lease_client(endpoints)?.status().await?;
-    status
-        .nodes
+    let nodes = opts.lease_client(endpoints)?.status().await?;
+    nodes
         .iter()
         .find(|n| n.role == pb::Role::Leader as i32)
         .map(|n| n.address.clone())
@@ -424,15 +423,12 @@ fn accepted(ok: bool) -> Done {
     }
 }
 
-fn granted(r: &pb::AcquireResponse) -> Option<u64> {
-    match &r.outcome {
-        Some(pb::acquire_response::Outcome::Granted(g)) => Some(g.token),
-        _ => None,
-    }
+fn granted(r: &Answer<Acquired>) -> Option<u64> {
+    r.outcome.token()
 }
 
-fn written(r: &pb::PutResponse) -> bool {
-    matches!(r.outcome, Some(pb::put_response::Outcome::Written(_)))
+fn written(r: &Answer<Written>) -> bool {
+    r.outcome.is_written()
 }
 
 /// One line on stderr, rewritten every second.

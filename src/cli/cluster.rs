@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use super::local::{LocalCluster, PlaneAddrs};
 use super::Exit;
-use crate::client::LeaseClient;
 use crate::proto::v1 as pb;
+use leasehold_client::LeaseClient;
 
 #[derive(clap::Args)]
 pub struct ClusterArgs {

@@ -5,8 +5,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{ClientOpts, Exit, Output};
-use crate::client::LeaseClient;
 use crate::proto::v1 as pb;
+use leasehold_client::{
+    Acquired, Applied, Deleted, HeldBy, LeaseClient, Released, TokenStatus, Written,
+};
 
 /// Seconds on the command line (fractions allowed), milliseconds on the wire.
 pub fn parse_seconds(text: &str) -> Result<u64, String> {
@@ -33,26 +35,14 @@ pub fn seconds(ms: u64) -> String {
 }
 
 fn client(opts: &ClientOpts) -> anyhow::Result<LeaseClient> {
-    let endpoints: Vec<&str> = opts
-        .endpoints
-        .split(',')
-        .filter(|e| !e.trim().is_empty())
-        .collect();
-    opts.lease_client(&endpoints)
+    opts.client()
 }
 
 /// Prints `text` or `fields` (plus where it was applied) and returns the exit status.
-fn emit(
-    opts: &ClientOpts,
-    applied: Option<&pb::Applied>,
-    text: String,
-    mut fields: Value,
-    exit: Exit,
-) -> Exit {
+fn emit(opts: &ClientOpts, applied: Applied, text: String, mut fields: Value, exit: Exit) -> Exit {
     match opts.output {
         Output::Text => println!("{text}"),
         Output::Json => {
-            let applied = applied.cloned().unwrap_or_default();
             fields["log_index"] = json!(applied.log_index);
             fields["position"] = json!(applied.position);
             fields["store_time_ms"] = json!(applied.store_time_ms);
@@ -63,7 +53,7 @@ fn emit(
 }
 
 /// The text for a refusal by a holder, shared by acquire and release.
-pub fn held_by_text(held: &pb::HeldBy) -> String {
+pub fn held_by_text(held: &HeldBy) -> String {
     format!("held by {}", held.holder)
 }
 
@@ -74,23 +64,25 @@ pub async fn acquire(
     ttl_ms: u64,
 ) -> anyhow::Result<Exit> {
     let r = client(opts)?.acquire(lease, holder, ttl_ms).await?;
-    use pb::acquire_response::Outcome;
     Ok(match &r.outcome {
-        Some(Outcome::Granted(g)) => emit(
+        Acquired::Granted {
+            token,
+            expires_at_ms,
+            renewed,
+        } => emit(
             opts,
-            r.applied.as_ref(),
+            r.applied,
             format!(
-                "{} token: {}, expires at {}",
-                if g.renewed { "renewed," } else { "granted," },
-                g.token,
-                seconds(g.expires_at_ms)
+                "{} token: {token}, expires at {}",
+                if *renewed { "renewed," } else { "granted," },
+                seconds(*expires_at_ms)
             ),
-            json!({"outcome": "granted", "token": g.token, "expires_at_ms": g.expires_at_ms, "renewed": g.renewed}),
+            json!({"outcome": "granted", "token": token, "expires_at_ms": expires_at_ms, "renewed": renewed}),
             Exit::Ok,
         ),
-        Some(Outcome::HeldBy(h)) => emit(
+        Acquired::HeldBy(h) => emit(
             opts,
-            r.applied.as_ref(),
+            r.applied,
             format!(
                 "{} (token {}, expires at {})",
                 held_by_text(h),
@@ -100,7 +92,6 @@ pub async fn acquire(
             json!({"outcome": "held_by", "holder": h.holder, "token": h.token, "expires_at_ms": h.expires_at_ms}),
             Exit::Refused,
         ),
-        None => anyhow::bail!("the server answered without an outcome"),
     })
 }
 
@@ -111,31 +102,29 @@ pub async fn release(
     token: u64,
 ) -> anyhow::Result<Exit> {
     let r = client(opts)?.release(lease, holder, token).await?;
-    use pb::release_response::Outcome;
     let (text, fields, exit) = match &r.outcome {
-        Some(Outcome::Released(x)) => (
-            format!("released, token: {}", x.token),
-            json!({"outcome": "released", "token": x.token}),
+        Released::Released { token } => (
+            format!("released, token: {token}"),
+            json!({"outcome": "released", "token": token}),
             Exit::Ok,
         ),
-        Some(Outcome::NotHeld(_)) => (
+        Released::NotHeld => (
             "not held".into(),
             json!({"outcome": "not_held"}),
             Exit::Refused,
         ),
-        Some(Outcome::HeldBy(h)) => (
+        Released::HeldBy(h) => (
             held_by_text(h),
             json!({"outcome": "held_by", "holder": h.holder, "expires_at_ms": h.expires_at_ms}),
             Exit::Refused,
         ),
-        Some(Outcome::WrongToken(w)) => (
-            format!("wrong token (the current token is {})", w.current_token),
-            json!({"outcome": "wrong_token", "current_token": w.current_token}),
+        Released::WrongToken { current_token } => (
+            format!("wrong token (the current token is {current_token})"),
+            json!({"outcome": "wrong_token", "current_token": current_token}),
             Exit::Refused,
         ),
-        None => anyhow::bail!("the server answered without an outcome"),
     };
-    Ok(emit(opts, r.applied.as_ref(), text, fields, exit))
+    Ok(emit(opts, r.applied, text, fields, exit))
 }
 
 pub async fn put(
@@ -145,17 +134,15 @@ pub async fn put(
     fence: Option<(&str, u64)>,
 ) -> anyhow::Result<Exit> {
     let r = client(opts)?.put(key, value.as_bytes(), fence).await?;
-    use pb::put_response::Outcome;
-    let (text, fields, exit) = match &r.outcome {
-        Some(Outcome::Written(_)) => ("ok".to_owned(), json!({"outcome": "ok"}), Exit::Ok),
-        Some(Outcome::StaleToken(s)) => (
-            format!("stale token (the store has seen token {})", s.fence),
-            json!({"outcome": "stale_token", "fence": s.fence}),
+    let (text, fields, exit) = match r.outcome {
+        Written::Written => ("ok".to_owned(), json!({"outcome": "ok"}), Exit::Ok),
+        Written::StaleToken { fence } => (
+            format!("stale token (the store has seen token {fence})"),
+            json!({"outcome": "stale_token", "fence": fence}),
             Exit::Refused,
         ),
-        None => anyhow::bail!("the server answered without an outcome"),
     };
-    Ok(emit(opts, r.applied.as_ref(), text, fields, exit))
+    Ok(emit(opts, r.applied, text, fields, exit))
 }
 
 pub async fn delete(
@@ -164,68 +151,65 @@ pub async fn delete(
     fence: Option<(&str, u64)>,
 ) -> anyhow::Result<Exit> {
     let r = client(opts)?.delete(key, fence).await?;
-    use pb::delete_response::Outcome;
-    let (text, fields, exit) = match &r.outcome {
-        Some(Outcome::Deleted(d)) if d.existed => (
+    let (text, fields, exit) = match r.outcome {
+        Deleted::Deleted { existed: true } => (
             "deleted".to_owned(),
             json!({"outcome": "deleted", "existed": true}),
             Exit::Ok,
         ),
-        Some(Outcome::Deleted(_)) => (
+        Deleted::Deleted { existed: false } => (
             "deleted (there was no such key)".to_owned(),
             json!({"outcome": "deleted", "existed": false}),
             Exit::Ok,
         ),
-        Some(Outcome::StaleToken(s)) => (
-            format!(
-                "stale token (the store has seen token {}); the row stays",
-                s.fence
-            ),
-            json!({"outcome": "stale_token", "fence": s.fence}),
+        Deleted::StaleToken { fence } => (
+            format!("stale token (the store has seen token {fence}); the row stays"),
+            json!({"outcome": "stale_token", "fence": fence}),
             Exit::Refused,
         ),
-        None => anyhow::bail!("the server answered without an outcome"),
     };
-    Ok(emit(opts, r.applied.as_ref(), text, fields, exit))
+    Ok(emit(opts, r.applied, text, fields, exit))
 }
 
 pub async fn check(opts: &ClientOpts, lease: &str, token: u64) -> anyhow::Result<Exit> {
     let r = client(opts)?.check_token(lease, token).await?;
-    use pb::check_token_response::Outcome;
     let (text, fields, exit) = match &r.outcome {
-        Some(Outcome::Current(c)) => (
+        TokenStatus::Current {
+            holder,
+            expires_at_ms,
+        } => (
             format!(
-                "current: held by {} until {}",
-                c.holder,
-                seconds(c.expires_at_ms)
+                "current: held by {holder} until {}",
+                seconds(*expires_at_ms)
             ),
-            json!({"outcome": "current", "holder": c.holder, "expires_at_ms": c.expires_at_ms}),
+            json!({"outcome": "current", "holder": holder, "expires_at_ms": expires_at_ms}),
             Exit::Ok,
         ),
-        Some(Outcome::Stale(s)) => (
-            if s.holder.is_empty() {
-                format!("stale: nobody holds it (latest token {})", s.current_token)
-            } else {
-                format!("stale: held by {} with token {}", s.holder, s.current_token)
+        TokenStatus::Stale {
+            current_token,
+            holder,
+        } => (
+            match holder {
+                None => format!("stale: nobody holds it (latest token {current_token})"),
+                Some(holder) => format!("stale: held by {holder} with token {current_token}"),
             },
-            json!({"outcome": "stale", "current_token": s.current_token, "holder": s.holder}),
+            json!({"outcome": "stale", "current_token": current_token, "holder": holder.as_deref().unwrap_or("")}),
             Exit::Refused,
         ),
-        None => anyhow::bail!("the server answered without an outcome"),
     };
-    Ok(emit(opts, r.applied.as_ref(), text, fields, exit))
+    Ok(emit(opts, r.applied, text, fields, exit))
 }
 
 pub async fn get(opts: &ClientOpts, key: &str) -> anyhow::Result<Exit> {
     let r = client(opts)?.get(key).await?;
-    let value = r.value.as_deref().map(String::from_utf8_lossy);
+    let value = r.outcome.as_deref().map(String::from_utf8_lossy);
     let text = match &value {
         Some(v) => v.to_string(),
         None => "(not found)".to_owned(),
     };
     Ok(emit(
         opts,
-        r.applied.as_ref(),
+        r.applied,
         text,
         json!({"key": key, "value": value}),
         Exit::Ok,
@@ -234,36 +218,33 @@ pub async fn get(opts: &ClientOpts, key: &str) -> anyhow::Result<Exit> {
 
 pub async fn lease(opts: &ClientOpts, name: &str) -> anyhow::Result<Exit> {
     let r = client(opts)?.get_lease(name).await?;
-    let now_ms = r.applied.as_ref().map_or(0, |a| a.store_time_ms);
-    let text = if r.holder.is_empty() {
-        format!(
+    let now_ms = r.applied.store_time_ms;
+    let l = &r.outcome;
+    let text = match &l.holder {
+        None => format!(
             "free (last token {}, fence {}; store time {})",
-            r.token,
-            r.fence,
+            l.token,
+            l.fence,
             seconds(now_ms)
-        )
-    } else {
-        format!(
-            "held by {}, token: {}, expires at {} (fence {}; store time {})",
-            r.holder,
-            r.token,
-            seconds(r.expires_at_ms),
-            r.fence,
+        ),
+        Some(holder) => format!(
+            "held by {holder}, token: {}, expires at {} (fence {}; store time {})",
+            l.token,
+            seconds(l.expires_at_ms),
+            l.fence,
             seconds(now_ms)
-        )
+        ),
     };
-    let holder = (!r.holder.is_empty()).then_some(&r.holder);
-    let fields = json!({"lease": name, "holder": holder, "token": r.token, "expires_at_ms": r.expires_at_ms, "fence": r.fence});
-    Ok(emit(opts, r.applied.as_ref(), text, fields, Exit::Ok))
+    let fields = json!({"lease": name, "holder": l.holder, "token": l.token, "expires_at_ms": l.expires_at_ms, "fence": l.fence});
+    Ok(emit(opts, r.applied, text, fields, Exit::Ok))
 }
 
 pub async fn advance(opts: &ClientOpts, by_ms: u64) -> anyhow::Result<Exit> {
-    let r = client(opts)?.advance(by_ms).await?;
-    let now_ms = r.applied.as_ref().map_or(0, |a| a.store_time_ms);
+    let applied = client(opts)?.advance(by_ms).await?;
     Ok(emit(
         opts,
-        r.applied.as_ref(),
-        format!("store time: {}", seconds(now_ms)),
+        applied,
+        format!("store time: {}", seconds(applied.store_time_ms)),
         json!({"outcome": "advanced"}),
         Exit::Ok,
     ))
@@ -365,10 +346,10 @@ fn status_json(nodes: &[pb::NodeStatus]) -> Value {
 pub async fn status(opts: &ClientOpts, watch: bool) -> anyhow::Result<Exit> {
     let client = client(opts)?;
     if !watch {
-        let r = client.status().await?;
+        let nodes = client.status().await?;
         match opts.output {
-            Output::Text => print!("{}", status_table(&r.nodes)),
-            Output::Json => println!("{}", status_json(&r.nodes)),
+            Output::Text => print!("{}", status_table(&nodes)),
+            Output::Json => println!("{}", status_json(&nodes)),
         }
         return Ok(Exit::Ok);
     }
@@ -377,9 +358,9 @@ pub async fn status(opts: &ClientOpts, watch: bool) -> anyhow::Result<Exit> {
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
         let screen = match client.status().await {
-            Ok(r) => match opts.output {
-                Output::Text => status_table(&r.nodes),
-                Output::Json => format!("{}\n", status_json(&r.nodes)),
+            Ok(nodes) => match opts.output {
+                Output::Text => status_table(&nodes),
+                Output::Json => format!("{}\n", status_json(&nodes)),
             },
             Err(e) => format!("{e}\n"),
         };

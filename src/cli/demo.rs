@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use super::local::{local_addrs, LocalCluster};
 use super::Exit;
-use crate::client::LeaseClient;
-use crate::proto::v1 as pb;
+use leasehold_client::{Acquired, Answer, LeaseClient, Written};
 
 const LEASE: &str = "report-writer";
 const TTL_MS: u64 = 10_000;
@@ -32,25 +31,23 @@ pub async fn run() -> anyhow::Result<Exit> {
 }
 
 /// The acquire's answer, the way the seed page prints it.
-fn acquired(response: &pb::AcquireResponse) -> Result<u64, String> {
+fn acquired(response: &Answer<Acquired>) -> Result<u64, String> {
     match &response.outcome {
-        Some(pb::acquire_response::Outcome::Granted(g)) => Ok(g.token),
-        Some(pb::acquire_response::Outcome::HeldBy(h)) => Err(super::commands::held_by_text(h)),
-        None => Err("no outcome".into()),
+        Acquired::Granted { token, .. } => Ok(*token),
+        Acquired::HeldBy(h) => Err(super::commands::held_by_text(h)),
     }
 }
 
-fn written(response: &pb::PutResponse) -> &'static str {
-    match &response.outcome {
-        Some(pb::put_response::Outcome::Written(_)) => "ok",
-        Some(pb::put_response::Outcome::StaleToken(_)) => "stale token",
-        None => "no outcome",
+fn written(response: &Answer<Written>) -> &'static str {
+    match response.outcome {
+        Written::Written => "ok",
+        Written::StaleToken { .. } => "stale token",
     }
 }
 
-fn value(response: &pb::GetResponse) -> String {
+fn value(response: &Answer<Option<Vec<u8>>>) -> String {
     response
-        .value
+        .outcome
         .as_deref()
         .map(|v| String::from_utf8_lossy(v).into_owned())
         .unwrap_or_else(|| "(not found)".into())

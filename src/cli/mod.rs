@@ -1,5 +1,6 @@
 //! The `leasehold` binary's commands. Exit codes: 0 granted or accepted, 3 refused by the store
-//! (held by, stale token), 1 on errors with one line on stderr.
+//! (held by, stale token), 1 on errors with one line on stderr; `hold` exits with its command's
+//! code, or 4 when the lease was lost under it.
 
 mod bench;
 #[cfg(feature = "etcd")]
@@ -8,14 +9,16 @@ pub mod certs;
 mod cluster;
 mod commands;
 mod demo;
+mod hold;
 pub mod local;
 mod serve;
+mod watch;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::client::LeaseClient;
+use leasehold_client::LeaseClient;
 
 /// The local cluster's addresses, the default for every client command.
 pub const DEFAULT_ENDPOINTS: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003";
@@ -73,6 +76,16 @@ impl ClientOpts {
                     .ca_certificate(tonic::transport::Certificate::from_pem(pem))
             }
         }))
+    }
+
+    /// A client for --endpoints, over TLS when --tls-ca is given.
+    pub fn client(&self) -> anyhow::Result<LeaseClient> {
+        let endpoints: Vec<&str> = self
+            .endpoints
+            .split(',')
+            .filter(|e| !e.trim().is_empty())
+            .collect();
+        self.lease_client(&endpoints)
     }
 
     /// A client for `endpoints`, over TLS when --tls-ca is given.
@@ -153,6 +166,13 @@ enum Cmd {
         #[arg(value_name = "SECONDS", value_parser = commands::parse_seconds)]
         by_ms: u64,
     },
+    /// Run a command while holding a lease: LEASEHOLD_LEASE, LEASEHOLD_TOKEN and
+    /// LEASEHOLD_HOLDER in its environment. Exits with its code; 3 at once if the lease is held
+    /// (without --wait); 4 if the lease was lost, after killing the command before another
+    /// holder could be granted it.
+    Hold(hold::HoldArgs),
+    /// Print lease events (granted, renewed, released, expired) as they are applied.
+    Watch(watch::WatchArgs),
     /// Show every node's role, term and log position.
     Status {
         /// Refresh every half second until interrupted.
@@ -165,6 +185,8 @@ enum Cmd {
 pub enum Exit {
     Ok,
     Refused,
+    /// This exit code (`hold`: its command's, or 4 for a lost lease).
+    Code(u8),
 }
 
 /// Parses the command line and runs the command.
@@ -201,6 +223,7 @@ pub fn main() -> ExitCode {
     match runtime.block_on(run(cli.command, &cli.client)) {
         Ok(Exit::Ok) => ExitCode::SUCCESS,
         Ok(Exit::Refused) => ExitCode::from(3),
+        Ok(Exit::Code(code)) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(1)
@@ -242,5 +265,7 @@ async fn run(command: Cmd, client: &ClientOpts) -> anyhow::Result<Exit> {
         Cmd::Lease { lease } => commands::lease(client, &lease).await,
         Cmd::Advance { by_ms } => commands::advance(client, by_ms).await,
         Cmd::Status { watch } => commands::status(client, watch).await,
+        Cmd::Hold(args) => hold::run(client, args).await,
+        Cmd::Watch(args) => watch::run(client, args).await,
     }
 }

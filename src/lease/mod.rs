@@ -4,11 +4,13 @@
 //! so every replica that applies the same log reaches the same state.
 
 mod command;
+mod event;
 pub mod limits;
 pub(crate) mod session;
 mod table;
 
 pub use command::{Batch, Command, Fence, Op, Outcome, ReleaseRefusal, RequestId};
+pub use event::{Event, EventKind};
 pub use limits::{validate, InvalidInput, Limits};
 pub use session::SESSION_IDLE_MS;
 pub use table::{Lease, LeaseTable, TokenCheck, FORGET_BATCH};

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::session::{fingerprint, Admission, Sessions};
-use crate::lease::{Command, Fence, Op, Outcome, ReleaseRefusal};
+use crate::lease::{Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal};
 
 /// The whole replicated state. `BTreeMap`s, so iteration and serialization are deterministic.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -233,29 +233,64 @@ impl LeaseTable {
     /// every replica. A refusal changes no lease and no row; the clock still moves to the
     /// command's stamp, because time passing is not the command's doing.
     pub fn apply(&mut self, command: &Command) -> Outcome {
+        self.apply_noting(command, &mut Vec::new())
+    }
+
+    /// [`apply`](Self::apply), noting in `events` what happened to leases: the expiries the
+    /// command's time brought, in expiry order, then the command's own grant, renewal or
+    /// release. A retry answered from its session changes nothing and notes nothing.
+    pub fn apply_noting(&mut self, command: &Command, events: &mut Vec<Event>) -> Outcome {
         if let Some(at_ms) = command.at_ms {
             // Invariant: store time never goes backwards, whatever a (new) leader stamped.
-            self.now_ms = self.now_ms.max(at_ms);
+            self.pass_time(at_ms, events);
         }
         // Sessions expire by store time on every command, lease or not: state stays the size
         // of the clients seen in the last hour.
         self.sessions.expire(self.now_ms);
         let Some(request) = command.request else {
-            return self.apply_op(&command.op);
+            return self.apply_op(&command.op, events);
         };
         let print = fingerprint(&command.op);
         match self.sessions.admit(request, print, self.now_ms) {
             Admission::Answer(outcome) => outcome,
             Admission::Apply => {
-                let outcome = self.apply_op(&command.op);
+                let outcome = self.apply_op(&command.op, events);
                 self.sessions.record(request, print, &outcome);
                 outcome
             }
         }
     }
 
-    fn apply_op(&mut self, op: &Op) -> Outcome {
-        match op {
+    /// Moves store time to `to_ms` if that is later, noting the leases held until then whose
+    /// grant ran out on the way.
+    fn pass_time(&mut self, to_ms: u64, events: &mut Vec<Event>) {
+        if to_ms <= self.now_ms {
+            return;
+        }
+        // A free lease's expiry is not after now, so the range holds held leases only.
+        let after_now = (self.now_ms + 1, String::new());
+        let past_to = (to_ms.saturating_add(1), String::new());
+        for (at, name) in self.expiries.range(after_now..past_to) {
+            if let Some(Lease {
+                holder: Some(holder),
+                token,
+                ..
+            }) = self.leases.get(name)
+            {
+                events.push(Event {
+                    kind: EventKind::Expired,
+                    lease: name.clone(),
+                    holder: holder.clone(),
+                    token: *token,
+                    expires_at_ms: *at,
+                });
+            }
+        }
+        self.now_ms = to_ms;
+    }
+
+    fn apply_op(&mut self, op: &Op, events: &mut Vec<Event>) -> Outcome {
+        let outcome = match op {
             Op::Acquire {
                 lease,
                 holder,
@@ -268,7 +303,7 @@ impl LeaseTable {
             } => self.release(lease, holder, *token),
             Op::Put { key, value, fence } => self.put(key, value, fence.as_ref()),
             Op::Advance { by_ms } => {
-                self.now_ms = self.now_ms.saturating_add(*by_ms);
+                self.pass_time(self.now_ms.saturating_add(*by_ms), events);
                 Outcome::Advanced
             }
             // Carries nothing but its stamp: expiries happen by the time it brings.
@@ -278,7 +313,38 @@ impl LeaseTable {
             },
             Op::Delete { key, fence } => self.delete(key, fence.as_ref()),
             Op::Forget { retention_ms } => self.forget(*retention_ms),
+        };
+        match (op, &outcome) {
+            (
+                Op::Acquire { lease, holder, .. },
+                Outcome::Granted {
+                    token,
+                    expires_at_ms,
+                    renewed,
+                },
+            ) => events.push(Event {
+                kind: if *renewed {
+                    EventKind::Renewed
+                } else {
+                    EventKind::Granted
+                },
+                lease: lease.clone(),
+                holder: holder.clone(),
+                token: *token,
+                expires_at_ms: *expires_at_ms,
+            }),
+            (Op::Release { lease, holder, .. }, Outcome::Released { token }) => {
+                events.push(Event {
+                    kind: EventKind::Released,
+                    lease: lease.clone(),
+                    holder: holder.clone(),
+                    token: *token,
+                    expires_at_ms: self.now_ms,
+                })
+            }
+            _ => {}
         }
+        outcome
     }
 
     /// Drops the leases free for at least `retention_ms`, longest-free first, at most
@@ -756,6 +822,83 @@ mod tests {
         .unwrap();
         assert!(postcard::from_bytes::<LeaseTable>(&old).is_err());
         assert_eq!(LeaseTable::from_older_bytes(&old).unwrap(), t);
+    }
+
+    /// `(kind, lease, holder, token, expires_at_ms)` of what `command` noted.
+    fn noted(t: &mut LeaseTable, command: Command) -> Vec<(EventKind, String, String, u64, u64)> {
+        let mut events = Vec::new();
+        t.apply_noting(&command, &mut events);
+        events
+            .into_iter()
+            .map(|e| (e.kind, e.lease, e.holder, e.token, e.expires_at_ms))
+            .collect()
+    }
+
+    #[test]
+    fn events_note_grants_renewals_releases_and_expiries_when_time_passes_them() {
+        use EventKind::*;
+        let mut t = LeaseTable::default();
+        let ev = |kind, lease: &str, holder: &str, token, at| {
+            (kind, lease.to_owned(), holder.to_owned(), token, at)
+        };
+        assert_eq!(
+            noted(&mut t, at(0, acquire("a", "x", 100))),
+            [ev(Granted, "a", "x", 1, 100)]
+        );
+        assert_eq!(
+            noted(&mut t, at(10, acquire("b", "y", 50))),
+            [ev(Granted, "b", "y", 1, 60)]
+        );
+        assert_eq!(
+            noted(&mut t, at(20, acquire("a", "x", 100))),
+            [ev(Renewed, "a", "x", 1, 120)]
+        );
+        // Refused and plain writes note nothing; time short of an expiry neither.
+        assert!(noted(&mut t, at(59, acquire("a", "z", 100))).is_empty());
+        assert!(noted(&mut t, at(59, plain("k", "v"))).is_empty());
+        // The expiry is noted by the command whose time passes it, before its own event.
+        assert_eq!(
+            noted(&mut t, at(60, acquire("b", "z", 100))),
+            [ev(Expired, "b", "y", 1, 60), ev(Granted, "b", "z", 2, 160)]
+        );
+        assert_eq!(
+            noted(&mut t, at(70, release("b", "z", 2))),
+            [ev(Released, "b", "z", 2, 70)]
+        );
+        // A released lease does not expire later; an expired one is noted once.
+        assert_eq!(
+            noted(&mut t, at(500, Op::Tick)),
+            [ev(Expired, "a", "x", 1, 120)]
+        );
+        assert!(noted(&mut t, at(900, Op::Tick)).is_empty());
+        // Under the manual clock an advance passes the expiries.
+        let mut m = LeaseTable::default();
+        let manual = |op| Command {
+            at_ms: None,
+            request: None,
+            op,
+        };
+        noted(&mut m, manual(acquire("c", "x", 100)));
+        assert_eq!(
+            noted(&mut m, manual(Op::Advance { by_ms: 100 })),
+            [ev(Expired, "c", "x", 1, 100)]
+        );
+    }
+
+    #[test]
+    fn a_retry_answered_from_its_session_notes_nothing() {
+        let mut t = LeaseTable::default();
+        let client = register(&mut t, 0);
+        let command = Command {
+            at_ms: Some(1),
+            request: Some(RequestId {
+                client,
+                sequence: 1,
+            }),
+            op: acquire("a", "x", 100),
+        };
+        assert_eq!(noted(&mut t, command.clone()).len(), 1);
+        assert!(noted(&mut t, command).is_empty());
     }
 
     #[test]

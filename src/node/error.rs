@@ -9,12 +9,7 @@ use openraft::error::{ClientWriteError, RaftError};
 
 use crate::raft::{NodeId, WriteError};
 
-/// Metadata key set on a status when the write may or may not have been applied.
-pub const INDETERMINATE_KEY: &str = "leasehold-indeterminate";
-/// Metadata key set on a status refusing a request whose client session is not open.
-pub const SESSION_KEY: &str = "leasehold-session";
-/// Metadata key set on every status a node produced itself, as opposed to a transport failure.
-pub const ORIGIN_KEY: &str = "leasehold-origin";
+pub use leasehold_proto::{INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum NodeError {

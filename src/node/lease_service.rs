@@ -21,11 +21,22 @@ const FORWARDED_KEY: &str = "leasehold-forwarded";
 
 pub struct LeaseService {
     node: Node,
+    /// Ends long-lived watch streams when the node stops, so they do not hold its shutdown.
+    stopping: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl LeaseService {
     pub fn new(node: Node) -> Self {
-        LeaseService { node }
+        LeaseService {
+            node,
+            stopping: None,
+        }
+    }
+
+    /// Watch streams end when `stopping` turns true.
+    pub fn stopping_on(mut self, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.stopping = Some(stopping);
+        self
     }
 
     async fn write(&self, op: Op, request: Option<RequestId>) -> Result<Applied, Status> {
@@ -105,6 +116,20 @@ fn is_forwarded<T>(request: &Request<T>) -> bool {
 
 #[tonic::async_trait]
 impl pb::lease_store_server::LeaseStore for LeaseService {
+    type WatchStream = super::watch::WatchStream;
+
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let stream = super::watch::start(
+            self.node.clone(),
+            request.into_inner(),
+            self.stopping.clone(),
+        )?;
+        Ok(Response::new(stream))
+    }
+
     async fn acquire(
         &self,
         request: Request<pb::AcquireRequest>,

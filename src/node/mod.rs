@@ -10,6 +10,7 @@ mod lease_service;
 mod peer_gate;
 mod raft_service;
 mod server;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -99,6 +100,10 @@ const _: () = {
     assert!(
         forwarder::FORWARD_TIMEOUT.as_millis() > NODE_WRITE_WORST.as_millis(),
         "a forwarded write waits for the leader's own worst case, and the hop"
+    );
+    assert!(
+        leasehold_client::ATTEMPT_TIMEOUT.as_millis() > NODE_WRITE_WORST.as_millis(),
+        "a client's attempt may last as long as a node's own worst case for a write"
     );
 };
 

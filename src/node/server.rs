@@ -264,6 +264,7 @@ pub async fn run(
         }
     };
     let stop_watch = tokio::spawn(stop_on);
+    let stopping = stopped.clone();
     let until_stopped = move || {
         let mut stopped = stopped.clone();
         async move {
@@ -276,7 +277,7 @@ pub async fn run(
     // TCP keepalive ([`KEEPALIVE`]) drops connections whose other end died.
     let client_router = tonic::transport::Server::builder()
         .add_service(
-            LeaseStoreServer::new(LeaseService::new(node.clone()))
+            LeaseStoreServer::new(LeaseService::new(node.clone()).stopping_on(stopping.clone()))
                 .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
         )
         .add_service(ClusterServer::new(ClusterService::new(node.clone())))
@@ -294,7 +295,7 @@ pub async fn run(
             gate.clone(),
         ))
         .add_service(InterceptedService::new(
-            LeaseStoreServer::new(LeaseService::new(node.clone()))
+            LeaseStoreServer::new(LeaseService::new(node.clone()).stopping_on(stopping))
                 .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
             gate.clone(),
         ))

@@ -8,6 +8,7 @@
 mod append_times;
 #[cfg(test)]
 mod decoding_tests;
+pub mod events;
 mod log_store;
 mod network;
 mod proposer;

@@ -17,6 +17,7 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 
 use super::codec::{decode, encode};
+use super::events::{EventHistory, NotedEvent};
 use super::snapshot_file::{DurableSnapshot, SlowWork, SnapshotFile, SnapshotFiles, Written};
 use super::{AppendTimes, Applied, LogId, NodeId, StorageError, TypeConfig};
 use crate::lease::{Batch, LeaseTable};
@@ -25,9 +26,12 @@ type Entry = openraft::Entry<TypeConfig>;
 type Meta = SnapshotMeta<NodeId, BasicNode>;
 
 /// The applied state, shared with the gRPC services that read it after `ensure_linearizable`.
-#[derive(Default)]
 pub struct SharedState {
     inner: RwLock<Applying>,
+    /// The lease events of the entries applied here, for watchers.
+    events: Mutex<EventHistory>,
+    /// The last applied index, sent after its events are in `events`: watchers wait on it.
+    applied: tokio::sync::watch::Sender<u64>,
     /// The newest store time this process applied, and when its entry was appended here, on
     /// this process's monotonic clock: what a new leader on this node carries its time on from
     /// (see `node::clock`).
@@ -51,7 +55,28 @@ pub struct Applying {
     pub last_membership: StoredMembership<NodeId, BasicNode>,
 }
 
+impl Default for SharedState {
+    fn default() -> Self {
+        SharedState {
+            inner: RwLock::default(),
+            events: Mutex::default(),
+            applied: tokio::sync::watch::channel(0).0,
+            stamp_seen: Mutex::default(),
+        }
+    }
+}
+
 impl SharedState {
+    /// The kept lease events, under their lock: held only for a scan, never across an await.
+    pub fn events(&self) -> std::sync::MutexGuard<'_, EventHistory> {
+        self.events.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Follows the last applied index; every event up to it is in [`events`](Self::events).
+    pub fn applied_index(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.applied.subscribe()
+    }
+
     /// A read guard. Held only for a lookup: never across an await.
     pub fn read(&self) -> RwLockReadGuard<'_, Applying> {
         self.inner
@@ -127,6 +152,10 @@ impl StateMachineStore {
             last_applied: meta.last_log_id,
             last_membership: meta.last_membership.clone(),
         };
+        // The snapshot holds no events: watchers can start after it only.
+        let index = meta.last_log_id.map_or(0, |id| id.index);
+        self.state.events().reset(index + 1);
+        self.state.applied.send_replace(index);
     }
 }
 
@@ -214,6 +243,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let mut state = self.state.inner.write().unwrap_or_else(|p| p.into_inner());
         let mut seen = None;
         let mut replies = Vec::new();
+        let mut noted = Vec::new();
+        let mut events = Vec::new();
         for entry in entries {
             let time_before = state.table.now_ms();
             let mut answers = Vec::new();
@@ -221,7 +252,13 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 EntryPayload::Blank => {}
                 EntryPayload::Normal(Batch(commands)) => {
                     for (position, command) in (0..).zip(commands) {
-                        let outcome = state.table.apply(command);
+                        let outcome = state.table.apply_noting(command, &mut events);
+                        let store_time_ms = state.table.now_ms();
+                        noted.extend(events.drain(..).map(|event| NotedEvent {
+                            log_index: entry.log_id.index,
+                            store_time_ms,
+                            event,
+                        }));
                         answers.push(Applied {
                             log_index: entry.log_id.index,
                             position,
@@ -247,6 +284,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             }
             state.last_applied = Some(entry.log_id);
             replies.push(answers);
+        }
+        if let Some(last) = state.last_applied {
+            // Events first, then the index: a watcher woken by the index finds them.
+            self.state.events().push(noted);
+            self.state.applied.send_replace(last.index);
         }
         if seen.is_some() {
             *self

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use leasehold::cli::certs;
 use leasehold::cli::local::{local_addrs, LocalCluster};
-use leasehold::client::LeaseClient;
 use leasehold::proto::v1 as pb;
 use leasehold::tls::Tls;
+use leasehold_client::{Acquired, Answer, LeaseClient, Written};
 use tempfile::TempDir;
 
 pub struct Harness {
@@ -107,11 +107,7 @@ impl Harness {
     }
 
     pub async fn status(&self) -> Vec<pb::NodeStatus> {
-        self.client
-            .status()
-            .await
-            .map(|s| s.nodes)
-            .unwrap_or_default()
+        self.client.status().await.unwrap_or_default()
     }
 
     /// The leader's id, once every live node agrees on one.
@@ -307,18 +303,12 @@ where
     }
 }
 
-pub fn granted(response: &pb::AcquireResponse) -> Option<u64> {
-    match &response.outcome {
-        Some(pb::acquire_response::Outcome::Granted(g)) => Some(g.token),
-        _ => None,
-    }
+pub fn granted(response: &Answer<Acquired>) -> Option<u64> {
+    response.outcome.token()
 }
 
-pub fn written(response: &pb::PutResponse) -> bool {
-    matches!(
-        response.outcome,
-        Some(pb::put_response::Outcome::Written(_))
-    )
+pub fn written(response: &Answer<Written>) -> bool {
+    response.outcome.is_written()
 }
 
 /// Waits up to 10 s for a process that is not our child to exit; panics if it does not.

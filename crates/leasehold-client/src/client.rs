@@ -6,251 +6,49 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use leasehold_proto::v1 as pb;
+use leasehold_proto::v1::cluster_client::ClusterClient;
+use leasehold_proto::v1::lease_store_client::LeaseStoreClient;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
-use tonic::{Code, Request, Response, Status};
+use tonic::{Request, Response, Status};
 
-use crate::node::{INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
-use crate::proto::v1 as pb;
-use crate::proto::v1::cluster_client::ClusterClient;
-use crate::proto::v1::lease_store_client::LeaseStoreClient;
+use crate::answers::{
+    Acquired, Answer, Applied, Deleted, LeaseState, Released, TokenStatus, Written,
+};
+use crate::attempts::{Attempts, Effect, Next};
+use crate::error::ClientError;
+use crate::watch::{Watch, WatchFrom, WatchSelect};
 
-/// One attempt's limit: above a node's own worst case (election wait plus quorum waits).
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(9);
-const _: () = assert!(
-    ATTEMPT_TIMEOUT.as_millis() > crate::node::NODE_WRITE_WORST.as_millis(),
-    "an attempt may last as long as a node's own worst case for a write"
-);
+/// One attempt's limit: above a node's own worst case for a write (an election wait plus
+/// quorum waits, about 8 s), so that an attempt is not cut while the node still works on it.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(9);
 /// No attempt gets less, whatever the deadline.
 const MIN_ATTEMPT: Duration = Duration::from_millis(200);
 /// How long a call keeps trying other nodes while none answers.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
 /// Pause after every node was tried once, so a cluster in an election is not hammered.
-const ROUND_PAUSE: Duration = Duration::from_millis(50);
+pub(crate) const ROUND_PAUSE: Duration = Duration::from_millis(50);
 
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error("invalid endpoint {endpoint:?}: {reason}")]
-    Endpoint { endpoint: String, reason: String },
-    #[error("{}", describe(.0))]
-    Status(Status),
-}
-
-impl ClientError {
-    pub fn code(&self) -> Code {
-        match self {
-            ClientError::Endpoint { .. } => Code::InvalidArgument,
-            ClientError::Status(status) => status.code(),
-        }
-    }
-
-    /// The call was a write that may or may not have been applied: some attempt of it reached
-    /// the store, or may have, and no answer came back. Never true of a read.
-    pub fn is_indeterminate(&self) -> bool {
-        match self {
-            ClientError::Endpoint { .. } => false,
-            ClientError::Status(status) => status.metadata().get(INDETERMINATE_KEY).is_some(),
-        }
-    }
-
-    /// The store refused the request because its session is not open (expired, say).
-    fn is_unknown_session(&self) -> bool {
-        match self {
-            ClientError::Endpoint { .. } => false,
-            ClientError::Status(status) => status.metadata().get(SESSION_KEY).is_some(),
-        }
-    }
-}
-
-/// One line: the code, then whether the write may have been applied, then the message.
-fn describe(status: &Status) -> String {
-    let kind = match status.code() {
-        Code::InvalidArgument => "invalid argument".to_owned(),
-        Code::Unavailable => "unavailable".to_owned(),
-        Code::FailedPrecondition => "failed precondition".to_owned(),
-        Code::DeadlineExceeded => "deadline exceeded".to_owned(),
-        Code::Internal => "internal error".to_owned(),
-        other => format!("{other:?}"),
-    };
-    let indeterminate = if status.metadata().get(INDETERMINATE_KEY).is_some() {
-        " (indeterminate)"
-    } else {
-        ""
-    };
-    format!("{kind}{indeterminate}: {}", message_with_cause(status))
-}
-
-/// The status's message and, when the transport failed, what failed underneath (a refused
-/// connection, a TLS handshake alert): tonic's own message then says only "transport error".
-fn message_with_cause(status: &Status) -> String {
-    let mut text = status.message().to_owned();
-    let mut source = std::error::Error::source(status);
-    let mut deepest = None;
-    while let Some(error) = source {
-        deepest = Some(error.to_string());
-        source = error.source();
-    }
-    if let Some(cause) = deepest.filter(|cause| !text.contains(cause.as_str())) {
-        text = format!("{text}: {cause}");
-    }
-    if status.code() == Code::Internal && text.contains("h2 protocol error") {
-        text += " (is the node serving TLS? then pass --tls-ca)";
-    }
-    text
-}
-
-/// Worth trying elsewhere: the node asked did not answer in time, had no leader or quorum,
-/// or its connection failed. Safe for writes too: every request carries a request id, and the
-/// store answers a retry of an applied request with its first answer instead of applying it
-/// again. Bad input, a wrong clock and broken invariants are final.
-fn retryable(status: &Status) -> bool {
-    matches!(
-        status.code(),
-        Code::Unavailable
-            | Code::DeadlineExceeded
-            | Code::Cancelled
-            | Code::Unknown
-            | Code::ResourceExhausted
-    )
-}
-
-/// Whether a call changes the store: only a write can be left indeterminate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Effect {
-    Read,
-    Write,
-}
-
-/// What the call does after a failed attempt.
-#[derive(Debug)]
-enum Next {
-    Retry,
-    Stop(ClientError),
-}
-
-/// A call's failed attempts so far, and what they add up to.
+/// A client of a Leasehold cluster: give it some or all of the nodes' client addresses.
 ///
-/// A write is retried, under its one request id, whatever happened to the attempt before:
-/// the store answers a retry of a request it already applied with its first answer instead of
-/// applying it again. So an indeterminate attempt is retried too, and a later answer settles
-/// it. Only when the call ends without an answer does it matter that an attempt may have
-/// applied the write: then the error says so, whichever attempt it was.
-#[derive(Debug)]
-struct Attempts {
-    effect: Effect,
-    /// Why an attempt of this write may have applied it; `None` while none may have.
-    applied_maybe: Option<String>,
-}
-
-impl Attempts {
-    fn new(effect: Effect) -> Self {
-        Attempts {
-            effect,
-            applied_maybe: None,
-        }
-    }
-
-    /// Takes one attempt's failure. `gave_up` is why the call stops even if this failure is
-    /// worth retrying (its deadline passed); `None` while there is time left.
-    fn failed(&mut self, mut status: Status, gave_up: Option<String>) -> Next {
-        if status.metadata().get(SESSION_KEY).is_some() {
-            // "Not applied now, and maybe earlier": the node cannot know about earlier attempts,
-            // but this call does. Only they can make the write indeterminate.
-            status.metadata_mut().remove(INDETERMINATE_KEY);
-        }
-        let earlier = self.applied_maybe.take();
-        let this = match self.effect {
-            Effect::Write => applied_maybe(&status),
-            Effect::Read => None,
-        };
-        let retry = retryable(&status);
-        if retry && gave_up.is_none() {
-            self.applied_maybe = earlier.or(this);
-            return Next::Retry;
-        }
-        let last = match gave_up {
-            Some(why) if retry => {
-                let mut summary =
-                    Status::unavailable(format!("{why}; last: {}", message_with_cause(&status)));
-                if status.metadata().get(INDETERMINATE_KEY).is_some() {
-                    mark_indeterminate(&mut summary);
-                }
-                summary
-            }
-            _ => status,
-        };
-        Next::Stop(ClientError::Status(match (self.effect, earlier, this) {
-            (Effect::Read, ..) => {
-                let mut last = last;
-                last.metadata_mut().remove(INDETERMINATE_KEY);
-                last
-            }
-            (Effect::Write, None, None) => last,
-            // The node's own message already says the write may have been applied.
-            (Effect::Write, _, _) if last.metadata().get(INDETERMINATE_KEY).is_some() => last,
-            (Effect::Write, Some(earlier), _) => indeterminate(
-                &last,
-                &format!("the write may have been applied by an earlier attempt: {earlier}"),
-            ),
-            (Effect::Write, None, Some(_)) => indeterminate(
-                &last,
-                "the last attempt's answer was lost, so the write may have been applied",
-            ),
-        }))
-    }
-}
-
-/// Why the attempt that failed with `status` may have applied its write; `None` if it
-/// certainly did not.
-fn applied_maybe(status: &Status) -> Option<String> {
-    if status.metadata().get(INDETERMINATE_KEY).is_some() {
-        // The node says why: a lost quorum, a lost forward, a stop mid-write.
-        return Some(status.message().to_owned());
-    }
-    if status.metadata().get(ORIGIN_KEY).is_some() || never_sent(status) {
-        // A node's own determinate answer (no leader, bad input), or no connection at all.
-        return None;
-    }
-    if matches!(status.code(), Code::OutOfRange | Code::Unimplemented) {
-        // Refused by the server before any handler ran: a message over its size limit, or a
-        // method it does not serve. No node produces these codes itself.
-        return None;
-    }
-    // Anything else failed after the request may have left: the attempt's timeout fired, the
-    // call was cancelled or reset, or the answer did not arrive or decode.
-    Some(format!("its answer was lost ({})", describe(status)))
-}
-
-/// Only a connection that was never made proves the request was not sent: tonic reports a
-/// failed connect (refused, timed out) as a `ConnectError` in the status's source chain.
-fn never_sent(status: &Status) -> bool {
-    let mut source = std::error::Error::source(status);
-    while let Some(error) = source {
-        if error.is::<tonic::ConnectError>() {
-            return true;
-        }
-        source = error.source();
-    }
-    false
-}
-
-fn mark_indeterminate(status: &mut Status) {
-    status.metadata_mut().insert(
-        INDETERMINATE_KEY,
-        tonic::metadata::MetadataValue::from_static("true"),
-    );
-}
-
-/// `status` with the mark, and `why` after its message.
-fn indeterminate(status: &Status, why: &str) -> Status {
-    let mut marked = Status::with_metadata(
-        status.code(),
-        format!("{}; {why}", status.message()),
-        status.metadata().clone(),
-    );
-    mark_indeterminate(&mut marked);
-    marked
-}
-
+/// Every write carries a request id under a session the client opens through the log on its
+/// first write, so a retry after a lost answer is answered, never applied twice. When a call
+/// gives up, [`ClientError::is_indeterminate`] says whether the write may have been applied.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), leasehold_client::ClientError> {
+/// use leasehold_client::{Acquired, LeaseClient, Written};
+///
+/// let client = LeaseClient::new(&["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"])?;
+/// let answer = client.acquire("jobs/nightly", "worker-1", 5_000).await?;
+/// if let Acquired::Granted { token, .. } = answer.outcome {
+///     // Fenced: refused once the store has seen a bigger token for the lease.
+///     let put = client.put("report", b"done", Some(("jobs/nightly", token))).await?;
+///     assert_eq!(put.outcome, Written::Written);
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub struct LeaseClient {
     /// This client's session, opened through the log on its first write: its requests name
     /// it, so the store answers a retry instead of applying it twice.
@@ -287,7 +85,10 @@ fn target(endpoint: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, Cli
     let target = Endpoint::from_shared(format!("{scheme}://{address}"))
         .map_err(invalid)?
         .connect_timeout(Duration::from_millis(500))
-        .tcp_nodelay(true);
+        .tcp_nodelay(true)
+        // A node that stops answering (paused, cut off) is noticed on an idle watch stream too.
+        .http2_keep_alive_interval(Duration::from_secs(1))
+        .keep_alive_timeout(Duration::from_secs(2));
     match tls {
         Some(tls) => target.tls_config(tls.clone()).map_err(invalid),
         None => Ok(target),
@@ -404,6 +205,7 @@ impl LeaseClient {
         }
     }
 
+    /// The endpoints this client was given.
     pub fn endpoints(&self) -> &[String] {
         &self.endpoints
     }
@@ -454,117 +256,137 @@ impl LeaseClient {
         }
     }
 
+    /// Takes `lease` for `holder` for `ttl_ms` of store time, or renews it if `holder` holds it
+    /// already (same token, expiry moved to now + `ttl_ms`).
     pub async fn acquire(
         &self,
         lease: &str,
         holder: &str,
         ttl_ms: u64,
-    ) -> Result<pb::AcquireResponse, ClientError> {
-        self.write(|request_id| {
-            let message = pb::AcquireRequest {
-                lease: lease.into(),
-                holder: holder.into(),
-                ttl_ms,
-                request_id,
-            };
-            self.call(Effect::Write, move |ch, timeout| {
-                let request = attempt(message.clone(), timeout);
-                async move { LeaseStoreClient::new(ch).acquire(request).await }
+    ) -> Result<Answer<Acquired>, ClientError> {
+        let answer = self
+            .write(|request_id| {
+                let message = pb::AcquireRequest {
+                    lease: lease.into(),
+                    holder: holder.into(),
+                    ttl_ms,
+                    request_id,
+                };
+                self.call(Effect::Write, move |ch, timeout| {
+                    let request = attempt(message.clone(), timeout);
+                    async move { LeaseStoreClient::new(ch).acquire(request).await }
+                })
             })
-        })
-        .await
+            .await?;
+        Answer::try_from(answer)
     }
 
+    /// Frees `lease` at once, if `holder` holds it under `token`.
     pub async fn release(
         &self,
         lease: &str,
         holder: &str,
         token: u64,
-    ) -> Result<pb::ReleaseResponse, ClientError> {
-        self.write(|request_id| {
-            let message = pb::ReleaseRequest {
-                lease: lease.into(),
-                holder: holder.into(),
-                token,
-                request_id,
-            };
-            self.call(Effect::Write, move |ch, timeout| {
-                let request = attempt(message.clone(), timeout);
-                async move { LeaseStoreClient::new(ch).release(request).await }
+    ) -> Result<Answer<Released>, ClientError> {
+        let answer = self
+            .write(|request_id| {
+                let message = pb::ReleaseRequest {
+                    lease: lease.into(),
+                    holder: holder.into(),
+                    token,
+                    request_id,
+                };
+                self.call(Effect::Write, move |ch, timeout| {
+                    let request = attempt(message.clone(), timeout);
+                    async move { LeaseStoreClient::new(ch).release(request).await }
+                })
             })
-        })
-        .await
+            .await?;
+        Answer::try_from(answer)
     }
 
-    /// A plain put with `fence: None`; a fenced one with `Some((lease, token))`.
+    /// Writes a row: plain with `fence: None`, fenced with `Some((lease, token))`, which the
+    /// store refuses once it has seen a bigger token for that lease.
     pub async fn put(
         &self,
         key: &str,
         value: &[u8],
         fence: Option<(&str, u64)>,
-    ) -> Result<pb::PutResponse, ClientError> {
-        self.write(|request_id| {
-            let message = pb::PutRequest {
-                key: key.into(),
-                value: value.to_vec(),
-                fence: wire_fence(fence),
-                request_id,
-            };
-            self.call(Effect::Write, move |ch, timeout| {
-                let request = attempt(message.clone(), timeout);
-                async move { LeaseStoreClient::new(ch).put(request).await }
+    ) -> Result<Answer<Written>, ClientError> {
+        let answer = self
+            .write(|request_id| {
+                let message = pb::PutRequest {
+                    key: key.into(),
+                    value: value.to_vec(),
+                    fence: wire_fence(fence),
+                    request_id,
+                };
+                self.call(Effect::Write, move |ch, timeout| {
+                    let request = attempt(message.clone(), timeout);
+                    async move { LeaseStoreClient::new(ch).put(request).await }
+                })
             })
-        })
-        .await
+            .await?;
+        Answer::try_from(answer)
     }
 
-    /// A plain delete with `fence: None`; a fenced one with `Some((lease, token))`.
+    /// Removes a row: plain with `fence: None`, fenced with `Some((lease, token))` as
+    /// [`put`](Self::put) is.
     pub async fn delete(
         &self,
         key: &str,
         fence: Option<(&str, u64)>,
-    ) -> Result<pb::DeleteResponse, ClientError> {
-        self.write(|request_id| {
-            let message = pb::DeleteRequest {
-                key: key.into(),
-                fence: wire_fence(fence),
-                request_id,
-            };
-            self.call(Effect::Write, move |ch, timeout| {
-                let request = attempt(message.clone(), timeout);
-                async move { LeaseStoreClient::new(ch).delete(request).await }
+    ) -> Result<Answer<Deleted>, ClientError> {
+        let answer = self
+            .write(|request_id| {
+                let message = pb::DeleteRequest {
+                    key: key.into(),
+                    fence: wire_fence(fence),
+                    request_id,
+                };
+                self.call(Effect::Write, move |ch, timeout| {
+                    let request = attempt(message.clone(), timeout);
+                    async move { LeaseStoreClient::new(ch).delete(request).await }
+                })
             })
-        })
-        .await
+            .await?;
+        Answer::try_from(answer)
     }
 
-    /// Whether `token` is `lease`'s current grant, linearizably.
+    /// Whether `token` is `lease`'s current grant, linearizably: what a downstream service
+    /// asks before it acts for a holder. A token the store never handed out for the lease is
+    /// an `InvalidArgument` error.
     pub async fn check_token(
         &self,
         lease: &str,
         token: u64,
-    ) -> Result<pb::CheckTokenResponse, ClientError> {
+    ) -> Result<Answer<TokenStatus>, ClientError> {
         let message = pb::CheckTokenRequest {
             lease: lease.into(),
             token,
         };
-        self.call(Effect::Read, |ch, timeout| {
-            let request = attempt(message.clone(), timeout);
-            async move { LeaseStoreClient::new(ch).check_token(request).await }
-        })
-        .await
+        let answer = self
+            .call(Effect::Read, |ch, timeout| {
+                let request = attempt(message.clone(), timeout);
+                async move { LeaseStoreClient::new(ch).check_token(request).await }
+            })
+            .await?;
+        Answer::try_from(answer)
     }
 
-    pub async fn get(&self, key: &str) -> Result<pb::GetResponse, ClientError> {
+    /// Reads a row, linearizably; `None` when it was never written (or was deleted).
+    pub async fn get(&self, key: &str) -> Result<Answer<Option<Vec<u8>>>, ClientError> {
         let message = pb::GetRequest { key: key.into() };
         self.call(Effect::Read, |ch, timeout| {
             let request = attempt(message.clone(), timeout);
             async move { LeaseStoreClient::new(ch).get(request).await }
         })
         .await
+        .map(Answer::from)
     }
 
-    pub async fn get_lease(&self, lease: &str) -> Result<pb::GetLeaseResponse, ClientError> {
+    /// Reads a lease, linearizably: holder, token, expiry and fence.
+    pub async fn get_lease(&self, lease: &str) -> Result<Answer<LeaseState>, ClientError> {
         let message = pb::GetLeaseRequest {
             lease: lease.into(),
         };
@@ -573,9 +395,11 @@ impl LeaseClient {
             async move { LeaseStoreClient::new(ch).get_lease(request).await }
         })
         .await
+        .map(Answer::from)
     }
 
-    pub async fn advance(&self, ms: u64) -> Result<pb::AdvanceResponse, ClientError> {
+    /// Moves store time forward by `ms`: only on a cluster started with `--manual-clock`.
+    pub async fn advance(&self, ms: u64) -> Result<Applied, ClientError> {
         self.write(|request_id| {
             let message = pb::AdvanceRequest { ms, request_id };
             self.call(Effect::Write, move |ch, timeout| {
@@ -584,6 +408,19 @@ impl LeaseClient {
             })
         })
         .await
+        .map(Applied::from)
+    }
+
+    /// Lease events, from `from` on, for the leases `select` names; see [`Watch`].
+    pub fn watch(&self, select: WatchSelect, from: WatchFrom) -> Watch {
+        Watch::new(
+            self.channels.clone(),
+            self.endpoints.join(","),
+            self.preferred.load(Ordering::Relaxed),
+            self.deadline,
+            select,
+            from,
+        )
     }
 
     /// The first node that answers, about itself only.
@@ -596,12 +433,13 @@ impl LeaseClient {
     }
 
     /// Every member's status, as seen by the first node that answers.
-    pub async fn status(&self) -> Result<pb::StatusResponse, ClientError> {
+    pub async fn status(&self) -> Result<Vec<pb::NodeStatus>, ClientError> {
         self.call(Effect::Read, |ch, timeout| {
             let request = attempt(pb::StatusRequest {}, timeout);
             async move { ClusterClient::new(ch).status(request).await }
         })
         .await
+        .map(|status| status.nodes)
     }
 }
 
@@ -615,116 +453,11 @@ fn attempt<T>(message: T, timeout: Duration) -> Request<T> {
 mod tests {
     use std::sync::{Arc, Mutex};
 
+    use leasehold_proto::v1::lease_store_server::{LeaseStore, LeaseStoreServer};
+    use tonic::{Code, Request, Response, Status};
+
     use super::*;
-    use crate::node::NodeError;
-    use crate::proto::v1::lease_store_server::{LeaseStore, LeaseStoreServer};
-
-    /// A node's own plain UNAVAILABLE: this attempt was not applied.
-    fn no_leader() -> Status {
-        Status::from(NodeError::NoLeader(Duration::from_millis(2_000)))
-    }
-
-    /// A node's own UNAVAILABLE for a write that may still be applied.
-    fn no_quorum() -> Status {
-        Status::from(NodeError::NoQuorum(Duration::from_millis(3_000)))
-    }
-
-    /// What tonic reports when the connection could not be made: the request was never sent.
-    fn refused() -> Status {
-        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        Status::from_error(Box::new(tonic::ConnectError(Box::new(io))))
-    }
-
-    /// What the client's own per-attempt timeout reports, with the request in flight.
-    fn timed_out() -> Status {
-        Status::from_error(Box::new(tonic::TimeoutExpired(())))
-    }
-
-    /// Feeds `failures` to a fresh call's attempts, the last one at its deadline.
-    fn outcome(effect: Effect, failures: Vec<Status>) -> ClientError {
-        let mut attempts = Attempts::new(effect);
-        let last = failures.len() - 1;
-        for (i, status) in failures.into_iter().enumerate() {
-            let gave_up = (i == last).then(|| "deadline passed".to_owned());
-            match attempts.failed(status, gave_up) {
-                Next::Stop(error) => return error,
-                Next::Retry => assert!(i < last, "the call retried past its deadline"),
-            }
-        }
-        panic!("the call neither answered nor stopped")
-    }
-
-    #[test]
-    fn a_write_marked_indeterminate_once_stays_so_when_later_attempts_fail_plainly() {
-        let e = outcome(Effect::Write, vec![no_quorum(), no_leader(), no_leader()]);
-        assert_eq!(e.code(), Code::Unavailable, "{e}");
-        assert!(e.is_indeterminate(), "{e}");
-        assert!(e.to_string().contains("may have been applied"), "{e}");
-    }
-
-    #[test]
-    fn a_write_whose_attempt_timed_out_in_flight_is_indeterminate_at_the_deadline() {
-        for lost in [
-            timed_out(),
-            Status::deadline_exceeded("deadline"),
-            Status::cancelled("cancelled"),
-            Status::unknown("transport error"),
-            Status::unavailable("connection reset"),
-        ] {
-            let e = outcome(Effect::Write, vec![lost.clone(), no_leader()]);
-            assert!(e.is_indeterminate(), "after {lost:?}: {e}");
-            assert!(e.to_string().contains("may have been applied"), "{e}");
-        }
-    }
-
-    #[test]
-    fn a_write_whose_last_attempt_timed_out_at_the_deadline_is_indeterminate() {
-        let e = outcome(Effect::Write, vec![no_leader(), timed_out()]);
-        assert_eq!(e.code(), Code::Unavailable, "{e}");
-        assert!(e.is_indeterminate(), "{e}");
-    }
-
-    #[test]
-    fn a_write_that_failed_for_good_after_a_lost_attempt_is_indeterminate() {
-        let broken = Status::from(NodeError::Invariant("broken".into()));
-        let e = outcome(Effect::Write, vec![timed_out(), broken]);
-        assert_eq!(e.code(), Code::Internal, "{e}");
-        assert!(e.is_indeterminate(), "{e}");
-    }
-
-    #[test]
-    fn a_write_never_sent_or_refused_by_a_node_is_determinate() {
-        let e = outcome(Effect::Write, vec![refused(), no_leader(), refused()]);
-        assert_eq!(e.code(), Code::Unavailable, "{e}");
-        assert!(!e.is_indeterminate(), "{e}");
-        assert!(!e.to_string().contains("may have been applied"), "{e}");
-
-        let invalid = Status::from(NodeError::WrongClock("advance is refused"));
-        let e = outcome(Effect::Write, vec![invalid]);
-        assert_eq!(e.code(), Code::FailedPrecondition);
-        assert!(!e.is_indeterminate(), "{e}");
-    }
-
-    #[test]
-    fn a_final_error_the_node_marked_is_reported_as_it_came() {
-        let forgotten = Status::from(NodeError::Forgotten);
-        let e = outcome(Effect::Write, vec![no_leader(), forgotten.clone()]);
-        assert_eq!(e.code(), Code::Aborted);
-        assert!(e.is_indeterminate(), "{e}");
-        assert!(e.to_string().contains(forgotten.message()), "{e}");
-    }
-
-    #[test]
-    fn a_read_is_never_indeterminate() {
-        for failures in [
-            vec![timed_out(), no_leader()],
-            vec![no_quorum(), timed_out()],
-            vec![Status::unknown("transport error")],
-        ] {
-            let e = outcome(Effect::Read, failures);
-            assert!(!e.is_indeterminate(), "{e}");
-        }
-    }
+    use crate::attempts::statuses::*;
 
     /// How the fake node answers one call.
     #[derive(Clone)]
@@ -732,7 +465,7 @@ mod tests {
         /// Never answers: the client's attempt timeout fires with the request in flight.
         Hang,
         Fail(Status),
-        /// An answer with every field at its default.
+        /// A well-formed answer: granted, written, ...
         Answer,
     }
 
@@ -746,7 +479,7 @@ mod tests {
     }
 
     impl FakeNode {
-        async fn answer<T: Default>(
+        async fn answer<T: Canned>(
             &self,
             request_id: Option<pb::RequestId>,
         ) -> Result<Response<T>, Status> {
@@ -762,13 +495,71 @@ mod tests {
             match reply {
                 Reply::Hang => std::future::pending().await,
                 Reply::Fail(status) => Err(status),
-                Reply::Answer => Ok(Response::new(T::default())),
+                Reply::Answer => Ok(Response::new(T::canned())),
             }
         }
     }
 
+    /// A well-formed answer of each kind.
+    trait Canned {
+        fn canned() -> Self;
+    }
+
+    macro_rules! canned {
+        ($($response:ty => $outcome:expr),* $(,)?) => {$(
+            impl Canned for $response {
+                fn canned() -> Self {
+                    Self { outcome: Some($outcome), ..Default::default() }
+                }
+            }
+        )*};
+    }
+
+    canned! {
+        pb::AcquireResponse => pb::acquire_response::Outcome::Granted(pb::Granted::default()),
+        pb::ReleaseResponse => pb::release_response::Outcome::NotHeld(pb::NotHeld {}),
+        pb::PutResponse => pb::put_response::Outcome::Written(pb::Written {}),
+        pb::DeleteResponse => pb::delete_response::Outcome::Deleted(pb::Deleted::default()),
+        pb::CheckTokenResponse =>
+            pb::check_token_response::Outcome::Stale(pb::TokenStale::default()),
+    }
+
+    impl Canned for pb::GetResponse {
+        fn canned() -> Self {
+            Self::default()
+        }
+    }
+    impl Canned for pb::GetLeaseResponse {
+        fn canned() -> Self {
+            Self::default()
+        }
+    }
+    impl Canned for pb::AdvanceResponse {
+        fn canned() -> Self {
+            Self::default()
+        }
+    }
+
+    /// The fake node as the server holds it (the trait is another crate's, so is `Arc`).
+    struct Handle(Arc<FakeNode>);
+
+    impl std::ops::Deref for Handle {
+        type Target = FakeNode;
+        fn deref(&self) -> &FakeNode {
+            &self.0
+        }
+    }
+
     #[tonic::async_trait]
-    impl LeaseStore for Arc<FakeNode> {
+    impl LeaseStore for Handle {
+        type WatchStream = tonic::codegen::BoxStream<pb::WatchResponse>;
+
+        async fn watch(
+            &self,
+            _: Request<pb::WatchRequest>,
+        ) -> Result<Response<Self::WatchStream>, Status> {
+            Err(Status::unimplemented("the fake node does not watch"))
+        }
         async fn acquire(
             &self,
             r: Request<pb::AcquireRequest>,
@@ -841,7 +632,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = tonic::transport::Server::builder()
-            .add_service(LeaseStoreServer::new(node.clone()))
+            .add_service(LeaseStoreServer::new(Handle(node.clone())))
             .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
         tokio::spawn(server);
         let client = LeaseClient::new(&[addr.to_string()])
@@ -852,7 +643,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_write_refused_for_an_expired_session_opens_a_new_one_and_is_sent_again() {
-        let gone = Status::from(NodeError::UnknownSession);
+        let gone = unknown_session();
         let (node, client) = fake_node(vec![Reply::Fail(gone), Reply::Answer]).await;
         client.put("k", b"v", None).await.unwrap();
         assert_eq!(
@@ -870,7 +661,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_write_that_may_have_applied_before_its_session_expired_is_not_sent_again() {
-        let gone = Status::from(NodeError::UnknownSession);
+        let gone = unknown_session();
         let (node, client) = fake_node(vec![Reply::Hang, Reply::Fail(gone)]).await;
         let e = client.put("k", b"v", None).await.unwrap_err();
         assert_eq!(e.code(), Code::Aborted, "{e}");

@@ -6,9 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use super::history::{Anomaly, Answer, Applied, Completion, Log, Operation, Request};
-use super::model::Model;
-use crate::lease::{LeaseTable, Op};
+use crate::history::{Anomaly, Answer, Applied, Completion, Log, Operation, Request};
+use crate::model::Model;
+use leasehold::lease::{LeaseTable, Op};
 
 pub fn linearizable(history: &[Operation], log: &Log, applied: &[Applied]) -> Vec<Anomaly> {
     let mut anomalies = acknowledged_writes(history, log, applied);

@@ -33,8 +33,8 @@ pub fn check_all(history: &[Operation], log: &Log) -> Vec<Anomaly> {
 #[cfg(test)]
 mod tests {
     //! Each checker must flag the bad history it exists for, and pass a clean one.
-    use super::*;
-    use crate::lease::{Command, Fence, Op, Outcome};
+    use crate::*;
+    use leasehold::lease::{Command, Fence, Op, Outcome};
 
     fn acquire(lease: &str, holder: &str) -> Op {
         Op::Acquire {
@@ -409,7 +409,7 @@ mod tests {
 
     #[test]
     fn a_retry_answered_otherwise_than_its_first_attempt_is_flagged() {
-        use crate::lease::RequestId;
+        use leasehold::lease::RequestId;
         // A stale fenced put, refused, then its retry reaches the log again and is acknowledged
         // as written: what a store that applied the retry anew would answer.
         let request = Some(RequestId {
@@ -541,7 +541,7 @@ mod tests {
 
     #[test]
     fn a_retried_request_in_the_log_twice_is_one_effect() {
-        let request = Some(crate::lease::RequestId {
+        let request = Some(leasehold::lease::RequestId {
             client: 9,
             sequence: 1,
         });

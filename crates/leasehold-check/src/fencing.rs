@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use super::history::{Anomaly, Applied, Completion, Operation};
-use crate::lease::{Fence, Op, Outcome};
+use crate::history::{Anomaly, Applied, Completion, Operation};
+use leasehold::lease::{Fence, Op, Outcome};
 
 /// Tokens of successive grants of a lease strictly increase; a renewal keeps the current token;
 /// no fenced put or delete is accepted with a token older than one granted or accepted before it (so a

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::model::Model;
-use crate::lease::{Command, Op, Outcome, RequestId};
+use crate::model::Model;
+use leasehold::lease::{Command, Op, Outcome, RequestId};
 
 /// What a client asked.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

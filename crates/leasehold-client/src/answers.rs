@@ -1,0 +1,256 @@
+//! The store's answers as Rust values. Refusals (the lease is held by another, the token is
+//! stale) are answers, not errors: the store decided them, in the log, like any grant.
+
+use leasehold_proto::v1 as pb;
+
+use crate::error::ClientError;
+
+/// An answer and where in the log it was decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer<T> {
+    pub outcome: T,
+    pub applied: Applied,
+}
+
+/// Where in the log a request was answered, and the store time there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub log_index: u64,
+    pub store_time_ms: u64,
+    /// The write's place among those its log entry carries; 0 for reads.
+    pub position: u32,
+}
+
+/// Another holder's grant, as a refusal names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldBy {
+    pub holder: String,
+    pub token: u64,
+    pub expires_at_ms: u64,
+}
+
+/// What an acquire got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Acquired {
+    /// The lease is the caller's until `expires_at_ms` of store time. `renewed`: the caller
+    /// held it already and keeps its token; otherwise `token` is a new one, larger than every
+    /// earlier token of the lease.
+    Granted {
+        token: u64,
+        expires_at_ms: u64,
+        renewed: bool,
+    },
+    /// Someone else holds it.
+    HeldBy(HeldBy),
+}
+
+impl Acquired {
+    /// The token granted or renewed; `None` when another holds the lease.
+    pub fn token(&self) -> Option<u64> {
+        match self {
+            Acquired::Granted { token, .. } => Some(*token),
+            Acquired::HeldBy(_) => None,
+        }
+    }
+}
+
+/// What a release got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Released {
+    /// The lease is free now.
+    Released { token: u64 },
+    /// Nobody holds it (it expired, or was released already).
+    NotHeld,
+    /// Someone else holds it.
+    HeldBy(HeldBy),
+    /// The caller holds it under another token.
+    WrongToken { current_token: u64 },
+}
+
+/// What a put got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Written {
+    Written,
+    /// Refused: the store has seen `fence`, a bigger token for the lease. Nothing changed.
+    StaleToken {
+        fence: u64,
+    },
+}
+
+impl Written {
+    /// Whether the row was written (not refused as stale).
+    pub fn is_written(&self) -> bool {
+        matches!(self, Written::Written)
+    }
+}
+
+/// What a delete got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Deleted {
+    /// The row is gone; `existed` says whether there was one.
+    Deleted { existed: bool },
+    /// Refused: the store has seen `fence`, a bigger token for the lease. The row stays.
+    StaleToken { fence: u64 },
+}
+
+/// Whether a token is its lease's current grant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenStatus {
+    /// Held, not expired, this token.
+    Current { holder: String, expires_at_ms: u64 },
+    /// Not the current grant. `current_token` is the lease's latest (0 when the store keeps no
+    /// record of the lease); `holder` whoever holds it now.
+    Stale {
+        current_token: u64,
+        holder: Option<String>,
+    },
+}
+
+/// A lease as a read sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaseState {
+    /// `None` when the lease is free or expired.
+    pub holder: Option<String>,
+    /// The latest grant's token; 0 when never granted.
+    pub token: u64,
+    pub expires_at_ms: u64,
+    /// The largest token seen for the lease: a fenced write below it is refused.
+    pub fence: u64,
+}
+
+fn applied(applied: Option<pb::Applied>) -> Applied {
+    applied.map_or_else(Applied::default, |a| Applied {
+        log_index: a.log_index,
+        store_time_ms: a.store_time_ms,
+        position: a.position,
+    })
+}
+
+/// An answer with no outcome: the node speaks a version of the API this client does not.
+const NO_OUTCOME: ClientError = ClientError::Malformed("the answer carries no outcome");
+
+fn held_by(h: pb::HeldBy) -> HeldBy {
+    HeldBy {
+        holder: h.holder,
+        token: h.token,
+        expires_at_ms: h.expires_at_ms,
+    }
+}
+
+impl TryFrom<pb::AcquireResponse> for Answer<Acquired> {
+    type Error = ClientError;
+    fn try_from(r: pb::AcquireResponse) -> Result<Self, ClientError> {
+        use pb::acquire_response::Outcome;
+        let outcome = match r.outcome.ok_or(NO_OUTCOME)? {
+            Outcome::Granted(g) => Acquired::Granted {
+                token: g.token,
+                expires_at_ms: g.expires_at_ms,
+                renewed: g.renewed,
+            },
+            Outcome::HeldBy(h) => Acquired::HeldBy(held_by(h)),
+        };
+        Ok(Answer {
+            outcome,
+            applied: applied(r.applied),
+        })
+    }
+}
+
+impl TryFrom<pb::ReleaseResponse> for Answer<Released> {
+    type Error = ClientError;
+    fn try_from(r: pb::ReleaseResponse) -> Result<Self, ClientError> {
+        use pb::release_response::Outcome;
+        let outcome = match r.outcome.ok_or(NO_OUTCOME)? {
+            Outcome::Released(r) => Released::Released { token: r.token },
+            Outcome::NotHeld(_) => Released::NotHeld,
+            Outcome::HeldBy(h) => Released::HeldBy(held_by(h)),
+            Outcome::WrongToken(w) => Released::WrongToken {
+                current_token: w.current_token,
+            },
+        };
+        Ok(Answer {
+            outcome,
+            applied: applied(r.applied),
+        })
+    }
+}
+
+impl TryFrom<pb::PutResponse> for Answer<Written> {
+    type Error = ClientError;
+    fn try_from(r: pb::PutResponse) -> Result<Self, ClientError> {
+        use pb::put_response::Outcome;
+        let outcome = match r.outcome.ok_or(NO_OUTCOME)? {
+            Outcome::Written(_) => Written::Written,
+            Outcome::StaleToken(s) => Written::StaleToken { fence: s.fence },
+        };
+        Ok(Answer {
+            outcome,
+            applied: applied(r.applied),
+        })
+    }
+}
+
+impl TryFrom<pb::DeleteResponse> for Answer<Deleted> {
+    type Error = ClientError;
+    fn try_from(r: pb::DeleteResponse) -> Result<Self, ClientError> {
+        use pb::delete_response::Outcome;
+        let outcome = match r.outcome.ok_or(NO_OUTCOME)? {
+            Outcome::Deleted(d) => Deleted::Deleted { existed: d.existed },
+            Outcome::StaleToken(s) => Deleted::StaleToken { fence: s.fence },
+        };
+        Ok(Answer {
+            outcome,
+            applied: applied(r.applied),
+        })
+    }
+}
+
+impl TryFrom<pb::CheckTokenResponse> for Answer<TokenStatus> {
+    type Error = ClientError;
+    fn try_from(r: pb::CheckTokenResponse) -> Result<Self, ClientError> {
+        use pb::check_token_response::Outcome;
+        let outcome = match r.outcome.ok_or(NO_OUTCOME)? {
+            Outcome::Current(c) => TokenStatus::Current {
+                holder: c.holder,
+                expires_at_ms: c.expires_at_ms,
+            },
+            Outcome::Stale(s) => TokenStatus::Stale {
+                current_token: s.current_token,
+                holder: (!s.holder.is_empty()).then_some(s.holder),
+            },
+        };
+        Ok(Answer {
+            outcome,
+            applied: applied(r.applied),
+        })
+    }
+}
+
+impl From<pb::GetResponse> for Answer<Option<Vec<u8>>> {
+    fn from(r: pb::GetResponse) -> Self {
+        Answer {
+            outcome: r.value,
+            applied: applied(r.applied),
+        }
+    }
+}
+
+impl From<pb::GetLeaseResponse> for Answer<LeaseState> {
+    fn from(r: pb::GetLeaseResponse) -> Self {
+        Answer {
+            outcome: LeaseState {
+                holder: (!r.holder.is_empty()).then_some(r.holder),
+                token: r.token,
+                expires_at_ms: r.expires_at_ms,
+                fence: r.fence,
+            },
+            applied: applied(r.applied),
+        }
+    }
+}
+
+impl From<pb::AdvanceResponse> for Applied {
+    fn from(r: pb::AdvanceResponse) -> Self {
+        applied(r.applied)
+    }
+}

@@ -1,0 +1,456 @@
+//! `Holder`, the lease keeper: acquires a lease (waiting for it if asked), renews it every third
+//! of its TTL, and knows until when its holding is safe.
+//!
+//! The deadline is counted from the instant a successful request was *sent*, not from its
+//! answer: the store started the grant's TTL at some point after the send, so
+//! `send + ttl - margin` is never later than the store's own expiry, whatever the request and
+//! the answer spent on the way. The margin covers the difference between this machine's clock
+//! rate and the leader's. Every renewal attempt is cut off at that deadline, so a renewal loop
+//! never acts on a lease it may have lost.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::answers::{Acquired, Answer, HeldBy, Released, Written};
+use crate::client::LeaseClient;
+use crate::error::ClientError;
+use crate::watch::{WatchFrom, WatchSelect};
+
+/// Why a [`Holder`] no longer holds its lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// Renewals failed (no quorum, no node reachable) until the safe deadline passed.
+    Unrenewed,
+    /// A renewal found the lease held by another.
+    HeldBy(HeldBy),
+    /// A renewal was answered with a fresh grant: the lease had expired and was granted
+    /// anew, so whatever was done under the old token may have been fenced off. The new
+    /// grant is released.
+    Regranted { token: u64 },
+    /// The store refused a renewal for good (bad input, an unknown session).
+    Refused(String),
+    /// [`Holder::release`] gave the lease up.
+    Released,
+}
+
+impl std::fmt::Display for Lost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Lost::Unrenewed => write!(f, "no renewal succeeded before the safe deadline"),
+            Lost::HeldBy(h) => write!(f, "held by {} with token {}", h.holder, h.token),
+            Lost::Regranted { token } => {
+                write!(f, "the lease expired and was granted anew (token {token})")
+            }
+            Lost::Refused(why) => write!(f, "renewal refused: {why}"),
+            Lost::Released => write!(f, "released"),
+        }
+    }
+}
+
+/// Where a holding stands: until when it is safe, or why it was lost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Standing {
+    /// When the request that set `safe_until` (the grant, or the last renewal) was sent.
+    pub sent: Instant,
+    /// Before this instant the store has granted the lease to nobody else.
+    pub safe_until: Instant,
+    /// Set once the holding is over; it never comes back.
+    pub lost: Option<Lost>,
+}
+
+/// Why a holder could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum HoldError {
+    /// The lease is held by another, and the holder was not asked to wait.
+    #[error("lease is held by {} with token {} until store time {} ms", .0.holder, .0.token, .0.expires_at_ms)]
+    Held(HeldBy),
+    /// The holding is over, or its safe deadline passed: nothing is sent.
+    #[error("lease no longer held safely: {0}")]
+    NotSafe(Lost),
+    /// The options cannot work: a margin no shorter than the TTL, say.
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+/// How to hold a lease; made by [`Holder::options`].
+#[derive(Clone, Debug)]
+pub struct HolderOptions {
+    lease: String,
+    name: String,
+    ttl: Duration,
+    margin: Option<Duration>,
+    exact_name: bool,
+    wait: bool,
+}
+
+impl HolderOptions {
+    /// How long before the store's expiry (as counted from the send) the holding stops being
+    /// safe. Default: the larger of 100 ms and a tenth of the TTL.
+    pub fn margin(mut self, margin: Duration) -> Self {
+        self.margin = Some(margin);
+        self
+    }
+
+    /// Use the holder name as given. Without this the name gets a suffix unique to this holder
+    /// in this process, so two processes started with the same name never both hold the lease
+    /// under one token (the store would take the second for a renewal by the first).
+    pub fn exact_name(mut self) -> Self {
+        self.exact_name = true;
+        self
+    }
+
+    /// Wait while another holds the lease, woken by a watch of the lease rather than by
+    /// polling, instead of failing with [`HoldError::Held`].
+    pub fn wait(mut self) -> Self {
+        self.wait = true;
+        self
+    }
+
+    /// Acquires the lease and starts renewing it.
+    pub async fn acquire(self, client: Arc<LeaseClient>) -> Result<Holder, HoldError> {
+        let margin = self
+            .margin
+            .unwrap_or_else(|| (self.ttl / 10).max(Duration::from_millis(100)));
+        if margin >= self.ttl {
+            return Err(HoldError::Invalid(format!(
+                "margin: must be shorter than the TTL ({} ms), got {} ms",
+                self.ttl.as_millis(),
+                margin.as_millis()
+            )));
+        }
+        let name = if self.exact_name {
+            self.name.clone()
+        } else {
+            unique_name(&self.name)
+        };
+        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
+        let (token, sent) = grant(&client, &self.lease, &name, ttl_ms, self.wait).await?;
+        let (standing, watcher) = watch::channel(Standing {
+            sent,
+            safe_until: sent + self.ttl - margin,
+            lost: None,
+        });
+        let keeper = Keeper {
+            client: client.clone(),
+            lease: self.lease.clone(),
+            holder: name.clone(),
+            token,
+            ttl: self.ttl,
+            ttl_ms,
+            margin,
+            standing,
+        };
+        let task = tokio::spawn(keeper.run(sent));
+        Ok(Holder {
+            client,
+            lease: self.lease,
+            holder: name,
+            token,
+            ttl: self.ttl,
+            watcher,
+            task,
+            released: false,
+        })
+    }
+}
+
+/// Holds a lease while it lives: renews it every third of its TTL, and releases it when
+/// dropped (best effort) or on [`release`](Self::release).
+///
+/// ```no_run
+/// # async fn example() -> Result<(), leasehold_client::HoldError> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use leasehold_client::{Holder, LeaseClient};
+///
+/// let client = Arc::new(LeaseClient::new(&["127.0.0.1:7001", "127.0.0.1:7002"])?);
+/// let holder = Holder::options("jobs/nightly", "worker", Duration::from_secs(5))
+///     .wait()
+///     .acquire(client)
+///     .await?;
+/// tokio::select! {
+///     lost = holder.lost() => eprintln!("stopped: {lost}"),
+///     _ = async {
+///         // Refused locally once the holding is not safe, and by the store once a bigger
+///         // token was granted.
+///         holder.fenced_put("report", b"done").await?;
+///         Ok::<_, leasehold_client::HoldError>(())
+///     } => {}
+/// }
+/// holder.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct Holder {
+    client: Arc<LeaseClient>,
+    lease: String,
+    holder: String,
+    token: u64,
+    ttl: Duration,
+    watcher: watch::Receiver<Standing>,
+    task: tokio::task::JoinHandle<()>,
+    released: bool,
+}
+
+impl Holder {
+    /// Starts the options for holding `lease` as `name` with `ttl`.
+    pub fn options(
+        lease: impl Into<String>,
+        name: impl Into<String>,
+        ttl: Duration,
+    ) -> HolderOptions {
+        HolderOptions {
+            lease: lease.into(),
+            name: name.into(),
+            ttl,
+            margin: None,
+            exact_name: false,
+            wait: false,
+        }
+    }
+
+    pub fn lease(&self) -> &str {
+        &self.lease
+    }
+
+    /// The holder name the store knows, suffix included.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// The fencing token of this holding: put it on every write done for the lease.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Until when the holding is safe: no other holder can be granted the lease before it.
+    pub fn safe_until(&self) -> Instant {
+        self.watcher.borrow().safe_until
+    }
+
+    /// Whether the holding is safe now.
+    pub fn is_safe(&self) -> bool {
+        let standing = self.watcher.borrow();
+        standing.lost.is_none() && Instant::now() < standing.safe_until
+    }
+
+    /// The holding's standing, updated on every renewal: for code that acts ahead of the
+    /// deadline (`leasehold hold` stops its command a grace period before it).
+    pub fn standing(&self) -> watch::Receiver<Standing> {
+        self.watcher.clone()
+    }
+
+    /// Resolves once the lease is lost, or its safe deadline passes without a renewal.
+    pub async fn lost(&self) -> Lost {
+        let mut watcher = self.watcher.clone();
+        loop {
+            let standing = watcher.borrow_and_update().clone();
+            if let Some(lost) = standing.lost {
+                return lost;
+            }
+            tokio::select! {
+                changed = watcher.changed() => if changed.is_err() {
+                    return watcher.borrow().lost.clone().unwrap_or(Lost::Unrenewed);
+                },
+                () = tokio::time::sleep_until(standing.safe_until) => {
+                    if watcher.borrow().safe_until <= Instant::now() {
+                        return Lost::Unrenewed;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Why the holding is not safe now, if it is not.
+    fn unsafe_now(&self) -> Option<Lost> {
+        let standing = self.watcher.borrow();
+        match &standing.lost {
+            Some(lost) => Some(lost.clone()),
+            None if Instant::now() >= standing.safe_until => Some(Lost::Unrenewed),
+            None => None,
+        }
+    }
+
+    /// Writes a row fenced with this holding's token. Refused here, without sending, once the
+    /// holding is not safe; refused by the store ([`Written::StaleToken`]) once it has seen a
+    /// bigger token for the lease.
+    pub async fn fenced_put(&self, key: &str, value: &[u8]) -> Result<Answer<Written>, HoldError> {
+        if let Some(lost) = self.unsafe_now() {
+            return Err(HoldError::NotSafe(lost));
+        }
+        Ok(self
+            .client
+            .put(key, value, Some((&self.lease, self.token)))
+            .await?)
+    }
+
+    /// Stops renewing and gives the lease up, so a standby gets it at once.
+    pub async fn release(mut self) -> Result<Answer<Released>, ClientError> {
+        self.task.abort();
+        self.released = true;
+        self.client
+            .release(&self.lease, &self.holder, self.token)
+            .await
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        self.task.abort();
+        if self.released {
+            return;
+        }
+        // Best effort: a standby gets the lease now rather than at its expiry.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let client = self.client.clone();
+            let (lease, holder, token) = (self.lease.clone(), self.holder.clone(), self.token);
+            runtime.spawn(async move { client.release(&lease, &holder, token).await });
+        }
+    }
+}
+
+/// `name` with a suffix no other holder of any process shares: a per-process tag drawn from
+/// std's randomly seeded hasher, and a per-holder counter.
+fn unique_name(name: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static PROCESS_TAG: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let tag = *PROCESS_TAG.get_or_init(|| {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        hasher.finish()
+    });
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{name}~{:08x}.{n}", tag as u32)
+}
+
+/// Acquires the lease, waiting while it is held if `wait`: returns the token and the instant
+/// the granting request was sent.
+async fn grant(
+    client: &LeaseClient,
+    lease: &str,
+    holder: &str,
+    ttl_ms: u64,
+    wait: bool,
+) -> Result<(u64, Instant), HoldError> {
+    let mut watch = None;
+    loop {
+        let sent = Instant::now();
+        let answer = client.acquire(lease, holder, ttl_ms).await?;
+        let held = match answer.outcome {
+            Acquired::Granted { token, .. } => return Ok((token, sent)),
+            Acquired::HeldBy(held) if !wait => return Err(HoldError::Held(held)),
+            Acquired::HeldBy(held) => held,
+        };
+        // Wake on the event that frees the lease after the refusal, or at the latest when the
+        // holder's grant runs out in store time (a watch that cannot be served must not leave
+        // the standby waiting forever).
+        let watch = watch.get_or_insert_with(|| {
+            client.watch(
+                WatchSelect::Lease(lease.to_owned()),
+                WatchFrom::Index(answer.applied.log_index + 1),
+            )
+        });
+        let left_ms = held
+            .expires_at_ms
+            .saturating_sub(answer.applied.store_time_ms);
+        let expiry = tokio::time::sleep(Duration::from_millis(left_ms) + Duration::from_millis(20));
+        tokio::pin!(expiry);
+        loop {
+            tokio::select! {
+                () = &mut expiry => break,
+                event = watch.next() => match event {
+                    Ok(event) if event.log_index > answer.applied.log_index
+                        && event.kind.frees() => break,
+                    Ok(_) => {}
+                    // The watch gave up: the expiry timer alone wakes the standby.
+                    Err(_) => {
+                        expiry.as_mut().await;
+                        break;
+                    }
+                },
+            }
+        }
+    }
+}
+
+/// The renewal task's state.
+struct Keeper {
+    client: Arc<LeaseClient>,
+    lease: String,
+    holder: String,
+    token: u64,
+    ttl: Duration,
+    ttl_ms: u64,
+    margin: Duration,
+    standing: watch::Sender<Standing>,
+}
+
+impl Keeper {
+    /// Renews every third of the TTL from the last successful send until the holding is lost.
+    async fn run(self, mut last_sent: Instant) {
+        let lost = loop {
+            tokio::time::sleep_until(last_sent + self.ttl / 3).await;
+            match self.renew().await {
+                Ok(sent) => last_sent = sent,
+                Err(lost) => break lost,
+            }
+        };
+        self.standing.send_modify(|s| s.lost = Some(lost));
+    }
+
+    /// One renewal, retried until it succeeds or the safe deadline passes: each attempt is cut
+    /// off at the deadline, so nothing this holder does waits past it.
+    async fn renew(&self) -> Result<Instant, Lost> {
+        loop {
+            let sent = Instant::now();
+            let safe_until = self.standing.borrow().safe_until;
+            if sent >= safe_until {
+                return Err(Lost::Unrenewed);
+            }
+            let attempt = self.client.acquire(&self.lease, &self.holder, self.ttl_ms);
+            let answer = match tokio::time::timeout_at(safe_until, attempt).await {
+                Err(_) => return Err(Lost::Unrenewed),
+                Ok(Err(e)) if e.code() == tonic::Code::InvalidArgument => {
+                    return Err(Lost::Refused(e.to_string()))
+                }
+                // Unavailable, indeterminate: the next attempt settles it, in time or not.
+                Ok(Err(_)) => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                Ok(Ok(answer)) => answer,
+            };
+            return match answer.outcome {
+                Acquired::Granted {
+                    token,
+                    renewed: true,
+                    ..
+                } if token == self.token => {
+                    let safe_until = sent + self.ttl - self.margin;
+                    self.standing.send_modify(|s| {
+                        s.sent = sent;
+                        s.safe_until = safe_until;
+                    });
+                    Ok(sent)
+                }
+                Acquired::Granted { token, .. } => {
+                    // Ours again, but after a gap someone may have filled: give it back.
+                    let _ = self.client.release(&self.lease, &self.holder, token).await;
+                    Err(Lost::Regranted { token })
+                }
+                Acquired::HeldBy(held) => Err(Lost::HeldBy(held)),
+            };
+        }
+    }
+}

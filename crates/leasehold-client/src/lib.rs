@@ -1,0 +1,32 @@
+//! A Rust client for Leasehold, a replicated lease store with fencing tokens.
+//!
+//! - [`LeaseClient`] (`client`): one-shot calls to any node of a cluster. It finds a live
+//!   node, retries while the cluster elects, and never applies a write twice: a write that got
+//!   no answer says whether it may have been applied ([`ClientError::is_indeterminate`]).
+//! - [`answers`]: what the store answered, as Rust values: [`Acquired::Granted`],
+//!   [`Acquired::HeldBy`], [`Written::StaleToken`], ...
+//! - [`Holder`] (`holder`): holds a lease: waits for it if asked, renews it, knows until when
+//!   holding it is safe, refuses fenced writes locally past that, releases it on drop.
+//! - [`Watch`] (`watch`): lease events (granted, renewed, released, expired) in log order,
+//!   resumed on another node when the one streaming fails.
+//! - `error`, `attempts`: what a call fails with, and how one call's attempts add up to it.
+//!
+//! The wire types are in the `leasehold-proto` crate, re-exported as [`proto`].
+
+pub mod answers;
+mod attempts;
+mod client;
+mod error;
+mod holder;
+mod watch;
+
+pub use answers::{
+    Acquired, Answer, Applied, Deleted, HeldBy, LeaseState, Released, TokenStatus, Written,
+};
+pub use client::{LeaseClient, ATTEMPT_TIMEOUT, DEFAULT_DEADLINE};
+pub use error::ClientError;
+pub use holder::{HoldError, Holder, HolderOptions, Lost, Standing};
+pub use leasehold_proto as proto;
+pub use tonic::transport::ClientTlsConfig;
+pub use tonic::Code;
+pub use watch::{EventKind, LeaseEvent, Watch, WatchFrom, WatchSelect};

@@ -1,0 +1,26 @@
+//! What applying a command did to a lease, for watchers: derived from the table's change, so
+//! every replica notes the same events for the same log.
+
+/// What happened to a lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A new holder, with a new token.
+    Granted,
+    /// The holder extended its grant: same token, later expiry.
+    Renewed,
+    /// The holder gave the lease up.
+    Released,
+    /// Store time passed the grant's expiry.
+    Expired,
+}
+
+/// One lease's change in one command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub kind: EventKind,
+    pub lease: String,
+    pub holder: String,
+    pub token: u64,
+    /// The grant's expiry; for a release, the store time of the release.
+    pub expires_at_ms: u64,
+}

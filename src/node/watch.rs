@@ -1,0 +1,224 @@
+//! `Watch`: streams the lease events of the entries this node applies, from a log index on.
+//!
+//! Each watcher is a task reading the node's event window (`raft::events`) from its own cursor,
+//! woken when the applied index moves. A slow watcher holds no memory of its own: it falls
+//! behind in the window, and once its cursor is dropped from it the stream ends with
+//! OUT_OF_RANGE, saying from where it can resume. Every response carries whole entries, so a
+//! client resumes exactly after `watched_to`.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use super::Node;
+use crate::lease::{limits, Event, EventKind, Limits};
+use crate::proto::v1 as pb;
+use crate::raft::events::{Compacted, NotedEvent};
+
+/// Events in one response at most (more when one entry has more).
+const EVENTS_PER_RESPONSE: usize = 512;
+/// How often an idle watch says how far it has looked, and checks that its node still follows
+/// a leader.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
+/// Responses queued for a slow watcher before its task waits for it.
+const QUEUED_RESPONSES: usize = 16;
+
+pub type WatchStream =
+    tonic::codegen::tokio_stream::wrappers::ReceiverStream<Result<pb::WatchResponse, Status>>;
+
+/// Which leases a watch follows.
+#[derive(Clone, Debug)]
+enum Select {
+    Lease(String),
+    Prefix(String),
+}
+
+impl Select {
+    fn keeps(&self, event: &Event) -> bool {
+        match self {
+            Select::Lease(lease) => event.lease == *lease,
+            Select::Prefix(prefix) => event.lease.starts_with(prefix.as_str()),
+        }
+    }
+}
+
+/// Checks the request and starts the watcher's task; its responses are the returned stream.
+pub fn start(
+    node: Node,
+    request: pb::WatchRequest,
+    stopping: Option<tokio::sync::watch::Receiver<bool>>,
+) -> Result<WatchStream, Status> {
+    let invalid = |e: limits::InvalidInput| Status::from(super::NodeError::Invalid(e));
+    let select = match request.select {
+        Some(pb::watch_request::Select::Lease(lease)) => {
+            limits::name("lease", &lease, Limits::MAX_NAME_BYTES).map_err(invalid)?;
+            Select::Lease(lease)
+        }
+        Some(pb::watch_request::Select::Prefix(prefix)) => {
+            if prefix.len() > Limits::MAX_NAME_BYTES {
+                return Err(invalid(limits::InvalidInput::new(
+                    "prefix",
+                    format!(
+                        "must be at most {} bytes, got {}",
+                        Limits::MAX_NAME_BYTES,
+                        prefix.len()
+                    ),
+                )));
+            }
+            Select::Prefix(prefix)
+        }
+        None => {
+            return Err(invalid(limits::InvalidInput::new(
+                "select",
+                "set either lease or prefix",
+            )))
+        }
+    };
+    let applied = node.state().applied_index();
+    let from = match request.from_index {
+        0 => *applied.borrow() + 1,
+        index => index,
+    };
+    let first_kept = node.state().events().first_kept();
+    if from < first_kept {
+        return Err(compacted(node.id(), from, Compacted { first_kept }));
+    }
+    let (responses, stream) = mpsc::channel(QUEUED_RESPONSES);
+    tokio::spawn(serve(node, select, from, applied, responses, stopping));
+    Ok(WatchStream::new(stream))
+}
+
+fn compacted(node: u64, from: u64, c: Compacted) -> Status {
+    Status::out_of_range(format!(
+        "from_index: node {node} keeps events from log index {} on, not {from}; read the \
+         lease with GetLease and watch from its log index + 1",
+        c.first_kept
+    ))
+}
+
+fn wire(noted: NotedEvent) -> pb::LeaseEvent {
+    let kind = match noted.event.kind {
+        EventKind::Granted => pb::EventKind::Granted,
+        EventKind::Renewed => pb::EventKind::Renewed,
+        EventKind::Released => pb::EventKind::Released,
+        EventKind::Expired => pb::EventKind::Expired,
+    };
+    pb::LeaseEvent {
+        kind: kind.into(),
+        lease: noted.event.lease,
+        holder: noted.event.holder,
+        token: noted.event.token,
+        expires_at_ms: noted.event.expires_at_ms,
+        log_index: noted.log_index,
+        store_time_ms: noted.store_time_ms,
+    }
+}
+
+/// The watcher's task: sends the events from `next` on as the node applies them, until the
+/// client goes, the node stops or loses its leader, or the watcher falls out of the window.
+async fn serve(
+    node: Node,
+    select: Select,
+    mut next: u64,
+    mut applied: tokio::sync::watch::Receiver<u64>,
+    responses: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+    stopping: Option<tokio::sync::watch::Receiver<bool>>,
+) {
+    let out = Out {
+        responses,
+        stopping,
+    };
+    let mut said_to = next - 1;
+    if !out.send(Ok(progress(said_to))).await {
+        return;
+    }
+    let mut idle = tokio::time::interval(IDLE_CHECK);
+    idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let upto = *applied.borrow_and_update();
+        while next <= upto {
+            let scanned =
+                node.state()
+                    .events()
+                    .since(next, upto, |e| select.keeps(e), EVENTS_PER_RESPONSE);
+            let (found, covered) = match scanned {
+                Ok(scanned) => scanned,
+                Err(c) => {
+                    out.send(Err(compacted(node.id(), next, c))).await;
+                    return;
+                }
+            };
+            next = covered + 1;
+            if !found.is_empty() {
+                let response = pb::WatchResponse {
+                    events: found.into_iter().map(wire).collect(),
+                    watched_to: covered,
+                };
+                if !out.send(Ok(response)).await {
+                    return;
+                }
+                said_to = covered;
+            }
+        }
+        tokio::select! {
+            changed = applied.changed() => if changed.is_err() { return },
+            () = out.responses.closed() => return,
+            () = out.stopped() => return,
+            _ = idle.tick() => {
+                if node.raft().metrics().borrow().current_leader.is_none() {
+                    // Its events may be far behind the cluster's: the client resumes on a node
+                    // that follows a leader.
+                    let lost = Status::unavailable(format!(
+                        "node {} knows no leader; resume the watch on another node from log \
+                         index {next}",
+                        node.id()
+                    ));
+                    out.send(Err(lost)).await;
+                    return;
+                }
+                // How far it looked, so a resumed watch need not look again.
+                if next - 1 > said_to {
+                    said_to = next - 1;
+                    if !out.send(Ok(progress(said_to))).await {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A response with no events: every event up to `watched_to` was sent.
+fn progress(watched_to: u64) -> pb::WatchResponse {
+    pb::WatchResponse {
+        events: Vec::new(),
+        watched_to,
+    }
+}
+
+/// Where a watcher's responses go, and the node's stop, which ends the watch even while a
+/// slow client leaves it waiting to send.
+struct Out {
+    responses: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+    stopping: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+impl Out {
+    async fn stopped(&self) {
+        match self.stopping.clone() {
+            Some(mut stopping) => {
+                let _ = stopping.wait_for(|stop| *stop).await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Whether the response went out (false: the client or the node is gone).
+    async fn send(&self, response: Result<pb::WatchResponse, Status>) -> bool {
+        tokio::select! {
+            sent = self.responses.send(response) => sent.is_ok(),
+            () = self.stopped() => false,
+        }
+    }
+}

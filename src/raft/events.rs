@@ -1,0 +1,172 @@
+//! The lease events of the entries this node applied, kept for watchers: a bounded window of
+//! the newest, so a watch can resume from a recent log index and one that fell too far behind
+//! is told so instead of holding memory.
+
+use std::collections::VecDeque;
+
+use crate::lease::Event;
+
+/// Events kept at most. A watcher further behind than this is told its start was compacted.
+pub const KEPT_EVENTS: usize = 65_536;
+
+/// An event and the entry that caused it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotedEvent {
+    pub log_index: u64,
+    pub store_time_ms: u64,
+    pub event: Event,
+}
+
+/// The window. Every event of an index from `first_kept` on is in it; none before.
+#[derive(Debug)]
+pub struct EventHistory {
+    kept: VecDeque<NotedEvent>,
+    first_kept: u64,
+    capacity: usize,
+}
+
+/// The asked start is before the window: its events are gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Compacted {
+    pub first_kept: u64,
+}
+
+impl Default for EventHistory {
+    fn default() -> Self {
+        EventHistory::with_capacity(KEPT_EVENTS)
+    }
+}
+
+impl EventHistory {
+    pub fn with_capacity(capacity: usize) -> Self {
+        EventHistory {
+            kept: VecDeque::new(),
+            first_kept: 1,
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Forgets everything: the state jumped to a snapshot, so the next events are those of the
+    /// entries from `first` on.
+    pub fn reset(&mut self, first: u64) {
+        self.kept.clear();
+        self.first_kept = first;
+    }
+
+    /// The first index whose events are all kept.
+    pub fn first_kept(&self) -> u64 {
+        self.first_kept
+    }
+
+    /// Adds the events of one applied entry; drops the oldest entries' events, whole, past the
+    /// capacity.
+    pub fn push(&mut self, noted: impl IntoIterator<Item = NotedEvent>) {
+        self.kept.extend(noted);
+        while self.kept.len() > self.capacity {
+            let Some(dropped) = self.kept.pop_front() else {
+                break;
+            };
+            self.first_kept = dropped.log_index + 1;
+            while self
+                .kept
+                .front()
+                .is_some_and(|e| e.log_index < self.first_kept)
+            {
+                self.kept.pop_front();
+            }
+        }
+    }
+
+    /// The events `keep` selects at indexes `from..=upto`, whole entries only: past `max`
+    /// events it stops after the entry it is in. Returns them and the last index covered.
+    pub fn since(
+        &self,
+        from: u64,
+        upto: u64,
+        keep: impl Fn(&crate::lease::Event) -> bool,
+        max: usize,
+    ) -> Result<(Vec<NotedEvent>, u64), Compacted> {
+        if from < self.first_kept {
+            return Err(Compacted {
+                first_kept: self.first_kept,
+            });
+        }
+        let start = self.kept.partition_point(|e| e.log_index < from);
+        let mut found: Vec<NotedEvent> = Vec::new();
+        for noted in self.kept.range(start..) {
+            if noted.log_index > upto {
+                break;
+            }
+            if found.len() >= max && found.last().is_some_and(|l| l.log_index < noted.log_index) {
+                let covered = noted.log_index - 1;
+                return Ok((found, covered));
+            }
+            if keep(&noted.event) {
+                found.push(noted.clone());
+            }
+        }
+        Ok((found, upto))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::EventKind;
+
+    fn at(log_index: u64, lease: &str) -> NotedEvent {
+        NotedEvent {
+            log_index,
+            store_time_ms: log_index * 10,
+            event: Event {
+                kind: EventKind::Granted,
+                lease: lease.into(),
+                holder: "h".into(),
+                token: log_index,
+                expires_at_ms: 0,
+            },
+        }
+    }
+
+    fn indexes(found: &[NotedEvent]) -> Vec<u64> {
+        found.iter().map(|e| e.log_index).collect()
+    }
+
+    #[test]
+    fn past_its_capacity_the_window_drops_whole_entries_and_says_where_it_starts() {
+        let mut history = EventHistory::with_capacity(3);
+        history.push([at(1, "a")]);
+        history.push([at(2, "a"), at(2, "b")]);
+        history.push([at(3, "a"), at(3, "b")]);
+        // Four events past a capacity of three: entry 1 goes, then entry 2's second event
+        // would be alone, so all of entry 2 goes.
+        assert_eq!(history.first_kept(), 3);
+        assert_eq!(
+            history.since(2, 3, |_| true, 10),
+            Err(Compacted { first_kept: 3 })
+        );
+        let (found, covered) = history.since(3, 3, |_| true, 10).unwrap();
+        assert_eq!((indexes(&found), covered), (vec![3, 3], 3));
+    }
+
+    #[test]
+    fn a_scan_filters_and_stops_only_between_entries() {
+        let mut history = EventHistory::default();
+        history.push([at(1, "a"), at(1, "b")]);
+        history.push([at(2, "b")]);
+        history.push([at(4, "a")]);
+        let only_a = |e: &Event| e.lease == "a";
+        let (found, covered) = history.since(1, 5, only_a, 10).unwrap();
+        assert_eq!((indexes(&found), covered), (vec![1, 4], 5));
+        // A cap of one still returns entry 1 whole, and says only it was covered.
+        let (found, covered) = history.since(1, 5, |_| true, 1).unwrap();
+        assert_eq!((indexes(&found), covered), (vec![1, 1], 1));
+        let (found, covered) = history.since(2, 3, |_| true, 10).unwrap();
+        assert_eq!((indexes(&found), covered), (vec![2], 3));
+        history.reset(10);
+        assert_eq!(
+            history.since(9, 12, |_| true, 10),
+            Err(Compacted { first_kept: 10 })
+        );
+    }
+}

@@ -1,0 +1,489 @@
+//! The holder's side, against real nodes: watch streams, the `Holder` keeper, and
+//! `leasehold hold` running a command under a lease.
+
+mod harness;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use harness::{binary, granted, Harness};
+use leasehold_client::{
+    Code, EventKind, HoldError, Holder, LeaseEvent, Lost, WatchFrom, WatchSelect, Written,
+};
+
+/// `(kind, lease, holder, token, log_index)`: what every node must report alike.
+fn summary(e: &LeaseEvent) -> (EventKind, String, String, u64, u64) {
+    (
+        e.kind,
+        e.lease.clone(),
+        e.holder.clone(),
+        e.token,
+        e.log_index,
+    )
+}
+
+/// The next event within `within`, or a panic naming what was awaited.
+async fn next_event(watch: &mut leasehold_client::Watch, within: Duration) -> LeaseEvent {
+    tokio::time::timeout(within, watch.next())
+        .await
+        .expect("an event in time")
+        .expect("the watch goes on")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_node_reports_the_same_events_at_the_same_indexes_expiries_included() {
+    let h = Harness::start(3, false).await;
+    let mut watches: Vec<_> = (1..=3)
+        .map(|id| {
+            h.client_of(id)
+                .watch(WatchSelect::Prefix("job/".into()), WatchFrom::Index(1))
+        })
+        .collect();
+    let a = granted(&h.client.acquire("job/a", "x", 5_000).await.unwrap()).unwrap();
+    h.client.acquire("job/a", "x", 5_000).await.unwrap();
+    h.client.release("job/a", "x", a).await.unwrap();
+    // Not watched: another prefix.
+    h.client.acquire("other", "x", 5_000).await.unwrap();
+    // Expires by itself: the leader logs a tick once it is due.
+    h.client.acquire("job/b", "y", 300).await.unwrap();
+
+    let mut seen = Vec::new();
+    for watch in &mut watches {
+        let mut events = Vec::new();
+        while events.len() < 5 {
+            events.push(summary(&next_event(watch, Duration::from_secs(10)).await));
+        }
+        seen.push(events);
+    }
+    let kinds: Vec<EventKind> = seen[0].iter().map(|e| e.0).collect();
+    assert_eq!(
+        kinds,
+        [
+            EventKind::Granted,
+            EventKind::Renewed,
+            EventKind::Released,
+            EventKind::Granted,
+            EventKind::Expired
+        ],
+        "{:?}",
+        seen[0]
+    );
+    assert!(seen[0].iter().all(|e| e.1.starts_with("job/")));
+    assert_eq!(
+        seen[0][4].2, "y",
+        "the expiry names the holder that lost it"
+    );
+    assert!(
+        seen[0][4].4 > seen[0][3].4,
+        "the expiry comes later in the log"
+    );
+    assert_eq!(seen[0], seen[1], "nodes 1 and 2 agree");
+    assert_eq!(seen[0], seen[2], "nodes 1 and 3 agree");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_moves_to_another_node_when_its_node_dies_and_misses_nothing() {
+    let mut h = Harness::start(3, false).await;
+    // Streams from node 1 first: the client's first endpoint.
+    let mut watch = h
+        .client
+        .watch(WatchSelect::Lease("l".into()), WatchFrom::Now);
+    watch.started().await.unwrap();
+    let writer = h.client_of(2);
+    let mut expected = Vec::new();
+    for round in 0..6 {
+        if round == 3 {
+            h.kill(1);
+        }
+        let holder = format!("h{round}");
+        let token = granted(&writer.acquire("l", &holder, 60_000).await.unwrap()).unwrap();
+        writer.release("l", &holder, token).await.unwrap();
+        expected.push((EventKind::Granted, holder.clone(), token));
+        expected.push((EventKind::Released, holder, token));
+    }
+    let mut got = Vec::new();
+    while got.len() < expected.len() {
+        let e = next_event(&mut watch, Duration::from_secs(15)).await;
+        got.push((e.kind, e.holder, e.token));
+    }
+    assert_eq!(got, expected, "every event once, in order, across the move");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_from_before_a_restarted_nodes_snapshot_is_out_of_range_and_bad_input_is_refused() {
+    let mut h = Harness::start_with(3, false, &["--snapshot-every", "10"]).await;
+    for i in 0..40 {
+        h.client.put(&format!("k{i}"), b"v", None).await.unwrap();
+    }
+    h.kill(3);
+    h.rejoin_after_failover(3).await;
+    let mut watch = h
+        .client_of(3)
+        .watch(WatchSelect::Lease("l".into()), WatchFrom::Index(1));
+    let e = watch.next().await.unwrap_err();
+    assert_eq!(e.code(), Code::OutOfRange, "{e}");
+    assert!(e.to_string().contains("from_index"), "{e}");
+
+    let long = "p".repeat(200);
+    let mut watch = h.client.watch(WatchSelect::Prefix(long), WatchFrom::Now);
+    let e = watch.next().await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("prefix"), "{e}");
+    let mut watch = h
+        .client
+        .watch(WatchSelect::Lease(String::new()), WatchFrom::Now);
+    let e = watch.next().await.unwrap_err();
+    assert!(e.to_string().contains("lease"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_keeps_its_lease_past_the_ttl_writes_fenced_and_releases_on_close() {
+    let h = Harness::start(3, false).await;
+    let client = Arc::new(h.client_of(1));
+    let ttl = Duration::from_millis(600);
+    let holder = Holder::options("l", "worker", ttl)
+        .acquire(client.clone())
+        .await
+        .unwrap();
+    assert!(
+        holder.holder().starts_with("worker~"),
+        "{}",
+        holder.holder()
+    );
+    let first_safe = holder.safe_until();
+    tokio::time::sleep(ttl * 3).await;
+    assert!(holder.is_safe(), "renewed every third of the TTL");
+    assert!(
+        holder.safe_until() > first_safe + ttl,
+        "the deadline moved on"
+    );
+    let put = holder.fenced_put("row", b"v").await.unwrap();
+    assert_eq!(put.outcome, Written::Written);
+    let token = holder.token();
+    let lease = h.client.get_lease("l").await.unwrap().outcome;
+    assert_eq!(
+        (lease.holder.as_deref(), lease.token),
+        (Some(holder.holder()), token)
+    );
+    holder.release().await.unwrap();
+    let lease = h.client.get_lease("l").await.unwrap().outcome;
+    assert_eq!(lease.holder, None, "released on close");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_holders_of_one_name_never_share_a_token_unless_they_insist() {
+    let h = Harness::start(3, false).await;
+    let client = Arc::new(h.client_of(1));
+    let ttl = Duration::from_secs(5);
+    let first = Holder::options("l", "w", ttl)
+        .acquire(client.clone())
+        .await
+        .unwrap();
+    match Holder::options("l", "w", ttl).acquire(client.clone()).await {
+        Err(HoldError::Held(held)) => assert_eq!(held.holder, first.holder()),
+        other => panic!("a second holder named w got {:?}", other.map(|h| h.token())),
+    }
+    // Insisting on the exact name is the caller's claim that it is the same holder.
+    let exact = Holder::options("m", "w", ttl)
+        .exact_name()
+        .acquire(client.clone())
+        .await
+        .unwrap();
+    assert_eq!(exact.holder(), "w");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_standby_is_granted_as_soon_as_the_holder_releases_not_at_the_expiry() {
+    let h = Harness::start(3, false).await;
+    let client = Arc::new(h.client_of(1));
+    // A TTL far longer than the test may wait: only the watch can wake the standby in time.
+    let ttl = Duration::from_secs(60);
+    let first = Holder::options("l", "a", ttl)
+        .acquire(client.clone())
+        .await
+        .unwrap();
+    let standby = tokio::spawn({
+        let client = Arc::new(h.client_of(2));
+        async move {
+            let holder = Holder::options("l", "b", ttl)
+                .wait()
+                .acquire(client)
+                .await
+                .unwrap();
+            (holder.token(), Instant::now())
+        }
+    });
+    // Let the standby be refused and start watching.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!standby.is_finished(), "the standby waits while a holds");
+    let old = first.token();
+    let released = Instant::now();
+    first.release().await.unwrap();
+    let (token, granted_at) = tokio::time::timeout(Duration::from_secs(5), standby)
+        .await
+        .expect("the standby is granted within 5 s of the release")
+        .unwrap();
+    assert!(token > old);
+    eprintln!(
+        "release to standby grant: {} ms",
+        granted_at.duration_since(released).as_millis()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_cut_off_from_the_majority_is_lost_by_its_deadline_and_refuses_writes_itself() {
+    let mut h = Harness::start(3, false).await;
+    let client = Arc::new(h.client_of(1).with_deadline(Duration::from_secs(30)));
+    let ttl = Duration::from_millis(1_500);
+    let holder = Holder::options("l", "w", ttl)
+        .acquire(client.clone())
+        .await
+        .unwrap();
+    tokio::time::sleep(ttl).await;
+    h.kill(2);
+    h.kill(3);
+    let killed = Instant::now();
+    let lost = tokio::time::timeout(ttl * 2, holder.lost())
+        .await
+        .expect("the loss is reported by the deadline");
+    assert_eq!(lost, Lost::Unrenewed);
+    assert!(
+        killed.elapsed() <= ttl,
+        "reported {} ms after the kill, the TTL is {} ms",
+        killed.elapsed().as_millis(),
+        ttl.as_millis()
+    );
+    match holder.fenced_put("row", b"late").await {
+        Err(HoldError::NotSafe(Lost::Unrenewed)) => {}
+        other => panic!("a fenced put past the deadline was sent: {other:?}"),
+    }
+}
+
+/// Runs `leasehold hold` with `args` against the harness's nodes.
+fn hold(h: &Harness, args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new(binary());
+    command
+        .arg("hold")
+        .args(args)
+        .env("LEASEHOLD_ENDPOINTS", h.endpoints.join(","));
+    command
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hold_runs_its_command_with_the_lease_exits_with_its_code_and_releases() {
+    let h = Harness::start(3, false).await;
+    let out = hold(
+        &h,
+        &[
+            "job",
+            "--holder",
+            "w",
+            "--ttl",
+            "5",
+            "--",
+            "sh",
+            "-c",
+            "echo $LEASEHOLD_LEASE $LEASEHOLD_TOKEN $LEASEHOLD_HOLDER; exit 7",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    let line = String::from_utf8_lossy(&out.stdout);
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(fields[0], "job", "{line}");
+    assert_eq!(fields[1], "1", "{line}");
+    assert!(fields[2].starts_with("w~"), "{line}");
+    let lease = h.client.get_lease("job").await.unwrap().outcome;
+    assert_eq!(
+        (lease.holder, lease.token),
+        (None, 1),
+        "released when it ended"
+    );
+
+    // Held by another: exit 3 at once, the command never runs.
+    let token = granted(&h.client.acquire("job", "other", 30_000).await.unwrap()).unwrap();
+    let out = hold(
+        &h,
+        &[
+            "job", "--holder", "w", "--ttl", "5", "--", "sh", "-c", "echo ran",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(out.stdout.is_empty(), "the command ran: {out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("held by other") && stderr.contains("--wait"),
+        "{stderr}"
+    );
+    h.client.release("job", "other", token).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hold_wait_starts_the_command_once_the_holder_is_gone() {
+    let h = Harness::start(3, false).await;
+    let token = granted(&h.client.acquire("job", "first", 60_000).await.unwrap()).unwrap();
+    let mut standby = hold(
+        &h,
+        &[
+            "job",
+            "--holder",
+            "second",
+            "--ttl",
+            "5",
+            "--wait",
+            "--",
+            "sh",
+            "-c",
+            "echo $LEASEHOLD_TOKEN",
+        ],
+    )
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        standby.try_wait().unwrap().is_none(),
+        "it waits while first holds"
+    );
+    let released = Instant::now();
+    assert!(matches!(
+        h.client
+            .release("job", "first", token)
+            .await
+            .unwrap()
+            .outcome,
+        leasehold_client::Released::Released { .. }
+    ));
+    let out = tokio::task::spawn_blocking(move || standby.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let took = released.elapsed();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2");
+    assert!(
+        took < Duration::from_secs(10),
+        "took {took:?}: woken by the expiry, not the release"
+    );
+}
+
+/// The unix time in ms on a `leasehold hold -v` line's `KEY <ms>`.
+fn unix_ms_after(line: &str, key: &str) -> Option<u128> {
+    let rest = &line[line.find(key)? + key.len()..];
+    rest.trim_start()
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_under_hold_is_dead_before_the_ttl_since_the_last_renewal_sent_when_the_majority_dies(
+) {
+    let mut h = Harness::start(3, false).await;
+    let beats = h.dir().join("beats");
+    let ttl_ms: u128 = 3_000;
+    let script = format!(
+        "while :; do date +%s%3N >> {}; sleep 0.02; done",
+        beats.display()
+    );
+    let child = hold(
+        &h,
+        &[
+            "job", "--holder", "w", "--ttl", "3", "-v", "--", "sh", "-c", &script,
+        ],
+    )
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Renewals go on for a while; then the majority dies.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    h.kill(2);
+    h.kill(3);
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("SIGTERM") && stderr.contains("lost"),
+        "{stderr}"
+    );
+    let last_sent = stderr
+        .lines()
+        .filter_map(|line| unix_ms_after(line, "sent at unix ms"))
+        .max()
+        .unwrap_or_else(|| panic!("no renewal reported: {stderr}"));
+    let renewals = stderr.lines().filter(|l| l.contains("renewed")).count();
+    assert!(
+        renewals >= 2,
+        "renewed every second before the kill: {stderr}"
+    );
+    // The command's own record of being alive: nothing after the TTL from the last send.
+    let last_beat = || -> u128 {
+        std::fs::read_to_string(&beats)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .max()
+            .unwrap()
+    };
+    let beat = last_beat();
+    assert!(
+        beat < last_sent + ttl_ms,
+        "the command was alive {} ms after the last renewal was sent (TTL {ttl_ms} ms)",
+        beat - last_sent
+    );
+    // Its whole process group is gone: no beat comes any more.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(last_beat(), beat, "the command still runs");
+    eprintln!(
+        "last beat {} ms after the last renewal's send (TTL {ttl_ms} ms)",
+        beat - last_sent
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_prints_one_json_line_per_event() {
+    let h = Harness::start(3, false).await;
+    let mut watch = std::process::Command::new(binary())
+        .args(["watch", "--prefix", "w/", "--from-index", "1", "-o", "json"])
+        .env("LEASEHOLD_ENDPOINTS", h.endpoints.join(","))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let token = granted(&h.client.acquire("w/a", "x", 5_000).await.unwrap()).unwrap();
+    h.client.release("w/a", "x", token).await.unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let lines = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .take(2)
+            .map(Result::unwrap)
+            .collect::<Vec<_>>()
+    });
+    let lines = tokio::time::timeout(Duration::from_secs(10), lines)
+        .await
+        .expect("two lines in time")
+        .unwrap();
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let events: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events[0]["kind"], "granted", "{lines:?}");
+    assert_eq!(events[1]["kind"], "released", "{lines:?}");
+    for (event, key) in events.iter().zip(["kind", "lease", "holder", "token"]) {
+        assert!(event.get(key).is_some(), "{event}");
+    }
+    for key in ["expires_at_ms", "log_index", "store_time_ms"] {
+        assert!(events[0][key].as_u64().is_some(), "{key} in {}", events[0]);
+    }
+    assert_eq!(events[0]["lease"], "w/a");
+    assert_eq!(events[0]["token"], token);
+    assert!(events[1]["log_index"].as_u64() > events[0]["log_index"].as_u64());
+}
