@@ -93,6 +93,30 @@ impl Harness {
         connect(&self.cluster.nodes()[(id - 1) as usize].peer_addr).await
     }
 
+    /// Node `id`'s applied log from index 1, read back over its peer plane (`ReadLog`), for
+    /// checkers that replay it. The node must not have purged any of it.
+    pub async fn applied_log(&self, id: u64) -> Vec<(u64, Vec<leasehold::lease::Command>)> {
+        use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
+        use leasehold::raft::codec;
+        let chunk = leasehold::node::READ_LOG_MAX_ENTRIES;
+        let mut client =
+            RaftClient::new(self.peer_channel(id).await).max_decoding_message_size(usize::MAX);
+        let mut log: Vec<(u64, Vec<leasehold::lease::Command>)> = Vec::new();
+        loop {
+            let from = log.last().map_or(1, |(index, _)| index + 1);
+            let request = RaftMessage {
+                data: codec::encode(&(from, from + chunk - 1)).unwrap(),
+            };
+            let reply = client.read_log(request).await.expect("read the log");
+            let entries: Vec<(u64, Vec<leasehold::lease::Command>)> =
+                codec::decode(&reply.into_inner().data).unwrap();
+            if entries.is_empty() {
+                return log;
+            }
+            log.extend(entries);
+        }
+    }
+
     /// A plain connection to node `id`'s client port, for calls no `LeaseClient` makes.
     pub async fn client_channel(&self, id: u64) -> tonic::transport::Channel {
         connect(&self.endpoints[(id - 1) as usize]).await
