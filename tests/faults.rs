@@ -1,6 +1,6 @@
 //! The fault suite: real `leasehold serve` processes, faults injected from outside (kill -9,
 //! SIGSTOP, restarts, network partitions with real packet loss), concurrent clients recording
-//! every operation, and the checkers of `leasehold::check` judging the history against the
+//! every operation, and the checkers of `leasehold_check` judging the history against the
 //! cluster's own log.
 //!
 //! Each run happens in a network namespace of its own (`unshare --net`, so root): the nodes
