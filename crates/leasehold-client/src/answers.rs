@@ -8,14 +8,18 @@ use crate::error::ClientError;
 /// An answer and where in the log it was decided.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answer<T> {
+    /// What the store answered.
     pub outcome: T,
+    /// Where in the log it was answered.
     pub applied: Applied,
 }
 
 /// Where in the log a request was answered, and the store time there.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Applied {
+    /// The log entry that answered a write, or the applied index a read saw.
     pub log_index: u64,
+    /// The store's time there, in ms: the clock leases expire by.
     pub store_time_ms: u64,
     /// The write's place among those its log entry carries; 0 for reads.
     pub position: u32,
@@ -24,20 +28,24 @@ pub struct Applied {
 /// Another holder's grant, as a refusal names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeldBy {
+    /// Who holds the lease.
     pub holder: String,
+    /// Their grant's token.
     pub token: u64,
+    /// When their grant runs out, in store time, unless they renew.
     pub expires_at_ms: u64,
 }
 
 /// What an acquire got.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Acquired {
-    /// The lease is the caller's until `expires_at_ms` of store time. `renewed`: the caller
-    /// held it already and keeps its token; otherwise `token` is a new one, larger than every
-    /// earlier token of the lease.
+    /// The lease is the caller's.
     Granted {
+        /// Larger than every earlier token of the lease, unless `renewed`.
         token: u64,
+        /// When the grant runs out, in store time, unless renewed.
         expires_at_ms: u64,
+        /// The caller held the lease already and keeps its token.
         renewed: bool,
     },
     /// Someone else holds it.
@@ -58,21 +66,29 @@ impl Acquired {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Released {
     /// The lease is free now.
-    Released { token: u64 },
+    Released {
+        /// The released grant's token.
+        token: u64,
+    },
     /// Nobody holds it (it expired, or was released already).
     NotHeld,
     /// Someone else holds it.
     HeldBy(HeldBy),
     /// The caller holds it under another token.
-    WrongToken { current_token: u64 },
+    WrongToken {
+        /// The token the caller holds it under.
+        current_token: u64,
+    },
 }
 
 /// What a put got.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Written {
+    /// The row holds the value now.
     Written,
-    /// Refused: the store has seen `fence`, a bigger token for the lease. Nothing changed.
+    /// Refused: the store has seen a bigger token for the lease. Nothing changed.
     StaleToken {
+        /// The biggest token the store has seen for the lease.
         fence: u64,
     },
 }
@@ -87,21 +103,33 @@ impl Written {
 /// What a delete got.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Deleted {
-    /// The row is gone; `existed` says whether there was one.
-    Deleted { existed: bool },
-    /// Refused: the store has seen `fence`, a bigger token for the lease. The row stays.
-    StaleToken { fence: u64 },
+    /// The row is gone.
+    Deleted {
+        /// Whether there was one.
+        existed: bool,
+    },
+    /// Refused: the store has seen a bigger token for the lease. The row stays.
+    StaleToken {
+        /// The biggest token the store has seen for the lease.
+        fence: u64,
+    },
 }
 
 /// Whether a token is its lease's current grant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TokenStatus {
     /// Held, not expired, this token.
-    Current { holder: String, expires_at_ms: u64 },
-    /// Not the current grant. `current_token` is the lease's latest (0 when the store keeps no
-    /// record of the lease); `holder` whoever holds it now.
+    Current {
+        /// Who holds it.
+        holder: String,
+        /// When the grant runs out, in store time, unless renewed.
+        expires_at_ms: u64,
+    },
+    /// Not the current grant.
     Stale {
+        /// The lease's latest token (0 when the store keeps no record of the lease).
         current_token: u64,
+        /// Whoever holds it now.
         holder: Option<String>,
     },
 }
@@ -113,6 +141,7 @@ pub struct LeaseState {
     pub holder: Option<String>,
     /// The latest grant's token; 0 when never granted.
     pub token: u64,
+    /// When the latest grant runs out (or ran out), in store time.
     pub expires_at_ms: u64,
     /// The largest token seen for the lease: a fenced write below it is refused.
     pub fence: u64,

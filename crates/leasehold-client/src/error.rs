@@ -9,7 +9,12 @@ use tonic::{Code, Status};
 pub enum ClientError {
     /// An endpoint that is not `host:port` or a URI; nothing was sent.
     #[error("invalid endpoint {endpoint:?}: {reason}")]
-    Endpoint { endpoint: String, reason: String },
+    Endpoint {
+        /// The endpoint as given.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The last attempt's status, with the mark when the write may have been applied.
     #[error("{}", describe(.0))]
     Status(Status),

@@ -30,7 +30,10 @@ pub enum Lost {
     /// A renewal was answered with a fresh grant: the lease had expired and was granted
     /// anew, so whatever was done under the old token may have been fenced off. The new
     /// grant is released.
-    Regranted { token: u64 },
+    Regranted {
+        /// The fresh grant's token.
+        token: u64,
+    },
     /// The store refused a renewal for good (bad input, an unknown session).
     Refused(String),
     /// [`Holder::release`] gave the lease up.
@@ -74,6 +77,8 @@ pub enum HoldError {
     /// The options cannot work: a margin no shorter than the TTL, say.
     #[error("{0}")]
     Invalid(String),
+    /// No answer came: see [`ClientError::is_indeterminate`] for whether a write may have
+    /// been applied.
     #[error(transparent)]
     Client(#[from] ClientError),
 }
@@ -215,6 +220,7 @@ impl Holder {
         }
     }
 
+    /// The lease held.
     pub fn lease(&self) -> &str {
         &self.lease
     }
@@ -229,6 +235,7 @@ impl Holder {
         self.token
     }
 
+    /// The TTL every grant and renewal asks for.
     pub fn ttl(&self) -> Duration {
         self.ttl
     }
@@ -452,5 +459,145 @@ impl Keeper {
                 Acquired::HeldBy(held) => Err(Lost::HeldBy(held)),
             };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use leasehold_proto::v1 as pb;
+    use pb::acquire_response::Outcome;
+
+    use super::*;
+    use crate::fake::{fake_node, Reply};
+
+    fn granted(token: u64, renewed: bool) -> Reply {
+        Reply::Acquire(Outcome::Granted(pb::Granted {
+            token,
+            expires_at_ms: 0,
+            renewed,
+        }))
+    }
+
+    fn held_by(holder: &str, token: u64) -> Reply {
+        Reply::Acquire(Outcome::HeldBy(pb::HeldBy {
+            holder: holder.into(),
+            token,
+            expires_at_ms: 0,
+        }))
+    }
+
+    const TTL: Duration = Duration::from_millis(600);
+    const MARGIN: Duration = Duration::from_millis(100);
+
+    #[tokio::test]
+    async fn a_renewal_answered_held_by_another_is_a_loss_at_once() {
+        let (_node, client) = fake_node(vec![granted(1, false), held_by("thief", 2)]).await;
+        let holder = Holder::options("l", "me", TTL)
+            .acquire(Arc::new(client))
+            .await
+            .unwrap();
+        let lost = tokio::time::timeout(TTL, holder.lost()).await.unwrap();
+        assert!(
+            matches!(&lost, Lost::HeldBy(h) if h.holder == "thief"),
+            "{lost}"
+        );
+        match holder.fenced_put("k", b"v").await {
+            Err(HoldError::NotSafe(Lost::HeldBy(_))) => {}
+            other => panic!("a write after the loss was sent: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_renewal_answered_with_a_fresh_grant_is_a_loss_and_that_grant_is_given_back() {
+        let (node, client) =
+            fake_node(vec![granted(1, false), granted(2, false), Reply::Answer]).await;
+        let holder = Holder::options("l", "me", TTL)
+            .acquire(Arc::new(client))
+            .await
+            .unwrap();
+        let lost = tokio::time::timeout(TTL, holder.lost()).await.unwrap();
+        assert_eq!(lost, Lost::Regranted { token: 2 });
+        assert_eq!(
+            *node.releases.lock().unwrap(),
+            vec![2],
+            "the new grant is released"
+        );
+    }
+
+    #[tokio::test]
+    async fn renewals_that_never_answer_end_the_holding_at_send_plus_ttl_minus_margin() {
+        // The grant's answer takes 300 ms: a deadline counted from the answer would be that
+        // much later.
+        let slow = Duration::from_millis(300);
+        let grant = Outcome::Granted(pb::Granted {
+            token: 1,
+            expires_at_ms: 0,
+            renewed: false,
+        });
+        let (_node, client) = fake_node(vec![Reply::SlowAcquire(slow, grant), Reply::Hang]).await;
+        let before = Instant::now();
+        let holder = Holder::options("l", "me", TTL)
+            .margin(MARGIN)
+            .acquire(Arc::new(client))
+            .await
+            .unwrap();
+        assert!(before.elapsed() >= slow);
+        let deadline = holder.safe_until();
+        assert!(
+            deadline < before + TTL - MARGIN + Duration::from_millis(100),
+            "counted from the answer: {} ms after the call began",
+            (deadline - before).as_millis()
+        );
+        assert_eq!(holder.lost().await, Lost::Unrenewed);
+        let at = Instant::now();
+        assert!(at >= deadline, "lost before its deadline");
+        assert!(
+            at < deadline + Duration::from_millis(100),
+            "lost {} ms after its deadline",
+            (at - deadline).as_millis()
+        );
+        assert!(!holder.is_safe());
+        assert!(matches!(
+            holder.fenced_put("k", b"v").await,
+            Err(HoldError::NotSafe(Lost::Unrenewed))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_holder_renews_every_third_of_its_ttl_and_releases_when_dropped() {
+        let (node, client) = fake_node(vec![granted(1, false), granted(1, true)]).await;
+        let holder = Holder::options("l", "me", TTL)
+            .acquire(Arc::new(client))
+            .await
+            .unwrap();
+        tokio::time::sleep(TTL * 2).await;
+        assert!(holder.is_safe());
+        // The grant, then a renewal every 200 ms: about six in 1.2 s (the register is not
+        // counted: it carries no request id).
+        let acquires = node.request_ids.lock().unwrap().len();
+        assert!(
+            (5..=8).contains(&acquires),
+            "{acquires} acquires in two TTLs"
+        );
+        drop(holder);
+        tokio::time::timeout(TTL, async {
+            while node.releases.lock().unwrap().is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("released after the drop");
+        assert_eq!(*node.releases.lock().unwrap(), vec![1]);
+    }
+
+    #[tokio::test]
+    async fn options_that_cannot_work_are_refused_before_anything_is_sent() {
+        let (node, client) = fake_node(vec![granted(1, false)]).await;
+        let refused = Holder::options("l", "me", TTL)
+            .margin(TTL)
+            .acquire(Arc::new(client))
+            .await;
+        assert!(matches!(refused, Err(HoldError::Invalid(ref e)) if e.contains("margin")));
+        assert!(node.request_ids.lock().unwrap().is_empty());
     }
 }

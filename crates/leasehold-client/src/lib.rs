@@ -13,10 +13,14 @@
 //!
 //! The wire types are in the `leasehold-proto` crate, re-exported as [`proto`].
 
+#![warn(missing_docs)]
+
 pub mod answers;
 mod attempts;
 mod client;
 mod error;
+#[cfg(test)]
+mod fake;
 mod holder;
 mod watch;
 

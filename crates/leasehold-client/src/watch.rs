@@ -64,14 +64,19 @@ impl EventKind {
 /// One lease event, at the log index whose entry caused it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseEvent {
+    /// What happened.
     pub kind: EventKind,
+    /// To which lease.
     pub lease: String,
     /// Who was granted, renewed, released or lost the lease.
     pub holder: String,
+    /// The grant's token.
     pub token: u64,
     /// The grant's expiry; for a release, the store time of the release.
     pub expires_at_ms: u64,
+    /// The log entry whose apply caused it: the same on every node.
     pub log_index: u64,
+    /// The store time there.
     pub store_time_ms: u64,
 }
 

@@ -17,6 +17,8 @@
 //! assert_eq!(request.ttl_ms, 5_000);
 //! ```
 
+#![warn(missing_docs)]
+
 /// The public API's messages, and its `LeaseStore` and `Cluster` services (clients and servers).
 #[allow(missing_docs)]
 pub mod v1 {

@@ -1,0 +1,215 @@
+//! A scripted node for the crate's tests: answers from a script, and remembers what it was sent.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold_proto::v1 as pb;
+use leasehold_proto::v1::lease_store_server::{LeaseStore, LeaseStoreServer};
+use tonic::{Request, Response, Status};
+
+use crate::client::LeaseClient;
+
+/// How the fake node answers one call.
+#[derive(Clone)]
+pub(crate) enum Reply {
+    /// Never answers: the client's attempt timeout fires with the request in flight.
+    Hang,
+    Fail(Status),
+    /// A well-formed answer: granted, written, ...
+    Answer,
+    /// For an acquire: this outcome (any other call answers as `Answer`).
+    Acquire(pb::acquire_response::Outcome),
+    /// For an acquire: this outcome, after this long.
+    SlowAcquire(Duration, pb::acquire_response::Outcome),
+}
+
+/// A node that answers from a script, and remembers the request ids it was sent.
+pub(crate) struct FakeNode {
+    /// The replies in order; the last one answers every call after it.
+    script: Mutex<Vec<Reply>>,
+    pub(crate) request_ids: Mutex<Vec<Option<pb::RequestId>>>,
+    /// Sessions opened so far; each registration gets the next id.
+    pub(crate) sessions: Mutex<u64>,
+    /// The tokens of the releases it was sent.
+    pub(crate) releases: Mutex<Vec<u64>>,
+}
+
+impl FakeNode {
+    /// The next reply of the script, noting the request id it answers.
+    fn next(&self, request_id: Option<pb::RequestId>) -> Reply {
+        self.request_ids.lock().unwrap().push(request_id);
+        let mut script = self.script.lock().unwrap();
+        if script.len() > 1 {
+            script.remove(0)
+        } else {
+            script[0].clone()
+        }
+    }
+
+    async fn reply<T: Canned>(&self, reply: Reply) -> Result<Response<T>, Status> {
+        match reply {
+            Reply::Hang => std::future::pending().await,
+            Reply::Fail(status) => Err(status),
+            Reply::Answer | Reply::Acquire(_) | Reply::SlowAcquire(..) => {
+                Ok(Response::new(T::canned()))
+            }
+        }
+    }
+
+    async fn answer<T: Canned>(
+        &self,
+        request_id: Option<pb::RequestId>,
+    ) -> Result<Response<T>, Status> {
+        let reply = self.next(request_id);
+        self.reply(reply).await
+    }
+}
+
+/// A well-formed answer of each kind.
+trait Canned {
+    fn canned() -> Self;
+}
+
+macro_rules! canned {
+    ($($response:ty => $outcome:expr),* $(,)?) => {$(
+        impl Canned for $response {
+            fn canned() -> Self {
+                Self { outcome: Some($outcome), ..Default::default() }
+            }
+        }
+    )*};
+}
+
+canned! {
+    pb::AcquireResponse => pb::acquire_response::Outcome::Granted(pb::Granted::default()),
+    pb::ReleaseResponse => pb::release_response::Outcome::NotHeld(pb::NotHeld {}),
+    pb::PutResponse => pb::put_response::Outcome::Written(pb::Written {}),
+    pb::DeleteResponse => pb::delete_response::Outcome::Deleted(pb::Deleted::default()),
+    pb::CheckTokenResponse =>
+        pb::check_token_response::Outcome::Stale(pb::TokenStale::default()),
+}
+
+impl Canned for pb::GetResponse {
+    fn canned() -> Self {
+        Self::default()
+    }
+}
+impl Canned for pb::GetLeaseResponse {
+    fn canned() -> Self {
+        Self::default()
+    }
+}
+impl Canned for pb::AdvanceResponse {
+    fn canned() -> Self {
+        Self::default()
+    }
+}
+
+/// The fake node as the server holds it (the trait is another crate's, so is `Arc`).
+struct Handle(Arc<FakeNode>);
+
+impl std::ops::Deref for Handle {
+    type Target = FakeNode;
+    fn deref(&self) -> &FakeNode {
+        &self.0
+    }
+}
+
+#[tonic::async_trait]
+impl LeaseStore for Handle {
+    type WatchStream = tonic::codegen::BoxStream<pb::WatchResponse>;
+
+    async fn watch(
+        &self,
+        _: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented("the fake node does not watch"))
+    }
+    async fn acquire(
+        &self,
+        r: Request<pb::AcquireRequest>,
+    ) -> Result<Response<pb::AcquireResponse>, Status> {
+        let outcome = match self.next(r.into_inner().request_id) {
+            Reply::Acquire(outcome) => outcome,
+            Reply::SlowAcquire(after, outcome) => {
+                tokio::time::sleep(after).await;
+                outcome
+            }
+            other => return self.reply(other).await,
+        };
+        Ok(Response::new(pb::AcquireResponse {
+            applied: None,
+            outcome: Some(outcome),
+        }))
+    }
+    async fn release(
+        &self,
+        r: Request<pb::ReleaseRequest>,
+    ) -> Result<Response<pb::ReleaseResponse>, Status> {
+        let r = r.into_inner();
+        self.releases.lock().unwrap().push(r.token);
+        self.answer(r.request_id).await
+    }
+    async fn put(&self, r: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        self.answer(r.into_inner().request_id).await
+    }
+    async fn delete(
+        &self,
+        r: Request<pb::DeleteRequest>,
+    ) -> Result<Response<pb::DeleteResponse>, Status> {
+        self.answer(r.into_inner().request_id).await
+    }
+    async fn get(&self, _: Request<pb::GetRequest>) -> Result<Response<pb::GetResponse>, Status> {
+        self.answer(None).await
+    }
+    async fn check_token(
+        &self,
+        _: Request<pb::CheckTokenRequest>,
+    ) -> Result<Response<pb::CheckTokenResponse>, Status> {
+        self.answer(None).await
+    }
+    async fn get_lease(
+        &self,
+        _: Request<pb::GetLeaseRequest>,
+    ) -> Result<Response<pb::GetLeaseResponse>, Status> {
+        self.answer(None).await
+    }
+    async fn advance(
+        &self,
+        r: Request<pb::AdvanceRequest>,
+    ) -> Result<Response<pb::AdvanceResponse>, Status> {
+        self.answer(r.into_inner().request_id).await
+    }
+    async fn register(
+        &self,
+        _: Request<pb::RegisterRequest>,
+    ) -> Result<Response<pb::RegisterResponse>, Status> {
+        let mut sessions = self.sessions.lock().unwrap();
+        *sessions += 1;
+        Ok(Response::new(pb::RegisterResponse {
+            applied: None,
+            client_id: *sessions,
+        }))
+    }
+}
+
+/// Serves `script` on 127.0.0.1, on a port of the system's choosing; a client with a short
+/// deadline talks to it. The server stops with the test's runtime.
+pub(crate) async fn fake_node(script: Vec<Reply>) -> (Arc<FakeNode>, LeaseClient) {
+    let node = Arc::new(FakeNode {
+        script: Mutex::new(script),
+        request_ids: Mutex::default(),
+        sessions: Mutex::default(),
+        releases: Mutex::default(),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tonic::transport::Server::builder()
+        .add_service(LeaseStoreServer::new(Handle(node.clone())))
+        .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
+    tokio::spawn(server);
+    let client = LeaseClient::new(&[addr.to_string()])
+        .unwrap()
+        .with_deadline(Duration::from_millis(800));
+    (node, client)
+}
