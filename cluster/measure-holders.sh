@@ -5,7 +5,7 @@
 #   2. a clean handover: the holder's command ends, `hold` releases, and a standby waiting in
 #      `hold --wait` starts its command: from the first command's last instant to the second's
 #      first, TRIES times;
-#   3. a crash: the holder's `hold` and its command are killed (kill -9 of the process group);
+#   3. a crash: the holder's `hold` is killed (kill -9; its command dies with it);
 #      the standby starts once the lease expires in store time: from the kill to the standby's
 #      command, TRIES times.
 # Usage: cluster/measure-holders.sh [TRIES] (default 5); TTL (3), HOLD_SECS (30) in the
@@ -60,14 +60,16 @@ echo "clean handover (command ends, hold releases, standby's command starts): ${
 crashes=()
 for try in $(seq "$tries"); do
   lease="m/crash-$try"
-  setsid "$bin" hold "$lease" --holder first --ttl "$ttl" -- sleep 600 &
+  # The command dies with its `hold` (the kernel's parent-death signal): a crash of both.
+  "$bin" hold "$lease" --holder first --ttl "$ttl" -- sleep 600 >/dev/null 2>&1 &
   first=$!
   until "$bin" lease "$lease" -o json | grep -q '"holder":"first'; do sleep 0.05; done
   "$bin" hold "$lease" --holder second --ttl "$ttl" --wait -- sh -c "date +%s%3N > $dir/start" &
   second=$!
   sleep 1
   killed=$(now_ms)
-  kill -9 -- "-$first"
+  kill -9 "$first"
+  wait "$first" 2>/dev/null || true
   wait "$second"
   crashes+=($(( $(cat "$dir/start") - killed )))
 done

@@ -6,7 +6,7 @@ mod harness;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness::{binary, granted, Harness};
+use harness::{binary, granted, wait_for, Harness};
 use leasehold_client::{
     Code, EventKind, HoldError, Holder, LeaseEvent, Lost, WatchFrom, WatchSelect, Written,
 };
@@ -367,6 +367,29 @@ async fn hold_wait_starts_the_command_once_the_holder_is_gone() {
         took < Duration::from_secs(10),
         "took {took:?}: woken by the expiry, not the release"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_dies_with_its_hold_so_it_never_outlives_the_lease() {
+    let h = Harness::start(3, false).await;
+    let pid_file = h.dir().join("command.pid");
+    let script = format!("echo $$ > {}; exec sleep 600", pid_file.display());
+    let mut child = hold(
+        &h,
+        &[
+            "job", "--holder", "w", "--ttl", "5", "--", "sh", "-c", &script,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    let pid: i32 = wait_for("the command to start", Duration::from_secs(10), || async {
+        std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok()
+    })
+    .await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The kernel kills the command with its parent: `hold` can no longer stop it in time.
+    harness::wait_until_dead(pid);
 }
 
 /// The unix time in ms on a `leasehold hold -v` line's `KEY <ms>`.

@@ -99,13 +99,32 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
     if grace >= ttl {
         anyhow::bail!("--grace: must be shorter than the TTL ({} ms)", args.ttl_ms);
     }
-    let mut child = tokio::process::Command::new(&args.command[0])
+    let mut command = tokio::process::Command::new(&args.command[0]);
+    command
         .args(&args.command[1..])
         .env("LEASEHOLD_LEASE", holder.lease())
         .env("LEASEHOLD_TOKEN", holder.token().to_string())
         .env("LEASEHOLD_HOLDER", holder.holder())
         // Its own process group, so SIGTERM and SIGKILL reach whatever it started too.
-        .process_group(0)
+        .process_group(0);
+    let hold_pid = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec the closure calls only async-signal-safe functions
+    // (prctl, getppid) and allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            // If `hold` itself dies (kill -9, a crash), nothing would stop the command at the
+            // deadline any more: the kernel kills it with its parent instead.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // `hold` died before the prctl took effect.
+            if libc::getppid() != hold_pid {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let mut child = command
         .spawn()
         .map_err(|e| anyhow::anyhow!("cannot run {:?}: {e}", args.command[0]))?;
     let pgid = child.id().map_or(0, |pid| pid as i32);

@@ -338,13 +338,23 @@ pub fn written(response: &Answer<Written>) -> bool {
 /// Waits up to 10 s for a process that is not our child to exit; panics if it does not.
 pub fn wait_until_dead(pid: i32) {
     let started = Instant::now();
-    // SAFETY: signal 0 only checks that the process exists.
-    while unsafe { libc::kill(pid, 0) } == 0 {
+    while alive(pid) {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "pid {pid} still runs"
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether `pid` runs: it exists and is not a zombie waiting for a parent to reap it.
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
     }
 }
 
