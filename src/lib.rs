@@ -24,6 +24,7 @@
 //!   and shutdown.
 //! - [`tls`]: TLS for both planes: loading the files, the accept loop that logs refusals, which
 //!   member a peer's certificate names.
+//! - [`metrics`]: what a node counts for Prometheus (`serve --metrics-listen`).
 //! - [`gather`]: batching of concurrent requests, for the proposer, the reads and the forwarder.
 //! - [`cli`]: the `leasehold` commands: serve, cluster, the client commands, demo.
 //! - [`proto`]: code generated from `proto/`.
@@ -31,6 +32,7 @@
 pub mod cli;
 pub mod gather;
 pub mod lease;
+pub mod metrics;
 pub mod node;
 pub mod proto;
 pub mod raft;

@@ -407,6 +407,7 @@ fn node_config(id: u64, count: u64) -> NodeConfig {
         max_requests: leasehold::node::MAX_CONCURRENT_REQUESTS,
         // Short, so that the schedules forget leases too.
         lease_retention_ms: 2_000,
+        metrics_listen: None,
     }
 }
 

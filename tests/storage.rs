@@ -191,7 +191,7 @@ async fn leader_snapshot(upto: u64) -> (SnapshotMeta<u64, openraft::BasicNode>, 
 
 /// A follower that voted, holds entries 0 to 5, all committed and applied, and a snapshot at 3.
 async fn follower_at_5(dir: &Path) -> (LogStore, StateMachineStore) {
-    let (mut log, mut sm) = open_storage(dir).unwrap();
+    let (mut log, mut sm) = open_storage(dir, leasehold::metrics::Metrics::new()).unwrap();
     log.save_vote(&Vote::new(2, 1)).await.unwrap();
     let entries = log_through(5);
     log.blocking_append(entries.clone()).await.unwrap();
@@ -211,7 +211,8 @@ async fn follower_at_5(dir: &Path) -> (LogStore, StateMachineStore) {
 /// from it (re-applying the committed log after the snapshot), and every entry after the applied
 /// one can be read to apply next.
 async fn reopen_after_crash(dir: &Path) -> (LogStore, StateMachineStore) {
-    let (mut log, mut sm) = open_storage(dir).expect("storage opens after the crash");
+    let (mut log, mut sm) = open_storage(dir, leasehold::metrics::Metrics::new())
+        .expect("storage opens after the crash");
     let purged = log.get_log_state().await.unwrap().last_purged_log_id;
     let snapshot = sm.get_current_snapshot().await.unwrap().map(|s| s.meta);
     let snapshot_last = snapshot.as_ref().and_then(|m| m.last_log_id);

@@ -33,6 +33,10 @@ pub struct ClusterArgs {
     /// DIR/tls (once), and prints the environment a client needs.
     #[arg(long)]
     tls: bool,
+    /// Serve each node's Prometheus metrics and probes (/metrics, /healthz, /readyz) from this
+    /// port on, one port per node.
+    #[arg(long, value_name = "PORT")]
+    metrics_port: Option<u16>,
 }
 
 fn parse_node_count(text: &str) -> Result<u64, String> {
@@ -112,6 +116,12 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
     } else {
         None
     };
+    if let Some(first) = args.metrics_port {
+        for id in 1..=args.nodes {
+            let addr = format!("127.0.0.1:{}", u64::from(first) + id - 1);
+            cluster = cluster.with_node_args(id, &["--metrics-listen", &addr]);
+        }
+    }
     cluster.start_all()?;
 
     println!(

@@ -110,10 +110,13 @@ impl LocalCluster {
         self
     }
 
-    /// Passes `args` to node `id`'s `serve` only (a node configured unlike the others).
+    /// Passes `args` to node `id`'s `serve` only (a node configured unlike the others), after
+    /// those it has already.
     pub fn with_node_args(mut self, id: u64, args: &[&str]) -> Self {
         self.node_args
-            .insert(id, args.iter().map(|a| (*a).to_owned()).collect());
+            .entry(id)
+            .or_default()
+            .extend(args.iter().map(|a| (*a).to_owned()));
         self
     }
 

@@ -11,6 +11,14 @@ use crate::node::{self, NodeConfig};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
+    /// Serve Prometheus metrics at /metrics, and the probes /healthz and /readyz, over HTTP on
+    /// this address (keep it off the public network).
+    #[arg(long, env = "LEASEHOLD_METRICS_LISTEN", value_name = "HOST:PORT")]
+    metrics_listen: Option<SocketAddr>,
+    /// How the node logs to stderr: `text` for people, `json` (one object per line) for log
+    /// collectors.
+    #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     /// This node's id: one of the ids in --peers.
     #[arg(long, env = "LEASEHOLD_ID")]
     id: u64,
@@ -88,15 +96,26 @@ fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
     Ok(peers)
 }
 
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
 pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     // Logs go to stderr; `cluster` points each node's stderr at a file of its own.
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
+        .with_ansi(false);
+    match args.log_format {
+        LogFormat::Text => logs.init(),
+        // One JSON object per line, the event's fields at the top level beside `level`,
+        // `target` and `timestamp`.
+        LogFormat::Json => logs.json().flatten_event(true).init(),
+    }
     let config = NodeConfig {
         id: args.id,
         listen: args.listen,
@@ -113,6 +132,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         client_cert_auth: args.client_cert_auth,
         max_requests: args.max_requests as usize,
         lease_retention_ms: args.lease_retention,
+        metrics_listen: args.metrics_listen,
     };
     node::run(config, shutdown_signal()).await?;
     Ok(Exit::Ok)

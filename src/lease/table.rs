@@ -178,6 +178,13 @@ impl LeaseTable {
         self.rows.len()
     }
 
+    /// How many leases are held now (granted and not expired).
+    pub fn held_count(&self) -> usize {
+        // Held at `now_ms` means expiring after it; a free lease's expiry is not after it.
+        let after_now = (self.now_ms.saturating_add(1), String::new());
+        self.expiries.range(after_now..).count()
+    }
+
     /// The earliest expiry of a lease that is still held: when the next tick is due.
     pub fn next_expiry_ms(&self) -> Option<u64> {
         // Held at `now_ms` means expiring after it; a free lease's expiry is not after it.

@@ -3,6 +3,7 @@
 //! (the forwarder); a read is forwarded as its own call.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
@@ -11,6 +12,7 @@ use super::error::ORIGIN_KEY;
 use super::forwarder::FORWARD_TIMEOUT;
 use super::{convert, Node, NodeError};
 use crate::lease::{Fence, Op, RequestId};
+use crate::metrics::Metrics;
 use crate::proto::v1 as pb;
 use crate::proto::v1::lease_store_client::LeaseStoreClient;
 use crate::raft::Applied;
@@ -23,14 +25,89 @@ pub struct LeaseService {
     node: Node,
     /// Ends long-lived watch streams when the node stops, so they do not hold its shutdown.
     stopping: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Where requests are counted: the client plane's service only, so that a read a follower
+    /// forwards is counted once, where the client sent it.
+    metrics: Option<Arc<Metrics>>,
 }
+
+/// A typed refusal by the store in an answer, for `leasehold_refusals_total{reason}`.
+trait Refusal {
+    fn refusal(&self) -> Option<&'static str> {
+        None
+    }
+}
+
+impl Refusal for pb::AcquireResponse {
+    fn refusal(&self) -> Option<&'static str> {
+        use pb::acquire_response::Outcome;
+        matches!(self.outcome, Some(Outcome::HeldBy(_))).then_some("held_by")
+    }
+}
+
+impl Refusal for pb::ReleaseResponse {
+    fn refusal(&self) -> Option<&'static str> {
+        use pb::release_response::Outcome;
+        match self.outcome {
+            Some(Outcome::NotHeld(_)) => Some("not_held"),
+            Some(Outcome::HeldBy(_)) => Some("held_by"),
+            Some(Outcome::WrongToken(_)) => Some("wrong_token"),
+            _ => None,
+        }
+    }
+}
+
+impl Refusal for pb::PutResponse {
+    fn refusal(&self) -> Option<&'static str> {
+        use pb::put_response::Outcome;
+        matches!(self.outcome, Some(Outcome::StaleToken(_))).then_some("stale_token")
+    }
+}
+
+impl Refusal for pb::DeleteResponse {
+    fn refusal(&self) -> Option<&'static str> {
+        use pb::delete_response::Outcome;
+        matches!(self.outcome, Some(Outcome::StaleToken(_))).then_some("stale_token")
+    }
+}
+
+// Reads and the rest answer without refusing: a stale token checked is an answer.
+impl Refusal for pb::GetResponse {}
+impl Refusal for pb::GetLeaseResponse {}
+impl Refusal for pb::CheckTokenResponse {}
+impl Refusal for pb::RegisterResponse {}
+impl Refusal for pb::AdvanceResponse {}
 
 impl LeaseService {
     pub fn new(node: Node) -> Self {
         LeaseService {
             node,
             stopping: None,
+            metrics: None,
         }
+    }
+
+    /// Counts every request in `metrics`.
+    pub fn counting_in(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Runs `answer` and counts it: its outcome, its duration, its refusal if any.
+    async fn counted<T: Refusal>(
+        &self,
+        rpc: &'static str,
+        answer: impl Future<Output = Result<Response<T>, Status>>,
+    ) -> Result<Response<T>, Status> {
+        let started = std::time::Instant::now();
+        let result = answer.await;
+        if let Some(metrics) = &self.metrics {
+            let outcome = match &result {
+                Ok(response) => Ok(response.get_ref().refusal()),
+                Err(status) => Err(status.code()),
+            };
+            metrics.request(rpc, started.elapsed(), outcome);
+        }
+        result
     }
 
     /// Watch streams end when `stopping` turns true.
@@ -114,23 +191,9 @@ fn is_forwarded<T>(request: &Request<T>) -> bool {
     request.metadata().get(FORWARDED_KEY).is_some()
 }
 
-#[tonic::async_trait]
-impl pb::lease_store_server::LeaseStore for LeaseService {
-    type WatchStream = super::watch::WatchStream;
-
-    async fn watch(
-        &self,
-        request: Request<pb::WatchRequest>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
-        let stream = super::watch::start(
-            self.node.clone(),
-            request.into_inner(),
-            self.stopping.clone(),
-        )?;
-        Ok(Response::new(stream))
-    }
-
-    async fn acquire(
+/// The answers: each RPC below is counted (`counted`) around one of these.
+impl LeaseService {
+    async fn answer_acquire(
         &self,
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
@@ -145,7 +208,7 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         Ok(Response::new(convert::acquire(applied)?))
     }
 
-    async fn release(
+    async fn answer_release(
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
@@ -160,7 +223,7 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         Ok(Response::new(convert::release(applied)?))
     }
 
-    async fn put(
+    async fn answer_put(
         &self,
         request: Request<pb::PutRequest>,
     ) -> Result<Response<pb::PutResponse>, Status> {
@@ -175,7 +238,7 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         Ok(Response::new(convert::put(applied)?))
     }
 
-    async fn delete(
+    async fn answer_delete(
         &self,
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
@@ -189,7 +252,7 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         Ok(Response::new(convert::delete(applied)?))
     }
 
-    async fn get(
+    async fn answer_get(
         &self,
         request: Request<pb::GetRequest>,
     ) -> Result<Response<pb::GetResponse>, Status> {
@@ -211,7 +274,7 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         }
     }
 
-    async fn get_lease(
+    async fn answer_get_lease(
         &self,
         request: Request<pb::GetLeaseRequest>,
     ) -> Result<Response<pb::GetLeaseResponse>, Status> {
@@ -234,7 +297,7 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         }
     }
 
-    async fn check_token(
+    async fn answer_check_token(
         &self,
         request: Request<pb::CheckTokenRequest>,
     ) -> Result<Response<pb::CheckTokenResponse>, Status> {
@@ -262,7 +325,7 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         }
     }
 
-    async fn register(
+    async fn answer_register(
         &self,
         _request: Request<pb::RegisterRequest>,
     ) -> Result<Response<pb::RegisterResponse>, Status> {
@@ -270,7 +333,7 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         Ok(Response::new(convert::register(applied)?))
     }
 
-    async fn advance(
+    async fn answer_advance(
         &self,
         request: Request<pb::AdvanceRequest>,
     ) -> Result<Response<pb::AdvanceResponse>, Status> {
@@ -278,5 +341,88 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         let op = Op::Advance { by_ms: m.ms };
         let applied = self.write(op, request_id(m.request_id.as_ref())).await?;
         Ok(Response::new(convert::advance(applied)?))
+    }
+}
+
+#[tonic::async_trait]
+impl pb::lease_store_server::LeaseStore for LeaseService {
+    type WatchStream = super::watch::WatchStream;
+
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let stream = super::watch::start(
+            self.node.clone(),
+            request.into_inner(),
+            self.stopping.clone(),
+        )?;
+        Ok(Response::new(stream))
+    }
+
+    async fn acquire(
+        &self,
+        request: Request<pb::AcquireRequest>,
+    ) -> Result<Response<pb::AcquireResponse>, Status> {
+        self.counted("acquire", self.answer_acquire(request)).await
+    }
+
+    async fn release(
+        &self,
+        request: Request<pb::ReleaseRequest>,
+    ) -> Result<Response<pb::ReleaseResponse>, Status> {
+        self.counted("release", self.answer_release(request)).await
+    }
+
+    async fn put(
+        &self,
+        request: Request<pb::PutRequest>,
+    ) -> Result<Response<pb::PutResponse>, Status> {
+        self.counted("put", self.answer_put(request)).await
+    }
+
+    async fn delete(
+        &self,
+        request: Request<pb::DeleteRequest>,
+    ) -> Result<Response<pb::DeleteResponse>, Status> {
+        self.counted("delete", self.answer_delete(request)).await
+    }
+
+    async fn get(
+        &self,
+        request: Request<pb::GetRequest>,
+    ) -> Result<Response<pb::GetResponse>, Status> {
+        self.counted("get", self.answer_get(request)).await
+    }
+
+    async fn get_lease(
+        &self,
+        request: Request<pb::GetLeaseRequest>,
+    ) -> Result<Response<pb::GetLeaseResponse>, Status> {
+        self.counted("get_lease", self.answer_get_lease(request))
+            .await
+    }
+
+    async fn check_token(
+        &self,
+        request: Request<pb::CheckTokenRequest>,
+    ) -> Result<Response<pb::CheckTokenResponse>, Status> {
+        self.counted("check_token", self.answer_check_token(request))
+            .await
+    }
+
+    async fn register(
+        &self,
+        request: Request<pb::RegisterRequest>,
+    ) -> Result<Response<pb::RegisterResponse>, Status> {
+        self.counted("register", self.answer_register(request))
+            .await
+    }
+
+    async fn advance(
+        &self,
+        request: Request<pb::AdvanceRequest>,
+    ) -> Result<Response<pb::AdvanceResponse>, Status> {
+        self.counted("advance", self.answer_advance(request)).await
     }
 }

@@ -8,6 +8,7 @@ mod error;
 mod forwarder;
 mod lease_service;
 mod peer_gate;
+mod probes;
 mod raft_service;
 mod server;
 mod watch;
@@ -78,6 +79,8 @@ pub struct NodeConfig {
     pub max_requests: usize,
     /// Store time a lease stays free before this node, leading, has it forgotten.
     pub lease_retention_ms: u64,
+    /// Where to serve `/metrics`, `/healthz` and `/readyz`, if anywhere.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// The default of `serve --lease-retention`: an hour of store time.

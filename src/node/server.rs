@@ -17,6 +17,7 @@ use super::peer_gate::PeerGate;
 use super::raft_service::RaftService;
 use super::{Node, NodeConfig, NodeError};
 use crate::lease::Op;
+use crate::metrics::Metrics;
 use crate::proto::raft_v1::raft_server::RaftServer;
 use crate::proto::v1::cluster_server::ClusterServer;
 use crate::proto::v1::lease_store_server::LeaseStoreServer;
@@ -180,7 +181,8 @@ pub async fn run(
         }
         None => None,
     };
-    let (mut log_store, state_machine) = raft::open_storage(&config.data_dir)?;
+    let metrics = Metrics::new();
+    let (mut log_store, state_machine) = raft::open_storage(&config.data_dir, metrics.clone())?;
     let boot = raft::BootLog {
         last_index: openraft::storage::RaftLogStorage::get_log_state(&mut log_store)
             .await?
@@ -191,6 +193,14 @@ pub async fn run(
             .map_or(0, |vote| vote.leader_id.term),
     };
     let state = state_machine.shared();
+    tracing::info!(
+        data_dir = %config.data_dir.display(),
+        last_log_index = boot.last_index,
+        vote_term = boot.vote_term,
+        applied_index = state.read().last_applied.map_or(0, |id| id.index),
+        manual_clock = config.manual_clock,
+        "storage opened"
+    );
     // Outgoing peer connections start from the peer plane's address.
     let listen_ip = config.peer_listen.ip();
     let channels = Channels::new(
@@ -226,6 +236,10 @@ pub async fn run(
     // Bind before anything else can fail late: a taken port is the commonest start-up error.
     let client_listener = bind(config.listen).await?;
     let peer_listener = bind(config.peer_listen).await?;
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
     let refusals = RefusalLog::default();
     let gate = PeerGate::new(
         config.id,
@@ -277,8 +291,12 @@ pub async fn run(
     // TCP keepalive ([`KEEPALIVE`]) drops connections whose other end died.
     let client_router = tonic::transport::Server::builder()
         .add_service(
-            LeaseStoreServer::new(LeaseService::new(node.clone()).stopping_on(stopping.clone()))
-                .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
+            LeaseStoreServer::new(
+                LeaseService::new(node.clone())
+                    .stopping_on(stopping.clone())
+                    .counting_in(metrics.clone()),
+            )
+            .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
         )
         .add_service(ClusterServer::new(ClusterService::new(node.clone())))
         .add_service(health_service)
@@ -350,6 +368,17 @@ pub async fn run(
         })
     };
 
+    let raft_gauges = tokio::spawn(super::probes::follow_raft(raft.clone(), metrics.clone()));
+    let probes = metrics_listener.map(|listener| {
+        tokio::spawn(super::probes::serve(
+            listener,
+            node.clone(),
+            metrics.clone(),
+            boot,
+            until_stopped(),
+        ))
+    });
+
     form_cluster(&node, &config).await?;
     let ticker = (!config.manual_clock).then(|| tokio::spawn(tick_expiring_leases(node.clone())));
     tracing::info!(
@@ -367,6 +396,13 @@ pub async fn run(
     watchdog.abort();
     stop_watch.abort();
     health.abort();
+    raft_gauges.abort();
+    if let Some(probes) = probes {
+        // Stopped with the servers; a failure to serve it is logged, not fatal to the node.
+        if let Ok(Err(e)) = probes.await {
+            tracing::warn!(error = %e, "the metrics endpoint failed");
+        }
+    }
     let stopped = raft.metrics().borrow().running_state.clone();
     let _ = raft.shutdown().await;
     served?;
@@ -402,7 +438,7 @@ const HEALTH_MIN_GAP: Duration = Duration::from_millis(50);
 /// Whether the node can serve now: it knows a leader (itself with a quorum that answered within
 /// [`HEALTH_QUORUM_STALE_MS`], or another node), and has applied what it found on its disk at
 /// start-up. The reason when it cannot.
-fn health(
+pub(super) fn health(
     metrics: &openraft::RaftMetrics<u64, BasicNode>,
     boot: raft::BootLog,
 ) -> Result<(), String> {

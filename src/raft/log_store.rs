@@ -104,6 +104,8 @@ pub struct LogStore {
     purge_behind: Option<DurableSnapshot>,
     /// When set, every append is noted there, for the state machine (see `append_times`).
     appends: Option<AppendTimes>,
+    /// Where the durations of appends (write and fdatasync) are counted.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 struct Shared {
@@ -288,12 +290,19 @@ impl LogStore {
             }),
             purge_behind: None,
             appends: None,
+            metrics: None,
         })
     }
 
     /// This log purges only what `snapshot` durably covers.
     pub fn purging_behind(mut self, snapshot: DurableSnapshot) -> Self {
         self.purge_behind = Some(snapshot);
+        self
+    }
+
+    /// Counts how long each append takes to be durable in `metrics`.
+    pub fn counting_in(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
         self
     }
 
@@ -572,9 +581,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         if let Some(appends) = &self.appends {
             appends.appended(entries.iter().map(|entry| entry.log_id));
         }
+        let started = std::time::Instant::now();
         let result = self
             .with_writer(move |shared, writer| shared.append(writer, entries))
             .await;
+        if let Some(metrics) = &self.metrics {
+            metrics
+                .log_fsync_duration
+                .observe(started.elapsed().as_secs_f64());
+        }
         // The entries are durable (fdatasync returned) before openraft is told so.
         match &result {
             Ok(()) => callback.log_io_completed(Ok(())),

@@ -18,6 +18,7 @@ mod snapshot_file;
 pub mod state_machine;
 
 use std::io::Cursor;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -132,12 +133,16 @@ pub async fn read_index(
 /// needs that enforced).
 pub fn open_storage(
     data_dir: &std::path::Path,
+    metrics: Arc<crate::metrics::Metrics>,
 ) -> Result<(LogStore, StateMachineStore), StorageError> {
     let appends = AppendTimes::default();
-    let state_machine = StateMachineStore::open(data_dir)?.timing_appends(appends.clone());
+    let state_machine = StateMachineStore::open(data_dir)?
+        .timing_appends(appends.clone())
+        .counting_in(metrics.clone());
     let log = LogStore::open(&data_dir.join("raft-log"))?
         .purging_behind(state_machine.durable_snapshot())
-        .timing_appends(appends);
+        .timing_appends(appends)
+        .counting_in(metrics);
     Ok((log, state_machine))
 }
 

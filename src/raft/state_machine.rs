@@ -20,7 +20,8 @@ use super::codec::{decode, encode};
 use super::events::{EventHistory, NotedEvent};
 use super::snapshot_file::{DurableSnapshot, SlowWork, SnapshotFile, SnapshotFiles, Written};
 use super::{AppendTimes, Applied, LogId, NodeId, StorageError, TypeConfig};
-use crate::lease::{Batch, LeaseTable};
+use crate::lease::{Batch, EventKind, LeaseTable};
+use crate::metrics::Metrics;
 
 type Entry = openraft::Entry<TypeConfig>;
 type Meta = SnapshotMeta<NodeId, BasicNode>;
@@ -99,6 +100,8 @@ pub struct StateMachineStore {
     files: SnapshotFiles,
     /// Distinguishes snapshots built at the same log id, and their temporary files.
     snapshot_count: u64,
+    /// Where commands per entry and expiries are counted.
+    metrics: Option<Arc<Metrics>>,
 }
 
 fn sm_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
@@ -123,6 +126,7 @@ impl StateMachineStore {
             appends: None,
             files,
             snapshot_count: 0,
+            metrics: None,
         };
         if let Some(file) = found {
             store.restore(&file.meta, decode_table(&file.data)?);
@@ -137,6 +141,12 @@ impl StateMachineStore {
     /// Takes a stamp's instant from when its entry was appended, as `appends` noted it.
     pub fn timing_appends(mut self, appends: AppendTimes) -> Self {
         self.appends = Some(appends);
+        self
+    }
+
+    /// Counts commands per entry and expiries in `metrics`.
+    pub fn counting_in(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
         self
     }
 
@@ -207,6 +217,13 @@ impl SnapshotBuilder {
     /// heard of, which is then the install's.
     async fn persist(&self, file: SnapshotFile) -> Result<Snapshot<TypeConfig>, StorageError> {
         let (file, written) = self.files.write(self.id, file).await?;
+        if let Written::Replaced = written {
+            tracing::info!(
+                index = file.meta.last_log_id.map_or(0, |id| id.index),
+                bytes = file.data.len(),
+                "snapshot built"
+            );
+        }
         if let Written::KeptNewer(newer) = written {
             tracing::debug!(
                 built = ?file.meta.last_log_id,
@@ -251,6 +268,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             match &entry.payload {
                 EntryPayload::Blank => {}
                 EntryPayload::Normal(Batch(commands)) => {
+                    if let Some(metrics) = &self.metrics {
+                        metrics.batch_commands.observe(commands.len() as f64);
+                    }
                     for (position, command) in (0..).zip(commands) {
                         let outcome = state.table.apply_noting(command, &mut events);
                         let store_time_ms = state.table.now_ms();
@@ -284,6 +304,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             }
             state.last_applied = Some(entry.log_id);
             replies.push(answers);
+        }
+        if let Some(metrics) = &self.metrics {
+            let expired = noted.iter().filter(|n| n.event.kind == EventKind::Expired);
+            metrics.expiries.inc_by(expired.count() as u64);
         }
         if let Some(last) = state.last_applied {
             // Events first, then the index: a watcher woken by the index finds them.

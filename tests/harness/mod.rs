@@ -46,6 +46,22 @@ impl Harness {
         Harness::launch(cluster, None, dir).await
     }
 
+    /// Like `start`, with the cluster configured by `configure` first (flags for some nodes).
+    pub async fn start_configured(
+        nodes: usize,
+        configure: impl FnOnce(LocalCluster) -> LocalCluster,
+    ) -> Harness {
+        let dir = TempDir::new().expect("temp dir");
+        let addrs = local_addrs(nodes).expect("free ports");
+        let cluster = configure(LocalCluster::new(
+            binary().as_ref(),
+            dir.path(),
+            &addrs,
+            false,
+        ));
+        Harness::launch(cluster, None, dir).await
+    }
+
     /// Like `start`, with TLS on both planes and client certificates demanded, as
     /// `cluster --tls` runs it; the certificates are in the harness's dir, under `tls/`.
     pub async fn start_tls(nodes: usize, manual_clock: bool) -> Harness {
@@ -333,6 +349,23 @@ pub fn granted(response: &Answer<Acquired>) -> Option<u64> {
 
 pub fn written(response: &Answer<Written>) -> bool {
     response.outcome.is_written()
+}
+
+/// A plain HTTP/1.0 GET of `path` from `addr`: the status code and the body.
+pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    Ok((status, body.to_owned()))
 }
 
 /// Waits up to 10 s for a process that is not our child to exit; panics if it does not.

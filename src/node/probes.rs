@@ -1,0 +1,129 @@
+//! The HTTP endpoint of `serve --metrics-listen`: Prometheus's `/metrics`, and the probes
+//! orchestrators ask: `/healthz` (the process and its Raft run: restart it if not) and
+//! `/readyz` (it serves: send it traffic), each 200 or 503 with the reason in the body.
+
+use std::sync::Arc;
+
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+
+use super::server::health;
+use super::Node;
+use crate::metrics::Metrics;
+use crate::raft::BootLog;
+
+#[derive(Clone)]
+struct Probes {
+    node: Node,
+    metrics: Arc<Metrics>,
+    boot: BootLog,
+}
+
+/// Serves the endpoint on `listener` until `stop` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    node: Node,
+    metrics: Arc<Metrics>,
+    boot: BootLog,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let probes = Probes {
+        node,
+        metrics,
+        boot,
+    };
+    let router = Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(probes);
+    axum::serve(listener, router)
+        .with_graceful_shutdown(stop)
+        .await
+}
+
+async fn metrics_text(axum::extract::State(p): axum::extract::State<Probes>) -> impl IntoResponse {
+    let held = p.node.state().read().table.held_count();
+    p.metrics.leases_held.set(held as i64);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        p.metrics.encode(),
+    )
+}
+
+async fn healthz(axum::extract::State(p): axum::extract::State<Probes>) -> impl IntoResponse {
+    match &p.node.raft().metrics().borrow().running_state {
+        Ok(()) => (StatusCode::OK, "ok\n".to_owned()),
+        Err(fatal) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("raft stopped: {fatal}\n"),
+        ),
+    }
+}
+
+async fn readyz(axum::extract::State(p): axum::extract::State<Probes>) -> impl IntoResponse {
+    match health(&p.node.raft().metrics().borrow(), p.boot) {
+        Ok(()) => (StatusCode::OK, "ready\n".to_owned()),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
+    }
+}
+
+/// Keeps the Raft gauges in step with Raft's own metrics, counts leader changes, and logs
+/// leader and membership changes as structured events.
+pub async fn follow_raft(raft: crate::raft::Raft, metrics: Arc<Metrics>) {
+    let mut watch = raft.metrics();
+    let mut leader = None;
+    let mut membership = None;
+    loop {
+        {
+            let m = watch.borrow_and_update();
+            if m.current_leader != leader {
+                tracing::info!(
+                    term = m.current_term,
+                    leader = m.current_leader.unwrap_or(0),
+                    this_node_leads = m.current_leader == Some(m.id),
+                    "leader changed"
+                );
+            }
+            let config = m.membership_config.membership();
+            let now = (
+                config.voter_ids().collect::<Vec<_>>(),
+                config.learner_ids().collect::<Vec<_>>(),
+            );
+            if membership.as_ref() != Some(&now) {
+                tracing::info!(
+                    log_index = m.membership_config.log_id().map_or(0, |id| id.index),
+                    voters = ?now.0,
+                    learners = ?now.1,
+                    "membership"
+                );
+                membership = Some(now);
+            }
+            metrics.raft_term.set(m.current_term as i64);
+            metrics
+                .raft_is_leader
+                .set(i64::from(m.current_leader == Some(m.id)));
+            metrics
+                .raft_last_log_index
+                .set(m.last_log_index.unwrap_or(0) as i64);
+            metrics
+                .raft_applied_index
+                .set(m.last_applied.map_or(0, |id| id.index) as i64);
+            if m.current_leader.is_some() && m.current_leader != leader {
+                metrics.raft_leader_changes.inc();
+            }
+            leader = m.current_leader;
+        }
+        if watch.changed().await.is_err() {
+            return;
+        }
+    }
+}

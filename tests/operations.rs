@@ -1,0 +1,177 @@
+//! Operating a cluster: the metrics endpoint and its probes, and structured logs.
+
+mod harness;
+
+use std::time::Duration;
+
+use harness::{http_get, wait_for, Harness};
+use leasehold::cli::local::free_ports;
+
+/// Every metric the README lists.
+const METRICS: [&str; 12] = [
+    "leasehold_raft_term",
+    "leasehold_raft_is_leader",
+    "leasehold_raft_last_log_index",
+    "leasehold_raft_applied_index",
+    "leasehold_raft_leader_changes_total",
+    "leasehold_leases_held",
+    "leasehold_requests_total",
+    "leasehold_request_duration_seconds",
+    "leasehold_log_fsync_duration_seconds",
+    "leasehold_batch_commands",
+    "leasehold_expiries_total",
+    "leasehold_refusals_total",
+];
+
+/// The value of the sample `name` (with its labels, if any) in a Prometheus text.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        line.strip_prefix(name)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// A three-node cluster with each node's metrics endpoint on a free port.
+async fn with_metrics() -> (Harness, Vec<String>) {
+    let ports = free_ports(3).unwrap();
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let h = Harness::start_configured(3, |mut cluster| {
+        for (id, addr) in (1..).zip(&addrs) {
+            cluster = cluster.with_node_args(id, &["--metrics-listen", addr]);
+        }
+        cluster
+    })
+    .await;
+    (h, addrs)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_node_serves_the_listed_metrics_and_one_leader_reports_is_leader_1() {
+    let (h, addrs) = with_metrics().await;
+    let token = harness::granted(&h.client.acquire("m", "a", 300).await.unwrap()).unwrap();
+    h.client.acquire("m", "b", 5_000).await.unwrap(); // held by a: a refusal
+    h.client.put("k", b"v", Some(("m", token))).await.unwrap();
+    // The lease expires by the leader's tick.
+    wait_for("the lease to expire", Duration::from_secs(10), || async {
+        h.client
+            .get_lease("m")
+            .await
+            .unwrap()
+            .outcome
+            .holder
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let leader = h.leader().await;
+    let texts = wait_for(
+        "every node to count the expiry",
+        Duration::from_secs(10),
+        || {
+            let addrs = addrs.clone();
+            async move {
+                let texts: Vec<String> = addrs
+                    .iter()
+                    .map(|a| http_get(a, "/metrics").unwrap().1)
+                    .collect();
+                texts
+                    .iter()
+                    .all(|t| sample(t, "leasehold_expiries_total") == Some(1.0))
+                    .then_some(texts)
+            }
+        },
+    )
+    .await;
+    for (id, text) in (1..).zip(&texts) {
+        for name in METRICS {
+            assert!(text.contains(name), "node {id} lacks {name}:\n{text}");
+        }
+        let is_leader = sample(text, "leasehold_raft_is_leader").unwrap();
+        assert_eq!(is_leader, f64::from(id == leader), "node {id}");
+        assert!(sample(text, "leasehold_raft_term").unwrap() >= 1.0);
+        assert!(sample(text, "leasehold_raft_leader_changes_total").unwrap() >= 1.0);
+        assert!(sample(text, "leasehold_raft_applied_index").unwrap() >= 4.0);
+        assert!(sample(text, "leasehold_log_fsync_duration_seconds_count").unwrap() >= 1.0);
+    }
+    // The client talks to node 1 first: it counted the requests and the refusal.
+    let first = &texts[0];
+    assert_eq!(
+        sample(
+            first,
+            r#"leasehold_requests_total{rpc="acquire",outcome="ok"}"#
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(first, r#"leasehold_refusals_total{reason="held_by"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(first, r#"leasehold_requests_total{rpc="put",outcome="ok"}"#),
+        Some(1.0)
+    );
+    let ones = texts
+        .iter()
+        .filter(|t| sample(t, "leasehold_raft_is_leader") == Some(1.0))
+        .count();
+    assert_eq!(ones, 1, "one leader");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_fails_on_a_minority_node_within_5_s_and_recovers_with_the_majority() {
+    let (mut h, addrs) = with_metrics().await;
+    for addr in &addrs {
+        wait_for("every node ready", Duration::from_secs(10), || async {
+            (http_get(addr, "/readyz").ok()?.0 == 200).then_some(())
+        })
+        .await;
+        assert_eq!(http_get(addr, "/healthz").unwrap().0, 200);
+    }
+    h.kill(2);
+    h.kill(3);
+    let killed = std::time::Instant::now();
+    let body = wait_for("node 1 not ready", Duration::from_secs(5), || async {
+        let (status, body) = http_get(&addrs[0], "/readyz").ok()?;
+        (status == 503).then_some(body)
+    })
+    .await;
+    eprintln!(
+        "not ready {} ms after the majority died",
+        killed.elapsed().as_millis()
+    );
+    assert!(body.starts_with("not ready: "), "{body}");
+    // Alive, though: an orchestrator must not restart it for the others' absence.
+    assert_eq!(http_get(&addrs[0], "/healthz").unwrap().0, 200);
+    h.restart(2);
+    wait_for("node 1 ready again", Duration::from_secs(20), || async {
+        (http_get(&addrs[0], "/readyz").ok()?.0 == 200).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_logs_carry_the_leader_change_and_start_up_as_fields() {
+    let h = Harness::start_with(3, false, &["--log-format", "json"]).await;
+    let log = std::fs::read_to_string(&h.cluster.nodes()[0].log).unwrap();
+    let events: Vec<serde_json::Value> = log
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    let find = |message: &str| {
+        events
+            .iter()
+            .find(|e| e["message"] == message)
+            .unwrap_or_else(|| panic!("no {message:?} event in {log}"))
+    };
+    let opened = find("storage opened");
+    assert!(opened["last_log_index"].is_u64(), "{opened}");
+    assert!(find("node started")["listen"].is_string());
+    let changed = find("leader changed");
+    assert!(changed["term"].as_u64().unwrap() >= 1, "{changed}");
+    assert!(changed["leader"].is_u64(), "{changed}");
+    assert!(find("membership")["voters"].is_string());
+    assert_eq!(changed["level"], "INFO");
+}
