@@ -175,3 +175,112 @@ async fn json_logs_carry_the_leader_change_and_start_up_as_fields() {
     assert!(find("membership")["voters"].is_string());
     assert_eq!(changed["level"], "INFO");
 }
+
+/// Runs the `leasehold` command with `args` against `endpoints`; panics unless it exits 0.
+fn leasehold(endpoints: &[String], args: &[&str]) -> String {
+    let out = std::process::Command::new(harness::binary())
+        .args(args)
+        .env("LEASEHOLD_ENDPOINTS", endpoints.join(","))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_saved_snapshot_restores_into_a_new_cluster_with_the_same_state() {
+    let old = Harness::start(3, true).await;
+    let a = harness::granted(&old.client.acquire("job", "a", 60_000).await.unwrap()).unwrap();
+    old.client
+        .put("report", b"by a", Some(("job", a)))
+        .await
+        .unwrap();
+    old.client.advance(5_000).await.unwrap();
+    let b = harness::granted(&old.client.acquire("other", "b", 90_000).await.unwrap()).unwrap();
+    old.client.release("other", "b", b).await.unwrap();
+    old.client.put("plain", b"v", None).await.unwrap();
+    let file = old.dir().join("backup.snap");
+    let saved = leasehold(
+        &old.endpoints,
+        &["snapshot", "save", file.to_str().unwrap()],
+    );
+    assert!(saved.starts_with("saved the state at log index"), "{saved}");
+    let leader = old.leader().await;
+    let before = old
+        .status()
+        .await
+        .into_iter()
+        .find(|n| n.id == leader)
+        .unwrap();
+
+    let new = Harness::start_prepared(3, true, |cluster| {
+        for node in cluster.nodes() {
+            let id = node.id.to_string();
+            leasehold(
+                &[],
+                &[
+                    "snapshot",
+                    "restore",
+                    file.to_str().unwrap(),
+                    "--data-dir",
+                    node.data_dir.to_str().unwrap(),
+                    "--id",
+                    &id,
+                    "--peers",
+                    &cluster.peers(),
+                ],
+            );
+        }
+    })
+    .await;
+    let nodes = wait_for(
+        "every new node to apply the snapshot",
+        Duration::from_secs(10),
+        || async {
+            let nodes = new.status().await;
+            (nodes.len() == 3
+                && nodes
+                    .iter()
+                    .all(|n| n.applied_index >= before.applied_index))
+            .then_some(nodes)
+        },
+    )
+    .await;
+    for n in &nodes {
+        assert_eq!(n.state_digest, before.state_digest, "node {}", n.id);
+        assert_eq!(n.store_time_ms, before.store_time_ms, "node {}", n.id);
+    }
+    let lease = new.client.get_lease("job").await.unwrap().outcome;
+    assert_eq!((lease.holder.as_deref(), lease.token), (Some("a"), a));
+    assert_eq!(
+        new.client.get("report").await.unwrap().outcome.as_deref(),
+        Some(&b"by a"[..])
+    );
+    // Tokens go on from the saved ones: the next grant of `other` is above b's.
+    let next = harness::granted(&new.client.acquire("other", "c", 1_000).await.unwrap()).unwrap();
+    assert!(next > b, "token {next} after {b}");
+    // And a damaged file is refused before anything is written.
+    let mut bytes = std::fs::read(&file).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    let damaged = new.dir().join("damaged.snap");
+    std::fs::write(&damaged, bytes).unwrap();
+    let target = new.dir().join("never");
+    let out = std::process::Command::new(harness::binary())
+        .args([
+            "snapshot",
+            "restore",
+            damaged.to_str().unwrap(),
+            "--data-dir",
+        ])
+        .arg(&target)
+        .args(["--id", "1", "--peers", "1=127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("damaged"),
+        "{out:?}"
+    );
+    assert!(!target.exists(), "nothing written for a damaged file");
+}

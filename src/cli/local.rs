@@ -142,7 +142,8 @@ impl LocalCluster {
         self.nodes.iter().map(|n| n.peer_addr.clone()).collect()
     }
 
-    fn peers(&self) -> String {
+    /// `--peers` as every node of this cluster is started with.
+    pub fn peers(&self) -> String {
         self.nodes
             .iter()
             .map(|n| format!("{}={}", n.id, n.peer_addr))

@@ -12,6 +12,7 @@ mod demo;
 mod hold;
 pub mod local;
 mod serve;
+mod snapshot;
 mod watch;
 
 use std::process::ExitCode;
@@ -173,6 +174,9 @@ enum Cmd {
     Hold(hold::HoldArgs),
     /// Print lease events (granted, renewed, released, expired) as they are applied.
     Watch(watch::WatchArgs),
+    /// Back the state up to a file, or make a new cluster's data dirs from one.
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCmd),
     /// Show every node's role, term and log position.
     Status {
         /// Refresh every half second until interrupted.
@@ -267,5 +271,6 @@ async fn run(command: Cmd, client: &ClientOpts) -> anyhow::Result<Exit> {
         Cmd::Status { watch } => commands::status(client, watch).await,
         Cmd::Hold(args) => hold::run(client, args).await,
         Cmd::Watch(args) => watch::run(client, args).await,
+        Cmd::Snapshot(command) => snapshot::run(client, command).await,
     }
 }

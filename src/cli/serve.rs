@@ -72,7 +72,7 @@ pub struct ServeArgs {
     snapshot_every: u64,
 }
 
-fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
+pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
     let mut peers = BTreeMap::new();
     for part in text.split(',').filter(|p| !p.trim().is_empty()) {
         let (id, addr) = part

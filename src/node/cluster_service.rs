@@ -10,6 +10,9 @@ use crate::proto::v1 as pb;
 use crate::proto::v1::cluster_client::ClusterClient;
 use crate::raft::Channels;
 
+/// The state's bytes per chunk of `SaveSnapshot`: well under a client's 4 MiB message limit.
+const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
+
 /// A member that does not answer in this time is reported unreachable, not waited for.
 const PEER_STATUS_TIMEOUT: Duration = Duration::from_millis(1_000);
 
@@ -105,6 +108,65 @@ async fn remote_status(channels: Channels, id: u64, addr: String) -> pb::NodeSta
 
 #[tonic::async_trait]
 impl pb::cluster_server::Cluster for ClusterService {
+    type SaveSnapshotStream =
+        tonic::codegen::tokio_stream::wrappers::ReceiverStream<Result<pb::SnapshotChunk, Status>>;
+
+    async fn save_snapshot(
+        &self,
+        _: Request<pb::SaveSnapshotRequest>,
+    ) -> Result<Response<Self::SaveSnapshotStream>, Status> {
+        let _working = self.node.admit(1)?;
+        // A linearizable read: the leader confirms its leadership, then copies the state under
+        // the state lock, so the copy is exactly what was applied up to `last_applied`.
+        let ((data, last_applied, digest), at) = self
+            .node
+            .read(|s| {
+                (
+                    crate::raft::codec::encode(&s.table),
+                    s.last_applied,
+                    s.table.digest(),
+                )
+            })
+            .await?;
+        let data = data.map_err(|e| Status::internal(format!("encoding the state: {e}")))?;
+        let last = last_applied.ok_or_else(|| Status::unavailable("nothing is applied yet"))?;
+        let header = pb::SnapshotHeader {
+            log_index: last.index,
+            term: last.leader_id.term,
+            leader_id: last.leader_id.node_id,
+            store_time_ms: at.store_time_ms,
+            state_digest: digest,
+            manual_clock: self.node.manual_clock(),
+            bytes: data.len() as u64,
+            crc32: crc32fast::hash(&data),
+        };
+        tracing::info!(
+            log_index = header.log_index,
+            bytes = header.bytes,
+            "snapshot saved for a client"
+        );
+        let (chunks, stream) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            let mut header = Some(header);
+            // At least one chunk, which carries the header, even for an empty state.
+            let parts: Vec<&[u8]> = if data.is_empty() {
+                vec![&[]]
+            } else {
+                data.chunks(SNAPSHOT_CHUNK_BYTES).collect()
+            };
+            for part in parts {
+                let chunk = pb::SnapshotChunk {
+                    header: header.take(),
+                    data: part.to_vec(),
+                };
+                if chunks.send(Ok(chunk)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Self::SaveSnapshotStream::new(stream)))
+    }
+
     async fn status(
         &self,
         _: Request<pb::StatusRequest>,

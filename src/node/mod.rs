@@ -24,7 +24,7 @@ use openraft::{BasicNode, ServerState};
 pub use clock::LeaderClock;
 pub use error::{NodeError, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 pub use forwarder::{Answer, Forwarded, GrpcLink, LeaderLink};
-pub use server::{run, StartError};
+pub use server::{check_clock_mode, run, StartError};
 pub use server::{tick_expiring_leases, MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAGE_BYTES};
 
 use crate::lease::{validate, Batch, Command, Op, RequestId};

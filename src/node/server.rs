@@ -92,7 +92,7 @@ const TICK_MIN_GAP: Duration = Duration::from_millis(50);
 
 /// The clock a data dir was created with. A node refuses to start it with the other one: the
 /// two clocks' logs do not mix. (Its peers refuse it too: see [`ClockMode::check_peer`].)
-fn check_clock_mode(dir: &Path, clock: ClockMode) -> Result<(), StartError> {
+pub fn check_clock_mode(dir: &Path, clock: ClockMode) -> Result<(), StartError> {
     let path = dir.join("clock");
     let io = |source| StartError::DataDir {
         dir: dir.display().to_string(),

@@ -13,6 +13,7 @@ mod log_store;
 mod network;
 mod proposer;
 mod reads;
+mod restore;
 pub mod runtime;
 mod snapshot_file;
 pub mod state_machine;
@@ -27,6 +28,7 @@ pub use log_store::LogStore;
 pub use network::{Channels, ClockMode, PeerNetwork, CLOCK_KEY};
 pub use proposer::{weight, Proposer, WriteError, MAX_ENTRY_BYTES, WRITE_BATCHES};
 pub use reads::{ReadError, Reads};
+pub use restore::{restore_data_dir, SavedAt};
 pub use snapshot_file::{snapshot_path, DurableSnapshot, SlowWork};
 pub use state_machine::{SharedState, StampSeen, StateMachineStore};
 

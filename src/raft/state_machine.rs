@@ -170,7 +170,7 @@ impl StateMachineStore {
 }
 
 /// A snapshot's table; one written before leases could be forgotten loads with a floor of 0.
-pub(super) fn decode_table(data: &[u8]) -> Result<LeaseTable, StorageError> {
+pub fn decode_table(data: &[u8]) -> Result<LeaseTable, StorageError> {
     decode(data).or_else(|e| {
         LeaseTable::from_older_bytes(data).map_err(|_| snapshot_error(ErrorVerb::Read, e))
     })

@@ -46,6 +46,20 @@ impl Harness {
         Harness::launch(cluster, None, dir).await
     }
 
+    /// Like `start`, with `prepare` run on the cluster before its nodes start (to fill their
+    /// data dirs, say).
+    pub async fn start_prepared(
+        nodes: usize,
+        manual_clock: bool,
+        prepare: impl FnOnce(&LocalCluster),
+    ) -> Harness {
+        let dir = TempDir::new().expect("temp dir");
+        let addrs = local_addrs(nodes).expect("free ports");
+        let cluster = LocalCluster::new(binary().as_ref(), dir.path(), &addrs, manual_clock);
+        prepare(&cluster);
+        Harness::launch(cluster, None, dir).await
+    }
+
     /// Like `start`, with the cluster configured by `configure` first (flags for some nodes).
     pub async fn start_configured(
         nodes: usize,

@@ -24,6 +24,18 @@ use crate::watch::{Watch, WatchFrom, WatchSelect};
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(9);
 /// No attempt gets less, whatever the deadline.
 const MIN_ATTEMPT: Duration = Duration::from_millis(200);
+/// How long one attempt to copy a snapshot may take: it carries the whole state.
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A copy of the applied state, from [`LeaseClient::save_snapshot`].
+#[derive(Clone, Debug)]
+pub struct SavedSnapshot {
+    /// Where it was taken, and its length, CRC-32 and digest.
+    pub header: pb::SnapshotHeader,
+    /// The state, in the nodes' own encoding.
+    pub data: Vec<u8>,
+}
+
 /// How long a call keeps trying other nodes while none answers.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
 /// Pause after every node was tried once, so a cluster in an election is not hammered.
@@ -421,6 +433,39 @@ impl LeaseClient {
             select,
             from,
         )
+    }
+
+    /// A consistent copy of the cluster's applied state, taken by the leader at a committed
+    /// index, checked whole (its length and CRC-32) on arrival: a backup, for
+    /// `leasehold snapshot restore`.
+    pub async fn save_snapshot(&self) -> Result<SavedSnapshot, ClientError> {
+        self.call(Effect::Read, |ch, _| async move {
+            let mut request = Request::new(pb::SaveSnapshotRequest {});
+            request.set_timeout(SNAPSHOT_TIMEOUT);
+            let mut stream = ClusterClient::new(ch)
+                .save_snapshot(request)
+                .await?
+                .into_inner();
+            let mut header = None;
+            let mut data = Vec::new();
+            while let Some(chunk) = stream.message().await? {
+                header = header.or(chunk.header);
+                data.extend_from_slice(&chunk.data);
+            }
+            let header = header.ok_or_else(|| Status::data_loss("the snapshot had no header"))?;
+            if data.len() as u64 != header.bytes || crc32fast::hash(&data) != header.crc32 {
+                return Err(Status::data_loss(format!(
+                    "the snapshot arrived damaged: {} bytes with CRC-32 {:08x}, expected {} \
+                     bytes with {:08x}",
+                    data.len(),
+                    crc32fast::hash(&data),
+                    header.bytes,
+                    header.crc32
+                )));
+            }
+            Ok(Response::new(SavedSnapshot { header, data }))
+        })
+        .await
     }
 
     /// The first node that answers, about itself only.

@@ -27,7 +27,7 @@ mod watch;
 pub use answers::{
     Acquired, Answer, Applied, Deleted, HeldBy, LeaseState, Released, TokenStatus, Written,
 };
-pub use client::{LeaseClient, ATTEMPT_TIMEOUT, DEFAULT_DEADLINE};
+pub use client::{LeaseClient, SavedSnapshot, ATTEMPT_TIMEOUT, DEFAULT_DEADLINE};
 pub use error::ClientError;
 pub use holder::{HoldError, Holder, HolderOptions, Lost, Standing};
 pub use leasehold_proto as proto;
