@@ -13,22 +13,37 @@ use crate::node::{self, NodeConfig};
 pub struct ServeArgs {
     /// Serve Prometheus metrics at /metrics, and the probes /healthz and /readyz, over HTTP on
     /// this address (keep it off the public network).
-    #[arg(long, env = "LEASEHOLD_METRICS_LISTEN", value_name = "HOST:PORT")]
-    metrics_listen: Option<SocketAddr>,
+    #[arg(long, env = "LEASEHOLD_METRICS_LISTEN", value_name = "HOST:PORT", value_parser = host_port)]
+    metrics_listen: Option<String>,
     /// How the node logs to stderr: `text` for people, `json` (one object per line) for log
     /// collectors.
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Check the flags (the id is one of --peers, the planes differ, addresses are HOST:PORT),
+    /// print the configuration and exit, binding and resolving nothing.
+    #[arg(long)]
+    check_config: bool,
     /// This node's id: one of the ids in --peers.
-    #[arg(long, env = "LEASEHOLD_ID")]
-    id: u64,
-    /// Address to listen on for clients (the lease API, status, health, reflection).
-    #[arg(long, env = "LEASEHOLD_LISTEN")]
-    listen: SocketAddr,
+    #[arg(
+        long,
+        env = "LEASEHOLD_ID",
+        required_unless_present = "id_from_hostname",
+        conflicts_with = "id_from_hostname"
+    )]
+    id: Option<u64>,
+    /// Take the id from the host name (the HOSTNAME variable, else the system's), as a
+    /// Kubernetes StatefulSet names its pods: the number after the last `-`, plus one, so
+    /// `leasehold-0` is node 1.
+    #[arg(long, env = "LEASEHOLD_ID_FROM_HOSTNAME")]
+    id_from_hostname: bool,
+    /// Address to listen on for clients (the lease API, status, health, reflection):
+    /// HOST:PORT, the host a name or an IP address.
+    #[arg(long, env = "LEASEHOLD_LISTEN", value_parser = host_port)]
+    listen: String,
     /// Address to listen on for peers (Raft messages, forwarded writes, log read-back): keep it
     /// reachable by the other nodes only. Nothing here is served on --listen.
-    #[arg(long, env = "LEASEHOLD_PEER_LISTEN")]
-    peer_listen: SocketAddr,
+    #[arg(long, env = "LEASEHOLD_PEER_LISTEN", value_parser = host_port)]
+    peer_listen: String,
     /// The client address this node gives out (in status) when --listen is not one clients can
     /// dial, such as 0.0.0.0:7001. Defaults to --listen.
     #[arg(long, env = "LEASEHOLD_ADVERTISE", value_name = "HOST:PORT")]
@@ -102,7 +117,109 @@ enum LogFormat {
     Json,
 }
 
+/// `HOST:PORT` with a port, the host a name or an address (`[::1]:7001` for IPv6).
+fn host_port(text: &str) -> Result<String, String> {
+    let (host, port) = text
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{text:?} has no port; write HOST:PORT"))?;
+    port.parse::<u16>()
+        .map_err(|_| format!("{port:?} in {text:?} is not a port"))?;
+    if host.is_empty() {
+        return Err(format!(
+            "{text:?} has no host; write HOST:PORT (0.0.0.0 for every address)"
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+/// The address `flag`'s HOST:PORT resolves to now (a host name through the system's resolver).
+async fn resolve(flag: &str, addr: &str) -> anyhow::Result<SocketAddr> {
+    tokio::net::lookup_host(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("{flag} {addr}: cannot resolve it: {e}"))?
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("{flag} {addr}: the name has no address"))
+}
+
+/// The node id `--id` or `--id-from-hostname` gives.
+fn node_id(args: &ServeArgs) -> anyhow::Result<u64> {
+    if let Some(id) = args.id {
+        return Ok(id);
+    }
+    let host = match std::env::var("HOSTNAME") {
+        Ok(host) if !host.is_empty() => host,
+        _ => hostname()?,
+    };
+    host.rsplit_once('-')
+        .and_then(|(_, ordinal)| ordinal.parse::<u64>().ok())
+        .map(|ordinal| ordinal + 1)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--id-from-hostname: host name {host:?} does not end in -ORDINAL, as a \
+                 StatefulSet's pods do; pass --id"
+            )
+        })
+}
+
+/// The system's host name.
+fn hostname() -> anyhow::Result<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`, which we own.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        anyhow::bail!(
+            "cannot read the host name: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+/// What `serve --check-config` checks without binding or resolving anything: the id is one
+/// of --peers, the two planes differ. The lines it prints.
+fn check_config(args: &ServeArgs, id: u64) -> anyhow::Result<Vec<String>> {
+    if !args.peers.contains_key(&id) {
+        anyhow::bail!("--peers must include this node's own id {id}");
+    }
+    if args.listen == args.peer_listen {
+        anyhow::bail!(
+            "--listen and --peer-listen are both {}; peers and clients need a port each",
+            args.listen
+        );
+    }
+    Ok(vec![
+        format!("id {id}"),
+        format!("listen {}", args.listen),
+        format!("peer-listen {}", args.peer_listen),
+        format!(
+            "advertise {}",
+            args.advertise.as_deref().unwrap_or(&args.listen)
+        ),
+        format!("data-dir {}", args.data_dir.display()),
+        format!(
+            "peers {}",
+            args.peers
+                .iter()
+                .map(|(id, addr)| format!("{id}={addr}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        format!(
+            "metrics-listen {}",
+            args.metrics_listen.as_deref().unwrap_or("(none)")
+        ),
+    ])
+}
+
 pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
+    let id = node_id(&args)?;
+    let checked = check_config(&args, id)?;
+    if args.check_config {
+        for line in checked {
+            println!("{line}");
+        }
+        return Ok(Exit::Ok);
+    }
     // Logs go to stderr; `cluster` points each node's stderr at a file of its own.
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
@@ -116,11 +233,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         // `target` and `timestamp`.
         LogFormat::Json => logs.json().flatten_event(true).init(),
     }
+    let listen = resolve("--listen", &args.listen).await?;
+    let peer_listen = resolve("--peer-listen", &args.peer_listen).await?;
+    let metrics_listen = match &args.metrics_listen {
+        Some(addr) => Some(resolve("--metrics-listen", addr).await?),
+        None => None,
+    };
     let config = NodeConfig {
-        id: args.id,
-        listen: args.listen,
-        peer_listen: args.peer_listen,
-        advertise: args.advertise.unwrap_or_else(|| args.listen.to_string()),
+        id,
+        listen,
+        peer_listen,
+        advertise: args.advertise.unwrap_or(args.listen),
         data_dir: args.data_dir,
         peers: args.peers,
         manual_clock: args.manual_clock,
@@ -132,7 +255,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         client_cert_auth: args.client_cert_auth,
         max_requests: args.max_requests as usize,
         lease_retention_ms: args.lease_retention,
-        metrics_listen: args.metrics_listen,
+        metrics_listen,
     };
     node::run(config, shutdown_signal()).await?;
     Ok(Exit::Ok)
