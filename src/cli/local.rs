@@ -56,6 +56,8 @@ pub struct LocalCluster {
     extra_args: Vec<String>,
     /// More `serve` flags for one node only, by id.
     node_args: std::collections::BTreeMap<u64, Vec<String>>,
+    /// Nodes started with `--join`, to be added with `member add`: not in `--peers`.
+    joining: std::collections::BTreeSet<u64>,
 }
 
 impl LocalCluster {
@@ -83,6 +85,7 @@ impl LocalCluster {
             manual_clock,
             extra_args: Vec::new(),
             node_args: Default::default(),
+            joining: Default::default(),
         }
     }
 
@@ -107,6 +110,12 @@ impl LocalCluster {
                 files.key.display().to_string(),
             ]);
         }
+        self
+    }
+
+    /// Starts nodes `ids` with `serve --join` instead of `--peers`: they wait to be added.
+    pub fn with_joining(mut self, ids: &[u64]) -> Self {
+        self.joining.extend(ids);
         self
     }
 
@@ -142,10 +151,11 @@ impl LocalCluster {
         self.nodes.iter().map(|n| n.peer_addr.clone()).collect()
     }
 
-    /// `--peers` as every node of this cluster is started with.
+    /// `--peers` as every node of this cluster is started with (the joining ones aside).
     pub fn peers(&self) -> String {
         self.nodes
             .iter()
+            .filter(|n| !self.joining.contains(&n.id))
             .map(|n| format!("{}={}", n.id, n.peer_addr))
             .collect::<Vec<_>>()
             .join(",")
@@ -164,9 +174,12 @@ impl LocalCluster {
             node.peer_addr.clone(),
             "--data-dir".to_owned(),
             node.data_dir.display().to_string(),
-            "--peers".to_owned(),
-            self.peers(),
         ];
+        if self.joining.contains(&id) {
+            args.push("--join".to_owned());
+        } else {
+            args.extend(["--peers".to_owned(), self.peers()]);
+        }
         if self.manual_clock {
             args.push("--manual-clock".to_owned());
         }

@@ -11,6 +11,7 @@ mod commands;
 mod demo;
 mod hold;
 pub mod local;
+mod member;
 mod serve;
 mod snapshot;
 mod watch;
@@ -174,6 +175,9 @@ enum Cmd {
     Hold(hold::HoldArgs),
     /// Print lease events (granted, renewed, released, expired) as they are applied.
     Watch(watch::WatchArgs),
+    /// Add, remove or list the cluster's members.
+    #[command(subcommand)]
+    Member(member::MemberCmd),
     /// Back the state up to a file, or make a new cluster's data dirs from one.
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCmd),
@@ -272,5 +276,6 @@ async fn run(command: Cmd, client: &ClientOpts) -> anyhow::Result<Exit> {
         Cmd::Hold(args) => hold::run(client, args).await,
         Cmd::Watch(args) => watch::run(client, args).await,
         Cmd::Snapshot(command) => snapshot::run(client, command).await,
+        Cmd::Member(command) => member::run(client, command).await,
     }
 }

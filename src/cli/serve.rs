@@ -53,8 +53,12 @@ pub struct ServeArgs {
     data_dir: PathBuf,
     /// Every voter's peer address (its --peer-listen) as ID=HOST:PORT, comma separated, this
     /// node included. The same on every node.
-    #[arg(long, env = "LEASEHOLD_PEERS", value_parser = parse_peers)]
-    peers: BTreeMap<u64, String>,
+    #[arg(long, env = "LEASEHOLD_PEERS", value_parser = parse_peers, required_unless_present = "join", conflicts_with = "join")]
+    peers: Option<BTreeMap<u64, String>>,
+    /// Start empty and wait to be added to a running cluster (`leasehold member add ID --peer
+    /// THIS_PEER_ADDR --client THIS_CLIENT_ADDR`), instead of forming one with --peers.
+    #[arg(long, env = "LEASEHOLD_JOIN")]
+    join: bool,
     /// Only `advance` moves store time (demos and deterministic tests).
     #[arg(long, env = "LEASEHOLD_MANUAL_CLOCK")]
     manual_clock: bool,
@@ -132,6 +136,14 @@ fn host_port(text: &str) -> Result<String, String> {
     Ok(text.to_owned())
 }
 
+/// --peers, or with --join this node alone at its --peer-listen.
+fn peers(args: &ServeArgs, id: u64) -> BTreeMap<u64, String> {
+    match &args.peers {
+        Some(peers) => peers.clone(),
+        None => BTreeMap::from([(id, args.peer_listen.clone())]),
+    }
+}
+
 /// The address `flag`'s HOST:PORT resolves to now (a host name through the system's resolver).
 async fn resolve(flag: &str, addr: &str) -> anyhow::Result<SocketAddr> {
     tokio::net::lookup_host(addr)
@@ -178,7 +190,8 @@ fn hostname() -> anyhow::Result<String> {
 /// What `serve --check-config` checks without binding or resolving anything: the id is one
 /// of --peers, the two planes differ. The lines it prints.
 fn check_config(args: &ServeArgs, id: u64) -> anyhow::Result<Vec<String>> {
-    if !args.peers.contains_key(&id) {
+    let peers = peers(args, id);
+    if !peers.contains_key(&id) {
         anyhow::bail!("--peers must include this node's own id {id}");
     }
     if args.listen == args.peer_listen {
@@ -198,7 +211,7 @@ fn check_config(args: &ServeArgs, id: u64) -> anyhow::Result<Vec<String>> {
         format!("data-dir {}", args.data_dir.display()),
         format!(
             "peers {}",
-            args.peers
+            peers
                 .iter()
                 .map(|(id, addr)| format!("{id}={addr}"))
                 .collect::<Vec<_>>()
@@ -239,13 +252,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         Some(addr) => Some(resolve("--metrics-listen", addr).await?),
         None => None,
     };
+    let peers = peers(&args, id);
     let config = NodeConfig {
         id,
         listen,
         peer_listen,
         advertise: args.advertise.unwrap_or(args.listen),
         data_dir: args.data_dir,
-        peers: args.peers,
+        peers,
+        join: args.join,
         manual_clock: args.manual_clock,
         snapshot_every: args.snapshot_every,
         tls: match (args.tls_ca, args.tls_cert, args.tls_key) {

@@ -54,9 +54,8 @@ impl ClusterService {
             address: self.node.advertise().to_owned(),
             peer_address: self
                 .node
-                .peers()
-                .get(&self.node.id())
-                .cloned()
+                .members()
+                .remove(&self.node.id())
                 .unwrap_or_default(),
             pid: std::process::id(),
             role: role as i32,
@@ -81,7 +80,7 @@ impl ClusterService {
 
 /// One member's own view, asked over the peer plane at its peer address `addr`, or why it could
 /// not be had.
-async fn remote_status(channels: Channels, id: u64, addr: String) -> pb::NodeStatus {
+pub(super) async fn remote_status(channels: Channels, id: u64, addr: String) -> pb::NodeStatus {
     let unreachable = |error: String| pb::NodeStatus {
         id,
         peer_address: addr.clone(),
@@ -167,19 +166,43 @@ impl pb::cluster_server::Cluster for ClusterService {
         Ok(Response::new(Self::SaveSnapshotStream::new(stream)))
     }
 
+    async fn add_member(
+        &self,
+        request: Request<pb::AddMemberRequest>,
+    ) -> Result<Response<pb::MembersResponse>, Status> {
+        let _working = self.node.admit(1)?;
+        super::membership::add(&self.node, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn remove_member(
+        &self,
+        request: Request<pb::RemoveMemberRequest>,
+    ) -> Result<Response<pb::MembersResponse>, Status> {
+        let _working = self.node.admit(1)?;
+        super::membership::remove(&self.node, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn list_members(
+        &self,
+        _: Request<pb::ListMembersRequest>,
+    ) -> Result<Response<pb::MembersResponse>, Status> {
+        let _working = self.node.admit(1)?;
+        super::membership::list(&self.node).await.map(Response::new)
+    }
+
     async fn status(
         &self,
         _: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
         // Ask every member at once, so one dead member costs one timeout, not one each.
         let mut asks = tokio::task::JoinSet::new();
-        for (&id, addr) in self.node.peers() {
+        for (id, addr) in self.node.members() {
             if id != self.node.id() {
-                asks.spawn(remote_status(
-                    self.node.channels().clone(),
-                    id,
-                    addr.clone(),
-                ));
+                asks.spawn(remote_status(self.node.channels().clone(), id, addr));
             }
         }
         let mut nodes = vec![self.local()];

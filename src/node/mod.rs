@@ -7,6 +7,7 @@ mod convert;
 mod error;
 mod forwarder;
 mod lease_service;
+mod membership;
 mod peer_gate;
 mod probes;
 mod raft_service;
@@ -79,6 +80,9 @@ pub struct NodeConfig {
     pub max_requests: usize,
     /// Store time a lease stays free before this node, leading, has it forgotten.
     pub lease_retention_ms: u64,
+    /// Wait to be added to a running cluster (`leasehold member add`) instead of forming one
+    /// with `peers`; `peers` then names this node only.
+    pub join: bool,
     /// Where to serve `/metrics`, `/healthz` and `/readyz`, if anywhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
 }
@@ -221,9 +225,23 @@ impl Node {
         &self.inner.channels
     }
 
-    /// Every voter's peer address, by id.
-    pub fn peers(&self) -> &BTreeMap<NodeId, String> {
-        &self.inner.peers
+    /// Every member's peer address, by id, voters and learners: the membership this node
+    /// knows, or `--peers` before it knows one.
+    pub fn members(&self) -> BTreeMap<NodeId, String> {
+        let members: BTreeMap<NodeId, String> = {
+            let metrics = self.inner.raft.metrics();
+            let m = metrics.borrow();
+            m.membership_config
+                .membership()
+                .nodes()
+                .map(|(id, node)| (*id, node.addr.clone()))
+                .collect()
+        };
+        if members.is_empty() {
+            self.inner.peers.clone()
+        } else {
+            members
+        }
     }
 
     /// This node's client address, as given out in status.
@@ -265,6 +283,12 @@ impl Node {
             me: self.inner.id,
             leader: leader.and_then(|id| self.address_of(id).map(|addr| (id, addr))),
         }
+    }
+
+    /// Ok when this node leads; `NotLeader` naming the leader otherwise. Waits out an
+    /// election.
+    pub(super) async fn leading(&self) -> Result<(), NodeError> {
+        self.ensure_leader().await.map(|_| ())
     }
 
     /// Ok when this node leads; the leader to forward to otherwise. Waits out an election.

@@ -7,6 +7,8 @@
 //! ([`PeerMember`]): a member's Raft message that claims another sender is refused too, so a
 //! node whose key leaked cannot vote or lead as another.
 
+use std::sync::Arc;
+
 use tonic::{Request, Status};
 
 use crate::raft::NodeId;
@@ -17,25 +19,42 @@ use crate::tls::{member_named, node_name, RefusalLog};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PeerMember(pub NodeId);
 
+/// The cluster's members now (voters and learners), as the node knows them.
+pub type Members = Arc<dyn Fn() -> Vec<NodeId> + Send + Sync>;
+
+/// Ids a node that knows no membership yet (started with `--join`, not yet added) lets in: the
+/// leader that adds it may be any of them.
+const JOINING_IDS: std::ops::RangeInclusive<NodeId> = 1..=64;
+
 #[derive(Clone)]
 pub struct PeerGate {
-    /// The members whose certificates are let through: every voter but this node.
-    others: Vec<NodeId>,
+    me: NodeId,
+    /// The members whose certificates are let through: every member but this node, looked up
+    /// on each call, so that a member added or removed is let in or kept out at once.
+    members: Members,
     tls: bool,
     refusals: RefusalLog,
 }
 
 impl PeerGate {
-    pub fn new(
-        me: NodeId,
-        members: impl IntoIterator<Item = NodeId>,
-        tls: bool,
-        refusals: RefusalLog,
-    ) -> Self {
+    pub fn new(me: NodeId, members: Members, tls: bool, refusals: RefusalLog) -> Self {
         PeerGate {
-            others: members.into_iter().filter(|id| *id != me).collect(),
+            me,
+            members,
             tls,
             refusals,
+        }
+    }
+
+    fn others(&self) -> Vec<NodeId> {
+        let others: Vec<NodeId> = (self.members)()
+            .into_iter()
+            .filter(|id| *id != self.me)
+            .collect();
+        if others.is_empty() {
+            JOINING_IDS.filter(|id| *id != self.me).collect()
+        } else {
+            others
         }
     }
 }
@@ -46,16 +65,17 @@ impl tonic::service::Interceptor for PeerGate {
             return Ok(request);
         }
         let certs = request.peer_certs();
+        let others = self.others();
         let reason = match certs.as_deref().and_then(|certs| certs.first()) {
             None => "the caller showed no certificate".to_owned(),
-            Some(cert) => match member_named(cert, self.others.iter().copied()) {
+            Some(cert) => match member_named(cert, others.iter().copied()) {
                 Some(member) => {
                     request.extensions_mut().insert(PeerMember(member));
                     return Ok(request);
                 }
                 None => format!(
                     "the caller's certificate names no other member of this cluster (one of {})",
-                    self.others
+                    others
                         .iter()
                         .map(|id| node_name(*id))
                         .collect::<Vec<_>>()

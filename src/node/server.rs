@@ -138,10 +138,11 @@ pub async fn run(
             config.id
         )));
     }
-    if !(config.peers.len() == 3 || config.peers.len() == 5 || config.peers.len() == 1) {
+    let voters = config.peers.len();
+    if !config.join && ![1, 3, 5].contains(&voters) {
         return Err(StartError::Config(format!(
-            "--peers names {} nodes; a cluster has 1, 3 or 5 voters",
-            config.peers.len()
+            "--peers names {voters} nodes; a cluster starts with 1, 3 or 5 voters (grow it \
+             with `leasehold member add`)"
         )));
     }
     if config.listen == config.peer_listen {
@@ -241,12 +242,11 @@ pub async fn run(
         None => None,
     };
     let refusals = RefusalLog::default();
-    let gate = PeerGate::new(
-        config.id,
-        config.peers.keys().copied(),
-        tls.is_some(),
-        refusals.clone(),
-    );
+    let members = {
+        let node = node.clone();
+        Arc::new(move || node.members().into_keys().collect()) as super::peer_gate::Members
+    };
+    let gate = PeerGate::new(config.id, members, tls.is_some(), refusals.clone());
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let health = tokio::spawn(report_health(node.clone(), health_reporter, boot));
@@ -379,7 +379,14 @@ pub async fn run(
         ))
     });
 
-    form_cluster(&node, &config).await?;
+    if config.join {
+        tracing::info!(
+            id = config.id,
+            "waiting to be added: `leasehold member add` on the cluster"
+        );
+    } else {
+        form_cluster(&node, &config).await?;
+    }
     let ticker = (!config.manual_clock).then(|| tokio::spawn(tick_expiring_leases(node.clone())));
     tracing::info!(
         id = config.id,

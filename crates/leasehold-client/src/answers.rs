@@ -283,3 +283,74 @@ impl From<pb::AdvanceResponse> for Applied {
         applied(r.applied)
     }
 }
+
+/// Whether a member votes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberRole {
+    /// Counts toward every quorum.
+    Voter,
+    /// Receives the log, counts toward no quorum: a node catching up before it votes.
+    Learner,
+}
+
+impl MemberRole {
+    /// `voter` or `learner`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberRole::Voter => "voter",
+            MemberRole::Learner => "learner",
+        }
+    }
+}
+
+/// One member of the cluster, as the leader knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Its node id.
+    pub id: u64,
+    /// Voter or learner.
+    pub role: MemberRole,
+    /// Where the other nodes reach it.
+    pub peer_address: String,
+    /// Where clients reach it, as it gives it out; empty when it could not be asked.
+    pub client_address: String,
+    /// The last log index the leader knows it holds.
+    pub match_index: u64,
+}
+
+/// The cluster's members, and the log index of the membership they are from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Members {
+    /// By id.
+    pub members: Vec<Member>,
+    /// Where in the log this membership was decided.
+    pub log_index: u64,
+}
+
+impl TryFrom<pb::MembersResponse> for Members {
+    type Error = ClientError;
+    fn try_from(r: pb::MembersResponse) -> Result<Self, ClientError> {
+        let members = r
+            .members
+            .into_iter()
+            .map(|m| {
+                let role = match pb::MemberRole::try_from(m.role) {
+                    Ok(pb::MemberRole::Voter) => MemberRole::Voter,
+                    Ok(pb::MemberRole::Learner) => MemberRole::Learner,
+                    _ => return Err(ClientError::Malformed("a member of an unknown role")),
+                };
+                Ok(Member {
+                    id: m.id,
+                    role,
+                    peer_address: m.peer_address,
+                    client_address: m.client_address,
+                    match_index: m.match_index,
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Members {
+            members,
+            log_index: r.log_index,
+        })
+    }
+}

@@ -13,7 +13,7 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Response, Status};
 
 use crate::answers::{
-    Acquired, Answer, Applied, Deleted, LeaseState, Released, TokenStatus, Written,
+    Acquired, Answer, Applied, Deleted, LeaseState, Members, Released, TokenStatus, Written,
 };
 use crate::attempts::{Attempts, Effect, Next};
 use crate::error::ClientError;
@@ -24,6 +24,10 @@ use crate::watch::{Watch, WatchFrom, WatchSelect};
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(9);
 /// No attempt gets less, whatever the deadline.
 const MIN_ATTEMPT: Duration = Duration::from_millis(200);
+/// How long one attempt to add a member may take: the new node catches up with the whole log
+/// first (a node gives it a minute).
+const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(90);
+
 /// How long one attempt to copy a snapshot may take: it carries the whole state.
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -466,6 +470,48 @@ impl LeaseClient {
             Ok(Response::new(SavedSnapshot { header, data }))
         })
         .await
+    }
+
+    /// Adds node `id` (started with `serve --join`, reachable by the other nodes at
+    /// `peer_address`, giving out `client_address`) to the cluster: as a learner until it has
+    /// caught up, then as a voter.
+    pub async fn add_member(
+        &self,
+        id: u64,
+        peer_address: &str,
+        client_address: &str,
+    ) -> Result<Members, ClientError> {
+        let message = pb::AddMemberRequest {
+            id,
+            peer_address: peer_address.into(),
+            client_address: client_address.into(),
+        };
+        self.call(Effect::Write, |ch, _| {
+            let request = attempt(message.clone(), MEMBERSHIP_TIMEOUT);
+            async move { ClusterClient::new(ch).add_member(request).await }
+        })
+        .await
+        .and_then(Members::try_from)
+    }
+
+    /// Removes member `id`, voter or learner.
+    pub async fn remove_member(&self, id: u64) -> Result<Members, ClientError> {
+        self.call(Effect::Write, |ch, timeout| {
+            let request = attempt(pb::RemoveMemberRequest { id }, timeout);
+            async move { ClusterClient::new(ch).remove_member(request).await }
+        })
+        .await
+        .and_then(Members::try_from)
+    }
+
+    /// The members, as the leader knows them.
+    pub async fn members(&self) -> Result<Members, ClientError> {
+        self.call(Effect::Read, |ch, timeout| {
+            let request = attempt(pb::ListMembersRequest {}, timeout);
+            async move { ClusterClient::new(ch).list_members(request).await }
+        })
+        .await
+        .and_then(Members::try_from)
     }
 
     /// The first node that answers, about itself only.

@@ -25,7 +25,8 @@ mod holder;
 mod watch;
 
 pub use answers::{
-    Acquired, Answer, Applied, Deleted, HeldBy, LeaseState, Released, TokenStatus, Written,
+    Acquired, Answer, Applied, Deleted, HeldBy, LeaseState, Member, MemberRole, Members, Released,
+    TokenStatus, Written,
 };
 pub use client::{LeaseClient, SavedSnapshot, ATTEMPT_TIMEOUT, DEFAULT_DEADLINE};
 pub use error::ClientError;

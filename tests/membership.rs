@@ -1,0 +1,253 @@
+//! Membership changes against real nodes: growing 3 -> 5 -> 3 while clients write and hold
+//! leases, and replacing a dead node with a new one.
+
+mod harness;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use harness::{wait_for, Harness};
+use leasehold::lease::{Op, Outcome};
+use leasehold_client::{LeaseClient, Written};
+
+/// Runs `leasehold` with `args` against `endpoints`: its exit code, stdout and stderr.
+fn leasehold(endpoints: &[String], args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(harness::binary())
+        .args(args)
+        .env("LEASEHOLD_ENDPOINTS", endpoints.join(","))
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `member add ID` for node `id` of the harness.
+fn add(h: &Harness, via: &[String], id: u64) {
+    let node = &h.cluster.nodes()[(id - 1) as usize];
+    let (code, out, err) = leasehold(
+        via,
+        &[
+            "member",
+            "add",
+            &id.to_string(),
+            "--peer",
+            &node.peer_addr,
+            "--client",
+            &node.addr,
+        ],
+    );
+    assert_eq!(code, 0, "member add {id}: {out}{err}");
+}
+
+/// The voters `member list -o json` shows.
+fn voters(via: &[String]) -> Vec<u64> {
+    let (code, out, err) = leasehold(via, &["member", "list", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let members: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    for m in &members {
+        for key in ["id", "role", "peer", "client"] {
+            assert!(m.get(key).is_some(), "{key} in {m}");
+        }
+    }
+    members
+        .iter()
+        .filter(|m| m["role"] == "voter")
+        .map(|m| m["id"].as_u64().unwrap())
+        .collect()
+}
+
+/// What one client saw: its last acknowledged sequence number, and the longest time it went
+/// without a successful request.
+#[derive(Default)]
+struct Seen {
+    acked: u64,
+    longest_gap: Duration,
+}
+
+/// A client that writes its own key with a growing sequence number and takes a shared lease
+/// in turns with the others (acquire, fenced put, release) until `stop`.
+async fn load(client: LeaseClient, id: usize, stop: Arc<AtomicBool>, seen: Arc<Mutex<Seen>>) {
+    let key = format!("load-{id}");
+    let holder = format!("c{id}");
+    let mut last_ok = Instant::now();
+    let mut seq = 0;
+    while !stop.load(Ordering::Relaxed) {
+        seq += 1;
+        let ok = match client.put(&key, seq.to_string().as_bytes(), None).await {
+            Ok(_) => {
+                seen.lock().unwrap().acked = seq;
+                true
+            }
+            Err(_) => false,
+        };
+        let held = match client.acquire("shared", &holder, 300).await {
+            Ok(answer) => {
+                if let Some(token) = answer.outcome.token() {
+                    // Written, or refused as stale once the lease moved on: an answer either
+                    // way. Then given up, so that the lease changes hands.
+                    let fenced =
+                        client.put("shared-row", holder.as_bytes(), Some(("shared", token)));
+                    fenced.await.is_ok() && client.release("shared", &holder, token).await.is_ok()
+                } else {
+                    true
+                }
+            }
+            Err(_) => false,
+        };
+        if ok && held {
+            let mut seen = seen.lock().unwrap();
+            seen.longest_gap = seen.longest_gap.max(last_ok.elapsed());
+            last_ok = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_to_five_to_three_under_load_loses_no_write_and_stalls_no_client_past_an_election() {
+    let mut h = Harness::start_configured(5, |c| c.with_joining(&[4, 5])).await;
+    let first_three: Vec<String> = h.endpoints[..3].to_vec();
+    assert_eq!(voters(&first_three), [1, 2, 3]);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    let mut seen = Vec::new();
+    for id in 0..4 {
+        let s = Arc::new(Mutex::new(Seen::default()));
+        seen.push(s.clone());
+        let client = LeaseClient::new(&first_three).unwrap();
+        clients.push(tokio::spawn(load(client, id, stop.clone(), s)));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    add(&h, &first_three, 4);
+    add(&h, &first_three, 5);
+    assert_eq!(voters(&first_three), [1, 2, 3, 4, 5]);
+    // The new voters hold the log: each reports the cluster's applied state.
+    wait_for(
+        "nodes 4 and 5 to catch up",
+        Duration::from_secs(10),
+        || async {
+            let (a, b) = (h.caught_up(4).await?, h.caught_up(5).await?);
+            Some((a, b))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (code, out, err) = leasehold(&first_three, &["member", "remove", "4"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = leasehold(&first_three, &["member", "remove", "5"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(voters(&first_three), [1, 2, 3]);
+    h.kill(4);
+    h.kill(5);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.await.unwrap();
+    }
+
+    // No acknowledged write lost: every client's key holds its last acknowledged number (or a
+    // later one, whose answer was lost).
+    for (id, seen) in seen.iter().enumerate() {
+        let (acked, longest_gap) = {
+            let seen = seen.lock().unwrap();
+            (seen.acked, seen.longest_gap)
+        };
+        let value = h
+            .client
+            .get(&format!("load-{id}"))
+            .await
+            .unwrap()
+            .outcome
+            .unwrap();
+        let stored: u64 = String::from_utf8(value).unwrap().parse().unwrap();
+        assert!(
+            stored >= acked,
+            "client {id}: {stored} < acknowledged {}",
+            acked
+        );
+        assert!(acked > 20, "client {id} made progress: {}", acked);
+        eprintln!(
+            "client {id}: {} writes acknowledged, longest stall {} ms",
+            acked,
+            longest_gap.as_millis()
+        );
+        assert!(
+            longest_gap < Duration::from_millis(2 * leasehold::raft::LONGEST_ELECTION_MS),
+            "client {id} went {} ms without a successful request",
+            longest_gap.as_millis()
+        );
+    }
+    // No lease shorter than its TTL, no stale token accepted: the log, replayed through the
+    // checkers' reference model.
+    let leader = h.leader().await;
+    let log = h.applied_log(leader).await;
+    let applied = leasehold_check::replay(&log).expect("the log replays");
+    let mut anomalies = leasehold_check::fencing(&applied);
+    anomalies.extend(leasehold_check::mutual_exclusion(&applied));
+    assert!(anomalies.is_empty(), "{anomalies:#?}");
+    let grants = applied
+        .iter()
+        .filter(|a| {
+            matches!(
+                (&a.op, &a.outcome),
+                (Op::Acquire { .. }, Outcome::Granted { renewed: false, .. })
+            )
+        })
+        .count();
+    assert!(grants > 10, "the shared lease changed hands {grants} times");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_node_is_replaced_by_a_new_one_under_a_new_id() {
+    let mut h = Harness::start_configured(4, |c| c.with_joining(&[4])).await;
+    let via: Vec<String> = h.endpoints.clone();
+    let leader = h.leader().await;
+    let dead = if leader == 3 { 2 } else { 3 };
+    h.kill(dead);
+    // The old id cannot be added back while it is a member.
+    let node = &h.cluster.nodes()[(dead - 1) as usize];
+    let (code, _, err) = leasehold(
+        &via,
+        &[
+            "member",
+            "add",
+            &dead.to_string(),
+            "--peer",
+            &node.peer_addr,
+            "--client",
+            &node.addr,
+        ],
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("voter already"), "{err}");
+    let (code, out, err) = leasehold(&via, &["member", "remove", &dead.to_string()]);
+    assert_eq!(code, 0, "{out}{err}");
+    add(&h, &via, 4);
+    let mut expected: Vec<u64> = [1, 2, 3].into_iter().filter(|id| *id != dead).collect();
+    expected.push(4);
+    assert_eq!(voters(&via), expected);
+    // The cluster tolerates a failure again: with one more node down, the other two and the new
+    // one's majority still write.
+    let other = expected
+        .iter()
+        .copied()
+        .find(|id| *id != leader && *id != 4)
+        .unwrap();
+    h.kill(other);
+    let written = h
+        .client_of(leader)
+        .put("after", b"replaced", None)
+        .await
+        .unwrap();
+    assert_eq!(written.outcome, Written::Written);
+    let status = h.client_of(4).node_status().await.unwrap();
+    assert!(
+        status.applied_index >= written.applied.log_index,
+        "node 4 holds the write"
+    );
+}
