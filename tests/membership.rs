@@ -251,3 +251,57 @@ async fn a_dead_node_is_replaced_by_a_new_one_under_a_new_id() {
         "node 4 holds the write"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_whose_disk_was_wiped_cannot_come_back_under_its_old_id_and_says_so() {
+    let mut h = Harness::start(3, false).await;
+    let leader = h.leader().await;
+    h.client_of(leader).put("before", b"v", None).await.unwrap();
+    let wiped = if leader == 3 { 2 } else { 3 };
+    let other = 6 - leader - wiped;
+    h.kill(wiped);
+    let node = &h.cluster.nodes()[(wiped - 1) as usize];
+    std::fs::remove_dir_all(&node.data_dir).unwrap();
+    let log = node.log.clone();
+    h.restart(wiped);
+    // It says why it takes no part, and what to do.
+    wait_for(
+        "the wiped node to say it lost its vote",
+        Duration::from_secs(10),
+        || async {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.contains("disk was wiped or replaced").then_some(())
+        },
+    )
+    .await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("member remove"), "{text}");
+    // And it takes none of the leader's log.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let status = h.client_of(wiped).node_status().await.unwrap();
+    assert_eq!(
+        status.applied_index, 0,
+        "the wiped node took the leader's log"
+    );
+    // Its acks and votes do not count: with the third node gone, the leader and the wiped
+    // node are no majority, and a write is not acknowledged.
+    h.kill(other);
+    let refused = h
+        .client_of(leader)
+        .with_deadline(Duration::from_secs(3))
+        .put("after", b"v", None)
+        .await;
+    assert!(
+        refused.is_err(),
+        "acknowledged with the wiped node's ack: {refused:?}"
+    );
+    // Brought back, the third node makes a majority again.
+    h.restart(other);
+    let written = wait_for(
+        "a write with the majority back",
+        Duration::from_secs(20),
+        || async { h.client_of(other).put("again", b"v", None).await.ok() },
+    )
+    .await;
+    assert_eq!(written.outcome, Written::Written);
+}

@@ -11,6 +11,7 @@ use super::peer_gate::PeerMember;
 use super::Node;
 use crate::proto::raft_v1::{raft_server, RaftMessage};
 use crate::raft::codec::{decode, encode};
+use crate::raft::incarnation;
 use crate::raft::{Applied, ClockMode, TypeConfig};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 
@@ -83,6 +84,36 @@ impl RaftService {
         }
     }
 
+    /// Refuses a Raft message from a sender whose data dir changed, or one that knew this node
+    /// with another data dir (see `raft::incarnation`): either way a vote was forgotten.
+    fn check_incarnations(&self, sender: Option<u64>, shown: Shown) -> Result<(), Status> {
+        let (Some(incarnations), Some(sender)) = (self.node.channels().incarnations(), sender)
+        else {
+            return Ok(());
+        };
+        let checked = incarnations
+            .check_me(sender, shown.receiver)
+            .and_then(|()| incarnations.check_peer(sender, shown.sender));
+        checked.map_err(|why| {
+            incarnations.log_refusal(&why);
+            Status::failed_precondition(why)
+        })
+    }
+
+    /// openraft's result, refusal or not, for the peer's network to unpack, with this node's
+    /// incarnation.
+    fn reply<T: serde::Serialize>(&self, result: &T) -> Result<Response<RaftMessage>, Status> {
+        let mut response = encode_reply(result)?;
+        if let Some(incarnations) = self.node.channels().incarnations() {
+            incarnation::write(
+                response.metadata_mut(),
+                incarnation::FROM_KEY,
+                incarnations.mine(),
+            );
+        }
+        Ok(response)
+    }
+
     fn chunks(&self) -> std::sync::MutexGuard<'_, SnapshotChunks> {
         self.chunks.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -102,6 +133,22 @@ impl RaftService {
             }
         }
         refused.map(|()| request.extensions().get::<PeerMember>().copied())
+    }
+}
+
+/// The incarnations a Raft message carries: its sender's, and the one it knows for this node.
+#[derive(Clone, Copy)]
+struct Shown {
+    sender: Option<u64>,
+    receiver: Option<u64>,
+}
+
+impl Shown {
+    fn of<T>(request: &Request<T>) -> Shown {
+        Shown {
+            sender: incarnation::read(request.metadata(), incarnation::FROM_KEY),
+            receiver: incarnation::read(request.metadata(), incarnation::TO_KEY),
+        }
     }
 }
 
@@ -139,16 +186,22 @@ impl raft_server::Raft for RaftService {
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         let member = self.admit(&request)?;
+        let shown = Shown::of(&request);
         let rpc: AppendEntriesRequest<TypeConfig> = decode_request(request)?;
-        sender_is(member, rpc.vote.leader_id().voted_for())?;
-        encode_reply(&self.node.raft().append_entries(rpc).await)
+        let sender = rpc.vote.leader_id().voted_for();
+        sender_is(member, sender)?;
+        self.check_incarnations(sender, shown)?;
+        self.reply(&self.node.raft().append_entries(rpc).await)
     }
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let member = self.admit(&request)?;
+        let shown = Shown::of(&request);
         let rpc: VoteRequest<u64> = decode_request(request)?;
-        sender_is(member, rpc.vote.leader_id().voted_for())?;
-        encode_reply(&self.node.raft().vote(rpc).await)
+        let sender = rpc.vote.leader_id().voted_for();
+        sender_is(member, sender)?;
+        self.check_incarnations(sender, shown)?;
+        self.reply(&self.node.raft().vote(rpc).await)
     }
 
     async fn install_snapshot(
@@ -156,8 +209,11 @@ impl raft_server::Raft for RaftService {
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         let member = self.admit(&request)?;
+        let shown = Shown::of(&request);
         let rpc: InstallSnapshotRequest<TypeConfig> = decode_request(request)?;
-        sender_is(member, rpc.vote.leader_id().voted_for())?;
+        let sender = rpc.vote.leader_id().voted_for();
+        sender_is(member, sender)?;
+        self.check_incarnations(sender, shown)?;
         let (id, offset, len, done) = (
             rpc.meta.snapshot_id.clone(),
             rpc.offset,
@@ -171,7 +227,7 @@ impl raft_server::Raft for RaftService {
         if reply.is_ok() {
             self.chunks().received(&id, offset + len, done);
         }
-        encode_reply(&reply)
+        self.reply(&reply)
     }
 
     async fn read_log(

@@ -204,11 +204,17 @@ pub async fn run(
     );
     // Outgoing peer connections start from the peer plane's address.
     let listen_ip = config.peer_listen.ip();
+    let incarnations = crate::raft::incarnation::Incarnations::open(&config.data_dir, config.id)
+        .map_err(|source| StartError::DataDir {
+            dir: config.data_dir.display().to_string(),
+            source,
+        })?;
     let channels = Channels::new(
         (!listen_ip.is_unspecified()).then_some(listen_ip),
         clock,
         tls.clone(),
-    );
+    )
+    .with_incarnations(incarnations);
     let raft_config = Arc::new(
         raft::config(config.snapshot_every)
             .validate()

@@ -9,6 +9,7 @@ mod append_times;
 #[cfg(test)]
 mod decoding_tests;
 pub mod events;
+pub mod incarnation;
 mod log_store;
 mod network;
 mod proposer;

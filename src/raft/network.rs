@@ -18,6 +18,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use tonic::transport::{Channel, Endpoint};
 
 use super::codec::{decode, encode};
+use super::incarnation::{self, Incarnations};
 use super::{NodeId, TypeConfig};
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 
@@ -86,6 +87,9 @@ pub struct Channels {
     /// With TLS, peers are dialed with this node's certificate, and each must show one that
     /// names the node it was dialed as.
     tls: Option<crate::tls::Tls>,
+    /// This node's data dir's incarnation and its peers' (see `incarnation`); unset in tests
+    /// that run no data dir.
+    incarnations: Option<Incarnations>,
 }
 
 impl Channels {
@@ -102,6 +106,17 @@ impl Channels {
         }
     }
 
+    /// Names this node's incarnation on every peer message, and checks its peers' on their
+    /// replies to Raft messages.
+    pub fn with_incarnations(mut self, incarnations: Incarnations) -> Self {
+        self.incarnations = Some(incarnations);
+        self
+    }
+
+    pub fn incarnations(&self) -> Option<&Incarnations> {
+        self.incarnations.as_ref()
+    }
+
     /// A peer message, carrying what its receiver checks before it looks inside.
     pub fn peer_request<T>(&self, message: T, timeout: Duration) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
@@ -110,6 +125,13 @@ impl Channels {
             CLOCK_KEY,
             tonic::metadata::MetadataValue::from_static(self.clock.name()),
         );
+        if let Some(incarnations) = &self.incarnations {
+            incarnation::write(
+                request.metadata_mut(),
+                incarnation::FROM_KEY,
+                incarnations.mine(),
+            );
+        }
         request
     }
 
@@ -203,9 +225,13 @@ impl PeerClient {
             }
         };
         let data = encode(request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let message = self
+        let mut message = self
             .channels
             .peer_request(RaftMessage { data }, option.hard_ttl());
+        let incarnations = self.channels.incarnations.clone();
+        if let Some(known) = incarnations.as_ref().and_then(|i| i.known(self.target)) {
+            incarnation::write(message.metadata_mut(), incarnation::TO_KEY, known);
+        }
         let reply = match rpc {
             Rpc::AppendEntries => client.append_entries(message).await,
             Rpc::Vote => client.vote(message).await,
@@ -219,6 +245,14 @@ impl PeerClient {
                 RPCError::Network(NetworkError::new(&failure))
             }
         })?;
+        if let Some(incarnations) = &incarnations {
+            let theirs = incarnation::read(reply.metadata(), incarnation::FROM_KEY);
+            if let Err(why) = incarnations.check_peer(self.target, theirs) {
+                // Its vote or its ack would count a disk that forgot what it promised.
+                incarnations.log_refusal(&why);
+                return Err(RPCError::Unreachable(Unreachable::new(&PeerFailure(why))));
+            }
+        }
         let result: Result<Resp, RaftError<NodeId, E>> = decode(&reply.into_inner().data)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
