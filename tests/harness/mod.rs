@@ -147,6 +147,19 @@ impl Harness {
         }
     }
 
+    /// The leader's applied log, replayed through the checkers' reference model: panics on an
+    /// anomaly of fencing (a stale token accepted, tokens not growing) or of mutual exclusion
+    /// (two holders at once in store time, a lease shorter than its TTL).
+    pub async fn checked_log(&self) -> Vec<leasehold_check::Applied> {
+        let leader = self.leader().await;
+        let log = self.applied_log(leader).await;
+        let applied = leasehold_check::replay(&log).expect("the log replays");
+        let mut anomalies = leasehold_check::fencing(&applied);
+        anomalies.extend(leasehold_check::mutual_exclusion(&applied));
+        assert!(anomalies.is_empty(), "{anomalies:#?}");
+        applied
+    }
+
     /// A plain connection to node `id`'s client port, for calls no `LeaseClient` makes.
     pub async fn client_channel(&self, id: u64) -> tonic::transport::Channel {
         connect(&self.endpoints[(id - 1) as usize]).await
