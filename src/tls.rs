@@ -145,6 +145,15 @@ impl Tls {
 
 /// Which of `members` the certificate names, by [`node_name`]; `None` for a certificate of
 /// no member (a client's, an outsider's).
+/// The node any `leasehold-node-N` name of `cert` names, if one does.
+pub fn node_named(cert: &CertificateDer<'_>) -> Option<NodeId> {
+    let cert = webpki::EndEntityCert::try_from(cert).ok()?;
+    let named = cert
+        .valid_dns_names()
+        .find_map(|name| name.strip_prefix("leasehold-node-")?.parse().ok());
+    named
+}
+
 pub fn member_named(
     cert: &CertificateDer<'_>,
     members: impl IntoIterator<Item = NodeId>,

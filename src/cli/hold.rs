@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use leasehold_client::{HoldError, Holder, Lost};
+use leasehold_client::{default_margin, HoldError, Holder, Lost};
 use tokio::time::Instant;
 
 use super::{ClientOpts, Exit};
@@ -31,7 +31,8 @@ pub struct HoldArgs {
     #[arg(long)]
     wait: bool,
     /// How long before the store's expiry, counted from the send of the last renewal, the
-    /// holding stops being safe. Default: the larger of 100 ms and a tenth of the TTL.
+    /// holding stops being safe. Default: the larger of 100 ms and a tenth of the TTL, at most
+    /// a quarter of it.
     #[arg(long, value_name = "MS")]
     margin: Option<u64>,
     /// How long before the safe deadline the command gets SIGTERM (SIGKILL follows at the
@@ -74,6 +75,20 @@ fn signal_group(pgid: i32, signal: libc::c_int) {
 pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
     let ttl = Duration::from_millis(args.ttl_ms);
     let grace = Duration::from_millis(args.grace.unwrap_or((args.ttl_ms / 4).min(1_000)));
+    let margin = args
+        .margin
+        .map_or_else(|| default_margin(ttl), Duration::from_millis);
+    // Checked before anything is acquired: SIGTERM must come after a renewal's usual time (a
+    // third of the TTL in), or every healthy cycle would stop the command.
+    if margin + grace >= ttl - ttl / 3 {
+        anyhow::bail!(
+            "--margin ({} ms) and --grace ({} ms) must add up to less than two thirds of the TTL \
+             ({} ms), so that the command is stopped only when renewals fail",
+            margin.as_millis(),
+            grace.as_millis(),
+            (ttl - ttl / 3).as_millis()
+        );
+    }
     let client = Arc::new(opts.client()?);
     let mut options = Holder::options(&args.lease, &args.holder, ttl);
     if let Some(margin) = args.margin {
@@ -96,9 +111,6 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
         }
         Err(e) => return Err(e.into()),
     };
-    if grace >= ttl {
-        anyhow::bail!("--grace: must be shorter than the TTL ({} ms)", args.ttl_ms);
-    }
     let mut command = tokio::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
@@ -145,6 +157,11 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
     let mut terminated = false;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    // The command is in a process group of its own, away from the terminal's: a Ctrl-Z stops
+    // `hold` only, and its renewals, while the command ran on. So `hold` stops the command,
+    // then itself, and on resuming lets it run again only while the holding is safe.
+    let mut suspend =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(libc::SIGTSTP))?;
     let lost = loop {
         let now = standing.borrow_and_update().clone();
         // Both end in SIGKILL at once, below. A loss the store answered means another may act
@@ -204,6 +221,17 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
             }
             () = tokio::time::sleep_until(now.safe_until) => {}
             _ = interrupt.recv() => signal_group(pgid, libc::SIGINT),
+            _ = suspend.recv() => {
+                signal_group(pgid, libc::SIGSTOP);
+                // SAFETY: raise(3) stops this process until SIGCONT; no memory is shared.
+                unsafe {
+                    libc::raise(libc::SIGSTOP);
+                }
+                if Instant::now() < holder.safe_until() {
+                    signal_group(pgid, libc::SIGCONT);
+                }
+                // Past the deadline, the loop's first check kills it, still stopped.
+            }
             _ = terminate.recv() => signal_group(pgid, libc::SIGTERM),
         }
     };

@@ -198,6 +198,13 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         _: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
+        if !self.node.is_member() {
+            return Err(Status::unavailable(format!(
+                "node {} is not a member yet (started with --join, it waits for `leasehold \
+                 member add`); ask a member",
+                self.node.id()
+            )));
+        }
         // Ask every member at once, so one dead member costs one timeout, not one each.
         let mut asks = tokio::task::JoinSet::new();
         for (id, addr) in self.node.members() {

@@ -352,10 +352,12 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
+        let working = self.node.admit(1)?;
         let stream = super::watch::start(
             self.node.clone(),
             request.into_inner(),
             self.stopping.clone(),
+            working,
         )?;
         Ok(Response::new(stream))
     }

@@ -127,6 +127,31 @@ pub async fn add(node: &Node, r: pb::AddMemberRequest) -> Result<pb::MembersResp
             r.id, r.id
         )));
     }
+    match nodes.get(&r.id) {
+        // A learner from an `add` that did not finish: this one finishes it, at its address.
+        Some(addr) if *addr != r.peer_address => {
+            return Err(refused(format!(
+                "node {} is a learner at {addr}, not {}; remove it (`leasehold member remove {}`) \
+                 and add it again",
+                r.id, r.peer_address, r.id
+            )))
+        }
+        Some(_) => {}
+        // An id seen before: its old data dir's incarnation is noted, so a node on a new one
+        // would be refused; ids are not reused.
+        None if node
+            .channels()
+            .incarnations()
+            .is_some_and(|i| i.known(r.id).is_some()) =>
+        {
+            return Err(refused(format!(
+                "node {} was a member before, and ids are not reused (a node on a new disk must \
+                 not pass for the old one, whose vote it lost); add the node under a new id",
+                r.id
+            )))
+        }
+        None => {}
+    }
     if let Some((id, _)) = nodes
         .iter()
         .find(|(id, addr)| **addr == r.peer_address && **id != r.id)

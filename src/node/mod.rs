@@ -225,6 +225,17 @@ impl Node {
         &self.inner.channels
     }
 
+    /// Whether this node is in a membership yet (a node started with `--join` is not, until it
+    /// is added).
+    pub fn is_member(&self) -> bool {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        m.membership_config
+            .membership()
+            .get_node(&self.inner.id)
+            .is_some()
+    }
+
     /// Every member's peer address, by id, voters and learners: the membership this node
     /// knows, or `--peers` before it knows one.
     pub fn members(&self) -> BTreeMap<NodeId, String> {

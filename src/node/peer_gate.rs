@@ -22,10 +22,6 @@ pub struct PeerMember(pub NodeId);
 /// The cluster's members now (voters and learners), as the node knows them.
 pub type Members = Arc<dyn Fn() -> Vec<NodeId> + Send + Sync>;
 
-/// Ids a node that knows no membership yet (started with `--join`, not yet added) lets in: the
-/// leader that adds it may be any of them.
-const JOINING_IDS: std::ops::RangeInclusive<NodeId> = 1..=64;
-
 #[derive(Clone)]
 pub struct PeerGate {
     me: NodeId,
@@ -46,16 +42,26 @@ impl PeerGate {
         }
     }
 
+    /// The other members; none while this node knows no membership (started with `--join`,
+    /// not yet added), when any node certificate of the cluster's CA is let in: the leader that
+    /// adds it may be any node.
     fn others(&self) -> Vec<NodeId> {
-        let others: Vec<NodeId> = (self.members)()
+        (self.members)()
             .into_iter()
             .filter(|id| *id != self.me)
-            .collect();
+            .collect()
+    }
+
+    /// The member `cert` names, among `others`; with no others, any node but this one.
+    fn admitted(
+        &self,
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        others: &[NodeId],
+    ) -> Option<NodeId> {
         if others.is_empty() {
-            JOINING_IDS.filter(|id| *id != self.me).collect()
-        } else {
-            others
+            return crate::tls::node_named(cert).filter(|id| *id != self.me);
         }
+        member_named(cert, others.iter().copied())
     }
 }
 
@@ -68,7 +74,7 @@ impl tonic::service::Interceptor for PeerGate {
         let others = self.others();
         let reason = match certs.as_deref().and_then(|certs| certs.first()) {
             None => "the caller showed no certificate".to_owned(),
-            Some(cert) => match member_named(cert, others.iter().copied()) {
+            Some(cert) => match self.admitted(cert, &others) {
                 Some(member) => {
                     request.extensions_mut().insert(PeerMember(member));
                     return Ok(request);

@@ -44,10 +44,13 @@ impl Select {
 }
 
 /// Checks the request and starts the watcher's task; its responses are the returned stream.
+/// `working` is the stream's place among the requests the node works on at once (`serve
+/// --max-requests`): held for as long as the stream runs, so watches are bounded too.
 pub fn start(
     node: Node,
     request: pb::WatchRequest,
     stopping: Option<tokio::sync::watch::Receiver<bool>>,
+    working: tokio::sync::OwnedSemaphorePermit,
 ) -> Result<WatchStream, Status> {
     let invalid = |e: limits::InvalidInput| Status::from(super::NodeError::Invalid(e));
     let select = match request.select {
@@ -85,7 +88,10 @@ pub fn start(
         return Err(compacted(node.id(), from, Compacted { first_kept }));
     }
     let (responses, stream) = mpsc::channel(QUEUED_RESPONSES);
-    tokio::spawn(serve(node, select, from, applied, responses, stopping));
+    tokio::spawn(async move {
+        serve(node, select, from, applied, responses, stopping).await;
+        drop(working);
+    });
     Ok(WatchStream::new(stream))
 }
 

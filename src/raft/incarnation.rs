@@ -5,7 +5,9 @@
 //! showed first. Raft messages carry the sender's incarnation and the one the sender knows for
 //! the receiver; a node refuses a message from a peer whose incarnation changed, a node refuses
 //! a message that knew it under another incarnation (and says why in its log), and a reply from
-//! a changed peer is not counted. Such a node can only come back under a new id.
+//! a changed peer is not counted. So a node that comes back on a new disk under its old id is
+//! kept out by every node that knew it before; only a node that never heard from it (one added
+//! while it was down) would take it as new. The notes are each node's own, not replicated.
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};

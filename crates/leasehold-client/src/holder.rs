@@ -96,7 +96,8 @@ pub struct HolderOptions {
 
 impl HolderOptions {
     /// How long before the store's expiry (as counted from the send) the holding stops being
-    /// safe. Default: the larger of 100 ms and a tenth of the TTL.
+    /// safe: shorter than two thirds of the TTL. Default: [`default_margin`], the larger of
+    /// 100 ms and a tenth of the TTL, at most a quarter of it.
     pub fn margin(mut self, margin: Duration) -> Self {
         self.margin = Some(margin);
         self
@@ -119,13 +120,17 @@ impl HolderOptions {
 
     /// Acquires the lease and starts renewing it.
     pub async fn acquire(self, client: Arc<LeaseClient>) -> Result<Holder, HoldError> {
-        let margin = self
-            .margin
-            .unwrap_or_else(|| (self.ttl / 10).max(Duration::from_millis(100)));
-        if margin >= self.ttl {
+        // Whole milliseconds, as the store counts the grant: the deadline never passes it.
+        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
+        let ttl = Duration::from_millis(ttl_ms);
+        let margin = self.margin.unwrap_or_else(|| default_margin(ttl));
+        // The deadline must fall after the first renewal (a third of the TTL in), or the
+        // holding would end before it could be renewed.
+        if margin >= ttl - ttl / 3 {
             return Err(HoldError::Invalid(format!(
-                "margin: must be shorter than the TTL ({} ms), got {} ms",
-                self.ttl.as_millis(),
+                "margin: must be shorter than two thirds of the TTL ({} ms), so that the \
+                 holding outlasts a renewal; got {} ms",
+                (ttl - ttl / 3).as_millis(),
                 margin.as_millis()
             )));
         }
@@ -134,11 +139,10 @@ impl HolderOptions {
         } else {
             unique_name(&self.name)
         };
-        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
         let (token, sent) = grant(&client, &self.lease, &name, ttl_ms, self.wait).await?;
         let (standing, watcher) = watch::channel(Standing {
             sent,
-            safe_until: sent + self.ttl - margin,
+            safe_until: sent + ttl - margin,
             lost: None,
         });
         let keeper = Keeper {
@@ -146,7 +150,7 @@ impl HolderOptions {
             lease: self.lease.clone(),
             holder: name.clone(),
             token,
-            ttl: self.ttl,
+            ttl,
             ttl_ms,
             margin,
             standing,
@@ -157,7 +161,7 @@ impl HolderOptions {
             lease: self.lease,
             holder: name,
             token,
-            ttl: self.ttl,
+            ttl,
             watcher,
             task,
             released: false,
@@ -326,6 +330,12 @@ impl Drop for Holder {
     }
 }
 
+/// The margin when none is given: the larger of 100 ms and a tenth of the TTL, but at most a
+/// quarter of it, so that short TTLs still leave time to renew.
+pub fn default_margin(ttl: Duration) -> Duration {
+    (ttl / 10).max(Duration::from_millis(100)).min(ttl / 4)
+}
+
 /// `name` with a suffix no other holder of any process shares: a per-process tag drawn from
 /// std's randomly seeded hasher, and a per-holder counter.
 fn unique_name(name: &str) -> String {
@@ -452,8 +462,11 @@ impl Keeper {
                     Ok(sent)
                 }
                 Acquired::Granted { token, .. } => {
-                    // Ours again, but after a gap someone may have filled: give it back.
-                    let _ = self.client.release(&self.lease, &self.holder, token).await;
+                    // Ours again, but after a gap someone may have filled: given back, after
+                    // the loss is published (the caller must not wait on the release).
+                    let (client, lease, holder) =
+                        (self.client.clone(), self.lease.clone(), self.holder.clone());
+                    tokio::spawn(async move { client.release(&lease, &holder, token).await });
                     Err(Lost::Regranted { token })
                 }
                 Acquired::HeldBy(held) => Err(Lost::HeldBy(held)),

@@ -30,7 +30,7 @@ pub use answers::{
 };
 pub use client::{LeaseClient, SavedSnapshot, ATTEMPT_TIMEOUT, DEFAULT_DEADLINE};
 pub use error::ClientError;
-pub use holder::{HoldError, Holder, HolderOptions, Lost, Standing};
+pub use holder::{default_margin, HoldError, Holder, HolderOptions, Lost, Standing};
 pub use leasehold_proto as proto;
 pub use tonic::transport::ClientTlsConfig;
 pub use tonic::Code;

@@ -178,7 +178,7 @@ impl Watch {
     }
 
     /// The next event. Errors only when no node serves the watch for the whole deadline, or
-    /// the watch asks for something no node can give: a start the node no longer keeps
+    /// the watch asks for something no node can give: a start no node keeps any more
     /// (`OutOfRange`), or bad input (`InvalidArgument`).
     pub async fn next(&mut self) -> Result<LeaseEvent, ClientError> {
         loop {
@@ -203,10 +203,16 @@ impl Watch {
         }
     }
 
+    /// Queues a response's events, all or none: an event this client cannot read leaves the
+    /// watch where it was (and the stream is dropped), so no event after it is skipped.
     fn take(&mut self, response: pb::WatchResponse) -> Result<(), ClientError> {
-        for event in response.events {
-            self.pending.push_back(LeaseEvent::try_from(event)?);
-        }
+        let events = response
+            .events
+            .into_iter()
+            .map(LeaseEvent::try_from)
+            .collect::<Result<Vec<_>, _>>()
+            .inspect_err(|_| self.stream = None)?;
+        self.pending.extend(events);
         let next = response.watched_to + 1;
         self.next_index = Some(self.next_index.map_or(next, |n| n.max(next)));
         Ok(())
@@ -217,6 +223,9 @@ impl Watch {
         let started = tokio::time::Instant::now();
         let count = self.channels.len();
         let mut tried = 0;
+        // A node may have dropped the start from its window (it installed a snapshot, or
+        // restarted) while another still keeps it: only all of them saying so is final.
+        let mut out_of_range = 0;
         loop {
             let node = self.next_node % count;
             let request = pb::WatchRequest {
@@ -248,6 +257,13 @@ impl Watch {
                 }
                 Ok((_, None)) => Status::unavailable("the node ended the watch at once"),
                 Err(status) if final_status(&status) => return Err(ClientError::Status(status)),
+                Err(status) if status.code() == Code::OutOfRange => {
+                    out_of_range += 1;
+                    if out_of_range >= count {
+                        return Err(ClientError::Status(status));
+                    }
+                    status
+                }
                 Err(status) => status,
             };
             self.next_node += 1;
@@ -267,10 +283,11 @@ impl Watch {
     }
 }
 
-/// A watch that no node can serve as asked: asking another would get the same answer.
+/// A watch that no node can serve as asked: asking another would get the same answer. (A start
+/// a node no longer keeps is final only once every node said so.)
 fn final_status(status: &Status) -> bool {
     matches!(
         status.code(),
-        Code::OutOfRange | Code::InvalidArgument | Code::Unimplemented | Code::PermissionDenied
+        Code::InvalidArgument | Code::Unimplemented | Code::PermissionDenied
     )
 }
