@@ -530,11 +530,15 @@ mod tests {
             .unwrap();
         let lost = tokio::time::timeout(TTL, holder.lost()).await.unwrap();
         assert_eq!(lost, Lost::Regranted { token: 2 });
-        assert_eq!(
-            *node.releases.lock().unwrap(),
-            vec![2],
-            "the new grant is released"
-        );
+        // Released after the loss is published, so the caller does not wait on it.
+        tokio::time::timeout(TTL, async {
+            while node.releases.lock().unwrap().is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the new grant is released");
+        assert_eq!(*node.releases.lock().unwrap(), vec![2]);
     }
 
     #[tokio::test]
