@@ -80,12 +80,14 @@ async fn readyz(axum::extract::State(p): axum::extract::State<Probes>) -> impl I
 /// leader and membership changes as structured events.
 pub async fn follow_raft(raft: crate::raft::Raft, metrics: Arc<Metrics>) {
     let mut watch = raft.metrics();
-    let mut leader = None;
+    // The leader and the term it leads in: the same node elected again is a change too.
+    let mut leader: Option<(u64, u64)> = None;
     let mut membership = None;
     loop {
         {
             let m = watch.borrow_and_update();
-            if m.current_leader != leader {
+            let now_leading = m.current_leader.map(|id| (id, m.current_term));
+            if now_leading.is_some() && now_leading != leader {
                 tracing::info!(
                     term = m.current_term,
                     leader = m.current_leader.unwrap_or(0),
@@ -117,10 +119,12 @@ pub async fn follow_raft(raft: crate::raft::Raft, metrics: Arc<Metrics>) {
             metrics
                 .raft_applied_index
                 .set(m.last_applied.map_or(0, |id| id.index) as i64);
-            if m.current_leader.is_some() && m.current_leader != leader {
+            if now_leading.is_some() && now_leading != leader {
                 metrics.raft_leader_changes.inc();
             }
-            leader = m.current_leader;
+            if now_leading.is_some() {
+                leader = now_leading;
+            }
         }
         if watch.changed().await.is_err() {
             return;

@@ -32,6 +32,8 @@ pub(crate) struct FakeNode {
     pub(crate) sessions: Mutex<u64>,
     /// The tokens of the releases it was sent.
     pub(crate) releases: Mutex<Vec<u64>>,
+    /// What happened when, for tests of ordering.
+    pub(crate) timeline: Mutex<Vec<(&'static str, std::time::Instant)>>,
 }
 
 impl FakeNode {
@@ -133,6 +135,10 @@ impl LeaseStore for Handle {
             Reply::Acquire(outcome) => outcome,
             Reply::SlowAcquire(after, outcome) => {
                 tokio::time::sleep(after).await;
+                self.timeline
+                    .lock()
+                    .unwrap()
+                    .push(("slow acquire answered", std::time::Instant::now()));
                 outcome
             }
             other => return self.reply(other).await,
@@ -148,6 +154,10 @@ impl LeaseStore for Handle {
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let r = r.into_inner();
         self.releases.lock().unwrap().push(r.token);
+        self.timeline
+            .lock()
+            .unwrap()
+            .push(("release", std::time::Instant::now()));
         self.answer(r.request_id).await
     }
     async fn put(&self, r: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
@@ -201,6 +211,7 @@ pub(crate) async fn fake_node(script: Vec<Reply>) -> (Arc<FakeNode>, LeaseClient
         request_ids: Mutex::default(),
         sessions: Mutex::default(),
         releases: Mutex::default(),
+        timeline: Mutex::default(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

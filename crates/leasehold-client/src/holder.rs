@@ -140,6 +140,7 @@ impl HolderOptions {
             unique_name(&self.name)
         };
         let (token, sent) = grant(&client, &self.lease, &name, ttl_ms, self.wait).await?;
+        let (stop, stop_renewals) = watch::channel(false);
         let (standing, watcher) = watch::channel(Standing {
             sent,
             safe_until: sent + ttl - margin,
@@ -154,6 +155,7 @@ impl HolderOptions {
             ttl_ms,
             margin,
             standing,
+            stop: stop_renewals,
         };
         let task = tokio::spawn(keeper.run(sent));
         Ok(Holder {
@@ -163,7 +165,8 @@ impl HolderOptions {
             token,
             ttl,
             watcher,
-            task,
+            stop,
+            task: Some(task),
             released: false,
         })
     }
@@ -203,7 +206,9 @@ pub struct Holder {
     token: u64,
     ttl: Duration,
     watcher: watch::Receiver<Standing>,
-    task: tokio::task::JoinHandle<()>,
+    /// Tells the renewal task to stop once its attempt in flight, if any, has ended.
+    stop: watch::Sender<bool>,
+    task: Option<tokio::task::JoinHandle<()>>,
     released: bool,
 }
 
@@ -307,25 +312,51 @@ impl Holder {
 
     /// Stops renewing and gives the lease up, so a standby gets it at once.
     pub async fn release(mut self) -> Result<Answer<Released>, ClientError> {
-        self.task.abort();
         self.released = true;
+        self.stop_renewing().await;
         self.client
             .release(&self.lease, &self.holder, self.token)
             .await
+    }
+
+    /// Stops the renewals and waits for the one in flight, if any, to end: released before it
+    /// landed, the lease would be granted anew to this holder, and a standby would wait out a
+    /// whole TTL. The wait is bounded: no attempt outlives the safe deadline.
+    async fn stop_renewing(&mut self) {
+        stop_renewing(&self.stop, self.task.take(), self.safe_until()).await;
+    }
+}
+
+async fn stop_renewing(
+    stop: &watch::Sender<bool>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    safe_until: Instant,
+) {
+    let _ = stop.send(true);
+    if let Some(task) = task {
+        // Past the deadline a renewal no longer matters: no need to wait longer.
+        let _ = tokio::time::timeout_at(safe_until, task).await;
     }
 }
 
 impl Drop for Holder {
     fn drop(&mut self) {
-        self.task.abort();
+        let _ = self.stop.send(true);
         if self.released {
             return;
         }
-        // Best effort: a standby gets the lease now rather than at its expiry.
+        // Best effort: a standby gets the lease now rather than at its expiry, once the renewal
+        // in flight, if any, has ended.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let client = self.client.clone();
             let (lease, holder, token) = (self.lease.clone(), self.holder.clone(), self.token);
-            runtime.spawn(async move { client.release(&lease, &holder, token).await });
+            let (stop, task, safe_until) = (self.stop.clone(), self.task.take(), self.safe_until());
+            runtime.spawn(async move {
+                stop_renewing(&stop, task, safe_until).await;
+                client.release(&lease, &holder, token).await
+            });
+        } else if let Some(task) = self.task.take() {
+            task.abort();
         }
     }
 }
@@ -411,13 +442,17 @@ struct Keeper {
     ttl_ms: u64,
     margin: Duration,
     standing: watch::Sender<Standing>,
+    stop: watch::Receiver<bool>,
 }
 
 impl Keeper {
     /// Renews every third of the TTL from the last successful send until the holding is lost.
-    async fn run(self, mut last_sent: Instant) {
+    async fn run(mut self, mut last_sent: Instant) {
         let lost = loop {
-            tokio::time::sleep_until(last_sent + self.ttl / 3).await;
+            tokio::select! {
+                () = tokio::time::sleep_until(last_sent + self.ttl / 3) => {}
+                _ = self.stop.wait_for(|stop| *stop) => break Lost::Released,
+            }
             match self.renew().await {
                 Ok(sent) => last_sent = sent,
                 Err(lost) => break lost,
@@ -430,6 +465,10 @@ impl Keeper {
     /// off at the deadline, so nothing this holder does waits past it.
     async fn renew(&self) -> Result<Instant, Lost> {
         loop {
+            // No new attempt once the holder is being released; one in flight ends by itself.
+            if *self.stop.borrow() {
+                return Err(Lost::Released);
+            }
             let sent = Instant::now();
             let safe_until = self.standing.borrow().safe_until;
             if sent >= safe_until {
@@ -605,6 +644,39 @@ mod tests {
         .await
         .expect("released after the drop");
         assert_eq!(*node.releases.lock().unwrap(), vec![1]);
+    }
+
+    #[tokio::test]
+    async fn a_release_waits_for_the_renewal_in_flight_so_it_cannot_land_after_it() {
+        // Answered before the safe deadline (500 ms in): an attempt is cut off there.
+        let slow = Duration::from_millis(150);
+        let renewal = Outcome::Granted(pb::Granted {
+            token: 1,
+            expires_at_ms: 0,
+            renewed: true,
+        });
+        let (node, client) = fake_node(vec![
+            granted(1, false),
+            Reply::SlowAcquire(slow, renewal),
+            Reply::Answer,
+        ])
+        .await;
+        let holder = Holder::options("l", "me", TTL)
+            .acquire(Arc::new(client))
+            .await
+            .unwrap();
+        // The renewal is sent a third of the TTL in (200 ms), and answered 150 ms later.
+        tokio::time::sleep(TTL / 3 + Duration::from_millis(50)).await;
+        holder.release().await.unwrap();
+        let timeline = node.timeline.lock().unwrap().clone();
+        let answered = timeline
+            .iter()
+            .position(|(what, _)| *what == "slow acquire answered");
+        let released = timeline.iter().position(|(what, _)| *what == "release");
+        assert!(
+            answered.is_some() && answered < released,
+            "the release went out while the renewal was in flight: {timeline:?}"
+        );
     }
 
     #[tokio::test]
