@@ -16,11 +16,7 @@ use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 use tonic_reflection::pb::v1::ServerReflectionRequest;
 
 fn cli(h: &Harness, args: &[&str]) -> Output {
-    std::process::Command::new(binary())
-        .args(args)
-        .env("LEASEHOLD_ENDPOINTS", h.endpoints.join(","))
-        .output()
-        .expect("run leasehold")
+    harness::cli(&h.endpoints, args)
 }
 
 /// Runs a CLI command and checks its exit code; returns its stdout, trimmed.
@@ -305,21 +301,7 @@ async fn default_clock_lease_expires_no_sooner_than_its_ttl_and_the_expiry_is_lo
     )
     .unwrap();
     // Without any client write, the leader logs a tick once the lease is due: reads see it free.
-    wait_for(
-        "the lease to expire in the store",
-        Duration::from_secs(10),
-        || async {
-            h.client
-                .get_lease("l")
-                .await
-                .unwrap()
-                .outcome
-                .holder
-                .is_none()
-                .then_some(())
-        },
-    )
-    .await;
+    h.until_free("l").await;
     assert!(
         sent.elapsed() >= ttl,
         "expired {:?} after the acquire was sent, TTL {ttl:?}",

@@ -6,7 +6,7 @@ mod harness;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use harness::{binary, granted, wait_for, Harness};
+use harness::{granted, wait_for, Harness};
 use leasehold_client::{
     Code, EventKind, HoldError, Holder, LeaseEvent, Lost, WatchFrom, WatchSelect, Written,
 };
@@ -261,11 +261,8 @@ async fn a_holder_cut_off_from_the_majority_is_lost_by_its_deadline_and_refuses_
 
 /// Runs `leasehold hold` with `args` against the harness's nodes.
 fn hold(h: &Harness, args: &[&str]) -> std::process::Command {
-    let mut command = std::process::Command::new(binary());
-    command
-        .arg("hold")
-        .args(args)
-        .env("LEASEHOLD_ENDPOINTS", h.endpoints.join(","));
+    let mut command = harness::command(&h.endpoints);
+    command.arg("hold").args(args);
     command
 }
 
@@ -471,9 +468,8 @@ async fn a_command_under_hold_is_dead_before_the_ttl_since_the_last_renewal_sent
 #[tokio::test(flavor = "multi_thread")]
 async fn watch_prints_one_json_line_per_event() {
     let h = Harness::start(3, false).await;
-    let mut watch = std::process::Command::new(binary())
+    let mut watch = harness::command(&h.endpoints)
         .args(["watch", "--prefix", "w/", "--from-index", "1", "-o", "json"])
-        .env("LEASEHOLD_ENDPOINTS", h.endpoints.join(","))
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

@@ -13,11 +13,7 @@ use leasehold_client::{LeaseClient, Written};
 
 /// Runs `leasehold` with `args` against `endpoints`: its exit code, stdout and stderr.
 fn leasehold(endpoints: &[String], args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(harness::binary())
-        .args(args)
-        .env("LEASEHOLD_ENDPOINTS", endpoints.join(","))
-        .output()
-        .unwrap();
+    let out = harness::cli(endpoints, args);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

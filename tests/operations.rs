@@ -55,17 +55,7 @@ async fn every_node_serves_the_listed_metrics_and_one_leader_reports_is_leader_1
     h.client.acquire("m", "b", 5_000).await.unwrap(); // held by a: a refusal
     h.client.put("k", b"v", Some(("m", token))).await.unwrap();
     // The lease expires by the leader's tick.
-    wait_for("the lease to expire", Duration::from_secs(10), || async {
-        h.client
-            .get_lease("m")
-            .await
-            .unwrap()
-            .outcome
-            .holder
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    h.until_free("m").await;
     let leader = h.leader().await;
     let texts = wait_for(
         "every node to count the expiry",
@@ -178,11 +168,7 @@ async fn json_logs_carry_the_leader_change_and_start_up_as_fields() {
 
 /// Runs the `leasehold` command with `args` against `endpoints`; panics unless it exits 0.
 fn leasehold(endpoints: &[String], args: &[&str]) -> String {
-    let out = std::process::Command::new(harness::binary())
-        .args(args)
-        .env("LEASEHOLD_ENDPOINTS", endpoints.join(","))
-        .output()
-        .unwrap();
+    let out = harness::cli(endpoints, args);
     assert!(out.status.success(), "{args:?}: {out:?}");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

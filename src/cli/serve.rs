@@ -19,8 +19,9 @@ pub struct ServeArgs {
     /// collectors.
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
-    /// Check the flags (the id is one of --peers, the planes differ, addresses are HOST:PORT),
-    /// print the configuration and exit, binding and resolving nothing.
+    /// Check the flags (the id is one of --peers, which name 1, 3 or 5 voters unless --join; the
+    /// planes differ; addresses are HOST:PORT), print the configuration and exit, binding and
+    /// resolving nothing.
     #[arg(long)]
     check_config: bool,
     /// This node's id: one of the ids in --peers.
@@ -191,15 +192,8 @@ fn hostname() -> anyhow::Result<String> {
 /// of --peers, the two planes differ. The lines it prints.
 fn check_config(args: &ServeArgs, id: u64) -> anyhow::Result<Vec<String>> {
     let peers = peers(args, id);
-    if !peers.contains_key(&id) {
-        anyhow::bail!("--peers must include this node's own id {id}");
-    }
-    if args.listen == args.peer_listen {
-        anyhow::bail!(
-            "--listen and --peer-listen are both {}; peers and clients need a port each",
-            args.listen
-        );
-    }
+    node::check_flags(id, &peers, args.join, &args.listen, &args.peer_listen)
+        .map_err(anyhow::Error::msg)?;
     Ok(vec![
         format!("id {id}"),
         format!("listen {}", args.listen),

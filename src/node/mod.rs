@@ -25,7 +25,7 @@ use openraft::{BasicNode, ServerState};
 pub use clock::LeaderClock;
 pub use error::{NodeError, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 pub use forwarder::{Answer, Forwarded, GrpcLink, LeaderLink};
-pub use server::{check_clock_mode, run, StartError};
+pub use server::{check_clock_mode, check_flags, run, StartError};
 pub use server::{tick_expiring_leases, MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAGE_BYTES};
 
 use crate::lease::{validate, Batch, Command, Op, RequestId};
@@ -234,6 +234,25 @@ impl Node {
             .membership()
             .get_node(&self.inner.id)
             .is_some()
+    }
+
+    /// Every member's id, voters and learners: [`members`](Self::members) without the
+    /// addresses, for the peer gate, which asks on every call.
+    pub fn member_ids(&self) -> Vec<NodeId> {
+        let ids: Vec<NodeId> = {
+            let metrics = self.inner.raft.metrics();
+            let m = metrics.borrow();
+            m.membership_config
+                .membership()
+                .nodes()
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        if ids.is_empty() {
+            self.inner.peers.keys().copied().collect()
+        } else {
+            ids
+        }
     }
 
     /// Every member's peer address, by id, voters and learners: the membership this node

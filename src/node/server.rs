@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::proto::raft_v1::raft_server::RaftServer;
 use crate::proto::v1::cluster_server::ClusterServer;
 use crate::proto::v1::lease_store_server::LeaseStoreServer;
-use crate::raft::{self, Channels, ClockMode, PeerNetwork};
+use crate::raft::{self, Channels, ClockMode, NodeId, PeerNetwork};
 use crate::tls::{RefusalLog, Tls};
 use tonic::service::interceptor::InterceptedService;
 
@@ -90,6 +90,34 @@ const TICK_CHECK: Duration = Duration::from_millis(100);
 /// much later than it otherwise would; never earlier.
 const TICK_MIN_GAP: Duration = Duration::from_millis(50);
 
+/// What a node's flags must say, checked by `serve --check-config` on the addresses as given
+/// and at start on the addresses they resolved to: its id is one of `peers`, which name 1, 3 or
+/// 5 voters unless it joins, and its two planes are apart.
+pub fn check_flags<A: PartialEq + std::fmt::Display>(
+    id: NodeId,
+    peers: &std::collections::BTreeMap<NodeId, String>,
+    join: bool,
+    listen: &A,
+    peer_listen: &A,
+) -> Result<(), String> {
+    if !peers.contains_key(&id) {
+        return Err(format!("--peers must include this node's own id {id}"));
+    }
+    let voters = peers.len();
+    if !join && ![1, 3, 5].contains(&voters) {
+        return Err(format!(
+            "--peers names {voters} nodes; a cluster starts with 1, 3 or 5 voters (grow it \
+             with `leasehold member add`)"
+        ));
+    }
+    if listen == peer_listen {
+        return Err(format!(
+            "--listen and --peer-listen are both {listen}; peers and clients need a port each"
+        ));
+    }
+    Ok(())
+}
+
 /// The clock a data dir was created with. A node refuses to start it with the other one: the
 /// two clocks' logs do not mix. (Its peers refuse it too: see [`ClockMode::check_peer`].)
 pub fn check_clock_mode(dir: &Path, clock: ClockMode) -> Result<(), StartError> {
@@ -132,25 +160,14 @@ pub async fn run(
     config: NodeConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
-    if !config.peers.contains_key(&config.id) {
-        return Err(StartError::Config(format!(
-            "--peers must include this node's own id {}",
-            config.id
-        )));
-    }
-    let voters = config.peers.len();
-    if !config.join && ![1, 3, 5].contains(&voters) {
-        return Err(StartError::Config(format!(
-            "--peers names {voters} nodes; a cluster starts with 1, 3 or 5 voters (grow it \
-             with `leasehold member add`)"
-        )));
-    }
-    if config.listen == config.peer_listen {
-        return Err(StartError::Config(format!(
-            "--listen and --peer-listen are both {}; peers and clients need a port each",
-            config.listen
-        )));
-    }
+    check_flags(
+        config.id,
+        &config.peers,
+        config.join,
+        &config.listen,
+        &config.peer_listen,
+    )
+    .map_err(StartError::Config)?;
     std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
         dir: config.data_dir.display().to_string(),
         source,
@@ -250,7 +267,7 @@ pub async fn run(
     let refusals = RefusalLog::default();
     let members = {
         let node = node.clone();
-        Arc::new(move || node.members().into_keys().collect()) as super::peer_gate::Members
+        Arc::new(move || node.member_ids()) as super::peer_gate::Members
     };
     let gate = PeerGate::new(config.id, members, tls.is_some(), refusals.clone());
 

@@ -27,6 +27,21 @@ pub fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_leasehold")
 }
 
+/// The `leasehold` command, talking to `endpoints`.
+pub fn command(endpoints: &[String]) -> std::process::Command {
+    let mut command = std::process::Command::new(binary());
+    command.env("LEASEHOLD_ENDPOINTS", endpoints.join(","));
+    command
+}
+
+/// Runs `leasehold ARGS` against `endpoints` to the end.
+pub fn cli(endpoints: &[String], args: &[&str]) -> std::process::Output {
+    command(endpoints)
+        .args(args)
+        .output()
+        .expect("run leasehold")
+}
+
 /// Spare node certificates that `start_tls` makes beyond the members': certificates from the
 /// cluster's own CA that name no member.
 pub const SPARE_NODE_CERTS: u64 = 2;
@@ -145,6 +160,16 @@ impl Harness {
             }
             log.extend(entries);
         }
+    }
+
+    /// Waits until `lease` is free in the store (its expiry logged by the leader's tick, or a
+    /// release).
+    pub async fn until_free(&self, lease: &str) {
+        wait_for("the lease to be free", Duration::from_secs(10), || async {
+            let state = self.client.get_lease(lease).await.ok()?.outcome;
+            state.holder.is_none().then_some(())
+        })
+        .await
     }
 
     /// The leader's applied log, replayed through the checkers' reference model: panics on an

@@ -313,20 +313,17 @@ impl Holder {
     /// Stops renewing and gives the lease up, so a standby gets it at once.
     pub async fn release(mut self) -> Result<Answer<Released>, ClientError> {
         self.released = true;
-        self.stop_renewing().await;
+        // Released before a renewal in flight landed, the lease would be granted anew to this
+        // holder, and a standby would wait out a whole TTL.
+        stop_renewing(&self.stop, self.task.take(), self.safe_until()).await;
         self.client
             .release(&self.lease, &self.holder, self.token)
             .await
     }
-
-    /// Stops the renewals and waits for the one in flight, if any, to end: released before it
-    /// landed, the lease would be granted anew to this holder, and a standby would wait out a
-    /// whole TTL. The wait is bounded: no attempt outlives the safe deadline.
-    async fn stop_renewing(&mut self) {
-        stop_renewing(&self.stop, self.task.take(), self.safe_until()).await;
-    }
 }
 
+/// Stops the renewals and waits for the one in flight, if any, to end. The wait is bounded: no
+/// attempt outlives the safe deadline.
 async fn stop_renewing(
     stop: &watch::Sender<bool>,
     task: Option<tokio::task::JoinHandle<()>>,
