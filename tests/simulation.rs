@@ -7,7 +7,7 @@
 //! Each node is the product's `node::Node` (its leader clock stamping every write, the proposer,
 //! the forwarder, the read path with its boot wait, and the expiry ticker) around openraft with
 //! Leasehold's state machine. Only the transports are the test's: Raft messages and forwarded
-//! write batches go through the router (a `RaftNetwork` and a `LeaderLink`), and the log is kept
+//! write batches go through the router (a `RaftNetwork` and a `PeerLink`), and the log is kept
 //! in memory (the segment-file store has its own crash tests and the real-process suite),
 //! surviving a crash as a disk would. Clients record a history that the checkers judge against
 //! the log, in real (here, virtual) time as well as store time.
@@ -29,8 +29,7 @@ use std::time::Duration;
 use harness::Rng;
 use leasehold::lease::{Batch, Command, Fence, Op, Outcome, RequestId};
 use leasehold::node::{
-    tick_expiring_leases, Answer as ForwardAnswer, Forwarded, LeaderLink, Node, NodeConfig,
-    NodeError,
+    tick_expiring_leases, Answer as ForwardAnswer, Forwarded, Node, NodeConfig, NodeError, PeerLink,
 };
 use leasehold::raft::Channels;
 use leasehold::raft::{
@@ -338,15 +337,15 @@ impl RaftNetwork<TypeConfig> for Link {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Forwarding: a follower's batch of writes reaches the leader's node through the router, as the
-// internal Propose call does between processes.
+// Peer calls: a follower's batch of writes reaches the leader's node through the router, as the
+// internal Propose call does between processes, and so does a new leader's CarriedTime.
 
 struct SimLink {
     from: u64,
     router: Router,
 }
 
-impl LeaderLink for SimLink {
+impl PeerLink for SimLink {
     fn propose(
         &self,
         leader: u64,
@@ -387,6 +386,31 @@ impl LeaderLink for SimLink {
                 .into_iter()
                 .map(|answer| answer.map_err(tonic::Status::from))
                 .collect()
+        })
+    }
+
+    fn carried_time(
+        &self,
+        peer: u64,
+        _addr: String,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<u64, String>> + Send>> {
+        let (from, router) = (self.from, self.router.clone());
+        Box::pin(async move {
+            let asked = async {
+                let (_raft, delay) = router.route(from, peer).map_err(|e| e.to_string())?;
+                let node = router.0.lock().unwrap().nodes.get(&peer).cloned();
+                let node = node.ok_or("node down")?;
+                tokio::time::sleep(delay).await;
+                let carried = node.carried_time();
+                if router.reply_lost(from, peer) {
+                    return Err("reply partitioned".to_owned());
+                }
+                Ok(carried)
+            };
+            tokio::time::timeout(timeout, asked)
+                .await
+                .unwrap_or_else(|_| Err("timed out".into()))
         })
     }
 }
@@ -1298,5 +1322,110 @@ async fn survivors_of_a_dead_leader_elect(seed: u64) {
 fn the_survivors_of_a_dead_leader_always_elect_one_of_them() {
     for seed in 1..=50 {
         paused_runtime().block_on(survivors_of_a_dead_leader_elect(seed));
+    }
+}
+
+/// The lease a leader grants just before it dies, and how long it lasts when that same leader
+/// comes back after `down` and leads again before anyone else does.
+const CARRIED_TTL: Duration = Duration::from_secs(2);
+
+/// A leader grants a lease and dies. Its followers do not campaign here, so it leads again once
+/// it restarts, `down` later. The restarted process measured nothing of that time; its
+/// followers did, on their monotonic clocks, from when they appended the grant. The lease must
+/// be free about its TTL after its acquire was sent, not its TTL plus the downtime. The fault
+/// suite's lease-life probe caught this twice in CI (3.2 and 3.7 s for a 2 s TTL), when a killed
+/// leader, restarted within a second or two, won the next election.
+///
+/// Returns when the restarted leader led, and when the rival was granted the lease, both since
+/// the acquire was sent.
+async fn restarted_leader_carries_its_followers_time(
+    seed: u64,
+    down: Duration,
+) -> (Duration, Duration) {
+    let sim = Sim::start(3, seed).await;
+    let a = any_leader(&sim, Duration::from_secs(5))
+        .await
+        .expect("a first leader");
+    let acquire = |holder: &str| Op::Acquire {
+        lease: "probe".into(),
+        holder: holder.into(),
+        ttl_ms: CARRIED_TTL.as_millis() as u64,
+    };
+    // A first write starts the store's clock; the grant comes a second later, so that it moves
+    // the store time its followers carry.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let first = write(&sim, a, plain_put("start").op, None, deadline).await;
+    assert!(matches!(first, Completion::Ok { .. }), "{first:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let sent = Instant::now();
+    let granted = write(
+        &sim,
+        a,
+        acquire("first"),
+        None,
+        sent + Duration::from_secs(5),
+    )
+    .await;
+    let Completion::Ok { log_index, .. } = granted else {
+        panic!("seed {seed}: the first acquire failed: {granted:?}");
+    };
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != a).collect();
+    // Both followers hold the grant, so both measure from it; neither campaigns.
+    for &id in &followers {
+        while last_log_index(&sim, id) < log_index {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        sim.raft(id).unwrap().runtime_config().elect(false);
+    }
+    sim.crash(a).await;
+    tokio::time::sleep(down).await;
+    sim.boot(a).await;
+    let raft_a = sim.raft(a).unwrap();
+    if !until_leader(&sim, a, Duration::ZERO).await {
+        raft_a.trigger().elect().await.unwrap();
+    }
+    assert!(
+        until_leader(&sim, a, Duration::from_secs(5)).await,
+        "seed {seed}: node {a} leads again"
+    );
+    let leads = sent.elapsed();
+    loop {
+        let rival = write(
+            &sim,
+            a,
+            acquire("rival"),
+            None,
+            Instant::now() + Duration::from_secs(5),
+        );
+        if let Completion::Ok {
+            answer: Answer::Outcome(Outcome::Granted { .. }),
+            ..
+        } = rival.await
+        {
+            return (leads, sent.elapsed());
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(30),
+            "seed {seed}: the lease was never free"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn a_restarted_leader_counts_the_time_its_followers_measured_while_it_was_down() {
+    for (seed, down) in [(1, 1_000), (2, 3_000), (3, 10_000)] {
+        let down = Duration::from_millis(down);
+        let (leads, life) =
+            paused_runtime().block_on(restarted_leader_carries_its_followers_time(seed, down));
+        // Free at its TTL, or as soon as a leader is back if that is later. The grant's stamp
+        // follows the send by a message delay or two, and the rival polls every 50 ms: 300 ms
+        // covers both.
+        let due = CARRIED_TTL.max(leads);
+        assert!(
+            life >= CARRIED_TTL && life <= due + Duration::from_millis(300),
+            "seed {seed}: a {CARRIED_TTL:?} lease lived {life:?} across its leader's {down:?} \
+             down time (it led again {leads:?} after the acquire was sent)"
+        );
     }
 }

@@ -7,14 +7,13 @@
 //! answer, or its own error with the leader's status.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tonic::Status;
 
 use super::error::ForwardedError;
+use super::peer_link::PeerLink;
 use super::NodeError;
 use crate::gather::Gatherer;
 use crate::lease::{Op, RequestId};
@@ -31,41 +30,14 @@ pub type Forwarded = (Op, Option<RequestId>);
 /// What the leader answered one forwarded write, or why it could not.
 pub type Answer = Result<Applied, Status>;
 
-/// How a batch of forwarded writes reaches the leader and its answers come back: the internal
-/// `Propose` call over gRPC in a node ([`GrpcLink`]); in the simulation, a call into the leader
-/// through its router. One answer per write, in order; before the call the writes certainly did
-/// not apply, after it they may have.
-pub trait LeaderLink: Send + Sync + 'static {
-    fn propose(
-        &self,
-        leader: NodeId,
-        addr: String,
-        writes: Vec<Forwarded>,
-    ) -> Pin<Box<dyn Future<Output = Vec<Answer>> + Send>>;
-}
-
-/// [`LeaderLink`] over the peers' gRPC channels.
-pub struct GrpcLink(pub Channels);
-
-impl LeaderLink for GrpcLink {
-    fn propose(
-        &self,
-        leader: NodeId,
-        addr: String,
-        writes: Vec<Forwarded>,
-    ) -> Pin<Box<dyn Future<Output = Vec<Answer>> + Send>> {
-        Box::pin(send(self.0.clone(), leader, addr, writes))
-    }
-}
-
 pub struct Forwarder {
-    link: Arc<dyn LeaderLink>,
+    link: Arc<dyn PeerLink>,
     /// One gatherer per leader seen: a new leader gets its own batches.
     to_leader: Mutex<HashMap<(NodeId, String), Gatherer<Forwarded, Answer>>>,
 }
 
 impl Forwarder {
-    pub fn new(link: Arc<dyn LeaderLink>) -> Self {
+    pub fn new(link: Arc<dyn PeerLink>) -> Self {
         Forwarder {
             link,
             to_leader: Mutex::default(),
@@ -98,7 +70,7 @@ impl Forwarder {
 }
 
 /// One batch to the leader: its answers, or the same failure for each write.
-async fn send(
+pub(super) async fn send(
     channels: Channels,
     leader: NodeId,
     addr: String,

@@ -9,6 +9,7 @@ mod forwarder;
 mod lease_service;
 mod membership;
 mod peer_gate;
+mod peer_link;
 mod probes;
 mod raft_service;
 mod server;
@@ -24,7 +25,8 @@ use openraft::{BasicNode, ServerState};
 
 pub use clock::LeaderClock;
 pub use error::{NodeError, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
-pub use forwarder::{Answer, Forwarded, GrpcLink, LeaderLink};
+pub use forwarder::{Answer, Forwarded};
+pub use peer_link::{GrpcLink, PeerLink};
 pub use server::{check_clock_mode, check_flags, run, StartError};
 pub use server::{tick_expiring_leases, MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAGE_BYTES};
 
@@ -129,6 +131,9 @@ struct NodeInner {
     reads: Reads,
     /// Sends the writes this node gets while it follows to the leader, in batches.
     forwarder: forwarder::Forwarder,
+    /// Calls to peers outside openraft: the forwarder's batches, a new leader's question for
+    /// the time its peers carry.
+    link: Arc<dyn PeerLink>,
     /// A reader of the same log Raft writes, for `ReadLog`; `None` where the log is not a
     /// `LogStore` (the simulation's, in memory).
     log: Option<LogStore>,
@@ -180,7 +185,7 @@ impl Node {
         log: Option<LogStore>,
         state: Arc<SharedState>,
         channels: Channels,
-        link: Arc<dyn LeaderLink>,
+        link: Arc<dyn PeerLink>,
         boot: BootLog,
     ) -> Self {
         Node {
@@ -191,7 +196,8 @@ impl Node {
                 // index it found on disk: it serves no read (and starts no clock) before it has
                 // applied that far.
                 reads: Reads::start(raft.clone(), boot),
-                forwarder: forwarder::Forwarder::new(link),
+                forwarder: forwarder::Forwarder::new(link.clone()),
+                link,
                 raft,
                 log,
                 state,
@@ -369,15 +375,48 @@ impl Node {
         }
         // First proposal of this term: continue from the last time in the log, which is the
         // applied time once this term's first entry, and so every earlier one, is applied, plus
-        // the time measured here since it was applied (see `clock`).
+        // the time measured since it was appended, here or, if more, at a peer (see `clock`).
+        let _starting = self.inner.clock.starting().await;
+        if let Some(ms) = self.inner.clock.stamp(term) {
+            return Ok(Some(ms));
+        }
         self.confirm_leadership().await?;
+        let own_ms = self.carried_time();
+        let members = self.members();
+        let voters = {
+            let metrics = self.inner.raft.metrics();
+            let m = metrics.borrow();
+            m.membership_config.membership().voter_ids().count()
+        };
+        let peers = members
+            .into_iter()
+            .filter(|(id, _)| *id != self.inner.id)
+            .collect();
+        let answers = clock::ask_peers(&self.inner.link, peers, voters / 2).await;
+        let base = answers
+            .values()
+            .filter_map(|answer| answer.as_ref().ok())
+            .fold(own_ms, |base, ms| base.max(*ms));
+        tracing::info!(
+            term,
+            base_ms = base,
+            own_ms,
+            peers = ?answers,
+            "stamps of this term start from the largest store time carried here or at a peer"
+        );
+        Ok(Some(self.inner.clock.start_term(term, base)))
+    }
+
+    /// The store time this node carries now: the newest it applied plus what its monotonic
+    /// clock measured since it appended the entry that brought it (see `clock::carried_base`).
+    /// A new leader asks its peers for theirs.
+    pub fn carried_time(&self) -> u64 {
         let applied_now_ms = self.inner.state.read().table.now_ms();
-        let base = clock::carried_base(
+        clock::carried_base(
             applied_now_ms,
             self.inner.state.stamp_seen(),
             tokio::time::Instant::now(),
-        );
-        Ok(Some(self.inner.clock.start_term(term, base)))
+        )
     }
 
     fn is_leader(&self) -> bool {

@@ -243,6 +243,14 @@ impl raft_server::Raft for RaftService {
         encode_reply(&entries)
     }
 
+    async fn carried_time(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        self.admit(&request)?;
+        encode_reply(&self.node.carried_time())
+    }
+
     async fn propose(
         &self,
         request: Request<RaftMessage>,
