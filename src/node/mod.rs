@@ -376,11 +376,13 @@ impl Node {
         // First proposal of this term: continue from the last time in the log, which is the
         // applied time once this term's first entry, and so every earlier one, is applied, plus
         // the time measured since it was appended, here or, if more, at a peer (see `clock`).
+        self.confirm_leadership().await?;
+        // The confirmation is shared by the writes that arrive together; the question to the
+        // peers is asked by the first of them, and the rest find the term started.
         let _starting = self.inner.clock.starting().await;
         if let Some(ms) = self.inner.clock.stamp(term) {
             return Ok(Some(ms));
         }
-        self.confirm_leadership().await?;
         let own_ms = self.carried_time();
         let members = self.members();
         let voters = {
