@@ -145,7 +145,18 @@ async fn readyz_fails_on_a_minority_node_within_5_s_and_recovers_with_the_majori
 #[tokio::test(flavor = "multi_thread")]
 async fn json_logs_carry_the_leader_change_and_start_up_as_fields() {
     let h = Harness::start_with(3, false, &["--log-format", "json"]).await;
-    let log = std::fs::read_to_string(&h.cluster.nodes()[0].log).unwrap();
+    // The harness waits for some node to know the leader; node 1 may log its own
+    // "leader changed" a little later.
+    let path = &h.cluster.nodes()[0].log;
+    let log = wait_for(
+        "node 1 to log the leader change",
+        Duration::from_secs(10),
+        || async {
+            let log = std::fs::read_to_string(path).ok()?;
+            log.contains(r#""message":"leader changed""#).then_some(log)
+        },
+    )
+    .await;
     let events: Vec<serde_json::Value> = log
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
