@@ -4,6 +4,7 @@
 mod clock;
 mod cluster_service;
 mod convert;
+mod election_watch;
 mod error;
 mod forwarder;
 mod lease_service;
@@ -20,10 +21,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{CheckIsLeaderError, ForwardToLeader, RaftError};
+use openraft::error::{CheckIsLeaderError, ForwardToLeader, InstallSnapshotError, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+};
 use openraft::{BasicNode, ServerState};
 
 pub use clock::LeaderClock;
+pub use election_watch::{silence_limit, watch_elections};
 pub use error::{NodeError, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 pub use forwarder::{Answer, Forwarded};
 pub use peer_link::{GrpcLink, PeerLink};
@@ -33,7 +38,7 @@ pub use server::{tick_expiring_leases, MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAG
 use crate::lease::{validate, Batch, Command, Op, RequestId};
 use crate::raft::state_machine::Applying;
 use crate::raft::{
-    Applied, BootLog, Channels, LogStore, NodeId, Proposer, Raft, Reads, SharedState,
+    Applied, BootLog, Channels, LogStore, NodeId, Proposer, Raft, Reads, SharedState, TypeConfig,
 };
 
 /// Requests a node works on at once by default (`serve --max-requests`), client requests and
@@ -149,6 +154,8 @@ struct NodeInner {
     lease_retention_ms: u64,
     /// One permit per request being worked on, up to `NodeConfig::max_requests`.
     requests: Admission,
+    /// When a leader was last heard from, for [`watch_elections`].
+    elections: election_watch::ElectionWatch,
 }
 
 /// A bound on the requests a node works on at once.
@@ -197,6 +204,7 @@ impl Node {
                 // applied that far.
                 reads: Reads::start(raft.clone(), boot),
                 forwarder: forwarder::Forwarder::new(link.clone()),
+                elections: election_watch::ElectionWatch::new(raft.config().enable_elect),
                 link,
                 raft,
                 log,
@@ -225,6 +233,40 @@ impl Node {
 
     pub fn raft(&self) -> &Raft {
         &self.inner.raft
+    }
+
+    /// A leader's `AppendEntries`, handed to Raft; an accepted one (any answer but a higher
+    /// vote) counts as word from a leader for [`watch_elections`].
+    pub async fn append_entries(
+        &self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+    ) -> Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
+        let reply = self.inner.raft.append_entries(rpc).await;
+        if matches!(&reply, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+            self.inner.elections.heard_leader();
+        }
+        reply
+    }
+
+    /// A leader's snapshot chunk, handed to Raft; an accepted one counts as word from a leader
+    /// for [`watch_elections`], as [`append_entries`](Self::append_entries) does.
+    pub async fn install_snapshot(
+        &self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
+        let sent = rpc.vote;
+        let reply = self.inner.raft.install_snapshot(rpc).await;
+        // A refused chunk is answered with this node's greater vote.
+        if matches!(&reply, Ok(r) if r.vote <= sent) {
+            self.inner.elections.heard_leader();
+        }
+        reply
+    }
+
+    /// Lets this node campaign, or stops it: openraft's own timer and [`watch_elections`] alike.
+    pub fn set_elections(&self, enabled: bool) {
+        self.inner.elections.set_elections(enabled);
+        self.inner.raft.runtime_config().elect(enabled);
     }
 
     pub fn channels(&self) -> &Channels {

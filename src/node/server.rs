@@ -411,6 +411,7 @@ pub async fn run(
         form_cluster(&node, &config).await?;
     }
     let ticker = (!config.manual_clock).then(|| tokio::spawn(tick_expiring_leases(node.clone())));
+    let election_watch = tokio::spawn(super::watch_elections(node.clone()));
     tracing::info!(
         id = config.id,
         listen = %config.listen,
@@ -423,6 +424,7 @@ pub async fn run(
     if let Some(ticker) = ticker {
         ticker.abort();
     }
+    election_watch.abort();
     watchdog.abort();
     stop_watch.abort();
     health.abort();
