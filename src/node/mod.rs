@@ -21,14 +21,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{CheckIsLeaderError, ForwardToLeader, InstallSnapshotError, RaftError};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-};
+use openraft::error::{CheckIsLeaderError, ForwardToLeader, RaftError};
 use openraft::{BasicNode, ServerState};
 
 pub use clock::LeaderClock;
-pub use election_watch::{silence_limit, watch_elections};
+pub use election_watch::watch_elections;
 pub use error::{NodeError, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 pub use forwarder::{Answer, Forwarded};
 pub use peer_link::{GrpcLink, PeerLink};
@@ -38,7 +35,7 @@ pub use server::{tick_expiring_leases, MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAG
 use crate::lease::{validate, Batch, Command, Op, RequestId};
 use crate::raft::state_machine::Applying;
 use crate::raft::{
-    Applied, BootLog, Channels, LogStore, NodeId, Proposer, Raft, Reads, SharedState, TypeConfig,
+    Applied, BootLog, Channels, LogStore, NodeId, Proposer, Raft, Reads, SharedState,
 };
 
 /// Requests a node works on at once by default (`serve --max-requests`), client requests and
@@ -154,8 +151,8 @@ struct NodeInner {
     lease_retention_ms: u64,
     /// One permit per request being worked on, up to `NodeConfig::max_requests`.
     requests: Admission,
-    /// When a leader was last heard from, for [`watch_elections`].
-    elections: election_watch::ElectionWatch,
+    /// Whether this node may campaign, as [`Node::set_elections`] last said.
+    elections: std::sync::atomic::AtomicBool,
 }
 
 /// A bound on the requests a node works on at once.
@@ -204,7 +201,7 @@ impl Node {
                 // applied that far.
                 reads: Reads::start(raft.clone(), boot),
                 forwarder: forwarder::Forwarder::new(link.clone()),
-                elections: election_watch::ElectionWatch::new(raft.config().enable_elect),
+                elections: election_watch::elections(raft.config()),
                 link,
                 raft,
                 log,
@@ -235,38 +232,15 @@ impl Node {
         &self.inner.raft
     }
 
-    /// A leader's `AppendEntries`, handed to Raft; an accepted one (any answer but a higher
-    /// vote) counts as word from a leader for [`watch_elections`].
-    pub async fn append_entries(
-        &self,
-        rpc: AppendEntriesRequest<TypeConfig>,
-    ) -> Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
-        let reply = self.inner.raft.append_entries(rpc).await;
-        if matches!(&reply, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
-            self.inner.elections.heard_leader();
-        }
-        reply
-    }
-
-    /// A leader's snapshot chunk, handed to Raft; an accepted one counts as word from a leader
-    /// for [`watch_elections`], as [`append_entries`](Self::append_entries) does.
-    pub async fn install_snapshot(
-        &self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-    ) -> Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
-        let sent = rpc.vote;
-        let reply = self.inner.raft.install_snapshot(rpc).await;
-        // A refused chunk is answered with this node's greater vote.
-        if matches!(&reply, Ok(r) if r.vote <= sent) {
-            self.inner.elections.heard_leader();
-        }
-        reply
-    }
-
-    /// Lets this node campaign, or stops it: openraft's own timer and [`watch_elections`] alike.
+    /// Lets this node campaign, or stops it. Stopping takes effect at once; campaigning again
+    /// within a heartbeat, once [`watch_elections`] sees no vote penalty holding.
     pub fn set_elections(&self, enabled: bool) {
-        self.inner.elections.set_elections(enabled);
-        self.inner.raft.runtime_config().elect(enabled);
+        self.inner
+            .elections
+            .store(enabled, std::sync::atomic::Ordering::Relaxed);
+        if !enabled {
+            self.inner.raft.runtime_config().elect(false);
+        }
     }
 
     pub fn channels(&self) -> &Channels {

@@ -191,7 +191,7 @@ impl raft_server::Raft for RaftService {
         let sender = rpc.vote.leader_id().voted_for();
         sender_is(member, sender)?;
         self.check_incarnations(sender, shown)?;
-        self.reply(&self.node.append_entries(rpc).await)
+        self.reply(&self.node.raft().append_entries(rpc).await)
     }
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
@@ -223,7 +223,7 @@ impl raft_server::Raft for RaftService {
         self.chunks()
             .admit(&id, offset, len)
             .map_err(Status::invalid_argument)?;
-        let reply = self.node.install_snapshot(rpc).await;
+        let reply = self.node.raft().install_snapshot(rpc).await;
         if reply.is_ok() {
             self.chunks().received(&id, offset + len, done);
         }

@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::proto::raft_v1::raft_server::RaftServer;
 use crate::proto::v1::cluster_server::ClusterServer;
 use crate::proto::v1::lease_store_server::LeaseStoreServer;
-use crate::raft::{self, Channels, ClockMode, NodeId, PeerNetwork};
+use crate::raft::{self, Channels, ClockMode, NodeId, PeerNetwork, VotePenalty};
 use crate::tls::{RefusalLog, Tls};
 use tonic::service::interceptor::InterceptedService;
 
@@ -237,10 +237,11 @@ pub async fn run(
             .validate()
             .map_err(|e| StartError::Raft(e.to_string()))?,
     );
+    let penalty = Arc::new(VotePenalty::new(&raft_config));
     let raft = raft::Raft::new(
         config.id,
         raft_config,
-        PeerNetwork::new(channels.clone()),
+        PeerNetwork::new(channels.clone(), penalty.clone()),
         log_store.clone(),
         state_machine,
     )
@@ -411,7 +412,7 @@ pub async fn run(
         form_cluster(&node, &config).await?;
     }
     let ticker = (!config.manual_clock).then(|| tokio::spawn(tick_expiring_leases(node.clone())));
-    let election_watch = tokio::spawn(super::watch_elections(node.clone()));
+    let election_watch = tokio::spawn(super::watch_elections(node.clone(), penalty));
     tracing::info!(
         id = config.id,
         listen = %config.listen,

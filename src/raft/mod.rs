@@ -18,6 +18,7 @@ mod restore;
 pub mod runtime;
 mod snapshot_file;
 pub mod state_machine;
+mod vote_penalty;
 
 use std::io::Cursor;
 use std::sync::Arc;
@@ -32,6 +33,7 @@ pub use reads::{ReadError, Reads};
 pub use restore::{restore_data_dir, SavedAt};
 pub use snapshot_file::{snapshot_path, DurableSnapshot, SlowWork};
 pub use state_machine::{SharedState, StampSeen, StateMachineStore};
+pub use vote_penalty::VotePenalty;
 
 use crate::lease::{Batch, Outcome};
 

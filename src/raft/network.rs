@@ -19,7 +19,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::codec::{decode, encode};
 use super::incarnation::{self, Incarnations};
-use super::{NodeId, TypeConfig};
+use super::{NodeId, TypeConfig, VotePenalty};
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 
 /// How long a connection attempt to a peer may take before it counts as unreachable.
@@ -162,11 +162,14 @@ impl Channels {
 #[derive(Clone)]
 pub struct PeerNetwork {
     channels: Channels,
+    penalty: Arc<VotePenalty>,
 }
 
 impl PeerNetwork {
-    pub fn new(channels: Channels) -> Self {
-        PeerNetwork { channels }
+    /// Clients over `channels`; every vote answer passes through `penalty` (see
+    /// [`VotePenalty`]).
+    pub fn new(channels: Channels, penalty: Arc<VotePenalty>) -> Self {
+        PeerNetwork { channels, penalty }
     }
 }
 
@@ -177,6 +180,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
         PeerClient {
             target,
             channels: self.channels.clone(),
+            penalty: self.penalty.clone(),
             client: self
                 .channels
                 .get(target, &node.addr)
@@ -189,6 +193,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
 pub struct PeerClient {
     target: NodeId,
     channels: Channels,
+    penalty: Arc<VotePenalty>,
     /// An address that does not parse stays an error, reported as unreachable on every call.
     client: Result<RaftClient<Channel>, String>,
 }
@@ -284,7 +289,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.call(Rpc::Vote, &rpc, &option).await
+        let mut answer = self.call(Rpc::Vote, &rpc, &option).await?;
+        self.penalty.answered(&rpc, &mut answer);
+        Ok(answer)
     }
 }
 
