@@ -17,11 +17,13 @@
 //! - [`raft`]: openraft glue. Type config and its runtime (tokio, with a seedable generator), the
 //!   segment-file log store (behind a file-system seam its crash tests replace), the state
 //!   machine adapter and the snapshot file (never behind the purged log), the peer network (which
-//!   refuses peers running the other clock), the proposer that gathers concurrent writes into one
-//!   entry, and the reads that share one ReadIndex.
+//!   refuses peers running the other clock, and keeps a refused candidate's election penalty
+//!   short, where openraft 0.9 keeps it until the next campaign), the proposer that gathers
+//!   concurrent writes into one entry, and the reads that share one ReadIndex.
 //! - [`node`]: one running node. Its two planes (clients; peers, behind the peer gate), the
-//!   leader's clock, the gRPC services, forwarding to the leader (writes in batches), bootstrap
-//!   and shutdown.
+//!   leader's clock (a new leader starts from the largest store time it or a peer carries), the
+//!   gRPC services, forwarding to the leader (writes in batches), when the node may campaign,
+//!   bootstrap and shutdown.
 //! - [`tls`]: TLS for both planes: loading the files, the accept loop that logs refusals, which
 //!   member a peer's certificate names.
 //! - [`metrics`]: what a node counts for Prometheus (`serve --metrics-listen`).

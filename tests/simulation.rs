@@ -269,6 +269,40 @@ impl Router {
     fn reply_lost(&self, from: u64, to: u64) -> bool {
         self.0.lock().unwrap().cut.contains(&(to, from))
     }
+
+    /// Runs `call` on node `to` as a message from `from` reaches it: dropped or delayed on the
+    /// way there, its reply lost if the way back is cut.
+    async fn deliver<T>(
+        &self,
+        from: u64,
+        to: u64,
+        call: impl AsyncFnOnce(Node) -> T,
+    ) -> Result<T, Undelivered> {
+        let (node, delay) = self.route(from, to).map_err(Undelivered::Dropped)?;
+        tokio::time::sleep(delay).await;
+        let reply = call(node).await;
+        if self.reply_lost(from, to) {
+            return Err(Undelivered::ReplyLost);
+        }
+        Ok(reply)
+    }
+}
+
+/// Why a call through the router has no answer.
+enum Undelivered {
+    /// Dropped on the way there: the target never saw it.
+    Dropped(Unreachable),
+    /// Lost on the way back: the target may have acted on it.
+    ReplyLost,
+}
+
+impl std::fmt::Display for Undelivered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Undelivered::Dropped(e) => write!(f, "{e}"),
+            Undelivered::ReplyLost => f.write_str("reply partitioned"),
+        }
+    }
 }
 
 struct NodeNet {
@@ -301,13 +335,11 @@ impl Link {
         &self,
         call: impl AsyncFnOnce(Node) -> Result<Resp, RaftError<u64, E>>,
     ) -> Result<Resp, RPCError<u64, BasicNode, RaftError<u64, E>>> {
-        let (node, delay) = self.router.route(self.from, self.to)?;
-        tokio::time::sleep(delay).await;
-        let reply = call(node).await;
-        if self.router.reply_lost(self.from, self.to) {
-            return Err(Unreachable::new(&std::io::Error::other("reply partitioned")).into());
+        match self.router.deliver(self.from, self.to, call).await {
+            Ok(reply) => reply.map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e))),
+            Err(Undelivered::Dropped(e)) => Err(e.into()),
+            Err(lost) => Err(Unreachable::new(&std::io::Error::other(lost.to_string())).into()),
         }
-        reply.map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
     }
 }
 
@@ -364,32 +396,30 @@ impl PeerLink for SimLink {
         let (from, router) = (self.from, self.router.clone());
         Box::pin(async move {
             let count = writes.len();
-            let fail = |e: NodeError| vec![Err(tonic::Status::from(e)); count];
-            // Dropped on the way there: certainly not applied.
-            let (node, delay) = match router.route(from, leader) {
-                Ok(found) => found,
-                Err(e) => {
-                    return fail(NodeError::LeaderUnreachable {
-                        leader,
-                        addr,
-                        reason: e.to_string(),
-                    })
+            let error = match router
+                .deliver(from, leader, async |node| node.write_many(writes).await)
+                .await
+            {
+                Ok(answers) => {
+                    return answers
+                        .into_iter()
+                        .map(|answer| answer.map_err(tonic::Status::from))
+                        .collect()
                 }
-            };
-            tokio::time::sleep(delay).await;
-            let answers = node.write_many(writes).await;
-            if router.reply_lost(from, leader) {
-                // Lost on the way back: they may have applied.
-                return fail(NodeError::ForwardLost {
+                // Certainly not applied.
+                Err(Undelivered::Dropped(e)) => NodeError::LeaderUnreachable {
                     leader,
                     addr,
-                    reason: "reply partitioned".into(),
-                });
-            }
-            answers
-                .into_iter()
-                .map(|answer| answer.map_err(tonic::Status::from))
-                .collect()
+                    reason: e.to_string(),
+                },
+                // They may have applied.
+                Err(lost) => NodeError::ForwardLost {
+                    leader,
+                    addr,
+                    reason: lost.to_string(),
+                },
+            };
+            vec![Err(tonic::Status::from(error)); count]
         })
     }
 
@@ -401,18 +431,11 @@ impl PeerLink for SimLink {
     ) -> Pin<Box<dyn Future<Output = Result<u64, String>> + Send>> {
         let (from, router) = (self.from, self.router.clone());
         Box::pin(async move {
-            let asked = async {
-                let (node, delay) = router.route(from, peer).map_err(|e| e.to_string())?;
-                tokio::time::sleep(delay).await;
-                let carried = node.carried_time();
-                if router.reply_lost(from, peer) {
-                    return Err("reply partitioned".to_owned());
-                }
-                Ok(carried)
-            };
-            tokio::time::timeout(timeout, asked)
-                .await
-                .unwrap_or_else(|_| Err("timed out".into()))
+            let asked = router.deliver(from, peer, async |node| node.carried_time());
+            match tokio::time::timeout(timeout, asked).await {
+                Ok(answer) => answer.map_err(|e| e.to_string()),
+                Err(_) => Err("timed out".into()),
+            }
         })
     }
 }

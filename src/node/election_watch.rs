@@ -11,6 +11,9 @@ use super::Node;
 
 /// Checks every heartbeat interval whether this node may campaign (elections enabled, no
 /// [`VotePenalty`] holding) and sets openraft's election timer to match. Runs until aborted.
+///
+/// A heartbeat is soon enough: a penalty starts with the answer to this node's own campaign,
+/// and openraft campaigns again no sooner than `election_timeout_min` after that.
 pub async fn watch_elections(node: Node, penalty: Arc<VotePenalty>) {
     let heartbeat = Duration::from_millis(node.raft().config().heartbeat_interval);
     let mut check = tokio::time::interval(heartbeat);
