@@ -1,7 +1,7 @@
 //! Whether this node may campaign: the operator's choice, and a recent refusal for a shorter
 //! log (see [`VotePenalty`]), applied to openraft's election timer.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,10 +38,4 @@ pub async fn watch_elections(node: Node, penalty: Arc<VotePenalty>) {
             .runtime_config()
             .elect(node.inner.elections.load(Ordering::Relaxed) && !holds);
     }
-}
-
-/// Whether the operator (or a test) lets this node campaign: openraft's `enable_elect`, which
-/// cannot be read back from a running Raft.
-pub(super) fn elections(config: &openraft::Config) -> AtomicBool {
-    AtomicBool::new(config.enable_elect)
 }

@@ -151,7 +151,8 @@ struct NodeInner {
     lease_retention_ms: u64,
     /// One permit per request being worked on, up to `NodeConfig::max_requests`.
     requests: Admission,
-    /// Whether this node may campaign, as [`Node::set_elections`] last said.
+    /// Whether this node may campaign, as [`Node::set_elections`] last said (at first, the
+    /// config's `enable_elect`): openraft's own switch cannot be read back from a running Raft.
     elections: std::sync::atomic::AtomicBool,
 }
 
@@ -201,7 +202,7 @@ impl Node {
                 // applied that far.
                 reads: Reads::start(raft.clone(), boot),
                 forwarder: forwarder::Forwarder::new(link.clone()),
-                elections: election_watch::elections(raft.config()),
+                elections: std::sync::atomic::AtomicBool::new(raft.config().enable_elect),
                 link,
                 raft,
                 log,
