@@ -29,8 +29,8 @@ use std::time::Duration;
 use harness::Rng;
 use leasehold::lease::{Batch, Command, Fence, Op, Outcome, RequestId};
 use leasehold::node::{
-    tick_expiring_leases, watch_elections, Answer as ForwardAnswer, Forwarded, Node, NodeConfig,
-    NodeError, PeerLink,
+    tick_expiring_leases, watch_elections, Answer as ForwardAnswer, Carried, Forwarded, Node,
+    NodeConfig, NodeError, PeerLink,
 };
 use leasehold::raft::Channels;
 use leasehold::raft::{
@@ -225,6 +225,12 @@ struct Net {
     nodes: BTreeMap<u64, Node>,
     /// Directed links that drop everything.
     cut: BTreeSet<(u64, u64)>,
+    /// Directed links on which the log does not move: AppendEntries and InstallSnapshot are
+    /// dropped, votes and peer calls pass. A member being caught up looks so to its leader
+    /// while a snapshot streams to it, or while probes look for where its log matches.
+    stalled: BTreeSet<(u64, u64)>,
+    /// Time added to every message on a directed link.
+    slow: BTreeMap<(u64, u64), Duration>,
     /// Percent of messages dropped on every link.
     loss_pct: u64,
     /// Every message takes the same time, as on one machine's loopback; otherwise each takes a
@@ -257,7 +263,7 @@ impl Router {
             UNIFORM_LATENCY
         } else {
             Duration::from_millis(rng.below(15))
-        };
+        } + net.slow.get(&(from, to)).copied().unwrap_or_default();
         let node = net
             .nodes
             .get(&to)
@@ -331,6 +337,21 @@ struct Link {
 }
 
 impl Link {
+    /// Whether the log does not move on this link now (see `Net::stalled`).
+    fn stalled(&self) -> Result<(), Unreachable> {
+        match self
+            .router
+            .0
+            .lock()
+            .unwrap()
+            .stalled
+            .contains(&(self.from, self.to))
+        {
+            true => Err(Unreachable::new(&std::io::Error::other("stalled"))),
+            false => Ok(()),
+        }
+    }
+
     async fn send<Resp, E: std::error::Error>(
         &self,
         call: impl AsyncFnOnce(Node) -> Result<Resp, RaftError<u64, E>>,
@@ -349,6 +370,7 @@ impl RaftNetwork<TypeConfig> for Link {
         rpc: AppendEntriesRequest<TypeConfig>,
         _: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        self.stalled()?;
         self.send(async |node| node.raft().append_entries(rpc).await)
             .await
     }
@@ -360,6 +382,7 @@ impl RaftNetwork<TypeConfig> for Link {
         InstallSnapshotResponse<u64>,
         RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>,
     > {
+        self.stalled()?;
         self.send(async |node| node.raft().install_snapshot(rpc).await)
             .await
     }
@@ -428,7 +451,7 @@ impl PeerLink for SimLink {
         peer: u64,
         _addr: String,
         timeout: Duration,
-    ) -> Pin<Box<dyn Future<Output = Result<u64, String>> + Send>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Carried, String>> + Send>> {
         let (from, router) = (self.from, self.router.clone());
         Box::pin(async move {
             let asked = router.deliver(from, peer, async |node| node.carried_time());
@@ -1544,6 +1567,164 @@ fn a_restarted_leader_counts_the_time_its_followers_measured_while_it_was_down()
             life >= CARRIED_TTL && life <= due + Duration::from_millis(300),
             "seed {seed}: a {CARRIED_TTL:?} lease lived {life:?} across its leader's {down:?} \
              down time (it led again {leads:?} after the acquire was sent)"
+        );
+    }
+}
+
+/// The lease of the stale-member scenario, long enough that an early expiry stands out.
+const STALE_TTL: Duration = Duration::from_secs(10);
+
+/// Review of e8637e4, finding 1: a member cut off before the latest grants carries the lead
+/// store time had when it was cut off. Five nodes; `s` is isolated while writes flow; the other
+/// four lose power for 30 s and restart, so their store time now under-counts real time by
+/// those 30 s (a restart has no instant for what it replays). A lease is granted. `s` is back,
+/// but its log does not move yet (a snapshot streams to it, say), and the leader dies. The next
+/// leader hears `s` first, since its links to the others are slower. `s`'s answer counts from an
+/// entry older than the grant: taking it would start the new term 30 s ahead of the grant's
+/// time, and the lease would be free at once.
+///
+/// Returns how long after the acquire was sent a rival was granted the lease.
+async fn stale_member_across_a_majority_restart(seed: u64) -> Duration {
+    let sim = Sim::start(5, seed).await;
+    let a = any_leader(&sim, Duration::from_secs(5))
+        .await
+        .expect("a first leader");
+    let stale = if a == 5 { 4 } else { 5 };
+    sim.node(stale).unwrap().set_elections(false);
+    // A first write starts the store's clock; one a second later moves it, and `s` applies it,
+    // so that `s` carries time from then on.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let first = write(&sim, a, plain_put("start").op, None, deadline).await;
+    assert!(matches!(first, Completion::Ok { .. }), "{first:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let second = write(&sim, a, plain_put("second").op, None, deadline).await;
+    let Completion::Ok { log_index, .. } = second else {
+        panic!("seed {seed}: {second:?}");
+    };
+    while sim
+        .state(stale)
+        .read()
+        .last_applied
+        .map_or(0, |id| id.index)
+        < log_index
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    {
+        let mut net = sim.net();
+        for other in (1..=5).filter(|other| *other != stale) {
+            net.cut.insert((stale, other));
+            net.cut.insert((other, stale));
+        }
+    }
+    for i in 0..20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let put = write(&sim, a, plain_put(&format!("k{i}")).op, None, deadline).await;
+        assert!(matches!(put, Completion::Ok { .. }), "{put:?}");
+    }
+    let majority: Vec<u64> = (1..=5).filter(|id| *id != stale).collect();
+    for &id in &majority {
+        sim.crash(id).await;
+        sim.nodes[&id].log.lose_power();
+    }
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    for &id in &majority {
+        sim.boot(id).await;
+    }
+    let first_leader = any_leader(&sim, Duration::from_secs(5))
+        .await
+        .expect("the restarted four elect");
+    let acquire = |holder: &str| Op::Acquire {
+        lease: "probe".into(),
+        holder: holder.into(),
+        ttl_ms: STALE_TTL.as_millis() as u64,
+    };
+    let sent = Instant::now();
+    let granted = write(
+        &sim,
+        first_leader,
+        acquire("first"),
+        None,
+        sent + Duration::from_secs(5),
+    )
+    .await;
+    let Completion::Ok {
+        answer: Answer::Outcome(Outcome::Granted { .. }),
+        log_index,
+        ..
+    } = granted
+    else {
+        panic!("seed {seed}: the first acquire failed: {granted:?}");
+    };
+    // `s` answers again, but nothing moves its log; the leader dies once the other three hold
+    // the grant, so that any of them may lead next.
+    let survivors: Vec<u64> = majority
+        .iter()
+        .copied()
+        .filter(|id| *id != first_leader)
+        .collect();
+    for &id in &survivors {
+        while last_log_index(&sim, id) < log_index {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let next = survivors[0];
+    {
+        let mut net = sim.net();
+        net.cut.clear();
+        for other in (1..=5).filter(|other| *other != stale) {
+            net.stalled.insert((other, stale));
+        }
+        // Slower than any message to `s`, yet quick enough for openraft's leadership check,
+        // which waits a heartbeat interval for the answers.
+        for &other in &survivors[1..] {
+            net.slow.insert((next, other), Duration::from_millis(20));
+        }
+    }
+    for &other in &survivors[1..] {
+        sim.node(other).unwrap().set_elections(false);
+    }
+    sim.crash(first_leader).await;
+    sim.raft(next).unwrap().trigger().elect().await.unwrap();
+    assert!(
+        until_leader(&sim, next, Duration::from_secs(5)).await,
+        "seed {seed}: node {next} leads"
+    );
+    loop {
+        let rival = write(
+            &sim,
+            next,
+            acquire("rival"),
+            None,
+            Instant::now() + Duration::from_secs(5),
+        );
+        if let Completion::Ok {
+            answer: Answer::Outcome(Outcome::Granted { .. }),
+            ..
+        } = rival.await
+        {
+            return sent.elapsed();
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(60),
+            "seed {seed}: the lease was never free"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn a_member_cut_off_across_a_majority_restart_does_not_run_store_time_ahead() {
+    for seed in 1..=3 {
+        let life = paused_runtime().block_on(stale_member_across_a_majority_restart(seed));
+        // Free at its TTL: the survivors carried the time since the grant. The rival polls
+        // every 50 ms, and the leader change takes a few hundred.
+        assert!(
+            life >= STALE_TTL && life <= STALE_TTL + Duration::from_millis(500),
+            "seed {seed}: a {STALE_TTL:?} lease was granted to a rival {life:?} after its \
+             acquire was sent"
         );
     }
 }

@@ -11,24 +11,47 @@
 //! kill stays close to its TTL. The append, not the apply: an entry acknowledged just before
 //! its leader died is applied here only once the next leader is elected.
 //! After a restart the node has no such instant for what it applied from its disk, so a new
-//! leader also asks its peers for theirs ([`ask_peers`]) and starts from the largest: a leader
-//! killed and restarted that wins the next election would otherwise start from the applied time
-//! alone and not count its own downtime, which its followers did count (leases then lasted
-//! their TTL plus that downtime). Each peer's answer is its own `carried_base`, so the bound
-//! below holds for each, and for the largest.
+//! leader also asks its peers for theirs ([`ask_peers`]) and starts from the largest that counts
+//! ([`term_base`]): a leader killed and restarted that wins the next election would otherwise
+//! start from the applied time alone and not count its own downtime, which its followers did
+//! count (leases then lasted their TTL plus that downtime).
 //!
-//! **Why it never runs ahead of real time.** Let a lease be acquired by an entry stamped `A`,
-//! taken at real time `t_A`, no earlier than the acquire was sent. Claim: every stamp `S`,
-//! taken at real time `t_S`, has `S - A <= t_S - t_A`, so store time reaches `A + TTL` no sooner
-//! than `TTL` after the acquire was sent. Within a term it holds because the leader adds only
-//! what its monotonic clock measured. A new leader's base is `S + (now - t_seen)`, where `S` is
-//! the store time its table reached by applying a committed entry stamped `S` at `t_S`, and
-//! `t_seen >= t_S` is when that entry was appended here (stamped before proposed, proposed
-//! before appended). So `base - A = (S - A) + (now - t_seen) <= (t_S - t_A) + (now - t_S)`,
-//! which is `now - t_A`. Only a committed, applied entry lends its instant: an entry appended
-//! here and then replaced (a deposed leader's) could carry a stamp from a clock that the
-//! committed history did not follow. `LeaseTable::apply` taking the max keeps stamps from going
-//! back.
+//! **The invariant: store time minus real time never grows along the log.** Write `T(e)` for the
+//! store time once entry `e` is applied, `s(e)` for the real time its stamp was taken and `a(e)`
+//! for when its leader appended it (`s(e) <= a(e)`). For entries `A` before `B` in the log:
+//!
+//! ```text
+//! T(B) - T(A) <= a(B) - s(A)
+//! ```
+//!
+//! A lease granted by `A` expires once store time reaches `T(A) + TTL`, so it stays granted at
+//! least `TTL` after `s(A)`, which is no earlier than its acquire was sent. (`leasehold-check`'s
+//! `store_time_follows_real_time` judges the same inequality from the clients' side, with the
+//! send and the answer in place of `s` and `a`.)
+//!
+//! *Within a term* stamps are `base + (t - t_base)` on one monotonic clock, so two stamps differ
+//! by the real time between them, and `T` is the largest stamp so far.
+//!
+//! *Across terms.* A new term's base is `T(e) + (now - t_seen(e))` for an entry `e` applied at
+//! the node that answered, where `t_seen(e) >= a(e)` is when that node appended `e`. A stamp `C`
+//! of the new term then has `T(C) - T(A) = (T(e) - T(A)) + (s(C) - t_seen(e))`, which is at most
+//! `(a(e) - s(A)) + (s(C) - a(e)) = s(C) - s(A)` by the inequality for `A` before `e`. That step
+//! needs `A` before (or at) `e` for every committed `A`: `e` must be the newest entry that
+//! carried a stamp, not just any entry the node applied. So:
+//! - every stamped entry refreshes the node's instant, also one whose stamp equals the time
+//!   before it (else `e` is older than a grant stamped with that same time);
+//! - an install drops the instant (the snapshot brought entries newer than it);
+//! - a peer's answer names its `e`, and counts only if that entry is at least as new as the
+//!   leader's own: a peer cut off before the latest grants carries the lead of an older entry,
+//!   and store time under-counted since (a majority's restart, say) would come back as time
+//!   run ahead of real time, expiring those grants early.
+//!
+//! The leader takes its base after `confirm_leadership`, so it applied every committed entry
+//! of earlier terms; a peer cannot have applied a stamped entry the leader has not. Only a
+//! committed, applied entry lends its instant: an entry appended here and then replaced (a
+//! deposed leader's) could carry a stamp from a clock that the committed history did not
+//! follow. Losing time (an instant taken late, a restart, a base from the applied time alone)
+//! only makes leases last longer, never shorter.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -38,35 +61,78 @@ use std::time::Duration;
 // it runs the real stamping on tokio's paused clock.
 use tokio::time::Instant;
 
+use serde::{Deserialize, Serialize};
+
 use super::peer_link::PeerLink;
-use crate::raft::{NodeId, StampSeen};
+use crate::raft::{LogId, NodeId, StampSeen};
 
 /// How long a new leader waits for its peers' carried times before its first stamp. Any answer
 /// only adds time a peer measured, so one that comes later is not needed for safety; the wait
 /// is short, since a partitioned peer answers never and holds up the term's first write.
 pub const PEER_CARRY_WAIT: Duration = Duration::from_millis(200);
 
-/// Where a new term's stamps start: `applied_now_ms`, the store time applied here, plus the time
-/// this node's monotonic clock has measured since the entry that brought that time was appended
+/// The store time a node carries now, and the entry it counts from: its answer to a new leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Carried {
+    pub ms: u64,
+    /// The newest stamped entry applied there, whose append the time is counted from; `None`
+    /// when the node has no instant for its applied time, which is then all it carries.
+    pub from: Option<LogId>,
+}
+
+/// What a node carries: `applied_now_ms`, the store time applied here, plus the time this
+/// node's monotonic clock has measured since the entry that brought that time was appended
 /// here, when `seen` says so for this process; `applied_now_ms` alone otherwise.
-pub fn carried_base(applied_now_ms: u64, seen: Option<StampSeen>, now: Instant) -> u64 {
+pub fn carried_base(applied_now_ms: u64, seen: Option<StampSeen>, now: Instant) -> Carried {
     match seen {
         Some(seen) if seen.ms == applied_now_ms => {
             let since = now.saturating_duration_since(seen.at).as_millis();
-            applied_now_ms.saturating_add(u64::try_from(since).unwrap_or(u64::MAX))
+            Carried {
+                ms: applied_now_ms.saturating_add(u64::try_from(since).unwrap_or(u64::MAX)),
+                from: Some(seen.entry),
+            }
         }
-        _ => applied_now_ms,
+        _ => Carried {
+            ms: applied_now_ms,
+            from: None,
+        },
     }
 }
 
+/// The oldest entry a peer's answer may count from for a leader that carries `own` with
+/// `applied` applied: its own entry, or, where it has none, its last applied entry (a peer
+/// cannot name a newer stamped one, so only an answer from exactly that entry counts).
+pub fn counts_from(own: Carried, applied: Option<LogId>) -> Option<LogId> {
+    own.from.or(applied)
+}
+
+/// Whether a peer's answer may raise the base of a leader whose answers must count from
+/// `oldest` (see [`counts_from`] and the invariant above).
+pub fn counts(answer: &Carried, oldest: Option<LogId>) -> bool {
+    answer.from.is_some() && answer.from >= oldest
+}
+
+/// Where a new term's stamps start: the largest of `own` and the `answers` that count.
+pub fn term_base<'a>(
+    own: Carried,
+    oldest: Option<LogId>,
+    answers: impl IntoIterator<Item = &'a Carried>,
+) -> u64 {
+    answers
+        .into_iter()
+        .filter(|answer| counts(answer, oldest))
+        .fold(own.ms, |base, answer| base.max(answer.ms))
+}
+
 /// What the `peers` (id to peer address) answer when asked for the store time they carry: each
-/// answer, or why there was none. Waits until `needed` of them answered, or all did, or
-/// [`PEER_CARRY_WAIT`] passed.
+/// answer, or why there was none. Waits until `needed` of them gave an answer that
+/// [`counts`] from `oldest`, or all answered, or [`PEER_CARRY_WAIT`] passed.
 pub async fn ask_peers(
     link: &Arc<dyn PeerLink>,
     peers: BTreeMap<NodeId, String>,
     needed: usize,
-) -> BTreeMap<NodeId, Result<u64, String>> {
+    oldest: Option<LogId>,
+) -> BTreeMap<NodeId, Result<Carried, String>> {
     let deadline = tokio::time::Instant::now() + PEER_CARRY_WAIT;
     let mut asking = tokio::task::JoinSet::new();
     for (peer, addr) in peers {
@@ -78,7 +144,7 @@ pub async fn ask_peers(
     while answered < needed {
         match tokio::time::timeout_at(deadline, asking.join_next()).await {
             Ok(Some(Ok((peer, answer)))) => {
-                answered += usize::from(answer.is_ok());
+                answered += usize::from(answer.as_ref().is_ok_and(|a| counts(a, oldest)));
                 answers.insert(peer, answer);
             }
             // A task that panicked carries no answer; the others still may.
@@ -152,7 +218,7 @@ mod tests {
     use std::pin::Pin;
 
     /// Peers that answer their carried time at once, fail at once, or never answer.
-    struct Peers(BTreeMap<NodeId, Option<Result<u64, String>>>);
+    struct Peers(BTreeMap<NodeId, Option<Result<Carried, String>>>);
 
     impl PeerLink for Peers {
         fn propose(
@@ -169,7 +235,7 @@ mod tests {
             peer: NodeId,
             _: String,
             _: Duration,
-        ) -> Pin<Box<dyn Future<Output = Result<u64, String>> + Send>> {
+        ) -> Pin<Box<dyn Future<Output = Result<Carried, String>> + Send>> {
             match self.0[&peer].clone() {
                 Some(answer) => Box::pin(std::future::ready(answer)),
                 None => Box::pin(std::future::pending()),
@@ -181,36 +247,77 @@ mod tests {
         ids.iter().map(|id| (*id, format!("node-{id}"))).collect()
     }
 
+    fn entry(term: u64, index: u64) -> LogId {
+        LogId::new(openraft::CommittedLeaderId::new(term, 1), index)
+    }
+
+    /// `ms` carried from the entry at `index` (of term 1).
+    fn carried(ms: u64, index: u64) -> Carried {
+        Carried {
+            ms,
+            from: Some(entry(1, index)),
+        }
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn peers_are_asked_until_enough_answered_and_no_longer_than_the_wait() {
+    async fn peers_are_asked_until_enough_answers_count_and_no_longer_than_the_wait() {
         let link: Arc<dyn PeerLink> = Arc::new(Peers(BTreeMap::from([
-            (2, Some(Ok(5_000))),
+            (2, Some(Ok(carried(5_000, 10)))),
             (3, Some(Err("connection refused".to_owned()))),
             (4, None),
-            (5, Some(Ok(7_000))),
+            (5, Some(Ok(carried(7_000, 10)))),
+            (6, Some(Ok(carried(60_000, 8)))),
         ])));
+        let oldest = Some(entry(1, 10));
         let began = tokio::time::Instant::now();
-        let answers = ask_peers(&link, addresses(&[2, 3, 4, 5]), 2).await;
+        let answers = ask_peers(&link, addresses(&[2, 3, 4, 5]), 2, oldest).await;
         assert_eq!(began.elapsed(), Duration::ZERO, "two answered at once");
-        assert_eq!(answers[&2], Ok(5_000));
-        assert_eq!(answers[&5], Ok(7_000));
+        assert_eq!(answers[&2], Ok(carried(5_000, 10)));
+        assert_eq!(answers[&5], Ok(carried(7_000, 10)));
         assert!(answers[&3].is_err(), "a refusal is no answer: {answers:?}");
 
-        let answers = ask_peers(&link, addresses(&[2, 3, 4, 5]), 3).await;
+        let answers = ask_peers(&link, addresses(&[2, 4, 6]), 2, oldest).await;
         assert_eq!(
             began.elapsed(),
             PEER_CARRY_WAIT,
-            "a third answer never comes: the wait ends at its limit"
+            "node 6 answered from an older entry, which does not count: the wait ends at its limit"
         );
-        assert_eq!(answers.len(), 3, "node 4 never answered: {answers:?}");
+        assert_eq!(answers.len(), 2, "node 4 never answered: {answers:?}");
 
-        let answers = ask_peers(&link, addresses(&[2, 3]), 2).await;
+        let answers = ask_peers(&link, addresses(&[2, 3]), 2, oldest).await;
         assert_eq!(
             began.elapsed(),
             PEER_CARRY_WAIT,
             "everyone asked has answered or failed: no wait"
         );
         assert_eq!(answers.len(), 2);
+    }
+
+    #[test]
+    fn a_peer_that_has_not_applied_the_newest_stamp_does_not_raise_the_base() {
+        // The leader applied the grant at index 12; node 5 was cut off at index 8, and has
+        // counted real time since on top of a store time that ran ahead of the cluster's.
+        let own = carried(10_300, 12);
+        let oldest = counts_from(own, Some(entry(2, 13)));
+        let behind = carried(75_800, 8);
+        let caught_up = carried(10_400, 12);
+        let from_nothing = Carried {
+            ms: 90_000,
+            from: None,
+        };
+        assert_eq!(
+            term_base(own, oldest, [&behind, &caught_up, &from_nothing]),
+            10_400
+        );
+        // A leader with no instant of its own (its state came in a snapshot) counts only an
+        // answer from its last applied entry.
+        let bare = Carried {
+            ms: 10_000,
+            from: None,
+        };
+        let oldest = counts_from(bare, Some(entry(1, 12)));
+        assert_eq!(term_base(bare, oldest, [&behind, &caught_up]), 10_400);
+        assert_eq!(term_base(bare, oldest, [&carried(10_200, 11)]), 10_000);
     }
 
     #[test]
@@ -238,13 +345,14 @@ mod tests {
         let applied_at = Instant::now();
         let seen = Some(StampSeen {
             ms: 7_000,
+            entry: entry(1, 4),
             at: applied_at,
         });
         let later = applied_at + Duration::from_millis(2_500);
-        assert_eq!(carried_base(7_000, seen, later), 9_500);
+        assert_eq!(carried_base(7_000, seen, later), carried(9_500, 4));
         assert_eq!(
             carried_base(7_000, seen, applied_at),
-            7_000,
+            carried(7_000, 4),
             "nothing measured, nothing added"
         );
     }
@@ -252,14 +360,19 @@ mod tests {
     #[test]
     fn without_an_instant_for_the_applied_time_the_base_is_the_applied_time() {
         let now = Instant::now();
-        assert_eq!(carried_base(7_000, None, now), 7_000, "after a restart");
+        let bare = Carried {
+            ms: 7_000,
+            from: None,
+        };
+        assert_eq!(carried_base(7_000, None, now), bare, "after a restart");
         let older = Some(StampSeen {
             ms: 6_000,
+            entry: entry(1, 4),
             at: now - Duration::from_secs(10),
         });
         assert_eq!(
             carried_base(7_000, older, now),
-            7_000,
+            bare,
             "the applied time came another way (a snapshot): nothing is carried"
         );
     }

@@ -24,7 +24,7 @@ use std::time::Duration;
 use openraft::error::{CheckIsLeaderError, ForwardToLeader, RaftError};
 use openraft::{BasicNode, ServerState};
 
-pub use clock::LeaderClock;
+pub use clock::{Carried, LeaderClock};
 pub use election_watch::watch_elections;
 pub use error::{NodeError, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 pub use forwarder::{Answer, Forwarded};
@@ -400,7 +400,8 @@ impl Node {
         if let Some(ms) = self.inner.clock.stamp(term) {
             return Ok(Some(ms));
         }
-        let own_ms = self.carried_time();
+        let own = self.carried_time();
+        let oldest = clock::counts_from(own, self.inner.state.read().last_applied);
         let members = self.members();
         let voters = {
             let metrics = self.inner.raft.metrics();
@@ -411,25 +412,28 @@ impl Node {
             .into_iter()
             .filter(|(id, _)| *id != self.inner.id)
             .collect();
-        let answers = clock::ask_peers(&self.inner.link, peers, voters / 2).await;
-        let base = answers
-            .values()
-            .filter_map(|answer| answer.as_ref().ok())
-            .fold(own_ms, |base, ms| base.max(*ms));
+        let answers = clock::ask_peers(&self.inner.link, peers, voters / 2, oldest).await;
+        let base = clock::term_base(
+            own,
+            oldest,
+            answers.values().filter_map(|a| a.as_ref().ok()),
+        );
         tracing::info!(
             term,
             base_ms = base,
-            own_ms,
+            own_ms = own.ms,
+            ?oldest,
             peers = ?answers,
-            "stamps of this term start from the largest store time carried here or at a peer"
+            "stamps of this term start from the largest store time carried here or at a peer \
+             that applied the newest stamp"
         );
         Ok(Some(self.inner.clock.start_term(term, base)))
     }
 
     /// The store time this node carries now: the newest it applied plus what its monotonic
-    /// clock measured since it appended the entry that brought it (see `clock::carried_base`).
-    /// A new leader asks its peers for theirs.
-    pub fn carried_time(&self) -> u64 {
+    /// clock measured since it appended the entry that brought it (see `clock::carried_base`),
+    /// and that entry. A new leader asks its peers for theirs.
+    pub fn carried_time(&self) -> Carried {
         let applied_now_ms = self.inner.state.read().table.now_ms();
         clock::carried_base(
             applied_now_ms,

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use super::clock::Carried;
 use super::forwarder::{self, Answer, Forwarded};
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use crate::raft::codec::decode;
@@ -23,14 +24,15 @@ pub trait PeerLink: Send + Sync + 'static {
         writes: Vec<Forwarded>,
     ) -> Pin<Box<dyn Future<Output = Vec<Answer>> + Send>>;
 
-    /// The store time `peer` at `addr` carries now (`Node::carried_time`), or why it did not
+    /// The store time `peer` at `addr` carries now and the entry it counts from
+    /// (`Node::carried_time`), or why it did not
     /// answer within `timeout`.
     fn carried_time(
         &self,
         peer: NodeId,
         addr: String,
         timeout: Duration,
-    ) -> Pin<Box<dyn Future<Output = Result<u64, String>> + Send>>;
+    ) -> Pin<Box<dyn Future<Output = Result<Carried, String>> + Send>>;
 }
 
 /// [`PeerLink`] over the peers' gRPC channels.
@@ -51,7 +53,7 @@ impl PeerLink for GrpcLink {
         peer: NodeId,
         addr: String,
         timeout: Duration,
-    ) -> Pin<Box<dyn Future<Output = Result<u64, String>> + Send>> {
+    ) -> Pin<Box<dyn Future<Output = Result<Carried, String>> + Send>> {
         let channels = self.0.clone();
         Box::pin(async move {
             let channel = channels.get(peer, &addr).map_err(|e| e.to_string())?;
@@ -60,7 +62,7 @@ impl PeerLink for GrpcLink {
                 .carried_time(request)
                 .await
                 .map_err(|status| status.message().to_owned())?;
-            decode::<u64>(&reply.into_inner().data).map_err(|e| e.to_string())
+            decode::<Carried>(&reply.into_inner().data).map_err(|e| e.to_string())
         })
     }
 }

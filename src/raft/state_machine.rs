@@ -39,13 +39,16 @@ pub struct SharedState {
     stamp_seen: Mutex<Option<StampSeen>>,
 }
 
-/// A store time, and the instant of this process's monotonic clock at which its entry was
-/// appended here (or applied, where the append was not noted). The stamp was taken before its
-/// entry was proposed, so the instant is no earlier than the stamp; the entry is applied, so it
-/// is committed and will never be replaced.
+/// A store time, the entry that brought it, and the instant of this process's monotonic clock
+/// at which that entry was appended here (or applied, where the append was not noted). The
+/// stamp was taken before its entry was proposed, so the instant is no earlier than the stamp;
+/// the entry is applied, so it is committed and will never be replaced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StampSeen {
     pub ms: u64,
+    /// The newest entry applied here that carried a stamp (or moved time): a leader counts a
+    /// peer's carried time only from an entry at least as new as its own (see `node::clock`).
+    pub entry: LogId,
     pub at: tokio::time::Instant,
 }
 
@@ -166,6 +169,13 @@ impl StateMachineStore {
         let index = meta.last_log_id.map_or(0, |id| id.index);
         self.state.events().reset(index + 1);
         self.state.applied.send_replace(index);
+        // Nor instants: a stamp seen before it may be older than the entries it brought, and
+        // would carry time from before grants it holds.
+        *self
+            .state
+            .stamp_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 
@@ -292,13 +302,21 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                         StoredMembership::new(Some(entry.log_id), membership.clone());
                 }
             }
-            // Only when time moved: for a stamp applied twice, the first instant is the one
-            // closest to when it was taken. The entry's append here is later than its stamp and
+            // Every entry that carries a stamp, even one equal to the time before, or that moved
+            // time: carrying from an older entry's instant would count the time before this
+            // entry's stamp twice (see `node::clock`). Not on a leader's blank or a membership
+            // entry, which carry no time, so the time from the last stamp to a new leader's
+            // election is still carried. The entry's append here is later than its stamp and
             // earlier than its apply, which may wait for an election.
-            if state.table.now_ms() > time_before {
+            let stamped = match &entry.payload {
+                EntryPayload::Normal(Batch(commands)) => commands.iter().any(|c| c.at_ms.is_some()),
+                _ => false,
+            };
+            if stamped || state.table.now_ms() > time_before {
                 let appended = self.appends.as_ref().and_then(|a| a.when(&entry.log_id));
                 seen = Some(StampSeen {
                     ms: state.table.now_ms(),
+                    entry: entry.log_id,
                     at: appended.unwrap_or_else(tokio::time::Instant::now),
                 });
             }
@@ -447,5 +465,40 @@ mod tests {
         assert_eq!(current.meta.last_log_id, Some(log_id(1, 1, 2)));
         drop(sm);
         StateMachineStore::open(dir.path()).expect("the node still starts");
+    }
+
+    /// Review of e8637e4, finding 1a: an entry whose stamp equals the time before it must still
+    /// lend its instant; else a new leader carries from an older entry's, which came before a
+    /// grant stamped with that same time. And an install drops the instant, since the entries
+    /// the snapshot brought are newer than it.
+    #[tokio::test]
+    async fn every_stamped_entry_refreshes_the_instant_and_an_install_drops_it() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut sm = StateMachineStore::open(dir.path()).unwrap();
+        sm.apply([entry(1)]).await.unwrap();
+        let mut same_time = entry(2);
+        if let EntryPayload::Normal(Batch(commands)) = &mut same_time.payload {
+            commands[0].at_ms = Some(1);
+        }
+        sm.apply([same_time]).await.unwrap();
+        let seen = sm.shared().stamp_seen().expect("a stamp was applied");
+        assert_eq!((seen.ms, seen.entry), (1, log_id(1, 1, 2)));
+        sm.apply([Entry {
+            log_id: log_id(1, 1, 3),
+            payload: EntryPayload::Blank,
+        }])
+        .await
+        .unwrap();
+        assert_eq!(
+            sm.shared().stamp_seen().map(|seen| seen.entry),
+            Some(log_id(1, 1, 2)),
+            "a blank entry carries no time, and keeps the instant of the last stamp"
+        );
+
+        let installed = leader_snapshot(5).await;
+        sm.install_snapshot(&installed.meta, installed.snapshot)
+            .await
+            .unwrap();
+        assert_eq!(sm.shared().stamp_seen(), None);
     }
 }
