@@ -10,7 +10,10 @@
 //! write batches go through the router (a `RaftNetwork` and a `PeerLink`), and the log is kept
 //! in memory (the segment-file store has its own crash tests and the real-process suite),
 //! surviving a crash as a disk would. Clients record a history that the checkers judge against
-//! the log, in real (here, virtual) time as well as store time.
+//! the log, in real (here, virtual) time as well as store time; one of them checks that store
+//! time never gains on the clients' clock. Besides single faults, the nemesis composes them: a
+//! node cut off across the others' power loss, and a leader killed while a member's log is
+//! stalled (as during a snapshot install).
 //!
 //! `LEASEHOLD_SIM_SEEDS=N` runs N seeds (default 200); `LEASEHOLD_SIM_SEED=S` runs only seed S.
 //! A failing seed is printed, and replays: everything random follows the seed (the router's
@@ -906,7 +909,7 @@ async fn schedule(seed: u64) -> Run {
             sim.boot(*id).await;
         }
         down.retain(|(_, back_at)| *back_at > now);
-        match rng.below(7) {
+        match rng.below(9) {
             6 => {
                 // Power loss: every node at once, unsynced writes gone.
                 for id in 1..=3 {
@@ -934,6 +937,46 @@ async fn schedule(seed: u64) -> Run {
                     net.cut.insert((other, id));
                 }
             }
+            7 => {
+                // Composite: a node cut off across the others' power loss, so that it still
+                // carries the lead store time had before the restart under-counted it.
+                let cut_off = rng.between(1, 4);
+                {
+                    let mut net = sim.net();
+                    for other in (1..=3).filter(|other| *other != cut_off) {
+                        net.cut.insert((cut_off, other));
+                        net.cut.insert((other, cut_off));
+                    }
+                }
+                for id in (1..=3).filter(|id| *id != cut_off) {
+                    if !down.iter().any(|(d, _)| *d == id) {
+                        sim.crash(id).await;
+                        sim.nodes[&id].log.lose_power();
+                        down.push((id, now + Duration::from_millis(rng.between(300, 1_500))));
+                    }
+                }
+            }
+            8 => {
+                // Composite: the leader dies while a member's log does not move (a snapshot
+                // streams to it, or probes look for where it matches); the member still
+                // answers the next leader's question for its carried time.
+                let behind = rng.between(1, 4);
+                {
+                    let mut net = sim.net();
+                    for other in (1..=3).filter(|other| *other != behind) {
+                        net.stalled.insert((other, behind));
+                    }
+                }
+                let leader = sim.up().into_iter().find(|id| {
+                    sim.raft(*id).is_some_and(|raft| {
+                        raft.metrics().borrow().state == openraft::ServerState::Leader
+                    })
+                });
+                if let Some(leader) = leader.filter(|leader| *leader != behind) {
+                    sim.crash(leader).await;
+                    down.push((leader, now + Duration::from_millis(rng.between(100, 1_500))));
+                }
+            }
             2 => {
                 let (from, to) = (rng.between(1, 4), rng.between(1, 4));
                 if from != to {
@@ -944,6 +987,7 @@ async fn schedule(seed: u64) -> Run {
             _ => {
                 let mut net = sim.net();
                 net.cut.clear();
+                net.stalled.clear();
                 net.loss_pct = 0;
             }
         }
@@ -956,6 +1000,7 @@ async fn schedule(seed: u64) -> Run {
     {
         let mut net = sim.net();
         net.cut.clear();
+        net.stalled.clear();
         net.loss_pct = 0;
     }
     // The final restart is a power loss too.

@@ -8,14 +8,18 @@
 //! applied twice, a fence check gone missing) is an answer the model does not give. The fencing
 //! and exclusion checkers judge the replay on their own terms.
 
+mod clock;
 mod fencing;
 mod history;
 mod linearizable;
 pub mod model;
 
+pub use clock::{store_time_follows_real_time, ROUNDING_NS};
 pub use fencing::{fencing, mutual_exclusion, real_time_exclusion};
 pub use history::{replay, Anomaly, Answer, Applied, Completion, Log, Operation, Request};
 pub use linearizable::{linearizable, read_answer};
+
+use leasehold::lease::Op;
 
 /// Every checker over one run.
 pub fn check_all(history: &[Operation], log: &Log) -> Vec<Anomaly> {
@@ -27,6 +31,11 @@ pub fn check_all(history: &[Operation], log: &Log) -> Vec<Anomaly> {
     anomalies.extend(fencing(&applied));
     anomalies.extend(mutual_exclusion(&applied));
     anomalies.extend(real_time_exclusion(history, &applied));
+    // Under the manual clock store time moves by what `Advance` says, not with real time.
+    let manual = applied.iter().any(|a| matches!(a.op, Op::Advance { .. }));
+    if !manual {
+        anomalies.extend(store_time_follows_real_time(history));
+    }
     anomalies
 }
 
@@ -34,7 +43,11 @@ pub fn check_all(history: &[Operation], log: &Log) -> Vec<Anomaly> {
 mod tests {
     //! Each checker must flag the bad history it exists for, and pass a clean one.
     use crate::*;
-    use leasehold::lease::{Command, Fence, Op, Outcome};
+    use leasehold::lease::{Command, Fence, Outcome};
+
+    /// The hand-made histories' unit of time: as long as the log's stamps step (100 ms, see
+    /// [`log_of`]) over ten, so that their clients' clock keeps up with store time.
+    const T: u64 = 10_000_000;
 
     fn acquire(lease: &str, holder: &str) -> Op {
         Op::Acquire {
@@ -78,8 +91,8 @@ mod tests {
             .map(|(i, a)| Operation {
                 client: 0,
                 request: Request::Write(a.op),
-                invoked_ns: i as u64 * 10,
-                completed_ns: i as u64 * 10 + 5,
+                invoked_ns: i as u64 * 10 * T,
+                completed_ns: (i as u64 * 10 + 5) * T,
                 completion: Completion::Ok {
                     log_index: a.index,
                     position: a.position,
@@ -90,12 +103,14 @@ mod tests {
             .collect()
     }
 
-    fn read(key: &str, at_index: u64, value: Option<&str>, invoked_ns: u64) -> Operation {
+    /// A read invoked at `invoked` (in units of [`T`]).
+    fn read(key: &str, at_index: u64, value: Option<&str>, invoked: u64) -> Operation {
+        let invoked_ns = invoked * T;
         Operation {
             client: 1,
             request: Request::Get { key: key.into() },
             invoked_ns,
-            completed_ns: invoked_ns + 5,
+            completed_ns: invoked_ns + 5 * T,
             completion: Completion::Ok {
                 log_index: at_index,
                 position: 0,
@@ -131,8 +146,8 @@ mod tests {
         history.push(Operation {
             client: 2,
             request: Request::Write(put("lost", "x", None)),
-            invoked_ns: 500,
-            completed_ns: 505,
+            invoked_ns: 500 * T,
+            completed_ns: 505 * T,
             completion: Completion::Ok {
                 log_index: 5,
                 position: 0,
@@ -347,20 +362,58 @@ mod tests {
     #[test]
     fn a_grant_before_the_previous_holders_ttl_passed_in_real_time_is_flagged() {
         let (log, history) = fast_clock_history(600, false);
-        let anomalies = check_all(&history, &log);
+        let applied = replay(&log).unwrap();
+        let anomalies = real_time_exclusion(&history, &applied);
         assert_eq!(anomalies.len(), 1, "{anomalies:?}");
-        assert_eq!(anomalies[0].checker, "real-time exclusion");
         assert!(anomalies[0].what.contains("400 ms early"), "{anomalies:?}");
         // Store time alone sees nothing wrong: that is the point of judging in real time.
-        assert!(mutual_exclusion(&replay(&log).unwrap()).is_empty());
+        assert!(mutual_exclusion(&applied).is_empty());
+        // The clock that ran fast is itself an anomaly, whatever it was used for.
+        let checkers: Vec<_> = check_all(&history, &log)
+            .iter()
+            .map(|a| a.checker)
+            .collect();
+        assert_eq!(checkers, ["real-time exclusion", "store time"]);
+    }
+
+    #[test]
+    fn store_time_that_gains_on_the_clients_clock_is_flagged_and_rounding_is_not() {
+        let (_, history) = fast_clock_history(600, false);
+        let anomalies = store_time_follows_real_time(&history);
+        assert_eq!(anomalies.len(), 1, "{anomalies:?}");
+        assert!(
+            anomalies[0].what.contains("900 ms more"),
+            "1,500 ms of store time between a send at 0 and an answer at 600: {anomalies:?}"
+        );
+        // Log order, not answer order: the earlier write in the log is the one sent first.
+        let mut reversed = history.clone();
+        reversed.reverse();
+        assert_eq!(store_time_follows_real_time(&reversed), anomalies);
+
+        let (_, mut history) = fast_clock_history(1_500, false);
+        assert_eq!(store_time_follows_real_time(&history), vec![]);
+        history[1].completed_ns -= ROUNDING_NS;
+        assert_eq!(
+            store_time_follows_real_time(&history),
+            vec![],
+            "a stamp cut down to whole milliseconds is no anomaly"
+        );
+        history[1].completed_ns -= 1;
+        assert_eq!(store_time_follows_real_time(&history).len(), 1);
     }
 
     #[test]
     fn a_grant_after_the_ttl_or_after_a_release_is_not_flagged() {
         let (log, history) = fast_clock_history(1_001, false);
-        assert_eq!(check_all(&history, &log), vec![]);
+        assert_eq!(
+            real_time_exclusion(&history, &replay(&log).unwrap()),
+            vec![]
+        );
         let (log, history) = fast_clock_history(600, true);
-        assert_eq!(check_all(&history, &log), vec![]);
+        assert_eq!(
+            real_time_exclusion(&history, &replay(&log).unwrap()),
+            vec![]
+        );
     }
 
     #[test]
@@ -532,8 +585,8 @@ mod tests {
         history.push(Operation {
             client: 3,
             request: Request::Write(twice),
-            invoked_ns: 1_000,
-            completed_ns: 2_000,
+            invoked_ns: 1_000 * T,
+            completed_ns: 2_000 * T,
             completion: Completion::Indeterminate("timed out".into()),
         });
         assert_eq!(check_all(&history, &log), vec![]);

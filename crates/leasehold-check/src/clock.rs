@@ -1,0 +1,65 @@
+//! Store time against the clients' own clock: judged from what the clients saw alone, sharing
+//! nothing with the node's stamping (`node/clock.rs` in the server).
+
+use crate::history::{Anomaly, Completion, Operation};
+
+/// What store time may gain on the clients' clock between two answers: stamps are whole
+/// milliseconds, cut down, once by the stamp and once by a new leader's carried base.
+pub const ROUNDING_NS: u64 = 2_000_000;
+
+/// Store time never runs ahead of real time: for any two acknowledged writes `r1` before `r2` in
+/// log order, `r2.store_time - r1.store_time <= r2.completed - r1.invoked` (plus
+/// [`ROUNDING_NS`]), on the clients' clock, which is one machine's monotonic clock. If store
+/// time ran ahead, a lease granted at `r1` would expire before its TTL had passed since its
+/// acquire was sent, and its holder and the next could both believe they hold it.
+///
+/// For the default clock only: under the manual clock `Advance` moves store time by whatever
+/// the client says.
+pub fn store_time_follows_real_time(history: &[Operation]) -> Vec<Anomaly> {
+    let mut acknowledged: Vec<(u64, u32, i128, &Operation)> = history
+        .iter()
+        .filter(|op| op.is_write())
+        .filter_map(|op| match op.completion {
+            Completion::Ok {
+                log_index,
+                position,
+                store_time_ms,
+                ..
+            } => Some((
+                log_index,
+                position,
+                i128::from(store_time_ms) * 1_000_000,
+                op,
+            )),
+            _ => None,
+        })
+        .collect();
+    acknowledged.sort_by_key(|(index, position, ..)| (*index, *position));
+    let mut anomalies = Vec::new();
+    // The earlier write that leaves `r2` the least room: the smallest `store_time - invoked`.
+    let mut tightest: Option<(i128, u64, &Operation)> = None;
+    for &(index, _, store_ns, op) in &acknowledged {
+        if let Some((lead_ns, earlier_index, earlier)) = tightest {
+            let gained_ns = store_ns - lead_ns - i128::from(op.completed_ns);
+            if gained_ns > i128::from(ROUNDING_NS) && anomalies.len() < 10 {
+                anomalies.push(Anomaly::new(
+                    "store time",
+                    format!(
+                        "store time moved {} ms from the write at index {earlier_index} (sent at \
+                         {} ms) to the write at index {index} (answered at {} ms), {} ms more \
+                         than the clients' clock measured between them",
+                        (store_ns - lead_ns - i128::from(earlier.invoked_ns)) / 1_000_000,
+                        earlier.invoked_ns / 1_000_000,
+                        op.completed_ns / 1_000_000,
+                        gained_ns / 1_000_000,
+                    ),
+                ));
+            }
+        }
+        let lead_ns = store_ns - i128::from(op.invoked_ns);
+        if tightest.is_none_or(|(least, ..)| lead_ns < least) {
+            tightest = Some((lead_ns, index, op));
+        }
+    }
+    anomalies
+}
