@@ -298,3 +298,50 @@ async fn a_node_whose_disk_was_wiped_cannot_come_back_under_its_old_id_and_says_
     .await;
     assert_eq!(written.outcome, Written::Written);
 }
+
+/// A `member add` the leader refuses (id 0; a node that does not answer at the peer address
+/// given) answers at once, saying what is wrong, and not that the change may have been made:
+/// the refusal is the node's own, and nothing was changed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_member_add_answers_at_once_and_is_not_indeterminate() {
+    let h = Harness::start(3, false).await;
+    let via = h.endpoints.clone();
+    // Ports nothing listens on.
+    let free = leasehold::cli::local::free_ports(2).unwrap();
+    let (peer, client) = (
+        format!("127.0.0.1:{}", free[0]),
+        format!("127.0.0.1:{}", free[1]),
+    );
+    for (id, says) in [(0, "id: node ids start at 1"), (7, "does not answer")] {
+        let started = Instant::now();
+        let (code, out, err) = leasehold(
+            &via,
+            &[
+                "member",
+                "add",
+                &id.to_string(),
+                "--peer",
+                &peer,
+                "--client",
+                &client,
+            ],
+        );
+        let took = started.elapsed();
+        eprintln!("member add {id}, {} ms: {}", took.as_millis(), err.trim());
+        assert_eq!(code, 1, "member add {id}: {out}{err}");
+        assert!(err.contains(says), "member add {id}: {err}");
+        assert!(
+            !err.contains("indeterminate") && !err.contains("may have been applied"),
+            "member add {id}: {err}"
+        );
+        assert!(
+            took < Duration::from_secs(3),
+            "member add {id} took {} ms: {err}",
+            took.as_millis()
+        );
+
+        let refused = h.client.add_member(id, &peer, &client).await.unwrap_err();
+        assert!(!refused.is_indeterminate(), "member add {id}: {refused}");
+    }
+    assert_eq!(voters(&via), [1, 2, 3], "nothing was changed");
+}

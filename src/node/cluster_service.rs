@@ -127,8 +127,11 @@ impl pb::cluster_server::Cluster for ClusterService {
                 )
             })
             .await?;
-        let data = data.map_err(|e| Status::internal(format!("encoding the state: {e}")))?;
-        let last = last_applied.ok_or_else(|| Status::unavailable("nothing is applied yet"))?;
+        let data = data.map_err(|e| super::NodeError::Encoding {
+            what: "encoding the state",
+            reason: e.to_string(),
+        })?;
+        let last = last_applied.ok_or(super::NodeError::NothingApplied)?;
         let header = pb::SnapshotHeader {
             log_index: last.index,
             term: last.leader_id.term,
@@ -199,11 +202,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         _: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
         if !self.node.is_member() {
-            return Err(Status::unavailable(format!(
-                "node {} is not a member yet (started with --join, it waits for `leasehold \
-                 member add`); ask a member",
-                self.node.id()
-            )));
+            return Err(super::NodeError::NotMember(self.node.id()).into());
         }
         // Ask every member at once, so one dead member costs one timeout, not one each.
         let mut asks = tokio::task::JoinSet::new();

@@ -97,6 +97,64 @@ pub enum NodeError {
     Raft(String),
     #[error("invariant broken: {0}")]
     Invariant(String),
+    /// Refused for what the node finds (a membership change it cannot make, a peer whose data
+    /// dir or clock is not the one it knows): nothing was changed. The text says what to do.
+    #[error("{0}")]
+    Refused(String),
+    /// A peer-plane caller whose certificate does not allow what it sends.
+    #[error("refused on the peer plane: {0}")]
+    Forbidden(String),
+    /// This node could not encode what it was to send back.
+    #[error("{what}: {reason}")]
+    Encoding { what: &'static str, reason: String },
+    #[error("nothing is applied yet; try again once the cluster has elected a leader")]
+    NothingApplied,
+    /// Started with `--join`, this node waits to be added and knows no cluster to describe.
+    #[error(
+        "node {0} is not a member yet (started with --join, it waits for `leasehold member \
+         add`); ask a member"
+    )]
+    NotMember(NodeId),
+    /// A watch from before the first entry whose events this node keeps.
+    #[error(
+        "from_index: node {node} keeps events from log index {first_kept} on, not {from}; read \
+         the lease with GetLease and watch from its log index + 1"
+    )]
+    Compacted {
+        node: NodeId,
+        from: u64,
+        first_kept: u64,
+    },
+    /// A watching node that follows no leader may be far behind the cluster.
+    #[error("node {node} knows no leader; resume the watch on another node from log index {next}")]
+    WatchLeaderless { node: NodeId, next: u64 },
+    /// `member add` of a node that does not answer at the peer address given.
+    #[error(
+        "node {id} at {addr} does not answer ({reason}); start it with `leasehold serve --join` \
+         first, or check the peer address"
+    )]
+    MemberUnreachable {
+        id: NodeId,
+        addr: String,
+        reason: String,
+    },
+    /// The learner added did not catch up with the log in time: it stays a learner, so the
+    /// membership did change (or may have, if the learner's entry was not committed either).
+    #[error(
+        "node {id} did not catch up within {} s; it stays a learner: run `member add` again, or \
+         `member remove {id}`",
+        .within.as_secs()
+    )]
+    CatchUpTimeout { id: NodeId, within: Duration },
+    /// Refused before anything was proposed: openraft runs one membership change at a time.
+    #[error("another membership change is in progress ({0}); run it again when it is done")]
+    ChangeInProgress(String),
+    /// Leadership moved while the membership change was proposed: it may be in the log.
+    #[error(
+        "leadership moved during the membership change; it may or may not have been made: \
+         see `leasehold member list`, and run it again"
+    )]
+    ChangeDeposed,
 }
 
 impl NodeError {
@@ -173,10 +231,21 @@ impl From<NodeError> for Status {
             | NodeError::Deposed
             | NodeError::ProposalFailed(_)
             | NodeError::RaftStopped(_)
-            | NodeError::ShuttingDown => Code::Unavailable,
+            | NodeError::ShuttingDown
+            | NodeError::NothingApplied
+            | NodeError::NotMember(_)
+            | NodeError::WatchLeaderless { .. }
+            | NodeError::ChangeInProgress(_)
+            | NodeError::ChangeDeposed => Code::Unavailable,
             NodeError::Forgotten | NodeError::UnknownSession => Code::Aborted,
             NodeError::Overloaded { .. } => Code::ResourceExhausted,
-            NodeError::Raft(_) | NodeError::Invariant(_) => Code::Internal,
+            NodeError::Raft(_) | NodeError::Invariant(_) | NodeError::Encoding { .. } => {
+                Code::Internal
+            }
+            NodeError::Refused(_) | NodeError::MemberUnreachable { .. } => Code::FailedPrecondition,
+            NodeError::Forbidden(_) => Code::PermissionDenied,
+            NodeError::Compacted { .. } => Code::OutOfRange,
+            NodeError::CatchUpTimeout { .. } => Code::DeadlineExceeded,
         };
         let indeterminate = matches!(
             e,
@@ -187,6 +256,8 @@ impl From<NodeError> for Status {
                 | NodeError::ProposalFailed(_)
                 | NodeError::Forgotten
                 | NodeError::UnknownSession
+                | NodeError::ChangeDeposed
+                | NodeError::CatchUpTimeout { .. }
         );
         let mut status = node_status(code, e.to_string(), indeterminate);
         if matches!(e, NodeError::UnknownSession) {
@@ -255,6 +326,142 @@ mod tests {
             assert!(
                 status.message().contains("may or may not"),
                 "{e}: {status:?}"
+            );
+        }
+    }
+
+    /// tonic's constructors of a `Status`.
+    const CONSTRUCTORS: &[&str] = &[
+        "new",
+        "with_details",
+        "with_metadata",
+        "with_details_and_metadata",
+        "from_error",
+        "ok",
+        "cancelled",
+        "unknown",
+        "invalid_argument",
+        "deadline_exceeded",
+        "not_found",
+        "already_exists",
+        "permission_denied",
+        "resource_exhausted",
+        "failed_precondition",
+        "aborted",
+        "out_of_range",
+        "unimplemented",
+        "internal",
+        "unavailable",
+        "data_loss",
+        "unauthenticated",
+    ];
+
+    /// Where `text` (a source file's code before its tests) calls or names a constructor of
+    /// `Status`: `(line, what)`.
+    fn statuses_built(text: &str) -> Vec<(usize, String)> {
+        let mut found = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            for (at, _) in code.match_indices("Status::") {
+                let rest = &code[at + "Status::".len()..];
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if CONSTRUCTORS.contains(&name.as_str()) {
+                    found.push((i + 1, format!("Status::{name}")));
+                }
+            }
+        }
+        found
+    }
+
+    /// The source files under `dir`, recursively.
+    fn sources(dir: &std::path::Path, into: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, into);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                into.push(path);
+            }
+        }
+    }
+
+    /// A client tells a node's refusal from a lost answer by [`ORIGIN_KEY`], which only
+    /// [`node_status`] sets: so no code of the node's builds a `Status` but this file's (the
+    /// CLI, a client, is not scanned; nor are tests).
+    #[test]
+    fn every_status_the_node_makes_is_built_here_so_it_carries_the_origin() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        sources(&src, &mut files);
+        let this = src.join("node").join("error.rs");
+        let mut built = Vec::new();
+        for file in files {
+            if file == this || file.starts_with(src.join("cli")) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+            for (line, what) in statuses_built(code) {
+                built.push(format!("{}:{line}: {what}", file.display()));
+            }
+        }
+        assert!(
+            built.is_empty(),
+            "statuses built outside node/error.rs carry no origin mark, so a client takes \
+             them for lost answers; make them NodeErrors:\n{}",
+            built.join("\n")
+        );
+        // The scan finds what it looks for.
+        assert_eq!(
+            statuses_built("Err(tonic::Status::unavailable(\"x\")); .map_err(Status::internal)"),
+            [
+                (1, "Status::unavailable".into()),
+                (1, "Status::internal".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_determinate_and_marked_the_nodes_own() {
+        let refusals = [
+            NodeError::MemberUnreachable {
+                id: 7,
+                addr: "127.0.0.1:1".into(),
+                reason: "connection refused".into(),
+            },
+            NodeError::Refused("node 2 is a voter already".into()),
+            NodeError::Forbidden("the caller showed no certificate".into()),
+            NodeError::Invalid(InvalidInput::new("id", "node ids start at 1")),
+            NodeError::NotMember(4),
+        ];
+        for e in refusals {
+            let status = Status::from(e.clone());
+            assert!(status.metadata().get(ORIGIN_KEY).is_some(), "{e}");
+            assert!(status.metadata().get(INDETERMINATE_KEY).is_none(), "{e}");
+        }
+        let unreachable = Status::from(NodeError::MemberUnreachable {
+            id: 7,
+            addr: "127.0.0.1:1".into(),
+            reason: "connection refused".into(),
+        });
+        // Final: another node would give the same answer.
+        assert_eq!(unreachable.code(), Code::FailedPrecondition);
+        assert!(unreachable.message().contains("serve --join"));
+        // A change that leadership moved under may have been made.
+        for maybe in [
+            NodeError::ChangeDeposed,
+            NodeError::CatchUpTimeout {
+                id: 4,
+                within: Duration::from_secs(60),
+            },
+        ] {
+            let status = Status::from(maybe.clone());
+            assert!(
+                status.metadata().get(INDETERMINATE_KEY).is_some(),
+                "{maybe}"
             );
         }
     }

@@ -162,8 +162,12 @@ impl LeaseService {
         );
         let client = LeaseStoreClient::new(channel).max_decoding_message_size(usize::MAX);
         call(client, request).await.map_err(|status| {
-            // The leader's own answers pass through; anything else failed on the way there.
-            if status.metadata().get(ORIGIN_KEY).is_some() {
+            // The leader's own answers pass through; anything else failed on the way there. So
+            // did a refusal by the leader's peer gate (PERMISSION_DENIED, which no handler of
+            // the lease API gives): it refused this node, not the client's request.
+            if status.metadata().get(ORIGIN_KEY).is_some()
+                && status.code() != tonic::Code::PermissionDenied
+            {
                 status
             } else {
                 unreachable(status.message().to_owned()).into()

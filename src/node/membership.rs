@@ -10,7 +10,8 @@ use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use tonic::Status;
 
-use super::Node;
+use super::{Node, NodeError};
+use crate::lease::InvalidInput;
 use crate::proto::v1 as pb;
 use crate::raft::NodeId;
 
@@ -20,22 +21,28 @@ const CATCH_UP: Duration = Duration::from_secs(60);
 
 /// A status for what a membership change refused, naming what to do.
 fn refused(message: String) -> Status {
-    Status::failed_precondition(message)
+    NodeError::Refused(message).into()
 }
 
 fn change_failed(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> Status {
-    match e {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => {
-            Status::unavailable("leadership moved during the change; run it again")
-        }
+    let error = match e {
+        // As for a write (see `NodeError::proposal_failed`): the change may be in the log of
+        // the nodes that elect the next leader.
+        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => NodeError::ChangeDeposed,
         RaftError::APIError(ClientWriteError::ChangeMembershipError(
             ChangeMembershipError::InProgress(p),
-        )) => Status::unavailable(format!(
-            "another membership change is in progress ({p}); run it again when it is done"
-        )),
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => refused(e.to_string()),
-        other => Status::internal(format!("the membership change failed: {other}")),
-    }
+        )) => NodeError::ChangeInProgress(p.to_string()),
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            NodeError::Refused(e.to_string())
+        }
+        // Raft stopped, or its storage failed: after the change was proposed, for all we know.
+        fatal @ RaftError::Fatal(_) => NodeError::proposal_failed(fatal),
+    };
+    error.into()
+}
+
+fn invalid(field: &'static str, problem: String) -> Status {
+    NodeError::Invalid(InvalidInput::new(field, problem)).into()
 }
 
 /// The voters and learners of the membership the leader knows now, with their peer addresses.
@@ -111,13 +118,13 @@ pub async fn list(node: &Node) -> Result<pb::MembersResponse, Status> {
 pub async fn add(node: &Node, r: pb::AddMemberRequest) -> Result<pb::MembersResponse, Status> {
     node.leading().await?;
     if r.id == 0 {
-        return Err(Status::invalid_argument("id: node ids start at 1"));
+        return Err(invalid("id", "node ids start at 1".to_owned()));
     }
     if r.peer_address.is_empty() || !r.peer_address.contains(':') {
-        return Err(Status::invalid_argument(format!(
-            "peer_address: {:?} is not HOST:PORT",
-            r.peer_address
-        )));
+        return Err(invalid(
+            "peer_address",
+            format!("{:?} is not HOST:PORT", r.peer_address),
+        ));
     }
     let (_, voters, nodes) = current(node);
     if voters.contains(&r.id) {
@@ -169,10 +176,12 @@ pub async fn add(node: &Node, r: pb::AddMemberRequest) -> Result<pb::MembersResp
     )
     .await;
     if status.role == pb::Role::Unreachable as i32 {
-        return Err(Status::unavailable(format!(
-            "node {} at {} does not answer ({}); start it with `leasehold serve --join` first",
-            r.id, r.peer_address, status.error
-        )));
+        return Err(NodeError::MemberUnreachable {
+            id: r.id,
+            addr: r.peer_address,
+            reason: status.error,
+        }
+        .into());
     }
     if status.id != r.id {
         return Err(refused(format!(
@@ -197,13 +206,11 @@ pub async fn add(node: &Node, r: pb::AddMemberRequest) -> Result<pb::MembersResp
     );
     match tokio::time::timeout(CATCH_UP, learner).await {
         Err(_) => {
-            return Err(Status::deadline_exceeded(format!(
-                "node {} did not catch up within {} s; it stays a learner: run `member add` \
-                 again, or `member remove {}`",
-                r.id,
-                CATCH_UP.as_secs(),
-                r.id
-            )))
+            return Err(NodeError::CatchUpTimeout {
+                id: r.id,
+                within: CATCH_UP,
+            }
+            .into())
         }
         Ok(Err(e)) => return Err(change_failed(e)),
         Ok(Ok(_)) => {}

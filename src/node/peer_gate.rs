@@ -91,8 +91,6 @@ impl tonic::service::Interceptor for PeerGate {
         };
         self.refusals
             .refused("peer", request.remote_addr(), &reason);
-        Err(Status::permission_denied(format!(
-            "refused on the peer plane: {reason}"
-        )))
+        Err(super::NodeError::Forbidden(reason).into())
     }
 }

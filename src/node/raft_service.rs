@@ -5,10 +5,11 @@ use std::time::{Duration, Instant};
 
 use tonic::{Request, Response, Status};
 
-use super::error::ForwardedError;
+use super::error::{ForwardedError, NodeError};
 use super::forwarder::Forwarded;
 use super::peer_gate::PeerMember;
 use super::Node;
+use crate::lease::InvalidInput;
 use crate::proto::raft_v1::{raft_server, RaftMessage};
 use crate::raft::codec::{decode, encode};
 use crate::raft::incarnation;
@@ -40,22 +41,28 @@ impl SnapshotChunks {
     /// A chunk of `len` bytes at `offset` of snapshot `id` may be written only where it leaves
     /// no gap (at or before what has arrived; a new snapshot starts at 0) and within
     /// [`MAX_SNAPSHOT_BYTES`].
-    fn admit(&self, id: &str, offset: u64, len: u64) -> Result<(), String> {
+    fn admit(&self, id: &str, offset: u64, len: u64) -> Result<(), InvalidInput> {
         let arrived = match &self.receiving {
             Some((receiving, arrived)) if receiving == id => *arrived,
             _ => 0,
         };
         if offset > arrived {
-            return Err(format!(
-                "install_snapshot: a chunk at offset {offset} of snapshot {id:?} would leave a \
-                 gap: {arrived} bytes of it have arrived"
+            return Err(InvalidInput::new(
+                "install_snapshot",
+                format!(
+                    "a chunk at offset {offset} of snapshot {id:?} would leave a gap: {arrived} \
+                     bytes of it have arrived"
+                ),
             ));
         }
         if offset.saturating_add(len) > MAX_SNAPSHOT_BYTES {
-            return Err(format!(
-                "install_snapshot: a chunk ending at byte {} is past the {MAX_SNAPSHOT_BYTES}-byte \
-                 limit on a snapshot",
-                offset.saturating_add(len)
+            return Err(InvalidInput::new(
+                "install_snapshot",
+                format!(
+                    "a chunk ending at byte {} is past the {MAX_SNAPSHOT_BYTES}-byte limit on a \
+                     snapshot",
+                    offset.saturating_add(len)
+                ),
             ));
         }
         Ok(())
@@ -96,7 +103,7 @@ impl RaftService {
             .and_then(|()| incarnations.check_peer(sender, shown.sender));
         checked.map_err(|why| {
             incarnations.log_refusal(&why);
-            Status::failed_precondition(why)
+            NodeError::Refused(why).into()
         })
     }
 
@@ -121,18 +128,18 @@ impl RaftService {
     /// Checks what a peer message carries outside its body before the body is decoded; the
     /// member the caller's certificate names, if TLS is on (see [`sender_is`]).
     fn admit<T>(&self, request: &Request<T>) -> Result<Option<PeerMember>, Status> {
-        let refused = self.clock.check_peer(request.metadata());
-        if let Err(status) = &refused {
+        if let Err(why) = self.clock.check_peer(request.metadata()) {
             let mut logged = self
                 .refusal_logged
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
             if logged.is_none_or(|at| at.elapsed() >= REFUSAL_LOG_EVERY) {
                 *logged = Some(Instant::now());
-                tracing::error!(peer = ?request.remote_addr(), "{}", status.message());
+                tracing::error!(peer = ?request.remote_addr(), "{why}");
             }
+            return Err(NodeError::Refused(why).into());
         }
-        refused.map(|()| request.extensions().get::<PeerMember>().copied())
+        Ok(request.extensions().get::<PeerMember>().copied())
     }
 }
 
@@ -157,10 +164,11 @@ impl Shown {
 fn sender_is(member: Option<PeerMember>, claimed: Option<u64>) -> Result<(), Status> {
     match (member, claimed) {
         (Some(PeerMember(member)), Some(claimed)) if member != claimed => {
-            Err(Status::permission_denied(format!(
-                "refused on the peer plane: the message claims to come from node {claimed}, but \
-                 the caller's certificate names node {member}"
-            )))
+            Err(NodeError::Forbidden(format!(
+                "the message claims to come from node {claimed}, but the caller's certificate \
+                 names node {member}"
+            ))
+            .into())
         }
         _ => Ok(()),
     }
@@ -170,12 +178,15 @@ fn decode_request<T: serde::de::DeserializeOwned>(
     request: Request<RaftMessage>,
 ) -> Result<T, Status> {
     decode(&request.into_inner().data)
-        .map_err(|e| Status::invalid_argument(format!("raft message: {e}")))
+        .map_err(|e| NodeError::Invalid(InvalidInput::new("raft message", e.to_string())).into())
 }
 
 /// openraft's result, refusal or not, travels back whole for the peer's network to unpack.
 fn encode_reply<T: serde::Serialize>(result: &T) -> Result<Response<RaftMessage>, Status> {
-    let data = encode(result).map_err(|e| Status::internal(format!("raft reply: {e}")))?;
+    let data = encode(result).map_err(|e| NodeError::Encoding {
+        what: "raft reply",
+        reason: e.to_string(),
+    })?;
     Ok(Response::new(RaftMessage { data }))
 }
 
@@ -222,7 +233,7 @@ impl raft_server::Raft for RaftService {
         );
         self.chunks()
             .admit(&id, offset, len)
-            .map_err(Status::invalid_argument)?;
+            .map_err(|e| Status::from(NodeError::Invalid(e)))?;
         let reply = self.node.raft().install_snapshot(rpc).await;
         if reply.is_ok() {
             self.chunks().received(&id, offset + len, done);
@@ -281,12 +292,15 @@ mod tests {
         // A resent chunk, and the next one, are fine; one past a gap is not.
         assert!(chunks.admit("s1", 0, 100).is_ok());
         assert!(chunks.admit("s1", 100, 100).is_ok());
-        let gap = chunks.admit("s1", 1 << 40, 1).unwrap_err();
+        let gap = chunks.admit("s1", 1 << 40, 1).unwrap_err().to_string();
         assert!(gap.contains("gap") && gap.contains("100 bytes"), "{gap}");
         // Another snapshot starts from 0.
         assert!(chunks.admit("s2", 50, 1).is_err());
         assert!(chunks.admit("s2", 0, 1).is_ok());
-        let too_big = chunks.admit("s1", 100, MAX_SNAPSHOT_BYTES).unwrap_err();
+        let too_big = chunks
+            .admit("s1", 100, MAX_SNAPSHOT_BYTES)
+            .unwrap_err()
+            .to_string();
         assert!(too_big.contains("limit"), "{too_big}");
         // Once whole, the next snapshot starts afresh.
         chunks.received("s1", 200, true);

@@ -96,11 +96,12 @@ pub fn start(
 }
 
 fn compacted(node: u64, from: u64, c: Compacted) -> Status {
-    Status::out_of_range(format!(
-        "from_index: node {node} keeps events from log index {} on, not {from}; read the \
-         lease with GetLease and watch from its log index + 1",
-        c.first_kept
-    ))
+    super::NodeError::Compacted {
+        node,
+        from,
+        first_kept: c.first_kept,
+    }
+    .into()
 }
 
 fn wire(noted: NotedEvent) -> pb::LeaseEvent {
@@ -175,12 +176,11 @@ async fn serve(
                 if node.raft().metrics().borrow().current_leader.is_none() {
                     // Its events may be far behind the cluster's: the client resumes on a node
                     // that follows a leader.
-                    let lost = Status::unavailable(format!(
-                        "node {} knows no leader; resume the watch on another node from log \
-                         index {next}",
-                        node.id()
-                    ));
-                    out.send(Err(lost)).await;
+                    let lost = super::NodeError::WatchLeaderless {
+                        node: node.id(),
+                        next,
+                    };
+                    out.send(Err(lost.into())).await;
                     return;
                 }
                 // How far it looked, so a resumed watch need not look again.
