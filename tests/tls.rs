@@ -328,3 +328,67 @@ async fn send_vote(h: &Harness, tls: ClientTlsConfig, data: Vec<u8>) -> Result<(
     );
     RaftClient::new(channel).vote(request).await.map(|_| ())
 }
+
+/// Review finding 4: a node added under a new id at a removed member's peer address (its host
+/// rebuilt on a new disk) is reachable with TLS. The other nodes dial it as the new id, whose
+/// certificate it shows, and not over the channel they made for the old id at that address,
+/// which checks the old node's certificate name.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_added_at_a_removed_members_peer_address_is_reached_under_its_new_id() {
+    let mut addrs = leasehold::cli::local::local_addrs(4).unwrap();
+    addrs[3].peer = addrs[2].peer.clone();
+    let mut h = Harness::start_tls_at(&addrs, 3, |c| c.with_joining(&[4])).await;
+    assert!(written(&h.client.put("before", b"v", None).await.unwrap()));
+    // Every node dials node 3: the leader replicates to it, and each asks it for `status`.
+    for id in 1..=3 {
+        let nodes = h.client_of(id).status().await.unwrap();
+        assert!(
+            nodes.iter().all(|n| n.role != pb::Role::Unreachable as i32),
+            "{nodes:?}"
+        );
+    }
+
+    h.kill(3);
+    let leader = h.new_leader(3).await;
+    h.client_of(leader).remove_member(3).await.unwrap();
+    h.restart(4);
+    let (peer, client) = (addrs[3].peer.clone(), addrs[3].client.clone());
+    wait_for("node 4 to serve", Duration::from_secs(10), || async {
+        h.client_of(4).node_status().await.ok()
+    })
+    .await;
+    let members = h
+        .client_of(leader)
+        .add_member(4, &peer, &client)
+        .await
+        .unwrap();
+    let mut ids: Vec<u64> = members.members.iter().map(|m| m.id).collect();
+    ids.sort_unstable();
+    let other = 3 - leader;
+    let mut expected = vec![leader, other, 4];
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
+
+    // Both old nodes reach node 4 at the reused address, and it holds the leader's log.
+    for id in [leader, other] {
+        wait_for(
+            &format!("node {id} to reach node 4"),
+            Duration::from_secs(10),
+            || async {
+                let nodes = h.client_of(id).status().await.ok()?;
+                let four = nodes.iter().find(|n| n.id == 4)?;
+                (four.role == pb::Role::Follower as i32).then_some(())
+            },
+        )
+        .await;
+    }
+    // With the other old node down, the leader's quorum is node 4: writes still succeed.
+    h.kill(other);
+    let after = h.client_of(leader).put("after", b"v", None).await.unwrap();
+    assert!(written(&after));
+    let four = h.client_of(4).node_status().await.unwrap();
+    assert!(
+        four.last_log_index >= after.applied.log_index,
+        "node 4 holds the write in its log"
+    );
+}

@@ -73,11 +73,15 @@ impl ClockMode {
     }
 }
 
-/// Lazily connected channels by address, shared by Raft replication and request forwarding.
-/// A tonic channel reconnects by itself, so one per peer serves for the life of the node.
+/// Lazily connected channels by member and address, shared by Raft replication and request
+/// forwarding. A tonic channel reconnects by itself, so one per peer serves for the life of the
+/// node.
 #[derive(Clone, Default)]
 pub struct Channels {
-    by_addr: Arc<Mutex<HashMap<String, Channel>>>,
+    /// Keyed by id as well as address: with TLS a channel checks the certificate name of the
+    /// id it was made for, and a node added under a new id at a removed member's address shows
+    /// its own.
+    by_peer: Arc<Mutex<HashMap<(NodeId, String), Channel>>>,
     /// The address outgoing connections start from: a node listening on one address of
     /// several talks from it, so a firewall rule (or the fault suite's partitions) can tell
     /// nodes apart by source address.
@@ -137,8 +141,9 @@ impl Channels {
 
     /// The channel to node `id`'s peer plane at `addr`.
     pub fn get(&self, id: NodeId, addr: &str) -> Result<Channel, tonic::transport::Error> {
-        let mut by_addr = self.by_addr.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(channel) = by_addr.get(addr) {
+        let mut by_peer = self.by_peer.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (id, addr.to_owned());
+        if let Some(channel) = by_peer.get(&key) {
             return Ok(channel.clone());
         }
         let endpoint = match &self.tls {
@@ -153,8 +158,20 @@ impl Channels {
             .keep_alive_timeout(Duration::from_secs(5))
             .local_address(self.local_address)
             .connect_lazy();
-        by_addr.insert(addr.to_owned(), channel.clone());
+        // Two members never share an address, so another id's channel here is a removed
+        // member's: dropped from the cache (a client that holds it keeps its clone).
+        by_peer.retain(|(_, at), _| at != addr);
+        by_peer.insert(key, channel.clone());
         Ok(channel)
+    }
+
+    /// The peers this node holds channels to, for tests.
+    #[cfg(test)]
+    fn cached(&self) -> Vec<(NodeId, String)> {
+        let by_peer = self.by_peer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut peers: Vec<_> = by_peer.keys().cloned().collect();
+        peers.sort();
+        peers
     }
 }
 
@@ -298,6 +315,25 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_channel_is_made_for_the_id_it_dials_and_a_reused_address_drops_the_old_ids() {
+        let channels = Channels::new(None, ClockMode::Leader, None);
+        channels.get(3, "127.0.0.1:7003").unwrap();
+        channels.get(2, "127.0.0.1:7002").unwrap();
+        channels.get(3, "127.0.0.1:7003").unwrap();
+        assert_eq!(
+            channels.cached(),
+            [(2, "127.0.0.1:7002".into()), (3, "127.0.0.1:7003".into())]
+        );
+        // Node 3 removed, node 4 added at its address: dialed as node 4 (with TLS, checking
+        // node 4's certificate name), and node 3's channel is gone.
+        channels.get(4, "127.0.0.1:7003").unwrap();
+        assert_eq!(
+            channels.cached(),
+            [(2, "127.0.0.1:7002".into()), (4, "127.0.0.1:7003".into())]
+        );
+    }
 
     #[test]
     fn a_peer_message_is_admitted_only_with_the_same_clock() {

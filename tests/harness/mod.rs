@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use leasehold::cli::certs;
-use leasehold::cli::local::{local_addrs, LocalCluster};
+use leasehold::cli::local::{local_addrs, LocalCluster, PlaneAddrs};
 use leasehold::proto::v1 as pb;
 use leasehold::tls::Tls;
 use leasehold_client::{Acquired, Answer, LeaseClient, Written};
@@ -103,13 +103,43 @@ impl Harness {
         Harness::launch(cluster, Some(tls), dir).await
     }
 
+    /// Like `start_tls`, for one node per pair of `addrs` (two may share a peer address, for
+    /// a node that takes a removed one's place), with the cluster configured by `configure`
+    /// first; only nodes 1 to `started` are started, the others when the test `restart`s them.
+    pub async fn start_tls_at(
+        addrs: &[PlaneAddrs],
+        started: u64,
+        configure: impl FnOnce(LocalCluster) -> LocalCluster,
+    ) -> Harness {
+        let dir = TempDir::new().expect("temp dir");
+        let certs = certs::ensure(dir.path(), addrs.len() as u64 + SPARE_NODE_CERTS).unwrap();
+        let cluster = configure(
+            LocalCluster::new(binary().as_ref(), dir.path(), addrs, false).with_tls(&certs),
+        );
+        let tls = Tls::load(&certs.client()).unwrap().client_config(None);
+        Harness::launch_some(cluster, Some(tls), dir, started).await
+    }
+
     async fn launch(
-        mut cluster: LocalCluster,
+        cluster: LocalCluster,
         tls: Option<tonic::transport::ClientTlsConfig>,
         dir: TempDir,
     ) -> Harness {
+        let all = cluster.nodes().len() as u64;
+        Harness::launch_some(cluster, tls, dir, all).await
+    }
+
+    /// Starts nodes 1 to `started` and waits until one of them leads.
+    async fn launch_some(
+        mut cluster: LocalCluster,
+        tls: Option<tonic::transport::ClientTlsConfig>,
+        dir: TempDir,
+        started: u64,
+    ) -> Harness {
         let endpoints = cluster.endpoints();
-        cluster.start_all().expect("start nodes");
+        for id in 1..=started {
+            cluster.start(id).expect("start nodes");
+        }
         let harness = Harness {
             client: client_for(&endpoints, tls.as_ref()),
             cluster,
