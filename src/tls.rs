@@ -26,6 +26,13 @@ use crate::raft::NodeId;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Handshaken connections waiting for the gRPC server to take them.
 const ACCEPTED_QUEUE: usize = 64;
+/// TLS handshakes one plane runs at once. A connection past it is closed at once, so a flood
+/// of connections that never finish their handshake holds this many file descriptors for at
+/// most [`HANDSHAKE_TIMEOUT`], not one per connection.
+const MAX_HANDSHAKES: usize = 256;
+/// Distinct (address, reason) pairs the refusal log remembers; past it, it forgets them all
+/// and logs each again once.
+const MAX_REFUSALS_REMEMBERED: usize = 1_024;
 
 /// The name a node's certificate carries, and peers check for when they dial it.
 pub fn node_name(id: NodeId) -> String {
@@ -194,11 +201,13 @@ pub struct RefusalLog(Arc<Mutex<HashSet<(IpAddr, String)>>>);
 impl RefusalLog {
     pub fn refused(&self, plane: &str, from: Option<SocketAddr>, reason: &str) {
         let ip = from.map_or(IpAddr::from([0, 0, 0, 0]), |a| a.ip());
-        let first = self
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((ip, reason.to_owned()));
+        let first = {
+            let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if seen.len() >= MAX_REFUSALS_REMEMBERED {
+                seen.clear();
+            }
+            seen.insert((ip, reason.to_owned()))
+        };
         if first {
             tracing::warn!(plane, from = %ip, reason, "refused a connection (logged once per address and reason)");
         }
@@ -216,6 +225,7 @@ pub fn incoming(
 ) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
     let (accepted, stream) = tokio::sync::mpsc::channel(ACCEPTED_QUEUE);
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
     tokio::spawn(async move {
         loop {
             let (tcp, from) = tokio::select! {
@@ -230,15 +240,19 @@ pub fn incoming(
                 },
                 () = accepted.closed() => return,
             };
+            let Ok(handshaking) = handshakes.clone().try_acquire_owned() else {
+                refusals.refused(plane, Some(from), "too many TLS handshakes in flight");
+                continue;
+            };
             let _ = tcp.set_nodelay(true);
             let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive.to_socket2());
             let acceptor = acceptor.clone();
             let accepted = accepted.clone();
             let refusals = refusals.clone();
             tokio::spawn(async move {
-                let reason = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
-                    .await
-                {
+                let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
+                drop(handshaking);
+                let reason = match handshake {
                     Ok(Ok(tls)) => {
                         let _ = accepted.send(Ok(tls)).await;
                         return;
@@ -251,4 +265,61 @@ pub fn incoming(
         }
     });
     ReceiverStream::new(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    #[test]
+    fn the_refusal_log_remembers_a_bounded_number_of_refusals() {
+        let log = RefusalLog::default();
+        for port in 0..(3 * MAX_REFUSALS_REMEMBERED as u16) {
+            let from = SocketAddr::from(([127, 0, 0, 1], port));
+            log.refused("client", Some(from), &format!("reason {port}"));
+        }
+        let remembered = log.0.lock().unwrap().len();
+        assert!(
+            (1..=MAX_REFUSALS_REMEMBERED).contains(&remembered),
+            "{remembered}"
+        );
+    }
+
+    /// Connections that never start their handshake hold at most `MAX_HANDSHAKES` slots; the
+    /// next one is closed at once instead of holding a file descriptor of its own.
+    #[tokio::test]
+    async fn a_connection_past_the_handshakes_in_flight_is_closed_at_once() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let certs = crate::cli::certs::ensure(dir.path(), 1).unwrap();
+        let tls = Tls::load(&certs.node(1)).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let keepalive = KeepAlive {
+            idle: Duration::from_secs(60),
+            interval: Duration::from_secs(10),
+            retries: 3,
+        };
+        let _incoming = incoming(
+            listener,
+            tls.server_config(false).unwrap(),
+            "client",
+            RefusalLog::default(),
+            keepalive,
+        );
+        let mut idle = Vec::new();
+        for _ in 0..MAX_HANDSHAKES {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let mut past = TcpStream::connect(addr).await.unwrap();
+        let read = tokio::time::timeout(Duration::from_secs(2), past.read(&mut [0; 16])).await;
+        assert!(
+            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+            "the connection past the bound was kept: {read:?}"
+        );
+        // The ones in flight are still waited for.
+        let read =
+            tokio::time::timeout(Duration::from_millis(200), idle[0].read(&mut [0; 16])).await;
+        assert!(read.is_err(), "{read:?}");
+    }
 }

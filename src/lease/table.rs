@@ -29,6 +29,26 @@ pub struct LeaseTable {
     /// free), without a scan. Derived from `leases`, so not stored: rebuilt on load.
     #[serde(skip)]
     expiries: BTreeSet<(u64, String)>,
+    /// The sums (wrapping) of [`entry_hash`] over `leases` and over `rows`, kept at every change
+    /// of either, so that [`digest`](Self::digest) costs the same at any size. Derived: rebuilt
+    /// on load.
+    #[serde(skip)]
+    lease_sum: u64,
+    #[serde(skip)]
+    row_sum: u64,
+}
+
+/// One lease's or row's share of the digest: its name and value, as postcard encodes them.
+fn entry_hash(name: &str, value: &impl Serialize) -> u64 {
+    super::fnv1a(&postcard::to_allocvec(&(name, value)).unwrap_or_default())
+}
+
+/// Keeps a digest sum in step with an entry that goes from `before` to `after` (each its
+/// [`entry_hash`], `None` where the entry is not in the table).
+fn rehash(sum: &mut u64, before: Option<u64>, after: Option<u64>) {
+    *sum = sum
+        .wrapping_sub(before.unwrap_or(0))
+        .wrapping_add(after.unwrap_or(0));
 }
 
 /// Leases one [`Op::Forget`] drops at most, so that applying it stays short; the leader logs
@@ -61,6 +81,12 @@ impl From<Stored> for LeaseTable {
             .iter()
             .map(|(name, lease)| (lease.expires_at_ms, name.clone()))
             .collect();
+        let lease_sum = stored.leases.iter().fold(0u64, |sum, (name, lease)| {
+            sum.wrapping_add(entry_hash(name, lease))
+        });
+        let row_sum = stored.rows.iter().fold(0u64, |sum, (key, value)| {
+            sum.wrapping_add(entry_hash(key, value))
+        });
         LeaseTable {
             now_ms: stored.now_ms,
             leases: stored.leases,
@@ -68,6 +94,8 @@ impl From<Stored> for LeaseTable {
             sessions: stored.sessions,
             forgotten_floor: stored.forgotten_floor,
             expiries,
+            lease_sum,
+            row_sum,
         }
     }
 }
@@ -156,10 +184,28 @@ impl LeaseTable {
         self.rows.get(key).map(Vec::as_slice)
     }
 
-    /// A fingerprint of the whole state, equal on replicas that applied the same log: FNV-1a
-    /// over the table's canonical encoding (stable across processes and builds, unlike std's
-    /// hasher).
+    /// A fingerprint of the whole state, equal on replicas that applied the same log, and
+    /// cheap at any number of leases and rows: FNV-1a (stable across processes and builds,
+    /// unlike std's hasher) over the clock, the floor, the sessions, and the sums of every
+    /// lease's and row's own hash, which every change keeps up to date. The sessions are
+    /// encoded whole: there are as many as clients seen in the last hour.
     pub fn digest(&self) -> u64 {
+        let parts = (
+            self.now_ms,
+            self.forgotten_floor,
+            &self.sessions,
+            self.leases.len(),
+            self.lease_sum,
+            self.rows.len(),
+            self.row_sum,
+        );
+        super::fnv1a(&postcard::to_allocvec(&parts).unwrap_or_default())
+    }
+
+    /// FNV-1a over the table's whole encoding: what [`digest`](Self::digest) was before it was
+    /// kept up to date, and so what the header of a backup saved then names. O(state): for
+    /// `snapshot restore` of such a file only.
+    pub fn encoding_digest(&self) -> u64 {
         super::fnv1a(&postcard::to_allocvec(self).unwrap_or_default())
     }
 
@@ -368,6 +414,7 @@ impl LeaseTable {
             }
             self.expiries.pop_first();
             if let Some(lease) = self.leases.remove(&name) {
+                rehash(&mut self.lease_sum, Some(entry_hash(&name, &lease)), None);
                 self.forgotten_floor = self.forgotten_floor.max(lease.token).max(lease.fence);
             }
             forgotten += 1;
@@ -381,9 +428,11 @@ impl LeaseTable {
         if let Some(lease) = self.leases.get_mut(name) {
             match lease.holder_at(now_ms) {
                 Some(current) if current == holder => {
-                    let before = lease.expires_at_ms;
+                    let (before, hashed) = (lease.expires_at_ms, entry_hash(name, lease));
                     lease.expires_at_ms = expires_at_ms;
                     reindex(&mut self.expiries, name, Some(before), Some(expires_at_ms));
+                    let rehashed = entry_hash(name, lease);
+                    rehash(&mut self.lease_sum, Some(hashed), Some(rehashed));
                     return Outcome::Granted {
                         token: lease.token,
                         expires_at_ms,
@@ -402,6 +451,7 @@ impl LeaseTable {
         }
         // Indexed by its expiry if it is in the table already.
         let before = self.leases.get(name).map(|lease| lease.expires_at_ms);
+        let hashed = self.leases.get(name).map(|lease| entry_hash(name, lease));
         let floor = self.forgotten_floor;
         let lease = self.leases.entry(name.to_owned()).or_insert_with(|| Lease {
             // A name not in the table (never seen, or forgotten) starts above every token a
@@ -421,6 +471,8 @@ impl LeaseTable {
             expires_at_ms,
             fence: token,
         };
+        let rehashed = entry_hash(name, lease);
+        rehash(&mut self.lease_sum, hashed, Some(rehashed));
         reindex(&mut self.expiries, name, before, Some(expires_at_ms));
         Outcome::Granted {
             token,
@@ -449,11 +501,13 @@ impl LeaseTable {
                 })
             }
             Some(_) => {
-                let before = lease.expires_at_ms;
+                let (before, hashed) = (lease.expires_at_ms, entry_hash(name, lease));
                 lease.holder = None;
                 // Free at once: the next acquire must not wait for the old expiry.
                 lease.expires_at_ms = now_ms;
                 reindex(&mut self.expiries, name, Some(before), Some(now_ms));
+                let rehashed = entry_hash(name, lease);
+                rehash(&mut self.lease_sum, Some(hashed), Some(rehashed));
                 Outcome::Released { token }
             }
         }
@@ -463,7 +517,9 @@ impl LeaseTable {
         if let Err(refusal) = self.pass_fence(fence) {
             return refusal;
         }
-        self.rows.insert(key.to_owned(), value.to_vec());
+        let replaced = self.rows.insert(key.to_owned(), value.to_vec());
+        let hashed = replaced.map(|old| entry_hash(key, &old));
+        rehash(&mut self.row_sum, hashed, Some(entry_hash(key, &value)));
         Outcome::Written
     }
 
@@ -471,8 +527,11 @@ impl LeaseTable {
         if let Err(refusal) = self.pass_fence(fence) {
             return refusal;
         }
+        let removed = self.rows.remove(key);
+        let hashed = removed.as_ref().map(|old| entry_hash(key, old));
+        rehash(&mut self.row_sum, hashed, None);
         Outcome::Deleted {
-            existed: self.rows.remove(key).is_some(),
+            existed: removed.is_some(),
         }
     }
 
@@ -512,7 +571,13 @@ impl LeaseTable {
         if *token < lease.fence {
             return Err(Outcome::StaleToken { fence: lease.fence });
         }
+        let hashed = entry_hash(name, lease);
         lease.fence = *token;
+        rehash(
+            &mut self.lease_sum,
+            Some(hashed),
+            Some(entry_hash(name, lease)),
+        );
         Ok(())
     }
 }
@@ -1244,5 +1309,56 @@ mod tests {
         assert_eq!(t.next_expiry_ms(), Some(1_000));
         t.apply(&at(600, release("a", "x", 1)));
         assert_eq!(t.next_expiry_ms(), None);
+    }
+
+    /// The digest kept up to date by every change equals the one a table loaded from the same
+    /// state computes from scratch, after every kind of command.
+    #[test]
+    fn the_digest_kept_along_equals_the_digest_of_the_state_loaded_afresh() {
+        let mut t = LeaseTable::default();
+        let mut seed = 7u64;
+        let mut next = |below: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (seed >> 33) % below
+        };
+        let mut now = 0;
+        for _ in 0..2_000 {
+            now += next(300);
+            let name = format!("l{}", next(8));
+            let op = match next(7) {
+                0 | 1 => acquire(&name, &format!("h{}", next(3)), 200 + next(800)),
+                2 => {
+                    let token = t
+                        .lease(&name)
+                        .map_or(1, |l| l.token)
+                        .saturating_sub(next(2));
+                    release(&name, &format!("h{}", next(3)), token)
+                }
+                3 => {
+                    // The current token, or one before it: accepted, raising the fence, or stale.
+                    let token = t
+                        .lease(&name)
+                        .map_or(1, |l| l.token)
+                        .saturating_sub(next(2));
+                    fenced(&format!("k{}", next(5)), "v", &name, token)
+                }
+                4 => plain(&format!("k{}", next(5)), &format!("v{}", next(3))),
+                5 => Op::Delete {
+                    key: format!("k{}", next(5)),
+                    fence: None,
+                },
+                _ => Op::Forget { retention_ms: 500 },
+            };
+            t.apply(&at(now, op));
+            let loaded: LeaseTable =
+                postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
+            assert_eq!(
+                t.digest(),
+                loaded.digest(),
+                "after {} leases",
+                t.lease_count()
+            );
+        }
+        assert!(t.lease_count() > 0 && t.row_count() > 0);
     }
 }

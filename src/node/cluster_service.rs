@@ -201,6 +201,8 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         _: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
+        // Admitted like every request: a client looping status must not outrun the node.
+        let _working = self.node.admit(1)?;
         if !self.node.is_member() {
             return Err(super::NodeError::NotMember(self.node.id()).into());
         }
@@ -225,6 +227,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         &self,
         _: Request<pb::NodeStatusRequest>,
     ) -> Result<Response<pb::NodeStatus>, Status> {
+        let _working = self.node.admit(1)?;
         Ok(Response::new(self.local()))
     }
 }
