@@ -506,3 +506,323 @@ async fn watch_prints_one_json_line_per_event() {
     assert_eq!(events[0]["token"], token);
     assert!(events[1]["log_index"].as_u64() > events[0]["log_index"].as_u64());
 }
+
+/// A `leasehold hold` under test, with its stderr collected line by line as it comes (a stopped
+/// `hold` writes nothing more, but what it wrote before is kept). Dropped, it is resumed,
+/// killed and reaped, whatever the test did to it.
+struct Running {
+    child: std::process::Child,
+    lines: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Running {
+    fn start(mut command: std::process::Command) -> Running {
+        let mut child = command
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        std::thread::spawn({
+            let lines = lines.clone();
+            move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    lines.lock().unwrap().push(line);
+                }
+            }
+        });
+        Running { child, lines }
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child, not reaped yet (it is reaped only in `wait`/drop).
+        unsafe {
+            libc::kill(self.child.id() as i32, signal);
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+
+    /// The latest renewal's (or the grant's) send, in unix ms, from the `-v` lines.
+    fn last_sent(&self) -> Option<u128> {
+        let lines = self.lines.lock().unwrap();
+        lines
+            .iter()
+            .filter_map(|line| unix_ms_after(line, "sent at unix ms"))
+            .max()
+    }
+
+    fn renewals(&self) -> usize {
+        let lines = self.lines.lock().unwrap();
+        lines.iter().filter(|l| l.contains("renewed")).count()
+    }
+
+    /// Its exit status, waited for up to `within`.
+    async fn exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let status = wait_for("hold to exit", within, || {
+            let status = self.child.try_wait().unwrap();
+            async move { status }
+        })
+        .await;
+        // Let the reader thread take the last lines.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        status
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.signal(libc::SIGCONT);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A process the test made outside its own children (a daemon of a command under `hold`),
+/// named by the pid file it wrote: killed on drop if it still runs. Killed only if its command
+/// line still names `dir`, so a recycled pid is never hit.
+struct Stray {
+    pid_file: std::path::PathBuf,
+    dir: std::path::PathBuf,
+}
+
+impl Stray {
+    fn pid(&self) -> Option<i32> {
+        std::fs::read_to_string(&self.pid_file)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Whether it still runs, as our process (its command line names our dir).
+    fn runs(&self) -> bool {
+        let Some(pid) = self.pid() else { return false };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit_once(')')
+            .is_none_or(|(_, rest)| rest.trim_start().starts_with('Z'));
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        !zombie && String::from_utf8_lossy(&cmdline).contains(&*self.dir.to_string_lossy())
+    }
+}
+
+impl Drop for Stray {
+    fn drop(&mut self) {
+        if let (true, Some(pid)) = (self.runs(), self.pid()) {
+            // SAFETY: kill(2); the pid was checked just now to be our own daemon.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// The latest heartbeat, in unix ms, of a file of `date +%s%3N` lines.
+fn last_beat(beats: &std::path::Path) -> Option<u128> {
+    std::fs::read_to_string(beats)
+        .ok()?
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .max()
+}
+
+/// Now, in unix ms, as `date +%s%3N` tells it.
+fn unix_now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// A shell loop that appends a heartbeat (unix ms) to `beats` every 20 ms.
+fn heartbeat_loop(beats: &std::path::Path) -> String {
+    format!(
+        "while :; do date +%s%3N >> {}; sleep 0.02; done",
+        beats.display()
+    )
+}
+
+/// Waits until the wall clock reads `unix_ms`.
+async fn until_unix_ms(unix_ms: u128) {
+    let now = unix_now_ms();
+    if unix_ms > now {
+        tokio::time::sleep(Duration::from_millis((unix_ms - now) as u64)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_hold_leaves_nothing_of_its_command_running_past_the_safe_deadline() {
+    let h = Harness::start(3, false).await;
+    let beats = h.dir().join("beats");
+    let ttl_ms: u128 = 2_000;
+    let mut running = Running::start(hold(
+        &h,
+        &[
+            "job",
+            "--holder",
+            "w",
+            "--ttl",
+            "2",
+            "-v",
+            "--",
+            "sh",
+            "-c",
+            &heartbeat_loop(&beats),
+        ],
+    ));
+    wait_for("two renewals", Duration::from_secs(10), || {
+        let renewed = running.renewals() >= 2 && last_beat(&beats).is_some();
+        async move { renewed.then_some(()) }
+    })
+    .await;
+    // As `kill -STOP %1`, a supervisor or a debugger would: `hold` itself sends nothing more.
+    running.signal(libc::SIGSTOP);
+    let stopped_at = unix_now_ms();
+    // A renewal sent just before the stop may still be reported: the latest send is read once
+    // nothing more can come.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let last_sent = running
+        .last_sent()
+        .unwrap_or_else(|| panic!("no renewal reported: {}", running.stderr()));
+    assert!(last_sent <= stopped_at, "{}", running.stderr());
+    // Past the store's expiry of the last renewal, and some.
+    until_unix_ms(last_sent + ttl_ms + 300).await;
+    let beat = last_beat(&beats).unwrap();
+    assert!(
+        beat < last_sent + ttl_ms,
+        "the command of a stopped hold was alive {} ms after the last renewal was sent (TTL \
+         {ttl_ms} ms)",
+        beat - last_sent
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(last_beat(&beats), Some(beat), "the command still runs");
+    // Resumed, `hold` finds its deadline passed: the lease was lost.
+    running.signal(libc::SIGCONT);
+    let status = running.exit(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(4), "{}", running.stderr());
+    eprintln!(
+        "last beat {} ms after the last renewal's send (TTL {ttl_ms} ms)",
+        beat - last_sent
+    );
+}
+
+/// `hold -v --ttl 2` of a command that starts a daemon (double fork, `setsid`) writing
+/// heartbeats to `beats` and its pid to `pid_file`, then runs `rest`.
+fn daemonizing(beats: &std::path::Path, pid_file: &std::path::Path, rest: &str) -> String {
+    format!(
+        "(setsid sh -c 'echo $$ > {}; {}' &); {rest}",
+        pid_file.display(),
+        heartbeat_loop(beats)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_that_daemonizes_is_dead_by_the_deadline_when_the_majority_dies() {
+    let mut h = Harness::start(3, false).await;
+    let beats = h.dir().join("beats");
+    let stray = Stray {
+        pid_file: h.dir().join("daemon.pid"),
+        dir: h.dir().to_owned(),
+    };
+    let ttl_ms: u128 = 2_000;
+    let script = daemonizing(&beats, &stray.pid_file, "exec sleep 600");
+    let mut running = Running::start(hold(
+        &h,
+        &[
+            "job", "--holder", "w", "--ttl", "2", "-v", "--", "sh", "-c", &script,
+        ],
+    ));
+    wait_for("a renewal and a beat", Duration::from_secs(10), || {
+        let ready = running.renewals() >= 1 && last_beat(&beats).is_some() && stray.runs();
+        async move { ready.then_some(()) }
+    })
+    .await;
+    h.kill(2);
+    h.kill(3);
+    let status = running.exit(Duration::from_secs(10)).await;
+    let stderr = running.stderr();
+    assert_eq!(status.code(), Some(4), "{stderr}");
+    let last_sent = running
+        .last_sent()
+        .unwrap_or_else(|| panic!("no renewal reported: {stderr}"));
+    until_unix_ms(last_sent + ttl_ms + 300).await;
+    let beat = last_beat(&beats).unwrap();
+    assert!(
+        beat < last_sent + ttl_ms,
+        "the command's daemon was alive {} ms after the last renewal was sent (TTL {ttl_ms} \
+         ms): {stderr}",
+        beat - last_sent
+    );
+    assert!(!stray.runs(), "the daemon still runs");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_left_behind_by_its_command_is_dead_before_hold_releases_the_lease() {
+    let h = Harness::start(3, false).await;
+    let beats = h.dir().join("beats");
+    let stray = Stray {
+        pid_file: h.dir().join("daemon.pid"),
+        dir: h.dir().to_owned(),
+    };
+    // The command ends as soon as its daemon beats: `hold` then releases the lease.
+    let rest = format!("while [ ! -s {} ]; do sleep 0.01; done", beats.display());
+    let script = daemonizing(&beats, &stray.pid_file, &rest);
+    let mut running = Running::start(hold(
+        &h,
+        &[
+            "job", "--holder", "w", "--ttl", "5", "--", "sh", "-c", &script,
+        ],
+    ));
+    let status = running.exit(Duration::from_secs(10)).await;
+    let exited = unix_now_ms();
+    assert_eq!(status.code(), Some(0), "{}", running.stderr());
+    let lease = h.client.get_lease("job").await.unwrap().outcome;
+    assert_eq!(lease.holder, None, "released when the command ended");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let beat = last_beat(&beats).unwrap();
+    assert!(
+        beat < exited,
+        "the daemon the command left was alive {} ms after hold released the lease",
+        beat - exited
+    );
+    assert!(!stray.runs(), "the daemon still runs");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hold_does_not_start_its_command_when_the_grant_came_after_the_safe_deadline() {
+    let h = Harness::start(3, false).await;
+    let leader = h.leader().await;
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let marker = h.dir().join("ran");
+    // Without a follower the leader cannot commit the grant: it is answered once they resume,
+    // later than the TTL less the margin (900 ms) after it was sent.
+    for id in &followers {
+        h.cluster.signal(*id, libc::SIGSTOP);
+    }
+    let script = format!("echo ran > {}", marker.display());
+    let mut running = Running::start(hold(
+        &h,
+        &[
+            "job", "--holder", "w", "--ttl", "1", "-v", "--", "sh", "-c", &script,
+        ],
+    ));
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    for id in &followers {
+        h.cluster.signal(*id, libc::SIGCONT);
+    }
+    let status = running.exit(Duration::from_secs(30)).await;
+    let stderr = running.stderr();
+    assert_eq!(status.code(), Some(4), "{stderr}");
+    assert!(
+        !stderr.contains("running"),
+        "the command was started past its deadline: {stderr}"
+    );
+    assert!(!marker.exists(), "the command ran: {stderr}");
+}

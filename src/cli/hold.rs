@@ -2,10 +2,13 @@
 //! lease, and never lets it run while another holder may hold it.
 //!
 //! The lease is kept by a [`Holder`], whose safe deadline counts from the send of the last
-//! successful renewal. When renewals fail, the command's process group gets SIGTERM a grace
-//! period before the deadline and SIGKILL at it; a renewal that finds the lease taken kills it
-//! at once. Either way `hold` exits 4. When the command ends by itself, `hold` releases the
-//! lease and exits with the command's code.
+//! successful renewal. The deadline is enforced from the command's side, by a guard process
+//! (`leasehold __hold-guard`, see [`super::hold_guard`]) that is the command's parent: `hold`
+//! sends it every new deadline, and when renewals fail it SIGTERMs everything the command
+//! started a grace period before the deadline and SIGKILLs it at the deadline, even when `hold`
+//! itself is stopped; a renewal that finds the lease taken has it kill at once. Either way
+//! `hold` exits 4. When the command ends by itself, `hold` releases the lease and exits with
+//! the command's code.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -13,6 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use leasehold_client::{default_margin, HoldError, Holder, Lost};
 use tokio::time::Instant;
 
+use super::hold_guard::{self, CONT, LOST, STOP};
 use super::{ClientOpts, Exit};
 
 /// Exit code when the lease was lost under the command.
@@ -64,7 +68,7 @@ fn unix_ms(at: Instant) -> u128 {
     wall.as_millis()
 }
 
-/// Sends `signal` to the command's whole process group.
+/// Sends `signal` to the guard's process group, which the command shares.
 fn signal_group(pgid: i32, signal: libc::c_int) {
     // SAFETY: kill(2) with a negative pid signals that process group; no memory is shared.
     unsafe {
@@ -72,7 +76,63 @@ fn signal_group(pgid: i32, signal: libc::c_int) {
     }
 }
 
+/// `at`, an instant of the monotonic clock, in CLOCK_MONOTONIC nanoseconds: the clock the guard
+/// reads. Read before `Instant::now()`, the clock makes the result a little early, never late.
+fn monotonic_ns(at: Instant) -> u64 {
+    let clock = hold_guard::monotonic_ns();
+    let now = Instant::now();
+    if at >= now {
+        clock.saturating_add((at - now).as_nanos() as u64)
+    } else {
+        clock.saturating_sub((now - at).as_nanos() as u64)
+    }
+}
+
+/// `hold`'s end of the pipe to the guard.
+struct Guard(std::os::fd::OwnedFd);
+
+impl Guard {
+    /// Sends a deadline or a message. The pipe never fills (a message per renewal), and a
+    /// guard that is gone has killed the command already: a failed write needs nothing done.
+    fn tell(&self, message: u64) {
+        use std::os::fd::AsRawFd;
+        let bytes = message.to_le_bytes();
+        // SAFETY: write(2) of a buffer we own to a pipe we own; 8 bytes are written whole.
+        unsafe {
+            libc::write(self.0.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+        }
+    }
+}
+
+/// A pipe's (read, write) ends, both close-on-exec, the write end non-blocking.
+fn pipe() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 and fcntl on fds we then own.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let ends = (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        );
+        libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK);
+        Ok(ends)
+    }
+}
+
 pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
+    // A background `hold` that writes to the terminal (under `stty tostop`) or reads from it
+    // would be stopped, and its renewals with it. The guard and the command get the
+    // dispositions back.
+    // SAFETY: signal(2) with SIG_IGN; it returns the disposition it replaced.
+    let tty_dispositions = unsafe {
+        [
+            (libc::SIGTTOU, libc::signal(libc::SIGTTOU, libc::SIG_IGN)),
+            (libc::SIGTTIN, libc::signal(libc::SIGTTIN, libc::SIG_IGN)),
+        ]
+    };
     let ttl = Duration::from_millis(args.ttl_ms);
     let grace = Duration::from_millis(args.grace.unwrap_or((args.ttl_ms / 4).min(1_000)));
     let margin = args
@@ -111,38 +171,70 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
         }
         Err(e) => return Err(e.into()),
     };
-    let mut command = tokio::process::Command::new(&args.command[0]);
+    let mut standing = holder.standing();
+    let start = standing.borrow_and_update().clone();
+    // An acquire answered after its safe deadline (its retries took the TTL) starts nothing.
+    let too_late = (Instant::now() >= start.safe_until).then_some(Lost::Unrenewed);
+    if let Some(lost) = start.lost.clone().or(too_late) {
+        eprintln!(
+            "leasehold hold: lease {} lost ({lost}) before the command started; it was not run",
+            holder.lease()
+        );
+        return Ok(Exit::Code(LOST_EXIT));
+    }
+    let (deadlines, writer) = pipe()?;
+    let guard = Guard(writer);
+    let deadlines_fd = std::os::fd::AsRawFd::as_raw_fd(&deadlines);
+    let hold_pid = std::process::id() as libc::pid_t;
+    // /proc/self/exe rather than current_exe(): it names this very binary even if its file was
+    // replaced or removed since `hold` started.
+    let mut command = tokio::process::Command::new("/proc/self/exe");
     command
-        .args(&args.command[1..])
+        .arg0("leasehold")
+        .arg("__hold-guard")
+        .arg(format!("--fd={deadlines_fd}"))
+        .arg(format!("--hold-pid={hold_pid}"))
+        .arg(format!("--grace-ms={}", grace.as_millis()))
+        .arg(format!("--until-ns={}", monotonic_ns(start.safe_until)))
+        .arg("--")
+        .args(&args.command)
+        // Through the guard to the command.
         .env("LEASEHOLD_LEASE", holder.lease())
         .env("LEASEHOLD_TOKEN", holder.token().to_string())
         .env("LEASEHOLD_HOLDER", holder.holder())
-        // Its own process group, so SIGTERM and SIGKILL reach whatever it started too.
+        // A process group of its own, away from `hold`'s: a `kill -STOP %1` or a Ctrl-Z for
+        // `hold` does not stop the guard. The command shares the guard's group.
         .process_group(0);
-    let hold_pid = std::process::id() as libc::pid_t;
     // SAFETY: between fork and exec the closure calls only async-signal-safe functions
-    // (prctl, getppid) and allocates nothing.
+    // (prctl, getppid, fcntl, signal) and allocates nothing.
     unsafe {
         command.pre_exec(move || {
-            // If `hold` itself dies (kill -9, a crash), nothing would stop the command at the
-            // deadline any more: the kernel kills it with its parent instead.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            // If `hold` dies (kill -9, a crash), the guard gets SIGHUP, which it takes for a
+            // wake-up: it then finds `hold` gone and kills the command and all it started.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGHUP) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             // `hold` died before the prctl took effect.
             if libc::getppid() != hold_pid {
                 libc::_exit(1);
             }
+            // The guard's read end of the pipe, kept open across the exec.
+            if libc::fcntl(deadlines_fd, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for (signal, disposition) in tty_dispositions {
+                libc::signal(signal, disposition);
+            }
             Ok(())
         });
     }
     let mut child = command
         .spawn()
-        .map_err(|e| anyhow::anyhow!("cannot run {:?}: {e}", args.command[0]))?;
+        .map_err(|e| anyhow::anyhow!("cannot run the guard of {:?}: {e}", args.command[0]))?;
+    drop(deadlines);
     let pgid = child.id().map_or(0, |pid| pid as i32);
-    let mut standing = holder.standing();
     if args.verbose {
-        let granted = standing.borrow().clone();
+        let granted = &start;
         eprintln!(
             "leasehold hold: {} granted to {} with token {}; sent at unix ms {}, safe until unix \
              ms {}; running {:?} as process group {pgid}",
@@ -157,15 +249,17 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
     let mut terminated = false;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    // The command is in a process group of its own, away from the terminal's: a Ctrl-Z stops
-    // `hold` only, and its renewals, while the command ran on. So `hold` stops the command,
-    // then itself, and on resuming lets it run again only while the holding is safe.
+    // The command is in the guard's process group, away from the terminal's: a Ctrl-Z stops
+    // `hold` only, and its renewals, while the command ran on. So `hold` has the guard stop
+    // the command, then stops itself, and on resuming lets it run again only while the holding
+    // is safe (the guard checks too).
     let mut suspend =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(libc::SIGTSTP))?;
     let lost = loop {
         let now = standing.borrow_and_update().clone();
-        // Both end in SIGKILL at once, below. A loss the store answered means another may act
-        // already; a deadline passed means another may be granted the lease any moment.
+        // Both end in SIGKILL at once, below (the guard kills by itself at the deadline). A loss
+        // the store answered means another may act already; a deadline passed means another
+        // may be granted the lease any moment.
         if let Some(lost) = now.lost {
             break lost;
         }
@@ -180,10 +274,12 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
         tokio::select! {
             status = child.wait() => {
                 let status = status?;
-                if terminated {
-                    // It ended on the SIGTERM of a failing lease, not by itself.
+                if terminated || Instant::now() >= term_at {
+                    // It ended on the guard's SIGTERM of a failing lease, not by itself.
                     break Lost::Unrenewed;
                 }
+                // The guard exits once nothing the command started runs any more: the lease
+                // can go.
                 // Past the deadline a release is moot: the lease is expiring anyway.
                 let safe_until = holder.safe_until();
                 match tokio::time::timeout_at(safe_until, holder.release()).await {
@@ -201,6 +297,7 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
                 if changed.is_err() {
                     break Lost::Unrenewed;
                 }
+                guard.tell(monotonic_ns(standing.borrow().safe_until));
                 if args.verbose {
                     let renewed = standing.borrow().clone();
                     eprintln!(
@@ -216,28 +313,34 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
                     holder.lease(),
                     grace.as_millis()
                 );
-                signal_group(pgid, libc::SIGTERM);
+                // Sent by the guard, to everything the command started, at this same time.
                 terminated = true;
             }
             () = tokio::time::sleep_until(now.safe_until) => {}
             _ = interrupt.recv() => signal_group(pgid, libc::SIGINT),
             _ = suspend.recv() => {
-                signal_group(pgid, libc::SIGSTOP);
+                guard.tell(STOP);
                 // SAFETY: raise(3) stops this process until SIGCONT; no memory is shared.
                 unsafe {
                     libc::raise(libc::SIGSTOP);
                 }
                 if Instant::now() < holder.safe_until() {
-                    signal_group(pgid, libc::SIGCONT);
+                    guard.tell(CONT);
                 }
-                // Past the deadline, the loop's first check kills it, still stopped.
+                // Past the deadline the guard has killed it, still stopped.
             }
             _ = terminate.recv() => signal_group(pgid, libc::SIGTERM),
         }
     };
-    // Whatever of its process group is left, and reap it.
-    signal_group(pgid, libc::SIGKILL);
-    let _ = child.wait().await;
+    // The guard kills everything the command started, and exits. Should it not within the
+    // margin (the time left until the store's own expiry; 20 ms at least, for the guard to walk
+    // the process tree), the process group is killed, guard included.
+    guard.tell(LOST);
+    let backstop = margin.max(Duration::from_millis(20));
+    if tokio::time::timeout(backstop, child.wait()).await.is_err() {
+        signal_group(pgid, libc::SIGKILL);
+        let _ = child.wait().await;
+    }
     eprintln!(
         "leasehold hold: lease {} lost ({lost}); the command was killed",
         holder.lease()

@@ -10,6 +10,7 @@ mod cluster;
 mod commands;
 mod demo;
 mod hold;
+mod hold_guard;
 pub mod local;
 mod member;
 mod serve;
@@ -173,6 +174,9 @@ enum Cmd {
     /// (without --wait); 4 if the lease was lost, after killing the command before another
     /// holder could be granted it.
     Hold(hold::HoldArgs),
+    /// The parent of `hold`'s command, which enforces its deadline (run by `hold` only).
+    #[command(name = "__hold-guard", hide = true)]
+    HoldGuard(hold_guard::GuardArgs),
     /// Print lease events (granted, renewed, released, expired) as they are applied.
     Watch(watch::WatchArgs),
     /// Add, remove or list the cluster's members.
@@ -218,6 +222,10 @@ pub fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // Single threaded, without the runtime: the guard blocks signals for the whole process.
+    if let Cmd::HoldGuard(args) = cli.command {
+        return ExitCode::from(hold_guard::run(args));
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -274,6 +282,7 @@ async fn run(command: Cmd, client: &ClientOpts) -> anyhow::Result<Exit> {
         Cmd::Advance { by_ms } => commands::advance(client, by_ms).await,
         Cmd::Status { watch } => commands::status(client, watch).await,
         Cmd::Hold(args) => hold::run(client, args).await,
+        Cmd::HoldGuard(_) => unreachable!("main runs the guard before the runtime starts"),
         Cmd::Watch(args) => watch::run(client, args).await,
         Cmd::Snapshot(command) => snapshot::run(client, command).await,
         Cmd::Member(command) => member::run(client, command).await,

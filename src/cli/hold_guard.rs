@@ -1,0 +1,349 @@
+//! `leasehold __hold-guard` (hidden): the parent of the command that `leasehold hold` runs, and
+//! the one that enforces the holding's safe deadline on it.
+//!
+//! `hold` cannot do that alone: a stopped `hold` (SIGSTOP, a debugger, SIGTTOU) sends no
+//! signal, and PR_SET_PDEATHSIG fires only on death. So `hold` execs this guard, in a process
+//! group of its own that the command shares, and tells it every new deadline through a pipe.
+//! The guard SIGTERMs everything the command started a grace period before the deadline and
+//! SIGKILLs it at the deadline, unless a later deadline came first; it kills at once when `hold`
+//! says the lease is lost, or when `hold` is gone (the pipe closes, or it is no longer our
+//! parent). As a child subreaper it adopts whatever the command double-forks or `setsid`s away,
+//! and it kills by walking the process tree, not the process group, so a daemon cannot escape.
+//! When the command ends by itself, what it left running gets SIGTERM and, after the grace, SIGKILL
+//! before the guard exits: `hold` releases the lease only when nothing of it runs.
+//!
+//! Single threaded and without the async runtime, so that blocking signals here blocks them for
+//! the whole process.
+
+use std::os::unix::process::CommandExt;
+
+/// A message of `hold` on the pipe: a new safe deadline, in CLOCK_MONOTONIC nanoseconds (the
+/// one clock every process of a machine shares), or one of these.
+pub const LOST: u64 = 0;
+/// Stop everything the command started (Ctrl-Z on `hold`).
+pub const STOP: u64 = u64::MAX;
+/// Let it run again, if the deadline has not passed.
+pub const CONT: u64 = u64::MAX - 1;
+
+#[derive(clap::Args)]
+pub struct GuardArgs {
+    /// The read end of `hold`'s pipe.
+    #[arg(long)]
+    fd: libc::c_int,
+    /// `hold`'s pid: once it is not our parent any more, `hold` is gone.
+    #[arg(long)]
+    hold_pid: libc::pid_t,
+    /// SIGTERM this long before the deadline.
+    #[arg(long)]
+    grace_ms: u64,
+    /// The first safe deadline (CLOCK_MONOTONIC ns).
+    #[arg(long)]
+    until_ns: u64,
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+/// CLOCK_MONOTONIC now, in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// The guard's exit code when it killed the command (as a SIGKILL would show).
+const KILLED: u8 = 128 + libc::SIGKILL as u8;
+
+/// The exit code `hold` reports for a wait status: the command's code, or 128 + its signal.
+fn exit_code(status: libc::c_int) -> u8 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status) as u8
+    } else {
+        (128 + libc::WTERMSIG(status)) as u8
+    }
+}
+
+/// Runs the guard; the exit code is the command's.
+pub fn run(args: GuardArgs) -> u8 {
+    let grace_ns = args.grace_ms.saturating_mul(1_000_000);
+    // SAFETY: plain system calls on values we own; the process is single threaded here.
+    let signals = unsafe {
+        // Blocked, these cannot stop the guard (SIGTSTP, SIGTTIN, SIGTTOU) nor kill it
+        // (SIGINT, SIGTERM and SIGQUIT that `hold` or a user sends to the process group are
+        // for the command); a blocked SIGTTOU also lets it write to the terminal. SIGCHLD and
+        // SIGHUP (our PDEATHSIG, set by `hold`) are read from a signalfd, as wake-ups.
+        let mut blocked: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut blocked);
+        for signal in [
+            libc::SIGCHLD,
+            libc::SIGHUP,
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGQUIT,
+            libc::SIGTSTP,
+            libc::SIGTTIN,
+            libc::SIGTTOU,
+        ] {
+            libc::sigaddset(&mut blocked, signal);
+        }
+        libc::sigprocmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut());
+        let mut wake: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut wake);
+        libc::sigaddset(&mut wake, libc::SIGCHLD);
+        libc::sigaddset(&mut wake, libc::SIGHUP);
+        // Orphans of the command's descendants become ours, not init's.
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+        // The command must not inherit the pipe; reads must never block the loop.
+        libc::fcntl(args.fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        libc::fcntl(args.fd, libc::F_SETFL, libc::O_NONBLOCK);
+        libc::signalfd(-1, &wake, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
+    };
+    let mut pipe = Pipe {
+        fd: args.fd,
+        partial: Vec::new(),
+        until: args.until_ns,
+        gone: false,
+    };
+    // The deadline is checked once more, and a loss `hold` already sent read, before anything
+    // starts.
+    pipe.read();
+    if pipe.gone || pipe.until <= monotonic_ns() || parent() != args.hold_pid {
+        return KILLED;
+    }
+    let mut command = std::process::Command::new(&args.command[0]);
+    command.args(&args.command[1..]);
+    let guard_pid = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid,
+    // sigprocmask), and nothing is allocated.
+    unsafe {
+        command.pre_exec(move || {
+            // The command dies with the guard, whatever kills the guard.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != guard_pid {
+                libc::_exit(1);
+            }
+            // What the guard blocked, the command gets as usual.
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let child = match command.spawn() {
+        Ok(child) => child.id() as libc::pid_t,
+        Err(e) => {
+            eprintln!("error: cannot run {:?}: {e}", args.command[0]);
+            return 1;
+        }
+    };
+    let mut status = None;
+    let mut terminated = false;
+    // Once the command has ended: until when what it left running may take its SIGTERM.
+    let mut finish_by = None;
+    loop {
+        reap(child, &mut status);
+        let now = monotonic_ns();
+        if pipe.gone || parent() != args.hold_pid || now >= pipe.until {
+            kill_all();
+            return status.map_or(KILLED, exit_code);
+        }
+        let term_at = pipe.until.saturating_sub(grace_ns);
+        if now < term_at {
+            // A renewal came after all; the SIGTERM was sent, the command decides.
+            terminated = false;
+        } else if !terminated {
+            signal_all(libc::SIGTERM);
+            terminated = true;
+        }
+        let mut wake_at = if terminated { pipe.until } else { term_at };
+        if let Some(status) = status {
+            let by = *finish_by.get_or_insert_with(|| {
+                signal_all(libc::SIGTERM);
+                now + grace_ns
+            });
+            if descendants().is_empty() {
+                return exit_code(status);
+            }
+            if now >= by {
+                kill_all();
+                return exit_code(status);
+            }
+            // Their deaths are not all ours to be told of: look again soon.
+            wake_at = wake_at.min(by).min(now + 10_000_000);
+        }
+        if signals < 0 {
+            // No signalfd: no word of the command's end but by looking.
+            wake_at = wake_at.min(now + 20_000_000);
+        }
+        let wait = wake_at.saturating_sub(now);
+        let timeout = libc::timespec {
+            tv_sec: (wait / 1_000_000_000) as libc::time_t,
+            tv_nsec: (wait % 1_000_000_000) as libc::c_long,
+        };
+        let mut fds = [
+            libc::pollfd {
+                fd: pipe.fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: signals,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: ppoll on our own array; the signalfd is drained into a buffer we own.
+        unsafe {
+            libc::ppoll(fds.as_mut_ptr(), 2, &timeout, std::ptr::null());
+            let mut info = [0u8; 128 * 8];
+            while libc::read(signals, info.as_mut_ptr().cast(), info.len()) > 0 {}
+        }
+        for message in pipe.read() {
+            match message {
+                STOP => signal_all(libc::SIGSTOP),
+                CONT if monotonic_ns() < pipe.until => signal_all(libc::SIGCONT),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The guard's end of `hold`'s pipe.
+struct Pipe {
+    fd: libc::c_int,
+    partial: Vec<u8>,
+    /// The latest deadline `hold` sent ([`LOST`]: at once).
+    until: u64,
+    /// The pipe closed: `hold` died.
+    gone: bool,
+}
+
+impl Pipe {
+    /// What `hold` sent since the last read; a deadline is taken in at once, the other
+    /// messages are returned.
+    fn read(&mut self) -> Vec<u64> {
+        let mut messages = Vec::new();
+        let mut buf = [0u8; 512];
+        loop {
+            // SAFETY: read(2) into a buffer we own; the fd is non-blocking.
+            let n = unsafe { libc::read(self.fd, buf.as_mut_ptr().cast(), buf.len()) };
+            match n {
+                0 => {
+                    self.gone = true;
+                    break;
+                }
+                n if n < 0 => {
+                    if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                        break;
+                    }
+                }
+                n => self.partial.extend_from_slice(&buf[..n as usize]),
+            }
+        }
+        let whole = self.partial.len() / 8 * 8;
+        for chunk in self.partial.drain(..whole).collect::<Vec<_>>().chunks(8) {
+            let message = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+            match message {
+                STOP | CONT => messages.push(message),
+                until => self.until = until,
+            }
+        }
+        messages
+    }
+}
+
+fn parent() -> libc::pid_t {
+    // SAFETY: getppid(2) cannot fail.
+    unsafe { libc::getppid() }
+}
+
+/// Reaps every child that ended (the command, and orphans adopted as subreaper); the command's
+/// wait status goes into `status`.
+fn reap(command: libc::pid_t, status: &mut Option<libc::c_int>) {
+    loop {
+        let mut wait_status = 0;
+        // SAFETY: waitpid(2) writes into a c_int we own.
+        let pid = unsafe { libc::waitpid(-1, &mut wait_status, libc::WNOHANG) };
+        if pid <= 0 {
+            return;
+        }
+        if pid == command {
+            *status = Some(wait_status);
+        }
+    }
+}
+
+/// Every live process under the guard, whatever its process group or session, from the parent
+/// links in /proc.
+fn descendants() -> Vec<libc::pid_t> {
+    let mut children: std::collections::HashMap<libc::pid_t, Vec<libc::pid_t>> =
+        std::collections::HashMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the name, which is in parentheses and may hold anything: state, ppid.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let (Some(state), Some(ppid)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        // A zombie runs nothing, and its children have been handed on already.
+        if state != "Z" {
+            if let Ok(ppid) = ppid.parse() {
+                children.entry(ppid).or_default().push(pid);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    let mut next = vec![std::process::id() as libc::pid_t];
+    while let Some(pid) = next.pop() {
+        for &child in children.get(&pid).into_iter().flatten() {
+            found.push(child);
+            next.push(child);
+        }
+    }
+    found
+}
+
+fn signal_all(signal: libc::c_int) {
+    for pid in descendants() {
+        // SAFETY: kill(2) of a process found under us just now; a pid freed and reused by
+        // another in between is the one race this leaves (pids are reused only after they
+        // wrapped around).
+        unsafe {
+            libc::kill(pid, signal);
+        }
+    }
+}
+
+/// SIGKILLs every descendant and reaps ours, again and again until none is left: one that
+/// forked between the walk and the kill is found on the next walk (its parent's death makes it
+/// ours).
+fn kill_all() {
+    let mut ignored = None;
+    loop {
+        let left = descendants();
+        if left.is_empty() {
+            return;
+        }
+        for pid in left {
+            // SAFETY: as in `signal_all`.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        reap(0, &mut ignored);
+    }
+}
