@@ -405,3 +405,39 @@ async fn a_leases_life_across_a_leader_kill_stays_within_half_a_second_of_its_tt
         "within half a second of the TTL across the kill: {life:?}"
     );
 }
+
+/// The same across a leader *paused* (SIGSTOP) 2 s after the grant, with the rival asking a
+/// follower. A paused process keeps its connections open, so the follower's forwarded acquire
+/// waited on the old leader for seconds after the follower knew a new one: the lease lived
+/// 7.1 s through the CLI. The follower now gives the write up (indeterminate) when it sees the
+/// leader change, and the client retries it by name.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leases_life_across_a_leader_pause_stays_within_half_a_second_of_its_ttl() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let h = Harness::start(3, false).await;
+    let ttl = Duration::from_secs(5);
+    let old = h.leader().await;
+    let follower = if old == 1 { 2 } else { 1 };
+    let rival = h.client_of(follower);
+    let sent = Instant::now();
+    let token = granted(
+        &h.client
+            .acquire("job", "a", ttl.as_millis() as u64)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(token, Some(1));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    h.cluster.signal(old, libc::SIGSTOP);
+    let life = wait_for("the rival's grant", Duration::from_secs(20), || async {
+        let answer = rival.acquire("job", "b", 60_000).await.ok()?;
+        granted(&answer).map(|_| sent.elapsed())
+    })
+    .await;
+    h.cluster.signal(old, libc::SIGCONT);
+    assert!(life >= ttl, "never sooner than the TTL: {life:?}");
+    assert!(
+        life <= ttl + Duration::from_millis(500),
+        "within half a second of the TTL across the pause: {life:?}"
+    );
+}

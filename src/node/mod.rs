@@ -473,12 +473,36 @@ impl Node {
                 }),
                 Some(op),
             ) => {
-                self.inner
-                    .forwarder
-                    .write(leader, &addr, (op, request))
-                    .await
+                let forwarded = self.inner.forwarder.write(leader, &addr, (op, request));
+                // A leader that stopped answering without closing its connections (paused, or
+                // cut off) holds the write until the call times out, long after this node
+                // knows it no longer leads. The write may have reached it: indeterminate, and
+                // the client retries it by name, here or where the leader is now.
+                tokio::select! {
+                    answer = forwarded => answer,
+                    () = self.leader_moves_from(leader) => Err(NodeError::ForwardLost {
+                        leader,
+                        addr,
+                        reason: "this node no longer sees it lead".into(),
+                    }
+                    .into()),
+                }
             }
             (Err(e), _) => Err(e.into()),
+        }
+    }
+
+    /// Resolves once this node no longer sees `leader` lead: an election started, or another
+    /// node won one.
+    async fn leader_moves_from(&self, leader: NodeId) {
+        let mut metrics = self.inner.raft.metrics();
+        let moved = metrics
+            .wait_for(|m| m.current_leader != Some(leader))
+            .await
+            .map(drop);
+        if moved.is_err() {
+            // Raft stopped: the forwarded call ends by itself then.
+            std::future::pending::<()>().await;
         }
     }
 
