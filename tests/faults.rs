@@ -747,16 +747,16 @@ struct Heal {
     network: bool,
 }
 
-/// The TTL of the lease a leader kill is probed with.
+/// The TTL of the lease a leader fault is probed with.
 const PROBE_TTL: Duration = Duration::from_secs(2);
-/// How much longer than its TTL the probe lease may live across a leader kill, measured from
+/// How much longer than its TTL the probe lease may live across a leader fault, measured from
 /// when its acquire was sent to when a rival polling every 50 ms is granted it.
 const PROBE_SLACK: Duration = Duration::from_millis(500);
 
 /// The history's client ids of the lease probe and its rival.
 const PROBE_CLIENT: u32 = 200;
 
-/// A lease acquired just before a leader kill, and when its acquire was sent.
+/// A lease acquired just before a leader fault, and when its acquire was sent.
 struct LeaseProbe {
     name: String,
     sent: Instant,
@@ -984,7 +984,7 @@ async fn fault_run(
     let mut windows: Vec<(String, u64, u64)> = Vec::new();
     let mut unavailable: BTreeMap<String, Duration> = BTreeMap::new();
     let mut probe = 0;
-    let mut probing: Option<tokio::task::JoinHandle<Option<Duration>>> = None;
+    let mut probing: Option<(Fault, tokio::task::JoinHandle<Option<Duration>>)> = None;
     let mut lives = Vec::new();
     let mut self_exits: Vec<(u64, Duration, String)> = Vec::new();
     let began = Instant::now();
@@ -993,24 +993,32 @@ async fn fault_run(
         let fault = *rng.pick(faults);
         let label = format!("{fault:?}");
         println!("{:>7} ms: {label}", began.elapsed().as_millis());
-        // A probe's life is measured across its leader kill alone: no other fault starts
+        // A probe's life is measured across its leader fault alone: no other fault starts
         // before a rival holds it.
-        if let Some(pending) = probing.take() {
-            lives.push(pending.await.unwrap());
+        if let Some((kind, pending)) = probing.take() {
+            lives.push((kind, pending.await.unwrap()));
         }
         let from = recorder.now_ns();
-        // Before a leader kill, a probe lease: its life must stay within the carried time's
-        // bound across the kill.
+        // Before a leader fault (kill, pause, isolation, one-way loss), a probe lease: its life
+        // must stay within the carried time's bound across the fault.
         let lease_probe = match fault {
-            Fault::KillLeader => LeaseProbe::acquire(&cluster, &recorder, lives.len()).await,
+            Fault::KillLeader
+            | Fault::PauseLeader
+            | Fault::IsolateLeader
+            | Fault::OneWayFromLeader => {
+                LeaseProbe::acquire(&cluster, &recorder, lives.len()).await
+            }
             _ => None,
         };
         let heal = inject(fault, &mut cluster, &mut rng).await;
         if let Some(lease_probe) = lease_probe {
-            probing = Some(tokio::spawn(lease_probe.until_a_rival_holds_it(
-                cluster.client(&cluster.endpoints, Duration::from_secs(3)),
-                recorder.clone(),
-            )));
+            probing = Some((
+                fault,
+                tokio::spawn(lease_probe.until_a_rival_holds_it(
+                    cluster.client(&cluster.endpoints, Duration::from_secs(3)),
+                    recorder.clone(),
+                )),
+            ));
         }
         // Pauses outlast the election timeout; everything outlasts a failover.
         tokio::time::sleep(Duration::from_millis(rng.between(1_000, 3_000))).await;
@@ -1041,8 +1049,8 @@ async fn fault_run(
     for client in clients {
         client.await.unwrap();
     }
-    if let Some(pending) = probing.take() {
-        lives.push(pending.await.unwrap());
+    if let Some((kind, pending)) = probing.take() {
+        lives.push((kind, pending.await.unwrap()));
     }
 
     // Durability: everything restarts at once, then every replica must agree.
@@ -1147,32 +1155,33 @@ async fn fault_run(
         ));
     }
 
-    // Store time carried across a leader kill: a lease lives its TTL, hardly more, never less.
-    if !lives.is_empty() {
-        let shown: Vec<String> = lives
-            .iter()
-            .map(|life| life.map_or("none".into(), |l| l.as_millis().to_string()))
-            .collect();
+    // Store time carried across a leader fault: a lease lives its TTL, hardly more, never less.
+    let mut by_kind: BTreeMap<Fault, Vec<String>> = BTreeMap::new();
+    for (kind, life) in &lives {
+        let shown = life.map_or("none".into(), |l| l.as_millis().to_string());
+        by_kind.entry(*kind).or_default().push(shown);
+    }
+    for (kind, shown) in &by_kind {
         println!(
-            "probe leases ({} ms TTL) across leader kills lived: {} ms",
+            "probe leases ({} ms TTL) across {kind:?} lived: {} ms",
             PROBE_TTL.as_millis(),
             shown.join(", ")
         );
     }
-    for (n, life) in lives.iter().enumerate() {
+    for (n, (kind, life)) in lives.iter().enumerate() {
         match life {
             Some(life) if *life < PROBE_TTL => anomalies.push(Anomaly::new(
                 "lease life",
-                format!("probe-{n} was granted to a rival {life:?} after it was acquired, before its TTL of {PROBE_TTL:?}"),
+                format!("probe-{n} was granted to a rival {life:?} after it was acquired, before its TTL of {PROBE_TTL:?} ({kind:?})"),
             )),
             Some(life) if *life > PROBE_TTL + PROBE_SLACK => anomalies.push(Anomaly::new(
                 "lease life",
-                format!("probe-{n} lived {life:?} across a leader kill, more than its TTL of {PROBE_TTL:?} and {PROBE_SLACK:?}"),
+                format!("probe-{n} lived {life:?} across {kind:?}, more than its TTL of {PROBE_TTL:?} and {PROBE_SLACK:?}"),
             )),
             Some(_) => {}
             None => anomalies.push(Anomaly::new(
                 "lease life",
-                format!("probe-{n} was never granted to a rival within 20 s of its acquire"),
+                format!("probe-{n} was never granted to a rival within 20 s of its acquire ({kind:?})"),
             )),
         }
     }

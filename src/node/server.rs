@@ -178,8 +178,9 @@ pub async fn run(
         // Its vote would be forgotten, and a node that forgets its vote may vote twice.
         return Err(StartError::Config(format!(
             "data dir {} holds a log in the format of an older Leasehold (raft.redb), which this \
-             version cannot read; start this node with an empty data dir",
-            config.data_dir.display()
+             version cannot read; {}",
+            config.data_dir.display(),
+            crate::raft::REPLACE_NODE
         )));
     }
 

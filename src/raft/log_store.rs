@@ -93,6 +93,44 @@ type Entry = openraft::Entry<TypeConfig>;
 pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 const STATE: &str = "state";
 const STATE_TMP: &str = "state.tmp";
+/// What a state file starts with since it carries a checksum: these bytes, then the CRC-32 of
+/// the encoded state (little-endian), then the state. A file without them is of the format
+/// before, read as it is.
+const STATE_MAGIC: &[u8; 4] = b"LHS2";
+
+/// What to do about a node whose data dir cannot be read: incarnations refuse an emptied data
+/// dir under the node's old id.
+pub(crate) const REPLACE_NODE: &str = "restore this node's data dir from a copy of it, or replace the      node: `leasehold member remove ID`, then add it back under a new id with an empty data dir";
+
+/// The state file's bytes: magic, checksum, state.
+fn state_bytes(state: &State) -> Result<Vec<u8>, StorageError> {
+    let payload = encode(state).map_err(write_error)?;
+    let mut bytes = Vec::with_capacity(8 + payload.len());
+    bytes.extend_from_slice(STATE_MAGIC);
+    bytes.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+    bytes.extend_from_slice(&payload);
+    Ok(bytes)
+}
+
+/// The state a state file holds, or why it cannot be trusted.
+fn parse_state(path: &Path, bytes: &[u8]) -> Result<State, StorageError> {
+    let Some(rest) = bytes.strip_prefix(STATE_MAGIC) else {
+        return decode(bytes).map_err(read_error);
+    };
+    let damaged = |why: &str| {
+        read_error(format!(
+            "{} is damaged ({why}): it holds this node's vote, and a node that forgot its vote              may vote twice in a term, so it refuses to start; {REPLACE_NODE}",
+            path.display()
+        ))
+    };
+    let (crc, payload) = rest
+        .split_first_chunk::<4>()
+        .ok_or_else(|| damaged("shorter than its header"))?;
+    if crc32fast::hash(payload) != u32::from_le_bytes(*crc) {
+        return Err(damaged("its checksum does not match"));
+    }
+    decode(payload).map_err(|e| damaged(&format!("it does not decode: {e}")))
+}
 
 /// Cheap to clone: clones share one log, as openraft's log readers expect.
 #[derive(Clone)]
@@ -191,7 +229,7 @@ impl LogStore {
             Err(e) => return Err(read_error(e)),
         };
         let state: State = match disk.read(&dir.join(STATE)) {
-            Ok(bytes) => decode(&bytes).map_err(read_error)?,
+            Ok(bytes) => parse_state(&dir.join(STATE), &bytes)?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => State::default(),
             Err(e) => return Err(read_error(e)),
         };
@@ -240,8 +278,7 @@ impl LogStore {
                     return Err(read_error(format!(
                         "{} is a log segment of format 1 (no header checksum), written by an \
                          older Leasehold, which this one does not read: run the older build, or \
-                         move this node's data dir aside and start it empty so that it catches \
-                         up from the leader (one node at a time)",
+                         {REPLACE_NODE} so that it catches up from the leader (one node at a time)",
                         path.display()
                     )));
                 }
@@ -249,7 +286,7 @@ impl LogStore {
             if let Some((at, why)) = why {
                 return Err(read_error(format!(
                     "{} is corrupt at byte {at} ({why}): refusing to start rather than serve a \
-                     log with a hole; restore this node's data dir or start it empty",
+                     log with a hole; {REPLACE_NODE}",
                     path.display()
                 )));
             }
@@ -337,7 +374,7 @@ impl Index {
 impl Shared {
     /// Replaces the state file, durably.
     fn write_state(&self, state: &State) -> Result<(), StorageError> {
-        let bytes = encode(state).map_err(write_error)?;
+        let bytes = state_bytes(state)?;
         let tmp = self.dir.join(STATE_TMP);
         let file = self.disk.open(&tmp, Open::Truncated).map_err(write_error)?;
         file.write_all_at(&bytes, 0).map_err(write_error)?;
@@ -630,8 +667,44 @@ pub(crate) mod tests {
         fn a_state_file_of_any_bytes_decodes_without_a_panic(
             bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)
         ) {
-            let _ = decode::<State>(&bytes);
+            let _ = parse_state(Path::new("state"), &bytes);
+            let mut marked = STATE_MAGIC.to_vec();
+            marked.extend_from_slice(&bytes);
+            let _ = parse_state(Path::new("state"), &marked);
         }
+    }
+
+    /// The vote's state file carries a checksum: a damaged one stops the node and says what to
+    /// do, and one written before the checksum is still read.
+    #[tokio::test]
+    async fn a_damaged_state_file_stops_the_node_and_an_old_one_is_still_read() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let vote = Vote::new(7, 2);
+        {
+            let mut log = LogStore::open(dir.path()).unwrap();
+            log.save_vote(&vote).await.unwrap();
+        }
+        let path = dir.path().join(STATE);
+        let mut bytes = fs::read(&path).unwrap();
+        assert!(bytes.starts_with(STATE_MAGIC));
+        *bytes.last_mut().unwrap() ^= 0x40;
+        fs::write(&path, &bytes).unwrap();
+        let error = LogStore::open(dir.path())
+            .err()
+            .expect("a damaged vote is refused")
+            .to_string();
+        assert!(
+            error.contains("damaged") && error.contains("checksum") && error.contains("new id"),
+            "{error}"
+        );
+
+        let old = State {
+            vote: Some(vote),
+            ..State::default()
+        };
+        fs::write(&path, encode(&old).unwrap()).unwrap();
+        let mut log = LogStore::open(dir.path()).unwrap();
+        assert_eq!(log.read_vote().await.unwrap(), Some(vote));
     }
 
     /// Entry `index` of term 1: one plain put, for the storage tests.
@@ -793,7 +866,7 @@ pub(crate) mod tests {
             .expect("old format refused")
             .to_string();
         assert!(error.contains("format 1"), "{error}");
-        assert!(error.contains("start it empty"), "{error}");
+        assert!(error.contains("add it back under a new id"), "{error}");
         assert_eq!(fs::read(&segment).unwrap(), bytes, "left untouched");
     }
 

@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 pub use append_times::AppendTimes;
 pub use log_store::LogStore;
+pub(crate) use log_store::REPLACE_NODE;
 pub use network::{Channels, ClockMode, PeerNetwork, CLOCK_KEY};
 pub use proposer::{weight, Proposer, WriteError, MAX_ENTRY_BYTES, WRITE_BATCHES};
 pub use reads::{ReadError, Reads};
