@@ -184,6 +184,12 @@ fn leasehold(endpoints: &[String], args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `snapshot restore --gap` in the test below: small, to read tokens by.
+const GAP: u64 = 1_000;
+
+/// The new cluster has the saved rows, leases and store time; its tokens, fences and session
+/// ids are `snapshot restore --gap` on, so none is one the old cluster handed out after the
+/// save (review of e8637e4, 6: the same token went to two holders, one on each cluster).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_saved_snapshot_restores_into_a_new_cluster_with_the_same_state() {
     let old = Harness::start(3, true).await;
@@ -209,6 +215,10 @@ async fn a_saved_snapshot_restores_into_a_new_cluster_with_the_same_state() {
         .into_iter()
         .find(|n| n.id == leader)
         .unwrap();
+    // The old cluster goes on after the save: it grants `other` again.
+    let old_after =
+        harness::granted(&old.client.acquire("other", "c-old", 90_000).await.unwrap()).unwrap();
+    assert_eq!(old_after, b + 1);
 
     let new = Harness::start_prepared(3, true, |cluster| {
         for node in cluster.nodes() {
@@ -223,6 +233,8 @@ async fn a_saved_snapshot_restores_into_a_new_cluster_with_the_same_state() {
                     node.data_dir.to_str().unwrap(),
                     "--id",
                     &id,
+                    "--gap",
+                    &GAP.to_string(),
                     "--peers",
                     &cluster.peers(),
                 ],
@@ -243,19 +255,33 @@ async fn a_saved_snapshot_restores_into_a_new_cluster_with_the_same_state() {
         },
     )
     .await;
+    let gap = GAP;
     for n in &nodes {
-        assert_eq!(n.state_digest, before.state_digest, "node {}", n.id);
+        assert_eq!(n.state_digest, nodes[0].state_digest, "node {}", n.id);
+        assert_ne!(n.state_digest, before.state_digest, "tokens moved on");
         assert_eq!(n.store_time_ms, before.store_time_ms, "node {}", n.id);
+        assert_eq!(n.sessions, 0, "no session carries over");
     }
     let lease = new.client.get_lease("job").await.unwrap().outcome;
-    assert_eq!((lease.holder.as_deref(), lease.token), (Some("a"), a));
+    assert_eq!((lease.holder.as_deref(), lease.token), (Some("a"), a + gap));
     assert_eq!(
         new.client.get("report").await.unwrap().outcome.as_deref(),
         Some(&b"by a"[..])
     );
-    // Tokens go on from the saved ones: the next grant of `other` is above b's.
+    // Tokens go on from past the saved ones: the next grant of `other` is above b's, and
+    // above the one the old cluster handed out after the save, which is stale here.
     let next = harness::granted(&new.client.acquire("other", "c", 1_000).await.unwrap()).unwrap();
-    assert!(next > b, "token {next} after {b}");
+    assert!(next > b + gap, "token {next} after {b}");
+    let old_token = new
+        .client
+        .put("report", b"by c-old", Some(("other", old_after)))
+        .await
+        .unwrap()
+        .outcome;
+    assert!(
+        matches!(old_token, leasehold_client::Written::StaleToken { .. }),
+        "the old cluster's token {old_after} after the save was accepted: {old_token:?}"
+    );
     // And a damaged file is refused before anything is written.
     let mut bytes = std::fs::read(&file).unwrap();
     let last = bytes.len() - 1;

@@ -17,6 +17,10 @@ use crate::raft::{restore_data_dir, ClockMode, SavedAt};
 
 const MAGIC: &str = "leasehold-snapshot 1";
 
+/// `snapshot restore --gap`'s default: a billion grants of one lease, or sessions, after the
+/// save, which no cluster reaches; tokens stay far from u64's end.
+pub const DEFAULT_GAP: u64 = 1_000_000_000;
+
 #[derive(clap::Subcommand)]
 pub enum SnapshotCmd {
     /// Write a consistent snapshot of the cluster's state, taken by the leader at a committed
@@ -35,6 +39,11 @@ pub enum SnapshotCmd {
         /// The new cluster's voters, as `serve --peers` takes them.
         #[arg(long, value_parser = super::serve::parse_peers)]
         peers: BTreeMap<u64, String>,
+        /// How far every token, fence and session id moves on, past what the old cluster may
+        /// have handed out after the save: it must have granted fewer than this per lease, and
+        /// opened fewer sessions. Sessions do not carry over; clients open new ones.
+        #[arg(long, default_value_t = DEFAULT_GAP)]
+        gap: u64,
     },
 }
 
@@ -59,7 +68,8 @@ pub async fn run(opts: &ClientOpts, command: SnapshotCmd) -> anyhow::Result<Exit
             data_dir,
             id,
             peers,
-        } => restore(&file, &data_dir, id, &peers).await,
+            gap,
+        } => restore(&file, &data_dir, id, &peers, gap).await,
     }
 }
 
@@ -139,6 +149,7 @@ async fn restore(
     data_dir: &Path,
     id: u64,
     peers: &BTreeMap<u64, String>,
+    gap: u64,
 ) -> anyhow::Result<Exit> {
     let (header, state) = read(file)?;
     let at = SavedAt {
@@ -146,15 +157,15 @@ async fn restore(
         term: header.term,
         leader_id: header.leader_id,
     };
-    restore_data_dir(data_dir, id, peers, at, state)
+    let digest = restore_data_dir(data_dir, id, peers, at, state, gap)
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
     crate::node::check_clock_mode(data_dir, ClockMode::from_manual(header.manual_clock))?;
     println!(
-        "restored the state at log index {} (digest {:016x}) into {} for node {id}; start it \
-         with `leasehold serve --id {id} --data-dir {} --peers ...` and the same --peers{}",
+        "restored the state at log index {} into {} for node {id}, tokens and session ids {gap} \
+         on (digest {digest:016x}); start it with `leasehold serve --id {id} --data-dir {} \
+         --peers ...` and the same --peers{}",
         header.log_index,
-        header.state_digest,
         data_dir.display(),
         data_dir.display(),
         if header.manual_clock {

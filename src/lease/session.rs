@@ -39,6 +39,17 @@ struct Stored {
     by_client: BTreeMap<u64, Session>,
 }
 
+impl Sessions {
+    /// For a cluster restored from a backup: no session goes on (the old cluster may have
+    /// answered requests of each after the save, which a retry here would apply again), and
+    /// ids start `gap` past the saved ones, past those the old cluster handed out since.
+    pub fn restored(&mut self, gap: u64) {
+        self.by_client.clear();
+        self.idle.clear();
+        self.next_client = self.next_client.saturating_add(gap);
+    }
+}
+
 impl From<Stored> for Sessions {
     fn from(stored: Stored) -> Self {
         let idle = stored

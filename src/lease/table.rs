@@ -202,6 +202,29 @@ impl LeaseTable {
         super::fnv1a(&postcard::to_allocvec(&parts).unwrap_or_default())
     }
 
+    /// The table a cluster restored from a backup starts with: every token, fence and the floor
+    /// `gap` higher, no session, and session ids `gap` past the saved ones. The old cluster may
+    /// have gone on after the save; as long as it handed out fewer than `gap` tokens per lease
+    /// and `gap` sessions since, no token or session id of the new cluster is one it handed
+    /// out, and a holder of the old cluster finds its token stale here.
+    pub fn restored(mut self, gap: u64) -> LeaseTable {
+        for lease in self.leases.values_mut() {
+            lease.token = lease.token.saturating_add(gap);
+            lease.fence = lease.fence.saturating_add(gap);
+        }
+        self.forgotten_floor = self.forgotten_floor.saturating_add(gap);
+        self.sessions.restored(gap);
+        let stored = Stored {
+            now_ms: self.now_ms,
+            leases: self.leases,
+            rows: self.rows,
+            sessions: self.sessions,
+            forgotten_floor: self.forgotten_floor,
+        };
+        // Rebuilt as a load would: the digest's sums follow the new tokens.
+        LeaseTable::from(stored)
+    }
+
     /// FNV-1a over the table's whole encoding: what [`digest`](Self::digest) was before it was
     /// kept up to date, and so what the header of a backup saved then names. O(state): for
     /// `snapshot restore` of such a file only.

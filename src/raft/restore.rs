@@ -21,14 +21,17 @@ pub struct SavedAt {
 }
 
 /// Prepares `dir` (absent or empty) for node `id` of a new cluster of `peers` (id to peer
-/// address), from `state`, a snapshot's bytes taken at `at`.
+/// address), from `state`, a snapshot's bytes taken at `at`, with tokens and session ids moved
+/// `gap` on (see [`LeaseTable::restored`](crate::lease::LeaseTable::restored)). Returns the
+/// restored state's digest.
 pub async fn restore_data_dir(
     dir: &Path,
     id: NodeId,
     peers: &BTreeMap<NodeId, String>,
     at: SavedAt,
     state: Vec<u8>,
-) -> Result<(), String> {
+    gap: u64,
+) -> Result<u64, String> {
     if std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some()) {
         return Err(format!(
             "--data-dir {} is not empty; restore into a new directory",
@@ -40,7 +43,11 @@ pub async fn restore_data_dir(
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     // Decoded before anything is written: a state that does not decode makes no data dir.
-    super::state_machine::decode_table(&state).map_err(|e| format!("the state: {e}"))?;
+    let table = super::state_machine::decode_table(&state)
+        .map_err(|e| format!("the state: {e}"))?
+        .restored(gap);
+    let digest = table.digest();
+    let state = super::codec::encode(&table).map_err(|e| format!("the state: {e}"))?;
     let log_id = LogId::new(CommittedLeaderId::new(at.term, at.leader_id), at.log_index);
     let voters: BTreeSet<NodeId> = peers.keys().copied().collect();
     let nodes: BTreeMap<NodeId, BasicNode> = peers
@@ -62,5 +69,5 @@ pub async fn restore_data_dir(
     log.save_vote(&Vote::new(at.term, id))
         .await
         .map_err(|e| format!("writing the vote: {e}"))?;
-    Ok(())
+    Ok(digest)
 }
