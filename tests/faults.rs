@@ -714,6 +714,12 @@ enum Fault {
     OneWayFromLeader,
     Split32,
     Bridge,
+    /// Composite: a follower paused while every other node is killed and restarted, so that
+    /// it wakes carrying the time it had before the majority's restart under-counted it.
+    PausedAcrossRestart,
+    /// Composite: a follower killed and restarted, and the leader killed while the follower
+    /// is still being caught up.
+    KillLeaderWhileCatchingUp,
 }
 
 impl Fault {
@@ -731,7 +737,13 @@ impl Fault {
     fn all(nodes: usize) -> Vec<Fault> {
         use Fault::*;
         let mut all = Fault::process_faults();
-        all.extend([IsolateLeader, IsolateFollower, OneWayFromLeader]);
+        all.extend([
+            IsolateLeader,
+            IsolateFollower,
+            OneWayFromLeader,
+            PausedAcrossRestart,
+            KillLeaderWhileCatchingUp,
+        ]);
         if nodes == 5 {
             all.extend([Split32, Bridge]);
         }
@@ -854,6 +866,27 @@ async fn inject(fault: Fault, cluster: &mut Cluster, rng: &mut Rng) -> Heal {
             heal.restart = ids.clone();
         }
         Fault::PausedClient => {} // The sleeper client does this all along; a window to count it.
+        Fault::PausedAcrossRestart => {
+            cluster.nodes.signal(follower, libc::SIGSTOP);
+            let rest: Vec<u64> = ids.iter().copied().filter(|id| *id != follower).collect();
+            for &id in &rest {
+                cluster.nodes.kill(id);
+            }
+            tokio::time::sleep(Duration::from_millis(rng.between(500, 2_000))).await;
+            for &id in &rest {
+                cluster.nodes.start(id).unwrap();
+            }
+            // It stays paused while the restarted nodes elect and serve, then wakes.
+            heal.resume = vec![follower];
+        }
+        Fault::KillLeaderWhileCatchingUp => {
+            cluster.nodes.kill(follower);
+            tokio::time::sleep(Duration::from_millis(rng.between(500, 1_500))).await;
+            cluster.nodes.start(follower).unwrap();
+            tokio::time::sleep(Duration::from_millis(rng.between(0, 100))).await;
+            cluster.nodes.kill(leader);
+            heal.restart = vec![leader];
+        }
         Fault::IsolateLeader => cut(&[leader], &followers, true),
         Fault::IsolateFollower => {
             let rest: Vec<u64> = ids.iter().copied().filter(|id| *id != follower).collect();

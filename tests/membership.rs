@@ -345,3 +345,47 @@ async fn a_refused_member_add_answers_at_once_and_is_not_indeterminate() {
     }
     assert_eq!(voters(&via), [1, 2, 3], "nothing was changed");
 }
+
+/// Review of e8637e4, 6: `--join` took any data dir, so a node reused from another cluster (or
+/// a mistyped path) would bring that cluster's log and store time in once added. A joining
+/// node's data dir must be empty or its own from an earlier join.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_joining_node_refuses_a_data_dir_that_holds_another_clusters_state() {
+    let mut h = Harness::start(3, false).await;
+    h.client.put("k", b"v", None).await.unwrap();
+    h.kill(3);
+    let node = &h.cluster.nodes()[2];
+    let free = leasehold::cli::local::free_ports(2).unwrap();
+    /// Killed and reaped however the test ends.
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut serve = Reaped(
+        std::process::Command::new(harness::binary())
+            .args(["serve", "--id", "7", "--join", "--data-dir"])
+            .arg(&node.data_dir)
+            .args(["--listen", &format!("127.0.0.1:{}", free[0])])
+            .args(["--peer-listen", &format!("127.0.0.1:{}", free[1])])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let status = wait_for("serve --join to exit", Duration::from_secs(10), || {
+        let exited = serve.0.try_wait().unwrap();
+        async move { exited }
+    })
+    .await;
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut serve.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{status:?}: {err}");
+    assert!(
+        err.contains("--join: data dir") && err.contains("do not include this node's id 7"),
+        "{err}"
+    );
+}

@@ -92,6 +92,32 @@ const TICK_MIN_GAP: Duration = Duration::from_millis(50);
 
 /// What a node's flags must say, checked by `serve --check-config` on the addresses as given
 /// and at start on the addresses they resolved to: its id is one of `peers`, which name 1, 3 or
+/// A node started with `--join` waits to be added, so its data dir must be empty, or hold the
+/// state of the cluster it joined before: a membership, in its log or snapshot, that names it.
+/// A data dir of another cluster (a node reused, a path mistyped) would bring a foreign log and
+/// store time into this one once the node is added.
+fn check_join_dir(
+    config: &NodeConfig,
+    boot: raft::BootLog,
+    raft: &raft::Raft,
+) -> Result<(), StartError> {
+    let metrics = raft.metrics();
+    let metrics = metrics.borrow();
+    let empty = boot.last_index == 0 && boot.vote_term == 0 && metrics.last_applied.is_none();
+    let membership = metrics.membership_config.membership();
+    if empty || membership.get_node(&config.id).is_some() {
+        return Ok(());
+    }
+    let members: Vec<_> = membership.nodes().map(|(id, _)| *id).collect();
+    Err(StartError::Config(format!(
+        "--join: data dir {} holds the state of a cluster whose members are {members:?}, which do \
+         not include this node's id {}; a joining node starts on an empty data dir (or on its \
+         own from an earlier join)",
+        config.data_dir.display(),
+        config.id
+    )))
+}
+
 /// 5 voters unless it joins, and its two planes are apart.
 pub fn check_flags<A: PartialEq + std::fmt::Display>(
     id: NodeId,
@@ -248,6 +274,9 @@ pub async fn run(
     )
     .await
     .map_err(|e| StartError::Raft(e.to_string()))?;
+    if config.join {
+        check_join_dir(&config, boot, &raft)?;
+    }
     let link = Arc::new(super::GrpcLink(channels.clone()));
     let node = Node::new(
         &config,
