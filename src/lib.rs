@@ -21,14 +21,16 @@
 //!   short, where openraft 0.9 keeps it until the next campaign), the proposer that gathers
 //!   concurrent writes into one entry, and the reads that share one ReadIndex.
 //! - [`node`]: one running node. Its two planes (clients; peers, behind the peer gate), the
-//!   leader's clock (a new leader starts from the largest store time it or a peer carries), the
-//!   gRPC services, forwarding to the leader (writes in batches), when the node may campaign,
-//!   bootstrap and shutdown.
-//! - [`tls`]: TLS for both planes: loading the files, the accept loop that logs refusals, which
-//!   member a peer's certificate names.
+//!   leader's clock (a new leader starts from the largest store time carried here or at a peer
+//!   that applied the newest stamp, so store time never gains on real time), the gRPC services,
+//!   forwarding to the leader (writes in batches, given up once that node no longer leads), when
+//!   the node may campaign, bootstrap and shutdown.
+//! - [`tls`]: TLS for both planes: loading the files, the accept loop (a bounded number of
+//!   handshakes in flight) that logs refusals, which member a peer's certificate names.
 //! - [`metrics`]: what a node counts for Prometheus (`serve --metrics-listen`).
 //! - [`gather`]: batching of concurrent requests, for the proposer, the reads and the forwarder.
-//! - [`cli`]: the `leasehold` commands: serve, cluster, the client commands, demo.
+//! - [`cli`]: the `leasehold` commands: serve, cluster, the client commands, demo, and `hold`
+//!   with the guard process that kills its command at the deadline.
 //! - [`proto`]: code generated from `proto/`.
 
 pub mod cli;

@@ -6,7 +6,8 @@
 //! with the product's table, gives each command's outcome; the linearizability checker ties
 //! every acknowledged answer to that replay, so a bug in the product's table (a late retry
 //! applied twice, a fence check gone missing) is an answer the model does not give. The fencing
-//! and exclusion checkers judge the replay on their own terms.
+//! and exclusion checkers judge the replay on their own terms, and the store-time checker
+//! ([`store_time_follows_real_time`]) judges the clients' answers against their own clock.
 
 mod clock;
 mod fencing;
