@@ -453,11 +453,14 @@ impl PeerLink for SimLink {
         &self,
         peer: u64,
         _addr: String,
+        oldest: Option<LogId<u64>>,
         timeout: Duration,
     ) -> Pin<Box<dyn Future<Output = Result<Carried, String>> + Send>> {
         let (from, router) = (self.from, self.router.clone());
         Box::pin(async move {
-            let asked = router.deliver(from, peer, async |node| node.carried_time());
+            let asked = router.deliver(from, peer, async |node| {
+                node.carried_time_from(oldest).await
+            });
             match tokio::time::timeout(timeout, asked).await {
                 Ok(answer) => answer.map_err(|e| e.to_string()),
                 Err(_) => Err("timed out".into()),
@@ -1018,8 +1021,11 @@ async fn schedule(seed: u64) -> Run {
         fence: None,
     };
     let mut settled = None;
+    // Every attempt is a client's send: one that failed may still have applied.
+    let mut attempts = 0;
     for _ in 0..20 {
         let deadline = Instant::now() + Duration::from_secs(2);
+        attempts += 1;
         if let Completion::Ok { log_index, .. } =
             write(&sim, 1, settle.clone(), None, deadline).await
         {
@@ -1039,13 +1045,17 @@ async fn schedule(seed: u64) -> Run {
         };
     };
     let mut history = history.lock().unwrap().clone();
-    history.push(Operation {
-        client: 99,
-        request: Request::Write(settle.clone()),
-        invoked_ns: sim.now_ns(),
-        completed_ns: sim.now_ns(),
-        completion: Completion::Indeterminate("the settling write, sent until it applied".into()),
-    });
+    for _ in 0..attempts {
+        history.push(Operation {
+            client: 99,
+            request: Request::Write(settle.clone()),
+            invoked_ns: sim.now_ns(),
+            completed_ns: sim.now_ns(),
+            completion: Completion::Indeterminate(
+                "the settling write, sent until it applied".into(),
+            ),
+        });
+    }
     let mut digests = BTreeSet::new();
     for _ in 0..200 {
         digests = (1..=3)

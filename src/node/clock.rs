@@ -71,6 +71,17 @@ use crate::raft::{LogId, NodeId, StampSeen};
 /// is short, since a partitioned peer answers never and holds up the term's first write.
 pub const PEER_CARRY_WAIT: Duration = Duration::from_millis(200);
 
+/// How long an asked peer waits to apply the entry the leader's answers must count from before
+/// it answers. A new leader has applied every committed entry; its followers learn the commit
+/// index with its next message, a heartbeat at most later, so a peer that answered at once
+/// would often name an entry a few behind, and not count.
+pub const PEER_APPLY_WAIT: Duration = Duration::from_millis(120);
+
+const _: () = assert!(
+    PEER_APPLY_WAIT.as_millis() + 50 < PEER_CARRY_WAIT.as_millis(),
+    "a peer's wait to apply, and the way back, fit in the leader's wait for answers"
+);
+
 /// The store time a node carries now, and the entry it counts from: its answer to a new leader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Carried {
@@ -136,7 +147,7 @@ pub async fn ask_peers(
     let deadline = tokio::time::Instant::now() + PEER_CARRY_WAIT;
     let mut asking = tokio::task::JoinSet::new();
     for (peer, addr) in peers {
-        let answer = link.carried_time(peer, addr, PEER_CARRY_WAIT);
+        let answer = link.carried_time(peer, addr, oldest, PEER_CARRY_WAIT);
         asking.spawn(async move { (peer, answer.await) });
     }
     let mut answers = BTreeMap::new();
@@ -234,6 +245,7 @@ mod tests {
             &self,
             peer: NodeId,
             _: String,
+            _: Option<LogId>,
             _: Duration,
         ) -> Pin<Box<dyn Future<Output = Result<Carried, String>> + Send>> {
             match self.0[&peer].clone() {

@@ -35,7 +35,7 @@ pub use server::{tick_expiring_leases, MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAG
 use crate::lease::{validate, Batch, Command, Op, RequestId};
 use crate::raft::state_machine::Applying;
 use crate::raft::{
-    Applied, BootLog, Channels, LogStore, NodeId, Proposer, Raft, Reads, SharedState,
+    Applied, BootLog, Channels, LogId, LogStore, NodeId, Proposer, Raft, Reads, SharedState,
 };
 
 /// Requests a node works on at once by default (`serve --max-requests`), client requests and
@@ -430,6 +430,18 @@ impl Node {
         Ok(Some(self.inner.clock.start_term(term, base)))
     }
 
+    /// [`Node::carried_time`], once this node has applied `oldest` (the entry a new leader's
+    /// answers must count from) or [`clock::PEER_APPLY_WAIT`] passed: a follower learns that
+    /// the leader's last entries are committed with its next message.
+    pub async fn carried_time_from(&self, oldest: Option<LogId>) -> Carried {
+        if let Some(oldest) = oldest {
+            let mut applied = self.inner.state.applied_index();
+            let wait = applied.wait_for(|index| *index >= oldest.index);
+            let _ = tokio::time::timeout(clock::PEER_APPLY_WAIT, wait).await;
+        }
+        self.carried_time()
+    }
+
     /// The store time this node carries now: the newest it applied plus what its monotonic
     /// clock measured since it appended the entry that brought it (see `clock::carried_base`),
     /// and that entry. A new leader asks its peers for theirs.
@@ -492,12 +504,12 @@ impl Node {
         }
     }
 
-    /// Resolves once this node no longer sees `leader` lead: an election started, or another
-    /// node won one.
+    /// Resolves once this node sees another node than `leader` lead (itself included): not on
+    /// an election alone, which the old leader may survive.
     async fn leader_moves_from(&self, leader: NodeId) {
         let mut metrics = self.inner.raft.metrics();
         let moved = metrics
-            .wait_for(|m| m.current_leader != Some(leader))
+            .wait_for(|m| m.current_leader.is_some_and(|now| now != leader))
             .await
             .map(drop);
         if moved.is_err() {

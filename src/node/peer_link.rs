@@ -11,8 +11,8 @@ use std::time::Duration;
 use super::clock::Carried;
 use super::forwarder::{self, Answer, Forwarded};
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
-use crate::raft::codec::decode;
-use crate::raft::{Channels, NodeId};
+use crate::raft::codec::{decode, encode};
+use crate::raft::{Channels, LogId, NodeId};
 
 pub trait PeerLink: Send + Sync + 'static {
     /// Sends a batch of forwarded writes to `leader` at `addr`. One answer per write, in order;
@@ -27,10 +27,13 @@ pub trait PeerLink: Send + Sync + 'static {
     /// The store time `peer` at `addr` carries now and the entry it counts from
     /// (`Node::carried_time`), or why it did not
     /// answer within `timeout`.
+    /// The peer first waits a moment to apply `oldest`, the entry the answer must count from
+    /// (see `Node::carried_time_from`).
     fn carried_time(
         &self,
         peer: NodeId,
         addr: String,
+        oldest: Option<LogId>,
         timeout: Duration,
     ) -> Pin<Box<dyn Future<Output = Result<Carried, String>> + Send>>;
 }
@@ -52,12 +55,14 @@ impl PeerLink for GrpcLink {
         &self,
         peer: NodeId,
         addr: String,
+        oldest: Option<LogId>,
         timeout: Duration,
     ) -> Pin<Box<dyn Future<Output = Result<Carried, String>> + Send>> {
         let channels = self.0.clone();
         Box::pin(async move {
             let channel = channels.get(peer, &addr).map_err(|e| e.to_string())?;
-            let request = channels.peer_request(RaftMessage { data: Vec::new() }, timeout);
+            let data = encode(&oldest).map_err(|e| e.to_string())?;
+            let request = channels.peer_request(RaftMessage { data }, timeout);
             let reply = RaftClient::new(channel)
                 .carried_time(request)
                 .await

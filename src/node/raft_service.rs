@@ -13,7 +13,7 @@ use crate::lease::InvalidInput;
 use crate::proto::raft_v1::{raft_server, RaftMessage};
 use crate::raft::codec::{decode, encode};
 use crate::raft::incarnation;
-use crate::raft::{Applied, ClockMode, TypeConfig};
+use crate::raft::{Applied, ClockMode, LogId, TypeConfig};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 
 pub struct RaftService {
@@ -259,7 +259,12 @@ impl raft_server::Raft for RaftService {
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
         self.admit(&request)?;
-        encode_reply(&self.node.carried_time())
+        // Empty from a node of the version before, which waited for nothing.
+        let oldest: Option<LogId> = match request.get_ref().data.is_empty() {
+            true => None,
+            false => decode_request(request)?,
+        };
+        encode_reply(&self.node.carried_time_from(oldest).await)
     }
 
     async fn propose(
