@@ -389,3 +389,17 @@ async fn a_joining_node_refuses_a_data_dir_that_holds_another_clusters_state() {
         "{err}"
     );
 }
+
+/// The other side of the check above: a node added with `--join` and restarted with the same
+/// command line (as a supervisor or a StatefulSet does) finds itself in its own data dir's
+/// membership, starts, and catches up.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_joined_node_restarted_with_join_starts_on_its_own_data_dir() {
+    let mut h = Harness::start_configured(4, |c| c.with_joining(&[4])).await;
+    let via: Vec<String> = h.endpoints.clone();
+    add(&h, &via, 4);
+    h.kill(4);
+    h.client.put("while-down", b"v", None).await.unwrap();
+    h.restart(4);
+    wait_for("node 4 to catch up", Duration::from_secs(20), || h.caught_up(4)).await;
+}

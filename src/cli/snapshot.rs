@@ -41,7 +41,8 @@ pub enum SnapshotCmd {
         peers: BTreeMap<u64, String>,
         /// How far every token, fence and session id moves on, past what the old cluster may
         /// have handed out after the save: it must have granted fewer than this per lease, and
-        /// opened fewer sessions. Sessions do not carry over; clients open new ones.
+        /// opened fewer sessions. Sessions do not carry over; clients open new ones. Give every
+        /// node of the new cluster the same --gap: their states must be the same.
         #[arg(long, default_value_t = DEFAULT_GAP)]
         gap: u64,
     },

@@ -98,13 +98,9 @@ const TICK_MIN_GAP: Duration = Duration::from_millis(50);
 /// store time into this one once the node is added.
 fn check_join_dir(
     config: &NodeConfig,
-    boot: raft::BootLog,
-    raft: &raft::Raft,
+    empty: bool,
+    membership: &openraft::Membership<raft::NodeId, openraft::BasicNode>,
 ) -> Result<(), StartError> {
-    let metrics = raft.metrics();
-    let metrics = metrics.borrow();
-    let empty = boot.last_index == 0 && boot.vote_term == 0 && metrics.last_applied.is_none();
-    let membership = metrics.membership_config.membership();
     if empty || membership.get_node(&config.id).is_some() {
         return Ok(());
     }
@@ -227,7 +223,8 @@ pub async fn run(
         None => None,
     };
     let metrics = Metrics::new();
-    let (mut log_store, state_machine) = raft::open_storage(&config.data_dir, metrics.clone())?;
+    let (mut log_store, mut state_machine) =
+        raft::open_storage(&config.data_dir, metrics.clone())?;
     let boot = raft::BootLog {
         last_index: openraft::storage::RaftLogStorage::get_log_state(&mut log_store)
             .await?
@@ -238,6 +235,17 @@ pub async fn run(
             .map_or(0, |vote| vote.leader_id.term),
     };
     let state = state_machine.shared();
+    if config.join {
+        // Read from the storage as openraft will at start-up: its metrics are filled in only
+        // once its core has started.
+        let membership = openraft::StorageHelper::new(&mut log_store, &mut state_machine)
+            .get_membership()
+            .await?;
+        let empty = boot.last_index == 0
+            && boot.vote_term == 0
+            && state.read().last_applied.is_none();
+        check_join_dir(&config, empty, membership.effective().membership())?;
+    }
     tracing::info!(
         data_dir = %config.data_dir.display(),
         last_log_index = boot.last_index,
@@ -274,9 +282,6 @@ pub async fn run(
     )
     .await
     .map_err(|e| StartError::Raft(e.to_string()))?;
-    if config.join {
-        check_join_dir(&config, boot, &raft)?;
-    }
     let link = Arc::new(super::GrpcLink(channels.clone()));
     let node = Node::new(
         &config,

@@ -99,8 +99,10 @@ const STATE_TMP: &str = "state.tmp";
 const STATE_MAGIC: &[u8; 4] = b"LHS2";
 
 /// What to do about a node whose data dir cannot be read: incarnations refuse an emptied data
-/// dir under the node's old id.
-pub(crate) const REPLACE_NODE: &str = "restore this node's data dir from a copy of it, or replace the      node: `leasehold member remove ID`, then add it back under a new id with an empty data dir";
+/// dir under the node's old id, and an older copy of the dir could bring back an older vote or
+/// lose entries the node acknowledged.
+pub(crate) const REPLACE_NODE: &str = "replace the node: `leasehold member remove ID`, then add \
+     it back under a new id with an empty data dir";
 
 /// The state file's bytes: magic, checksum, state.
 fn state_bytes(state: &State) -> Result<Vec<u8>, StorageError> {
@@ -115,11 +117,23 @@ fn state_bytes(state: &State) -> Result<Vec<u8>, StorageError> {
 /// The state a state file holds, or why it cannot be trusted.
 fn parse_state(path: &Path, bytes: &[u8]) -> Result<State, StorageError> {
     let Some(rest) = bytes.strip_prefix(STATE_MAGIC) else {
-        return decode(bytes).map_err(read_error);
+        // The format before the checksum: whole, or not at all (a file of zeros would decode
+        // as no vote if trailing bytes were let through).
+        return match postcard::take_from_bytes::<State>(bytes) {
+            Ok((state, [])) => Ok(state),
+            Ok((_, rest)) => Err(read_error(format!(
+                "{} is damaged ({} bytes after its state): it holds this node's vote, so the \
+                 node refuses to start; {REPLACE_NODE}",
+                path.display(),
+                rest.len()
+            ))),
+            Err(e) => Err(read_error(e)),
+        };
     };
     let damaged = |why: &str| {
         read_error(format!(
-            "{} is damaged ({why}): it holds this node's vote, and a node that forgot its vote              may vote twice in a term, so it refuses to start; {REPLACE_NODE}",
+            "{} is damaged ({why}): it holds this node's vote, and a node that forgot its vote \
+             may vote twice in a term, so it refuses to start; {REPLACE_NODE}",
             path.display()
         ))
     };
@@ -697,6 +711,11 @@ pub(crate) mod tests {
             error.contains("damaged") && error.contains("checksum") && error.contains("new id"),
             "{error}"
         );
+
+        // A file of zeros would decode, in the format before, as no vote at all.
+        fs::write(&path, [0u8; 64]).unwrap();
+        let error = LogStore::open(dir.path()).err().expect("zeros refused").to_string();
+        assert!(error.contains("bytes after its state"), "{error}");
 
         let old = State {
             vote: Some(vote),
