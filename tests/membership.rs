@@ -401,5 +401,8 @@ async fn a_joined_node_restarted_with_join_starts_on_its_own_data_dir() {
     h.kill(4);
     h.client.put("while-down", b"v", None).await.unwrap();
     h.restart(4);
-    wait_for("node 4 to catch up", Duration::from_secs(20), || h.caught_up(4)).await;
+    wait_for("node 4 to catch up", Duration::from_secs(20), || {
+        h.caught_up(4)
+    })
+    .await;
 }

@@ -223,8 +223,7 @@ pub async fn run(
         None => None,
     };
     let metrics = Metrics::new();
-    let (mut log_store, mut state_machine) =
-        raft::open_storage(&config.data_dir, metrics.clone())?;
+    let (mut log_store, mut state_machine) = raft::open_storage(&config.data_dir, metrics.clone())?;
     let boot = raft::BootLog {
         last_index: openraft::storage::RaftLogStorage::get_log_state(&mut log_store)
             .await?
@@ -241,9 +240,8 @@ pub async fn run(
         let membership = openraft::StorageHelper::new(&mut log_store, &mut state_machine)
             .get_membership()
             .await?;
-        let empty = boot.last_index == 0
-            && boot.vote_term == 0
-            && state.read().last_applied.is_none();
+        let empty =
+            boot.last_index == 0 && boot.vote_term == 0 && state.read().last_applied.is_none();
         check_join_dir(&config, empty, membership.effective().membership())?;
     }
     tracing::info!(

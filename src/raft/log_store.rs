@@ -714,7 +714,10 @@ pub(crate) mod tests {
 
         // A file of zeros would decode, in the format before, as no vote at all.
         fs::write(&path, [0u8; 64]).unwrap();
-        let error = LogStore::open(dir.path()).err().expect("zeros refused").to_string();
+        let error = LogStore::open(dir.path())
+            .err()
+            .expect("zeros refused")
+            .to_string();
         assert!(error.contains("bytes after its state"), "{error}");
 
         let old = State {
