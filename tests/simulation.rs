@@ -242,6 +242,16 @@ struct Net {
     rng: Option<Rng>,
 }
 
+impl Net {
+    /// Cuts node `id` off from the other nodes of `1..=count`, both ways.
+    fn isolate(&mut self, id: u64, count: u64) {
+        for other in (1..=count).filter(|other| *other != id) {
+            self.cut.insert((id, other));
+            self.cut.insert((other, id));
+        }
+    }
+}
+
 /// A message's travel time when every link takes the same.
 const UNIFORM_LATENCY: Duration = Duration::from_millis(1);
 
@@ -932,25 +942,12 @@ async fn schedule(seed: u64) -> Run {
                     down.push((id, now + Duration::from_millis(rng.between(100, 1_500))));
                 }
             }
-            1 => {
-                let id = rng.between(1, 4);
-                let mut net = sim.net();
-                for other in (1..=3).filter(|other| *other != id) {
-                    net.cut.insert((id, other));
-                    net.cut.insert((other, id));
-                }
-            }
+            1 => sim.net().isolate(rng.between(1, 4), 3),
             7 => {
                 // Composite: a node cut off across the others' power loss, so that it still
                 // carries the lead store time had before the restart under-counted it.
                 let cut_off = rng.between(1, 4);
-                {
-                    let mut net = sim.net();
-                    for other in (1..=3).filter(|other| *other != cut_off) {
-                        net.cut.insert((cut_off, other));
-                        net.cut.insert((other, cut_off));
-                    }
-                }
+                sim.net().isolate(cut_off, 3);
                 for id in (1..=3).filter(|id| *id != cut_off) {
                     if !down.iter().any(|(d, _)| *d == id) {
                         sim.crash(id).await;
@@ -1666,13 +1663,7 @@ async fn stale_member_across_a_majority_restart(seed: u64) -> Duration {
     {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    {
-        let mut net = sim.net();
-        for other in (1..=5).filter(|other| *other != stale) {
-            net.cut.insert((stale, other));
-            net.cut.insert((other, stale));
-        }
-    }
+    sim.net().isolate(stale, 5);
     for i in 0..20 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let deadline = Instant::now() + Duration::from_secs(5);
