@@ -1582,23 +1582,45 @@ async fn restarted_leader_carries_its_followers_time(
         "seed {seed}: node {a} leads again"
     );
     let leads = sent.elapsed();
+    let life = until_granted(
+        &sim,
+        a,
+        acquire("rival"),
+        sent,
+        Duration::from_secs(30),
+        seed,
+    )
+    .await;
+    (leads, life)
+}
+
+/// Polls `rival`, an acquire, at node `via` every 50 ms until it is granted; how long after
+/// `sent` that was. Panics, naming `seed`, once `limit` has passed since `sent`.
+async fn until_granted(
+    sim: &Sim,
+    via: u64,
+    rival: Op,
+    sent: Instant,
+    limit: Duration,
+    seed: u64,
+) -> Duration {
     loop {
-        let rival = write(
-            &sim,
-            a,
-            acquire("rival"),
+        let answer = write(
+            sim,
+            via,
+            rival.clone(),
             None,
             Instant::now() + Duration::from_secs(5),
         );
         if let Completion::Ok {
             answer: Answer::Outcome(Outcome::Granted { .. }),
             ..
-        } = rival.await
+        } = answer.await
         {
-            return (leads, sent.elapsed());
+            return sent.elapsed();
         }
         assert!(
-            sent.elapsed() < Duration::from_secs(30),
+            sent.elapsed() < limit,
             "seed {seed}: the lease was never free"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -1738,27 +1760,15 @@ async fn stale_member_across_a_majority_restart(seed: u64) -> Duration {
         until_leader(&sim, next, Duration::from_secs(5)).await,
         "seed {seed}: node {next} leads"
     );
-    loop {
-        let rival = write(
-            &sim,
-            next,
-            acquire("rival"),
-            None,
-            Instant::now() + Duration::from_secs(5),
-        );
-        if let Completion::Ok {
-            answer: Answer::Outcome(Outcome::Granted { .. }),
-            ..
-        } = rival.await
-        {
-            return sent.elapsed();
-        }
-        assert!(
-            sent.elapsed() < Duration::from_secs(60),
-            "seed {seed}: the lease was never free"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_granted(
+        &sim,
+        next,
+        acquire("rival"),
+        sent,
+        Duration::from_secs(60),
+        seed,
+    )
+    .await
 }
 
 #[test]
