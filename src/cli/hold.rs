@@ -211,13 +211,7 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
         command.pre_exec(move || {
             // If `hold` dies (kill -9, a crash), the guard gets SIGHUP, which it takes for a
             // wake-up: it then finds `hold` gone and kills the command and all it started.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGHUP) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // `hold` died before the prctl took effect.
-            if libc::getppid() != hold_pid {
-                libc::_exit(1);
-            }
+            hold_guard::signalled_when_parent_dies(hold_pid, libc::SIGHUP)?;
             // The guard's read end of the pipe, kept open across the exec.
             if libc::fcntl(deadlines_fd, libc::F_SETFD, 0) != 0 {
                 return Err(std::io::Error::last_os_error());

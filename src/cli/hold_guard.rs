@@ -121,12 +121,7 @@ pub fn run(args: GuardArgs) -> u8 {
     unsafe {
         command.pre_exec(move || {
             // The command dies with the guard, whatever kills the guard.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() != guard_pid {
-                libc::_exit(1);
-            }
+            signalled_when_parent_dies(guard_pid, libc::SIGKILL)?;
             // What the guard blocked, the command gets as usual.
             let mut none: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut none);
@@ -346,4 +341,25 @@ fn kill_all() {
         std::thread::sleep(std::time::Duration::from_millis(1));
         reap(0, &mut ignored);
     }
+}
+
+/// For a child between fork and exec: `signal` comes to it when its parent dies, and it exits
+/// at once if `parent` died before that took effect. Only async-signal-safe calls.
+///
+/// # Safety
+/// Call only in a `pre_exec` closure, where `parent` is the pid that forked the child.
+pub(super) unsafe fn signalled_when_parent_dies(
+    parent: libc::pid_t,
+    signal: libc::c_int,
+) -> std::io::Result<()> {
+    // SAFETY: prctl and getppid are async-signal-safe; _exit ends the child only.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, signal) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::getppid() != parent {
+            libc::_exit(1);
+        }
+    }
+    Ok(())
 }
