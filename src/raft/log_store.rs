@@ -154,11 +154,18 @@ pub struct LogStore {
     /// alongside a snapshot install that may not be durable yet (see `snapshot_file`). Unset,
     /// as in openraft's storage suite, a purge goes ahead at once.
     purge_behind: Option<DurableSnapshot>,
+    /// A purge still waiting for the snapshot that covers it (see `RaftLogStorage::purge`
+    /// below): the task that will run it, which a later purge, or an append that would leave
+    /// a hole, waits for first.
+    deferred: Arc<tokio::sync::Mutex<Option<Deferred>>>,
     /// When set, every append is noted there, for the state machine (see `append_times`).
     appends: Option<AppendTimes>,
     /// Where the durations of appends (write and fdatasync) are counted.
     metrics: Option<Arc<crate::metrics::Metrics>>,
 }
+
+/// A purge running behind openraft's back: it waits for its snapshot, then purges.
+type Deferred = tokio::task::JoinHandle<Result<(), StorageError>>;
 
 struct Shared {
     disk: Arc<dyn Disk>,
@@ -340,6 +347,7 @@ impl LogStore {
                 writer: Mutex::new(Writer { active, state }),
             }),
             purge_behind: None,
+            deferred: Arc::default(),
             appends: None,
             metrics: None,
         })
@@ -369,14 +377,43 @@ impl LogStore {
         T: Send + 'static,
         F: FnOnce(&Shared, &mut Writer) -> Result<T, StorageError> + Send + 'static,
     {
-        let shared = self.shared.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut writer = lock(&shared.writer);
-            f(&shared, &mut writer)
-        })
-        .await
-        .map_err(write_error)?
+        on_writer(self.shared.clone(), f).await
     }
+
+    /// Settles the deferred purge: waits for it if `wait`, and reports its failure if it has
+    /// failed, so that a purge that could not be done stops the node at its next write.
+    async fn settle_deferred(&self, wait: bool) -> Result<(), StorageError> {
+        let mut deferred = self.deferred.lock().await;
+        if !deferred.as_ref().is_some_and(|d| wait || d.is_finished()) {
+            return Ok(());
+        }
+        let Some(purge) = deferred.take() else {
+            return Ok(());
+        };
+        purge.await.map_err(write_error)?
+    }
+
+    /// Whether `first_index` does not follow the last entry: what an append after a purge
+    /// past the end of the log (a snapshot installed ahead of it) looks like.
+    fn leaves_a_hole(&self, first_index: u64) -> bool {
+        lock(&self.shared.index)
+            .last_log_id()
+            .is_some_and(|last| first_index != last.index + 1)
+    }
+}
+
+/// Runs `f` with the writer on the blocking pool, so an fsync never stalls the runtime.
+async fn on_writer<T, F>(shared: Arc<Shared>, f: F) -> Result<T, StorageError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Shared, &mut Writer) -> Result<T, StorageError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        let mut writer = lock(&shared.writer);
+        f(&shared, &mut writer)
+    })
+    .await
+    .map_err(write_error)?
 }
 
 impl Index {
@@ -629,6 +666,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: Send,
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
+        // Entries after a purge still waiting for its snapshot may not follow the last entry on
+        // disk; written now, a crash before the purge would leave a log with a hole.
+        let hole = entries
+            .first()
+            .is_some_and(|e| self.leaves_a_hole(e.log_id.index));
+        self.settle_deferred(hole).await?;
         if let Some(appends) = &self.appends {
             appends.appended(entries.iter().map(|entry| entry.log_id));
         }
@@ -650,19 +693,43 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.settle_deferred(false).await?;
         self.with_writer(move |shared, writer| shared.truncate(writer, log_id.index))
             .await
     }
 
+    /// Made durable before the snapshot covering it, a purge would leave a crash a log with a
+    /// hole between the snapshot and the first entry, so it waits for that snapshot. openraft
+    /// awaits this call in its core loop (`RaftCore`), right after handing a received snapshot
+    /// to the state machine worker, and a wait here would hold up that loop (heartbeats, votes,
+    /// the election timer) for as long as the install takes. So a purge the snapshot does not
+    /// cover yet runs behind openraft's back, in a task: openraft has already forgotten the
+    /// entries and reads none of them again. Until it is done the log keeps them, which a
+    /// restart can always recover from; an append that would leave a hole behind them waits
+    /// for it first.
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        // Made durable before the snapshot covering it, the purge would leave a crash a log
-        // with a hole between the snapshot and the first entry. The wait is async and bounded:
-        // the install it waits for runs on openraft's state machine worker, not here.
-        if let Some(snapshot) = &self.purge_behind {
-            snapshot.wait_covers(log_id).await?;
+        let Some(snapshot) = self.purge_behind.clone() else {
+            return self
+                .with_writer(move |shared, writer| shared.purge(writer, log_id))
+                .await;
+        };
+        let mut deferred = self.deferred.lock().await;
+        let before = deferred.take();
+        if before.is_none() && snapshot.covers(log_id) {
+            drop(deferred);
+            return self
+                .with_writer(move |shared, writer| shared.purge(writer, log_id))
+                .await;
         }
-        self.with_writer(move |shared, writer| shared.purge(writer, log_id))
-            .await
+        let shared = self.shared.clone();
+        *deferred = Some(tokio::spawn(async move {
+            if let Some(before) = before {
+                before.await.map_err(write_error)??;
+            }
+            snapshot.wait_covers(log_id).await?;
+            on_writer(shared, move |shared, writer| shared.purge(writer, log_id)).await
+        }));
+        Ok(())
     }
 }
 
@@ -670,10 +737,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 pub(crate) mod tests {
     use super::*;
     use crate::lease::{Batch, Command, Op};
+    use crate::raft::snapshot_file::{SlowWork, SnapshotFile, SnapshotFiles};
     use openraft::storage::RaftLogStorageExt;
     use openraft::testing::log_id;
     use openraft::EntryPayload;
     use std::fs;
+    use std::time::Duration;
 
     proptest::proptest! {
         /// A state file of any bytes decodes to a state or an error, never a panic.
@@ -922,6 +991,70 @@ pub(crate) mod tests {
         drop(log);
         let mut log = LogStore::open(dir.path()).unwrap();
         assert_eq!(indexes(&mut log).await, vec![11]);
+    }
+
+    /// Writes a snapshot covering `upto` to `files`, durably, as an install does.
+    async fn write_snapshot(files: &SnapshotFiles, upto: LogId) {
+        let meta = openraft::SnapshotMeta {
+            last_log_id: Some(upto),
+            snapshot_id: format!("covering-{}", upto.index),
+            ..Default::default()
+        };
+        let file = SnapshotFile {
+            meta,
+            data: Vec::new(),
+        };
+        files.write(upto.index, file).await.unwrap();
+    }
+
+    /// openraft awaits `purge` in its core loop right after handing an install to the state
+    /// machine worker: a purge that waited there for the snapshot held up heartbeats, votes
+    /// and the election timer for the whole install (review e8637e4, section 6).
+    #[tokio::test]
+    async fn a_purge_ahead_of_the_snapshot_returns_at_once_and_happens_once_it_is_durable() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let snapshots = tempfile::TempDir::new().unwrap();
+        let (files, _) = SnapshotFiles::open(snapshots.path(), SlowWork::BlockingPool).unwrap();
+        let mut log = LogStore::open(dir.path())
+            .unwrap()
+            .purging_behind(files.durable());
+        log.blocking_append((1..=10).map(entry)).await.unwrap();
+
+        let purge = tokio::time::timeout(Duration::from_secs(1), log.purge(log_id(1, 1, 5)));
+        purge
+            .await
+            .expect("the purge held its caller until the snapshot was durable")
+            .unwrap();
+        // Not purged yet: a crash now must find entries 1 to 5, the snapshot being older.
+        assert_eq!(log.get_log_state().await.unwrap().last_purged_log_id, None);
+        assert_eq!(indexes(&mut log).await, (1..=10).collect::<Vec<_>>());
+        log.blocking_append([entry(11)]).await.unwrap();
+
+        write_snapshot(&files, log_id(1, 1, 5)).await;
+        log.settle_deferred(true).await.unwrap();
+        assert_eq!(indexes(&mut log).await, (6..=11).collect::<Vec<_>>());
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 5)));
+
+        // A snapshot installed ahead of the log: the purge goes past its end, and the next
+        // append, which would leave a hole behind entries 6 to 11, waits for the snapshot.
+        log.purge(log_id(1, 1, 20)).await.unwrap();
+        let mut appender = log.clone();
+        let append = tokio::spawn(async move { appender.blocking_append([entry(21)]).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !append.is_finished(),
+            "entry 21 was written behind a hole before the snapshot covering 20 was durable"
+        );
+        assert_eq!(indexes(&mut log).await, (6..=11).collect::<Vec<_>>());
+        write_snapshot(&files, log_id(1, 1, 20)).await;
+        append.await.unwrap().unwrap();
+        assert_eq!(indexes(&mut log).await, vec![21]);
+        drop(log);
+        let mut log = LogStore::open(dir.path()).unwrap();
+        assert_eq!(indexes(&mut log).await, vec![21]);
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 20)));
     }
 
     #[tokio::test]

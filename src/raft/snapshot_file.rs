@@ -10,7 +10,8 @@
 //!   past the snapshot on disk: on restart openraft re-applies the committed log after the old
 //!   snapshot and finds it gone (`storage/helper.rs`, `reapply_committed`), and the node would
 //!   offer the old snapshot to followers whose missing entries it no longer has. So the log's
-//!   purge waits for [`DurableSnapshot::wait_covers`], which only a durable rename satisfies.
+//!   purge waits for [`DurableSnapshot::wait_covers`], which only a durable rename satisfies,
+//!   in a task of its own, so that `RaftCore` goes on meanwhile (see the log store's `purge`).
 //! - A build runs in a task of its own (`core/sm/worker.rs`, `build_snapshot`) while the worker
 //!   goes on, perhaps to an install. A build that read the state before the install could
 //!   rename its file after it, putting back a snapshot older than the applied state and the
@@ -34,8 +35,9 @@ type Meta = SnapshotMeta<NodeId, BasicNode>;
 
 /// How long the log's purge waits for the snapshot that covers it. The wait is for an install
 /// the state machine worker was handed just before: decoding and writing one file with an
-/// fsync. One that has not finished in this time has failed, and then openraft stops the node
-/// anyway; the purge fails with the log still whole, which a restart can always recover from.
+/// fsync. One that has not finished in this time has failed: the purge fails with the log still
+/// whole, which a restart can always recover from, and the log's next write reports it, which
+/// stops the node.
 pub const PURGE_WAIT: Duration = Duration::from_secs(60);
 
 /// What the snapshot file holds: openraft's meta and the encoded table.
@@ -254,6 +256,13 @@ pub struct DurableSnapshot {
 }
 
 impl DurableSnapshot {
+    /// Whether the snapshot on disk covers `upto` now.
+    pub fn covers(&self, upto: LogId) -> bool {
+        self.announced
+            .borrow()
+            .is_some_and(|durable| durable.index >= upto.index)
+    }
+
     /// Waits, up to [`PURGE_WAIT`], until the snapshot on disk covers `upto`. Indexes are
     /// compared, not log ids: the snapshot and the purge point come from one committed log, so
     /// an index names one entry.
