@@ -30,6 +30,32 @@ pub struct Sessions {
     /// from `by_client`, so not stored: rebuilt on load.
     #[serde(skip)]
     idle: BTreeSet<(u64, u64)>,
+    /// The sum (wrapping) of every session's [`meta_hash`] and every kept answer's
+    /// [`answer_hash`], kept at every change, so that the table's digest costs the same
+    /// however many sessions there are. Derived: rebuilt on load.
+    #[serde(skip)]
+    sum: u64,
+}
+
+/// A session's share of the digest, but for its answers.
+fn meta_hash(client: u64, session: &Session) -> u64 {
+    let meta = (client, session.last_seen_ms, session.forgotten_through);
+    super::fnv1a(&postcard::to_allocvec(&meta).unwrap_or_default())
+}
+
+/// One kept answer's share of the digest.
+fn answer_hash(client: u64, sequence: u64, kept: &(u64, Outcome)) -> u64 {
+    super::fnv1a(&postcard::to_allocvec(&(client, sequence, kept)).unwrap_or_default())
+}
+
+/// A whole session's share of the digest.
+fn session_hash(client: u64, session: &Session) -> u64 {
+    session
+        .answers
+        .iter()
+        .fold(meta_hash(client, session), |sum, (sequence, kept)| {
+            sum.wrapping_add(answer_hash(client, *sequence, kept))
+        })
 }
 
 /// What a `Sessions` stores: everything but what is derived. Same fields, same order.
@@ -46,6 +72,7 @@ impl Sessions {
     pub fn restored(&mut self, gap: u64) {
         self.by_client.clear();
         self.idle.clear();
+        self.sum = 0;
         self.next_client = self.next_client.saturating_add(gap);
     }
 }
@@ -57,10 +84,14 @@ impl From<Stored> for Sessions {
             .iter()
             .map(|(client, s)| (s.last_seen_ms, *client))
             .collect();
+        let sum = stored.by_client.iter().fold(0u64, |sum, (client, s)| {
+            sum.wrapping_add(session_hash(*client, s))
+        });
         Sessions {
             next_client: stored.next_client,
             by_client: stored.by_client,
             idle,
+            sum,
         }
     }
 }
@@ -95,13 +126,12 @@ impl Sessions {
     pub fn register(&mut self, now_ms: u64) -> u64 {
         self.next_client += 1;
         let client = self.next_client;
-        self.by_client.insert(
-            client,
-            Session {
-                last_seen_ms: now_ms,
-                ..Session::default()
-            },
-        );
+        let session = Session {
+            last_seen_ms: now_ms,
+            ..Session::default()
+        };
+        self.sum = self.sum.wrapping_add(meta_hash(client, &session));
+        self.by_client.insert(client, session);
         self.idle.insert((now_ms, client));
         client
     }
@@ -113,7 +143,9 @@ impl Sessions {
                 break;
             }
             self.idle.pop_first();
-            self.by_client.remove(&client);
+            if let Some(session) = self.by_client.remove(&client) {
+                self.sum = self.sum.wrapping_sub(session_hash(client, &session));
+            }
         }
     }
 
@@ -126,7 +158,12 @@ impl Sessions {
         if session.last_seen_ms != now_ms {
             self.idle.remove(&(session.last_seen_ms, request.client));
             self.idle.insert((now_ms, request.client));
+            let before = meta_hash(request.client, session);
             session.last_seen_ms = now_ms;
+            self.sum = self
+                .sum
+                .wrapping_sub(before)
+                .wrapping_add(meta_hash(request.client, session));
         }
         match session.answers.get(&request.sequence) {
             Some((kept, answer)) if *kept == fingerprint => Admission::Answer(answer.clone()),
@@ -143,14 +180,27 @@ impl Sessions {
         let Some(session) = self.by_client.get_mut(&request.client) else {
             return; // Admitted only with a session; nothing between admit and record drops it.
         };
-        session
-            .answers
-            .insert(request.sequence, (fingerprint, outcome.clone()));
+        let client = request.client;
+        let mut sum = self.sum.wrapping_sub(meta_hash(client, session));
+        let kept = (fingerprint, outcome.clone());
+        sum = sum.wrapping_add(answer_hash(client, request.sequence, &kept));
+        if let Some(replaced) = session.answers.insert(request.sequence, kept) {
+            // Not reached: `admit` answers a kept sequence without applying it.
+            sum = sum.wrapping_sub(answer_hash(client, request.sequence, &replaced));
+        }
         while session.answers.len() > SESSION_ANSWERS {
-            if let Some((sequence, _)) = session.answers.pop_first() {
+            if let Some((sequence, dropped)) = session.answers.pop_first() {
+                sum = sum.wrapping_sub(answer_hash(client, sequence, &dropped));
                 session.forgotten_through = session.forgotten_through.max(sequence);
             }
         }
+        self.sum = sum.wrapping_add(meta_hash(client, session));
+    }
+
+    /// What the table's digest takes of the sessions: the next id, how many there are, and
+    /// the sum of their shares.
+    pub(super) fn digest_parts(&self) -> (u64, usize, u64) {
+        (self.next_client, self.by_client.len(), self.sum)
     }
 
     pub(super) fn len(&self) -> usize {
