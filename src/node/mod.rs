@@ -51,6 +51,11 @@ pub const READ_LOG_MAX_ENTRIES: u64 = 1_000;
 /// call stops early at the entry that passes it, and the caller asks again from there.
 pub const READ_LOG_MAX_BYTES: usize = 2 * 1024 * 1024;
 
+/// Leaders one forwarded write follows at most as leadership moves on while it is held (see
+/// [`Node::write_or_forward`]); past them it is handed back to the client. Each move is an
+/// election, so a client's deadline runs out long before this bound matters.
+const LEADERS_FOLLOWED: u32 = 3;
+
 /// The last index a `ReadLog` call for `from..=to` reads, with `applied` entries applied: no
 /// further than what is applied, nor than [`READ_LOG_MAX_ENTRIES`] entries.
 fn read_log_end(from: u64, to: u64, applied: u64) -> u64 {
@@ -469,38 +474,59 @@ impl Node {
     /// [`Node::write`] here or, when another node leads, sent there with the other writes
     /// bound for it (see [`forwarder::Forwarder`]). The leader answers a forwarded write itself
     /// and never forwards it again. What the client-facing service calls.
+    ///
+    /// A leader that stopped answering without closing its connections (paused, or cut off)
+    /// holds a forwarded write until the call times out, long after this node knows it no
+    /// longer leads. So once this node sees another leader, it sends the write on to that one
+    /// (or applies it, if it leads now): under its request id the write applies once however
+    /// many leaders it reached. Handing it back to the client instead cost a whole client
+    /// attempt whenever the client's next node was the stopped leader (the fault suite's
+    /// five-node probe: leases living 0.5 to 1.3 s past their TTL). A write without a request
+    /// id could apply twice, so it is given up (indeterminate) instead, except a registration,
+    /// where that costs only an unused session.
     pub async fn write_or_forward(
         &self,
         op: Op,
         request: Option<RequestId>,
     ) -> Result<Applied, tonic::Status> {
-        // Only a follower needs the op after a refusal, to forward it: the leader copies nothing.
-        let spare = (!self.is_leader()).then(|| op.clone());
-        match (self.write(op, request).await, spare) {
-            (Ok(applied), _) => Ok(applied),
-            (
-                Err(NodeError::NotLeader {
-                    leader: Some((leader, addr)),
-                    ..
-                }),
-                Some(op),
-            ) => {
-                let forwarded = self.inner.forwarder.write(leader, &addr, (op, request));
-                // A leader that stopped answering without closing its connections (paused, or
-                // cut off) holds the write until the call times out, long after this node
-                // knows it no longer leads. The write may have reached it: indeterminate, and
-                // the client retries it by name, here or where the leader is now.
-                tokio::select! {
-                    answer = forwarded => answer,
-                    () = self.leader_moves_from(leader) => Err(NodeError::ForwardLost {
-                        leader,
-                        addr,
-                        reason: "this node no longer sees it lead".into(),
-                    }
-                    .into()),
-                }
+        let follows = request.is_some() || matches!(op, Op::Register);
+        let mut op = op;
+        let mut leaders_followed = 0;
+        loop {
+            // Only a follower needs the op after a refusal, to forward it: the leader copies
+            // nothing.
+            let spare = (!self.is_leader()).then(|| op.clone());
+            let (leader, addr, spare) = match (self.write(op, request).await, spare) {
+                (Ok(applied), _) => return Ok(applied),
+                (
+                    Err(NodeError::NotLeader {
+                        leader: Some((leader, addr)),
+                        ..
+                    }),
+                    Some(spare),
+                ) => (leader, addr, spare),
+                (Err(e), _) => return Err(e.into()),
+            };
+            let forwarded = self
+                .inner
+                .forwarder
+                .write(leader, &addr, (spare.clone(), request));
+            tokio::select! {
+                answer = forwarded => return answer,
+                () = self.leader_moves_from(leader) => {}
             }
-            (Err(e), _) => Err(e.into()),
+            leaders_followed += 1;
+            if !follows || leaders_followed == LEADERS_FOLLOWED {
+                // The write may have reached the old leader: indeterminate, and the client
+                // retries it by name, here or where the leader is now.
+                return Err(NodeError::ForwardLost {
+                    leader,
+                    addr,
+                    reason: "this node no longer sees it lead".into(),
+                }
+                .into());
+            }
+            op = spare;
         }
     }
 

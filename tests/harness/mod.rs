@@ -228,6 +228,15 @@ impl Harness {
         )
     }
 
+    /// A client that knows nodes `ids`, in that order.
+    pub fn client_of_nodes(&self, ids: &[u64]) -> LeaseClient {
+        let endpoints: Vec<String> = ids
+            .iter()
+            .map(|id| self.endpoints[(id - 1) as usize].clone())
+            .collect();
+        client_for(&endpoints, self.tls.as_ref())
+    }
+
     pub async fn status(&self) -> Vec<pb::NodeStatus> {
         self.client.status().await.unwrap_or_default()
     }
