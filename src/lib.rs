@@ -5,15 +5,16 @@
 //! nodes replicate every command through a Raft log and apply it to a pure state machine.
 //!
 //! This crate is the server and the `leasehold` command. Beside it in the workspace (`crates/`):
-//! `leasehold-proto` (the public API's wire types and keys), `leasehold-client` (the Rust client
-//! and `Holder`, on the proto crate alone), and the test-only `leasehold-check` (the fault
-//! suite's checkers, replaying the log through a reference model that shares no code with the
-//! table).
+//! `leasehold-core` (the heart, pure, re-exported here as [`lease`]), `leasehold-proto` (the
+//! public API's wire types and keys), `leasehold-client` (the Rust client and `Holder`, on the
+//! proto crate alone), and the test-only `leasehold-check` (the fault suite's checkers,
+//! replaying the log through a reference model that shares no code with the table; on the core
+//! crate alone).
 //!
 //! The arrows point one way: `cli` → `leasehold_client` / `node` → `raft` → `lease`.
 //!
-//! - [`lease`]: the heart, pure. Commands, outcomes, limits, client sessions, and
-//!   `LeaseTable::apply`.
+//! - [`lease`] (the `leasehold-core` crate): the heart, pure. Commands, outcomes, limits, client
+//!   sessions, and `LeaseTable::apply`; no tokio, no openraft.
 //! - [`raft`]: openraft glue. Type config and its runtime (tokio, with a seedable generator), the
 //!   segment-file log store (behind a file-system seam its crash tests replace), the state
 //!   machine adapter and the snapshot file (never behind the purged log), the peer network (which
@@ -35,7 +36,7 @@
 
 pub mod cli;
 pub mod gather;
-pub mod lease;
+pub use leasehold_core as lease;
 pub mod metrics;
 pub mod node;
 pub mod proto;

@@ -258,6 +258,22 @@ impl Cluster {
         best.map(|(_, id)| id)
     }
 
+    /// Whether node `id` purges its log past index `end` within `limit`.
+    async fn purged_past(&self, id: u64, end: u64, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        while Instant::now() < until {
+            if self
+                .node_status(id)
+                .await
+                .is_some_and(|s| s.purged_index > end)
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
     async fn wait_leader(&self) -> u64 {
         harness::wait_for("a leader", Duration::from_secs(30), || self.leader()).await
     }
@@ -307,6 +323,10 @@ impl Cluster {
             .collect()
     }
 }
+
+/// How long `KillLeaderDuringInstall` keeps a follower down at most, waiting for the leader to
+/// purge past it: a few snapshot intervals of the run's writes.
+const INSTALL_WAIT: Duration = Duration::from_secs(20);
 
 /// Applied entries between snapshots in fault runs: small, so that every run builds, installs
 /// and purges snapshots; larger in release builds, whose nodes apply entries faster than
@@ -720,6 +740,10 @@ enum Fault {
     /// Composite: a follower killed and restarted, and the leader killed while the follower
     /// is still being caught up.
     KillLeaderWhileCatchingUp,
+    /// Composite: a follower kept down until the leader has purged its log past the
+    /// follower's end, so that it catches up by a snapshot install, and the leader killed as
+    /// the install begins.
+    KillLeaderDuringInstall,
 }
 
 impl Fault {
@@ -743,6 +767,7 @@ impl Fault {
             OneWayFromLeader,
             PausedAcrossRestart,
             KillLeaderWhileCatchingUp,
+            KillLeaderDuringInstall,
         ]);
         if nodes == 5 {
             all.extend([Split32, Bridge]);
@@ -882,6 +907,28 @@ async fn inject(fault: Fault, cluster: &mut Cluster, rng: &mut Rng) -> Heal {
         Fault::KillLeaderWhileCatchingUp => {
             cluster.nodes.kill(follower);
             tokio::time::sleep(Duration::from_millis(rng.between(500, 1_500))).await;
+            cluster.nodes.start(follower).unwrap();
+            tokio::time::sleep(Duration::from_millis(rng.between(0, 100))).await;
+            cluster.nodes.kill(leader);
+            heal.restart = vec![leader];
+        }
+        Fault::KillLeaderDuringInstall => {
+            let end = cluster
+                .node_status(follower)
+                .await
+                .map_or(0, |s| s.last_log_index);
+            cluster.nodes.kill(follower);
+            let down = Instant::now();
+            let purged_past = cluster.purged_past(leader, end, INSTALL_WAIT).await;
+            println!(
+                "             node {follower} down {} ms: {}",
+                down.elapsed().as_millis(),
+                if purged_past {
+                    "the leader purged past its log, so it catches up by an install"
+                } else {
+                    "the leader did not purge past its log in time, so it catches up from the log"
+                }
+            );
             cluster.nodes.start(follower).unwrap();
             tokio::time::sleep(Duration::from_millis(rng.between(0, 100))).await;
             cluster.nodes.kill(leader);

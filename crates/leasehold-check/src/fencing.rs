@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::history::{Anomaly, Applied, Completion, Operation};
-use leasehold::lease::{Fence, Op, Outcome};
+use leasehold_core::{Fence, Op, Outcome};
 
 /// Tokens of successive grants of a lease strictly increase; a renewal keeps the current token;
 /// no fenced put or delete is accepted with a token older than one granted or accepted before it (so a

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::Model;
-use leasehold::lease::{Command, Op, Outcome, RequestId};
+use leasehold_core::{Command, Op, Outcome, RequestId};
 
 /// What a client asked.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -20,7 +20,7 @@ pub use fencing::{fencing, mutual_exclusion, real_time_exclusion};
 pub use history::{replay, Anomaly, Answer, Applied, Completion, Log, Operation, Request};
 pub use linearizable::{linearizable, read_answer};
 
-use leasehold::lease::Op;
+use leasehold_core::Op;
 
 /// Every checker over one run.
 pub fn check_all(history: &[Operation], log: &Log) -> Vec<Anomaly> {
@@ -44,7 +44,7 @@ pub fn check_all(history: &[Operation], log: &Log) -> Vec<Anomaly> {
 mod tests {
     //! Each checker must flag the bad history it exists for, and pass a clean one.
     use crate::*;
-    use leasehold::lease::{Command, Fence, Outcome};
+    use leasehold_core::{Command, Fence, Outcome};
 
     /// The hand-made histories' unit of time: as long as the log's stamps step (100 ms, see
     /// [`log_of`]) over ten, so that their clients' clock keeps up with store time.
@@ -463,7 +463,7 @@ mod tests {
 
     #[test]
     fn a_retry_answered_otherwise_than_its_first_attempt_is_flagged() {
-        use leasehold::lease::RequestId;
+        use leasehold_core::RequestId;
         // A stale fenced put, refused, then its retry reaches the log again and is acknowledged
         // as written: what a store that applied the retry anew would answer.
         let request = Some(RequestId {
@@ -595,7 +595,7 @@ mod tests {
 
     #[test]
     fn a_retried_request_in_the_log_twice_is_one_effect() {
-        let request = Some(leasehold::lease::RequestId {
+        let request = Some(leasehold_core::RequestId {
             client: 9,
             sequence: 1,
         });

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::history::{Anomaly, Answer, Applied, Completion, Log, Operation, Request};
 use crate::model::Model;
-use leasehold::lease::{LeaseTable, Op};
+use leasehold_core::{LeaseTable, Op};
 
 pub fn linearizable(history: &[Operation], log: &Log, applied: &[Applied]) -> Vec<Anomaly> {
     let mut anomalies = acknowledged_writes(history, log, applied);

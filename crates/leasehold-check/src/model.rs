@@ -1,5 +1,5 @@
 //! The reference model: the README's semantics written out as plainly as possible, sharing no
-//! code with [`LeaseTable`](leasehold::lease::LeaseTable). The checkers replay the cluster's log
+//! code with [`LeaseTable`](leasehold_core::LeaseTable). The checkers replay the cluster's log
 //! through this model, so a bug in the product's table (a dedupe that forgets, a fence check gone
 //! missing) shows up as a difference instead of being replayed along; a property test compares
 //! the two command by command.
@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use leasehold::lease::{
+use leasehold_core::{
     Command, Fence, Op, Outcome, ReleaseRefusal, RequestId, FORGET_BATCH, SESSION_IDLE_MS,
 };
 
@@ -350,7 +350,7 @@ impl Model {
 mod tests {
     //! The product's table against the model, command by command, on random logs.
     use super::*;
-    use leasehold::lease::LeaseTable;
+    use leasehold_core::LeaseTable;
     use proptest::prelude::*;
 
     fn op() -> impl Strategy<Value = Op> {

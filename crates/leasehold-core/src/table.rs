@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::session::{fingerprint, Admission, Sessions};
-use crate::lease::{Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal};
+use crate::{Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal};
 
 /// The whole replicated state. `BTreeMap`s, so iteration and serialization are deterministic.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -621,7 +621,7 @@ impl LeaseTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::{RequestId, SESSION_IDLE_MS};
+    use crate::{RequestId, SESSION_IDLE_MS};
 
     fn at(at_ms: u64, op: Op) -> Command {
         Command {
@@ -1220,7 +1220,7 @@ mod tests {
         assert!(matches!(t.apply(&first), Outcome::Granted { token: 1, .. }));
         t.apply(&command(2, release("l", "a", 1)));
         // Enough later requests that the first one's answer is dropped.
-        for sequence in 3..3 + crate::lease::session::SESSION_ANSWERS as u64 {
+        for sequence in 3..3 + crate::session::SESSION_ANSWERS as u64 {
             t.apply(&command(sequence, plain("k", "v")));
         }
         let before = t.clone();

@@ -1,6 +1,6 @@
 //! Bounds on what a client may send, checked at the edge before anything is proposed.
 
-use crate::lease::{Fence, Op};
+use crate::{Fence, Op};
 
 /// The limits every node enforces. One place, so the error messages and the checks agree.
 pub struct Limits;
