@@ -1,11 +1,8 @@
-//! Compiles the peer plane's `proto/leasehold/v1/raft.proto` with protox, a protobuf compiler in
-//! pure Rust, so no system `protoc` is needed. The public API is the `leasehold-proto` crate's.
+//! Compiles the part of etcd's v3 API that `leasehold bench --target etcd` speaks, only with the
+//! `etcd` feature, with protox (pure Rust, no system `protoc`). The peer plane's proto is the
+//! `leasehold-node` crate's, the public API the `leasehold-proto` crate's.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let raft = "proto/leasehold/v1/raft.proto";
-    tonic_prost_build::configure().compile_fds(protox::compile([raft], ["proto"])?)?;
-    println!("cargo:rerun-if-changed={raft}");
-    // etcd's client API, for `leasehold bench --target etcd`: only with the `etcd` feature.
     if std::env::var_os("CARGO_FEATURE_ETCD").is_some() {
         let etcd = protox::compile(["proto/etcd/etcd.proto"], ["proto"])?;
         tonic_prost_build::configure()

@@ -4,41 +4,57 @@
 //! holder, and fenced writes the store refuses once it has seen a bigger token. Three or five
 //! nodes replicate every command through a Raft log and apply it to a pure state machine.
 //!
-//! This crate is the server and the `leasehold` command. Beside it in the workspace (`crates/`):
-//! `leasehold-core` (the heart, pure, re-exported here as [`lease`]), `leasehold-proto` (the
-//! public API's wire types and keys), `leasehold-client` (the Rust client and `Holder`, on the
-//! proto crate alone), and the test-only `leasehold-check` (the fault suite's checkers,
-//! replaying the log through a reference model that shares no code with the table; on the core
-//! crate alone).
+//! This package is the `leasehold` command: its [`cli`] is the only code that knows clap. The
+//! workspace's other crates (`crates/`), each on the ones below it:
 //!
-//! The arrows point one way: `cli` → `leasehold_client` / `node` → `raft` → `lease`.
+//! - `leasehold-core`, re-exported here as [`lease`]: the heart, pure. Commands, outcomes,
+//!   limits, client sessions, and `LeaseTable::apply`; no tokio, no openraft.
+//! - `leasehold-node`, re-exported here as [`raft`], [`node`], [`tls`], [`metrics`], [`gather`]
+//!   and [`proto`]: the openraft glue and the running node (its own `lib.rs` maps them).
+//! - `leasehold-proto`: the public API's wire types and keys; `leasehold-client`: the Rust
+//!   client and `Holder`, on the proto crate alone.
+//! - `leasehold-check`, test-only: the fault suite's checkers, replaying the log through a
+//!   reference model that shares no code with the table; on the core crate alone.
 //!
-//! - [`lease`] (the `leasehold-core` crate): the heart, pure. Commands, outcomes, limits, client
-//!   sessions, and `LeaseTable::apply`; no tokio, no openraft.
-//! - [`raft`]: openraft glue. Type config and its runtime (tokio, with a seedable generator), the
-//!   segment-file log store (behind a file-system seam its crash tests replace), the state
-//!   machine adapter and the snapshot file (never behind the purged log), the peer network (which
-//!   refuses peers running the other clock, and keeps a refused candidate's election penalty
-//!   short, where openraft 0.9 keeps it until the next campaign), the proposer that gathers
-//!   concurrent writes into one entry, and the reads that share one ReadIndex.
-//! - [`node`]: one running node. Its two planes (clients; peers, behind the peer gate), the
-//!   leader's clock (a new leader starts from the largest store time carried here or at a peer
-//!   that applied the newest stamp, so store time never gains on real time), the gRPC services,
-//!   forwarding to the leader (writes in batches, given up once that node no longer leads), when
-//!   the node may campaign, bootstrap and shutdown.
-//! - [`tls`]: TLS for both planes: loading the files, the accept loop (a bounded number of
-//!   handshakes in flight) that logs refusals, which member a peer's certificate names.
-//! - [`metrics`]: what a node counts for Prometheus (`serve --metrics-listen`).
-//! - [`gather`]: batching of concurrent requests, for the proposer, the reads and the forwarder.
-//! - [`cli`]: the `leasehold` commands: serve, cluster, the client commands, demo, and `hold`
-//!   with the guard process that kills its command at the deadline.
-//! - [`proto`]: code generated from `proto/`.
+//! The arrows point one way: `cli` → `leasehold_client` / `leasehold_node` → `leasehold_core`.
+//!
+//! - [`cli`]: the `leasehold` commands: serve, cluster, the client commands, demo, bench, and
+//!   `hold` with the guard process that kills its command at the deadline.
+//!
+//! ## One fenced put, file by file
+//!
+//! `leasehold put K V --lease L --token T` on the leader, in the order the call takes:
+//!
+//! 1. `src/main.rs` → `src/cli/mod.rs` (parse) → `src/cli/commands.rs` (the put command).
+//! 2. `leasehold-client`: `client.rs` (`put` → `write`: the session and request id → `call`:
+//!    node after node) → `attempts.rs` (is a failure worth another node; may it have applied).
+//! 3. The wire: `proto/leasehold/v1/leasehold.proto`, compiled by `leasehold-proto`.
+//! 4. `leasehold-node`: `node/server.rs` (the client plane mounts the service) →
+//!    `node/lease_service.rs` (`put`: fields checked at the edge → `answer_put`) →
+//!    `node/mod.rs` (`write_or_forward` → `write_many` → `check_write`, with
+//!    `leasehold-core`'s `limits.rs` → `leader_stamp` → `ensure_leader` and `stamp`) →
+//!    `node/clock.rs` (the term's base, and the stamp) → `raft/reads.rs` and `raft/mod.rs` (the
+//!    first stamp of a term confirms leadership) → `raft/proposer.rs` and `gather.rs`
+//!    (concurrent writes become one entry) → openraft → `raft/log_store.rs`,
+//!    `log_store/segment.rs`, `log_store/disk.rs` (the append, fsynced) and `raft/network.rs`
+//!    (to the followers, whose `node/raft_service.rs` takes it) → `raft/state_machine.rs`
+//!    (applied once committed).
+//! 5. `leasehold-core`: `table.rs` (`apply`: the fence checked, the row written) and
+//!    `session.rs` (the answer kept for a retry).
+//! 6. Back: `node/convert.rs` and `node/error.rs` (outcome or refusal to the wire) → the
+//!    client's `answers.rs` (typed answer) → `src/cli/commands.rs` (the line printed, the exit
+//!    code).
+//!
+//! Through a follower, `node/mod.rs` hands the write to `node/forwarder.rs`, which batches it
+//! to the leader over `node/peer_link.rs`; the leader's `node/raft_service.rs` takes it up at
+//! `write_many`.
 
 pub mod cli;
-pub mod gather;
 pub use leasehold_core as lease;
-pub mod metrics;
-pub mod node;
-pub mod proto;
-pub mod raft;
-pub mod tls;
+pub use leasehold_node::{gather, metrics, node, proto, raft, tls};
+
+// Checked here, where both crates are seen.
+const _: () = assert!(
+    leasehold_client::ATTEMPT_TIMEOUT.as_millis() > node::NODE_WRITE_WORST.as_millis(),
+    "a client's attempt may last as long as a node's own worst case for a write"
+);

@@ -24,12 +24,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use harness::Rng;
-use leasehold::cli::certs;
 use leasehold::cli::local::{LocalCluster, PlaneAddrs};
 use leasehold::lease::{Fence, LeaseTable, Op, Outcome, ReleaseRefusal};
 use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use leasehold::proto::v1 as pb;
 use leasehold::raft::codec;
+use leasehold::tls::certs;
 use leasehold::tls::{node_name, Tls};
 use leasehold_check::{self as check, Anomaly, Answer, Completion, Log, Operation, Request};
 use leasehold_client::{

@@ -103,6 +103,23 @@ async fn load(client: LeaseClient, id: usize, stop: Arc<AtomicBool>, seen: Arc<M
     }
 }
 
+/// Waits until every client has acknowledged `more` writes past what it had at the call: load
+/// measured by progress, not by a fixed time, which a loaded machine fills with fewer writes.
+async fn progress(seen: &[Arc<Mutex<Seen>>], more: u64) {
+    let from: Vec<u64> = seen.iter().map(|s| s.lock().unwrap().acked).collect();
+    wait_for(
+        "every client to acknowledge more writes",
+        Duration::from_secs(20),
+        || async {
+            let now = seen.iter().map(|s| s.lock().unwrap().acked);
+            now.zip(&from)
+                .all(|(now, from)| now >= from + more)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn three_to_five_to_three_under_load_loses_no_write_and_stalls_no_client_past_an_election() {
     let mut h = Harness::start_configured(5, |c| c.with_joining(&[4, 5])).await;
@@ -118,7 +135,7 @@ async fn three_to_five_to_three_under_load_loses_no_write_and_stalls_no_client_p
         let client = LeaseClient::new(&first_three).unwrap();
         clients.push(tokio::spawn(load(client, id, stop.clone(), s)));
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    progress(&seen, 8).await;
     add(&h, &first_three, 4);
     add(&h, &first_three, 5);
     assert_eq!(voters(&first_three), [1, 2, 3, 4, 5]);
@@ -132,7 +149,7 @@ async fn three_to_five_to_three_under_load_loses_no_write_and_stalls_no_client_p
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    progress(&seen, 8).await;
     let (code, out, err) = leasehold(&first_three, &["member", "remove", "4"]);
     assert_eq!(code, 0, "{out}{err}");
     let (code, out, err) = leasehold(&first_three, &["member", "remove", "5"]);
@@ -140,7 +157,7 @@ async fn three_to_five_to_three_under_load_loses_no_write_and_stalls_no_client_p
     assert_eq!(voters(&first_three), [1, 2, 3]);
     h.kill(4);
     h.kill(5);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    progress(&seen, 8).await;
     stop.store(true, Ordering::Relaxed);
     for client in clients {
         client.await.unwrap();

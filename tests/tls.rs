@@ -6,9 +6,9 @@ mod harness;
 use std::time::Duration;
 
 use harness::{granted, wait_for, written, Harness};
-use leasehold::cli::certs;
 use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use leasehold::proto::v1 as pb;
+use leasehold::tls::certs;
 use leasehold::tls::{node_name, Tls, TlsFiles};
 use leasehold_client::LeaseClient;
 use rustls::pki_types::pem::PemObject;

@@ -110,7 +110,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
     }
     let mut cluster = LocalCluster::new(&std::env::current_exe()?, &dir, &addrs, args.manual_clock);
     let client_tls = if args.tls {
-        let certs = super::certs::ensure(&dir, args.nodes)?;
+        let certs = crate::tls::certs::ensure(&dir, args.nodes)?;
         cluster = cluster.with_tls(&certs);
         Some(certs.client())
     } else {

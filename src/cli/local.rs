@@ -97,7 +97,7 @@ impl LocalCluster {
 
     /// Turns TLS on for every node, with client certificates demanded, from `certs`: each node
     /// serves with its own certificate.
-    pub fn with_tls(mut self, certs: &super::certs::ClusterCerts) -> Self {
+    pub fn with_tls(mut self, certs: &crate::tls::certs::ClusterCerts) -> Self {
         let ca = certs.node(1).ca.display().to_string();
         self.extra_args
             .extend(["--tls-ca".to_owned(), ca, "--client-cert-auth".to_owned()]);

@@ -6,9 +6,9 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use leasehold::cli::certs;
 use leasehold::cli::local::{local_addrs, LocalCluster, PlaneAddrs};
 use leasehold::proto::v1 as pb;
+use leasehold::tls::certs;
 use leasehold::tls::Tls;
 use leasehold_client::{Acquired, Answer, LeaseClient, Written};
 use tempfile::TempDir;

@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status};
 use crate::answers::{
     Acquired, Answer, Applied, Deleted, LeaseState, Members, Released, TokenStatus, Written,
 };
-use crate::attempts::{Attempts, Effect, Next};
+use crate::attempts::{Attempts, Effect, Next, ROUND_PAUSE};
 use crate::error::ClientError;
 use crate::watch::{Watch, WatchFrom, WatchSelect};
 
@@ -42,8 +42,6 @@ pub struct SavedSnapshot {
 
 /// How long a call keeps trying other nodes while none answers.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
-/// Pause after every node was tried once, so a cluster in an election is not hammered.
-pub(crate) const ROUND_PAUSE: Duration = Duration::from_millis(50);
 
 /// A client of a Leasehold cluster: give it some or all of the nodes' client addresses.
 ///

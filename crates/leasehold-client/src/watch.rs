@@ -10,7 +10,7 @@ use leasehold_proto::v1::lease_store_client::LeaseStoreClient;
 use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 
-use crate::client::ROUND_PAUSE;
+use crate::attempts::ROUND_PAUSE;
 use crate::error::ClientError;
 
 /// Which leases a watch follows.

@@ -8,8 +8,13 @@ use serde::{Deserialize, Serialize};
 /// `request` names the client request, so a retry of it is answered, not applied twice.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Command {
+    /// The leader's stamp, in milliseconds of store time: applying the command first moves
+    /// store time up to it (never back). `None` under the manual clock.
     pub at_ms: Option<u64>,
+    /// The client request this is, within the client's session; `None` for a write outside
+    /// any session, such as a registration or what the leader logs itself (ticks, forgets).
     pub request: Option<RequestId>,
+    /// What the command does.
     pub op: Op,
 }
 
@@ -22,86 +27,136 @@ pub struct Batch(pub Vec<Command>);
 /// A client's name for one request: the same on every retry of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct RequestId {
-    /// Chosen at random by each client.
+    /// The client's session id, handed out by the state machine when the client registers
+    /// ([`Op::Register`], answered [`Outcome::Registered`]); ids are never reused.
     pub client: u64,
     /// Grows with every request of that client.
     pub sequence: u64,
 }
 
+/// What a command asks of the table.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Op {
     /// Grant a free or expired lease, or renew it for its current holder.
     Acquire {
+        /// The lease's name.
         lease: String,
+        /// The holder's name, as it asks for the lease.
         holder: String,
+        /// How long the grant lasts from the command's store time, in milliseconds.
         ttl_ms: u64,
     },
     /// Give the lease up at once; only its current holder with its current token may.
     Release {
+        /// The lease's name.
         lease: String,
+        /// The holder's name, as it was granted the lease.
         holder: String,
+        /// The token of the grant being given up.
         token: u64,
     },
     /// Write a row; with a fence, only if the token is not older than the lease's fence.
     Put {
+        /// The row's key.
         key: String,
+        /// The bytes to store under it, replacing any there.
         value: Vec<u8>,
+        /// The lease and token the write is fenced with; `None` for a plain write.
         fence: Option<Fence>,
     },
     /// Manual clock only: move store time forward.
-    Advance { by_ms: u64 },
+    Advance {
+        /// How far, in milliseconds.
+        by_ms: u64,
+    },
     /// Default clock only: carries nothing but its stamp, so leases expire in the log.
     Tick,
     /// Opens a client session: the answer names the client id its requests then carry.
     Register,
     /// Remove a row; with a fence, only if the token is not older than the lease's fence, as a
     /// fenced put.
-    Delete { key: String, fence: Option<Fence> },
+    Delete {
+        /// The row's key.
+        key: String,
+        /// The lease and token the delete is fenced with; `None` for a plain delete.
+        fence: Option<Fence>,
+    },
     /// Leader only, at a bounded rate: drop leases free for at least `retention_ms` of store
     /// time (`serve --lease-retention`), their largest token kept as the table's floor.
-    Forget { retention_ms: u64 },
+    Forget {
+        /// How long a lease must have been free to be dropped, in milliseconds of store time.
+        retention_ms: u64,
+    },
 }
 
+/// What a fenced write carries: the lease it writes under and the token its holder was granted.
+/// The write goes ahead only if the token is not older than the lease's fence, so a holder
+/// that lost the lease without knowing it cannot overwrite its successor's writes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fence {
+    /// The lease's name.
     pub lease: String,
+    /// The token of the writer's grant of that lease.
     pub token: u64,
 }
 
 /// What applying a command answered. Refusals are values, not errors: they travel to the client.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
+    /// The lease is the asker's: a new grant, or a renewal of its own.
     Granted {
+        /// The grant's token: each new grant of the lease gets a larger one than any before
+        /// it, a renewal keeps its own.
         token: u64,
+        /// When the grant runs out, in store time (ms).
         expires_at_ms: u64,
+        /// True when the asker already held the lease and only its expiry moved.
         renewed: bool,
     },
+    /// Someone else holds the lease: nothing changed.
     HeldBy {
+        /// The current holder's name.
         holder: String,
+        /// The current grant's token.
         token: u64,
+        /// When the current grant runs out, in store time (ms), unless its holder renews it.
         expires_at_ms: u64,
     },
+    /// The lease is free from the release's store time on.
     Released {
+        /// The token of the grant given up.
         token: u64,
     },
+    /// A release refused, and why: nothing changed.
     ReleaseRefused(ReleaseRefusal),
+    /// A put applied: the row holds the new value.
     Written,
-    /// A fenced put whose token is older than the largest token the store has seen for the lease.
+    /// A fenced write (put or delete) whose token is older than the largest token the store has
+    /// seen for the lease.
     StaleToken {
+        /// The lease's fence, which the token was below; for a forgotten lease, the table's
+        /// floor.
         fence: u64,
     },
-    /// A fenced put with a token this lease never handed out: invalid input, nothing changed.
+    /// A fenced write (put or delete) with a token this lease never handed out: invalid input,
+    /// nothing changed.
     UnknownToken {
+        /// The lease the write was fenced with.
         lease: String,
+        /// The largest token the lease has handed out (the table's floor for a lease not in
+        /// it): the write's token was above it.
         latest_token: u64,
     },
+    /// An advance applied: store time moved forward by it.
     Advanced,
+    /// A tick applied: it brought the expiries due by its stamp, and nothing else.
     Ticked,
     /// A retried request older than every answer its client's session keeps: it is not applied
     /// again (it may have been applied once, with an answer since forgotten).
     Forgotten,
     /// A session opened: the client's requests carry this id from now on.
     Registered {
+        /// The new session's client id.
         client: u64,
     },
     /// A request naming a session the store does not have: never opened, or expired after an
@@ -115,10 +170,12 @@ pub enum Outcome {
     Nothing,
     /// A delete applied: whether the row was there.
     Deleted {
+        /// True when there was a row under the key to remove.
         existed: bool,
     },
     /// How many free leases a `Forget` dropped.
     Forgot {
+        /// How many; at most [`FORGET_BATCH`](crate::FORGET_BATCH).
         leases: usize,
     },
 }
@@ -139,16 +196,23 @@ impl Outcome {
     }
 }
 
+/// Why a release was refused.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReleaseRefusal {
     /// Nobody holds the lease: it was never granted, was released, or has expired.
     NotHeld,
     /// Someone else holds it.
     HeldByOther {
+        /// The current holder's name.
         holder: String,
+        /// The current grant's token.
         token: u64,
+        /// When the current grant runs out, in store time (ms), unless its holder renews it.
         expires_at_ms: u64,
     },
     /// The right holder, but not the token of the current grant.
-    WrongToken { current_token: u64 },
+    WrongToken {
+        /// The current grant's token.
+        current_token: u64,
+    },
 }

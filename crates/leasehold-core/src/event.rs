@@ -10,16 +10,20 @@ pub enum EventKind {
     Renewed,
     /// The holder gave the lease up.
     Released,
-    /// Store time passed the grant's expiry.
+    /// Store time reached the grant's expiry.
     Expired,
 }
 
 /// One lease's change in one command.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {
+    /// What happened.
     pub kind: EventKind,
+    /// The lease's name.
     pub lease: String,
+    /// The holder it happened to: the new or renewing one, or the one whose grant ended.
     pub holder: String,
+    /// The token of that holder's grant.
     pub token: u64,
     /// The grant's expiry; for a release, the store time of the release.
     pub expires_at_ms: u64,

@@ -12,6 +12,8 @@
 //! - `session`: client sessions, so a retried request is answered, never applied twice.
 //! - `event`: what a command did to leases, for watches.
 
+#![warn(missing_docs)]
+
 mod command;
 mod event;
 pub mod limits;

@@ -6,12 +6,17 @@ use crate::{Fence, Op};
 pub struct Limits;
 
 impl Limits {
+    /// The longest lease or holder name, in bytes of UTF-8.
     pub const MAX_NAME_BYTES: usize = 128;
+    /// The longest row key, in bytes of UTF-8.
     pub const MAX_KEY_BYTES: usize = 512;
+    /// The largest row value, in bytes: 64 KiB.
     pub const MAX_VALUE_BYTES: usize = 64 * 1024;
     /// Below this a holder cannot renew in time over a network with fsyncs on the path.
     pub const MIN_TTL_MS: u64 = 100;
+    /// The longest TTL one acquire may ask for, in milliseconds: a day.
     pub const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+    /// The furthest one advance may move store time, in milliseconds: a year.
     pub const MAX_ADVANCE_MS: u64 = 365 * 24 * 60 * 60 * 1000;
 }
 
@@ -19,11 +24,14 @@ impl Limits {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {problem}")]
 pub struct InvalidInput {
+    /// The field at fault, by the name the client knows it by (`lease`, `ttl_ms`, ...).
     pub field: &'static str,
+    /// What is wrong with it, naming the limit.
     pub problem: String,
 }
 
 impl InvalidInput {
+    /// Bad input in `field`, described by `problem`.
     pub fn new(field: &'static str, problem: impl Into<String>) -> Self {
         InvalidInput {
             field,
@@ -126,6 +134,7 @@ pub fn name(field: &'static str, value: &str, max_bytes: usize) -> Result<(), In
     Ok(())
 }
 
+/// Validates a token a client sent: tokens start at 1, so 0 was never handed out.
 pub fn token_field(token: u64) -> Result<(), InvalidInput> {
     if token == 0 {
         return Err(InvalidInput::new(

@@ -118,27 +118,42 @@ impl LeaseTable {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TokenCheck {
     /// Held, not expired, with this token.
-    Current { holder: String, expires_at_ms: u64 },
+    Current {
+        /// The current holder's name.
+        holder: String,
+        /// When its grant runs out, in store time (ms), unless it renews.
+        expires_at_ms: u64,
+    },
     /// Not the lease's current grant: a later token was granted, or the lease is free now.
     /// `current_token` is the latest grant's (0 for a lease not in the table), `holder` whoever
     /// holds it now.
     Stale {
+        /// The latest grant's token; 0 for a lease not in the table.
         current_token: u64,
+        /// Who holds the lease now; `None` when it is free.
         holder: Option<String>,
     },
     /// A token the store never handed out for this lease.
-    Unknown { latest_token: u64 },
+    Unknown {
+        /// The largest token the lease has handed out (the floor for a lease not in the
+        /// table): the checked one is above it.
+        latest_token: u64,
+    },
 }
 
+/// One lease: its latest grant and its fence. Kept while free, so that its tokens go on from
+/// where they were, until an [`Op::Forget`] drops it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     /// `None` once released. An expired lease keeps its last holder, so a read can name it.
     pub holder: Option<String>,
     /// The token of the latest grant; 0 for a lease never granted.
     pub token: u64,
+    /// When the latest grant runs out, in store time (ms); for a released lease, the store
+    /// time of the release. A free lease's is when it became free.
     pub expires_at_ms: u64,
     /// The largest token the store has seen for this lease: raised by every grant and by every
-    /// accepted fenced put. A fenced put below it is stale.
+    /// accepted fenced write (put or delete). A fenced write below it is stale.
     pub fence: u64,
 }
 
@@ -172,14 +187,18 @@ fn reindex(
 }
 
 impl LeaseTable {
+    /// Store time, in milliseconds: the largest stamp or advance applied so far. It moves only
+    /// through logged commands, so every replica that applied the same log reads the same.
     pub fn now_ms(&self) -> u64 {
         self.now_ms
     }
 
+    /// The lease named `name`, held or free; `None` if it was never granted or was forgotten.
     pub fn lease(&self, name: &str) -> Option<&Lease> {
         self.leases.get(name)
     }
 
+    /// The value stored under `key`, if any.
     pub fn row(&self, key: &str) -> Option<&[u8]> {
         self.rows.get(key).map(Vec::as_slice)
     }

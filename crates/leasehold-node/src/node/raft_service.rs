@@ -6,14 +6,14 @@ use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 
 use super::error::{ForwardedError, NodeError};
-use super::forwarder::Forwarded;
 use super::peer_gate::PeerMember;
+use super::peer_link::Forwarded;
 use super::Node;
-use crate::lease::InvalidInput;
 use crate::proto::raft_v1::{raft_server, RaftMessage};
 use crate::raft::codec::{decode, encode};
 use crate::raft::incarnation;
 use crate::raft::{Applied, ClockMode, LogId, TypeConfig};
+use leasehold_core::InvalidInput;
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 
 pub struct RaftService {

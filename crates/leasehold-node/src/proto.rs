@@ -1,5 +1,5 @@
 //! The wire types: the public API from the `leasehold-proto` crate, the peer plane's generated
-//! here by `build.rs`.
+//! by this crate's `build.rs`.
 
 /// The public API.
 pub use leasehold_proto::v1;
@@ -10,10 +10,4 @@ pub use leasehold_proto::FILE_DESCRIPTOR_SET;
 /// Node-to-node Raft traffic.
 pub mod raft_v1 {
     tonic::include_proto!("leasehold.raft.v1");
-}
-
-/// The part of etcd's v3 API the benchmark speaks (`--features etcd`).
-#[cfg(feature = "etcd")]
-pub mod etcd {
-    tonic::include_proto!("etcdserverpb");
 }

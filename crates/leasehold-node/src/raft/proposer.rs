@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 use super::{Applied, NodeId, Raft};
 use crate::gather::{Gatherer, Limits};
-use crate::lease::{Batch, Command, Op};
+use leasehold_core::{Batch, Command, Op};
 
 /// Payload bytes per entry, at most (by [`weight`]), so that an entry, and a replication message
 /// of `max_payload_entries` of them, stays bounded even when every request carries the largest

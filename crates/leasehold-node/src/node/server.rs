@@ -16,13 +16,13 @@ use super::lease_service::LeaseService;
 use super::peer_gate::PeerGate;
 use super::raft_service::RaftService;
 use super::{Node, NodeConfig, NodeError};
-use crate::lease::Op;
 use crate::metrics::Metrics;
 use crate::proto::raft_v1::raft_server::RaftServer;
 use crate::proto::v1::cluster_server::ClusterServer;
 use crate::proto::v1::lease_store_server::LeaseStoreServer;
 use crate::raft::{self, Channels, ClockMode, NodeId, PeerNetwork, VotePenalty};
 use crate::tls::{RefusalLog, Tls};
+use leasehold_core::Op;
 use tonic::service::interceptor::InterceptedService;
 
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +60,7 @@ pub const MAX_PEER_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 pub const MAX_CLIENT_MESSAGE_BYTES: usize = 256 * 1024;
 
 const _: () = {
-    use crate::lease::Limits;
+    use leasehold_core::Limits;
     let replication = raft::MAX_PAYLOAD_ENTRIES as usize * raft::MAX_ENTRY_BYTES;
     assert!(
         2 * replication <= MAX_PEER_MESSAGE_BYTES,
@@ -492,41 +492,11 @@ fn plain(listener: tokio::net::TcpListener) -> TcpIncoming {
         .with_keepalive_retries(Some(KEEPALIVE.retries))
 }
 
-/// A leader whose quorum has not answered for this long is reported NOT_SERVING: a few
-/// heartbeats' worth past the leader lease, so that a live leader never flaps.
-const HEALTH_QUORUM_STALE_MS: u64 = 2 * raft::LONGEST_ELECTION_MS;
 /// How often health is looked at again when nothing changes (a leader's quorum ages without a
 /// metrics change).
 const HEALTH_CHECK: Duration = Duration::from_millis(250);
 /// At most this often: metrics change with every applied entry under load.
 const HEALTH_MIN_GAP: Duration = Duration::from_millis(50);
-
-/// Whether the node can serve now: it knows a leader (itself with a quorum that answered within
-/// [`HEALTH_QUORUM_STALE_MS`], or another node), and has applied what it found on its disk at
-/// start-up. The reason when it cannot.
-pub(super) fn health(
-    metrics: &openraft::RaftMetrics<u64, BasicNode>,
-    boot: raft::BootLog,
-) -> Result<(), String> {
-    if let Err(fatal) = &metrics.running_state {
-        return Err(format!("raft stopped: {fatal}"));
-    }
-    let applied = metrics.last_applied.map_or(0, |id| id.index);
-    if applied < boot.last_index {
-        return Err(format!(
-            "applying what it found at start-up: {applied} of {}",
-            boot.last_index
-        ));
-    }
-    match metrics.current_leader {
-        None => Err("no leader known".into()),
-        Some(leader) if leader == metrics.id => match metrics.millis_since_quorum_ack {
-            Some(ms) if ms <= HEALTH_QUORUM_STALE_MS => Ok(()),
-            _ => Err("leading, but no quorum answered lately".into()),
-        },
-        Some(_) => Ok(()),
-    }
-}
 
 /// Keeps the gRPC health of `leasehold.v1.LeaseStore` (and of the whole server) at SERVING
 /// while [`health`] holds, NOT_SERVING otherwise; each change is logged once.
@@ -538,7 +508,7 @@ async fn report_health(
     let mut metrics = node.raft().metrics();
     let mut last: Option<bool> = None;
     loop {
-        let now = health(&metrics.borrow_and_update(), boot);
+        let now = super::probes::health(&metrics.borrow_and_update(), boot);
         if last != Some(now.is_ok()) {
             let status = if now.is_ok() {
                 tonic_health::ServingStatus::Serving

@@ -61,9 +61,7 @@ use std::time::Duration;
 // it runs the real stamping on tokio's paused clock.
 use tokio::time::Instant;
 
-use serde::{Deserialize, Serialize};
-
-use super::peer_link::PeerLink;
+use super::peer_link::{Carried, PeerLink};
 use crate::raft::{LogId, NodeId, StampSeen};
 
 /// How long a new leader waits for its peers' carried times before its first stamp. Any answer
@@ -81,15 +79,6 @@ const _: () = assert!(
     PEER_APPLY_WAIT.as_millis() + 50 < PEER_CARRY_WAIT.as_millis(),
     "a peer's wait to apply, and the way back, fit in the leader's wait for answers"
 );
-
-/// The store time a node carries now, and the entry it counts from: its answer to a new leader.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Carried {
-    pub ms: u64,
-    /// The newest stamped entry applied there, whose append the time is counted from; `None`
-    /// when the node has no instant for its applied time, which is then all it carries.
-    pub from: Option<LogId>,
-}
 
 /// What a node carries: `applied_now_ms`, the store time applied here, plus the time this
 /// node's monotonic clock has measured since the entry that brought that time was appended
@@ -224,7 +213,7 @@ impl LeaderClock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::forwarder::{Answer, Forwarded};
+    use crate::node::peer_link::{Answer, Carried, Forwarded};
     use std::future::Future;
     use std::pin::Pin;
 

@@ -9,7 +9,6 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
-use super::server::health;
 use super::Node;
 use crate::metrics::Metrics;
 use crate::raft::BootLog;
@@ -129,5 +128,36 @@ pub async fn follow_raft(raft: crate::raft::Raft, metrics: Arc<Metrics>) {
         if watch.changed().await.is_err() {
             return;
         }
+    }
+}
+
+/// A leader whose quorum has not answered for this long is reported NOT_SERVING: a few
+/// heartbeats' worth past the leader lease, so that a live leader never flaps.
+const HEALTH_QUORUM_STALE_MS: u64 = 2 * crate::raft::LONGEST_ELECTION_MS;
+
+/// Whether the node can serve now: it knows a leader (itself with a quorum that answered within
+/// [`HEALTH_QUORUM_STALE_MS`], or another node), and has applied what it found on its disk at
+/// start-up. The reason when it cannot.
+pub(super) fn health(
+    metrics: &openraft::RaftMetrics<u64, openraft::BasicNode>,
+    boot: BootLog,
+) -> Result<(), String> {
+    if let Err(fatal) = &metrics.running_state {
+        return Err(format!("raft stopped: {fatal}"));
+    }
+    let applied = metrics.last_applied.map_or(0, |id| id.index);
+    if applied < boot.last_index {
+        return Err(format!(
+            "applying what it found at start-up: {applied} of {}",
+            boot.last_index
+        ));
+    }
+    match metrics.current_leader {
+        None => Err("no leader known".into()),
+        Some(leader) if leader == metrics.id => match metrics.millis_since_quorum_ack {
+            Some(ms) if ms <= HEALTH_QUORUM_STALE_MS => Ok(()),
+            _ => Err("leading, but no quorum answered lately".into()),
+        },
+        Some(_) => Ok(()),
     }
 }

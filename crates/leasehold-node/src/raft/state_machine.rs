@@ -20,8 +20,8 @@ use super::codec::{decode, encode};
 use super::events::{EventHistory, NotedEvent};
 use super::snapshot_file::{DurableSnapshot, SlowWork, SnapshotFile, SnapshotFiles, Written};
 use super::{AppendTimes, Applied, LogId, NodeId, StorageError, TypeConfig};
-use crate::lease::{Batch, EventKind, LeaseTable};
 use crate::metrics::Metrics;
+use leasehold_core::{Batch, EventKind, LeaseTable};
 
 type Entry = openraft::Entry<TypeConfig>;
 type Meta = SnapshotMeta<NodeId, BasicNode>;

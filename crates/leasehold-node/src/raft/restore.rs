@@ -22,7 +22,7 @@ pub struct SavedAt {
 
 /// Prepares `dir` (absent or empty) for node `id` of a new cluster of `peers` (id to peer
 /// address), from `state`, a snapshot's bytes taken at `at`, with tokens and session ids moved
-/// `gap` on (see [`LeaseTable::restored`](crate::lease::LeaseTable::restored)). Returns the
+/// `gap` on (see [`LeaseTable::restored`](leasehold_core::LeaseTable::restored)). Returns the
 /// restored state's digest.
 pub async fn restore_data_dir(
     dir: &Path,

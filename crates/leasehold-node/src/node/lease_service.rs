@@ -9,13 +9,13 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use super::error::ORIGIN_KEY;
-use super::forwarder::FORWARD_TIMEOUT;
+use super::peer_link::FORWARD_TIMEOUT;
 use super::{convert, Node, NodeError};
-use crate::lease::{Fence, Op, RequestId};
 use crate::metrics::Metrics;
 use crate::proto::v1 as pb;
 use crate::proto::v1::lease_store_client::LeaseStoreClient;
 use crate::raft::Applied;
+use leasehold_core::{Fence, Op, RequestId};
 
 /// Set on a forwarded read, so a node that is not the leader either answers instead of
 /// forwarding again: leadership moved, and the client retries.
@@ -263,7 +263,7 @@ impl LeaseService {
         let _working = self.node.admit(1)?;
         let forwarded = is_forwarded(&request);
         let m = request.into_inner();
-        crate::lease::limits::name("key", &m.key, crate::lease::Limits::MAX_KEY_BYTES)
+        leasehold_core::limits::name("key", &m.key, leasehold_core::Limits::MAX_KEY_BYTES)
             .map_err(NodeError::from)?;
         match self
             .node
@@ -285,7 +285,7 @@ impl LeaseService {
         let _working = self.node.admit(1)?;
         let forwarded = is_forwarded(&request);
         let m = request.into_inner();
-        crate::lease::limits::name("lease", &m.lease, crate::lease::Limits::MAX_NAME_BYTES)
+        leasehold_core::limits::name("lease", &m.lease, leasehold_core::Limits::MAX_NAME_BYTES)
             .map_err(NodeError::from)?;
         match self.node.read(|s| s.table.lease(&m.lease).cloned()).await {
             Ok((lease, at)) => Ok(Response::new(convert::get_lease(lease, &at))),
@@ -308,9 +308,9 @@ impl LeaseService {
         let _working = self.node.admit(1)?;
         let forwarded = is_forwarded(&request);
         let m = request.into_inner();
-        crate::lease::limits::name("lease", &m.lease, crate::lease::Limits::MAX_NAME_BYTES)
+        leasehold_core::limits::name("lease", &m.lease, leasehold_core::Limits::MAX_NAME_BYTES)
             .map_err(NodeError::from)?;
-        crate::lease::limits::token_field(m.token).map_err(NodeError::from)?;
+        leasehold_core::limits::token_field(m.token).map_err(NodeError::from)?;
         match self
             .node
             .read(|s| s.table.check_token(&m.lease, m.token))

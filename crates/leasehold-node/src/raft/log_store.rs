@@ -393,6 +393,12 @@ impl LogStore {
         purge.await.map_err(write_error)?
     }
 
+    /// Waits for a purge still waiting for its snapshot (see `purge`), and reports how it
+    /// ended: for a shutdown, or a test, that must know the log is as purged as it was told.
+    pub async fn settled(&self) -> Result<(), StorageError> {
+        self.settle_deferred(true).await
+    }
+
     /// Whether `first_index` does not follow the last entry: what an append after a purge
     /// past the end of the log (a snapshot installed ahead of it) looks like.
     fn leaves_a_hole(&self, first_index: u64) -> bool {
@@ -736,8 +742,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::lease::{Batch, Command, Op};
     use crate::raft::snapshot_file::{SlowWork, SnapshotFile, SnapshotFiles};
+    use leasehold_core::{Batch, Command, Op};
     use openraft::storage::RaftLogStorageExt;
     use openraft::testing::log_id;
     use openraft::EntryPayload;

@@ -1,20 +1,14 @@
 //! The public `Cluster` service: who is who, and how far each member's log has come.
 
-use std::time::Duration;
-
 use openraft::ServerState;
 use tonic::{Request, Response, Status};
 
+use super::status::remote_status;
 use super::Node;
 use crate::proto::v1 as pb;
-use crate::proto::v1::cluster_client::ClusterClient;
-use crate::raft::Channels;
 
 /// The state's bytes per chunk of `SaveSnapshot`: well under a client's 4 MiB message limit.
 const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
-
-/// A member that does not answer in this time is reported unreachable, not waited for.
-const PEER_STATUS_TIMEOUT: Duration = Duration::from_millis(1_000);
 
 pub struct ClusterService {
     node: Node,
@@ -75,33 +69,6 @@ impl ClusterService {
             sessions,
             snapshot_bytes,
         }
-    }
-}
-
-/// One member's own view, asked over the peer plane at its peer address `addr`, or why it could
-/// not be had.
-pub(super) async fn remote_status(channels: Channels, id: u64, addr: String) -> pb::NodeStatus {
-    let unreachable = |error: String| pb::NodeStatus {
-        id,
-        peer_address: addr.clone(),
-        role: pb::Role::Unreachable as i32,
-        error,
-        ..Default::default()
-    };
-    let channel = match channels.get(id, &addr) {
-        Ok(channel) => channel,
-        Err(e) => return unreachable(e.to_string()),
-    };
-    let mut request = Request::new(pb::NodeStatusRequest {});
-    request.set_timeout(PEER_STATUS_TIMEOUT);
-    let mut client = ClusterClient::new(channel);
-    match tokio::time::timeout(PEER_STATUS_TIMEOUT, client.node_status(request)).await {
-        Ok(Ok(status)) => status.into_inner(),
-        Ok(Err(status)) => unreachable(status.message().to_owned()),
-        Err(_) => unreachable(format!(
-            "no answer within {} ms",
-            PEER_STATUS_TIMEOUT.as_millis()
-        )),
     }
 }
 

@@ -3,9 +3,9 @@
 //! mapped.
 
 use super::NodeError;
-use crate::lease::{InvalidInput, Outcome, ReleaseRefusal};
 use crate::proto::v1 as pb;
 use crate::raft::Applied;
+use leasehold_core::{InvalidInput, Outcome, ReleaseRefusal};
 
 fn applied(a: &Applied) -> Option<pb::Applied> {
     Some(pb::Applied {
@@ -162,10 +162,10 @@ pub fn get(value: Option<Vec<u8>>, at: &Applied) -> pb::GetResponse {
 
 pub fn check_token(
     lease: &str,
-    check: crate::lease::TokenCheck,
+    check: leasehold_core::TokenCheck,
     at: &Applied,
 ) -> Result<pb::CheckTokenResponse, NodeError> {
-    use crate::lease::TokenCheck;
+    use leasehold_core::TokenCheck;
     use pb::check_token_response::Outcome as O;
     let outcome = match check {
         TokenCheck::Current {
@@ -196,7 +196,7 @@ pub fn check_token(
     })
 }
 
-pub fn get_lease(lease: Option<crate::lease::Lease>, at: &Applied) -> pb::GetLeaseResponse {
+pub fn get_lease(lease: Option<leasehold_core::Lease>, at: &Applied) -> pb::GetLeaseResponse {
     let lease = lease.unwrap_or_default();
     pb::GetLeaseResponse {
         applied: applied(at),

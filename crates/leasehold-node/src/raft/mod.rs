@@ -32,11 +32,11 @@ pub use network::{Channels, ClockMode, PeerNetwork, CLOCK_KEY};
 pub use proposer::{weight, Proposer, WriteError, MAX_ENTRY_BYTES, WRITE_BATCHES};
 pub use reads::{ReadError, Reads};
 pub use restore::{restore_data_dir, SavedAt};
-pub use snapshot_file::{snapshot_path, DurableSnapshot, SlowWork};
+pub use snapshot_file::{snapshot_path, DurableSnapshot, SlowWork, PURGE_WAIT};
 pub use state_machine::{SharedState, StampSeen, StateMachineStore};
 pub use vote_penalty::VotePenalty;
 
-use crate::lease::{Batch, Outcome};
+use leasehold_core::{Batch, Outcome};
 
 openraft::declare_raft_types!(
     /// Leasehold's Raft types: batches of commands in, one applied outcome per command out,

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use crate::lease::Event;
+use leasehold_core::Event;
 
 /// Events kept at most. A watcher further behind than this is told its start was compacted.
 pub const KEPT_EVENTS: usize = 65_536;
@@ -83,7 +83,7 @@ impl EventHistory {
         &self,
         from: u64,
         upto: u64,
-        keep: impl Fn(&crate::lease::Event) -> bool,
+        keep: impl Fn(&leasehold_core::Event) -> bool,
         max: usize,
     ) -> Result<(Vec<NotedEvent>, u64), Compacted> {
         if from < self.first_kept {
@@ -112,7 +112,7 @@ impl EventHistory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::EventKind;
+    use leasehold_core::EventKind;
 
     fn at(log_index: u64, lease: &str) -> NotedEvent {
         NotedEvent {

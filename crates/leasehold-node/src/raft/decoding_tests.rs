@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use super::codec::{decode, encode};
 use super::state_machine::decode_table;
 use super::{snapshot_file::SnapshotFile, TypeConfig};
-use crate::lease::{Batch, Command, Fence, Op, RequestId};
 use crate::node::Forwarded;
+use leasehold_core::{Batch, Command, Fence, Op, RequestId};
 
 /// Decodes `bytes` as every message a peer sends and every file a node reads.
 fn decode_everything(bytes: &[u8]) {

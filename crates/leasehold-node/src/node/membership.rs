@@ -11,9 +11,9 @@ use openraft::{BasicNode, ChangeMembers};
 use tonic::Status;
 
 use super::{Node, NodeError};
-use crate::lease::InvalidInput;
 use crate::proto::v1 as pb;
 use crate::raft::NodeId;
+use leasehold_core::InvalidInput;
 
 /// How long an added learner has to catch up before the change is given up (it stays a learner,
 /// and `member add` may be run again).
@@ -76,7 +76,7 @@ pub async fn list(node: &Node) -> Result<pb::MembersResponse, Status> {
             let client = if id == node.id() {
                 node.advertise().to_owned()
             } else {
-                super::cluster_service::remote_status(node.channels().clone(), id, addr)
+                super::status::remote_status(node.channels().clone(), id, addr)
                     .await
                     .address
             };
@@ -169,12 +169,8 @@ pub async fn add(node: &Node, r: pb::AddMemberRequest) -> Result<pb::MembersResp
         )));
     }
     // The node must be there, serving as the id it is added under, at the client address given.
-    let status = super::cluster_service::remote_status(
-        node.channels().clone(),
-        r.id,
-        r.peer_address.clone(),
-    )
-    .await;
+    let status =
+        super::status::remote_status(node.channels().clone(), r.id, r.peer_address.clone()).await;
     if status.role == pb::Role::Unreachable as i32 {
         return Err(NodeError::MemberUnreachable {
             id: r.id,

@@ -5,6 +5,8 @@
 //! loop, not tonic's, so that every refused connection is logged with its reason (once per
 //! address and reason, so a peer retrying every few milliseconds does not flood the log).
 
+pub mod certs;
+
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -291,7 +293,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_past_the_handshakes_in_flight_is_closed_at_once() {
         let dir = tempfile::TempDir::new().unwrap();
-        let certs = crate::cli::certs::ensure(dir.path(), 1).unwrap();
+        let certs = certs::ensure(dir.path(), 1).unwrap();
         let tls = Tls::load(&certs.node(1)).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -12,9 +12,9 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::Node;
-use crate::lease::{limits, Event, EventKind, Limits};
 use crate::proto::v1 as pb;
 use crate::raft::events::{Compacted, NotedEvent};
+use leasehold_core::{limits, Event, EventKind, Limits};
 
 /// Events in one response at most (more when one entry has more).
 const EVENTS_PER_RESPONSE: usize = 512;

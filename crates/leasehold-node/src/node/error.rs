@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tonic::{Code, Status};
 
-use crate::lease::InvalidInput;
+use leasehold_core::InvalidInput;
 use openraft::error::{ClientWriteError, RaftError};
 
 use crate::raft::{NodeId, WriteError};

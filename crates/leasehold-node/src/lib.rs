@@ -1,0 +1,35 @@
+//! # Layout
+//!
+//! One Leasehold node: the openraft glue and the running node around the pure core
+//! (`leasehold-core`). The `leasehold` binary builds its commands on this crate; nothing here
+//! knows clap, and nothing in the core knows this crate.
+//!
+//! The arrows point one way: `node` → `raft` → `leasehold_core`; `tls`, `metrics`, `gather` and
+//! `proto` serve both.
+//!
+//! - [`raft`]: openraft glue. Type config and its runtime (tokio, with a seedable generator), the
+//!   segment-file log store (behind a file-system seam its crash tests replace; a purge waits
+//!   for the snapshot covering it in a task of its own, never in openraft's core loop), the
+//!   state machine adapter and the snapshot file (never behind the purged log), the peer network
+//!   (which refuses peers running the other clock, and keeps a refused candidate's election
+//!   penalty short, where openraft 0.9 keeps it until the next campaign), the proposer that
+//!   gathers concurrent writes into one entry, and the reads that share one ReadIndex.
+//! - [`node`]: one running node. Its two planes (clients; peers, behind the peer gate), the
+//!   leader's clock (a new leader starts from the largest store time carried here or at a peer
+//!   that applied the newest stamp, so store time never gains on real time), the gRPC services,
+//!   forwarding to the leader (writes in batches; one held by a leader that no longer leads
+//!   goes on to the new one), when the node may campaign, bootstrap and shutdown.
+//! - [`tls`]: TLS for both planes: loading the files, the accept loop (a bounded number of
+//!   handshakes in flight) that logs refusals, which member a peer's certificate names, and
+//!   the certificates `cluster --tls` and `certs` make.
+//! - [`metrics`]: what a node counts for Prometheus (`serve --metrics-listen`).
+//! - [`gather`]: batching of concurrent requests, for the proposer, the reads and the forwarder.
+//! - [`proto`]: the public API's wire types (from `leasehold-proto`) and the peer plane's,
+//!   generated from `proto/` by `build.rs`.
+
+pub mod gather;
+pub mod metrics;
+pub mod node;
+pub mod proto;
+pub mod raft;
+pub mod tls;

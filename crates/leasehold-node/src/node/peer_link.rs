@@ -1,0 +1,145 @@
+//! How a node calls its peers outside openraft's own RPCs: forwarded writes to the leader, and a
+//! new leader's question for the store time each peer carries (see `clock`).
+//!
+//! Over gRPC on the peer plane in a node ([`GrpcLink`]); in the simulation, a call into the peer
+//! through its router.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tonic::Status;
+
+use super::error::ForwardedError;
+use super::NodeError;
+use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
+use crate::raft::codec::{decode, encode};
+use crate::raft::{Applied, Channels, LogId, NodeId};
+use leasehold_core::{Op, RequestId};
+
+/// Covers the leader's own waits (for an election, 2 s; to confirm a new term, 3 s; for a
+/// quorum, 3 s), with room for the hop.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_millis(10_000);
+
+/// The store time a node carries now, and the entry it counts from: its answer to a new leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Carried {
+    pub ms: u64,
+    /// The newest stamped entry applied there, whose append the time is counted from; `None`
+    /// when the node has no instant for its applied time, which is then all it carries.
+    pub from: Option<LogId>,
+}
+
+/// One forwarded write: the op and the client's name for it.
+pub type Forwarded = (Op, Option<RequestId>);
+/// What the leader answered one forwarded write, or why it could not.
+pub type Answer = Result<Applied, Status>;
+
+pub trait PeerLink: Send + Sync + 'static {
+    /// Sends a batch of forwarded writes to `leader` at `addr`. One answer per write, in order;
+    /// before the call the writes certainly did not apply, after it they may have.
+    fn propose(
+        &self,
+        leader: NodeId,
+        addr: String,
+        writes: Vec<Forwarded>,
+    ) -> Pin<Box<dyn Future<Output = Vec<Answer>> + Send>>;
+
+    /// The store time `peer` at `addr` carries now and the entry it counts from
+    /// (`Node::carried_time`), or why it did not
+    /// answer within `timeout`.
+    /// The peer first waits a moment to apply `oldest`, the entry the answer must count from
+    /// (see `Node::carried_time_from`).
+    fn carried_time(
+        &self,
+        peer: NodeId,
+        addr: String,
+        oldest: Option<LogId>,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<Carried, String>> + Send>>;
+}
+
+/// [`PeerLink`] over the peers' gRPC channels.
+pub struct GrpcLink(pub Channels);
+
+impl PeerLink for GrpcLink {
+    fn propose(
+        &self,
+        leader: NodeId,
+        addr: String,
+        writes: Vec<Forwarded>,
+    ) -> Pin<Box<dyn Future<Output = Vec<Answer>> + Send>> {
+        Box::pin(send(self.0.clone(), leader, addr, writes))
+    }
+
+    fn carried_time(
+        &self,
+        peer: NodeId,
+        addr: String,
+        oldest: Option<LogId>,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<Carried, String>> + Send>> {
+        let channels = self.0.clone();
+        Box::pin(async move {
+            let channel = channels.get(peer, &addr).map_err(|e| e.to_string())?;
+            let data = encode(&oldest).map_err(|e| e.to_string())?;
+            let request = channels.peer_request(RaftMessage { data }, timeout);
+            let reply = RaftClient::new(channel)
+                .carried_time(request)
+                .await
+                .map_err(|status| status.message().to_owned())?;
+            decode::<Carried>(&reply.into_inner().data).map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// One batch to the leader: its answers, or the same failure for each write.
+async fn send(
+    channels: Channels,
+    leader: NodeId,
+    addr: String,
+    writes: Vec<Forwarded>,
+) -> Vec<Answer> {
+    let count = writes.len();
+    let fail = |error: NodeError| -> Vec<Answer> { vec![Err(Status::from(error)); count] };
+    // Before the call the writes certainly did not apply; after it, they may have.
+    let unreachable = |reason: String| {
+        fail(NodeError::LeaderUnreachable {
+            leader,
+            addr: addr.clone(),
+            reason,
+        })
+    };
+    let lost = |reason: String| {
+        fail(NodeError::ForwardLost {
+            leader,
+            addr: addr.clone(),
+            reason,
+        })
+    };
+    let data = match encode(&writes) {
+        Ok(data) => data,
+        Err(e) => return unreachable(format!("encoding the forwarded writes: {e}")),
+    };
+    let channel = match channels.get(leader, &addr) {
+        Ok(channel) => channel,
+        Err(e) => return unreachable(e.to_string()),
+    };
+    let request = channels.peer_request(RaftMessage { data }, FORWARD_TIMEOUT);
+    let reply = match RaftClient::new(channel).propose(request).await {
+        Ok(reply) => reply.into_inner(),
+        Err(status) => return lost(status.message().to_owned()),
+    };
+    match decode::<Vec<Result<Applied, ForwardedError>>>(&reply.data) {
+        Ok(answers) if answers.len() == count => answers
+            .into_iter()
+            .map(|a| a.map_err(Status::from))
+            .collect(),
+        Ok(answers) => lost(format!(
+            "the leader answered {} of {count} forwarded writes",
+            answers.len()
+        )),
+        Err(e) => lost(format!("decoding the leader's answers: {e}")),
+    }
+}
