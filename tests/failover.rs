@@ -426,8 +426,8 @@ async fn lease_life_across(
 /// The same across a leader *paused* (SIGSTOP) 2 s after the grant, with the rival asking a
 /// follower. A paused process keeps its connections open, so the follower's forwarded acquire
 /// waited on the old leader for seconds after the follower knew a new one: the lease lived
-/// 7.1 s through the CLI. The follower now gives the write up (indeterminate) when it sees the
-/// leader change, and the client retries it by name.
+/// 7.1 s through the CLI. The follower now sends the write on to the new leader when it sees
+/// the leader change (see the next test).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leases_life_across_a_leader_pause_stays_within_half_a_second_of_its_ttl() {
     let _one = ONE_AT_A_TIME.lock().await;

@@ -913,13 +913,20 @@ async fn inject(fault: Fault, cluster: &mut Cluster, rng: &mut Rng) -> Heal {
             heal.restart = vec![leader];
         }
         Fault::KillLeaderDuringInstall => {
-            let end = cluster
-                .node_status(follower)
-                .await
-                .map_or(0, |s| s.last_log_index);
+            // The follower's log ends at or before the leader's: the leader's end is the bound
+            // when the follower does not answer.
+            let mut end = None;
+            for id in [follower, leader] {
+                if end.is_none() {
+                    end = cluster.node_status(id).await.map(|s| s.last_log_index);
+                }
+            }
             cluster.nodes.kill(follower);
             let down = Instant::now();
-            let purged_past = cluster.purged_past(leader, end, INSTALL_WAIT).await;
+            let purged_past = match end {
+                Some(end) => cluster.purged_past(leader, end, INSTALL_WAIT).await,
+                None => false,
+            };
             println!(
                 "             node {follower} down {} ms: {}",
                 down.elapsed().as_millis(),
@@ -930,7 +937,13 @@ async fn inject(fault: Fault, cluster: &mut Cluster, rng: &mut Rng) -> Heal {
                 }
             );
             cluster.nodes.start(follower).unwrap();
-            tokio::time::sleep(Duration::from_millis(rng.between(0, 100))).await;
+            // Once the follower answers, the leader's next message finds it behind the purged
+            // log and starts the snapshot.
+            harness::wait_for("the follower back", Duration::from_secs(10), || async {
+                cluster.node_status(follower).await.map(drop)
+            })
+            .await;
+            tokio::time::sleep(Duration::from_millis(rng.between(0, 150))).await;
             cluster.nodes.kill(leader);
             heal.restart = vec![leader];
         }

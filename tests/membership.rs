@@ -60,7 +60,10 @@ fn voters(via: &[String]) -> Vec<u64> {
 /// without a successful request.
 #[derive(Default)]
 struct Seen {
+    /// The last sequence number acknowledged.
     acked: u64,
+    /// How many writes were acknowledged.
+    writes: u64,
     longest_gap: Duration,
 }
 
@@ -75,7 +78,9 @@ async fn load(client: LeaseClient, id: usize, stop: Arc<AtomicBool>, seen: Arc<M
         seq += 1;
         let ok = match client.put(&key, seq.to_string().as_bytes(), None).await {
             Ok(_) => {
-                seen.lock().unwrap().acked = seq;
+                let mut seen = seen.lock().unwrap();
+                seen.acked = seq;
+                seen.writes += 1;
                 true
             }
             Err(_) => false,
@@ -106,12 +111,12 @@ async fn load(client: LeaseClient, id: usize, stop: Arc<AtomicBool>, seen: Arc<M
 /// Waits until every client has acknowledged `more` writes past what it had at the call: load
 /// measured by progress, not by a fixed time, which a loaded machine fills with fewer writes.
 async fn progress(seen: &[Arc<Mutex<Seen>>], more: u64) {
-    let from: Vec<u64> = seen.iter().map(|s| s.lock().unwrap().acked).collect();
+    let from: Vec<u64> = seen.iter().map(|s| s.lock().unwrap().writes).collect();
     wait_for(
         "every client to acknowledge more writes",
         Duration::from_secs(20),
         || async {
-            let now = seen.iter().map(|s| s.lock().unwrap().acked);
+            let now = seen.iter().map(|s| s.lock().unwrap().writes);
             now.zip(&from)
                 .all(|(now, from)| now >= from + more)
                 .then_some(())
@@ -183,7 +188,8 @@ async fn three_to_five_to_three_under_load_loses_no_write_and_stalls_no_client_p
             "client {id}: {stored} < acknowledged {}",
             acked
         );
-        assert!(acked > 20, "client {id} made progress: {}", acked);
+        // Progress was checked as it went: 8 acknowledged writes per client before, during
+        // and after the changes (`progress`).
         eprintln!(
             "client {id}: {} writes acknowledged, longest stall {} ms",
             acked,

@@ -4,12 +4,13 @@
 //! (`leasehold-core`). The `leasehold` binary builds its commands on this crate; nothing here
 //! knows clap, and nothing in the core knows this crate.
 //!
-//! The arrows point one way: `node` → `raft` → `leasehold_core`; `tls`, `metrics`, `gather` and
-//! `proto` serve both.
+//! The arrows point one way: `node` → `raft` → `leasehold_core`; `metrics`, `gather` and
+//! `proto` serve both, and `tls` takes only `raft`'s node id.
 //!
 //! - [`raft`]: openraft glue. Type config and its runtime (tokio, with a seedable generator), the
 //!   segment-file log store (behind a file-system seam its crash tests replace; a purge waits
-//!   for the snapshot covering it in a task of its own, never in openraft's core loop), the
+//!   for the snapshot covering it in a task of its own, not in openraft's core loop, unless an
+//!   append would leave a hole behind it), the
 //!   state machine adapter and the snapshot file (never behind the purged log), the peer network
 //!   (which refuses peers running the other clock, and keeps a refused candidate's election
 //!   penalty short, where openraft 0.9 keeps it until the next campaign), the proposer that

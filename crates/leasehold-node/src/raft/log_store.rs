@@ -399,12 +399,14 @@ impl LogStore {
         self.settle_deferred(true).await
     }
 
-    /// Whether `first_index` does not follow the last entry: what an append after a purge
-    /// past the end of the log (a snapshot installed ahead of it) looks like.
+    /// Whether `first_index` may not follow the last entry: what an append after a purge past
+    /// the end of the log (a snapshot installed ahead of it) looks like. An empty log counts: a
+    /// node joining a cluster whose log was compacted has none, and its first entries after
+    /// the snapshot's must not reach the disk before the snapshot does.
     fn leaves_a_hole(&self, first_index: u64) -> bool {
         lock(&self.shared.index)
             .last_log_id()
-            .is_some_and(|last| first_index != last.index + 1)
+            .is_none_or(|last| first_index != last.index + 1)
     }
 }
 
@@ -1058,6 +1060,34 @@ pub(crate) mod tests {
         assert_eq!(indexes(&mut log).await, vec![21]);
         drop(log);
         let mut log = LogStore::open(dir.path()).unwrap();
+        assert_eq!(indexes(&mut log).await, vec![21]);
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 20)));
+    }
+
+    /// A node joining a cluster whose log was compacted has an empty log: it installs a
+    /// snapshot, and its first entries after the snapshot's come next. Written before the
+    /// snapshot was durable, a crash left them behind a hole: no snapshot, nothing purged, and
+    /// a log starting past index 0.
+    #[tokio::test]
+    async fn on_an_empty_log_the_first_append_after_a_purge_waits_for_the_snapshot() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let snapshots = tempfile::TempDir::new().unwrap();
+        let (files, _) = SnapshotFiles::open(snapshots.path(), SlowWork::BlockingPool).unwrap();
+        let mut log = LogStore::open(dir.path())
+            .unwrap()
+            .purging_behind(files.durable());
+        log.purge(log_id(1, 1, 20)).await.unwrap();
+        let mut appender = log.clone();
+        let append = tokio::spawn(async move { appender.blocking_append([entry(21)]).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !append.is_finished(),
+            "entry 21 was written to an empty log before the snapshot covering 20 was durable"
+        );
+        assert_eq!(indexes(&mut log).await, Vec::<u64>::new());
+        write_snapshot(&files, log_id(1, 1, 20)).await;
+        append.await.unwrap().unwrap();
         assert_eq!(indexes(&mut log).await, vec![21]);
         let state = log.get_log_state().await.unwrap();
         assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 20)));
