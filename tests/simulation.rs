@@ -21,6 +21,16 @@
 //! through its seeded runtime), and every task runs on one thread on the virtual clock,
 //! snapshot files included. Add a seed to `REGRESSION_SEEDS` once its bug is fixed.
 
+// A failing seed is a reproduction only if it replays, and it replays only on a runtime whose
+// own draws are seeded (`Builder::rng_seed`, behind `tokio_unstable`). `.cargo/config.toml` sets
+// the cfg; an explicit RUSTFLAGS replaces that setting, and then the simulation refuses to build
+// rather than run unseeded.
+#[cfg(not(tokio_unstable))]
+compile_error!(
+    "the simulation needs `--cfg tokio_unstable` (set in .cargo/config.toml; add it to an \
+     explicit RUSTFLAGS)"
+);
+
 mod harness;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -1327,7 +1337,6 @@ fn run_schedule(seed: u64) -> Run {
     builder.enable_all().start_paused(true);
     // tokio's own draws (which `select!` branch is polled first, inside openraft) follow the
     // seed too; `tokio_unstable` comes from .cargo/config.toml.
-    #[cfg(tokio_unstable)]
     builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
     let runtime = builder.build().unwrap();
     runtime.block_on(schedule(seed))

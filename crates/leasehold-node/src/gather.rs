@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 
 /// How big batches grow and how many are outstanding.
 #[derive(Clone, Copy, Debug)]
-pub struct Limits {
+pub struct BatchLimits {
     /// Batches sent and not yet answered.
     pub in_flight: usize,
     /// Requests per batch, at most.
@@ -46,7 +46,7 @@ impl<T, R> Clone for Gatherer<T, R> {
 impl<T: Send + 'static, R: Send + 'static> Gatherer<T, R> {
     /// Starts gathering on the current tokio runtime. `send` handles one batch and answers each
     /// of its requests, in order; `weigh` sizes a request against `limits.max_weight`.
-    pub fn start<W, S, F>(limits: Limits, weigh: W, send: S) -> Self
+    pub fn start<W, S, F>(limits: BatchLimits, weigh: W, send: S) -> Self
     where
         W: Fn(&T) -> usize + Send + 'static,
         S: Fn(Vec<T>) -> F + Send + 'static,
@@ -67,7 +67,7 @@ impl<T: Send + 'static, R: Send + 'static> Gatherer<T, R> {
 }
 
 async fn gather<T, R, W, S, F>(
-    limits: Limits,
+    limits: BatchLimits,
     mut waiting: mpsc::UnboundedReceiver<Pending<T, R>>,
     weigh: W,
     send: S,
@@ -138,8 +138,8 @@ async fn gather<T, R, W, S, F>(
 mod tests {
     use super::*;
 
-    fn limits(in_flight: usize, max_items: usize, max_weight: usize) -> Limits {
-        Limits {
+    fn limits(in_flight: usize, max_items: usize, max_weight: usize) -> BatchLimits {
+        BatchLimits {
             in_flight,
             max_items,
             max_weight,
@@ -149,7 +149,7 @@ mod tests {
 
     /// A gatherer whose batches wait for `release` and report their sizes.
     fn recording(
-        limits: Limits,
+        limits: BatchLimits,
     ) -> (
         Gatherer<usize, usize>,
         mpsc::UnboundedReceiver<Vec<usize>>,

@@ -154,21 +154,21 @@ struct NodeInner {
     data_dir: std::path::PathBuf,
     lease_retention_ms: u64,
     /// One permit per request being worked on, up to `NodeConfig::max_requests`.
-    requests: Admission,
+    requests: RequestSlots,
     /// Whether this node may campaign, as [`Node::set_elections`] last said (at first, the
     /// config's `enable_elect`): openraft's own switch cannot be read back from a running Raft.
     elections: std::sync::atomic::AtomicBool,
 }
 
 /// A bound on the requests a node works on at once.
-struct Admission {
+struct RequestSlots {
     permits: Arc<tokio::sync::Semaphore>,
     limit: usize,
 }
 
-impl Admission {
+impl RequestSlots {
     fn new(limit: usize) -> Self {
-        Admission {
+        RequestSlots {
             permits: Arc::new(tokio::sync::Semaphore::new(limit)),
             limit,
         }
@@ -218,7 +218,7 @@ impl Node {
                 advertise: config.advertise.clone(),
                 data_dir: config.data_dir.clone(),
                 lease_retention_ms: config.lease_retention_ms,
-                requests: Admission::new(config.max_requests),
+                requests: RequestSlots::new(config.max_requests),
             }),
         }
     }
@@ -456,6 +456,19 @@ impl Node {
             self.inner.state.stamp_seen(),
             tokio::time::Instant::now(),
         )
+    }
+
+    /// Stops Raft, then lets a purge of the log still waiting for its snapshot end (see
+    /// `LogStore::settled`), so that nothing of the node writes to its data dir afterwards.
+    pub async fn shut_down(&self) {
+        let _ = self.inner.raft.shutdown().await;
+        if let Some(log) = &self.inner.log {
+            if let Err(e) = log.settled().await {
+                // The state machine stopped before the snapshot it waited for was durable: the
+                // log keeps the entries, which the next start recovers from.
+                tracing::info!(error = %e, "a purge of the log was left for the next start");
+            }
+        }
     }
 
     fn is_leader(&self) -> bool {
@@ -714,7 +727,7 @@ mod tests {
 
     #[test]
     fn requests_past_the_limit_are_refused_at_once_and_admitted_again_once_room_is_made() {
-        let admission = Admission::new(3);
+        let admission = RequestSlots::new(3);
         let first = admission.admit(2).unwrap();
         let refused = admission.admit(2).unwrap_err();
         assert!(

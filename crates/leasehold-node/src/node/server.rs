@@ -271,8 +271,6 @@ pub async fn run(
             .map_err(|e| StartError::Raft(e.to_string()))?,
     );
     let penalty = Arc::new(VotePenalty::new(&raft_config));
-    // Kept to let a purge still waiting for its snapshot end before the node does.
-    let log_handle = log_store.clone();
     let raft = raft::Raft::new(
         config.id,
         raft_config,
@@ -472,12 +470,7 @@ pub async fn run(
         }
     }
     let stopped = raft.metrics().borrow().running_state.clone();
-    let _ = raft.shutdown().await;
-    if let Err(e) = log_handle.settled().await {
-        // The state machine stopped before the snapshot it waited for was durable: the log
-        // keeps the entries, which the next start recovers from.
-        tracing::info!(error = %e, "a purge of the log was left for the next start");
-    }
+    node.shut_down().await;
     served?;
     if let Err(fatal) = stopped {
         return Err(StartError::Raft(format!(

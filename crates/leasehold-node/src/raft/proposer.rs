@@ -15,7 +15,7 @@ use openraft::BasicNode;
 use tokio::sync::oneshot;
 
 use super::{Applied, NodeId, Raft};
-use crate::gather::{Gatherer, Limits};
+use crate::gather::{BatchLimits, Gatherer};
 use leasehold_core::{Batch, Command, Op};
 
 /// Payload bytes per entry, at most (by [`weight`]), so that an entry, and a replication message
@@ -24,7 +24,7 @@ use leasehold_core::{Batch, Command, Op};
 pub const MAX_ENTRY_BYTES: usize = 128 * 1024;
 
 /// How writes are gathered, into entries here and into forwarded batches on a follower.
-pub const WRITE_BATCHES: Limits = Limits {
+pub const WRITE_BATCHES: BatchLimits = BatchLimits {
     // Two let the leader fsync the next entry while the previous one is being replicated; more
     // would only make each entry smaller.
     in_flight: 2,

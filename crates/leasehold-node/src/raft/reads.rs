@@ -10,12 +10,12 @@ use openraft::error::{CheckIsLeaderError, Fatal, RaftError};
 use openraft::BasicNode;
 
 use super::{read_index, BootLog, NodeId, Raft};
-use crate::gather::{Gatherer, Limits};
+use crate::gather::{BatchLimits, Gatherer};
 
 /// What openraft answers a read it could not confirm.
 pub type ReadError = RaftError<NodeId, CheckIsLeaderError<NodeId, BasicNode>>;
 
-const READS: Limits = Limits {
+const READS: BatchLimits = BatchLimits {
     // One confirmation at a time: a read arriving meanwhile needs the next one anyway.
     in_flight: 1,
     max_items: usize::MAX,
