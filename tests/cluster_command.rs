@@ -54,46 +54,8 @@ impl Lines {
 fn cluster_reports_a_death_with_the_restart_command_and_stops_every_node_on_ctrl_c() {
     let dir = tempfile::TempDir::new().unwrap();
     let port = consecutive_free_ports();
-    let mut cluster = Command::new(binary())
-        .args([
-            "cluster",
-            "--dir",
-            dir.path().to_str().unwrap(),
-            "--port",
-            &port.to_string(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = cluster.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let lines = Lines(rx);
-    let mut pids = Vec::new();
+    let (mut cluster, lines, pids) = start_cluster(dir.path(), port);
     let guard = scopeguard(&mut cluster);
-
-    lines.until("3-node cluster", Duration::from_secs(10));
-    for id in 1..=3 {
-        let line = lines.until(
-            &format!("node {id}  127.0.0.1:{}", port + id - 1),
-            Duration::from_secs(5),
-        );
-        let pid: i32 = line
-            .split("pid ")
-            .nth(1)
-            .unwrap()
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        pids.push(pid);
-    }
     let leader_line = lines.until("is now the leader", Duration::from_secs(20));
     let leader: usize = leader_line
         .split_whitespace()
@@ -138,6 +100,77 @@ fn cluster_reports_a_death_with_the_restart_command_and_stops_every_node_on_ctrl
             );
         }
     }
+}
+
+/// `leasehold cluster` in `dir` from `port` on: the process, its output line by line, and the
+/// pids of nodes 1 to 3 as it printed them.
+fn start_cluster(dir: &std::path::Path, port: u16) -> (std::process::Child, Lines, Vec<i32>) {
+    let mut cluster = Command::new(binary())
+        .args([
+            "cluster",
+            "--dir",
+            dir.to_str().unwrap(),
+            "--port",
+            &port.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = cluster.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let lines = Lines(rx);
+    lines.until("3-node cluster", Duration::from_secs(10));
+    let mut pids = Vec::new();
+    for id in 1..=3 {
+        let line = lines.until(
+            &format!("node {id}  127.0.0.1:{}", port + id - 1),
+            Duration::from_secs(5),
+        );
+        let pid: i32 = line
+            .split("pid ")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        pids.push(pid);
+    }
+    (cluster, lines, pids)
+}
+
+/// `kill` (SIGTERM), as a service manager or a script stops a process, stops every node as
+/// Ctrl-C does. Before, only SIGINT was handled: the command died of the SIGTERM and left its
+/// three nodes running, holding their ports and data dirs.
+#[test]
+fn cluster_stops_every_node_on_sigterm_as_on_ctrl_c() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let port = consecutive_free_ports();
+    let (mut cluster, lines, pids) = start_cluster(dir.path(), port);
+    let guard = scopeguard(&mut cluster);
+    lines.until("is now the leader", Duration::from_secs(20));
+    // SAFETY: SIGTERM to the cluster process this test spawned.
+    unsafe { libc::kill(guard.0.id() as i32, libc::SIGTERM) };
+    let status = guard.0.wait().unwrap();
+    std::mem::forget(guard);
+    let started = std::time::Instant::now();
+    while pids.iter().any(|pid| alive(*pid)) && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<i32> = pids.iter().copied().filter(|pid| alive(*pid)).collect();
+    for pid in &left {
+        // SAFETY: SIGKILL to a node the cluster this test spawned started, so none outlives it.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    assert!(left.is_empty(), "nodes outlived `cluster`: pids {left:?}");
+    assert!(status.success(), "cluster exited with {status}");
 }
 
 /// Kills the cluster process if the test fails before it stops it.

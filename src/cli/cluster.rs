@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
+use tokio::signal::unix::SignalKind;
 
 use super::local::{LocalCluster, PlaneAddrs};
 use super::Exit;
@@ -227,8 +228,10 @@ async fn monitor(
     let ids: Vec<u64> = cluster.nodes().iter().map(|n| n.id).collect();
     // Nodes brought back by hand are not our children: stop them by pid on Ctrl-C.
     let mut external_pids: BTreeMap<u64, u32> = BTreeMap::new();
-    // One stream for the whole run: a Ctrl-C that lands while a node is being asked is kept.
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    // One stream each for the whole run: a signal that lands while a node is being asked is
+    // kept. SIGTERM (`kill`, a service manager) stops the nodes as Ctrl-C does.
+    let mut interrupt = tokio::signal::unix::signal(SignalKind::interrupt())?;
+    let mut terminate = tokio::signal::unix::signal(SignalKind::terminate())?;
     loop {
         for &id in &ids {
             if let Some(status) = cluster.try_reap(id) {
@@ -281,18 +284,26 @@ async fn monitor(
             }
             seen.insert(id, now);
         }
-        tokio::select! {
-            _ = tokio::time::sleep(POLL) => {}
-            _ = interrupt.recv() => {
-                println!("stopping...");
-                for (id, pid) in external_pids {
-                    if cluster.pid(id).is_none() {
-                        // SAFETY: kill(2) with SIGTERM on the pid the node itself reported.
-                        unsafe { libc::kill(pid as i32, libc::SIGTERM); }
-                    }
-                }
-                return Ok(Exit::Ok);
-            }
+        let stop = tokio::select! {
+            _ = tokio::time::sleep(POLL) => false,
+            _ = interrupt.recv() => true,
+            _ = terminate.recv() => true,
+        };
+        if stop {
+            println!("stopping...");
+            stop_external(cluster, external_pids);
+            return Ok(Exit::Ok);
+        }
+    }
+}
+
+/// Stops the nodes brought back by hand (not this command's children, so not stopped with
+/// it), by the pids they reported.
+fn stop_external(cluster: &LocalCluster, external_pids: BTreeMap<u64, u32>) {
+    for (id, pid) in external_pids {
+        if cluster.pid(id).is_none() {
+            // SAFETY: kill(2) with SIGTERM on the pid the node itself reported.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         }
     }
 }

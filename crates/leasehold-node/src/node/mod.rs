@@ -417,6 +417,10 @@ impl Node {
             .filter(|(id, _)| *id != self.inner.id)
             .collect();
         let answers = clock::ask_peers(&self.inner.link, peers, voters / 2, oldest).await;
+        // Measured again after the wait for the peers (up to `PEER_CARRY_WAIT`): the same
+        // entry's time plus what this node's clock measured since its append, now, so that the
+        // wait is carried and not lost from every lease the old leader granted.
+        let own = self.carried_time();
         let base = clock::term_base(
             own,
             oldest,

@@ -1015,17 +1015,52 @@ pub(crate) mod tests {
         files.write(upto.index, file).await.unwrap();
     }
 
+    /// A log purging behind the snapshots of `files`, each in a directory of its own.
+    fn behind_snapshots() -> (
+        tempfile::TempDir,
+        tempfile::TempDir,
+        SnapshotFiles,
+        LogStore,
+    ) {
+        let dir = tempfile::TempDir::new().unwrap();
+        let snapshots = tempfile::TempDir::new().unwrap();
+        let (files, _) = SnapshotFiles::open(snapshots.path(), SlowWork::BlockingPool).unwrap();
+        let log = LogStore::open(dir.path())
+            .unwrap()
+            .purging_behind(files.durable());
+        (dir, snapshots, files, log)
+    }
+
+    /// A snapshot installed ahead of the log: a purge through 20, past the log's end (which
+    /// holds `kept`), then entry 21, which must wait for the snapshot covering 20: written
+    /// first, a crash would leave it behind a hole.
+    async fn purge_past_the_end_then_append(
+        log: &mut LogStore,
+        files: &SnapshotFiles,
+        kept: &[u64],
+    ) {
+        log.purge(log_id(1, 1, 20)).await.unwrap();
+        let mut appender = log.clone();
+        let append = tokio::spawn(async move { appender.blocking_append([entry(21)]).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !append.is_finished(),
+            "entry 21 was written after {kept:?} before the snapshot covering 20 was durable"
+        );
+        assert_eq!(indexes(log).await, kept);
+        write_snapshot(files, log_id(1, 1, 20)).await;
+        append.await.unwrap().unwrap();
+        assert_eq!(indexes(log).await, vec![21]);
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 20)));
+    }
+
     /// openraft awaits `purge` in its core loop right after handing an install to the state
     /// machine worker: a purge that waited there for the snapshot held up heartbeats, votes
     /// and the election timer for the whole install (review e8637e4, section 6).
     #[tokio::test]
     async fn a_purge_ahead_of_the_snapshot_returns_at_once_and_happens_once_it_is_durable() {
-        let dir = tempfile::TempDir::new().unwrap();
-        let snapshots = tempfile::TempDir::new().unwrap();
-        let (files, _) = SnapshotFiles::open(snapshots.path(), SlowWork::BlockingPool).unwrap();
-        let mut log = LogStore::open(dir.path())
-            .unwrap()
-            .purging_behind(files.durable());
+        let (dir, _snapshots, files, mut log) = behind_snapshots();
         log.blocking_append((1..=10).map(entry)).await.unwrap();
 
         let purge = tokio::time::timeout(Duration::from_secs(1), log.purge(log_id(1, 1, 5)));
@@ -1044,20 +1079,8 @@ pub(crate) mod tests {
         let state = log.get_log_state().await.unwrap();
         assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 5)));
 
-        // A snapshot installed ahead of the log: the purge goes past its end, and the next
-        // append, which would leave a hole behind entries 6 to 11, waits for the snapshot.
-        log.purge(log_id(1, 1, 20)).await.unwrap();
-        let mut appender = log.clone();
-        let append = tokio::spawn(async move { appender.blocking_append([entry(21)]).await });
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(
-            !append.is_finished(),
-            "entry 21 was written behind a hole before the snapshot covering 20 was durable"
-        );
-        assert_eq!(indexes(&mut log).await, (6..=11).collect::<Vec<_>>());
-        write_snapshot(&files, log_id(1, 1, 20)).await;
-        append.await.unwrap().unwrap();
-        assert_eq!(indexes(&mut log).await, vec![21]);
+        let kept: Vec<u64> = (6..=11).collect();
+        purge_past_the_end_then_append(&mut log, &files, &kept).await;
         drop(log);
         let mut log = LogStore::open(dir.path()).unwrap();
         assert_eq!(indexes(&mut log).await, vec![21]);
@@ -1071,26 +1094,8 @@ pub(crate) mod tests {
     /// a log starting past index 0.
     #[tokio::test]
     async fn on_an_empty_log_the_first_append_after_a_purge_waits_for_the_snapshot() {
-        let dir = tempfile::TempDir::new().unwrap();
-        let snapshots = tempfile::TempDir::new().unwrap();
-        let (files, _) = SnapshotFiles::open(snapshots.path(), SlowWork::BlockingPool).unwrap();
-        let mut log = LogStore::open(dir.path())
-            .unwrap()
-            .purging_behind(files.durable());
-        log.purge(log_id(1, 1, 20)).await.unwrap();
-        let mut appender = log.clone();
-        let append = tokio::spawn(async move { appender.blocking_append([entry(21)]).await });
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(
-            !append.is_finished(),
-            "entry 21 was written to an empty log before the snapshot covering 20 was durable"
-        );
-        assert_eq!(indexes(&mut log).await, Vec::<u64>::new());
-        write_snapshot(&files, log_id(1, 1, 20)).await;
-        append.await.unwrap().unwrap();
-        assert_eq!(indexes(&mut log).await, vec![21]);
-        let state = log.get_log_state().await.unwrap();
-        assert_eq!(state.last_purged_log_id, Some(log_id(1, 1, 20)));
+        let (_dir, _snapshots, files, mut log) = behind_snapshots();
+        purge_past_the_end_then_append(&mut log, &files, &[]).await;
     }
 
     #[tokio::test]
