@@ -716,19 +716,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     /// restart can always recover from; an append that would leave a hole behind them waits
     /// for it first.
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        let Some(snapshot) = self.purge_behind.clone() else {
-            return self
-                .with_writer(move |shared, writer| shared.purge(writer, log_id))
-                .await;
-        };
         let mut deferred = self.deferred.lock().await;
-        let before = deferred.take();
-        if before.is_none() && snapshot.covers(log_id) {
+        // Behind an earlier purge still waiting, or ahead of the snapshot on disk: later.
+        let waits_for = (self.purge_behind.as_ref())
+            .filter(|snapshot| deferred.is_some() || !snapshot.covers(log_id))
+            .cloned();
+        let Some(snapshot) = waits_for else {
             drop(deferred);
             return self
                 .with_writer(move |shared, writer| shared.purge(writer, log_id))
                 .await;
-        }
+        };
+        let before = deferred.take();
         let shared = self.shared.clone();
         *deferred = Some(tokio::spawn(async move {
             if let Some(before) = before {

@@ -248,6 +248,11 @@ pub enum PurgeWaitError {
     StateMachineStopped { upto: u64 },
 }
 
+/// Whether a durable snapshot ending at `durable` covers `upto`.
+fn covered(durable: &Option<LogId>, upto: LogId) -> bool {
+    durable.is_some_and(|d| d.index >= upto.index)
+}
+
 /// The last log id of the durable snapshot, as the log store sees it.
 #[derive(Clone)]
 pub struct DurableSnapshot {
@@ -258,9 +263,7 @@ pub struct DurableSnapshot {
 impl DurableSnapshot {
     /// Whether the snapshot on disk covers `upto` now.
     pub fn covers(&self, upto: LogId) -> bool {
-        self.announced
-            .borrow()
-            .is_some_and(|durable| durable.index >= upto.index)
+        covered(&self.announced.borrow(), upto)
     }
 
     /// Waits, up to [`PURGE_WAIT`], until the snapshot on disk covers `upto`. Indexes are
@@ -268,8 +271,7 @@ impl DurableSnapshot {
     /// an index names one entry.
     pub async fn wait_covers(&self, upto: LogId) -> Result<(), StorageError> {
         let mut announced = self.announced.clone();
-        let covered = |durable: &Option<LogId>| durable.is_some_and(|d| d.index >= upto.index);
-        let waited = tokio::time::timeout(self.wait, announced.wait_for(covered))
+        let waited = tokio::time::timeout(self.wait, announced.wait_for(|d| covered(d, upto)))
             .await
             .map(|seen| seen.is_ok());
         let error = match waited {
