@@ -416,6 +416,7 @@ async fn lease_life_across(
         granted(&answer).map(|_| sent.elapsed())
     })
     .await;
+    eprintln!("lease life across the {fault}: {life:?}");
     assert!(life >= ttl, "never sooner than the TTL: {life:?}");
     assert!(
         life <= ttl + Duration::from_millis(500),

@@ -1793,3 +1793,90 @@ fn a_member_cut_off_across_a_majority_restart_does_not_run_store_time_ahead() {
         );
     }
 }
+
+/// A leader grants a lease while its log does not reach its followers: they append the grant
+/// 700 ms after it was stamped. The links recover, and the leader dies 1.5 s after the acquire was sent. Its
+/// followers carry store time from when they appended the grant, so, with nothing stamped
+/// since, the next leader's clock starts the 700 ms behind, and the lease lives its TTL plus
+/// that. CI saw it on real processes: a 5 s lease lived 5.9 s across a leader kill, its grant
+/// slow to replicate on a loaded machine just after the cluster formed.
+///
+/// Returns how long after the acquire was sent a rival was granted the lease.
+async fn slow_grant_then_leader_killed(seed: u64) -> Duration {
+    let sim = Sim::start(3, seed).await;
+    let a = any_leader(&sim, Duration::from_secs(5))
+        .await
+        .expect("a first leader");
+    let acquire = |holder: &str| Op::Acquire {
+        lease: "probe".into(),
+        holder: holder.into(),
+        ttl_ms: CARRIED_TTL.as_millis() as u64,
+    };
+    let first = write(
+        &sim,
+        a,
+        plain_put("start").op,
+        None,
+        Instant::now() + Duration::from_secs(5),
+    )
+    .await;
+    assert!(matches!(first, Completion::Ok { .. }), "{first:?}");
+    // The log does not move to the followers for 700 ms (as when AppendEntries time out on a
+    // loaded machine and are sent again), heartbeats included: they must not campaign.
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != a).collect();
+    for &id in &followers {
+        sim.node(id).unwrap().set_elections(false);
+        sim.net().stalled.insert((a, id));
+    }
+    let sent = Instant::now();
+    let recover = async {
+        tokio::time::sleep(SLOW_GRANT).await;
+        sim.net().stalled.clear();
+    };
+    let (granted, ()) = tokio::join!(
+        write(
+            &sim,
+            a,
+            acquire("first"),
+            None,
+            sent + Duration::from_secs(5)
+        ),
+        recover
+    );
+    assert!(
+        matches!(granted, Completion::Ok { .. }),
+        "seed {seed}: the first acquire failed: {granted:?}"
+    );
+    assert!(sent.elapsed() >= SLOW_GRANT, "the grant was slow to commit");
+    for &id in &followers {
+        sim.node(id).unwrap().set_elections(true);
+    }
+    tokio::time::sleep_until(sent + Duration::from_millis(1_500)).await;
+    sim.crash(a).await;
+    until_granted(
+        &sim,
+        followers[0],
+        acquire("rival"),
+        sent,
+        Duration::from_secs(30),
+        seed,
+    )
+    .await
+}
+
+/// How late the slow links deliver the grant.
+const SLOW_GRANT: Duration = Duration::from_millis(700);
+
+#[test]
+fn a_grant_slow_to_replicate_is_not_carried_late_across_a_leader_kill() {
+    for seed in 1..=3 {
+        let life = paused_runtime().block_on(slow_grant_then_leader_killed(seed));
+        // Free at its TTL: the leader had its followers carry a time stamped after the slow
+        // grant. The rival polls every 50 ms; the election ends before the TTL.
+        assert!(
+            life >= CARRIED_TTL && life <= CARRIED_TTL + Duration::from_millis(300),
+            "seed {seed}: a {CARRIED_TTL:?} lease whose grant took {SLOW_GRANT:?} to replicate \
+             was granted to a rival {life:?} after its acquire was sent"
+        );
+    }
+}

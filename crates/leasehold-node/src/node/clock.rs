@@ -54,6 +54,7 @@
 //! only makes leases last longer, never shorter.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -79,6 +80,16 @@ const _: () = assert!(
     PEER_APPLY_WAIT.as_millis() + 50 < PEER_CARRY_WAIT.as_millis(),
     "a peer's wait to apply, and the way back, fit in the leader's wait for answers"
 );
+
+/// A write answered longer than this after its stamp has the leader log a fresh stamp (a tick)
+/// at once. A follower carries time from when it appended the newest stamped entry, so one that
+/// appended a grant late carries the grant's time late by as much; if the cluster then goes
+/// idle and the leader dies, the next term starts that much behind, and every lease lives that
+/// much past its TTL (CI: a grant slow to replicate on a loaded machine, 0.7 s). The tick, sent
+/// once the log moves again, lets the followers measure from it instead. Below a lease's 0.5 s
+/// budget across a failover, and above what a loopback or LAN cluster's commit takes, so a
+/// healthy cluster logs no tick for it.
+pub const CARRY_REFRESH_AFTER: Duration = Duration::from_millis(200);
 
 /// What a node carries: `applied_now_ms`, the store time applied here, plus the time this
 /// node's monotonic clock has measured since the entry that brought that time was appended
@@ -171,6 +182,9 @@ pub struct LeaderClock {
     /// Held while a term's base is being found, so that the writes arriving together at a new
     /// leader ask its peers once, not once each.
     starting: tokio::sync::Mutex<()>,
+    /// Whether a fresh stamp for the followers to carry is being logged (see
+    /// [`CARRY_REFRESH_AFTER`]): one at a time, however many slow writes asked for it.
+    refreshing: AtomicBool,
 }
 
 impl LeaderClock {
@@ -188,6 +202,17 @@ impl LeaderClock {
     /// started.
     pub async fn starting(&self) -> tokio::sync::MutexGuard<'_, ()> {
         self.starting.lock().await
+    }
+
+    /// Claims the one refresh of the followers' carried time that may be in flight: false when
+    /// one already is. [`LeaderClock::refreshed`] ends it.
+    pub fn claim_refresh(&self) -> bool {
+        !self.refreshing.swap(true, Ordering::AcqRel)
+    }
+
+    /// The refresh claimed with [`LeaderClock::claim_refresh`] is over.
+    pub fn refreshed(&self) {
+        self.refreshing.store(false, Ordering::Release);
     }
 
     /// Starts stamping for `term` from `applied_now_ms`, the store time once every entry before

@@ -590,6 +590,7 @@ impl Node {
             Ok(at_ms) => at_ms,
             Err(e) => return checked.into_iter().map(|w| w.and(Err(e.clone()))).collect(),
         };
+        let stamped = tokio::time::Instant::now();
         let deadline = tokio::time::Instant::now() + QUORUM_WAIT;
         let answers: Vec<_> = checked
             .into_iter()
@@ -610,7 +611,30 @@ impl Node {
                 },
             });
         }
+        if at_ms.is_some()
+            && stamped.elapsed() > clock::CARRY_REFRESH_AFTER
+            && results.iter().any(Result::is_ok)
+        {
+            self.refresh_carried_time();
+        }
         results
+    }
+
+    /// Logs a tick, a fresh stamp, in the background, unless one is on its way already: after a
+    /// write slow to commit, the followers would otherwise carry its stamp from when they
+    /// appended it, late (see [`clock::CARRY_REFRESH_AFTER`]). The tick's own write may be slow
+    /// too; it asks for no further tick, so a cluster whose every commit is slow logs one tick
+    /// per slow write, never a stream of them.
+    fn refresh_carried_time(&self) {
+        if !self.inner.clock.claim_refresh() {
+            return;
+        }
+        let node = self.clone();
+        tokio::spawn(async move {
+            // A node that no longer leads, or lost its quorum, has nothing to refresh.
+            let _ = node.write(Op::Tick, None).await;
+            node.inner.clock.refreshed();
+        });
     }
 
     /// Refuses what no node would propose: bad input, or an op for the other clock.
