@@ -43,7 +43,7 @@ use harness::Rng;
 use leasehold::lease::{Batch, Command, Fence, Op, Outcome, RequestId};
 use leasehold::node::{
     tick_expiring_leases, watch_elections, Answer as ForwardAnswer, Carried, Forwarded, Node,
-    NodeConfig, NodeError, PeerLink,
+    NodeConfig, NodeError, PeerLink, INDETERMINATE_KEY, QUORUM_SILENCE,
 };
 use leasehold::raft::Channels;
 use leasehold::raft::{
@@ -1877,6 +1877,81 @@ fn a_grant_slow_to_replicate_is_not_carried_late_across_a_leader_kill() {
             life >= CARRIED_TTL && life <= CARRIED_TTL + Duration::from_millis(300),
             "seed {seed}: a {CARRIED_TTL:?} lease whose grant took {SLOW_GRANT:?} to replicate \
              was granted to a rival {life:?} after its acquire was sent"
+        );
+    }
+}
+
+/// What a cut-off leader answered: how long after it was sent, and the status.
+struct CutOffAnswer {
+    after: Duration,
+    status: tonic::Status,
+}
+
+/// A leader cut off from every peer, its clients still reaching it (the fault suite's
+/// IsolateLeader and OneWayFromLeader). openraft 0.9 has no CheckQuorum step-down: such a
+/// leader leads its term until it hears of a newer one, which it cannot. Returns its answer to a
+/// write it held when it was cut off, and to one sent once its quorum had been silent for a
+/// while.
+async fn cut_off_leader_answers(seed: u64) -> (CutOffAnswer, CutOffAnswer) {
+    let sim = Sim::start(3, seed).await;
+    let a = any_leader(&sim, Duration::from_secs(5))
+        .await
+        .expect("a first leader");
+    let first = write(
+        &sim,
+        a,
+        plain_put("start").op,
+        None,
+        Instant::now() + Duration::from_secs(5),
+    )
+    .await;
+    assert!(matches!(first, Completion::Ok { .. }), "{first:?}");
+    let node = sim.node(a).unwrap();
+    let answer = async |key: &str| {
+        let sent = Instant::now();
+        let status = tokio::time::timeout(
+            Duration::from_secs(10),
+            node.write_or_forward(plain_put(key).op, None),
+        )
+        .await
+        .expect("an answer within 10 s")
+        .expect_err("no quorum to write with");
+        CutOffAnswer {
+            after: sent.elapsed(),
+            status,
+        }
+    };
+    sim.net().isolate(a, 3);
+    let cut = Instant::now();
+    let held = answer("held").await;
+    tokio::time::sleep_until(cut + QUORUM_SILENCE + Duration::from_millis(500)).await;
+    let later = answer("later").await;
+    (held, later)
+}
+
+#[test]
+fn a_leader_cut_off_from_its_quorum_gives_writes_up_and_then_refuses_them_at_once() {
+    for seed in 1..=3 {
+        let (held, later) = paused_runtime().block_on(cut_off_leader_answers(seed));
+        let indeterminate = |s: &tonic::Status| s.metadata().get(INDETERMINATE_KEY).is_some();
+        // Given up once the quorum was silent for QUORUM_SILENCE (the last answer came a
+        // heartbeat or so before the cut), not held for the whole quorum wait; it may have
+        // been applied.
+        assert!(
+            held.after <= QUORUM_SILENCE + Duration::from_millis(200)
+                && indeterminate(&held.status),
+            "seed {seed}: a write held by the cut-off leader ended after {:?}: {:?}",
+            held.after,
+            held.status
+        );
+        // Refused before it was proposed: the client knows it was not applied.
+        assert!(
+            later.after <= Duration::from_millis(10)
+                && later.status.code() == tonic::Code::Unavailable
+                && !indeterminate(&later.status),
+            "seed {seed}: a write sent to the cut-off leader later ended after {:?}: {:?}",
+            later.after,
+            later.status
         );
     }
 }

@@ -83,6 +83,20 @@ pub enum NodeError {
          applied"
     )]
     Deposed,
+    /// This node leads, but its quorum has been silent for longer than a follower waits before
+    /// it campaigns: refused before anything was proposed (see `quorum_watch`).
+    #[error(
+        "node {me} leads, but no quorum of its peers has answered it for over {} ms: it may be          cut off from them and replaced; ask another node",
+        super::QUORUM_SILENCE.as_millis()
+    )]
+    QuorumSilent { me: NodeId },
+    /// The write was proposed, then this leader's quorum went silent: given up rather than held
+    /// for the whole quorum wait, and it may still apply.
+    #[error(
+        "node {me} stopped waiting for the write: no quorum of its peers has answered it for          over {} ms, so it may be cut off from them. The write may or may not have been applied",
+        super::QUORUM_SILENCE.as_millis()
+    )]
+    QuorumWentSilent { me: NodeId },
     #[error("{0}")]
     WrongClock(&'static str),
     #[error("this node is shutting down")]
@@ -224,6 +238,8 @@ impl From<NodeError> for Status {
             NodeError::NotLeader { .. }
             | NodeError::NoLeader(_)
             | NodeError::NoQuorum(_)
+            | NodeError::QuorumSilent { .. }
+            | NodeError::QuorumWentSilent { .. }
             | NodeError::ReadUnconfirmed(_)
             | NodeError::LeaderUnreachable { .. }
             | NodeError::ForwardLost { .. }
@@ -250,6 +266,7 @@ impl From<NodeError> for Status {
         let indeterminate = matches!(
             e,
             NodeError::NoQuorum(_)
+                | NodeError::QuorumWentSilent { .. }
                 | NodeError::ForwardLost { .. }
                 | NodeError::Unanswered
                 | NodeError::Deposed
@@ -436,6 +453,7 @@ mod tests {
             NodeError::Forbidden("the caller showed no certificate".into()),
             NodeError::Invalid(InvalidInput::new("id", "node ids start at 1")),
             NodeError::NotMember(4),
+            NodeError::QuorumSilent { me: 1 },
         ];
         for e in refusals {
             let status = Status::from(e.clone());
@@ -475,6 +493,7 @@ mod tests {
                 reason: "reset".into(),
             },
             NodeError::Unanswered,
+            NodeError::QuorumWentSilent { me: 1 },
         ];
         for e in maybe {
             assert!(Status::from(e).metadata().get(INDETERMINATE_KEY).is_some());

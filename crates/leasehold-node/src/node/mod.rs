@@ -12,6 +12,7 @@ mod membership;
 mod peer_gate;
 mod peer_link;
 mod probes;
+mod quorum_watch;
 mod raft_service;
 mod server;
 mod status;
@@ -30,6 +31,8 @@ pub use election_watch::watch_elections;
 pub use error::{NodeError, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 pub use peer_link::{Answer, Carried, Forwarded};
 pub use peer_link::{GrpcLink, PeerLink};
+use quorum_watch::QuorumWatch;
+pub use quorum_watch::QUORUM_SILENCE;
 pub use server::{check_clock_mode, check_flags, run, StartError};
 pub use server::{tick_expiring_leases, MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAGE_BYTES};
 
@@ -158,6 +161,8 @@ struct NodeInner {
     /// Whether this node may campaign, as [`Node::set_elections`] last said (at first, the
     /// config's `enable_elect`): openraft's own switch cannot be read back from a running Raft.
     elections: std::sync::atomic::AtomicBool,
+    /// Whether this node leads a quorum that stopped answering it.
+    quorum: QuorumWatch,
 }
 
 /// A bound on the requests a node works on at once.
@@ -207,6 +212,7 @@ impl Node {
                 reads: Reads::start(raft.clone(), boot),
                 forwarder: forwarder::Forwarder::new(link.clone()),
                 elections: std::sync::atomic::AtomicBool::new(raft.config().enable_elect),
+                quorum: QuorumWatch::start(raft.clone()),
                 link,
                 raft,
                 log,
@@ -371,7 +377,10 @@ impl Node {
             }
             match leader {
                 Some(leader) if leader == self.inner.id && state == ServerState::Leader => {
-                    return Ok(term)
+                    if self.inner.quorum.is_silent() {
+                        return Err(NodeError::QuorumSilent { me: self.inner.id });
+                    }
+                    return Ok(term);
                 }
                 Some(leader) if leader != self.inner.id => {
                     return Err(self.not_leader(Some(leader)))
@@ -598,16 +607,26 @@ impl Node {
                 w.map(|(op, request)| self.inner.proposer.submit(Command { at_ms, request, op }))
             })
             .collect();
+        let mut silent = std::pin::pin!(self.inner.quorum.until_silent());
+        let mut given_up = false;
         let mut results = Vec::with_capacity(answers.len());
         for answer in answers {
             results.push(match answer {
                 Err(e) => Err(e),
-                Ok(answer) => match tokio::time::timeout_at(deadline, answer).await {
-                    Err(_) => Err(NodeError::NoQuorum(QUORUM_WAIT)),
-                    Ok(Err(_)) => Err(NodeError::Unanswered),
-                    Ok(Ok(Ok(applied))) => Ok(applied),
-                    // Handed to Raft: whatever it answers, the write may be in the log.
-                    Ok(Ok(Err(e))) => Err(NodeError::proposal_failed(e)),
+                Ok(_) if given_up => Err(NodeError::QuorumWentSilent { me: self.inner.id }),
+                Ok(answer) => tokio::select! {
+                    biased;
+                    answer = tokio::time::timeout_at(deadline, answer) => match answer {
+                        Err(_) => Err(NodeError::NoQuorum(QUORUM_WAIT)),
+                        Ok(Err(_)) => Err(NodeError::Unanswered),
+                        Ok(Ok(Ok(applied))) => Ok(applied),
+                        // Handed to Raft: whatever it answers, the write may be in the log.
+                        Ok(Ok(Err(e))) => Err(NodeError::proposal_failed(e)),
+                    },
+                    () = &mut silent => {
+                        given_up = true;
+                        Err(NodeError::QuorumWentSilent { me: self.inner.id })
+                    }
                 },
             });
         }
