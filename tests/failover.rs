@@ -322,11 +322,11 @@ async fn a_restarted_leader_below_its_lost_tail_serves_reads_and_writes() {
         .unwrap()
         .connect_lazy();
     let mut writes = Vec::new();
-    // About a second of writes. A leader whose quorum is silent for `QUORUM_SILENCE` refuses
+    // About two seconds of writes. A leader whose quorum is silent for `QUORUM_SILENCE` refuses
     // writes (see `quorum_watch`), so the tail is what the proposer sends before that: two
     // entries at once and one more after each half second's hold. A still leads below it
     // after the election or two (a blank entry each) that `make_leader` takes.
-    for i in 0..10 {
+    for i in 0..20 {
         let mut store = pb::lease_store_client::LeaseStoreClient::new(channel.clone());
         writes.push(tokio::spawn(async move {
             let _ = store

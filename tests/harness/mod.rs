@@ -157,19 +157,20 @@ impl Harness {
         harness
     }
 
-    /// Waits until nodes 1 to `started` all answer and follow one leader in one term. Every
-    /// node of a new cluster campaigns as it forms it, so one that starts a little after the
-    /// others can still unseat their first leader: a test that began as soon as the nodes up
-    /// so far agreed saw its first write wait out that second election (a lease's measured
-    /// life gained 0.4 s).
+    /// Waits until the members among nodes 1 to `started` all answer and follow one leader in
+    /// one term (a node started to `--join` later is no member yet). Every node of a new
+    /// cluster campaigns as it forms it, so one that starts a little after the others can still
+    /// unseat their first leader: a test that began as soon as the nodes up so far agreed saw
+    /// its first write wait out that second election (a lease's measured life gained 0.4 s).
     async fn formed(&self, started: u64) {
         wait_for("the cluster to form", Duration::from_secs(20), || async {
             let nodes = self.status().await;
             let leader = nodes.iter().find(|n| n.role == pb::Role::Leader as i32)?;
-            let following = nodes
+            nodes
                 .iter()
-                .filter(|n| n.id <= started && n.leader == leader.id && n.term == leader.term);
-            (following.count() as u64 == started).then_some(())
+                .filter(|n| n.id <= started)
+                .all(|n| n.leader == leader.id && n.term == leader.term)
+                .then_some(())
         })
         .await
     }

@@ -185,6 +185,9 @@ pub struct LeaderClock {
     /// Whether a fresh stamp for the followers to carry is being logged (see
     /// [`CARRY_REFRESH_AFTER`]): one at a time, however many slow writes asked for it.
     refreshing: AtomicBool,
+    /// Whether a slow write asked for a refresh while one was being logged: it may have been
+    /// stamped after that one, so another follows.
+    again: AtomicBool,
 }
 
 impl LeaderClock {
@@ -205,9 +208,19 @@ impl LeaderClock {
     }
 
     /// Claims the one refresh of the followers' carried time that may be in flight: false when
-    /// one already is. [`LeaderClock::refreshed`] ends it.
+    /// one already is, which asks it to log another after its own ([`LeaderClock::asked_again`]).
+    /// [`LeaderClock::refreshed`] ends it.
     pub fn claim_refresh(&self) -> bool {
-        !self.refreshing.swap(true, Ordering::AcqRel)
+        let claimed = !self.refreshing.swap(true, Ordering::AcqRel);
+        if !claimed {
+            self.again.store(true, Ordering::Release);
+        }
+        claimed
+    }
+
+    /// Whether a refresh was asked for while the claimed one was logged; clears the request.
+    pub fn asked_again(&self) -> bool {
+        self.again.swap(false, Ordering::AcqRel)
     }
 
     /// The refresh claimed with [`LeaderClock::claim_refresh`] is over.

@@ -86,14 +86,16 @@ pub enum NodeError {
     /// This node leads, but its quorum has been silent for longer than a follower waits before
     /// it campaigns: refused before anything was proposed (see `quorum_watch`).
     #[error(
-        "node {me} leads, but no quorum of its peers has answered it for over {} ms: it may be          cut off from them and replaced; ask another node",
+        "node {me} leads, but no quorum of its peers has answered it for over {} ms: it may be \
+         cut off from them and replaced; ask another node",
         super::QUORUM_SILENCE.as_millis()
     )]
     QuorumSilent { me: NodeId },
     /// The write was proposed, then this leader's quorum went silent: given up rather than held
     /// for the whole quorum wait, and it may still apply.
     #[error(
-        "node {me} stopped waiting for the write: no quorum of its peers has answered it for          over {} ms, so it may be cut off from them. The write may or may not have been applied",
+        "node {me} stopped waiting for the write: no quorum of its peers has answered it for \
+         over {} ms, so it may be cut off from them. The write may or may not have been applied",
         super::QUORUM_SILENCE.as_millis()
     )]
     QuorumWentSilent { me: NodeId },

@@ -125,6 +125,23 @@ const _: () = {
     // package, which sees both crates.
 };
 
+/// Whether a write slow to commit has a tick logged after it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Refresh {
+    WhenSlow,
+    /// The refreshing tick itself.
+    Never,
+}
+
+/// The refresh of carried time claimed from the leader clock, released however its task ends.
+struct RefreshClaim(Node);
+
+impl Drop for RefreshClaim {
+    fn drop(&mut self) {
+        self.0.inner.clock.refreshed();
+    }
+}
+
 /// A handle to the running node, cheap to clone into every service.
 #[derive(Clone)]
 pub struct Node {
@@ -377,10 +394,7 @@ impl Node {
             }
             match leader {
                 Some(leader) if leader == self.inner.id && state == ServerState::Leader => {
-                    if self.inner.quorum.is_silent() {
-                        return Err(NodeError::QuorumSilent { me: self.inner.id });
-                    }
-                    return Ok(term);
+                    return Ok(term)
                 }
                 Some(leader) if leader != self.inner.id => {
                     return Err(self.not_leader(Some(leader)))
@@ -583,6 +597,16 @@ impl Node {
         &self,
         writes: Vec<(Op, Option<RequestId>)>,
     ) -> Vec<Result<Applied, NodeError>> {
+        self.propose(writes, Refresh::WhenSlow).await
+    }
+
+    /// [`Node::write_many`]; `refresh` says whether a slow commit has a tick logged after it
+    /// (see [`Node::refresh_carried_time`]).
+    async fn propose(
+        &self,
+        writes: Vec<(Op, Option<RequestId>)>,
+        refresh: Refresh,
+    ) -> Vec<Result<Applied, NodeError>> {
         let checked: Vec<_> = writes
             .into_iter()
             .map(|(op, request)| self.check_write(&op).map(|()| (op, request)))
@@ -595,8 +619,8 @@ impl Node {
                 .map(Err)
                 .collect();
         }
-        let at_ms = match self.leader_stamp().await {
-            Ok(at_ms) => at_ms,
+        let (term, at_ms) = match self.leader_stamp().await {
+            Ok(stamped) => stamped,
             Err(e) => return checked.into_iter().map(|w| w.and(Err(e.clone()))).collect(),
         };
         let stamped = tokio::time::Instant::now();
@@ -607,7 +631,7 @@ impl Node {
                 w.map(|(op, request)| self.inner.proposer.submit(Command { at_ms, request, op }))
             })
             .collect();
-        let mut silent = std::pin::pin!(self.inner.quorum.until_silent());
+        let mut silent = std::pin::pin!(self.inner.quorum.until_silent(term));
         let mut given_up = false;
         let mut results = Vec::with_capacity(answers.len());
         for answer in answers {
@@ -630,7 +654,8 @@ impl Node {
                 },
             });
         }
-        if at_ms.is_some()
+        if refresh == Refresh::WhenSlow
+            && at_ms.is_some()
             && stamped.elapsed() > clock::CARRY_REFRESH_AFTER
             && results.iter().any(Result::is_ok)
         {
@@ -639,20 +664,28 @@ impl Node {
         results
     }
 
-    /// Logs a tick, a fresh stamp, in the background, unless one is on its way already: after a
-    /// write slow to commit, the followers would otherwise carry its stamp from when they
-    /// appended it, late (see [`clock::CARRY_REFRESH_AFTER`]). The tick's own write may be slow
-    /// too; it asks for no further tick, so a cluster whose every commit is slow logs one tick
-    /// per slow write, never a stream of them.
+    /// Logs a tick, a fresh stamp, in the background: after a write slow to commit, the
+    /// followers would otherwise carry its stamp from when they appended it, late (see
+    /// [`clock::CARRY_REFRESH_AFTER`]). One tick at a time; a slow write that commits while one
+    /// is on its way has another logged after it, since it may be newer than the tick. The
+    /// tick's own commit asks for none, so a cluster whose every commit is slow logs at most
+    /// one tick per slow write, never a stream of them.
     fn refresh_carried_time(&self) {
         if !self.inner.clock.claim_refresh() {
             return;
         }
-        let node = self.clone();
+        let claim = RefreshClaim(self.clone());
         tokio::spawn(async move {
-            // A node that no longer leads, or lost its quorum, has nothing to refresh.
-            let _ = node.write(Op::Tick, None).await;
-            node.inner.clock.refreshed();
+            loop {
+                // A node that no longer leads, or lost its quorum, has nothing to refresh.
+                let _ = claim
+                    .0
+                    .propose(vec![(Op::Tick, None)], Refresh::Never)
+                    .await;
+                if !claim.0.inner.clock.asked_again() {
+                    return;
+                }
+            }
         });
     }
 
@@ -671,10 +704,23 @@ impl Node {
         }
     }
 
-    /// Waits until this node leads (or names who does), then stamps a proposal.
-    async fn leader_stamp(&self) -> Result<Option<u64>, NodeError> {
+    /// [`Node::ensure_leader`], refusing too while this node leads a quorum that has gone
+    /// silent (see `quorum_watch`): what a write or a read asks before anything is proposed.
+    /// Membership listings and watches ask `ensure_leader` alone: an operator diagnosing the
+    /// outage still sees the members.
+    async fn serving_leader(&self) -> Result<u64, NodeError> {
         let term = self.ensure_leader().await?;
-        self.stamp(term).await
+        if self.inner.quorum.is_silent(term) {
+            return Err(NodeError::QuorumSilent { me: self.inner.id });
+        }
+        Ok(term)
+    }
+
+    /// Waits until this node leads (or names who does), then stamps a proposal: the term and
+    /// the stamp.
+    async fn leader_stamp(&self) -> Result<(u64, Option<u64>), NodeError> {
+        let term = self.serving_leader().await?;
+        Ok((term, self.stamp(term).await?))
     }
 
     fn forward_error(&self, f: ForwardToLeader<NodeId, BasicNode>) -> NodeError {
@@ -755,7 +801,7 @@ impl Node {
         &self,
         read: impl FnOnce(&Applying) -> T,
     ) -> Result<(T, Applied), NodeError> {
-        self.ensure_leader().await?;
+        self.serving_leader().await?;
         self.confirm_leadership().await?;
         let state = self.inner.state.read();
         let at = Applied {

@@ -131,12 +131,8 @@ pub async fn follow_raft(raft: crate::raft::Raft, metrics: Arc<Metrics>) {
     }
 }
 
-/// A leader whose quorum has not answered for this long is reported NOT_SERVING: a few
-/// heartbeats' worth past the leader lease, so that a live leader never flaps.
-const HEALTH_QUORUM_STALE_MS: u64 = 2 * crate::raft::LONGEST_ELECTION_MS;
-
 /// Whether the node can serve now: it knows a leader (itself with a quorum that answered within
-/// [`HEALTH_QUORUM_STALE_MS`], or another node), and has applied what it found on its disk at
+/// [`QUORUM_SILENCE`](super::QUORUM_SILENCE), or another node), and has applied what it found on its disk at
 /// start-up. The reason when it cannot.
 pub(super) fn health(
     metrics: &openraft::RaftMetrics<u64, openraft::BasicNode>,
@@ -155,7 +151,7 @@ pub(super) fn health(
     match metrics.current_leader {
         None => Err("no leader known".into()),
         Some(leader) if leader == metrics.id => match metrics.millis_since_quorum_ack {
-            Some(ms) if ms <= HEALTH_QUORUM_STALE_MS => Ok(()),
+            Some(ms) if u128::from(ms) <= super::QUORUM_SILENCE.as_millis() => Ok(()),
             _ => Err("leading, but no quorum answered lately".into()),
         },
         Some(_) => Ok(()),
