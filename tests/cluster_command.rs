@@ -12,9 +12,14 @@ use std::time::Duration;
 use harness::binary;
 
 /// A port for `cluster --port` with three consecutive free loopback ports from it, and three
-/// more from 100 above it, where `cluster` puts the peer ports by default.
+/// more from 100 above it, where `cluster` puts the peer ports by default. Each call in this
+/// process starts its search elsewhere: the tests run at once, and two that both started from
+/// the process id found the same free ports, then fought over them (one cluster never elected,
+/// or its leader's death was never reported).
 fn consecutive_free_ports() -> u16 {
-    let seed = std::process::id() as u16;
+    static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let seed = (std::process::id() as u16).wrapping_add(call.wrapping_mul(7_919));
     for attempt in 0..200u16 {
         let base = 20_000 + (seed.wrapping_add(attempt.wrapping_mul(97))) % 40_000;
         let held: Vec<_> = [0, 1, 2, 100, 101, 102]
