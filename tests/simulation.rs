@@ -42,8 +42,8 @@ use std::time::Duration;
 use harness::Rng;
 use leasehold::lease::{Batch, Command, Fence, Op, Outcome, RequestId};
 use leasehold::node::{
-    tick_expiring_leases, watch_elections, Answer as ForwardAnswer, Carried, Forwarded, Node,
-    NodeConfig, NodeError, PeerLink, INDETERMINATE_KEY, QUORUM_SILENCE,
+    start, Answer as ForwardAnswer, Carried, Forwarded, Node, NodeConfig, NodeError, PeerLink,
+    Running, Storage, Transport, INDETERMINATE_KEY, QUORUM_SILENCE,
 };
 use leasehold::raft::Channels;
 use leasehold::raft::{
@@ -520,9 +520,8 @@ struct SimNode {
     state: Mutex<Option<Arc<SharedState>>>,
     /// What the running incarnation found on its disk when it booted.
     boot: Mutex<BootLog>,
-    /// The running incarnation's expiry ticker and election watch, the product's, stopped
-    /// with it.
-    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The running incarnation, as the product's one assembly started it.
+    running: Mutex<Option<Running>>,
 }
 
 struct Sim {
@@ -557,7 +556,7 @@ impl Sim {
                     dir: tempfile::TempDir::new().unwrap(),
                     state: Mutex::new(None),
                     boot: Mutex::default(),
-                    tasks: Mutex::default(),
+                    running: Mutex::default(),
                 };
                 (id, node)
             })
@@ -591,7 +590,7 @@ impl Sim {
     }
 
     /// [`Sim::boot`] with a Raft config of the test's choosing.
-    async fn boot_with(&self, id: u64, config: Arc<openraft::Config>) {
+    async fn boot_with(&self, id: u64, raft_config: Arc<openraft::Config>) {
         let node = &self.nodes[&id];
         // Snapshot files are read and written on this thread: the blocking pool would finish
         // them in real time, and the virtual clock would not replay.
@@ -611,44 +610,39 @@ impl Sim {
             last_index: last,
             vote_term,
         };
-        let penalty = Arc::new(VotePenalty::new(&config));
-        let net = NodeNet {
-            from: id,
-            router: self.router.clone(),
-            penalty: penalty.clone(),
+        let boot = *node.boot.lock().unwrap();
+        let storage = Storage {
+            log: node.log.clone(),
+            state_machine: sm,
+            boot,
+            reader: None,
         };
-        let state = sm.shared();
-        let raft = Raft::new(id, config, net, node.log.clone(), sm)
+        let transport = Transport {
+            network: |penalty| NodeNet {
+                from: id,
+                router: self.router.clone(),
+                penalty,
+            },
+            link: Arc::new(SimLink {
+                from: id,
+                router: self.router.clone(),
+            }) as Arc<dyn PeerLink>,
+            channels: Channels::default(),
+        };
+        let config = node_config(id, self.nodes.len() as u64);
+        let running = start(&config, raft_config, storage, transport)
             .await
             .unwrap();
-        let boot = *node.boot.lock().unwrap();
-        let link = Arc::new(SimLink {
-            from: id,
-            router: self.router.clone(),
-        });
-        let product = Node::new(
-            &node_config(id, self.nodes.len() as u64),
-            raft.clone(),
-            None,
-            state,
-            Channels::default(),
-            link,
-            boot,
-        );
-        *node.tasks.lock().unwrap() = vec![
-            tokio::spawn(tick_expiring_leases(product.clone())),
-            tokio::spawn(watch_elections(product.clone(), penalty)),
-        ];
+        let product = running.node().clone();
+        *node.running.lock().unwrap() = Some(running);
         self.router.0.lock().unwrap().nodes.insert(id, product);
     }
 
     async fn crash(&self, id: u64) {
-        for task in self.nodes[&id].tasks.lock().unwrap().drain(..) {
-            task.abort();
-        }
-        let node = self.router.0.lock().unwrap().nodes.remove(&id);
-        if let Some(node) = node {
-            let _ = node.raft().shutdown().await;
+        self.router.0.lock().unwrap().nodes.remove(&id);
+        let running = self.nodes[&id].running.lock().unwrap().take();
+        if let Some(running) = running {
+            running.stop().await;
         }
     }
 

@@ -1,6 +1,7 @@
 //! One running node: the Raft instance, its applied state, the leader's clock, and the gRPC
 //! services that turn requests into proposals and linearizable reads.
 
+mod assembly;
 mod clock;
 mod cluster_service;
 mod convert;
@@ -26,15 +27,17 @@ use std::time::Duration;
 use openraft::error::{CheckIsLeaderError, ForwardToLeader, RaftError};
 use openraft::{BasicNode, ServerState};
 
+pub use assembly::{start, Running, Storage, Transport};
 pub use clock::LeaderClock;
-pub use election_watch::watch_elections;
+use election_watch::watch_elections;
 pub use error::{NodeError, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 pub use peer_link::{Answer, Carried, Forwarded};
 pub use peer_link::{GrpcLink, PeerLink};
 use quorum_watch::QuorumWatch;
 pub use quorum_watch::QUORUM_SILENCE;
+use server::tick_expiring_leases;
 pub use server::{check_clock_mode, check_flags, run, StartError};
-pub use server::{tick_expiring_leases, MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAGE_BYTES};
+pub use server::{MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAGE_BYTES};
 
 use crate::raft::state_machine::Applying;
 use crate::raft::{

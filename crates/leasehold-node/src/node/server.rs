@@ -11,6 +11,7 @@ use openraft::error::RaftError;
 use openraft::BasicNode;
 use tonic::transport::server::TcpIncoming;
 
+use super::assembly::{Storage, Transport};
 use super::cluster_service::ClusterService;
 use super::lease_service::LeaseService;
 use super::peer_gate::PeerGate;
@@ -20,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::proto::raft_v1::raft_server::RaftServer;
 use crate::proto::v1::cluster_server::ClusterServer;
 use crate::proto::v1::lease_store_server::LeaseStoreServer;
-use crate::raft::{self, Channels, ClockMode, NodeId, PeerNetwork, VotePenalty};
+use crate::raft::{self, Channels, ClockMode, NodeId, PeerNetwork};
 use crate::tls::{RefusalLog, Tls};
 use leasehold_core::Op;
 use tonic::service::interceptor::InterceptedService;
@@ -270,26 +271,21 @@ pub async fn run(
             .validate()
             .map_err(|e| StartError::Raft(e.to_string()))?,
     );
-    let penalty = Arc::new(VotePenalty::new(&raft_config));
-    let raft = raft::Raft::new(
-        config.id,
-        raft_config,
-        PeerNetwork::new(channels.clone(), penalty.clone()),
-        log_store.clone(),
-        state_machine,
-    )
-    .await
-    .map_err(|e| StartError::Raft(e.to_string()))?;
     let link = Arc::new(super::GrpcLink(channels.clone()));
-    let node = Node::new(
-        &config,
-        raft.clone(),
-        Some(log_store),
-        state,
-        channels,
-        link,
+    let storage = Storage {
+        log: log_store.clone(),
+        state_machine,
         boot,
-    );
+        reader: Some(log_store),
+    };
+    let transport = Transport {
+        network: |penalty| PeerNetwork::new(channels.clone(), penalty),
+        link,
+        channels: channels.clone(),
+    };
+    let running = super::assembly::start(&config, raft_config, storage, transport).await?;
+    let node = running.node().clone();
+    let raft = node.raft().clone();
 
     // Bind before anything else can fail late: a taken port is the commonest start-up error.
     let client_listener = bind(config.listen).await?;
@@ -444,8 +440,6 @@ pub async fn run(
     } else {
         form_cluster(&node, &config).await?;
     }
-    let ticker = (!config.manual_clock).then(|| tokio::spawn(tick_expiring_leases(node.clone())));
-    let election_watch = tokio::spawn(super::watch_elections(node.clone(), penalty));
     tracing::info!(
         id = config.id,
         listen = %config.listen,
@@ -455,10 +449,6 @@ pub async fn run(
     );
 
     let served = server.await.map_err(|e| StartError::Raft(e.to_string()))?;
-    if let Some(ticker) = ticker {
-        ticker.abort();
-    }
-    election_watch.abort();
     watchdog.abort();
     stop_watch.abort();
     health.abort();
@@ -470,7 +460,7 @@ pub async fn run(
         }
     }
     let stopped = raft.metrics().borrow().running_state.clone();
-    node.shut_down().await;
+    running.stop().await;
     served?;
     if let Err(fatal) = stopped {
         return Err(StartError::Raft(format!(
