@@ -33,7 +33,6 @@ const LONGER: &[(&str, &str, usize)] = &[
     ("crates/leasehold-core/src/limits.rs", "validate", 71),
     ("crates/leasehold-node/src/metrics.rs", "default", 95),
     ("crates/leasehold-node/src/node/membership.rs", "add", 108),
-    ("crates/leasehold-node/src/node/server.rs", "run", 304),
     ("crates/leasehold-node/src/raft/log_store.rs", "open_on", 116),
     ("crates/leasehold-node/src/raft/state_machine.rs", "apply", 79),
     ("src/cli/bench.rs", "run", 72),

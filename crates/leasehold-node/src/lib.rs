@@ -15,11 +15,14 @@
 //!   (which refuses peers running the other clock, and keeps a refused candidate's election
 //!   penalty short, where openraft 0.9 keeps it until the next campaign), the proposer that
 //!   gathers concurrent writes into one entry, and the reads that share one ReadIndex.
-//! - [`node`]: one running node. Its two planes (clients; peers, behind the peer gate), the
+//! - [`node`]: one running node. The one assembly (`node::start`, which `serve` and the
+//!   simulation both use), its two planes (clients; peers, behind the peer gate), the
 //!   leader's clock (a new leader starts from the largest store time carried here or at a peer
-//!   that applied the newest stamp, so store time never gains on real time), the gRPC services,
-//!   forwarding to the leader (writes in batches; one held by a leader that no longer leads
-//!   goes on to the new one), when the node may campaign, bootstrap and shutdown.
+//!   that applied the newest stamp, so store time never gains on real time; a slow commit has a
+//!   fresh stamp logged after it), the gRPC services, forwarding to the leader (writes in
+//!   batches; one held by a leader that no longer leads goes on to the new one), a leader that
+//!   stops taking requests once its quorum is silent, when the node may campaign, bootstrap and
+//!   shutdown.
 //! - [`tls`]: TLS for both planes: loading the files, the accept loop (a bounded number of
 //!   handshakes in flight) that logs refusals, which member a peer's certificate names, and
 //!   the certificates `cluster --tls` and `certs` make.

@@ -12,6 +12,7 @@ mod lease_service;
 mod membership;
 mod peer_gate;
 mod peer_link;
+mod planes;
 mod probes;
 mod quorum_watch;
 mod raft_service;

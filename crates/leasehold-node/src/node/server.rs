@@ -1,5 +1,6 @@
-//! Starting a node: open its storage, start Raft, serve gRPC, form the cluster on first start,
-//! tick expiring leases while leading, and stop cleanly on request.
+//! `serve`: a node from its flags. Check them and the data dir, open the storage, start the
+//! node through the one assembly (`assembly`), serve its planes (`planes`), form the cluster on
+//! first start, and stop cleanly on request; and the expiry ticker the assembly runs.
 
 use std::future::Future;
 use std::path::Path;
@@ -9,22 +10,15 @@ use std::time::Duration;
 use openraft::error::InitializeError;
 use openraft::error::RaftError;
 use openraft::BasicNode;
-use tonic::transport::server::TcpIncoming;
 
 use super::assembly::{Storage, Transport};
-use super::cluster_service::ClusterService;
-use super::lease_service::LeaseService;
 use super::peer_gate::PeerGate;
-use super::raft_service::RaftService;
+use super::planes::{self, Listeners, PlanesTls, Stop};
 use super::{Node, NodeConfig, NodeError};
 use crate::metrics::Metrics;
-use crate::proto::raft_v1::raft_server::RaftServer;
-use crate::proto::v1::cluster_server::ClusterServer;
-use crate::proto::v1::lease_store_server::LeaseStoreServer;
 use crate::raft::{self, Channels, ClockMode, NodeId, PeerNetwork};
 use crate::tls::{RefusalLog, Tls};
 use leasehold_core::Op;
-use tonic::service::interceptor::InterceptedService;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -75,14 +69,6 @@ const _: () = {
         "the largest valid put fits, with room"
     );
 };
-/// A connection silent this long is probed, and dropped after three unanswered probes ten
-/// seconds apart: a dead client's or peer's connection goes within about a minute.
-const KEEPALIVE: crate::tls::KeepAlive = crate::tls::KeepAlive {
-    idle: Duration::from_secs(30),
-    interval: Duration::from_secs(10),
-    retries: 3,
-};
-
 /// The expiry ticker looks again at least this often, to notice a new leadership or lease.
 const TICK_CHECK: Duration = Duration::from_millis(100);
 /// Ticks are at least this far apart: when leases fall due one after another (thousands a
@@ -191,10 +177,158 @@ pub async fn run(
         &config.peer_listen,
     )
     .map_err(StartError::Config)?;
-    std::fs::create_dir_all(&config.data_dir).map_err(|source| StartError::DataDir {
+    let clock = prepare_data_dir(&config)?;
+    // TLS files are read and checked before the storage is opened: a wrong path or a key that
+    // does not match its certificate stops the node before it starts Raft.
+    let (tls, planes_tls) = load_tls(&config)?;
+    let metrics = Metrics::new();
+    let storage = open_storage(&config, metrics.clone()).await?;
+    let boot = storage.boot;
+    // Outgoing peer connections start from the peer plane's address.
+    let listen_ip = config.peer_listen.ip();
+    let incarnations = crate::raft::incarnation::Incarnations::open(&config.data_dir, config.id)
+        .map_err(|source| data_dir_error(&config, source))?;
+    let channels = Channels::new(
+        (!listen_ip.is_unspecified()).then_some(listen_ip),
+        clock,
+        tls.clone(),
+    )
+    .with_incarnations(incarnations);
+    let raft_config = Arc::new(
+        raft::config(config.snapshot_every)
+            .validate()
+            .map_err(|e| StartError::Raft(e.to_string()))?,
+    );
+    let transport = Transport {
+        network: |penalty| PeerNetwork::new(channels.clone(), penalty),
+        link: Arc::new(super::GrpcLink(channels.clone())),
+        channels: channels.clone(),
+    };
+    let running = super::assembly::start(&config, raft_config, storage, transport).await?;
+    let listeners = Listeners::bind(&config).await?;
+    let serving = Serving {
+        tls: planes_tls,
+        peers_tls: tls.is_some(),
+        metrics,
+        boot,
+    };
+    serve(&config, running, listeners, serving, shutdown).await
+}
+
+/// What the planes are served with.
+struct Serving {
+    tls: Option<PlanesTls>,
+    /// Whether peers show certificates, for the gate.
+    peers_tls: bool,
+    metrics: Arc<Metrics>,
+    boot: raft::BootLog,
+}
+
+/// Serves the `running` node on `listeners` until `shutdown` (or a fatal Raft error, or either
+/// plane's end), forming the cluster on first start; then stops it.
+async fn serve(
+    config: &NodeConfig,
+    running: super::Running,
+    listeners: Listeners,
+    serving: Serving,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    let node = running.node().clone();
+    let refusals = RefusalLog::default();
+    let members = {
+        let node = node.clone();
+        Arc::new(move || node.member_ids()) as super::peer_gate::Members
+    };
+    let gate = PeerGate::new(config.id, members, serving.peers_tls, refusals.clone());
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    let stop = Stop::new();
+    let background = background(&node, health_reporter, &stop, shutdown, &serving);
+    let client = planes::client_router(&node, &serving.metrics, &stop, health_service)?;
+    let peer = planes::peer_router(&node, gate, &stop);
+    let server = planes::serve(
+        (client, listeners.client),
+        (peer, listeners.peer),
+        serving.tls,
+        refusals,
+        stop.clone(),
+    );
+    let probes = listeners.metrics.map(|listener| {
+        let until = stop.until_stopped();
+        let probes =
+            super::probes::serve(listener, node.clone(), serving.metrics, serving.boot, until);
+        tokio::spawn(probes)
+    });
+    form_cluster(&node, config).await?;
+    tracing::info!(
+        id = config.id,
+        listen = %config.listen,
+        peer_listen = %config.peer_listen,
+        manual_clock = config.manual_clock,
+        "node started"
+    );
+    let served = server.await.map_err(|e| StartError::Raft(e.to_string()))?;
+    for task in background {
+        task.abort();
+    }
+    if let Some(probes) = probes {
+        // Stopped with the servers; a failure to serve it is logged, not fatal to the node.
+        if let Ok(Err(e)) = probes.await {
+            tracing::warn!(error = %e, "the metrics endpoint failed");
+        }
+    }
+    let stopped = node.raft().metrics().borrow().running_state.clone();
+    running.stop().await;
+    served?;
+    if let Err(fatal) = stopped {
+        return Err(StartError::Raft(format!(
+            "raft stopped on node {}: {fatal}; the node exits so that it can be restarted \
+             (its data dir is intact unless the error names the disk)",
+            config.id
+        )));
+    }
+    tracing::info!(id = config.id, "node stopped");
+    Ok(())
+}
+
+/// The node's work beside its servers, until they end: health reports, the watch that stops
+/// them on a fatal Raft error, their stop on `shutdown`, and the Raft gauges.
+fn background(
+    node: &Node,
+    health: tonic_health::server::HealthReporter,
+    stop: &Stop,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    serving: &Serving,
+) -> [tokio::task::JoinHandle<()>; 4] {
+    let raft = node.raft().clone();
+    let fatal = Arc::new(tokio::sync::Notify::new());
+    let stop_on = {
+        let (stop, fatal) = (stop.clone(), fatal.clone());
+        async move {
+            tokio::select! {
+                () = shutdown => {}
+                () = fatal.notified() => {}
+            }
+            stop.stop();
+        }
+    };
+    [
+        tokio::spawn(report_health(node.clone(), health, serving.boot)),
+        tokio::spawn(watch_for_fatal(raft.clone(), fatal)),
+        tokio::spawn(stop_on),
+        tokio::spawn(super::probes::follow_raft(raft, serving.metrics.clone())),
+    ]
+}
+
+fn data_dir_error(config: &NodeConfig, source: std::io::Error) -> StartError {
+    StartError::DataDir {
         dir: config.data_dir.display().to_string(),
         source,
-    })?;
+    }
+}
+
+/// Creates the data dir if need be, and checks that it is this version's and this clock's.
+fn prepare_data_dir(config: &NodeConfig) -> Result<ClockMode, StartError> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| data_dir_error(config, source))?;
     let clock = ClockMode::from_manual(config.manual_clock);
     check_clock_mode(&config.data_dir, clock)?;
     if config.data_dir.join("raft.redb").exists() {
@@ -206,25 +340,31 @@ pub async fn run(
             crate::raft::REPLACE_NODE
         )));
     }
+    Ok(clock)
+}
 
-    // TLS files are read and checked before the storage is opened: a wrong path or a key that
-    // does not match its certificate stops the node before it starts Raft.
-    let tls = match &config.tls {
-        Some(files) => Some(Tls::load(files).map_err(|e| StartError::Config(e.to_string()))?),
-        None => None,
+/// The node's TLS files, read and checked, and the server TLS of its two planes; none without
+/// `--tls`.
+fn load_tls(config: &NodeConfig) -> Result<(Option<Tls>, Option<PlanesTls>), StartError> {
+    let Some(files) = &config.tls else {
+        return Ok((None, None));
     };
-    let tls_configs = match &tls {
-        Some(tls) => {
-            let setup = |e: crate::tls::TlsError| StartError::Config(e.to_string());
-            Some((
-                tls.server_config(config.client_cert_auth).map_err(setup)?,
-                tls.server_config(true).map_err(setup)?,
-            ))
-        }
-        None => None,
-    };
-    let metrics = Metrics::new();
-    let (mut log_store, mut state_machine) = raft::open_storage(&config.data_dir, metrics.clone())?;
+    let setup = |e: crate::tls::TlsError| StartError::Config(e.to_string());
+    let tls = Tls::load(files).map_err(setup)?;
+    let planes = (
+        tls.server_config(config.client_cert_auth).map_err(setup)?,
+        tls.server_config(true).map_err(setup)?,
+    );
+    Ok((Some(tls), Some(planes)))
+}
+
+/// Opens the log and the state machine in the data dir, and checks that a `--join` node's dir
+/// holds nothing of another cluster.
+async fn open_storage(
+    config: &NodeConfig,
+    metrics: Arc<Metrics>,
+) -> Result<Storage<raft::LogStore>, StartError> {
+    let (mut log_store, mut state_machine) = raft::open_storage(&config.data_dir, metrics)?;
     let boot = raft::BootLog {
         last_index: openraft::storage::RaftLogStorage::get_log_state(&mut log_store)
             .await?
@@ -243,7 +383,7 @@ pub async fn run(
             .await?;
         let empty =
             boot.last_index == 0 && boot.vote_term == 0 && state.read().last_applied.is_none();
-        check_join_dir(&config, empty, membership.effective().membership())?;
+        check_join_dir(config, empty, membership.effective().membership())?;
     }
     tracing::info!(
         data_dir = %config.data_dir.display(),
@@ -253,233 +393,12 @@ pub async fn run(
         manual_clock = config.manual_clock,
         "storage opened"
     );
-    // Outgoing peer connections start from the peer plane's address.
-    let listen_ip = config.peer_listen.ip();
-    let incarnations = crate::raft::incarnation::Incarnations::open(&config.data_dir, config.id)
-        .map_err(|source| StartError::DataDir {
-            dir: config.data_dir.display().to_string(),
-            source,
-        })?;
-    let channels = Channels::new(
-        (!listen_ip.is_unspecified()).then_some(listen_ip),
-        clock,
-        tls.clone(),
-    )
-    .with_incarnations(incarnations);
-    let raft_config = Arc::new(
-        raft::config(config.snapshot_every)
-            .validate()
-            .map_err(|e| StartError::Raft(e.to_string()))?,
-    );
-    let link = Arc::new(super::GrpcLink(channels.clone()));
-    let storage = Storage {
+    Ok(Storage {
         log: log_store.clone(),
         state_machine,
         boot,
         reader: Some(log_store),
-    };
-    let transport = Transport {
-        network: |penalty| PeerNetwork::new(channels.clone(), penalty),
-        link,
-        channels: channels.clone(),
-    };
-    let running = super::assembly::start(&config, raft_config, storage, transport).await?;
-    let node = running.node().clone();
-    let raft = node.raft().clone();
-
-    // Bind before anything else can fail late: a taken port is the commonest start-up error.
-    let client_listener = bind(config.listen).await?;
-    let peer_listener = bind(config.peer_listen).await?;
-    let metrics_listener = match config.metrics_listen {
-        Some(addr) => Some(bind(addr).await?),
-        None => None,
-    };
-    let refusals = RefusalLog::default();
-    let members = {
-        let node = node.clone();
-        Arc::new(move || node.member_ids()) as super::peer_gate::Members
-    };
-    let gate = PeerGate::new(config.id, members, tls.is_some(), refusals.clone());
-
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    let health = tokio::spawn(report_health(node.clone(), health_reporter, boot));
-    // Both reflection versions: grpcurl and older tools still ask v1alpha. They list the
-    // public API only.
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
-    let reflection_v1 = reflection()
-        .build_v1()
-        .map_err(|e| StartError::Config(e.to_string()))?;
-    let reflection_v1alpha = reflection()
-        .build_v1alpha()
-        .map_err(|e| StartError::Config(e.to_string()))?;
-    let fatal = Arc::new(tokio::sync::Notify::new());
-    let watchdog = tokio::spawn(watch_for_fatal(raft.clone(), fatal.clone()));
-    // Either plane's server ending (on request, on a fatal Raft error, or failing) stops both.
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let stop_on = {
-        let stop = stop.clone();
-        async move {
-            tokio::select! {
-                () = shutdown => {}
-                () = fatal.notified() => {}
-            }
-            let _ = stop.send(true);
-        }
-    };
-    let stop_watch = tokio::spawn(stop_on);
-    let stopping = stopped.clone();
-    let until_stopped = move || {
-        let mut stopped = stopped.clone();
-        async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        }
-    };
-    // No HTTP/2 keepalive on the servers: with it on, the leader's AppendEntries to followers
-    // timed out hundreds of times a minute and put throughput fell by 12 to 20 % (p99 two to
-    // three times higher) on this machine. Peers' channels ping the server from their side, and
-    // TCP keepalive ([`KEEPALIVE`]) drops connections whose other end died.
-    let client_router = tonic::transport::Server::builder()
-        .add_service(
-            LeaseStoreServer::new(
-                LeaseService::new(node.clone())
-                    .stopping_on(stopping.clone())
-                    .counting_in(metrics.clone()),
-            )
-            .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
-        )
-        .add_service(ClusterServer::new(ClusterService::new(node.clone())))
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha);
-    // The peer plane: Raft, forwarded writes and log read-back; the lease API for reads a
-    // follower forwards to the leader; and each node's own status for `Status`, which asks
-    // every member over this plane. Every call passes the gate first.
-    let peer_router = tonic::transport::Server::builder()
-        .add_service(InterceptedService::new(
-            RaftServer::new(RaftService::new(node.clone()))
-                .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES),
-            gate.clone(),
-        ))
-        .add_service(InterceptedService::new(
-            LeaseStoreServer::new(LeaseService::new(node.clone()).stopping_on(stopping))
-                .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
-            gate.clone(),
-        ))
-        .add_service(InterceptedService::new(
-            ClusterServer::new(ClusterService::new(node.clone())),
-            gate,
-        ));
-    type Serving =
-        std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
-    let (client_server, peer_server): (Serving, Serving) = match tls_configs {
-        Some((client_tls, peer_tls)) => (
-            Box::pin(client_router.serve_with_incoming_shutdown(
-                crate::tls::incoming(
-                    client_listener,
-                    client_tls,
-                    "client",
-                    refusals.clone(),
-                    KEEPALIVE,
-                ),
-                until_stopped(),
-            )),
-            Box::pin(peer_router.serve_with_incoming_shutdown(
-                crate::tls::incoming(peer_listener, peer_tls, "peer", refusals, KEEPALIVE),
-                until_stopped(),
-            )),
-        ),
-        None => (
-            Box::pin(
-                client_router.serve_with_incoming_shutdown(plain(client_listener), until_stopped()),
-            ),
-            Box::pin(
-                peer_router.serve_with_incoming_shutdown(plain(peer_listener), until_stopped()),
-            ),
-        ),
-    };
-    let server = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let (client, peer) = tokio::join!(
-                async {
-                    let served = client_server.await;
-                    let _ = stop.send(true);
-                    served
-                },
-                async {
-                    let served = peer_server.await;
-                    let _ = stop.send(true);
-                    served
-                }
-            );
-            client.and(peer)
-        })
-    };
-
-    let raft_gauges = tokio::spawn(super::probes::follow_raft(raft.clone(), metrics.clone()));
-    let probes = metrics_listener.map(|listener| {
-        tokio::spawn(super::probes::serve(
-            listener,
-            node.clone(),
-            metrics.clone(),
-            boot,
-            until_stopped(),
-        ))
-    });
-
-    if config.join {
-        tracing::info!(
-            id = config.id,
-            "waiting to be added: `leasehold member add` on the cluster"
-        );
-    } else {
-        form_cluster(&node, &config).await?;
-    }
-    tracing::info!(
-        id = config.id,
-        listen = %config.listen,
-        peer_listen = %config.peer_listen,
-        manual_clock = config.manual_clock,
-        "node started"
-    );
-
-    let served = server.await.map_err(|e| StartError::Raft(e.to_string()))?;
-    watchdog.abort();
-    stop_watch.abort();
-    health.abort();
-    raft_gauges.abort();
-    if let Some(probes) = probes {
-        // Stopped with the servers; a failure to serve it is logged, not fatal to the node.
-        if let Ok(Err(e)) = probes.await {
-            tracing::warn!(error = %e, "the metrics endpoint failed");
-        }
-    }
-    let stopped = raft.metrics().borrow().running_state.clone();
-    running.stop().await;
-    served?;
-    if let Err(fatal) = stopped {
-        return Err(StartError::Raft(format!(
-            "raft stopped on node {}: {fatal}; the node exits so that it can be restarted \
-             (its data dir is intact unless the error names the disk)",
-            config.id
-        )));
-    }
-    tracing::info!(id = config.id, "node stopped");
-    Ok(())
-}
-
-/// Connections on `listener` without TLS, without Nagle's delay, with [`KEEPALIVE`].
-fn plain(listener: tokio::net::TcpListener) -> TcpIncoming {
-    TcpIncoming::from(listener)
-        .with_nodelay(Some(true))
-        .with_keepalive(Some(KEEPALIVE.idle))
-        .with_keepalive_interval(Some(KEEPALIVE.interval))
-        .with_keepalive_retries(Some(KEEPALIVE.retries))
+    })
 }
 
 /// How often health is looked at again when nothing changes (a leader's quorum ages without a
@@ -522,16 +441,6 @@ async fn report_health(
     }
 }
 
-/// A listener on `addr`.
-async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, StartError> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::Listen {
-            addr: addr.to_string(),
-            source,
-        })
-}
-
 /// Notifies `fatal` once Raft has stopped with an error. A node whose Raft stopped can answer
 /// nothing but errors, forever: it stops serving and exits instead, so that clients move to
 /// the other nodes at once and a supervisor (or `leasehold cluster`) restarts it, which
@@ -554,8 +463,16 @@ async fn watch_for_fatal(raft: raft::Raft, fatal: Arc<tokio::sync::Notify>) {
 }
 
 /// On a pristine data dir every node proposes the same membership; openraft makes that safe, so
-/// the cluster forms by itself with no extra step. A restarted node already has its log.
+/// the cluster forms by itself with no extra step. A restarted node already has its log, and a
+/// `--join` node waits to be added.
 async fn form_cluster(node: &Node, config: &NodeConfig) -> Result<(), StartError> {
+    if config.join {
+        tracing::info!(
+            id = config.id,
+            "waiting to be added: `leasehold member add` on the cluster"
+        );
+        return Ok(());
+    }
     let raft = node.raft();
     if raft
         .is_initialized()
