@@ -29,7 +29,7 @@
 //! 2. `leasehold-client`: `client.rs` (`put` → `write`: the session and request id → `call`:
 //!    node after node) → `attempts.rs` (is a failure worth another node; may it have applied).
 //! 3. The wire: `proto/leasehold/v1/leasehold.proto`, compiled by `leasehold-proto`.
-//! 4. `leasehold-node`: `node/server.rs` (the client plane mounts the service) →
+//! 4. `leasehold-node`: `node/planes.rs` (the client plane mounts the service) →
 //!    `node/lease_service.rs` (`put`: fields checked at the edge → `answer_put`) →
 //!    `node/mod.rs` (`write_or_forward` → `write_many` → `check_write`, with
 //!    `leasehold-core`'s `limits.rs` → `leader_stamp` → `ensure_leader` and `stamp`) →

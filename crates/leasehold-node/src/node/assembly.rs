@@ -12,8 +12,36 @@ use std::sync::Arc;
 use openraft::network::RaftNetworkFactory;
 use openraft::storage::RaftLogStorage;
 
-use super::{tick_expiring_leases, watch_elections, Node, NodeConfig, PeerLink, StartError};
-use crate::raft::{BootLog, Channels, LogStore, Raft, StateMachineStore, TypeConfig, VotePenalty};
+use super::ticker::tick_expiring_leases;
+use super::{watch_elections, Node, NodeConfig, PeerLink};
+use crate::raft::VotePenalty;
+use crate::raft::{self, BootLog, Channels, LogStore, Raft, StateMachineStore, TypeConfig};
+
+/// Why a node did not start, or stopped: what `serve` reports before it exits.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Config(String),
+    #[error("data dir {dir}: {source}")]
+    DataDir { dir: String, source: std::io::Error },
+    #[error("storage: {0}")]
+    Storage(Box<raft::StorageError>),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("grpc server: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+impl From<raft::StorageError> for StartError {
+    fn from(e: raft::StorageError) -> Self {
+        StartError::Storage(Box::new(e))
+    }
+}
 
 /// What a node keeps: its Raft log and its state machine, opened.
 pub struct Storage<L> {
@@ -78,10 +106,12 @@ where
         transport.link,
         storage.boot,
     );
-    let mut tasks = vec![tokio::spawn(watch_elections(node.clone(), penalty))];
+    // The ticker first, as the simulation's seeds have always run them.
+    let mut tasks = Vec::new();
     if !config.manual_clock {
         tasks.push(tokio::spawn(tick_expiring_leases(node.clone())));
     }
+    tasks.push(tokio::spawn(watch_elections(node.clone(), penalty)));
     Ok(Running { node, tasks })
 }
 

@@ -18,6 +18,7 @@ mod quorum_watch;
 mod raft_service;
 mod server;
 mod status;
+mod ticker;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -28,17 +29,16 @@ use std::time::Duration;
 use openraft::error::{CheckIsLeaderError, ForwardToLeader, RaftError};
 use openraft::{BasicNode, ServerState};
 
-pub use assembly::{start, Running, Storage, Transport};
+pub use assembly::{start, Running, StartError, Storage, Transport};
 pub use clock::LeaderClock;
 use election_watch::watch_elections;
 pub use error::{NodeError, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 pub use peer_link::{Answer, Carried, Forwarded};
 pub use peer_link::{GrpcLink, PeerLink};
+pub use planes::{MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAGE_BYTES};
 use quorum_watch::QuorumWatch;
 pub use quorum_watch::QUORUM_SILENCE;
-use server::tick_expiring_leases;
-pub use server::{check_clock_mode, check_flags, run, StartError};
-pub use server::{MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAGE_BYTES};
+pub use server::{check_clock_mode, check_flags, run};
 
 use crate::raft::state_machine::Applying;
 use crate::raft::{

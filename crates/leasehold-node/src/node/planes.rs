@@ -1,5 +1,5 @@
-//! The two planes a node serves, on listeners bound before anything else can fail: the client
-//! plane (the lease API, the cluster API, health, reflection) and the peer plane (Raft, forwarded
+//! The two planes a node serves, on listeners bound before the node serves or forms its
+//! cluster: the client plane (the lease API, the cluster API, health, reflection) and the peer plane (Raft, forwarded
 //! writes and reads, each node's status, behind the peer gate), each with TLS or without. Either
 //! plane's server ending stops both.
 
@@ -16,13 +16,38 @@ use super::cluster_service::ClusterService;
 use super::lease_service::LeaseService;
 use super::peer_gate::PeerGate;
 use super::raft_service::RaftService;
-use super::{Node, NodeConfig, StartError, MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAGE_BYTES};
+use super::{Node, NodeConfig, StartError};
 use crate::metrics::Metrics;
 use crate::proto::raft_v1::raft_server::RaftServer;
 use crate::proto::v1::cluster_server::ClusterServer;
 use crate::proto::v1::lease_store_server::LeaseStoreServer;
+use crate::raft;
 use crate::tls::RefusalLog;
 
+/// The largest message a peer may send or be answered with: a replication message of
+/// `max_payload_entries` entries of at most `MAX_ENTRY_BYTES` each, a snapshot chunk, a
+/// `ReadLog` answer, each with room to spare. Anything larger is refused before it is decoded.
+pub const MAX_PEER_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+/// The largest request a client may send: a put of the largest value with the longest key and
+/// lease name, with room to spare, so that a value just over its limit still gets the
+/// field's own error, and a huge message is refused before it is decoded.
+pub const MAX_CLIENT_MESSAGE_BYTES: usize = 256 * 1024;
+
+const _: () = {
+    use leasehold_core::Limits;
+    let replication = raft::MAX_PAYLOAD_ENTRIES as usize * raft::MAX_ENTRY_BYTES;
+    assert!(
+        2 * replication <= MAX_PEER_MESSAGE_BYTES,
+        "a replication message fits"
+    );
+    assert!(2 * raft::SNAPSHOT_CHUNK_BYTES as usize <= MAX_PEER_MESSAGE_BYTES);
+    assert!(2 * super::READ_LOG_MAX_BYTES <= MAX_PEER_MESSAGE_BYTES);
+    let put = Limits::MAX_VALUE_BYTES + Limits::MAX_KEY_BYTES + 2 * Limits::MAX_NAME_BYTES;
+    assert!(
+        2 * put <= MAX_CLIENT_MESSAGE_BYTES,
+        "the largest valid put fits, with room"
+    );
+};
 /// A connection silent this long is probed, and dropped after three unanswered probes ten
 /// seconds apart: a dead client's or peer's connection goes within about a minute.
 const KEEPALIVE: crate::tls::KeepAlive = crate::tls::KeepAlive {
@@ -41,7 +66,7 @@ pub(super) struct Listeners {
 
 impl Listeners {
     /// Binds every address `config` names. A taken port is the commonest start-up error, so
-    /// the node binds before anything can fail later.
+    /// the node binds before it serves anything or forms its cluster.
     pub(super) async fn bind(config: &NodeConfig) -> Result<Self, StartError> {
         Ok(Listeners {
             client: bind(config.listen).await?,

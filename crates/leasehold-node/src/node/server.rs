@@ -11,74 +11,14 @@ use openraft::error::InitializeError;
 use openraft::error::RaftError;
 use openraft::BasicNode;
 
-use super::assembly::{Storage, Transport};
+use super::assembly::{StartError, Storage, Transport};
 use super::peer_gate::PeerGate;
 use super::planes::{self, Listeners, PlanesTls, Stop};
-use super::{Node, NodeConfig, NodeError};
+use super::{Node, NodeConfig};
 use crate::metrics::Metrics;
 use crate::raft::{self, Channels, ClockMode, NodeId, PeerNetwork};
 use crate::tls::{RefusalLog, Tls};
-use leasehold_core::Op;
 
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("{0}")]
-    Config(String),
-    #[error("data dir {dir}: {source}")]
-    DataDir { dir: String, source: std::io::Error },
-    #[error("storage: {0}")]
-    Storage(Box<raft::StorageError>),
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: String,
-        source: std::io::Error,
-    },
-    #[error("raft: {0}")]
-    Raft(String),
-    #[error("grpc server: {0}")]
-    Serve(#[from] tonic::transport::Error),
-}
-
-impl From<raft::StorageError> for StartError {
-    fn from(e: raft::StorageError) -> Self {
-        StartError::Storage(Box::new(e))
-    }
-}
-
-/// The largest message a peer may send or be answered with: a replication message of
-/// `max_payload_entries` entries of at most `MAX_ENTRY_BYTES` each, a snapshot chunk, a
-/// `ReadLog` answer, each with room to spare. Anything larger is refused before it is decoded.
-pub const MAX_PEER_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
-/// The largest request a client may send: a put of the largest value with the longest key and
-/// lease name, with room to spare, so that a value just over its limit still gets the
-/// field's own error, and a huge message is refused before it is decoded.
-pub const MAX_CLIENT_MESSAGE_BYTES: usize = 256 * 1024;
-
-const _: () = {
-    use leasehold_core::Limits;
-    let replication = raft::MAX_PAYLOAD_ENTRIES as usize * raft::MAX_ENTRY_BYTES;
-    assert!(
-        2 * replication <= MAX_PEER_MESSAGE_BYTES,
-        "a replication message fits"
-    );
-    assert!(2 * raft::SNAPSHOT_CHUNK_BYTES as usize <= MAX_PEER_MESSAGE_BYTES);
-    assert!(2 * super::READ_LOG_MAX_BYTES <= MAX_PEER_MESSAGE_BYTES);
-    let put = Limits::MAX_VALUE_BYTES + Limits::MAX_KEY_BYTES + 2 * Limits::MAX_NAME_BYTES;
-    assert!(
-        2 * put <= MAX_CLIENT_MESSAGE_BYTES,
-        "the largest valid put fits, with room"
-    );
-};
-/// The expiry ticker looks again at least this often, to notice a new leadership or lease.
-const TICK_CHECK: Duration = Duration::from_millis(100);
-/// Ticks are at least this far apart: when leases fall due one after another (thousands a
-/// second after a burst of acquires), one tick expires all that fell due since the last, instead
-/// of a log entry, and an fsync on every node, per lease. An expiry reaches the log up to this
-/// much later than it otherwise would; never earlier.
-const TICK_MIN_GAP: Duration = Duration::from_millis(50);
-
-/// What a node's flags must say, checked by `serve --check-config` on the addresses as given
-/// and at start on the addresses they resolved to: its id is one of `peers`, which name 1, 3 or
 /// A node started with `--join` waits to be added, so its data dir must be empty, or hold the
 /// state of the cluster it joined before: a membership, in its log or snapshot, that names it.
 /// A data dir of another cluster (a node reused, a path mistyped) would bring a foreign log and
@@ -101,6 +41,8 @@ fn check_join_dir(
     )))
 }
 
+/// What a node's flags must say, checked by `serve --check-config` on the addresses as given
+/// and at start on the addresses they resolved to: its id is one of `peers`, which name 1, 3 or
 /// 5 voters unless it joins, and its two planes are apart.
 pub fn check_flags<A: PartialEq + std::fmt::Display>(
     id: NodeId,
@@ -490,50 +432,5 @@ async fn form_cluster(node: &Node, config: &NodeConfig) -> Result<(), StartError
         Ok(()) => Ok(()),
         Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
         Err(e) => Err(StartError::Raft(e.to_string())),
-    }
-}
-
-/// Default clock only. When the leader's clock passes the earliest expiry of a held lease, it
-/// logs a `Tick`, so that expiry is in the replicated state (at most [`TICK_MIN_GAP`] late); when
-/// a lease has been free for the node's lease retention, it logs a `Forget` instead (at most
-/// `FORGET_BATCH` leases each, at most one per [`TICK_MIN_GAP`]). An idle cluster with nothing
-/// due logs nothing. Runs until aborted.
-pub async fn tick_expiring_leases(node: Node) {
-    let retention_ms = node.lease_retention_ms();
-    loop {
-        let (next_expiry, next_forget) = {
-            let state = node.state().read();
-            (
-                state.table.next_expiry_ms(),
-                state.table.next_forget_ms(retention_ms),
-            )
-        };
-        let due = next_expiry.into_iter().chain(next_forget).min();
-        let now = node.peek_stamp();
-        let due_in = match (due, now) {
-            (Some(due_ms), Some(now_ms)) if now_ms >= due_ms => Duration::ZERO,
-            (Some(due_ms), Some(now_ms)) => Duration::from_millis(due_ms - now_ms).min(TICK_CHECK),
-            // A new leader's clock starts with its first proposal: this tick, if anything is due
-            // some time.
-            (Some(_), None) if node.is_leader() => Duration::ZERO,
-            _ => TICK_CHECK,
-        };
-        if !due_in.is_zero() {
-            tokio::time::sleep(due_in).await;
-            continue;
-        }
-        // A forget is stamped as a tick is, so it brings expiries too.
-        let op = match (next_forget, now) {
-            (Some(forget_ms), Some(now_ms)) if now_ms >= forget_ms => Op::Forget { retention_ms },
-            _ => Op::Tick,
-        };
-        match node.write(op, None).await {
-            Ok(_) => tokio::time::sleep(TICK_MIN_GAP).await,
-            Err(NodeError::NotLeader { .. }) => {}
-            Err(e) => {
-                tracing::debug!(error = %e, "expiry tick not applied");
-                tokio::time::sleep(TICK_CHECK).await;
-            }
-        }
     }
 }
