@@ -1525,6 +1525,28 @@ fn a_node_once_outvoted_for_its_log_still_campaigns_in_time() {
 /// comes back after `down` and leads again before anyone else does.
 const CARRIED_TTL: Duration = Duration::from_secs(2);
 
+/// An acquire of the probe lease for `holder`, for [`CARRIED_TTL`].
+fn probe_acquire(holder: &str) -> Op {
+    Op::Acquire {
+        lease: "probe".into(),
+        holder: holder.into(),
+        ttl_ms: CARRIED_TTL.as_millis() as u64,
+    }
+}
+
+/// `count` nodes started with `seed`, and their first leader, once a first write has started
+/// the store's clock.
+async fn clocked(count: u64, seed: u64) -> (Sim, u64) {
+    let sim = Sim::start(count, seed).await;
+    let a = any_leader(&sim, Duration::from_secs(5))
+        .await
+        .expect("a first leader");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let first = write(&sim, a, plain_put("start").op, None, deadline).await;
+    assert!(matches!(first, Completion::Ok { .. }), "{first:?}");
+    (sim, a)
+}
+
 /// A leader grants a lease and dies. Its followers do not campaign here, so it leads again once
 /// it restarts, `down` later. The restarted process measured nothing of that time; its
 /// followers did, on their monotonic clocks, from when they appended the grant. The lease must
@@ -1538,26 +1560,15 @@ async fn restarted_leader_carries_its_followers_time(
     seed: u64,
     down: Duration,
 ) -> (Duration, Duration) {
-    let sim = Sim::start(3, seed).await;
-    let a = any_leader(&sim, Duration::from_secs(5))
-        .await
-        .expect("a first leader");
-    let acquire = |holder: &str| Op::Acquire {
-        lease: "probe".into(),
-        holder: holder.into(),
-        ttl_ms: CARRIED_TTL.as_millis() as u64,
-    };
-    // A first write starts the store's clock; the grant comes a second later, so that it moves
-    // the store time its followers carry.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let first = write(&sim, a, plain_put("start").op, None, deadline).await;
-    assert!(matches!(first, Completion::Ok { .. }), "{first:?}");
+    let (sim, a) = clocked(3, seed).await;
+    // The grant comes a second after the first write, so that it moves the store time its
+    // followers carry.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let sent = Instant::now();
     let granted = write(
         &sim,
         a,
-        acquire("first"),
+        probe_acquire("first"),
         None,
         sent + Duration::from_secs(5),
     )
@@ -1588,7 +1599,7 @@ async fn restarted_leader_carries_its_followers_time(
     let life = until_granted(
         &sim,
         a,
-        acquire("rival"),
+        probe_acquire("rival"),
         sent,
         Duration::from_secs(30),
         seed,
@@ -1797,24 +1808,7 @@ fn a_member_cut_off_across_a_majority_restart_does_not_run_store_time_ahead() {
 ///
 /// Returns how long after the acquire was sent a rival was granted the lease.
 async fn slow_grant_then_leader_killed(seed: u64) -> Duration {
-    let sim = Sim::start(3, seed).await;
-    let a = any_leader(&sim, Duration::from_secs(5))
-        .await
-        .expect("a first leader");
-    let acquire = |holder: &str| Op::Acquire {
-        lease: "probe".into(),
-        holder: holder.into(),
-        ttl_ms: CARRIED_TTL.as_millis() as u64,
-    };
-    let first = write(
-        &sim,
-        a,
-        plain_put("start").op,
-        None,
-        Instant::now() + Duration::from_secs(5),
-    )
-    .await;
-    assert!(matches!(first, Completion::Ok { .. }), "{first:?}");
+    let (sim, a) = clocked(3, seed).await;
     // The log does not move to the followers for 700 ms (as when AppendEntries time out on a
     // loaded machine and are sent again), heartbeats included: they must not campaign.
     let followers: Vec<u64> = (1..=3).filter(|id| *id != a).collect();
@@ -1831,7 +1825,7 @@ async fn slow_grant_then_leader_killed(seed: u64) -> Duration {
         write(
             &sim,
             a,
-            acquire("first"),
+            probe_acquire("first"),
             None,
             sent + Duration::from_secs(5)
         ),
@@ -1850,7 +1844,7 @@ async fn slow_grant_then_leader_killed(seed: u64) -> Duration {
     until_granted(
         &sim,
         followers[0],
-        acquire("rival"),
+        probe_acquire("rival"),
         sent,
         Duration::from_secs(30),
         seed,
@@ -1887,19 +1881,7 @@ struct CutOffAnswer {
 /// write it held when it was cut off, and to one sent once its quorum had been silent for a
 /// while.
 async fn cut_off_leader_answers(seed: u64) -> (CutOffAnswer, CutOffAnswer) {
-    let sim = Sim::start(3, seed).await;
-    let a = any_leader(&sim, Duration::from_secs(5))
-        .await
-        .expect("a first leader");
-    let first = write(
-        &sim,
-        a,
-        plain_put("start").op,
-        None,
-        Instant::now() + Duration::from_secs(5),
-    )
-    .await;
-    assert!(matches!(first, Completion::Ok { .. }), "{first:?}");
+    let (sim, a) = clocked(3, seed).await;
     let node = sim.node(a).unwrap();
     let answer = async |key: &str| {
         let sent = Instant::now();
