@@ -42,8 +42,8 @@ use std::time::Duration;
 use harness::Rng;
 use leasehold::lease::{Batch, Command, Fence, Op, Outcome, RequestId};
 use leasehold::node::{
-    start, Answer as ForwardAnswer, Carried, Forwarded, Node, NodeConfig, NodeError, PeerLink,
-    Running, Storage, Transport, INDETERMINATE_KEY, QUORUM_SILENCE,
+    start, Carried, ForwardAnswer, Forwarded, Node, NodeConfig, NodeError, PeerLink, Running,
+    Storage, Transport, INDETERMINATE_KEY, QUORUM_SILENCE,
 };
 use leasehold::raft::Channels;
 use leasehold::raft::{

@@ -223,7 +223,7 @@ impl Harness {
     /// The leader's applied log, replayed through the checkers' reference model: panics on an
     /// anomaly of fencing (a stale token accepted, tokens not growing) or of mutual exclusion
     /// (two holders at once in store time, a lease shorter than its TTL).
-    pub async fn checked_log(&self) -> Vec<leasehold_check::Applied> {
+    pub async fn checked_log(&self) -> Vec<leasehold_check::Replayed> {
         let leader = self.leader().await;
         let log = self.applied_log(leader).await;
         let applied = leasehold_check::replay(&log).expect("the log replays");

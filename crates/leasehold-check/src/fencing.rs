@@ -3,13 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::history::{Anomaly, Applied, Completion, Operation};
+use crate::history::{Anomaly, Completion, Operation, Replayed};
 use leasehold_core::{Fence, Op, Outcome};
 
 /// Tokens of successive grants of a lease strictly increase; a renewal keeps the current token;
 /// no fenced put or delete is accepted with a token older than one granted or accepted before it (so a
 /// holder paused past its expiry never lands a write after its successor's grant).
-pub fn fencing(applied: &[Applied]) -> Vec<Anomaly> {
+pub fn fencing(applied: &[Replayed]) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
     let mut granted: BTreeMap<&str, u64> = BTreeMap::new();
     let mut accepted: BTreeMap<&str, u64> = BTreeMap::new();
@@ -72,7 +72,7 @@ pub fn fencing(applied: &[Applied]) -> Vec<Anomaly> {
 
 /// No two grants of a lease overlap in store time: a grant starts no earlier than the previous
 /// holder's expiry (or release).
-pub fn mutual_exclusion(applied: &[Applied]) -> Vec<Anomaly> {
+pub fn mutual_exclusion(applied: &[Replayed]) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
     // Per lease: who holds it and until when, in store time.
     let mut held: BTreeMap<&str, (&str, u64)> = BTreeMap::new();
@@ -139,7 +139,7 @@ const REAL_TIME_ROUNDING_NS: u64 = 2_000_000;
 /// Only what the holders knew counts: a grant or renewal whose answer was lost (indeterminate)
 /// promised its client nothing, and a renewal replaces what the grant promised (its TTL may be
 /// shorter).
-pub fn real_time_exclusion(history: &[Operation], applied: &[Applied]) -> Vec<Anomaly> {
+pub fn real_time_exclusion(history: &[Operation], applied: &[Replayed]) -> Vec<Anomaly> {
     let acknowledged: BTreeMap<(u64, u32), &Operation> = history
         .iter()
         .filter_map(|op| match op.completion {

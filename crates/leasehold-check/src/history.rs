@@ -63,9 +63,9 @@ impl Operation {
 /// entries.
 pub type Log = Vec<(u64, Vec<Command>)>;
 
-/// One command of the log as the table applied it.
+/// One command of the log as the table applied it, replayed by the checkers.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Applied {
+pub struct Replayed {
     pub index: u64,
     pub position: u32,
     pub store_time_ms: u64,
@@ -101,7 +101,7 @@ impl std::fmt::Display for Anomaly {
 
 /// Replays `log` through the reference model (not the product's table). The log must run from
 /// index 1 without a hole.
-pub fn replay(log: &Log) -> Result<Vec<Applied>, Anomaly> {
+pub fn replay(log: &Log) -> Result<Vec<Replayed>, Anomaly> {
     let mut table = Model::default();
     let mut applied = Vec::new();
     let mut requests = std::collections::BTreeSet::new();
@@ -114,7 +114,7 @@ pub fn replay(log: &Log) -> Result<Vec<Applied>, Anomaly> {
         }
         for (position, command) in (0..).zip(commands) {
             let outcome = table.apply(command);
-            applied.push(Applied {
+            applied.push(Replayed {
                 index: *index,
                 position,
                 store_time_ms: table.now_ms(),

@@ -17,7 +17,7 @@ pub mod model;
 
 pub use clock::{store_time_follows_real_time, ROUNDING_NS};
 pub use fencing::{fencing, mutual_exclusion, real_time_exclusion};
-pub use history::{replay, Anomaly, Answer, Applied, Completion, Log, Operation, Request};
+pub use history::{replay, Anomaly, Answer, Completion, Log, Operation, Replayed, Request};
 pub use linearizable::{linearizable, read_answer};
 
 use leasehold_core::Op;
@@ -181,7 +181,7 @@ mod tests {
     fn a_stale_fenced_write_accepted_is_flagged() {
         // As if the table's fence check had been removed: b holds token 2, a's token 1 lands.
         let applied = vec![
-            Applied {
+            Replayed {
                 request: None,
                 retry: false,
                 position: 0,
@@ -194,7 +194,7 @@ mod tests {
                     renewed: false,
                 },
             },
-            Applied {
+            Replayed {
                 request: None,
                 retry: false,
                 position: 0,
@@ -207,7 +207,7 @@ mod tests {
                     renewed: false,
                 },
             },
-            Applied {
+            Replayed {
                 request: None,
                 retry: false,
                 position: 0,
@@ -224,7 +224,7 @@ mod tests {
 
     #[test]
     fn a_token_that_does_not_grow_is_flagged() {
-        let grant = |index, token| Applied {
+        let grant = |index, token| Replayed {
             request: None,
             retry: false,
             index,
@@ -246,7 +246,7 @@ mod tests {
 
     #[test]
     fn an_overlapping_grant_is_flagged() {
-        let grant = |index, holder: &str, at_ms, token| Applied {
+        let grant = |index, holder: &str, at_ms, token| Replayed {
             request: None,
             retry: false,
             index,
@@ -263,7 +263,7 @@ mod tests {
         assert_eq!(anomalies.len(), 1, "{anomalies:?}");
         assert_eq!(anomalies[0].checker, "mutual exclusion");
         // After a release the next grant may start at once.
-        let released = Applied {
+        let released = Replayed {
             request: None,
             retry: false,
             index: 3,

@@ -6,11 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::history::{Anomaly, Answer, Applied, Completion, Log, Operation, Request};
+use crate::history::{Anomaly, Answer, Completion, Log, Operation, Replayed, Request};
 use crate::model::Model;
 use leasehold_core::{LeaseTable, Op};
 
-pub fn linearizable(history: &[Operation], log: &Log, applied: &[Applied]) -> Vec<Anomaly> {
+pub fn linearizable(history: &[Operation], log: &Log, applied: &[Replayed]) -> Vec<Anomaly> {
     let mut anomalies = acknowledged_writes(history, log, applied);
     anomalies.extend(reads(history, log));
     anomalies.extend(real_time_order(history));
@@ -23,10 +23,10 @@ fn last_index(log: &Log) -> u64 {
 }
 
 /// Every acknowledged write is in the log at its index, answered as the replay answers.
-fn acknowledged_writes(history: &[Operation], log: &Log, applied: &[Applied]) -> Vec<Anomaly> {
+fn acknowledged_writes(history: &[Operation], log: &Log, applied: &[Replayed]) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
     let last = last_index(log);
-    let by_place: BTreeMap<(u64, u32), &Applied> =
+    let by_place: BTreeMap<(u64, u32), &Replayed> =
         applied.iter().map(|a| ((a.index, a.position), a)).collect();
     let mut claimed: BTreeMap<(u64, u32), &Operation> = BTreeMap::new();
     for op in history {
@@ -217,7 +217,7 @@ fn real_time_order(history: &[Operation]) -> Vec<Anomaly> {
 }
 
 /// No command applies more often than clients sent it.
-fn applied_at_most_once(history: &[Operation], applied: &[Applied]) -> Vec<Anomaly> {
+fn applied_at_most_once(history: &[Operation], applied: &[Replayed]) -> Vec<Anomaly> {
     // Keyed by the op's encoding: `Op` is compared whole, as the log holds it.
     let mut counts: BTreeMap<Vec<u8>, (usize, usize, &Op)> = BTreeMap::new();
     for a in applied.iter().filter(|a| !a.retry) {

@@ -251,7 +251,7 @@ impl LeaderClock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::peer_link::{Answer, Carried, Forwarded};
+    use crate::node::peer_link::{Carried, ForwardAnswer, Forwarded};
     use std::future::Future;
     use std::pin::Pin;
 
@@ -264,7 +264,7 @@ mod tests {
             _: NodeId,
             _: String,
             _: Vec<Forwarded>,
-        ) -> Pin<Box<dyn Future<Output = Vec<Answer>> + Send>> {
+        ) -> Pin<Box<dyn Future<Output = Vec<ForwardAnswer>> + Send>> {
             unreachable!("only carried times are asked")
         }
 

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::peer_link::{Answer, Forwarded, PeerLink};
+use super::peer_link::{ForwardAnswer, Forwarded, PeerLink};
 use super::NodeError;
 use crate::gather::Gatherer;
 use crate::raft::{NodeId, WRITE_BATCHES};
@@ -17,7 +17,7 @@ use crate::raft::{NodeId, WRITE_BATCHES};
 pub struct Forwarder {
     link: Arc<dyn PeerLink>,
     /// One gatherer per leader seen: a new leader gets its own batches.
-    to_leader: Mutex<HashMap<(NodeId, String), Gatherer<Forwarded, Answer>>>,
+    to_leader: Mutex<HashMap<(NodeId, String), Gatherer<Forwarded, ForwardAnswer>>>,
 }
 
 impl Forwarder {
@@ -29,7 +29,7 @@ impl Forwarder {
     }
 
     /// Sends `write` to `leader` at `addr` in the next batch and waits for its answer.
-    pub async fn write(&self, leader: NodeId, addr: &str, write: Forwarded) -> Answer {
+    pub async fn write(&self, leader: NodeId, addr: &str, write: Forwarded) -> ForwardAnswer {
         let gatherer = {
             let mut to_leader = self.to_leader.lock().unwrap_or_else(|p| p.into_inner());
             to_leader

@@ -33,7 +33,7 @@ pub use assembly::{start, Running, StartError, Storage, Transport};
 pub use clock::LeaderClock;
 use election_watch::watch_elections;
 pub use error::{NodeError, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
-pub use peer_link::{Answer, Carried, Forwarded};
+pub use peer_link::{Carried, ForwardAnswer, Forwarded};
 pub use peer_link::{GrpcLink, PeerLink};
 pub use planes::{MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAGE_BYTES};
 use quorum_watch::QuorumWatch;

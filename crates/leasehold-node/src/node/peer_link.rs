@@ -34,7 +34,7 @@ pub struct Carried {
 /// One forwarded write: the op and the client's name for it.
 pub type Forwarded = (Op, Option<RequestId>);
 /// What the leader answered one forwarded write, or why it could not.
-pub type Answer = Result<Applied, Status>;
+pub type ForwardAnswer = Result<Applied, Status>;
 
 pub trait PeerLink: Send + Sync + 'static {
     /// Sends a batch of forwarded writes to `leader` at `addr`. One answer per write, in order;
@@ -44,7 +44,7 @@ pub trait PeerLink: Send + Sync + 'static {
         leader: NodeId,
         addr: String,
         writes: Vec<Forwarded>,
-    ) -> Pin<Box<dyn Future<Output = Vec<Answer>> + Send>>;
+    ) -> Pin<Box<dyn Future<Output = Vec<ForwardAnswer>> + Send>>;
 
     /// The store time `peer` at `addr` carries now and the entry it counts from
     /// (`Node::carried_time`), or why it did not
@@ -69,7 +69,7 @@ impl PeerLink for GrpcLink {
         leader: NodeId,
         addr: String,
         writes: Vec<Forwarded>,
-    ) -> Pin<Box<dyn Future<Output = Vec<Answer>> + Send>> {
+    ) -> Pin<Box<dyn Future<Output = Vec<ForwardAnswer>> + Send>> {
         Box::pin(send(self.0.clone(), leader, addr, writes))
     }
 
@@ -100,9 +100,9 @@ async fn send(
     leader: NodeId,
     addr: String,
     writes: Vec<Forwarded>,
-) -> Vec<Answer> {
+) -> Vec<ForwardAnswer> {
     let count = writes.len();
-    let fail = |error: NodeError| -> Vec<Answer> { vec![Err(Status::from(error)); count] };
+    let fail = |error: NodeError| -> Vec<ForwardAnswer> { vec![Err(Status::from(error)); count] };
     // Before the call the writes certainly did not apply; after it, they may have.
     let unreachable = |reason: String| {
         fail(NodeError::LeaderUnreachable {
