@@ -83,8 +83,9 @@ pub enum NodeError {
          applied"
     )]
     Deposed,
-    /// This node leads, but its quorum has been silent for longer than a follower waits before
-    /// it campaigns: refused before anything was proposed (see `quorum_watch`).
+    /// This node leads, but its quorum has been silent for over `QUORUM_SILENCE` (twice the
+    /// longest a follower waits before it campaigns): refused before anything was proposed (see
+    /// `quorum_watch`).
     #[error(
         "node {me} leads, but no quorum of its peers has answered it for over {} ms: it may be \
          cut off from them and replaced; ask another node",

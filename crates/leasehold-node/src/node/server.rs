@@ -73,10 +73,7 @@ pub fn check_flags<A: PartialEq + std::fmt::Display>(
 /// two clocks' logs do not mix. (Its peers refuse it too: see [`ClockMode::check_peer`].)
 pub fn check_clock_mode(dir: &Path, clock: ClockMode) -> Result<(), StartError> {
     let path = dir.join("clock");
-    let io = |source| StartError::DataDir {
-        dir: dir.display().to_string(),
-        source,
-    };
+    let io = |source| data_dir_error(dir, source);
     match std::fs::read_to_string(&path) {
         Ok(found) if found.trim() == clock.name() => Ok(()),
         Ok(found) => Err(StartError::Config(format!(
@@ -129,7 +126,7 @@ pub async fn run(
     // Outgoing peer connections start from the peer plane's address.
     let listen_ip = config.peer_listen.ip();
     let incarnations = crate::raft::incarnation::Incarnations::open(&config.data_dir, config.id)
-        .map_err(|source| data_dir_error(&config, source))?;
+        .map_err(|source| data_dir_error(&config.data_dir, source))?;
     let channels = Channels::new(
         (!listen_ip.is_unspecified()).then_some(listen_ip),
         clock,
@@ -261,16 +258,17 @@ fn background(
     ]
 }
 
-fn data_dir_error(config: &NodeConfig, source: std::io::Error) -> StartError {
+fn data_dir_error(dir: &Path, source: std::io::Error) -> StartError {
     StartError::DataDir {
-        dir: config.data_dir.display().to_string(),
+        dir: dir.display().to_string(),
         source,
     }
 }
 
 /// Creates the data dir if need be, and checks that it is this version's and this clock's.
 fn prepare_data_dir(config: &NodeConfig) -> Result<ClockMode, StartError> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|source| data_dir_error(config, source))?;
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|source| data_dir_error(&config.data_dir, source))?;
     let clock = ClockMode::from_manual(config.manual_clock);
     check_clock_mode(&config.data_dir, clock)?;
     if config.data_dir.join("raft.redb").exists() {
