@@ -23,7 +23,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use harness::Rng;
 use leasehold::cli::local::{LocalCluster, PlaneAddrs};
 use leasehold::lease::{Fence, LeaseTable, Op, Outcome, ReleaseRefusal};
 use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
@@ -31,7 +30,7 @@ use leasehold::proto::v1 as pb;
 use leasehold::raft::codec;
 use leasehold::tls::certs;
 use leasehold::tls::{node_name, Tls};
-use leasehold_check::{self as check, Anomaly, Answer, Completion, Log, Operation, Request};
+use leasehold_check::{self as check, Anomaly, Answer, Completion, Log, Operation, Request, Rng};
 use leasehold_client::{
     Acquired, Applied, ClientError, Deleted, HeldBy, LeaseClient, Released, Written,
 };
@@ -1069,7 +1068,7 @@ async fn fault_run(
     let mut clients = Vec::new();
     for id in 0..5u32 {
         let client = cluster.client(&cluster.endpoints, Duration::from_secs(3));
-        let task = client_loop(id, client, recorder.clone(), rng.next(), stop.clone());
+        let task = client_loop(id, client, recorder.clone(), rng.bits(), stop.clone());
         clients.push(tokio::spawn(task));
     }
 

@@ -7,18 +7,21 @@
 //! every acknowledged answer to that replay, so a bug in the product's table (a late retry
 //! applied twice, a fence check gone missing) is an answer the model does not give. The fencing
 //! and exclusion checkers judge the replay on their own terms, and the store-time checker
-//! ([`store_time_follows_real_time`]) judges the clients' answers against their own clock.
+//! ([`store_time_follows_real_time`]) judges the clients' answers against their own clock. Both
+//! fault suites draw their schedules from [`Rng`].
 
 mod clock;
 mod fencing;
 mod history;
 mod linearizable;
 pub mod model;
+mod rng;
 
 pub use clock::{store_time_follows_real_time, ROUNDING_NS};
 pub use fencing::{fencing, mutual_exclusion, real_time_exclusion};
 pub use history::{replay, Anomaly, Answer, Completion, Log, Operation, Replayed, Request};
 pub use linearizable::{linearizable, read_answer};
+pub use rng::Rng;
 
 use leasehold_core::Op;
 

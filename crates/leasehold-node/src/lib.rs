@@ -37,3 +37,7 @@ pub mod node;
 pub mod proto;
 pub mod raft;
 pub mod tls;
+
+// The deterministic simulation of whole clusters, a test of this crate.
+#[cfg(test)]
+mod sim;

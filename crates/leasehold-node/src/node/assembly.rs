@@ -3,7 +3,7 @@
 //! [`start`] turns a node's storage and its way to its peers into a running node: Raft, the
 //! product's [`Node`] around it, and the node's background work (the expiry ticker and the
 //! election watch). `serve` ([`super::run`]) opens the storage in a data dir, starts the node so
-//! and puts it behind its listeners; the simulation (`tests/simulation.rs`) starts every node the
+//! and puts it behind its listeners; the simulation (`sim/`) starts every node the
 //! same way, on a log in memory and a router it controls. So what the simulation checks is the
 //! node `serve` runs, short of the transports and the disk.
 

@@ -20,6 +20,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use leasehold_check::Rng;
+
 use super::disk::{Disk, DiskFile, Open};
 
 const BLOCK_BYTES: u64 = 4096;
@@ -71,28 +73,6 @@ struct SimFileState {
 enum FileChange {
     Write { at: u64, bytes: Vec<u8> },
     SetLen(u64),
-}
-
-/// splitmix64: a seeded, reproducible choice of what a power loss keeps.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..=max`.
-    fn upto(&mut self, max: u64) -> u64 {
-        self.next() % (max + 1)
-    }
-
-    fn coin(&mut self) -> bool {
-        self.next() & 1 == 1
-    }
 }
 
 /// What a power loss keeps of the unsynced changes.
@@ -159,7 +139,7 @@ impl SimFileState {
         let kept = match keep {
             Keep::Nothing => 0,
             Keep::Everything => self.unsynced.len(),
-            Keep::Seeded(_) => rng.upto(self.unsynced.len() as u64) as usize,
+            Keep::Seeded(_) => rng.below(self.unsynced.len() as u64 + 1) as usize,
         };
         for change in &self.unsynced[..kept] {
             apply_file(&mut bytes, change);
@@ -172,12 +152,12 @@ impl SimFileState {
         // The write the power cut: a prefix of it, then garbage in the block it was in, then
         // zeros where the file grew but no block came.
         let end = at + data.len() as u64;
-        let cut = at + rng.upto(data.len() as u64);
+        let cut = at + rng.below(data.len() as u64 + 1);
         let mut torn = data[..(cut - at) as usize].to_vec();
         if rng.coin() {
             let block_end = (cut / BLOCK_BYTES + 1) * BLOCK_BYTES;
             let garbage = block_end.min(end) - cut;
-            torn.extend((0..garbage).map(|_| rng.next() as u8));
+            torn.extend((0..garbage).map(|_| rng.bits() as u8));
         }
         if rng.coin() {
             torn.resize(data.len(), 0);

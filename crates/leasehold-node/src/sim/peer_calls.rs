@@ -1,0 +1,73 @@
+//! Peer calls: a follower's batch of writes reaches the leader's node through the router, as
+//! the internal Propose call does between processes, and so does a new leader's CarriedTime.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use openraft::LogId;
+
+use super::router::{Router, Undelivered};
+use crate::node::{Carried, ForwardAnswer, Forwarded, NodeError, PeerLink};
+
+pub(super) struct SimLink {
+    pub(super) from: u64,
+    pub(super) router: Router,
+}
+
+impl PeerLink for SimLink {
+    fn propose(
+        &self,
+        leader: u64,
+        addr: String,
+        writes: Vec<Forwarded>,
+    ) -> Pin<Box<dyn Future<Output = Vec<ForwardAnswer>> + Send>> {
+        let (from, router) = (self.from, self.router.clone());
+        Box::pin(async move {
+            let count = writes.len();
+            let error = match router
+                .deliver(from, leader, async |node| node.write_many(writes).await)
+                .await
+            {
+                Ok(answers) => {
+                    return answers
+                        .into_iter()
+                        .map(|answer| answer.map_err(tonic::Status::from))
+                        .collect()
+                }
+                // Certainly not applied.
+                Err(Undelivered::Dropped(e)) => NodeError::LeaderUnreachable {
+                    leader,
+                    addr,
+                    reason: e.to_string(),
+                },
+                // They may have applied.
+                Err(lost) => NodeError::ForwardLost {
+                    leader,
+                    addr,
+                    reason: lost.to_string(),
+                },
+            };
+            vec![Err(tonic::Status::from(error)); count]
+        })
+    }
+
+    fn carried_time(
+        &self,
+        peer: u64,
+        _addr: String,
+        oldest: Option<LogId<u64>>,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<Carried, String>> + Send>> {
+        let (from, router) = (self.from, self.router.clone());
+        Box::pin(async move {
+            let asked = router.deliver(from, peer, async |node| {
+                node.carried_time_from(oldest).await
+            });
+            match tokio::time::timeout(timeout, asked).await {
+                Ok(answer) => answer.map_err(|e| e.to_string()),
+                Err(_) => Err("timed out".into()),
+            }
+        })
+    }
+}
