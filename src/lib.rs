@@ -9,8 +9,10 @@
 //!
 //! - `leasehold-core`, re-exported here as [`lease`]: the heart, pure. Commands, outcomes,
 //!   limits, client sessions, and `LeaseTable::apply`; no tokio, no openraft.
-//! - `leasehold-node`, re-exported here as [`raft`], [`node`], [`tls`], [`metrics`], [`gather`]
-//!   and [`proto`]: the openraft glue and the running node (its own `lib.rs` maps them).
+//! - `leasehold-node`, re-exported here as [`raft`], [`node`], [`limits`], [`tls`], [`metrics`]
+//!   and [`proto`]: the openraft glue and the running node (its own `lib.rs` maps them, and
+//!   its test, the simulation of whole clusters). It exports what this package and the tests
+//!   need; the rest is its own.
 //! - `leasehold-proto`: the public API's wire types and keys; `leasehold-client`: the Rust
 //!   client and `Holder`, on the proto crate alone.
 //! - `leasehold-check`, test-only: the fault suite's checkers, replaying the log through a
@@ -29,7 +31,8 @@
 //! 2. `leasehold-client`: `client.rs` (`put` → `write`: the session and request id → `call`:
 //!    node after node) → `attempts.rs` (is a failure worth another node; may it have applied).
 //! 3. The wire: `proto/leasehold/v1/leasehold.proto`, compiled by `leasehold-proto`.
-//! 4. `leasehold-node`: `node/planes.rs` (the client plane mounts the service) →
+//! 4. `leasehold-node`: `node/planes.rs` (the client plane mounts the service, refusing a
+//!    message over `limits.rs`'s bound before decoding it) →
 //!    `node/lease_service.rs` (`put`: fields checked at the edge → `answer_put`) →
 //!    `node/mod.rs` (`write_or_forward` → `write_many` → `check_write`, with
 //!    `leasehold-core`'s `limits.rs` → `leader_stamp` → `ensure_leader` and `stamp`) →
@@ -51,10 +54,10 @@
 
 pub mod cli;
 pub use leasehold_core as lease;
-pub use leasehold_node::{gather, metrics, node, proto, raft, tls};
+pub use leasehold_node::{limits, metrics, node, proto, raft, tls};
 
 // Checked here, where both crates are seen.
 const _: () = assert!(
-    leasehold_client::ATTEMPT_TIMEOUT.as_millis() > node::NODE_WRITE_WORST.as_millis(),
+    leasehold_client::ATTEMPT_TIMEOUT.as_millis() > limits::NODE_WRITE_WORST.as_millis(),
     "a client's attempt may last as long as a node's own worst case for a write"
 );

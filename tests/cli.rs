@@ -504,7 +504,7 @@ async fn oversized_messages_are_refused_with_the_limit_named() {
         .propose(propose)
         .await
         .unwrap_err();
-    let limit = leasehold::node::MAX_PEER_MESSAGE_BYTES.to_string();
+    let limit = leasehold::limits::MAX_PEER_MESSAGE_BYTES.to_string();
     assert!(refused.message().contains(&limit), "{refused:?}");
 
     let huge = h
@@ -512,7 +512,7 @@ async fn oversized_messages_are_refused_with_the_limit_named() {
         .put("k", &vec![7; 1024 * 1024], None)
         .await
         .unwrap_err();
-    let limit = leasehold::node::MAX_CLIENT_MESSAGE_BYTES.to_string();
+    let limit = leasehold::limits::MAX_CLIENT_MESSAGE_BYTES.to_string();
     assert!(huge.to_string().contains(&limit), "{huge}");
     assert!(
         !huge.is_indeterminate(),

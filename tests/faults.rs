@@ -338,7 +338,7 @@ fn snapshot_every() -> u64 {
 }
 
 /// Entries read back per `ReadLog` call: what a node answers at most.
-const LOG_CHUNK: u64 = leasehold::node::READ_LOG_MAX_ENTRIES;
+const LOG_CHUNK: u64 = leasehold::limits::READ_LOG_MAX_ENTRIES;
 
 /// The applied entries of the node behind `channel` from index `from` on, at most `LOG_CHUNK`.
 async fn read_log_chunk(channel: tonic::transport::Channel, from: u64) -> Option<Log> {

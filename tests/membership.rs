@@ -196,7 +196,7 @@ async fn three_to_five_to_three_under_load_loses_no_write_and_stalls_no_client_p
             longest_gap.as_millis()
         );
         assert!(
-            longest_gap < Duration::from_millis(2 * leasehold::raft::LONGEST_ELECTION_MS),
+            longest_gap < Duration::from_millis(2 * leasehold::limits::LONGEST_ELECTION_MS),
             "client {id} went {} ms without a successful request",
             longest_gap.as_millis()
         );

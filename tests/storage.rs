@@ -7,7 +7,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use leasehold::lease::{Batch, Command as LeaseCommand, Op, Outcome};
-use leasehold::raft::{open_storage, LogStore, StateMachineStore, TypeConfig, PURGE_WAIT};
+use leasehold::limits::PURGE_WAIT;
+use leasehold::raft::{open_storage, LogStore, StateMachineStore, TypeConfig};
 use openraft::storage::{
     RaftLogStorage, RaftLogStorageExt, RaftStateMachine, SnapshotMeta, StorageHelper,
 };

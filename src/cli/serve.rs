@@ -79,15 +79,16 @@ pub struct ServeArgs {
     client_cert_auth: bool,
     /// Requests this node works on at once, client requests and forwarded writes alike;
     /// past it a request is refused at once with RESOURCE_EXHAUSTED.
-    #[arg(long, env = "LEASEHOLD_MAX_REQUESTS", value_name = "N", default_value_t = crate::node::MAX_CONCURRENT_REQUESTS as u64,
+    #[arg(long, env = "LEASEHOLD_MAX_REQUESTS", value_name = "N", default_value_t = crate::limits::MAX_CONCURRENT_REQUESTS as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_requests: u64,
     /// Forget a lease once it has been free (released or expired) this long in store time;
-    /// its tokens are never handed out again. Default one hour.
-    #[arg(long, env = "LEASEHOLD_LEASE_RETENTION", value_name = "SECONDS", default_value = "3600", value_parser = super::commands::parse_seconds)]
+    /// its tokens are never handed out again.
+    #[arg(long, env = "LEASEHOLD_LEASE_RETENTION", value_name = "SECONDS",
+          default_value_t = crate::limits::DEFAULT_LEASE_RETENTION_SECS, value_parser = super::commands::parse_seconds)]
     lease_retention: u64,
     /// Snapshot the state every this many applied entries, and purge the log behind it.
-    #[arg(long, env = "LEASEHOLD_SNAPSHOT_EVERY", value_name = "ENTRIES", default_value_t = crate::raft::DEFAULT_SNAPSHOT_EVERY,
+    #[arg(long, env = "LEASEHOLD_SNAPSHOT_EVERY", value_name = "ENTRIES", default_value_t = crate::limits::DEFAULT_SNAPSHOT_EVERY,
           value_parser = clap::value_parser!(u64).range(10..))]
     snapshot_every: u64,
 }

@@ -131,7 +131,7 @@ fn read(file: &Path) -> anyhow::Result<(Header, Vec<u8>)> {
             header.crc32
         );
     }
-    let table = crate::raft::state_machine::decode_table(&state)
+    let table = crate::raft::decode_table(&state)
         .map_err(|e| anyhow::anyhow!("{}: its state does not decode: {e}", file.display()))?;
     let digest = table.digest();
     // A backup saved by an earlier build may name the digest as that build defined it.

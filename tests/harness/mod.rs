@@ -191,7 +191,7 @@ impl Harness {
     pub async fn applied_log(&self, id: u64) -> Vec<(u64, Vec<leasehold::lease::Command>)> {
         use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
         use leasehold::raft::codec;
-        let chunk = leasehold::node::READ_LOG_MAX_ENTRIES;
+        let chunk = leasehold::limits::READ_LOG_MAX_ENTRIES;
         let mut client =
             RaftClient::new(self.peer_channel(id).await).max_decoding_message_size(usize::MAX);
         let mut log: Vec<(u64, Vec<leasehold::lease::Command>)> = Vec::new();
@@ -386,7 +386,8 @@ const MAKE_LEADER_ROUNDS: usize = 10;
 /// How long before a lone candidate's next campaign [`Harness::make_leader`] restarts the node
 /// whose vote it needs: more than a restart takes, less than the shortest election timeout.
 const RESTART_LEAD: Duration = Duration::from_millis(150);
-const _: () = assert!(RESTART_LEAD.as_millis() < leasehold::raft::ELECTION_TIMEOUT_MIN_MS as u128);
+const _: () =
+    assert!(RESTART_LEAD.as_millis() < leasehold::limits::ELECTION_TIMEOUT_MIN_MS as u128);
 
 /// When `node`, a candidate, next campaigns in a term above `after`: the term and about when
 /// (polled every few milliseconds, so two such times give its election timeout).

@@ -52,6 +52,9 @@ impl<T: Send + 'static, R: Send + 'static> Gatherer<T, R> {
         S: Fn(Vec<T>) -> F + Send + 'static,
         F: Future<Output = Vec<R>> + Send + 'static,
     {
+        // Unbounded here, bounded where its items come from: each is a request the node admitted
+        // (`serve --max-requests` at most at once, `limits::MAX_CONCURRENT_REQUESTS` by
+        // default) or one of the node's own ticks, which it sends one at a time.
         let (queue, waiting) = mpsc::unbounded_channel();
         tokio::spawn(gather(limits, waiting, weigh, send));
         Gatherer { queue }

@@ -5,7 +5,12 @@
 //! knows clap, and nothing in the core knows this crate.
 //!
 //! The arrows point one way: `node` → `raft` → `leasehold_core`; `metrics`, `gather` and
-//! `proto` serve both, and `tls` takes only `raft`'s node id.
+//! `proto` serve both, `tls` takes only `raft`'s node id, and every module takes its bounds from
+//! `limits`, which takes nothing but `gather`'s batch shape and the core's limits.
+//!
+//! What the crate exports is what the `leasehold` binary and the tests outside it need: how to
+//! run a node (`node::run` and its config), its bounds, the storage for the storage tests, TLS
+//! files and certificates, and the wire types. The rest is the crate's own.
 //!
 //! - [`raft`]: openraft glue. Type config and its runtime (tokio, with a seedable generator), the
 //!   segment-file log store (behind a file-system seam its crash tests replace; a purge waits
@@ -27,11 +32,18 @@
 //!   handshakes in flight) that logs refusals, which member a peer's certificate names, and
 //!   the certificates `cluster --tls` and `certs` make.
 //! - [`metrics`]: what a node counts for Prometheus (`serve --metrics-listen`).
-//! - [`gather`]: batching of concurrent requests, for the proposer, the reads and the forwarder.
+//! - [`limits`]: every size, timeout and bound of a node, with their relations asserted when the
+//!   crate compiles.
+//! - `gather`: batching of concurrent requests, for the proposer, the reads and the forwarder.
 //! - [`proto`]: the public API's wire types (from `leasehold-proto`) and the peer plane's,
 //!   generated from `proto/` by `build.rs`.
+//! - `sim` (a test): the deterministic simulation of whole clusters on tokio's paused clock,
+//!   each node started by `node::start` as `serve` starts it, and judged by `leasehold-check`.
 
-pub mod gather;
+#![warn(missing_docs)]
+
+mod gather;
+pub mod limits;
 pub mod metrics;
 pub mod node;
 pub mod proto;

@@ -19,37 +19,38 @@ use prometheus_client::registry::Registry;
 /// `rpc` and `outcome` of a client request: `ok` for an answer (a typed refusal included), or
 /// the gRPC code of the error in snake case.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
+pub(crate) struct RequestLabels {
     pub rpc: &'static str,
     pub outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RpcLabel {
+pub(crate) struct RpcLabel {
     pub rpc: &'static str,
 }
 
 /// Why a request was refused: by the store (`held_by`, `not_held`, `wrong_token`,
 /// `stale_token`), or at the edge (`invalid_argument`, `overloaded`, `unknown_session`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabel {
+pub(crate) struct ReasonLabel {
     pub reason: &'static str,
 }
 
+/// Everything a node counts, registered once and served as Prometheus text.
 pub struct Metrics {
     registry: Registry,
-    pub raft_term: Gauge,
-    pub raft_is_leader: Gauge,
-    pub raft_last_log_index: Gauge,
-    pub raft_applied_index: Gauge,
-    pub raft_leader_changes: Counter,
-    pub leases_held: Gauge,
-    pub requests: Family<RequestLabels, Counter>,
-    pub request_duration: Family<RpcLabel, Histogram>,
-    pub log_fsync_duration: Histogram,
-    pub batch_commands: Histogram,
-    pub expiries: Counter,
-    pub refusals: Family<ReasonLabel, Counter>,
+    pub(crate) raft_term: Gauge,
+    pub(crate) raft_is_leader: Gauge,
+    pub(crate) raft_last_log_index: Gauge,
+    pub(crate) raft_applied_index: Gauge,
+    pub(crate) raft_leader_changes: Counter,
+    pub(crate) leases_held: Gauge,
+    pub(crate) requests: Family<RequestLabels, Counter>,
+    pub(crate) request_duration: Family<RpcLabel, Histogram>,
+    pub(crate) log_fsync_duration: Histogram,
+    pub(crate) batch_commands: Histogram,
+    pub(crate) expiries: Counter,
+    pub(crate) refusals: Family<ReasonLabel, Counter>,
 }
 
 /// Seconds from 100 µs to about 6.5 s: a read served locally to a write that waited out an
@@ -157,7 +158,7 @@ impl Default for Metrics {
 }
 
 /// The client API's RPCs, as `rpc` labels.
-pub const RPCS: [&str; 9] = [
+pub(crate) const RPCS: [&str; 9] = [
     "acquire",
     "release",
     "put",
@@ -170,7 +171,7 @@ pub const RPCS: [&str; 9] = [
 ];
 
 /// Every `reason` of `leasehold_refusals_total`.
-pub const REASONS: [&str; 7] = [
+pub(crate) const REASONS: [&str; 7] = [
     "held_by",
     "not_held",
     "wrong_token",
@@ -181,6 +182,7 @@ pub const REASONS: [&str; 7] = [
 ];
 
 impl Metrics {
+    /// A fresh set, every count at zero.
     pub fn new() -> Arc<Metrics> {
         Arc::new(Metrics::default())
     }

@@ -9,5 +9,7 @@ pub use leasehold_proto::FILE_DESCRIPTOR_SET;
 
 /// Node-to-node Raft traffic.
 pub mod raft_v1 {
+    // Generated; the messages are documented in proto/leasehold/v1/raft.proto.
+    #![allow(missing_docs)]
     tonic::include_proto!("leasehold.raft.v1");
 }

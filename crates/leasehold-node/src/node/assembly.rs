@@ -20,19 +20,32 @@ use crate::raft::{self, BootLog, Channels, LogStore, Raft, StateMachineStore, Ty
 /// Why a node did not start, or stopped: what `serve` reports before it exits.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The flags or the data dir's saved state do not make a node; the message says which.
     #[error("{0}")]
     Config(String),
+    /// The data dir could not be made, locked or read.
     #[error("data dir {dir}: {source}")]
-    DataDir { dir: String, source: std::io::Error },
-    #[error("storage: {0}")]
-    Storage(Box<raft::StorageError>),
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: String,
+    DataDir {
+        /// The data dir, as given.
+        dir: String,
+        /// What the file system said.
         source: std::io::Error,
     },
+    /// The log or the state machine could not be opened or written.
+    #[error("storage: {0}")]
+    Storage(Box<raft::StorageError>),
+    /// An address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address, as given.
+        addr: String,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// openraft would not start, or stopped with a fatal error.
     #[error("raft: {0}")]
     Raft(String),
+    /// A gRPC server stopped with an error.
     #[error("grpc server: {0}")]
     Serve(#[from] tonic::transport::Error),
 }

@@ -56,40 +56,14 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 // tokio's, not std's: the same monotonic clock in a node, and the simulation's virtual one when
 // it runs the real stamping on tokio's paused clock.
 use tokio::time::Instant;
 
 use super::peer_link::{Carried, PeerLink};
+use crate::limits::PEER_CARRY_WAIT;
 use crate::raft::{LogId, NodeId, StampSeen};
-
-/// How long a new leader waits for its peers' carried times before its first stamp. Any answer
-/// only adds time a peer measured, so one that comes later is not needed for safety; the wait
-/// is short, since a partitioned peer answers never and holds up the term's first write.
-pub const PEER_CARRY_WAIT: Duration = Duration::from_millis(200);
-
-/// How long an asked peer waits to apply the entry the leader's answers must count from before
-/// it answers. A new leader has applied every committed entry; its followers learn the commit
-/// index with its next message, a heartbeat at most later, so a peer that answered at once
-/// would often name an entry a few behind, and not count.
-pub const PEER_APPLY_WAIT: Duration = Duration::from_millis(120);
-
-const _: () = assert!(
-    PEER_APPLY_WAIT.as_millis() + 50 < PEER_CARRY_WAIT.as_millis(),
-    "a peer's wait to apply, and the way back, fit in the leader's wait for answers"
-);
-
-/// A write answered longer than this after its stamp has the leader log a fresh stamp (a tick)
-/// at once. A follower carries time from when it appended the newest stamped entry, so one that
-/// appended a grant late carries the grant's time late by as much; if the cluster then goes
-/// idle and the leader dies, the next term starts that much behind, and every lease lives that
-/// much past its TTL (CI: a grant slow to replicate on a loaded machine, 0.7 s). The tick, sent
-/// once the log moves again, lets the followers measure from it instead. Below a lease's 0.5 s
-/// budget across a failover, and above what a loopback or LAN cluster's commit takes, so a
-/// healthy cluster logs no tick for it.
-pub const CARRY_REFRESH_AFTER: Duration = Duration::from_millis(200);
 
 /// What a node carries: `applied_now_ms`, the store time applied here, plus the time this
 /// node's monotonic clock has measured since the entry that brought that time was appended
@@ -254,6 +228,7 @@ mod tests {
     use crate::node::peer_link::{Carried, ForwardAnswer, Forwarded};
     use std::future::Future;
     use std::pin::Pin;
+    use std::time::Duration;
 
     /// Peers that answer their carried time at once, fail at once, or never answer.
     struct Peers(BTreeMap<NodeId, Option<Result<Carried, String>>>);

@@ -5,10 +5,8 @@ use tonic::{Request, Response, Status};
 
 use super::status::remote_status;
 use super::Node;
+use crate::limits::{BACKUP_CHUNKS_QUEUED, BACKUP_CHUNK_BYTES};
 use crate::proto::v1 as pb;
-
-/// The state's bytes per chunk of `SaveSnapshot`: well under a client's 4 MiB message limit.
-const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 
 pub struct ClusterService {
     node: Node,
@@ -114,14 +112,14 @@ impl pb::cluster_server::Cluster for ClusterService {
             bytes = header.bytes,
             "snapshot saved for a client"
         );
-        let (chunks, stream) = tokio::sync::mpsc::channel(4);
+        let (chunks, stream) = tokio::sync::mpsc::channel(BACKUP_CHUNKS_QUEUED);
         tokio::spawn(async move {
             let mut header = Some(header);
             // At least one chunk, which carries the header, even for an empty state.
             let parts: Vec<&[u8]> = if data.is_empty() {
                 vec![&[]]
             } else {
-                data.chunks(SNAPSHOT_CHUNK_BYTES).collect()
+                data.chunks(BACKUP_CHUNK_BYTES).collect()
             };
             for part in parts {
                 let chunk = pb::SnapshotChunk {

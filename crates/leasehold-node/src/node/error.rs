@@ -9,6 +9,7 @@ use openraft::error::{ClientWriteError, RaftError};
 
 use crate::raft::{NodeId, WriteError};
 
+use crate::limits::QUORUM_SILENCE;
 pub use leasehold_proto::{INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 
 #[derive(Clone, Debug, thiserror::Error)]
@@ -89,7 +90,7 @@ pub enum NodeError {
     #[error(
         "node {me} leads, but no quorum of its peers has answered it for over {} ms: it may be \
          cut off from them and replaced; ask another node",
-        super::QUORUM_SILENCE.as_millis()
+        QUORUM_SILENCE.as_millis()
     )]
     QuorumSilent { me: NodeId },
     /// The write was proposed, then this leader's quorum went silent: given up rather than held
@@ -97,7 +98,7 @@ pub enum NodeError {
     #[error(
         "node {me} stopped waiting for the write: no quorum of its peers has answered it for \
          over {} ms, so it may be cut off from them. The write may or may not have been applied",
-        super::QUORUM_SILENCE.as_millis()
+        QUORUM_SILENCE.as_millis()
     )]
     QuorumWentSilent { me: NodeId },
     #[error("{0}")]

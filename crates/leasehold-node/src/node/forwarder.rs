@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use super::peer_link::{ForwardAnswer, Forwarded, PeerLink};
 use super::NodeError;
 use crate::gather::Gatherer;
-use crate::raft::{NodeId, WRITE_BATCHES};
+use crate::limits::WRITE_BATCHES;
+use crate::raft::NodeId;
 
 pub struct Forwarder {
     link: Arc<dyn PeerLink>,

@@ -9,8 +9,8 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use super::error::ORIGIN_KEY;
-use super::peer_link::FORWARD_TIMEOUT;
 use super::{convert, Node, NodeError};
+use crate::limits::FORWARD_TIMEOUT;
 use crate::metrics::Metrics;
 use crate::proto::v1 as pb;
 use crate::proto::v1::lease_store_client::LeaseStoreClient;

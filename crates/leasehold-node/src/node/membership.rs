@@ -4,20 +4,16 @@
 //! snapshots, changed through joint consensus, so no acknowledged write is lost on the way.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use tonic::Status;
 
 use super::{Node, NodeError};
+use crate::limits::MEMBER_CATCH_UP;
 use crate::proto::v1 as pb;
 use crate::raft::NodeId;
 use leasehold_core::InvalidInput;
-
-/// How long an added learner has to catch up before the change is given up (it stays a learner,
-/// and `member add` may be run again).
-const CATCH_UP: Duration = Duration::from_secs(60);
 
 /// A status for what a membership change refused, naming what to do.
 fn refused(message: String) -> Status {
@@ -200,11 +196,11 @@ pub async fn add(node: &Node, r: pb::AddMemberRequest) -> Result<pb::MembersResp
         },
         true,
     );
-    match tokio::time::timeout(CATCH_UP, learner).await {
+    match tokio::time::timeout(MEMBER_CATCH_UP, learner).await {
         Err(_) => {
             return Err(NodeError::CatchUpTimeout {
                 id: r.id,
-                within: CATCH_UP,
+                within: MEMBER_CATCH_UP,
             }
             .into())
         }

@@ -24,45 +24,37 @@ mod watch;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use openraft::error::{CheckIsLeaderError, ForwardToLeader, RaftError};
 use openraft::{BasicNode, ServerState};
 
-pub use assembly::{start, Running, StartError, Storage, Transport};
-pub use clock::LeaderClock;
+pub(crate) use assembly::Running;
+pub use assembly::StartError;
+pub(crate) use clock::LeaderClock;
 use election_watch::watch_elections;
-pub use error::{NodeError, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
-pub use peer_link::{Carried, ForwardAnswer, Forwarded};
-pub use peer_link::{GrpcLink, PeerLink};
-pub use planes::{MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAGE_BYTES};
+pub(crate) use error::NodeError;
+pub(crate) use peer_link::Carried;
+pub(crate) use peer_link::{GrpcLink, PeerLink};
 use quorum_watch::QuorumWatch;
-pub use quorum_watch::QUORUM_SILENCE;
 pub use server::{check_clock_mode, check_flags, run};
+// What only the simulation (`crate::sim`) reaches: it builds nodes as `serve` does, on its
+// own transports, and reads the refusals' metadata and bounds.
+#[cfg(test)]
+pub(crate) use {
+    assembly::{start, Storage, Transport},
+    error::INDETERMINATE_KEY,
+    peer_link::{ForwardAnswer, Forwarded},
+};
 
+use crate::limits::{
+    CARRY_REFRESH_AFTER, LEADERS_FOLLOWED, LEADER_WAIT, PEER_APPLY_WAIT, QUORUM_WAIT,
+    READ_LOG_MAX_BYTES, READ_LOG_MAX_ENTRIES,
+};
 use crate::raft::state_machine::Applying;
 use crate::raft::{
     Applied, BootLog, Channels, LogId, LogStore, NodeId, Proposer, Raft, Reads, SharedState,
 };
 use leasehold_core::{validate, Batch, Command, Op, RequestId};
-
-/// Requests a node works on at once by default (`serve --max-requests`), client requests and
-/// forwarded writes counted alike; past it a request is refused at once (RESOURCE_EXHAUSTED)
-/// instead of queueing without bound. Far above what a node serves well: 64 clients keep a few
-/// hundred in flight.
-pub const MAX_CONCURRENT_REQUESTS: usize = 8_192;
-
-/// Entries one `ReadLog` call returns at most: the log is read into memory under the index
-/// lock, so a caller asking for `1..=u64::MAX` gets a bounded answer and asks again from there.
-pub const READ_LOG_MAX_ENTRIES: u64 = 1_000;
-/// Bytes of commands one `ReadLog` answer carries at most (by [`crate::raft::weight`]): a
-/// call stops early at the entry that passes it, and the caller asks again from there.
-pub const READ_LOG_MAX_BYTES: usize = 2 * 1024 * 1024;
-
-/// Leaders one forwarded write follows at most as leadership moves on while it is held (see
-/// [`Node::write_or_forward`]); past them it is handed back to the client. Each move is an
-/// election, so a client's deadline runs out long before this bound matters.
-const LEADERS_FOLLOWED: u32 = 3;
 
 /// The last index a `ReadLog` call for `from..=to` reads, with `applied` entries applied: no
 /// further than what is applied, nor than [`READ_LOG_MAX_ENTRIES`] entries.
@@ -74,6 +66,7 @@ fn read_log_end(from: u64, to: u64, applied: u64) -> u64 {
 /// How a node is started: `leasehold serve`'s flags.
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
+    /// This node's id among the voters of `peers`.
     pub id: NodeId,
     /// The client plane's address to bind.
     pub listen: std::net::SocketAddr,
@@ -81,6 +74,7 @@ pub struct NodeConfig {
     pub peer_listen: std::net::SocketAddr,
     /// The client address this node gives out, in status.
     pub advertise: String,
+    /// Where the log, the snapshots and the node's saved state live.
     pub data_dir: PathBuf,
     /// Every voter's peer address, this node included, by id. The same on every node.
     pub peers: BTreeMap<NodeId, String>,
@@ -93,7 +87,7 @@ pub struct NodeConfig {
     /// With TLS, clients must show a certificate from the same CA as well.
     pub client_cert_auth: bool,
     /// Requests worked on at once; past it, RESOURCE_EXHAUSTED (see
-    /// [`MAX_CONCURRENT_REQUESTS`]).
+    /// [`crate::limits::MAX_CONCURRENT_REQUESTS`]).
     pub max_requests: usize,
     /// Store time a lease stays free before this node, leading, has it forgotten.
     pub lease_retention_ms: u64,
@@ -103,31 +97,6 @@ pub struct NodeConfig {
     /// Where to serve `/metrics`, `/healthz` and `/readyz`, if anywhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
 }
-
-/// The default of `serve --lease-retention`: an hour of store time.
-pub const DEFAULT_LEASE_RETENTION_MS: u64 = 3_600_000;
-
-/// How long a request waits for an election to finish before answering `Unavailable`.
-const LEADER_WAIT: Duration = Duration::from_millis(2_000);
-/// How long a write or a read waits for a quorum before answering `Unavailable`.
-const QUORUM_WAIT: Duration = Duration::from_millis(3_000);
-/// The longest a node takes to answer a write itself: an election, a first stamp of the term
-/// (a confirmation with a quorum), then the write's own quorum.
-pub const NODE_WRITE_WORST: Duration =
-    Duration::from_millis(LEADER_WAIT.as_millis() as u64 + 2 * QUORUM_WAIT.as_millis() as u64);
-
-const _: () = {
-    assert!(
-        LEADER_WAIT.as_millis() as u64 >= 2 * crate::raft::LONGEST_ELECTION_MS,
-        "a request waits out a whole election, twice over, before it answers no leader"
-    );
-    assert!(
-        peer_link::FORWARD_TIMEOUT.as_millis() > NODE_WRITE_WORST.as_millis(),
-        "a forwarded write waits for the leader's own worst case, and the hop"
-    );
-    // The client's attempt timeout outlasts NODE_WRITE_WORST too: asserted in the `leasehold`
-    // package, which sees both crates.
-};
 
 /// Whether a write slow to commit has a tick logged after it.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -148,7 +117,7 @@ impl Drop for RefreshClaim {
 
 /// A handle to the running node, cheap to clone into every service.
 #[derive(Clone)]
-pub struct Node {
+pub(crate) struct Node {
     inner: Arc<NodeInner>,
 }
 
@@ -265,7 +234,9 @@ impl Node {
     }
 
     /// Lets this node campaign, or stops it. Stopping takes effect at once; campaigning again
-    /// within a heartbeat, once [`watch_elections`] sees no vote penalty holding.
+    /// within a heartbeat, once [`watch_elections`] sees no vote penalty holding. The
+    /// simulation's scenarios choose who may lead next with it.
+    #[cfg(test)]
     pub fn set_elections(&self, enabled: bool) {
         self.inner
             .elections
@@ -466,13 +437,13 @@ impl Node {
     }
 
     /// [`Node::carried_time`], once this node has applied `oldest` (the entry a new leader's
-    /// answers must count from) or [`clock::PEER_APPLY_WAIT`] passed: a follower learns that
+    /// answers must count from) or [`PEER_APPLY_WAIT`] passed: a follower learns that
     /// the leader's last entries are committed with its next message.
     pub async fn carried_time_from(&self, oldest: Option<LogId>) -> Carried {
         if let Some(oldest) = oldest {
             let mut applied = self.inner.state.applied_index();
             let wait = applied.wait_for(|index| *index >= oldest.index);
-            let _ = tokio::time::timeout(clock::PEER_APPLY_WAIT, wait).await;
+            let _ = tokio::time::timeout(PEER_APPLY_WAIT, wait).await;
         }
         self.carried_time()
     }
@@ -660,7 +631,7 @@ impl Node {
         }
         if refresh == Refresh::WhenSlow
             && at_ms.is_some()
-            && stamped.elapsed() > clock::CARRY_REFRESH_AFTER
+            && stamped.elapsed() > CARRY_REFRESH_AFTER
             && results.iter().any(Result::is_ok)
         {
             self.refresh_carried_time();
@@ -670,7 +641,7 @@ impl Node {
 
     /// Logs a tick, a fresh stamp, in the background: after a write slow to commit, the
     /// followers would otherwise carry its stamp from when they appended it, late (see
-    /// [`clock::CARRY_REFRESH_AFTER`]). One tick at a time; a slow write that commits while one
+    /// [`CARRY_REFRESH_AFTER`]). One tick at a time; a slow write that commits while one
     /// is on its way has another logged after it, since it may be newer than the tick. The
     /// tick's own commit asks for none, so a cluster whose every commit is slow logs at most
     /// one tick per slow write, never a stream of them.

@@ -13,14 +13,11 @@ use tonic::Status;
 
 use super::error::ForwardedError;
 use super::NodeError;
+use crate::limits::FORWARD_TIMEOUT;
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use crate::raft::codec::{decode, encode};
 use crate::raft::{Applied, Channels, LogId, NodeId};
 use leasehold_core::{Op, RequestId};
-
-/// Covers the leader's own waits (for an election, 2 s; to confirm a new term, 3 s; for a
-/// quorum, 3 s), with room for the hop.
-pub const FORWARD_TIMEOUT: Duration = Duration::from_millis(10_000);
 
 /// The store time a node carries now, and the entry it counts from: its answer to a new leader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

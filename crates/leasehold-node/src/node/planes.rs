@@ -5,7 +5,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -17,43 +16,21 @@ use super::lease_service::LeaseService;
 use super::peer_gate::PeerGate;
 use super::raft_service::RaftService;
 use super::{Node, NodeConfig, StartError};
+use crate::limits::{
+    KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES, MAX_CLIENT_MESSAGE_BYTES,
+    MAX_PEER_MESSAGE_BYTES,
+};
 use crate::metrics::Metrics;
 use crate::proto::raft_v1::raft_server::RaftServer;
 use crate::proto::v1::cluster_server::ClusterServer;
 use crate::proto::v1::lease_store_server::LeaseStoreServer;
-use crate::raft;
 use crate::tls::RefusalLog;
 
-/// The largest message a peer may send or be answered with: a replication message of
-/// `max_payload_entries` entries of at most `MAX_ENTRY_BYTES` each, a snapshot chunk, a
-/// `ReadLog` answer, each with room to spare. Anything larger is refused before it is decoded.
-pub const MAX_PEER_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
-/// The largest request a client may send: a put of the largest value with the longest key and
-/// lease name, with room to spare, so that a value just over its limit still gets the
-/// field's own error, and a huge message is refused before it is decoded.
-pub const MAX_CLIENT_MESSAGE_BYTES: usize = 256 * 1024;
-
-const _: () = {
-    use leasehold_core::Limits;
-    let replication = raft::MAX_PAYLOAD_ENTRIES as usize * raft::MAX_ENTRY_BYTES;
-    assert!(
-        2 * replication <= MAX_PEER_MESSAGE_BYTES,
-        "a replication message fits"
-    );
-    assert!(2 * raft::SNAPSHOT_CHUNK_BYTES as usize <= MAX_PEER_MESSAGE_BYTES);
-    assert!(2 * super::READ_LOG_MAX_BYTES <= MAX_PEER_MESSAGE_BYTES);
-    let put = Limits::MAX_VALUE_BYTES + Limits::MAX_KEY_BYTES + 2 * Limits::MAX_NAME_BYTES;
-    assert!(
-        2 * put <= MAX_CLIENT_MESSAGE_BYTES,
-        "the largest valid put fits, with room"
-    );
-};
-/// A connection silent this long is probed, and dropped after three unanswered probes ten
-/// seconds apart: a dead client's or peer's connection goes within about a minute.
+/// TCP keepalive on both planes, from the limits.
 const KEEPALIVE: crate::tls::KeepAlive = crate::tls::KeepAlive {
-    idle: Duration::from_secs(30),
-    interval: Duration::from_secs(10),
-    retries: 3,
+    idle: KEEPALIVE_IDLE,
+    interval: KEEPALIVE_INTERVAL,
+    retries: KEEPALIVE_PROBES,
 };
 
 /// The sockets a node serves on.

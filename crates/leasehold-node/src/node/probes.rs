@@ -10,6 +10,7 @@ use axum::routing::get;
 use axum::Router;
 
 use super::Node;
+use crate::limits::QUORUM_SILENCE;
 use crate::metrics::Metrics;
 use crate::raft::BootLog;
 
@@ -132,7 +133,7 @@ pub async fn follow_raft(raft: crate::raft::Raft, metrics: Arc<Metrics>) {
 }
 
 /// Whether the node can serve now: it knows a leader (itself with a quorum that answered within
-/// [`QUORUM_SILENCE`](super::QUORUM_SILENCE), or another node), and has applied what it found on its disk at
+/// [`QUORUM_SILENCE`](QUORUM_SILENCE), or another node), and has applied what it found on its disk at
 /// start-up. The reason when it cannot.
 pub(super) fn health(
     metrics: &openraft::RaftMetrics<u64, openraft::BasicNode>,
@@ -151,7 +152,7 @@ pub(super) fn health(
     match metrics.current_leader {
         None => Err("no leader known".into()),
         Some(leader) if leader == metrics.id => match metrics.millis_since_quorum_ack {
-            Some(ms) if u128::from(ms) <= super::QUORUM_SILENCE.as_millis() => Ok(()),
+            Some(ms) if u128::from(ms) <= QUORUM_SILENCE.as_millis() => Ok(()),
             _ => Err("leading, but no quorum answered lately".into()),
         },
         Some(_) => Ok(()),

@@ -15,15 +15,8 @@ use openraft::ServerState;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::raft::{NodeId, Raft, LONGEST_ELECTION_MS};
-
-/// How long a leader's quorum may be silent before the leader stops taking requests: twice the
-/// longest a follower that hears nothing waits before it campaigns, by when the others have most
-/// likely elected another leader. Not less: openraft dates a quorum's answer by when the answered
-/// message was sent, and a follower has one message in flight at a time, so a healthy leader
-/// on a loaded machine can go most of a second between dated answers. The same bound says when
-/// a leader reports itself not serving (`probes::health`).
-pub const QUORUM_SILENCE: Duration = Duration::from_millis(2 * LONGEST_ELECTION_MS);
+use crate::limits::QUORUM_SILENCE;
+use crate::raft::{NodeId, Raft};
 
 /// In which term, if any, this node leads with a quorum silent for over [`QUORUM_SILENCE`], as
 /// its Raft's metrics last said. Cheap to clone: every clone watches the same task.

@@ -1,7 +1,7 @@
 //! The internal Raft service: peers' RPCs in, handed to openraft, its answers encoded back.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tonic::{Request, Response, Status};
 
@@ -9,6 +9,7 @@ use super::error::{ForwardedError, NodeError};
 use super::peer_gate::PeerMember;
 use super::peer_link::Forwarded;
 use super::Node;
+use crate::limits::{MAX_SNAPSHOT_BYTES, REFUSAL_LOG_EVERY};
 use crate::proto::raft_v1::{raft_server, RaftMessage};
 use crate::raft::codec::{decode, encode};
 use crate::raft::incarnation;
@@ -26,10 +27,6 @@ pub struct RaftService {
     /// one line every few seconds says it all.
     refusal_logged: Mutex<Option<Instant>>,
 }
-
-/// The largest snapshot a node receives: far above any table this store keeps in memory, and a
-/// bound on what a sender can make a node allocate.
-pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
 
 /// The snapshot being received, by id, and the bytes of it that have arrived.
 #[derive(Debug, Default)]
@@ -77,9 +74,6 @@ impl SnapshotChunks {
         self.receiving = (!done).then(|| (id.to_owned(), arrived));
     }
 }
-
-/// How often a peer refusal is logged at most.
-const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(5);
 
 impl RaftService {
     pub fn new(node: Node) -> Self {

@@ -5,7 +5,6 @@
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use openraft::error::InitializeError;
 use openraft::error::RaftError;
@@ -15,6 +14,7 @@ use super::assembly::{StartError, Storage, Transport};
 use super::peer_gate::PeerGate;
 use super::planes::{self, Listeners, PlanesTls, Stop};
 use super::{Node, NodeConfig};
+use crate::limits::{HEALTH_CHECK, HEALTH_MIN_GAP};
 use crate::metrics::Metrics;
 use crate::raft::{self, Channels, ClockMode, NodeId, PeerNetwork};
 use crate::tls::{RefusalLog, Tls};
@@ -340,12 +340,6 @@ async fn open_storage(
         reader: Some(log_store),
     })
 }
-
-/// How often health is looked at again when nothing changes (a leader's quorum ages without a
-/// metrics change).
-const HEALTH_CHECK: Duration = Duration::from_millis(250);
-/// At most this often: metrics change with every applied entry under load.
-const HEALTH_MIN_GAP: Duration = Duration::from_millis(50);
 
 /// Keeps the gRPC health of `leasehold.v1.LeaseStore` (and of the whole server) at SERVING
 /// while [`health`] holds, NOT_SERVING otherwise; each change is logged once.

@@ -1,16 +1,12 @@
 //! A member's own view of itself, asked over the peer plane: for `Status` (every member at
 //! once) and for the membership checks that a node to add or remove answers.
 
-use std::time::Duration;
-
 use tonic::Request;
 
+use crate::limits::PEER_STATUS_TIMEOUT;
 use crate::proto::v1 as pb;
 use crate::proto::v1::cluster_client::ClusterClient;
 use crate::raft::Channels;
-
-/// A member that does not answer in this time is reported unreachable, not waited for.
-const PEER_STATUS_TIMEOUT: Duration = Duration::from_millis(1_000);
 
 /// One member's own view, asked over the peer plane at its peer address `addr`, or why it could
 /// not be had.

@@ -4,15 +4,8 @@
 use std::time::Duration;
 
 use super::{Node, NodeError};
+use crate::limits::{TICK_CHECK, TICK_MIN_GAP};
 use leasehold_core::Op;
-
-/// The expiry ticker looks again at least this often, to notice a new leadership or lease.
-const TICK_CHECK: Duration = Duration::from_millis(100);
-/// Ticks are at least this far apart: when leases fall due one after another (thousands a
-/// second after a burst of acquires), one tick expires all that fell due since the last, instead
-/// of a log entry, and an fsync on every node, per lease. An expiry reaches the log up to this
-/// much later than it otherwise would; never earlier.
-const TICK_MIN_GAP: Duration = Duration::from_millis(50);
 
 /// Default clock only. When the leader's clock passes the earliest expiry of a held lease, it
 /// logs a `Tick`, so that expiry is in the replicated state (at most [`TICK_MIN_GAP`] late); when

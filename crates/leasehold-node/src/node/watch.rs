@@ -6,23 +6,14 @@
 //! OUT_OF_RANGE, saying from where it can resume. Every response carries whole entries, so a
 //! client resumes exactly after `watched_to`.
 
-use std::time::Duration;
-
 use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::Node;
+use crate::limits::{WATCH_EVENTS_PER_RESPONSE, WATCH_IDLE_CHECK, WATCH_QUEUED_RESPONSES};
 use crate::proto::v1 as pb;
 use crate::raft::events::{Compacted, NotedEvent};
 use leasehold_core::{limits, Event, EventKind, Limits};
-
-/// Events in one response at most (more when one entry has more).
-const EVENTS_PER_RESPONSE: usize = 512;
-/// How often an idle watch says how far it has looked, and checks that its node still follows
-/// a leader.
-const IDLE_CHECK: Duration = Duration::from_secs(1);
-/// Responses queued for a slow watcher before its task waits for it.
-const QUEUED_RESPONSES: usize = 16;
 
 pub type WatchStream =
     tonic::codegen::tokio_stream::wrappers::ReceiverStream<Result<pb::WatchResponse, Status>>;
@@ -87,7 +78,7 @@ pub fn start(
     if from < first_kept {
         return Err(compacted(node.id(), from, Compacted { first_kept }));
     }
-    let (responses, stream) = mpsc::channel(QUEUED_RESPONSES);
+    let (responses, stream) = mpsc::channel(WATCH_QUEUED_RESPONSES);
     tokio::spawn(async move {
         serve(node, select, from, applied, responses, stopping).await;
         drop(working);
@@ -140,33 +131,12 @@ async fn serve(
     if !out.send(Ok(progress(said_to))).await {
         return;
     }
-    let mut idle = tokio::time::interval(IDLE_CHECK);
+    let mut idle = tokio::time::interval(WATCH_IDLE_CHECK);
     idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let upto = *applied.borrow_and_update();
-        while next <= upto {
-            let scanned =
-                node.state()
-                    .events()
-                    .since(next, upto, |e| select.keeps(e), EVENTS_PER_RESPONSE);
-            let (found, covered) = match scanned {
-                Ok(scanned) => scanned,
-                Err(c) => {
-                    out.send(Err(compacted(node.id(), next, c))).await;
-                    return;
-                }
-            };
-            next = covered + 1;
-            if !found.is_empty() {
-                let response = pb::WatchResponse {
-                    events: found.into_iter().map(wire).collect(),
-                    watched_to: covered,
-                };
-                if !out.send(Ok(response)).await {
-                    return;
-                }
-                said_to = covered;
-            }
+        if !send_upto(&node, &select, &out, upto, &mut next, &mut said_to).await {
+            return;
         }
         tokio::select! {
             changed = applied.changed() => if changed.is_err() { return },
@@ -193,6 +163,46 @@ async fn serve(
             }
         }
     }
+}
+
+/// Sends the events of entries `next..=upto` that `select` keeps, a response per scan, moving
+/// `next` past what was scanned and `said_to` to the last entry a response covered. False once
+/// the watch is over (the client went, or its start was compacted).
+async fn send_upto(
+    node: &Node,
+    select: &Select,
+    out: &Out,
+    upto: u64,
+    next: &mut u64,
+    said_to: &mut u64,
+) -> bool {
+    while *next <= upto {
+        let scanned = node.state().events().since(
+            *next,
+            upto,
+            |e| select.keeps(e),
+            WATCH_EVENTS_PER_RESPONSE,
+        );
+        let (found, covered) = match scanned {
+            Ok(scanned) => scanned,
+            Err(c) => {
+                out.send(Err(compacted(node.id(), *next, c))).await;
+                return false;
+            }
+        };
+        *next = covered + 1;
+        if !found.is_empty() {
+            let response = pb::WatchResponse {
+                events: found.into_iter().map(wire).collect(),
+                watched_to: covered,
+            };
+            if !out.send(Ok(response)).await {
+                return false;
+            }
+            *said_to = covered;
+        }
+    }
+    true
 }
 
 /// A response with no events: every event up to `watched_to` was sent.

@@ -11,10 +11,7 @@ use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 
 use super::LogId;
-
-/// Entries remembered; older ones are dropped (their stamp then counts from when it was applied,
-/// which is later, so less time is carried, never more).
-const REMEMBERED: usize = 8_192;
+use crate::limits::APPEND_TIMES_KEPT;
 
 #[derive(Clone, Default)]
 pub struct AppendTimes(Arc<Mutex<BTreeMap<u64, (LogId, Instant)>>>);
@@ -27,7 +24,7 @@ impl AppendTimes {
         for id in ids {
             times.insert(id.index, (id, now));
         }
-        while times.len() > REMEMBERED {
+        while times.len() > APPEND_TIMES_KEPT {
             times.pop_first();
         }
     }
@@ -69,8 +66,8 @@ mod tests {
     #[test]
     fn only_the_newest_entries_are_remembered() {
         let times = AppendTimes::default();
-        times.appended((1..=REMEMBERED as u64 + 10).map(|i| id(1, i)));
+        times.appended((1..=APPEND_TIMES_KEPT as u64 + 10).map(|i| id(1, i)));
         assert_eq!(times.when(&id(1, 10)), None);
-        assert!(times.when(&id(1, REMEMBERED as u64 + 10)).is_some());
+        assert!(times.when(&id(1, APPEND_TIMES_KEPT as u64 + 10)).is_some());
     }
 }

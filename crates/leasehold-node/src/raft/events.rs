@@ -4,10 +4,8 @@
 
 use std::collections::VecDeque;
 
+use crate::limits::KEPT_EVENTS;
 use leasehold_core::Event;
-
-/// Events kept at most. A watcher further behind than this is told its start was compacted.
-pub const KEPT_EVENTS: usize = 65_536;
 
 /// An event and the entry that caused it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -14,9 +14,10 @@ use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::NodeId;
+use crate::limits::INCARNATION_LOG_EVERY;
 
 /// Metadata key of the sender's incarnation, on every Raft message and reply.
 pub const FROM_KEY: &str = "leasehold-incarnation";
@@ -25,9 +26,6 @@ pub const TO_KEY: &str = "leasehold-to-incarnation";
 
 const MINE: &str = "incarnation";
 const KNOWN: &str = "peer-incarnations";
-
-/// How often a refusal for a changed incarnation is logged at most.
-const LOG_EVERY: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 pub struct Incarnations {
@@ -149,7 +147,7 @@ impl Incarnations {
     /// Logs `why` at most every few seconds: a refused peer is refused on every heartbeat.
     pub fn log_refusal(&self, why: &str) {
         let mut logged = self.inner.logged.lock().unwrap_or_else(|p| p.into_inner());
-        if logged.is_none_or(|at| at.elapsed() >= LOG_EVERY) {
+        if logged.is_none_or(|at| at.elapsed() >= INCARNATION_LOG_EVERY) {
             *logged = Some(Instant::now());
             tracing::error!("{why}");
         }

@@ -84,13 +84,12 @@ use super::codec::{decode, encode};
 use super::snapshot_file::DurableSnapshot;
 use super::AppendTimes;
 use super::{LogId, NodeId, StorageError, TypeConfig};
+use crate::limits::SEGMENT_BYTES;
 use disk::{Disk, DiskFile, Open, StdDisk};
 use segment::{encode_record, parse_segment, End, HEADER, MAGIC};
 
 type Entry = openraft::Entry<TypeConfig>;
 
-/// A segment grows to about this size before the next one starts.
-pub const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 const STATE: &str = "state";
 const STATE_TMP: &str = "state.tmp";
 /// What a state file starts with since it carries a checksum: these bytes, then the CRC-32 of

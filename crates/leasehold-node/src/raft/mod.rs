@@ -8,16 +8,16 @@
 mod append_times;
 #[cfg(test)]
 mod decoding_tests;
-pub mod events;
-pub mod incarnation;
+pub(crate) mod events;
+pub(crate) mod incarnation;
 mod log_store;
 mod network;
 mod proposer;
 mod reads;
 mod restore;
-pub mod runtime;
+pub(crate) mod runtime;
 mod snapshot_file;
-pub mod state_machine;
+pub(crate) mod state_machine;
 mod vote_penalty;
 
 use std::io::Cursor;
@@ -25,17 +25,27 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use append_times::AppendTimes;
 pub use log_store::LogStore;
-pub(crate) use log_store::REPLACE_NODE;
-pub use network::{Channels, ClockMode, PeerNetwork, CLOCK_KEY};
-pub use proposer::{weight, Proposer, WriteError, MAX_ENTRY_BYTES, WRITE_BATCHES};
-pub use reads::{ReadError, Reads};
+pub use network::{ClockMode, CLOCK_KEY};
 pub use restore::{restore_data_dir, SavedAt};
-pub use snapshot_file::{snapshot_path, DurableSnapshot, SlowWork, PURGE_WAIT};
-pub use state_machine::{SharedState, StampSeen, StateMachineStore};
-pub use vote_penalty::VotePenalty;
+pub use state_machine::{decode_table, StateMachineStore};
 
+pub(crate) use append_times::AppendTimes;
+pub(crate) use log_store::REPLACE_NODE;
+pub(crate) use network::{Channels, PeerNetwork};
+pub(crate) use proposer::{weight, Proposer, WriteError};
+pub(crate) use reads::Reads;
+pub(crate) use snapshot_file::snapshot_path;
+// The simulation (`crate::sim`) reads and writes snapshot files on its one thread.
+#[cfg(test)]
+pub(crate) use snapshot_file::SlowWork;
+pub(crate) use state_machine::{SharedState, StampSeen};
+pub(crate) use vote_penalty::VotePenalty;
+
+use crate::limits::{
+    ELECTION_TIMEOUT_MAX_MS, ELECTION_TIMEOUT_MIN_MS, HEARTBEAT_MS, MAX_PAYLOAD_ENTRIES,
+    SNAPSHOT_CHUNK_BYTES,
+};
 use leasehold_core::{Batch, Outcome};
 
 openraft::declare_raft_types!(
@@ -51,24 +61,29 @@ openraft::declare_raft_types!(
         AsyncRuntime = runtime::Runtime,
 );
 
+/// A node's id, as the cluster's members and `serve --id` name it.
 pub type NodeId = u64;
-pub type Raft = openraft::Raft<TypeConfig>;
-pub type LogId = openraft::LogId<NodeId>;
+pub(crate) type Raft = openraft::Raft<TypeConfig>;
+pub(crate) type LogId = openraft::LogId<NodeId>;
+/// What the log store and the state machine report to openraft when the disk fails them.
 pub type StorageError = openraft::StorageError<NodeId>;
 
 /// What the state machine answers for one command: the outcome, where, and at what store time.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Applied {
+    /// The log entry the command was applied in.
     pub log_index: u64,
     /// The command's place in its entry's batch.
     pub position: u32,
+    /// The store's time when the entry was applied.
     pub store_time_ms: u64,
+    /// What the table answered.
     pub outcome: Outcome,
 }
 
 /// What a node found on disk when it started: the last log index and the term of its vote.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BootLog {
+pub(crate) struct BootLog {
     pub last_index: u64,
     pub vote_term: u64,
 }
@@ -102,7 +117,7 @@ impl BootLog {
 /// last index found at boot can include an uncommitted tail that a newer leader truncated and
 /// nothing will ever fill again (review finding 1: every read and every first stamp of the term
 /// hung). If the term moves on during the wait, the confirmation is stale and is taken again.
-pub async fn read_index(
+pub(crate) async fn read_index(
     raft: &Raft,
     boot: BootLog,
 ) -> Result<
@@ -156,36 +171,16 @@ pub fn open_storage(
 pub mod codec {
     use serde::{de::DeserializeOwned, Serialize};
 
+    /// `value`'s bytes.
     pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, postcard::Error> {
         postcard::to_allocvec(value)
     }
 
+    /// A value from its bytes, or why they are not one.
     pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, postcard::Error> {
         postcard::from_bytes(bytes)
     }
 }
-
-/// How often a leader sends heartbeats (see [`config`]).
-pub const HEARTBEAT_MS: u64 = 60;
-/// A follower campaigns after its leader lease (the maximum) plus a random timeout in this range.
-pub const ELECTION_TIMEOUT_MIN_MS: u64 = 250;
-pub const ELECTION_TIMEOUT_MAX_MS: u64 = 400;
-/// The longest a dead leader goes unreplaced without a partition: the lease, then the longest
-/// random timeout.
-pub const LONGEST_ELECTION_MS: u64 = 2 * ELECTION_TIMEOUT_MAX_MS;
-
-const _: () = assert!(
-    3 * HEARTBEAT_MS <= ELECTION_TIMEOUT_MIN_MS,
-    "a live leader's heartbeats arrive several times within any election timeout"
-);
-
-/// Entries per replication message, at most (see [`config`]).
-pub const MAX_PAYLOAD_ENTRIES: u64 = 16;
-/// Bytes per snapshot chunk sent to a follower.
-pub const SNAPSHOT_CHUNK_BYTES: u64 = 3 * 1024 * 1024;
-
-/// The default for `serve --snapshot-every`.
-pub const DEFAULT_SNAPSHOT_EVERY: u64 = 10_000;
 
 /// Timing for a leader's death to cost under a second. openraft's follower waits its leader
 /// lease (`election_timeout_max`) plus a random election timeout before campaigning, so a dead
@@ -194,7 +189,7 @@ pub const DEFAULT_SNAPSHOT_EVERY: u64 = 10_000;
 ///
 /// A snapshot is taken every `snapshot_every` applied entries; the log behind it is purged but
 /// for a tenth of that, so a briefly lagging follower catches up from the log, not a snapshot.
-pub fn config(snapshot_every: u64) -> openraft::Config {
+pub(crate) fn config(snapshot_every: u64) -> openraft::Config {
     openraft::Config {
         cluster_name: "leasehold".into(),
         heartbeat_interval: HEARTBEAT_MS,
@@ -202,7 +197,7 @@ pub fn config(snapshot_every: u64) -> openraft::Config {
         election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
         install_snapshot_timeout: 2_000,
         // openraft gives each AppendEntries one heartbeat interval to be written, fsynced and
-        // answered. An entry holds up to `proposer::MAX_ENTRY_BYTES` (128 KiB), so a message of
+        // answered. An entry holds up to `MAX_ENTRY_BYTES` (128 KiB), so a message of
         // 16 stays within 2 MiB: a follower catching up is never sent more than it can fsync in
         // time. Steady-state messages carry one or two entries.
         max_payload_entries: MAX_PAYLOAD_ENTRIES,

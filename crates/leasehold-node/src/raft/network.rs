@@ -20,10 +20,8 @@ use tonic::transport::{Channel, Endpoint};
 use super::codec::{decode, encode};
 use super::incarnation::{self, Incarnations};
 use super::{NodeId, TypeConfig, VotePenalty};
+use crate::limits::CONNECT_TIMEOUT;
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
-
-/// How long a connection attempt to a peer may take before it counts as unreachable.
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Metadata key on every peer message: the sender's clock. The clock is cluster state (the two
 /// clocks' logs do not mix, and a manual-clock node that led would accept `Advance` and expire
@@ -41,6 +39,7 @@ pub enum ClockMode {
 }
 
 impl ClockMode {
+    /// The mode `serve --manual-clock` (or its absence) asks for.
     pub fn from_manual(manual: bool) -> Self {
         if manual {
             ClockMode::Manual

@@ -8,32 +8,14 @@
 //! load an entry carries many commands and every node fsyncs once for all of them; a lone request
 //! still goes out at once, since nothing is ever held back waiting for company.
 
-use std::time::Duration;
-
 use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::BasicNode;
 use tokio::sync::oneshot;
 
 use super::{Applied, NodeId, Raft};
-use crate::gather::{BatchLimits, Gatherer};
+use crate::gather::Gatherer;
+use crate::limits::WRITE_BATCHES;
 use leasehold_core::{Batch, Command, Op};
-
-/// Payload bytes per entry, at most (by [`weight`]), so that an entry, and a replication message
-/// of `max_payload_entries` of them, stays bounded even when every request carries the largest
-/// value.
-pub const MAX_ENTRY_BYTES: usize = 128 * 1024;
-
-/// How writes are gathered, into entries here and into forwarded batches on a follower.
-pub const WRITE_BATCHES: BatchLimits = BatchLimits {
-    // Two let the leader fsync the next entry while the previous one is being replicated; more
-    // would only make each entry smaller.
-    in_flight: 2,
-    max_items: 1024,
-    max_weight: MAX_ENTRY_BYTES,
-    // A quorum answers in milliseconds; a batch still waiting after this is stuck behind a
-    // partition or an election, and the next one goes out regardless.
-    hold: Duration::from_millis(500),
-};
 
 /// What openraft answers a refused or failed write.
 pub type WriteError = RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>;

@@ -4,28 +4,15 @@
 //! after the read arrived: so the reads that arrive while a confirmation is out wait for the next
 //! one, and all share it. A lone read still gets its own at once.
 
-use std::time::Duration;
-
 use openraft::error::{CheckIsLeaderError, Fatal, RaftError};
 use openraft::BasicNode;
 
 use super::{read_index, BootLog, NodeId, Raft};
-use crate::gather::{BatchLimits, Gatherer};
+use crate::gather::Gatherer;
+use crate::limits::{READ_BATCHES, READ_QUORUM_TRIES};
 
 /// What openraft answers a read it could not confirm.
 pub type ReadError = RaftError<NodeId, CheckIsLeaderError<NodeId, BasicNode>>;
-
-const READS: BatchLimits = BatchLimits {
-    // One confirmation at a time: a read arriving meanwhile needs the next one anyway.
-    in_flight: 1,
-    max_items: usize::MAX,
-    max_weight: usize::MAX,
-    // A confirmation still out after this is stuck behind a partition or an election.
-    hold: Duration::from_millis(500),
-};
-
-/// Rounds tried when too few followers answer in time, before the reads are told.
-const QUORUM_TRIES: usize = 3;
 
 /// A handle to one node's read confirmations: cheap to clone; stops with the last handle.
 #[derive(Clone)]
@@ -37,7 +24,7 @@ impl Reads {
     /// Starts confirming reads for `raft`; see [`read_index`] for `boot`.
     pub fn start(raft: Raft, boot: BootLog) -> Self {
         let gatherer = Gatherer::start(
-            READS,
+            READ_BATCHES,
             |(): &()| 1,
             move |waiting: Vec<()>| {
                 let raft = raft.clone();
@@ -45,7 +32,7 @@ impl Reads {
                     let mut confirmed = read_index(&raft, boot).await;
                     // Under load a follower can miss the heartbeat's deadline (one heartbeat
                     // interval): ask again rather than fail every read that shares this round.
-                    for _ in 1..QUORUM_TRIES {
+                    for _ in 1..READ_QUORUM_TRIES {
                         match confirmed {
                             Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => {
                                 confirmed = read_index(&raft, boot).await;

@@ -15,8 +15,11 @@ use super::{LogId, LogStore, NodeId, StateMachineStore};
 /// Where a saved state was taken.
 #[derive(Clone, Copy, Debug)]
 pub struct SavedAt {
+    /// The last log entry the state covers.
     pub log_index: u64,
+    /// That entry's term.
     pub term: u64,
+    /// The leader that wrote that entry.
     pub leader_id: NodeId,
 }
 

@@ -15,7 +15,9 @@ thread_local! {
     static RNG: RefCell<Option<StdRng>> = const { RefCell::new(None) };
 }
 
-/// Makes openraft's random draws on this thread follow `seed`, from now on.
+/// Makes openraft's random draws on this thread follow `seed`, from now on (the simulation's
+/// schedules).
+#[cfg(test)]
 pub fn seed_this_thread(seed: u64) {
     RNG.with(|rng| *rng.borrow_mut() = Some(StdRng::seed_from_u64(seed)));
 }

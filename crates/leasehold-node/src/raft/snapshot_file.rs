@@ -30,15 +30,9 @@ use tokio::sync::watch;
 
 use super::codec::{decode, encode};
 use super::{LogId, NodeId, StorageError};
+use crate::limits::PURGE_WAIT;
 
 type Meta = SnapshotMeta<NodeId, BasicNode>;
-
-/// How long the log's purge waits for the snapshot that covers it. The wait is for an install
-/// the state machine worker was handed just before: decoding and writing one file with an
-/// fsync. One that has not finished in this time has failed: the purge fails with the log still
-/// whole, which a restart can always recover from, and the log's next write reports it, which
-/// stops the node.
-pub const PURGE_WAIT: Duration = Duration::from_secs(60);
 
 /// What the snapshot file holds: openraft's meta and the encoded table.
 #[derive(Serialize, Deserialize)]

@@ -95,6 +95,9 @@ impl SharedState {
     }
 }
 
+/// openraft's state machine: applies each committed batch to the table through
+/// `LeaseTable::apply`, builds and installs snapshots, and keeps the applied state that reads
+/// and watches see.
 pub struct StateMachineStore {
     state: Arc<SharedState>,
     /// When the log store appended each recent entry (see `append_times`); unset, a stamp's
@@ -137,6 +140,7 @@ impl StateMachineStore {
         Ok(store)
     }
 
+    /// The applied state, shared with the node's reads and watches.
     pub fn shared(&self) -> Arc<SharedState> {
         self.state.clone()
     }

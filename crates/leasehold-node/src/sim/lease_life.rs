@@ -11,7 +11,8 @@ use tokio::time::Instant;
 
 use super::clients::{plain_put, write};
 use super::cluster::{any_leader, last_log_index, paused_runtime, until_leader, Sim};
-use crate::node::{INDETERMINATE_KEY, QUORUM_SILENCE};
+use crate::limits::QUORUM_SILENCE;
+use crate::node::INDETERMINATE_KEY;
 
 /// The lease a leader grants just before it dies, and how long it lasts when that same leader
 /// comes back after `down` and leads again before anyone else does.

@@ -16,13 +16,23 @@ use super::{node_name, TlsFiles};
 /// Why a set of certificates could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
+    /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// What the file system said.
         source: std::io::Error,
     },
+    /// A `--host` names neither an address nor a DNS name.
     #[error("{host:?} is neither an IP address nor a DNS name: {why}")]
-    Host { host: String, why: rcgen::Error },
+    Host {
+        /// The host, as given.
+        host: String,
+        /// Why rcgen refused it.
+        why: rcgen::Error,
+    },
+    /// rcgen could not make a key or a certificate.
     #[error("making a certificate: {0}")]
     Make(#[from] rcgen::Error),
 }

@@ -21,20 +21,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::server::TlsStream;
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 
+use crate::limits::{ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES, MAX_REFUSALS_REMEMBERED};
 use crate::raft::NodeId;
-
-/// A handshake that takes longer than this is dropped, so idle half-open connections do not
-/// pile up.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Handshaken connections waiting for the gRPC server to take them.
-const ACCEPTED_QUEUE: usize = 64;
-/// TLS handshakes one plane runs at once. A connection past it is closed at once, so a flood
-/// of connections that never finish their handshake holds this many file descriptors for at
-/// most [`HANDSHAKE_TIMEOUT`], not one per connection.
-const MAX_HANDSHAKES: usize = 256;
-/// Distinct (address, reason) pairs the refusal log remembers; past it, it forgets them all
-/// and logs each again once.
-const MAX_REFUSALS_REMEMBERED: usize = 1_024;
 
 /// The name a node's certificate carries, and peers check for when they dial it.
 pub fn node_name(id: NodeId) -> String {
@@ -48,13 +36,22 @@ pub struct TlsFiles {
     pub ca: PathBuf,
     /// This process's certificate, and its private key.
     pub cert: PathBuf,
+    /// The private key of `cert`.
     pub key: PathBuf,
 }
 
+/// Why TLS could not be set up from the files given.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
+    /// A file is missing, unreadable or holds no usable certificate or key.
     #[error("{path}: {reason}")]
-    File { path: String, reason: String },
+    File {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// rustls refused the certificates and key together.
     #[error("TLS setup: {0}")]
     Setup(String),
 }
@@ -155,7 +152,7 @@ impl Tls {
 /// Which of `members` the certificate names, by [`node_name`]; `None` for a certificate of
 /// no member (a client's, an outsider's).
 /// The node any `leasehold-node-N` name of `cert` names, if one does.
-pub fn node_named(cert: &CertificateDer<'_>) -> Option<NodeId> {
+pub(crate) fn node_named(cert: &CertificateDer<'_>) -> Option<NodeId> {
     let cert = webpki::EndEntityCert::try_from(cert).ok()?;
     let named = cert
         .valid_dns_names()
@@ -163,7 +160,7 @@ pub fn node_named(cert: &CertificateDer<'_>) -> Option<NodeId> {
     named
 }
 
-pub fn member_named(
+pub(crate) fn member_named(
     cert: &CertificateDer<'_>,
     members: impl IntoIterator<Item = NodeId>,
 ) -> Option<NodeId> {
@@ -178,7 +175,7 @@ pub fn member_named(
 /// died without closing them are found and dropped instead of piling up. (Not HTTP/2 pings:
 /// those cost the peer plane 12 to 20 % of its throughput here.)
 #[derive(Clone, Copy, Debug)]
-pub struct KeepAlive {
+pub(crate) struct KeepAlive {
     /// Silence before the first probe.
     pub idle: Duration,
     /// Between probes.
@@ -198,7 +195,7 @@ impl KeepAlive {
 
 /// Logs a refusal the first time its reason is seen from an address.
 #[derive(Clone, Default)]
-pub struct RefusalLog(Arc<Mutex<HashSet<(IpAddr, String)>>>);
+pub(crate) struct RefusalLog(Arc<Mutex<HashSet<(IpAddr, String)>>>);
 
 impl RefusalLog {
     pub fn refused(&self, plane: &str, from: Option<SocketAddr>, reason: &str) {
@@ -218,7 +215,7 @@ impl RefusalLog {
 
 /// TLS connections accepted on `listener`, handshaken with `config`; refused handshakes are
 /// logged to `refusals` and never reach the server. Runs until the stream is dropped.
-pub fn incoming(
+pub(crate) fn incoming(
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
     plane: &'static str,

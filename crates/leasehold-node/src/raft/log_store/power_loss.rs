@@ -14,7 +14,8 @@ use openraft::{RaftLogReader, Vote};
 
 use super::sim_disk::{Keep, SimDisk};
 use super::tests::entry;
-use super::{lock, Entry, LogId, LogStore, NodeId, StorageError, SEGMENT_BYTES};
+use super::{lock, Entry, LogId, LogStore, NodeId, StorageError};
+use crate::limits::SEGMENT_BYTES;
 
 const DIR: &str = "/node/raft-log";
 /// Seeded choices of what survives, per crash point, besides keeping nothing and everything.

@@ -2,6 +2,7 @@
 //! segment's records end (see the [module doc](super) for the format and the table).
 
 use super::Entry;
+use crate::limits::MAX_RECORD_BYTES;
 use crate::raft::codec::{decode, encode};
 
 /// Every segment file starts with these bytes, the format's name and version (2). Version 1
@@ -9,15 +10,12 @@ use crate::raft::codec::{decode, encode};
 pub(super) const MAGIC: &[u8; 8] = b"LHSEG\x00\x00\x02";
 /// `[header crc32 u32][length u32][payload crc32 u32]` before each entry.
 pub(super) const HEADER: u64 = 12;
-/// No entry comes near this (the proposer keeps entries to about 128 KiB, or one command), and
-/// no writer writes a longer one: a header that checks but says more is corruption.
-pub(super) const MAX_RECORD: u64 = 64 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub(super) enum EncodeError {
     #[error("encoding entry {index}: {source}")]
     Encode { index: u64, source: postcard::Error },
-    #[error("entry {index} encodes to {len} bytes, over the {MAX_RECORD}-byte record limit")]
+    #[error("entry {index} encodes to {len} bytes, over the {MAX_RECORD_BYTES}-byte record limit")]
     TooLong { index: u64, len: usize },
 }
 
@@ -41,7 +39,7 @@ pub(super) enum Corruption {
     DamagedBeforeGood { damage: Damage, good_at: u64 },
     #[error(
         "a header that passes its checksum but gives a length of {len} bytes, over the \
-         {MAX_RECORD}-byte limit every writer keeps"
+         {MAX_RECORD_BYTES}-byte limit every writer keeps"
     )]
     LengthOverLimit { len: u32 },
     #[error("an entry that passes its checksums but does not decode")]
@@ -93,7 +91,7 @@ pub(super) fn encode_record(
     let len = payload.len();
     let len = u32::try_from(len)
         .ok()
-        .filter(|l| u64::from(*l) <= MAX_RECORD)
+        .filter(|l| u64::from(*l) <= MAX_RECORD_BYTES)
         .ok_or(EncodeError::TooLong { index, len })?;
     let payload_crc = crc32fast::hash(&payload);
     into.extend_from_slice(&header_crc(offset, len, payload_crc).to_le_bytes());
@@ -129,7 +127,7 @@ fn slot(bytes: &[u8], at: usize) -> Slot<'_> {
     if len == 0 || header_crc(at as u64, len, payload_crc) != crc {
         return Slot::Damaged(Damage::HeaderChecksum);
     }
-    if u64::from(len) > MAX_RECORD {
+    if u64::from(len) > MAX_RECORD_BYTES {
         return Slot::OverLimit(len);
     }
     let start = at + HEADER as usize;
@@ -150,7 +148,7 @@ fn first_good_from(bytes: &[u8], from: usize) -> Option<u64> {
     let fits = |at: usize| {
         u32_at(bytes, at + 4).is_some_and(|len| {
             len != 0
-                && u64::from(len) <= MAX_RECORD
+                && u64::from(len) <= MAX_RECORD_BYTES
                 && at + HEADER as usize + len as usize <= bytes.len()
         })
     };
@@ -176,7 +174,7 @@ fn holds_format_1(bytes: &[u8]) -> bool {
         };
         let start = at + 8;
         len != 0
-            && u64::from(len) <= MAX_RECORD
+            && u64::from(len) <= MAX_RECORD_BYTES
             && bytes
                 .get(start..start + len as usize)
                 .is_some_and(|payload| crc32fast::hash(payload) == crc)
@@ -376,7 +374,7 @@ mod tests {
         );
 
         let (mut bytes, _) = segment(1);
-        let len = MAX_RECORD as u32 + 1;
+        let len = MAX_RECORD_BYTES as u32 + 1;
         bytes.extend_from_slice(&header_crc(good, len, 0).to_le_bytes());
         bytes.extend_from_slice(&len.to_le_bytes());
         bytes.extend_from_slice(&0u32.to_le_bytes());

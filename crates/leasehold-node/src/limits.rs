@@ -1,0 +1,354 @@
+//! Every size, timeout and bound of a node, in one place, with the relations between them
+//! checked when the crate compiles. The public ones are what an operator or a test may need to
+//! know (a flag's default, the largest message, how long a write may take); the rest are the
+//! node's own. The pure core's limits on what a client may ask for (`leasehold_core::Limits`)
+//! are its own crate's.
+
+use std::time::Duration;
+
+use crate::gather::BatchLimits;
+use leasehold_core::Limits;
+
+// ---------------------------------------------------------------------------------------------
+// Raft's timing and messages.
+
+/// How often a leader sends heartbeats (see `raft::config`).
+pub(crate) const HEARTBEAT_MS: u64 = 60;
+
+/// A follower campaigns after its leader lease (the maximum) plus a random timeout in this range.
+pub const ELECTION_TIMEOUT_MIN_MS: u64 = 250;
+
+/// The top of that range.
+pub(crate) const ELECTION_TIMEOUT_MAX_MS: u64 = 400;
+
+/// The longest a dead leader goes unreplaced without a partition: the lease, then the longest
+/// random timeout.
+pub const LONGEST_ELECTION_MS: u64 = 2 * ELECTION_TIMEOUT_MAX_MS;
+
+/// Entries per replication message, at most (see `raft::config`).
+pub(crate) const MAX_PAYLOAD_ENTRIES: u64 = 16;
+
+/// Bytes per snapshot chunk sent to a follower.
+pub(crate) const SNAPSHOT_CHUNK_BYTES: u64 = 3 * 1024 * 1024;
+
+/// The default for `serve --snapshot-every`.
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 10_000;
+
+/// How long a connection attempt to a peer may take before it counts as unreachable.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+const _: () = assert!(
+    3 * HEARTBEAT_MS <= ELECTION_TIMEOUT_MIN_MS,
+    "a live leader's heartbeats arrive several times within any election timeout"
+);
+
+// ---------------------------------------------------------------------------------------------
+// How long a request waits, and for what.
+
+/// How long a request waits for an election to finish before answering `Unavailable`.
+pub(crate) const LEADER_WAIT: Duration = Duration::from_millis(2_000);
+
+/// How long a write or a read waits for a quorum before answering `Unavailable`.
+pub(crate) const QUORUM_WAIT: Duration = Duration::from_millis(3_000);
+
+/// The longest a node takes to answer a write itself: an election, a first stamp of the term
+/// (a confirmation with a quorum), then the write's own quorum.
+pub const NODE_WRITE_WORST: Duration =
+    Duration::from_millis(LEADER_WAIT.as_millis() as u64 + 2 * QUORUM_WAIT.as_millis() as u64);
+
+/// Covers the leader's own waits (for an election, 2 s; to confirm a new term, 3 s; for a
+/// quorum, 3 s), with room for the hop.
+pub(crate) const FORWARD_TIMEOUT: Duration = Duration::from_millis(10_000);
+
+/// How long a leader's quorum may be silent before the leader stops taking requests: twice the
+/// longest a follower that hears nothing waits before it campaigns, by when the others have most
+/// likely elected another leader. Not less: openraft dates a quorum's answer by when the answered
+/// message was sent, and a follower has one message in flight at a time, so a healthy leader
+/// on a loaded machine can go most of a second between dated answers. The same bound says when
+/// a leader reports itself not serving (`probes::health`).
+pub(crate) const QUORUM_SILENCE: Duration = Duration::from_millis(2 * LONGEST_ELECTION_MS);
+
+/// Rounds tried when too few followers answer in time, before the reads are told.
+pub(crate) const READ_QUORUM_TRIES: usize = 3;
+
+/// Leaders one forwarded write follows at most as leadership moves on while it is held (see
+/// `Node::write_or_forward`); past them it is handed back to the client. Each move is an
+/// election, so a client's deadline runs out long before this bound matters.
+pub(crate) const LEADERS_FOLLOWED: u32 = 3;
+
+/// A member that does not answer in this time is reported unreachable, not waited for.
+pub(crate) const PEER_STATUS_TIMEOUT: Duration = Duration::from_millis(1_000);
+
+/// How long an added learner has to catch up before the change is given up (it stays a learner,
+/// and `member add` may be run again).
+pub(crate) const MEMBER_CATCH_UP: Duration = Duration::from_secs(60);
+
+const _: () = {
+    assert!(
+        LEADER_WAIT.as_millis() as u64 >= 2 * LONGEST_ELECTION_MS,
+        "a request waits out a whole election, twice over, before it answers no leader"
+    );
+    assert!(
+        FORWARD_TIMEOUT.as_millis() > NODE_WRITE_WORST.as_millis(),
+        "a forwarded write waits for the leader's own worst case, and the hop"
+    );
+    assert!(
+        QUORUM_SILENCE.as_millis() < QUORUM_WAIT.as_millis(),
+        "a cut-off leader gives a held write up before the write's own quorum wait ends"
+    );
+    assert!(
+        PEER_STATUS_TIMEOUT.as_millis() >= 2 * CONNECT_TIMEOUT.as_millis(),
+        "a member's status waits for a connection attempt, and the answer"
+    );
+    // The client's attempt timeout outlasts NODE_WRITE_WORST too: asserted in the `leasehold`
+    // package, which sees both crates.
+};
+
+// ---------------------------------------------------------------------------------------------
+// The store's clock: carried time, expiry ticks and retention.
+
+/// How long a new leader waits for its peers' carried times before its first stamp. Any answer
+/// only adds time a peer measured, so one that comes later is not needed for safety; the wait
+/// is short, since a partitioned peer answers never and holds up the term's first write.
+pub(crate) const PEER_CARRY_WAIT: Duration = Duration::from_millis(200);
+
+/// How long an asked peer waits to apply the entry the leader's answers must count from before
+/// it answers. A new leader has applied every committed entry; its followers learn the commit
+/// index with its next message, a heartbeat at most later, so a peer that answered at once
+/// would often name an entry a few behind, and not count.
+pub(crate) const PEER_APPLY_WAIT: Duration = Duration::from_millis(120);
+
+/// A write answered longer than this after its stamp has the leader log a fresh stamp (a tick)
+/// at once. A follower carries time from when it appended the newest stamped entry, so one that
+/// appended a grant late carries the grant's time late by as much; if the cluster then goes
+/// idle and the leader dies, the next term starts that much behind, and every lease lives that
+/// much past its TTL (CI: a grant slow to replicate on a loaded machine, 0.7 s). The tick, sent
+/// once the log moves again, lets the followers measure from it instead. Below a lease's 0.5 s
+/// budget across a failover, and above what a loopback or LAN cluster's commit takes, so a
+/// healthy cluster logs no tick for it.
+pub(crate) const CARRY_REFRESH_AFTER: Duration = Duration::from_millis(200);
+
+/// The expiry ticker looks again at least this often, to notice a new leadership or lease.
+pub(crate) const TICK_CHECK: Duration = Duration::from_millis(100);
+
+/// Ticks are at least this far apart: when leases fall due one after another (thousands a
+/// second after a burst of acquires), one tick expires all that fell due since the last, instead
+/// of a log entry, and an fsync on every node, per lease. An expiry reaches the log up to this
+/// much later than it otherwise would; never earlier.
+pub(crate) const TICK_MIN_GAP: Duration = Duration::from_millis(50);
+
+/// The default of `serve --lease-retention`, in seconds: an hour of store time.
+pub const DEFAULT_LEASE_RETENTION_SECS: u64 = 3_600;
+
+const _: () = {
+    assert!(
+        PEER_APPLY_WAIT.as_millis() + 50 < PEER_CARRY_WAIT.as_millis(),
+        "a peer's wait to apply, and the way back, fit in the leader's wait for answers"
+    );
+    assert!(
+        PEER_CARRY_WAIT.as_millis() < LEADER_WAIT.as_millis(),
+        "a new term's first write waits for carried times well within a request's wait"
+    );
+    assert!(
+        TICK_MIN_GAP.as_millis() < TICK_CHECK.as_millis(),
+        "ticks may come closer together than the ticker's idle look"
+    );
+};
+
+// ---------------------------------------------------------------------------------------------
+// Sizes: entries, messages, snapshots and the log's segments.
+
+/// Payload bytes per entry, at most (by `raft::weight`), so that an entry, and a replication message
+/// of `max_payload_entries` of them, stays bounded even when every request carries the largest
+/// value.
+pub(crate) const MAX_ENTRY_BYTES: usize = 128 * 1024;
+
+/// How writes are gathered, into entries here and into forwarded batches on a follower.
+pub(crate) const WRITE_BATCHES: BatchLimits = BatchLimits {
+    // Two let the leader fsync the next entry while the previous one is being replicated; more
+    // would only make each entry smaller.
+    in_flight: 2,
+    max_items: 1024,
+    max_weight: MAX_ENTRY_BYTES,
+    // A quorum answers in milliseconds; a batch still waiting after this is stuck behind a
+    // partition or an election, and the next one goes out regardless.
+    hold: Duration::from_millis(500),
+};
+
+/// How linearizable reads are gathered behind one leadership confirmation.
+pub(crate) const READ_BATCHES: BatchLimits = BatchLimits {
+    // One confirmation at a time: a read arriving meanwhile needs the next one anyway.
+    in_flight: 1,
+    max_items: usize::MAX,
+    max_weight: usize::MAX,
+    // A confirmation still out after this is stuck behind a partition or an election.
+    hold: Duration::from_millis(500),
+};
+
+/// The largest message a peer may send or be answered with: a replication message of
+/// `max_payload_entries` entries of at most `MAX_ENTRY_BYTES` each, a snapshot chunk, a
+/// `ReadLog` answer, each with room to spare. Anything larger is refused before it is decoded.
+pub const MAX_PEER_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// The largest request a client may send: a put of the largest value with the longest key and
+/// lease name, with room to spare, so that a value just over its limit still gets the
+/// field's own error, and a huge message is refused before it is decoded.
+pub const MAX_CLIENT_MESSAGE_BYTES: usize = 256 * 1024;
+
+/// Entries one `ReadLog` call returns at most: the log is read into memory under the index
+/// lock, so a caller asking for `1..=u64::MAX` gets a bounded answer and asks again from there.
+pub const READ_LOG_MAX_ENTRIES: u64 = 1_000;
+
+/// Bytes of commands one `ReadLog` answer carries at most (by `raft::weight`): a
+/// call stops early at the entry that passes it, and the caller asks again from there.
+pub(crate) const READ_LOG_MAX_BYTES: usize = 2 * 1024 * 1024;
+
+/// The largest snapshot a node receives: far above any table this store keeps in memory, and a
+/// bound on what a sender can make a node allocate.
+pub(crate) const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
+
+/// The state's bytes per chunk of `SaveSnapshot`: well under a client's 4 MiB message limit.
+pub(crate) const BACKUP_CHUNK_BYTES: usize = 1 << 20;
+
+/// Backup chunks queued for a slow `snapshot save` client before the sender waits for it, so a
+/// backup holds the state once and a few chunks, not a copy per chunk.
+pub(crate) const BACKUP_CHUNKS_QUEUED: usize = 4;
+
+/// A segment grows to about this size before the next one starts.
+pub(crate) const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// No entry comes near this (the proposer keeps entries to about 128 KiB, or one command), and
+/// no writer writes a longer one: a header that checks but says more is corruption.
+pub(crate) const MAX_RECORD_BYTES: u64 = 64 * 1024 * 1024;
+
+const _: () = {
+    let replication = MAX_PAYLOAD_ENTRIES as usize * MAX_ENTRY_BYTES;
+    assert!(
+        2 * replication <= MAX_PEER_MESSAGE_BYTES,
+        "a replication message fits"
+    );
+    assert!(
+        2 * SNAPSHOT_CHUNK_BYTES as usize <= MAX_PEER_MESSAGE_BYTES,
+        "a snapshot chunk fits"
+    );
+    assert!(
+        2 * READ_LOG_MAX_BYTES <= MAX_PEER_MESSAGE_BYTES,
+        "a ReadLog answer fits"
+    );
+    let put = Limits::MAX_VALUE_BYTES + Limits::MAX_KEY_BYTES + 2 * Limits::MAX_NAME_BYTES;
+    assert!(
+        2 * put <= MAX_CLIENT_MESSAGE_BYTES,
+        "the largest valid put fits, with room"
+    );
+    assert!(
+        MAX_PEER_MESSAGE_BYTES as u64 <= MAX_RECORD_BYTES,
+        "any entry a peer can send fits in one record of the log"
+    );
+    assert!(
+        // tonic's default limit on a message a client decodes.
+        2 * BACKUP_CHUNK_BYTES <= 4 * 1024 * 1024,
+        "a backup chunk fits in a client's default 4 MiB message, with room"
+    );
+};
+
+// ---------------------------------------------------------------------------------------------
+// Queues and what is kept in memory.
+
+/// Requests a node works on at once by default (`serve --max-requests`), client requests and
+/// forwarded writes counted alike; past it a request is refused at once (RESOURCE_EXHAUSTED)
+/// instead of queueing without bound. Far above what a node serves well: 64 clients keep a few
+/// hundred in flight.
+pub const MAX_CONCURRENT_REQUESTS: usize = 8_192;
+
+/// Events kept at most. A watcher further behind than this is told its start was compacted.
+pub(crate) const KEPT_EVENTS: usize = 65_536;
+
+/// Entries remembered; older ones are dropped (their stamp then counts from when it was applied,
+/// which is later, so less time is carried, never more).
+pub(crate) const APPEND_TIMES_KEPT: usize = 8_192;
+
+/// Events in one response at most (more when one entry has more).
+pub(crate) const WATCH_EVENTS_PER_RESPONSE: usize = 512;
+
+/// Responses queued for a slow watcher before its task waits for it.
+pub(crate) const WATCH_QUEUED_RESPONSES: usize = 16;
+
+/// How often an idle watch says how far it has looked, and checks that its node still follows
+/// a leader.
+pub(crate) const WATCH_IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// A handshake that takes longer than this is dropped, so idle half-open connections do not
+/// pile up.
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Handshaken connections waiting for the gRPC server to take them.
+pub(crate) const ACCEPTED_QUEUE: usize = 64;
+
+/// TLS handshakes one plane runs at once. A connection past it is closed at once, so a flood
+/// of connections that never finish their handshake holds this many file descriptors for at
+/// most [`HANDSHAKE_TIMEOUT`], not one per connection.
+pub(crate) const MAX_HANDSHAKES: usize = 256;
+
+/// Distinct (address, reason) pairs the refusal log remembers; past it, it forgets them all
+/// and logs each again once.
+pub(crate) const MAX_REFUSALS_REMEMBERED: usize = 1_024;
+
+const _: () = {
+    assert!(
+        WATCH_EVENTS_PER_RESPONSE < KEPT_EVENTS,
+        "one watch response is a small part of the events kept"
+    );
+    assert!(
+        ACCEPTED_QUEUE <= MAX_HANDSHAKES,
+        "at most as many handshaken connections wait as handshakes run"
+    );
+};
+
+// ---------------------------------------------------------------------------------------------
+// Connections, background checks and logging rates.
+
+/// A connection silent this long is probed, and dropped after [`KEEPALIVE_PROBES`] unanswered
+/// probes [`KEEPALIVE_INTERVAL`] apart: a dead client's or peer's connection goes within about
+/// a minute.
+pub(crate) const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+
+/// Time between keepalive probes.
+pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Unanswered keepalive probes before a connection is dropped.
+pub(crate) const KEEPALIVE_PROBES: u32 = 3;
+
+/// How often health is looked at again when nothing changes (a leader's quorum ages without a
+/// metrics change).
+pub(crate) const HEALTH_CHECK: Duration = Duration::from_millis(250);
+
+/// At most this often: metrics change with every applied entry under load.
+pub(crate) const HEALTH_MIN_GAP: Duration = Duration::from_millis(50);
+
+/// How long the log's purge waits for the snapshot that covers it. The wait is for an install
+/// the state machine worker was handed just before: decoding and writing one file with an
+/// fsync. One that has not finished in this time has failed: the purge fails with the log still
+/// whole, which a restart can always recover from, and the log's next write reports it, which
+/// stops the node.
+pub const PURGE_WAIT: Duration = Duration::from_secs(60);
+
+/// How often a peer refusal is logged at most.
+pub(crate) const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// How often a refusal for a changed incarnation is logged at most.
+pub(crate) const INCARNATION_LOG_EVERY: Duration = Duration::from_secs(5);
+
+const _: () = {
+    assert!(
+        KEEPALIVE_IDLE.as_secs() + KEEPALIVE_PROBES as u64 * KEEPALIVE_INTERVAL.as_secs() <= 60,
+        "a dead connection goes within a minute"
+    );
+    assert!(
+        HEALTH_MIN_GAP.as_millis() < HEALTH_CHECK.as_millis(),
+        "health may be looked at more often than its idle look"
+    );
+    assert!(
+        HEALTH_CHECK.as_millis() < QUORUM_SILENCE.as_millis(),
+        "a leader whose quorum went silent reports itself not serving soon after"
+    );
+};
