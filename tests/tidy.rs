@@ -780,6 +780,8 @@ struct Reference {
     absolute: Vec<String>,
     /// As written, for messages.
     text: String,
+    /// Written in a `use` (which a file may re-export), not inline.
+    imported: bool,
     line: usize,
 }
 
@@ -790,14 +792,27 @@ fn references(scanned: &Scanned, module: &[String]) -> Vec<Reference> {
     let pairs = matching(tokens);
     let inline = inline_modules(tokens);
     let mut out = Vec::new();
-    let mut add = |segments: Vec<String>, pos: usize| {
+    // `use child::X` in a file that declares `mod child;` is `self::child::X`.
+    let children: BTreeSet<String> = scanned
+        .module_declarations()
+        .into_iter()
+        .filter(|d| d.inside.is_empty())
+        .map(|d| d.name)
+        .collect();
+    let mut add = |segments: Vec<String>, pos: usize, imported: bool| {
+        let text = segments.join("::");
+        let mut segments = segments;
+        if imported && children.contains(&segments[0]) {
+            segments.insert(0, "self".into());
+        }
         let mut here = module.to_vec();
         here.extend(inline_path(&inline, pos));
         if let Some(absolute) = absolute(&segments, &here) {
             let line = line_of(&scanned.lines, pos);
             out.push(Reference {
                 absolute,
-                text: segments.join("::"),
+                text,
+                imported,
                 line,
             });
         }
@@ -828,7 +843,7 @@ fn references(scanned: &Scanned, module: &[String]) -> Vec<Reference> {
                 &mut paths,
             );
             for path in paths {
-                add(path, t.pos);
+                add(path, t.pos, true);
             }
             i = end + 1;
             continue;
@@ -842,7 +857,7 @@ fn references(scanned: &Scanned, module: &[String]) -> Vec<Reference> {
                 segments.push(tokens[j + 2].text.clone());
                 j += 3;
             }
-            add(segments, t.pos);
+            add(segments, t.pos, false);
             i = j;
             continue;
         }
@@ -911,21 +926,39 @@ fn absolute(segments: &[String], here: &[String]) -> Option<Vec<String>> {
     Some(path)
 }
 
-/// Within one crate: (from, to) → the references making that edge, as `text (line)`.
+/// Within one crate: (from, to) → the references making that edge, as `text (line)`. A path
+/// to an item that its file only imports (`super::Foo`, where `mod.rs` has `use b::Foo`) leads
+/// on to the file that import names, so two siblings cannot hide a cycle behind their parent.
 fn import_edges(
     root: &Path,
     files: &[&ModuleFile],
 ) -> BTreeMap<(String, String), BTreeSet<String>> {
     let by_module: BTreeMap<&[String], &ModuleFile> =
         files.iter().map(|f| (f.module.as_slice(), *f)).collect();
+    let references: BTreeMap<&str, Vec<Reference>> = files
+        .iter()
+        .map(|f| {
+            let scanned = Scanned::new(&read(root, &f.path));
+            (f.path.as_str(), references(&scanned, &f.module))
+        })
+        .collect();
+    // Per file: each name a `use` brings in → where it points.
+    let imports: BTreeMap<&str, BTreeMap<&str, &[String]>> = references
+        .iter()
+        .map(|(path, refs)| {
+            let names = refs
+                .iter()
+                .filter(|r| r.imported)
+                .filter_map(|r| Some((r.absolute.last()?.as_str(), r.absolute.as_slice())))
+                .filter(|(name, _)| *name != "*")
+                .collect();
+            (*path, names)
+        })
+        .collect();
     let mut edges: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
     for file in files {
-        let scanned = Scanned::new(&read(root, &file.path));
-        for reference in references(&scanned, &file.module) {
-            let target = (0..=reference.absolute.len())
-                .rev()
-                .find_map(|n| by_module.get(&reference.absolute[..n]))
-                .expect("the crate root is a prefix of every path");
+        for reference in &references[file.path.as_str()] {
+            let target = resolve(&reference.absolute, &by_module, &imports);
             let ancestor = file.module.starts_with(&target.module);
             if !ancestor {
                 let why = format!("{} (line {})", reference.text, reference.line);
@@ -937,6 +970,42 @@ fn import_edges(
         }
     }
     edges
+}
+
+/// The file that defines what `absolute` names: the deepest module file on the path, or, when
+/// that file only imports the next name on the path, where its import points (a few hops at
+/// most; a chain longer than that stops where it is).
+fn resolve<'a>(
+    absolute: &[String],
+    by_module: &BTreeMap<&[String], &'a ModuleFile>,
+    imports: &BTreeMap<&str, BTreeMap<&str, &[String]>>,
+) -> &'a ModuleFile {
+    let mut path = absolute.to_vec();
+    let mut target = deepest(&path, by_module);
+    for _ in 0..8 {
+        let Some(name) = path.get(target.module.len()) else {
+            break;
+        };
+        let Some(&points_to) = imports[target.path.as_str()].get(name.as_str()) else {
+            break;
+        };
+        let mut next = points_to.to_vec();
+        next.extend_from_slice(&path[target.module.len() + 1..]);
+        if next == path {
+            break;
+        }
+        path = next;
+        target = deepest(&path, by_module);
+    }
+    target
+}
+
+/// The deepest module file whose module path is a prefix of `path`.
+fn deepest<'a>(path: &[String], by_module: &BTreeMap<&[String], &'a ModuleFile>) -> &'a ModuleFile {
+    (0..=path.len())
+        .rev()
+        .find_map(|n| by_module.get(&path[..n]).copied())
+        .expect("the crate root is a prefix of every path")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1060,6 +1129,40 @@ mod scanner {
                 ("a".to_string(), vec![], false),
                 ("b".to_string(), vec![], true),
                 ("d".to_string(), vec!["c".to_string()], false),
+            ]
+        );
+    }
+
+    #[test]
+    fn siblings_reaching_each_other_through_their_parent_make_a_cycle() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| fs::write(dir.path().join(name), text).unwrap();
+        write("lib.rs", "mod a;\nmod b;\npub use a::A;\nuse b::B;\n");
+        write("a.rs", "use super::B;\npub struct A;\n");
+        write("b.rs", "pub struct B;\nfn f() -> crate::A { todo!() }\n");
+        let file = |path: &str, module: &[&str]| ModuleFile {
+            path: path.into(),
+            krate: "lib.rs".into(),
+            module: module.iter().map(|m| m.to_string()).collect(),
+            test: false,
+        };
+        let files = [
+            file("lib.rs", &[]),
+            file("a.rs", &["a"]),
+            file("b.rs", &["b"]),
+        ];
+        let edges = import_edges(dir.path(), &files.iter().collect::<Vec<_>>());
+        let found: Vec<String> = edges
+            .iter()
+            .map(|((from, to), why)| format!("{from} -> {to} by {}", list(why)))
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                "a.rs -> b.rs by super::B (line 1)",
+                "b.rs -> a.rs by crate::A (line 2)",
+                "lib.rs -> a.rs by a::A (line 3)",
+                "lib.rs -> b.rs by b::B (line 4)",
             ]
         );
     }
