@@ -34,7 +34,6 @@ const LONGER: &[(&str, &str, usize)] = &[
     ("crates/leasehold-node/src/metrics.rs", "default", 95),
     ("crates/leasehold-node/src/node/membership.rs", "add", 108),
     ("crates/leasehold-node/src/raft/log_store.rs", "open_on", 116),
-    ("crates/leasehold-node/src/raft/state_machine.rs", "apply", 79),
     ("src/cli/bench.rs", "run", 72),
     ("src/cli/bench.rs", "step", 95),
     ("src/cli/cluster.rs", "monitor", 86),

@@ -409,6 +409,25 @@ impl LogStore {
     }
 }
 
+/// Whether `entries` follow `last` one by one: what recovery checks of the log on disk (it
+/// refuses to start on a hole), checked before anything is written, so that no bug upstream
+/// can put a hole on the disk for the next start to find.
+fn follows(last: Option<LogId>, entries: &[Entry]) -> Result<(), StorageError> {
+    let mut expected = last.map(|last| last.index + 1);
+    for entry in entries {
+        let at = entry.log_id.index;
+        if expected.is_some_and(|expected| at != expected) {
+            let expected = expected.unwrap_or_default();
+            return Err(write_error(format!(
+                "an append put entry {at} where entry {expected} should be: refusing to write \
+                 a log with a hole"
+            )));
+        }
+        expected = Some(at + 1);
+    }
+    Ok(())
+}
+
 /// Runs `f` with the writer on the blocking pool, so an fsync never stalls the runtime.
 async fn on_writer<T, F>(shared: Arc<Shared>, f: F) -> Result<T, StorageError>
 where
@@ -448,6 +467,7 @@ impl Shared {
         let Some(first_index) = entries.first().map(|e| e.log_id.index) else {
             return Ok(());
         };
+        follows(lock(&self.index).last_log_id(), &entries)?;
         if writer
             .active
             .as_ref()
@@ -1094,6 +1114,33 @@ pub(crate) mod tests {
     async fn on_an_empty_log_the_first_append_after_a_purge_waits_for_the_snapshot() {
         let (_dir, _snapshots, files, mut log) = behind_snapshots();
         purge_past_the_end_then_append(&mut log, &files, &[]).await;
+    }
+
+    /// What recovery refuses to start on, an entry that does not follow the one before it, the
+    /// append refuses to write: a log with a hole never reaches the disk.
+    #[tokio::test]
+    async fn an_append_that_would_leave_a_hole_is_refused_and_writes_nothing() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut log = LogStore::open(dir.path()).unwrap();
+        log.blocking_append((1..=3).map(entry)).await.unwrap();
+        let skipped = log.blocking_append([entry(5)]).await.unwrap_err();
+        assert!(
+            skipped
+                .to_string()
+                .contains("entry 5 where entry 4 should be"),
+            "{skipped}"
+        );
+        let inside = log.blocking_append([entry(4), entry(6)]).await.unwrap_err();
+        assert!(
+            inside
+                .to_string()
+                .contains("entry 6 where entry 5 should be"),
+            "{inside}"
+        );
+        assert_eq!(indexes(&mut log).await, vec![1, 2, 3]);
+        drop(log);
+        let mut log = LogStore::open(dir.path()).unwrap();
+        assert_eq!(indexes(&mut log).await, vec![1, 2, 3]);
     }
 
     #[tokio::test]

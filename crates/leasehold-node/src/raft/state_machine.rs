@@ -110,6 +110,23 @@ pub struct StateMachineStore {
     metrics: Option<Arc<Metrics>>,
 }
 
+/// Whether `entry` is the one to apply after `last`: `last_applied` only grows, one entry at a
+/// time, as the log store checks of the log itself (see `log_store::follows`). A skipped or
+/// repeated entry would leave this replica's table unlike the others' with no error, so it
+/// stops the node instead.
+fn next_to_apply(last: Option<LogId>, entry: &LogId) -> Result<(), StorageError> {
+    match last {
+        Some(last) if entry.index != last.index + 1 => Err(sm_error(
+            ErrorVerb::Write,
+            std::io::Error::other(format!(
+                "applying entry {} after entry {}: entries apply one after another, in order",
+                entry.index, last.index
+            )),
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn sm_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
     StorageIOError::new(ErrorSubject::StateMachine, verb, AnyError::new(&e)).into()
 }
@@ -143,6 +160,46 @@ impl StateMachineStore {
     /// The applied state, shared with the node's reads and watches.
     pub fn shared(&self) -> Arc<SharedState> {
         self.state.clone()
+    }
+
+    /// Applies one entry's commands to the table (a membership entry to the membership), and
+    /// notes the events they caused: the table's answers, one per command.
+    fn apply_entry(
+        &self,
+        state: &mut Applying,
+        entry: &Entry,
+        noted: &mut Vec<NotedEvent>,
+    ) -> Vec<Applied> {
+        let mut answers = Vec::new();
+        match &entry.payload {
+            EntryPayload::Blank => {}
+            EntryPayload::Normal(Batch(commands)) => {
+                if let Some(metrics) = &self.metrics {
+                    metrics.batch_commands.observe(commands.len() as f64);
+                }
+                let mut events = Vec::new();
+                for (position, command) in (0..).zip(commands) {
+                    let outcome = state.table.apply_noting(command, &mut events);
+                    let store_time_ms = state.table.now_ms();
+                    noted.extend(events.drain(..).map(|event| NotedEvent {
+                        log_index: entry.log_id.index,
+                        store_time_ms,
+                        event,
+                    }));
+                    answers.push(Applied {
+                        log_index: entry.log_id.index,
+                        position,
+                        store_time_ms,
+                        outcome,
+                    });
+                }
+            }
+            EntryPayload::Membership(membership) => {
+                state.last_membership =
+                    StoredMembership::new(Some(entry.log_id), membership.clone());
+            }
+        }
+        answers
     }
 
     /// Takes a stamp's instant from when its entry was appended, as `appends` noted it.
@@ -275,37 +332,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let mut seen = None;
         let mut replies = Vec::new();
         let mut noted = Vec::new();
-        let mut events = Vec::new();
         for entry in entries {
+            next_to_apply(state.last_applied, &entry.log_id)?;
             let time_before = state.table.now_ms();
-            let mut answers = Vec::new();
-            match &entry.payload {
-                EntryPayload::Blank => {}
-                EntryPayload::Normal(Batch(commands)) => {
-                    if let Some(metrics) = &self.metrics {
-                        metrics.batch_commands.observe(commands.len() as f64);
-                    }
-                    for (position, command) in (0..).zip(commands) {
-                        let outcome = state.table.apply_noting(command, &mut events);
-                        let store_time_ms = state.table.now_ms();
-                        noted.extend(events.drain(..).map(|event| NotedEvent {
-                            log_index: entry.log_id.index,
-                            store_time_ms,
-                            event,
-                        }));
-                        answers.push(Applied {
-                            log_index: entry.log_id.index,
-                            position,
-                            store_time_ms: state.table.now_ms(),
-                            outcome,
-                        });
-                    }
-                }
-                EntryPayload::Membership(membership) => {
-                    state.last_membership =
-                        StoredMembership::new(Some(entry.log_id), membership.clone());
-                }
-            }
+            let answers = self.apply_entry(&mut state, &entry, &mut noted);
             // Every entry that carries a stamp, even one equal to the time before, or that moved
             // time: carrying from an older entry's instant would count the time before this
             // entry's stamp twice (see `node::clock`). Not on a leader's blank or a membership
@@ -415,6 +445,32 @@ mod tests {
         leader.apply((1..=upto).map(entry)).await.unwrap();
         let mut builder = leader.get_snapshot_builder().await;
         builder.build_snapshot().await.unwrap()
+    }
+
+    /// The log store checks that each entry follows the last; the state machine checks the
+    /// same of what it is handed: `last_applied` only grows, one entry at a time. A skipped or
+    /// repeated entry would leave this replica's table unlike the others', with no error.
+    #[tokio::test]
+    async fn an_entry_that_does_not_follow_the_last_applied_is_refused() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut sm = StateMachineStore::open(dir.path()).unwrap();
+        sm.apply((1..=2).map(entry)).await.unwrap();
+        for (entries, says) in [
+            (vec![entry(4)], "entry 4 after entry 2"),
+            (vec![entry(2)], "entry 2 after entry 2"),
+            (vec![entry(3), entry(5)], "entry 5 after entry 3"),
+        ] {
+            let error = sm.apply(entries).await.unwrap_err().to_string();
+            assert!(error.contains(says), "{error}");
+        }
+        assert_eq!(sm.state.read().last_applied, Some(log_id(1, 1, 3)));
+        let table = sm.state.read().table.digest();
+        sm.apply([entry(4)]).await.unwrap();
+        assert_ne!(
+            sm.state.read().table.digest(),
+            table,
+            "the next entry applies"
+        );
     }
 
     /// openraft runs a build in its own task while the worker goes on to an install: the build
