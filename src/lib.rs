@@ -52,12 +52,14 @@
 //! to the leader over `node/peer_link.rs`; the leader's `node/raft_service.rs` takes it up at
 //! `write_many`.
 
+#![warn(missing_docs)]
+
 pub mod cli;
 pub use leasehold_core as lease;
 pub use leasehold_node::{limits, metrics, node, proto, raft, tls};
 
 // Checked here, where both crates are seen.
 const _: () = assert!(
-    leasehold_client::ATTEMPT_TIMEOUT.as_millis() > limits::NODE_WRITE_WORST.as_millis(),
+    leasehold_client::limits::ATTEMPT_TIMEOUT.as_millis() > limits::NODE_WRITE_WORST.as_millis(),
     "a client's attempt may last as long as a node's own worst case for a write"
 );

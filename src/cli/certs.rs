@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use crate::tls::certs::write_set;
 
+/// `leasehold certs`' flags.
 #[derive(clap::Args)]
 pub struct CertsArgs {
     /// Where to write them (ca.pem, node-N.pem and node-N-key.pem, client.pem and
@@ -35,6 +36,7 @@ fn parse_hosts(text: &str) -> Result<std::collections::BTreeMap<u64, String>, St
     Ok(hosts)
 }
 
+/// Writes the set, or keeps a complete one already there, and says where.
 pub fn run(args: CertsArgs) -> anyhow::Result<super::Exit> {
     if let Some(id) = args.hosts.keys().find(|id| **id == 0 || **id > args.nodes) {
         anyhow::bail!("--hosts names node {id}; the nodes are 1 to {}", args.nodes);

@@ -21,7 +21,9 @@ pub fn free_ports(count: usize) -> std::io::Result<Vec<u16>> {
 /// A node's two addresses: one for clients, one for its peers.
 #[derive(Clone, Debug)]
 pub struct PlaneAddrs {
+    /// Where clients reach the node.
     pub client: String,
+    /// Where the other nodes reach it.
     pub peer: String,
 }
 
@@ -37,17 +39,23 @@ pub fn local_addrs(count: usize) -> std::io::Result<Vec<PlaneAddrs>> {
         .collect())
 }
 
+/// One node of a [`LocalCluster`]: its addresses, files and process.
 pub struct LocalNode {
+    /// Its id in the cluster.
     pub id: u64,
     /// Where clients reach it.
     pub addr: String,
     /// Where the other nodes reach it.
     pub peer_addr: String,
+    /// Its data dir.
     pub data_dir: PathBuf,
+    /// The file its stderr goes to.
     pub log: PathBuf,
     child: Option<Child>,
 }
 
+/// `serve` processes on this machine, one per node, started, killed and restarted on demand:
+/// what `leasehold cluster` runs, and what the multi-process tests drive.
 pub struct LocalCluster {
     binary: PathBuf,
     nodes: Vec<LocalNode>,
@@ -129,6 +137,7 @@ impl LocalCluster {
         self
     }
 
+    /// Every node, by id order.
     pub fn nodes(&self) -> &[LocalNode] {
         &self.nodes
     }
@@ -223,6 +232,7 @@ impl LocalCluster {
         Ok(pid)
     }
 
+    /// Starts every node.
     pub fn start_all(&mut self) -> std::io::Result<()> {
         for id in 1..=self.nodes.len() as u64 {
             self.start(id)?;
@@ -230,6 +240,7 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// Node `id`'s process id, while it runs.
     pub fn pid(&self, id: u64) -> Option<u32> {
         self.node(id).child.as_ref().map(Child::id)
     }

@@ -101,6 +101,11 @@ impl ClientOpts {
     }
 }
 
+/// How a command prints its answer (`-o`): `text`, lines for people, or `json`, one document
+/// for scripts.
+// The variants go undocumented: clap shows a variant's doc as the value's help, which would
+// turn every command's `--help` into the long form.
+#[allow(missing_docs)]
 #[derive(ValueEnum, Clone, Copy, PartialEq, Eq)]
 pub enum Output {
     Text,
@@ -195,7 +200,9 @@ enum Cmd {
 
 /// What a command ended with, as the process's exit code.
 pub enum Exit {
+    /// Done as asked: 0.
     Ok,
+    /// The store refused it (held by another, a stale token, bad input): 1.
     Refused,
     /// This exit code (`hold`: its command's, or 4 for a lost lease).
     Code(u8),

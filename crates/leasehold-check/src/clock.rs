@@ -2,10 +2,7 @@
 //! nothing with the node's stamping (`node/clock.rs` in the server).
 
 use crate::history::{Anomaly, Completion, Operation};
-
-/// What store time may gain on the clients' clock between two answers: stamps are whole
-/// milliseconds, cut down, once by the stamp and once by a new leader's carried base.
-pub const ROUNDING_NS: u64 = 2_000_000;
+use crate::limits::ROUNDING_NS;
 
 /// Store time never runs ahead of real time: for any two acknowledged writes `r1` before `r2` in
 /// log order, `r2.store_time - r1.store_time <= r2.completed - r1.invoked` (plus

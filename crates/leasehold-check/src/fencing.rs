@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::history::{Anomaly, Completion, Operation, Replayed};
+use crate::limits::ROUNDING_NS;
 use leasehold_core::{Fence, Op, Outcome};
 
 /// Tokens of successive grants of a lease strictly increase; a renewal keeps the current token;
@@ -127,10 +128,6 @@ struct Promise {
     expires_at_ms: u64,
 }
 
-/// How much earlier than its TTL a lease may end in real time: stamps count whole milliseconds
-/// (a floor), so a lease can end up to 1 ms early; 2 ms leaves room for the rounding of both ends.
-const REAL_TIME_ROUNDING_NS: u64 = 2_000_000;
-
 /// The README's headline claim, in real time as the clients measured it: a grant of a lease to a
 /// new holder completes no earlier than the previous holder's acquire (or renewal) was sent plus
 /// its TTL, unless that holder released it in between. Judged from the history's clock, not from
@@ -188,7 +185,7 @@ pub fn real_time_exclusion(history: &[Operation], applied: &[Replayed]) -> Vec<A
                 if let (Some(previous), Some(op)) = (held.get(lease.as_str()), ack) {
                     if let Some(promised) = previous.promise {
                         if previous.holder != holder
-                            && op.completed_ns + REAL_TIME_ROUNDING_NS < promised.until_ns
+                            && op.completed_ns + ROUNDING_NS < promised.until_ns
                         {
                             anomalies.push(Anomaly::new(
                                 "real-time exclusion",

@@ -8,26 +8,48 @@ use leasehold_core::{Command, Op, Outcome, RequestId};
 /// What a client asked.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
+    /// A write: acquire, renew, release, put, delete, register, advance.
     Write(Op),
-    Get { key: String },
-    GetLease { lease: String },
+    /// A linearizable read of a row.
+    Get {
+        /// The row's key.
+        key: String,
+    },
+    /// A linearizable read of a lease's holder and token.
+    GetLease {
+        /// The lease's name.
+        lease: String,
+    },
 }
 
 /// What a client was told, for an operation that completed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Answer {
+    /// A write's outcome, as the table answered it.
     Outcome(Outcome),
+    /// A row's value, or none.
     Value(Option<Vec<u8>>),
-    Lease { holder: Option<String>, token: u64 },
+    /// A lease's holder (none once free) and its token.
+    Lease {
+        /// Who holds it, if anyone.
+        holder: Option<String>,
+        /// Its latest token.
+        token: u64,
+    },
 }
 
+/// How an operation ended, as its client saw it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Completion {
+    /// Answered.
     Ok {
+        /// The log entry it was applied in (a write), or the one the read saw applied.
         log_index: u64,
         /// A write's place in its entry's batch; 0 for a read.
         position: u32,
+        /// The store's time the answer carried.
         store_time_ms: u64,
+        /// What the client was told.
         answer: Answer,
     },
     /// Refused before it could be applied (bad input): it did not happen.
@@ -39,14 +61,20 @@ pub enum Completion {
 /// One client operation, with its invocation and completion times since the run began.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Operation {
+    /// Which client sent it.
     pub client: u32,
+    /// What it asked.
     pub request: Request,
+    /// When it was sent, on the clients' clock.
     pub invoked_ns: u64,
+    /// When its answer came, or the client gave up.
     pub completed_ns: u64,
+    /// How it ended.
     pub completion: Completion,
 }
 
 impl Operation {
+    /// The log index an answered operation names.
     pub fn ok_index(&self) -> Option<u64> {
         match self.completion {
             Completion::Ok { log_index, .. } => Some(log_index),
@@ -54,6 +82,7 @@ impl Operation {
         }
     }
 
+    /// Whether it asked for a write.
     pub fn is_write(&self) -> bool {
         matches!(self.request, Request::Write(_))
     }
@@ -66,25 +95,35 @@ pub type Log = Vec<(u64, Vec<Command>)>;
 /// One command of the log as the table applied it, replayed by the checkers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Replayed {
+    /// Its log entry.
     pub index: u64,
+    /// Its place in the entry's batch.
     pub position: u32,
+    /// The store's time after it applied.
     pub store_time_ms: u64,
     /// A retried request appears in the log once per attempt but takes effect once: `retry`
     /// marks the later appearances, which the model answers with the first one's answer (or
     /// refuses, once the session forgot it) and which change nothing.
     pub request: Option<RequestId>,
+    /// A later appearance of a request already applied.
     pub retry: bool,
+    /// What it asked.
     pub op: Op,
+    /// What the model answered.
     pub outcome: Outcome,
 }
 
+/// Something a checker found wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Anomaly {
+    /// The checker that found it.
     pub checker: &'static str,
+    /// What, where, and which operations.
     pub what: String,
 }
 
 impl Anomaly {
+    /// An anomaly `checker` found.
     pub fn new(checker: &'static str, what: impl Into<String>) -> Self {
         Anomaly {
             checker,

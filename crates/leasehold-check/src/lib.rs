@@ -10,16 +10,20 @@
 //! ([`store_time_follows_real_time`]) judges the clients' answers against their own clock. Both
 //! fault suites draw their schedules from [`Rng`].
 
+#![warn(missing_docs)]
+
 mod clock;
 mod fencing;
 mod history;
+mod limits;
 mod linearizable;
 pub mod model;
 mod rng;
 
-pub use clock::{store_time_follows_real_time, ROUNDING_NS};
+pub use clock::store_time_follows_real_time;
 pub use fencing::{fencing, mutual_exclusion, real_time_exclusion};
 pub use history::{replay, Anomaly, Answer, Completion, Log, Operation, Replayed, Request};
+pub use limits::ROUNDING_NS;
 pub use linearizable::{linearizable, read_answer};
 pub use rng::Rng;
 

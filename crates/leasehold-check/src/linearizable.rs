@@ -10,6 +10,8 @@ use crate::history::{Anomaly, Answer, Completion, Log, Operation, Replayed, Requ
 use crate::model::Model;
 use leasehold_core::{LeaseTable, Op};
 
+/// Every acknowledged answer against the replay of the log: each write answered what the model
+/// answered at its place, and each read saw the state at the entry it names.
 pub fn linearizable(history: &[Operation], log: &Log, applied: &[Replayed]) -> Vec<Anomaly> {
     let mut anomalies = acknowledged_writes(history, log, applied);
     anomalies.extend(reads(history, log));

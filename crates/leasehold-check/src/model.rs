@@ -11,12 +11,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::limits::KEPT_ANSWERS;
 use leasehold_core::{
     Command, Fence, Op, Outcome, ReleaseRefusal, RequestId, FORGET_BATCH, SESSION_IDLE_MS,
 };
-
-/// Answers a session keeps for retries (the README: the last 128 per client).
-const KEPT_ANSWERS: usize = 128;
 
 #[derive(Clone, Debug)]
 struct Grant {
@@ -48,6 +46,7 @@ struct ClientSession {
     applied: BTreeMap<u64, (Op, Outcome)>,
 }
 
+/// The reference model of a Leasehold table, written from the README.
 #[derive(Clone, Debug, Default)]
 pub struct Model {
     now_ms: u64,
@@ -62,10 +61,12 @@ pub struct Model {
 }
 
 impl Model {
+    /// The store's time.
     pub fn now_ms(&self) -> u64 {
         self.now_ms
     }
 
+    /// A row's value.
     pub fn row(&self, key: &str) -> Option<&[u8]> {
         self.rows.get(key).map(Vec::as_slice)
     }

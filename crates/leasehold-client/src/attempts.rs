@@ -1,15 +1,10 @@
 //! One call's attempts: which failures are worth another node, and whether a write that got no
 //! answer may have been applied.
 
-use std::time::Duration;
-
 use leasehold_proto::{INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 use tonic::{Code, Status};
 
 use crate::error::{describe, message_with_cause, ClientError};
-
-/// Pause after every node was tried once, so a cluster in an election is not hammered.
-pub(crate) const ROUND_PAUSE: Duration = Duration::from_millis(50);
 
 /// Worth trying elsewhere: the node asked did not answer in time, had no leader or quorum,
 /// or its connection failed. Safe for writes too: every request carries a request id, and the

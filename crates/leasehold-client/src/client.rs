@@ -15,21 +15,13 @@ use tonic::{Request, Response, Status};
 use crate::answers::{
     Acquired, Answer, Applied, Deleted, LeaseState, Members, Released, TokenStatus, Written,
 };
-use crate::attempts::{Attempts, Effect, Next, ROUND_PAUSE};
+use crate::attempts::{Attempts, Effect, Next};
 use crate::error::ClientError;
+use crate::limits::{
+    ATTEMPT_TIMEOUT, DEFAULT_DEADLINE, MEMBERSHIP_TIMEOUT, MIN_ATTEMPT, ROUND_PAUSE,
+    SNAPSHOT_TIMEOUT,
+};
 use crate::watch::{Watch, WatchFrom, WatchSelect};
-
-/// One attempt's limit: above a node's own worst case for a write (an election wait plus
-/// quorum waits, about 8 s), so that an attempt is not cut while the node still works on it.
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(9);
-/// No attempt gets less, whatever the deadline.
-const MIN_ATTEMPT: Duration = Duration::from_millis(200);
-/// How long one attempt to add a member may take: the new node catches up with the whole log
-/// first (a node gives it a minute).
-const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// How long one attempt to copy a snapshot may take: it carries the whole state.
-const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A copy of the applied state, from [`LeaseClient::save_snapshot`].
 #[derive(Clone, Debug)]
@@ -39,9 +31,6 @@ pub struct SavedSnapshot {
     /// The state, in the nodes' own encoding.
     pub data: Vec<u8>,
 }
-
-/// How long a call keeps trying other nodes while none answers.
-pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A client of a Leasehold cluster: give it some or all of the nodes' client addresses.
 ///

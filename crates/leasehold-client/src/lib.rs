@@ -22,13 +22,14 @@ mod error;
 #[cfg(test)]
 mod fake;
 mod holder;
+pub mod limits;
 mod watch;
 
 pub use answers::{
     Acquired, Answer, Applied, Deleted, HeldBy, LeaseState, Member, MemberRole, Members, Released,
     TokenStatus, Written,
 };
-pub use client::{LeaseClient, SavedSnapshot, ATTEMPT_TIMEOUT, DEFAULT_DEADLINE};
+pub use client::{LeaseClient, SavedSnapshot};
 pub use error::ClientError;
 pub use holder::{default_margin, HoldError, Holder, HolderOptions, Lost, Standing};
 pub use leasehold_proto as proto;

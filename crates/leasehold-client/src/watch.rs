@@ -10,8 +10,8 @@ use leasehold_proto::v1::lease_store_client::LeaseStoreClient;
 use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 
-use crate::attempts::ROUND_PAUSE;
 use crate::error::ClientError;
+use crate::limits::{OPEN_TIMEOUT, ROUND_PAUSE};
 
 /// Which leases a watch follows.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,10 +105,6 @@ impl TryFrom<pb::LeaseEvent> for LeaseEvent {
         })
     }
 }
-
-/// How long opening a stream on one node may take before the next node is tried: a node sends
-/// its first response at once.
-const OPEN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A stream of lease events, made by [`crate::LeaseClient::watch`].
 ///

@@ -22,9 +22,8 @@ mod table;
 
 pub use command::{Batch, Command, Fence, Op, Outcome, ReleaseRefusal, RequestId};
 pub use event::{Event, EventKind};
-pub use limits::{validate, InvalidInput, Limits};
-pub use session::SESSION_IDLE_MS;
-pub use table::{Lease, LeaseTable, TokenCheck, FORGET_BATCH};
+pub use limits::{validate, InvalidInput, Limits, FORGET_BATCH, SESSION_IDLE_MS};
+pub use table::{Lease, LeaseTable, TokenCheck};
 
 /// FNV-1a over `bytes`: stable across processes and builds, unlike std's hasher, so replicas
 /// and checkers agree on it.

@@ -1,4 +1,6 @@
-//! Bounds on what a client may send, checked at the edge before anything is proposed.
+//! Every bound of the core: on what a client may send, checked at the edge before anything is
+//! proposed ([`Limits`]), and on what the table keeps and does in one command. The node's own
+//! sizes and timeouts are the node crate's.
 
 use crate::{Fence, Op};
 
@@ -19,6 +21,24 @@ impl Limits {
     /// The furthest one advance may move store time, in milliseconds: a year.
     pub const MAX_ADVANCE_MS: u64 = 365 * 24 * 60 * 60 * 1000;
 }
+
+/// Leases one [`Op::Forget`] drops at most, so that applying it stays short; the leader logs
+/// another while more are due.
+pub const FORGET_BATCH: usize = 4_096;
+
+/// How many answers each session keeps: far more than a client has in flight.
+pub(crate) const SESSION_ANSWERS: usize = 128;
+
+/// A session not heard from for this long in store time expires.
+pub const SESSION_IDLE_MS: u64 = 60 * 60 * 1000;
+
+const _: () = {
+    assert!(Limits::MIN_TTL_MS <= Limits::MAX_TTL_MS);
+    assert!(
+        Limits::MAX_TTL_MS <= Limits::MAX_ADVANCE_MS,
+        "one advance of the manual clock can carry any lease past its expiry"
+    );
+};
 
 /// Bad input, naming the field and the limit it broke.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -12,12 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::limits::{SESSION_ANSWERS, SESSION_IDLE_MS};
 use super::{Op, Outcome, RequestId};
-
-/// How many answers each session keeps: far more than a client has in flight.
-pub(crate) const SESSION_ANSWERS: usize = 128;
-/// A session not heard from for this long in store time expires.
-pub const SESSION_IDLE_MS: u64 = 60 * 60 * 1000;
 
 /// Every live session. `BTreeMap`s, so iteration and serialization are deterministic.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

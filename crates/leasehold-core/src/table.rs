@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::limits::FORGET_BATCH;
 use super::session::{fingerprint, Admission, Sessions};
 use crate::{Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal};
 
@@ -50,10 +51,6 @@ fn rehash(sum: &mut u64, before: Option<u64>, after: Option<u64>) {
         .wrapping_sub(before.unwrap_or(0))
         .wrapping_add(after.unwrap_or(0));
 }
-
-/// Leases one [`Op::Forget`] drops at most, so that applying it stays short; the leader logs
-/// another while more are due.
-pub const FORGET_BATCH: usize = 4_096;
 
 /// What a table stores: everything but what is derived. Same fields, same order.
 #[derive(Deserialize)]
@@ -1239,7 +1236,7 @@ mod tests {
         assert!(matches!(t.apply(&first), Outcome::Granted { token: 1, .. }));
         t.apply(&command(2, release("l", "a", 1)));
         // Enough later requests that the first one's answer is dropped.
-        for sequence in 3..3 + crate::session::SESSION_ANSWERS as u64 {
+        for sequence in 3..3 + crate::limits::SESSION_ANSWERS as u64 {
             t.apply(&command(sequence, plain("k", "v")));
         }
         let before = t.clone();

@@ -1,0 +1,50 @@
+//! Every timeout and pause of the client, in one place, with the relations between them
+//! checked when the crate compiles. A node's own bounds are the node crate's
+//! (`leasehold_node::limits`); the `leasehold` package checks that an attempt here outlasts a
+//! node's worst case for a write, where it sees both crates.
+
+use std::time::Duration;
+
+/// How long a call keeps trying other nodes while none answers.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
+
+/// One attempt's limit: above a node's own worst case for a write (an election wait plus
+/// quorum waits, about 8 s), so that an attempt is not cut while the node still works on it.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(9);
+
+/// No attempt gets less, whatever the deadline.
+pub(crate) const MIN_ATTEMPT: Duration = Duration::from_millis(200);
+
+/// Pause after every node was tried once, so a cluster in an election is not hammered.
+pub(crate) const ROUND_PAUSE: Duration = Duration::from_millis(50);
+
+/// How long one attempt to add a member may take: the new node catches up with the whole log
+/// first (a node gives it a minute).
+pub(crate) const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// How long one attempt to copy a snapshot may take: it carries the whole state.
+pub(crate) const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How long opening a stream on one node may take before the next node is tried: a node sends
+/// its first response at once.
+pub(crate) const OPEN_TIMEOUT: Duration = Duration::from_secs(2);
+
+const _: () = {
+    assert!(
+        MIN_ATTEMPT.as_millis() < ATTEMPT_TIMEOUT.as_millis(),
+        "an attempt's floor is below its ceiling"
+    );
+    assert!(
+        ATTEMPT_TIMEOUT.as_millis() < DEFAULT_DEADLINE.as_millis(),
+        "the default deadline lets one whole attempt run"
+    );
+    assert!(
+        ROUND_PAUSE.as_millis() < MIN_ATTEMPT.as_millis(),
+        "the pause between rounds is short beside any attempt"
+    );
+    assert!(
+        ATTEMPT_TIMEOUT.as_millis() <= MEMBERSHIP_TIMEOUT.as_millis()
+            && ATTEMPT_TIMEOUT.as_millis() <= SNAPSHOT_TIMEOUT.as_millis(),
+        "the long calls get at least an ordinary attempt"
+    );
+};
