@@ -94,11 +94,7 @@ pub fn validate(op: &Op) -> Result<(), InvalidInput> {
         }
         Op::Delete { key, fence } => {
             name("key", key, Limits::MAX_KEY_BYTES)?;
-            if let Some(Fence { lease, token }) = fence {
-                name("lease", lease, Limits::MAX_NAME_BYTES)?;
-                token_field(*token)?;
-            }
-            Ok(())
+            fence_fields(fence.as_ref())
         }
         Op::Put { key, value, fence } => {
             name("key", key, Limits::MAX_KEY_BYTES)?;
@@ -112,11 +108,7 @@ pub fn validate(op: &Op) -> Result<(), InvalidInput> {
                     ),
                 ));
             }
-            if let Some(Fence { lease, token }) = fence {
-                name("lease", lease, Limits::MAX_NAME_BYTES)?;
-                token_field(*token)?;
-            }
-            Ok(())
+            fence_fields(fence.as_ref())
         }
         Op::Advance { by_ms } => {
             if !(1..=Limits::MAX_ADVANCE_MS).contains(by_ms) {
@@ -131,6 +123,17 @@ pub fn validate(op: &Op) -> Result<(), InvalidInput> {
             Ok(())
         }
         Op::Tick | Op::Register | Op::Forget { .. } => Ok(()),
+    }
+}
+
+/// Validates a write's fence, if it has one: the lease's name and the token.
+fn fence_fields(fence: Option<&Fence>) -> Result<(), InvalidInput> {
+    match fence {
+        Some(Fence { lease, token }) => {
+            name("lease", lease, Limits::MAX_NAME_BYTES)?;
+            token_field(*token)
+        }
+        None => Ok(()),
     }
 }
 

@@ -78,81 +78,92 @@ impl Default for Metrics {
             refusals: Family::default(),
             registry: Registry::default(),
         };
-        let m = &metrics;
+        metrics.register(&mut registry);
+        metrics.zero_every_series();
+        Metrics {
+            registry,
+            ..metrics
+        }
+    }
+}
+
+impl Metrics {
+    /// Every metric into `registry`, with its name and help.
+    fn register(&self, registry: &mut Registry) {
         registry.register(
             "raft_term",
             "The Raft term this node is in",
-            m.raft_term.clone(),
+            self.raft_term.clone(),
         );
         registry.register(
             "raft_is_leader",
             "1 while this node leads, 0 otherwise",
-            m.raft_is_leader.clone(),
+            self.raft_is_leader.clone(),
         );
         registry.register(
             "raft_last_log_index",
             "The index of the last entry in this node's log",
-            m.raft_last_log_index.clone(),
+            self.raft_last_log_index.clone(),
         );
         registry.register(
             "raft_applied_index",
             "The index of the last entry this node applied",
-            m.raft_applied_index.clone(),
+            self.raft_applied_index.clone(),
         );
         registry.register(
             "raft_leader_changes",
             "Times this node saw a new leader (counted from its start)",
-            m.raft_leader_changes.clone(),
+            self.raft_leader_changes.clone(),
         );
         registry.register(
             "leases_held",
             "Leases held (granted and not expired) in this node's applied state",
-            m.leases_held.clone(),
+            self.leases_held.clone(),
         );
         registry.register(
             "requests",
             "Client requests this node answered, by RPC and outcome",
-            m.requests.clone(),
+            self.requests.clone(),
         );
         registry.register(
             "request_duration_seconds",
             "Time from a client request's arrival at this node to its answer, by RPC",
-            m.request_duration.clone(),
+            self.request_duration.clone(),
         );
         registry.register(
             "log_fsync_duration_seconds",
             "Time to write and fdatasync one append to the Raft log",
-            m.log_fsync_duration.clone(),
+            self.log_fsync_duration.clone(),
         );
         registry.register(
             "batch_commands",
             "Commands per applied log entry",
-            m.batch_commands.clone(),
+            self.batch_commands.clone(),
         );
         registry.register(
             "expiries",
             "Leases that expired in this node's applied state",
-            m.expiries.clone(),
+            self.expiries.clone(),
         );
         registry.register(
             "refusals",
             "Requests refused, by reason",
-            m.refusals.clone(),
+            self.refusals.clone(),
         );
+    }
+
+    /// Every RPC's and every reason's series, created at 0.
+    fn zero_every_series(&self) {
         // Every RPC and reason from the start, at 0: a series that appears only once it is
         // non-zero breaks rates and alerts.
         for rpc in RPCS {
-            let _ = m
+            let _ = self
                 .requests
                 .get_or_create(&RequestLabels { rpc, outcome: "ok" });
-            let _ = m.request_duration.get_or_create(&RpcLabel { rpc });
+            let _ = self.request_duration.get_or_create(&RpcLabel { rpc });
         }
         for reason in REASONS {
-            let _ = m.refusals.get_or_create(&ReasonLabel { reason });
-        }
-        Metrics {
-            registry,
-            ..metrics
+            let _ = self.refusals.get_or_create(&ReasonLabel { reason });
         }
     }
 }

@@ -113,6 +113,39 @@ pub async fn list(node: &Node) -> Result<pb::MembersResponse, Status> {
 /// then a voter.
 pub async fn add(node: &Node, r: pb::AddMemberRequest) -> Result<pb::MembersResponse, Status> {
     node.leading().await?;
+    may_join(node, &r)?;
+    serves_as_named(node, &r).await?;
+    tracing::info!(id = r.id, peer = %r.peer_address, "adding a member: as a learner first");
+    let learner = node.raft().add_learner(
+        r.id,
+        BasicNode {
+            addr: r.peer_address.clone(),
+        },
+        true,
+    );
+    match tokio::time::timeout(MEMBER_CATCH_UP, learner).await {
+        Err(_) => {
+            return Err(NodeError::CatchUpTimeout {
+                id: r.id,
+                within: MEMBER_CATCH_UP,
+            }
+            .into())
+        }
+        Ok(Err(e)) => return Err(change_failed(e)),
+        Ok(Ok(_)) => {}
+    }
+    let promote = ChangeMembers::AddVoterIds([r.id].into_iter().collect());
+    node.raft()
+        .change_membership(promote, false)
+        .await
+        .map_err(change_failed)?;
+    tracing::info!(id = r.id, "member added as a voter");
+    list(node).await
+}
+
+/// Whether `r` may join as asked: a valid id and peer address, not a voter already, not a
+/// learner at another address, not an id used before, and not another node's address.
+fn may_join(node: &Node, r: &pb::AddMemberRequest) -> Result<(), Status> {
     if r.id == 0 {
         return Err(invalid("id", "node ids start at 1".to_owned()));
     }
@@ -164,13 +197,18 @@ pub async fn add(node: &Node, r: pb::AddMemberRequest) -> Result<pb::MembersResp
             r.peer_address
         )));
     }
-    // The node must be there, serving as the id it is added under, at the client address given.
+    Ok(())
+}
+
+/// Whether the node at `r`'s peer address is there, serving as the id it is added under, at the
+/// client address given.
+async fn serves_as_named(node: &Node, r: &pb::AddMemberRequest) -> Result<(), Status> {
     let status =
         super::status::remote_status(node.channels().clone(), r.id, r.peer_address.clone()).await;
     if status.role == pb::Role::Unreachable as i32 {
         return Err(NodeError::MemberUnreachable {
             id: r.id,
-            addr: r.peer_address,
+            addr: r.peer_address.clone(),
             reason: status.error,
         }
         .into());
@@ -188,32 +226,7 @@ pub async fn add(node: &Node, r: pb::AddMemberRequest) -> Result<pb::MembersResp
             r.id, status.address, r.client_address
         )));
     }
-    tracing::info!(id = r.id, peer = %r.peer_address, "adding a member: as a learner first");
-    let learner = node.raft().add_learner(
-        r.id,
-        BasicNode {
-            addr: r.peer_address.clone(),
-        },
-        true,
-    );
-    match tokio::time::timeout(MEMBER_CATCH_UP, learner).await {
-        Err(_) => {
-            return Err(NodeError::CatchUpTimeout {
-                id: r.id,
-                within: MEMBER_CATCH_UP,
-            }
-            .into())
-        }
-        Ok(Err(e)) => return Err(change_failed(e)),
-        Ok(Ok(_)) => {}
-    }
-    let promote = ChangeMembers::AddVoterIds([r.id].into_iter().collect());
-    node.raft()
-        .change_membership(promote, false)
-        .await
-        .map_err(change_failed)?;
-    tracing::info!(id = r.id, "member added as a voter");
-    list(node).await
+    Ok(())
 }
 
 /// Removes voter or learner `id`.
