@@ -30,7 +30,6 @@ const FUNCTION_LINES_MAX: usize = 70;
 #[rustfmt::skip]
 const LONGER: &[(&str, &str, usize)] = &[
     ("crates/leasehold-check/src/fencing.rs", "real_time_exclusion", 88),
-    ("crates/leasehold-node/src/raft/log_store.rs", "open_on", 116),
     ("src/cli/bench.rs", "run", 72),
     ("src/cli/bench.rs", "step", 95),
     ("src/cli/cluster.rs", "monitor", 86),

@@ -86,7 +86,7 @@ use super::AppendTimes;
 use super::{LogId, NodeId, StorageError, TypeConfig};
 use crate::limits::SEGMENT_BYTES;
 use disk::{Disk, DiskFile, Open, StdDisk};
-use segment::{encode_record, parse_segment, End, HEADER, MAGIC};
+use segment::{encode_record, parse_segment, End, Parsed, HEADER, MAGIC};
 
 type Entry = openraft::Entry<TypeConfig>;
 
@@ -236,28 +236,8 @@ impl LogStore {
     }
 
     fn open_on(disk: Arc<dyn Disk>, dir: &Path) -> Result<Self, StorageError> {
-        let names = match disk.read_dir(dir) {
-            Ok(names) => names,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                disk.create_dir_all(dir).map_err(write_error)?;
-                // The directory's own entry must be durable before a vote is saved inside it.
-                let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
-                disk.sync_dir(parent.unwrap_or(Path::new(".")))
-                    .map_err(write_error)?;
-                Vec::new()
-            }
-            Err(e) => return Err(read_error(e)),
-        };
-        let state: State = match disk.read(&dir.join(STATE)) {
-            Ok(bytes) => parse_state(&dir.join(STATE), &bytes)?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => State::default(),
-            Err(e) => return Err(read_error(e)),
-        };
-        if names.iter().any(|n| n == STATE_TMP) {
-            // A state replacement a crash interrupted; `state` is whole, old or new.
-            disk.remove_file(&dir.join(STATE_TMP))
-                .map_err(write_error)?;
-        }
+        let names = list_or_create(disk.as_ref(), dir)?;
+        let state = read_state(disk.as_ref(), dir, &names)?;
         let mut firsts: Vec<u64> = names
             .iter()
             .filter_map(|name| name.strip_suffix(".seg")?.parse().ok())
@@ -272,61 +252,18 @@ impl LogStore {
         let mut active = None;
         for (n, &first) in firsts.iter().enumerate() {
             let path = segment_path(dir, first);
-            let file = disk.open(&path, Open::Existing).map_err(read_error)?;
-            let bytes = disk.read(&path).map_err(read_error)?;
-            let parsed = parse_segment(&bytes);
-            let mut len = bytes.len() as u64;
-            let last = n + 1 == firsts.len();
-            let why = match parsed.end {
-                End::Clean => None,
-                End::Torn(at) if last => {
-                    // The last write before a crash, never acknowledged: cut it off.
-                    tracing::warn!(
-                        segment = %path.display(),
-                        at,
-                        bytes = len - at,
-                        "cutting off a torn tail, the write a crash interrupted"
-                    );
-                    file.set_len(at).map_err(write_error)?;
-                    file.sync_all().map_err(write_error)?;
-                    len = at;
-                    None
-                }
-                End::Torn(at) => Some((at, "a torn record before the last segment".to_owned())),
-                End::Corrupt(at, why) => Some((at, why.to_string())),
-                End::OldFormat => {
-                    return Err(read_error(format!(
-                        "{} is a log segment of format 1 (no header checksum), written by an \
-                         older Leasehold, which this one does not read: run the older build, or \
-                         {REPLACE_NODE} so that it catches up from the leader (one node at a time)",
-                        path.display()
-                    )));
-                }
-            };
-            if let Some((at, why)) = why {
-                return Err(read_error(format!(
-                    "{} is corrupt at byte {at} ({why}): refusing to start rather than serve a \
-                     log with a hole; {REPLACE_NODE}",
-                    path.display()
-                )));
-            }
+            let (file, parsed, len) = recover_segment(disk.as_ref(), &path, n + 1 == firsts.len())?;
             for (entry, offset, record_len) in parsed.entries {
                 let at = entry.log_id.index;
                 if purged_upto.is_some_and(|p| at <= p) {
                     continue;
                 }
-                let expected = match index.entries.back() {
-                    Some(prev) => Some(prev.log_id.index + 1),
-                    None => purged_upto.map(|p| p + 1),
-                };
-                if let Some(expected) = expected {
-                    if at != expected {
-                        return Err(read_error(format!(
-                            "{} holds entry {at} where entry {expected} should be: refusing to \
-                             start rather than serve a log with a hole",
-                            path.display(),
-                        )));
-                    }
+                if let Err(expected) = next_in_log(index.last_log_id(), at) {
+                    return Err(read_error(format!(
+                        "{} holds entry {at} where entry {expected} should be: refusing to start \
+                         rather than serve a log with a hole",
+                        path.display(),
+                    )));
                 }
                 index.entries.push_back(Location {
                     log_id: entry.log_id,
@@ -409,23 +346,93 @@ impl LogStore {
     }
 }
 
-/// Whether `entries` follow `last` one by one: what recovery checks of the log on disk (it
-/// refuses to start on a hole), checked before anything is written, so that no bug upstream
-/// can put a hole on the disk for the next start to find.
-fn follows(last: Option<LogId>, entries: &[Entry]) -> Result<(), StorageError> {
-    let mut expected = last.map(|last| last.index + 1);
-    for entry in entries {
-        let at = entry.log_id.index;
-        if expected.is_some_and(|expected| at != expected) {
-            let expected = expected.unwrap_or_default();
-            return Err(write_error(format!(
-                "an append put entry {at} where entry {expected} should be: refusing to write \
-                 a log with a hole"
+/// Whether entry `at` may come next in a log whose last entry (or purge) is `last`: the one
+/// rule recovery checks of the log on disk, refusing to start on a hole, and the append checks
+/// of what it is handed before it writes, so that no bug upstream can put a hole on the disk
+/// for the next start to find. The index that should come there, if not.
+fn next_in_log(last: Option<LogId>, at: u64) -> Result<(), u64> {
+    match last {
+        Some(last) if at != last.index + 1 => Err(last.index + 1),
+        _ => Ok(()),
+    }
+}
+
+/// The names in the log's directory, creating it (durably) if there is none yet.
+fn list_or_create(disk: &dyn Disk, dir: &Path) -> Result<Vec<String>, StorageError> {
+    match disk.read_dir(dir) {
+        Ok(names) => Ok(names),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            disk.create_dir_all(dir).map_err(write_error)?;
+            // The directory's own entry must be durable before a vote is saved inside it.
+            let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+            disk.sync_dir(parent.unwrap_or(Path::new(".")))
+                .map_err(write_error)?;
+            Ok(Vec::new())
+        }
+        Err(e) => Err(read_error(e)),
+    }
+}
+
+/// The saved vote, committed index and purge, or the empty state of a new log; removes what a
+/// crash left of a replacement.
+fn read_state(disk: &dyn Disk, dir: &Path, names: &[String]) -> Result<State, StorageError> {
+    let state = match disk.read(&dir.join(STATE)) {
+        Ok(bytes) => parse_state(&dir.join(STATE), &bytes)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => State::default(),
+        Err(e) => return Err(read_error(e)),
+    };
+    if names.iter().any(|n| n == STATE_TMP) {
+        // A state replacement a crash interrupted; `state` is whole, old or new.
+        disk.remove_file(&dir.join(STATE_TMP))
+            .map_err(write_error)?;
+    }
+    Ok(state)
+}
+
+/// Segment `path`, opened and parsed, with its length once a torn tail of the `last` segment
+/// (the write a crash interrupted, never acknowledged) is cut off. Any other damage refuses.
+fn recover_segment(
+    disk: &dyn Disk,
+    path: &Path,
+    last: bool,
+) -> Result<(Arc<dyn DiskFile>, Parsed, u64), StorageError> {
+    let file = disk.open(path, Open::Existing).map_err(read_error)?;
+    let bytes = disk.read(path).map_err(read_error)?;
+    let parsed = parse_segment(&bytes);
+    let mut len = bytes.len() as u64;
+    let why = match parsed.end {
+        End::Clean => None,
+        End::Torn(at) if last => {
+            tracing::warn!(
+                segment = %path.display(),
+                at,
+                bytes = len - at,
+                "cutting off a torn tail, the write a crash interrupted"
+            );
+            file.set_len(at).map_err(write_error)?;
+            file.sync_all().map_err(write_error)?;
+            len = at;
+            None
+        }
+        End::Torn(at) => Some((at, "a torn record before the last segment".to_owned())),
+        End::Corrupt(at, ref why) => Some((at, why.to_string())),
+        End::OldFormat => {
+            return Err(read_error(format!(
+                "{} is a log segment of format 1 (no header checksum), written by an older \
+                 Leasehold, which this one does not read: run the older build, or \
+                 {REPLACE_NODE} so that it catches up from the leader (one node at a time)",
+                path.display()
             )));
         }
-        expected = Some(at + 1);
+    };
+    if let Some((at, why)) = why {
+        return Err(read_error(format!(
+            "{} is corrupt at byte {at} ({why}): refusing to start rather than serve a log with \
+             a hole; {REPLACE_NODE}",
+            path.display()
+        )));
     }
-    Ok(())
+    Ok((file, parsed, len))
 }
 
 /// Runs `f` with the writer on the blocking pool, so an fsync never stalls the runtime.
@@ -467,7 +474,17 @@ impl Shared {
         let Some(first_index) = entries.first().map(|e| e.log_id.index) else {
             return Ok(());
         };
-        follows(lock(&self.index).last_log_id(), &entries)?;
+        let mut last = lock(&self.index).last_log_id();
+        for entry in &entries {
+            if let Err(expected) = next_in_log(last, entry.log_id.index) {
+                return Err(write_error(format!(
+                    "an append put entry {} where entry {expected} should be: refusing to \
+                     write a log with a hole",
+                    entry.log_id.index
+                )));
+            }
+            last = Some(entry.log_id);
+        }
         if writer
             .active
             .as_ref()
