@@ -469,11 +469,27 @@ impl Shared {
         self.disk.sync_dir(&self.dir).map_err(write_error)
     }
 
-    /// Writes `entries` after the last one, durably, then makes them visible to readers.
-    fn append(&self, writer: &mut Writer, entries: Vec<Entry>) -> Result<(), StorageError> {
+    /// What of `entries` goes on after the log, by the rules recovery reads it by: an entry at
+    /// or below the purge is dropped (recovery skips it); one from inside the log replaces what
+    /// follows, as a truncate would (openraft's contract allows such an append); one that does
+    /// not follow the last entry or purge would leave a hole and is refused (recovery would
+    /// refuse to start on it).
+    fn place(&self, writer: &mut Writer, entries: Vec<Entry>) -> Result<Vec<Entry>, StorageError> {
+        let purged = lock(&self.index).last_purged.map(|p| p.index);
+        let entries: Vec<Entry> = entries
+            .into_iter()
+            .filter(|e| purged.is_none_or(|p| e.log_id.index > p))
+            .collect();
         let Some(first_index) = entries.first().map(|e| e.log_id.index) else {
-            return Ok(());
+            return Ok(entries);
         };
+        let overlaps = lock(&self.index)
+            .entries
+            .back()
+            .is_some_and(|last| first_index <= last.log_id.index);
+        if overlaps {
+            self.truncate(writer, first_index)?;
+        }
         let mut last = lock(&self.index).last_log_id();
         for entry in &entries {
             if let Err(expected) = next_in_log(last, entry.log_id.index) {
@@ -485,6 +501,15 @@ impl Shared {
             }
             last = Some(entry.log_id);
         }
+        Ok(entries)
+    }
+
+    /// Writes `entries` after the last one, durably, then makes them visible to readers.
+    fn append(&self, writer: &mut Writer, entries: Vec<Entry>) -> Result<(), StorageError> {
+        let entries = self.place(writer, entries)?;
+        let Some(first_index) = entries.first().map(|e| e.log_id.index) else {
+            return Ok(());
+        };
         if writer
             .active
             .as_ref()
@@ -1131,6 +1156,28 @@ pub(crate) mod tests {
     async fn on_an_empty_log_the_first_append_after_a_purge_waits_for_the_snapshot() {
         let (_dir, _snapshots, files, mut log) = behind_snapshots();
         purge_past_the_end_then_append(&mut log, &files, &[]).await;
+    }
+
+    /// openraft's storage contract lets an append start at or before the end of the log: it
+    /// replaces what follows, as a truncate would. Written after the old records instead, the
+    /// log would be out of order on disk, and recovery would refuse to start on it.
+    #[tokio::test]
+    async fn an_append_from_inside_the_log_replaces_what_follows() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut log = LogStore::open(dir.path()).unwrap();
+        log.blocking_append((1..=3).map(entry)).await.unwrap();
+        let mut again = entry(2);
+        again.log_id = log_id(2, 1, 2);
+        log.blocking_append([again]).await.unwrap();
+        assert_eq!(indexes(&mut log).await, vec![1, 2]);
+        drop(log);
+        let mut log = LogStore::open(dir.path()).unwrap();
+        let entries = log.try_get_log_entries(..).await.unwrap();
+        let ids: Vec<_> = entries
+            .iter()
+            .map(|e| (e.log_id.leader_id.term, e.log_id.index))
+            .collect();
+        assert_eq!(ids, vec![(1, 1), (2, 2)]);
     }
 
     /// What recovery refuses to start on, an entry that does not follow the one before it, the
