@@ -11,9 +11,13 @@
 //! - [`limits`]: sizes, TTL bounds and names, validated before a command reaches the log.
 //! - `session`: client sessions, so a retried request is answered, never applied twice.
 //! - `event`: what a command did to leases, for watches.
+//! - [`auth`]: who may do what: roles on lease and key prefixes, the admin permission, and
+//!   holders bound to the identity that owns them; a pure policy, changed only by
+//!   [`auth::AuthChange`].
 
 #![warn(missing_docs)]
 
+pub mod auth;
 mod command;
 mod event;
 pub mod limits;

@@ -32,6 +32,18 @@ pub(crate) const SESSION_ANSWERS: usize = 128;
 /// A session not heard from for this long in store time expires.
 pub const SESSION_IDLE_MS: u64 = 60 * 60 * 1000;
 
+/// Roles one policy holds at most, the admin role included (see `auth`).
+pub const MAX_ROLES: usize = 1_024;
+
+/// Grants one role holds at most.
+pub const MAX_GRANTS_PER_ROLE: usize = 64;
+
+/// Roles one identity is bound to at most.
+pub const MAX_ROLES_PER_IDENTITY: usize = 16;
+
+/// Identities one policy binds at most.
+pub const MAX_BOUND_IDENTITIES: usize = 65_536;
+
 const _: () = {
     assert!(Limits::MIN_TTL_MS <= Limits::MAX_TTL_MS);
     assert!(
