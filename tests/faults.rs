@@ -786,16 +786,30 @@ struct Heal {
 /// The TTL of the lease a leader fault is probed with.
 const PROBE_TTL: Duration = Duration::from_secs(2);
 /// How much longer than its TTL the probe lease may live across a leader fault, measured from
-/// when its acquire was sent to when a rival polling every 50 ms is granted it.
+/// when its acquire was answered (the grant is stamped before that) to when a rival polling
+/// every 50 ms is granted it.
 const PROBE_SLACK: Duration = Duration::from_millis(500);
 
 /// The history's client ids of the lease probe and its rival.
 const PROBE_CLIENT: u32 = 200;
 
-/// A lease acquired just before a leader fault, and when its acquire was sent.
+/// A lease acquired just before a leader fault, and when its acquire was sent and answered:
+/// its grant was stamped between the two.
 struct LeaseProbe {
     name: String,
     sent: Instant,
+    granted: Instant,
+}
+
+/// How long a probe lease lived, until a rival was granted it: measured from its acquire's
+/// send, which is before its grant (a rival earlier than the TTL from there broke the lease),
+/// and from its acquire's answer, which is after (a rival later than the TTL and the slack from
+/// there waited too long). An acquire that itself waited out an election would otherwise count
+/// that wait as the lease's life.
+#[derive(Clone, Copy)]
+struct ProbeLife {
+    since_sent: Duration,
+    since_granted: Duration,
 }
 
 impl LeaseProbe {
@@ -811,7 +825,11 @@ impl LeaseProbe {
             ttl_ms: PROBE_TTL.as_millis() as u64,
         };
         match write(&client, recorder, PROBE_CLIENT, op).await {
-            Some(Outcome::Granted { .. }) => Some(LeaseProbe { name, sent }),
+            Some(Outcome::Granted { .. }) => Some(LeaseProbe {
+                name,
+                sent,
+                granted: Instant::now(),
+            }),
             _ => None,
         }
     }
@@ -822,7 +840,7 @@ impl LeaseProbe {
         self,
         rival: LeaseClient,
         recorder: Arc<Recorder>,
-    ) -> Option<Duration> {
+    ) -> Option<ProbeLife> {
         while self.sent.elapsed() < Duration::from_secs(20) {
             let op = Op::Acquire {
                 lease: self.name.clone(),
@@ -832,12 +850,47 @@ impl LeaseProbe {
             if let Some(Outcome::Granted { .. }) =
                 write(&rival, &recorder, PROBE_CLIENT + 1, op).await
             {
-                return Some(self.sent.elapsed());
+                return Some(ProbeLife {
+                    since_sent: self.sent.elapsed(),
+                    since_granted: self.granted.elapsed(),
+                });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         None
     }
+}
+
+/// What the probe's and its rival's calls for probe lease `n` were answered, and when, in ms
+/// from the probe's acquire: where a lease that lived too long spent the time.
+fn probe_calls(history: &[Operation], n: usize) -> String {
+    let name = format!("probe-{n}");
+    let calls: Vec<&Operation> = history
+        .iter()
+        .filter(|op| op.client == PROBE_CLIENT || op.client == PROBE_CLIENT + 1)
+        .filter(
+            |op| matches!(&op.request, Request::Write(Op::Acquire { lease, .. }) if *lease == name),
+        )
+        .collect();
+    let Some(start) = calls.first().map(|op| op.invoked_ns) else {
+        return "no calls recorded".into();
+    };
+    let ms = |ns: u64| (ns.saturating_sub(start)) / 1_000_000;
+    let shown: Vec<String> = calls
+        .iter()
+        .map(|op| {
+            let answer = match &op.completion {
+                Completion::Ok { answer, .. } => format!("{answer:?}"),
+                other => format!("{other:?}"),
+            };
+            format!(
+                "+{}..+{} ms {answer}",
+                ms(op.invoked_ns),
+                ms(op.completed_ns)
+            )
+        })
+        .collect();
+    format!("its calls: {}", shown.join("; "))
 }
 
 async fn inject(fault: Fault, cluster: &mut Cluster, rng: &mut Rng) -> Heal {
@@ -1076,7 +1129,7 @@ async fn fault_run(
     let mut windows: Vec<(String, u64, u64)> = Vec::new();
     let mut unavailable: BTreeMap<String, Duration> = BTreeMap::new();
     let mut probe = 0;
-    let mut probing: Option<(Fault, tokio::task::JoinHandle<Option<Duration>>)> = None;
+    let mut probing: Option<(Fault, tokio::task::JoinHandle<Option<ProbeLife>>)> = None;
     let mut lives = Vec::new();
     let mut self_exits: Vec<(u64, Duration, String)> = Vec::new();
     let began = Instant::now();
@@ -1250,25 +1303,25 @@ async fn fault_run(
     // Store time carried across a leader fault: a lease lives its TTL, hardly more, never less.
     let mut by_kind: BTreeMap<Fault, Vec<String>> = BTreeMap::new();
     for (kind, life) in &lives {
-        let shown = life.map_or("none".into(), |l| l.as_millis().to_string());
+        let shown = life.map_or("none".into(), |l| l.since_granted.as_millis().to_string());
         by_kind.entry(*kind).or_default().push(shown);
     }
     for (kind, shown) in &by_kind {
         println!(
-            "probe leases ({} ms TTL) across {kind:?} lived: {} ms",
+            "probe leases ({} ms TTL) across {kind:?} lived, from their grant's answer: {} ms",
             PROBE_TTL.as_millis(),
             shown.join(", ")
         );
     }
     for (n, (kind, life)) in lives.iter().enumerate() {
         match life {
-            Some(life) if *life < PROBE_TTL => anomalies.push(Anomaly::new(
+            Some(life) if life.since_sent < PROBE_TTL => anomalies.push(Anomaly::new(
                 "lease life",
-                format!("probe-{n} was granted to a rival {life:?} after it was acquired, before its TTL of {PROBE_TTL:?} ({kind:?})"),
+                format!("probe-{n} was granted to a rival {:?} after its acquire was sent, before its TTL of {PROBE_TTL:?} ({kind:?})", life.since_sent),
             )),
-            Some(life) if *life > PROBE_TTL + PROBE_SLACK => anomalies.push(Anomaly::new(
+            Some(life) if life.since_granted > PROBE_TTL + PROBE_SLACK => anomalies.push(Anomaly::new(
                 "lease life",
-                format!("probe-{n} lived {life:?} across {kind:?}, more than its TTL of {PROBE_TTL:?} and {PROBE_SLACK:?}"),
+                format!("probe-{n} lived {:?} from its grant's answer across {kind:?}, more than its TTL of {PROBE_TTL:?} and {PROBE_SLACK:?}; {}", life.since_granted, probe_calls(&history, n)),
             )),
             Some(_) => {}
             None => anomalies.push(Anomaly::new(
