@@ -232,7 +232,12 @@ impl LeaseClient {
             let timeout = (self.deadline / 2)
                 .clamp(self.deadline.min(MIN_ATTEMPT), ATTEMPT_TIMEOUT)
                 .min(left.max(MIN_ATTEMPT));
-            match call(self.channels[index].clone(), timeout).await {
+            // Bounded here too: tonic's timeout starts once the request is sent, and a TLS
+            // handshake with a stopped node (its kernel still accepts) would never end.
+            let answer = tokio::time::timeout(timeout, call(self.channels[index].clone(), timeout))
+                .await
+                .unwrap_or_else(|_| Err(Status::cancelled("Timeout expired")));
+            match answer {
                 Ok(response) => {
                     self.preferred.store(index, Ordering::Relaxed);
                     return Ok(response.into_inner());
@@ -619,6 +624,36 @@ mod tests {
         let e = client.get("k").await.unwrap_err();
         assert_eq!(e.code(), Code::Unavailable, "{e}");
         assert!(!e.is_indeterminate(), "{e}");
+    }
+
+    /// A stopped node's kernel still takes the connection, and the TLS handshake then waits
+    /// for ever: tonic bounds neither it (its connect timeout covers TCP only) nor, before the
+    /// request is sent, the request's timeout. The call must still end at its deadline; the
+    /// fault suite's lease probe saw a rival's call wait until a paused node resumed.
+    #[tokio::test]
+    async fn a_node_that_never_finishes_the_tls_handshake_fails_the_call_at_its_deadline() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let client = LeaseClient::new(&[addr])
+            .unwrap()
+            .with_tls(ClientTlsConfig::new())
+            .unwrap()
+            .with_deadline(Duration::from_millis(600));
+        let started = tokio::time::Instant::now();
+        let answer = tokio::time::timeout(Duration::from_secs(5), client.get("k")).await;
+        let e = answer.expect("the call ends, at its deadline").unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "ended after {:?}",
+            started.elapsed()
+        );
+        assert_eq!(e.code(), Code::Unavailable, "{e}");
     }
 
     #[tokio::test]
