@@ -487,10 +487,12 @@ impl Shared {
             .entries
             .back()
             .is_some_and(|last| first_index <= last.log_id.index);
-        if overlaps {
-            self.truncate(writer, first_index)?;
-        }
-        let mut last = lock(&self.index).last_log_id();
+        // Checked whole before anything changes, the truncate included: an entry from inside
+        // the log has its predecessor there, after the purge.
+        let mut last = match overlaps {
+            true => None,
+            false => lock(&self.index).last_log_id(),
+        };
         for entry in &entries {
             if let Err(expected) = next_in_log(last, entry.log_id.index) {
                 return Err(write_error(format!(
@@ -500,6 +502,9 @@ impl Shared {
                 )));
             }
             last = Some(entry.log_id);
+        }
+        if overlaps {
+            self.truncate(writer, first_index)?;
         }
         Ok(entries)
     }
@@ -1200,6 +1205,14 @@ pub(crate) mod tests {
                 .to_string()
                 .contains("entry 6 where entry 5 should be"),
             "{inside}"
+        );
+        // From inside the log, with a hole further on: refused before the truncate.
+        let overlapping = log.blocking_append([entry(2), entry(4)]).await.unwrap_err();
+        assert!(
+            overlapping
+                .to_string()
+                .contains("entry 4 where entry 3 should be"),
+            "{overlapping}"
         );
         assert_eq!(indexes(&mut log).await, vec![1, 2, 3]);
         drop(log);
