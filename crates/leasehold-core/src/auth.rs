@@ -42,6 +42,17 @@ pub enum Permission {
 }
 
 impl Permission {
+    /// Every permission, in the order the policy lists them.
+    pub const ALL: [Permission; 7] = [
+        Permission::ReadLeases,
+        Permission::Hold,
+        Permission::Check,
+        Permission::ReadKeys,
+        Permission::Write,
+        Permission::Delete,
+        Permission::Admin,
+    ];
+
     /// The permission's name in a grant (`hold:jobs/`).
     pub fn name(self) -> &'static str {
         match self {
@@ -57,17 +68,7 @@ impl Permission {
 
     /// The permission a name in a grant stands for.
     pub fn parse(text: &str) -> Option<Permission> {
-        [
-            Permission::ReadLeases,
-            Permission::Hold,
-            Permission::Check,
-            Permission::ReadKeys,
-            Permission::Write,
-            Permission::Delete,
-            Permission::Admin,
-        ]
-        .into_iter()
-        .find(|p| p.name() == text)
+        Permission::ALL.into_iter().find(|p| p.name() == text)
     }
 }
 
@@ -677,15 +678,7 @@ mod tests {
 
     #[test]
     fn permission_names_parse_back() {
-        for permission in [
-            Permission::ReadLeases,
-            Permission::Hold,
-            Permission::Check,
-            Permission::ReadKeys,
-            Permission::Write,
-            Permission::Delete,
-            Permission::Admin,
-        ] {
+        for permission in Permission::ALL {
             assert_eq!(Permission::parse(permission.name()), Some(permission));
         }
         assert_eq!(Permission::parse("root"), None);
