@@ -123,6 +123,9 @@ impl<'a> Action<'a> {
             Op::Put { key, .. } => Some(Action::Write(key)),
             Op::Delete { key, .. } => Some(Action::Delete(key)),
             Op::Advance { .. } => Some(Action::Admin("advance the clock")),
+            Op::Auth(_) => Some(Action::Admin("change the policy")),
+            // Acting as another identity is an admin's (a node never logs one inside another).
+            Op::As { .. } => Some(Action::Admin("act as another identity")),
             Op::Register | Op::Tick | Op::Forget { .. } => None,
         }
     }
@@ -140,14 +143,14 @@ impl<'a> Action<'a> {
     }
 }
 
-/// A refusal: who asked, what for, and on what.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// A refusal: who asked, what for, and on what. Kept with a session's answers, so serialized.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{identity} may not {action}{on}{why}", on = on(resource), why = why(reason))]
 pub struct Denied {
     /// The identity that asked (`anonymous` without a certificate).
     pub identity: String,
     /// What it asked to do.
-    pub action: &'static str,
+    pub action: String,
     /// On what: the lease name or key; empty for an admin call.
     pub resource: String,
     /// Why, when the roles are not the reason.
@@ -212,6 +215,41 @@ pub enum AuthChange {
     },
 }
 
+impl AuthChange {
+    /// Checks the change's own fields (names, grants, the admin role's fixed shape), as at the
+    /// edge; what depends on the policy it meets is checked when it is applied.
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        match self {
+            AuthChange::Enable { admin } => identity_field(admin),
+            AuthChange::Disable => Ok(()),
+            AuthChange::PutRole { name: role, grants } => {
+                role_field(role)?;
+                if role == ADMIN_ROLE {
+                    return Err(InvalidInput::new(
+                        "role",
+                        "the admin role's grants are fixed",
+                    ));
+                }
+                grants_field(grants)
+            }
+            AuthChange::DeleteRole { name: role } => {
+                role_field(role)?;
+                if role == ADMIN_ROLE {
+                    return Err(InvalidInput::new(
+                        "role",
+                        "the admin role cannot be deleted",
+                    ));
+                }
+                Ok(())
+            }
+            AuthChange::Bind { identity, role } | AuthChange::Unbind { identity, role } => {
+                identity_field(identity)?;
+                role_field(role)
+            }
+        }
+    }
+}
+
 /// Roles, the identities bound to them, and whether any of it is enforced.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
@@ -262,7 +300,7 @@ impl Policy {
         let (permission, resource) = action.needs();
         let denied = |reason: Option<String>| Denied {
             identity: identity.unwrap_or("anonymous").to_owned(),
-            action: verb(action),
+            action: verb(action).to_owned(),
             resource: match action {
                 Action::Admin(_) => String::new(),
                 _ => resource.to_owned(),
@@ -307,9 +345,9 @@ impl Policy {
     /// Applies `change`, or says why it would leave the policy invalid or the cluster without
     /// an admin; a refused change changes nothing.
     pub fn apply(&mut self, change: &AuthChange) -> Result<(), InvalidInput> {
+        change.validate()?;
         match change {
             AuthChange::Enable { admin } => {
-                identity_field(admin)?;
                 self.bindings
                     .entry(admin.clone())
                     .or_default()
@@ -318,14 +356,6 @@ impl Policy {
             }
             AuthChange::Disable => self.enabled = false,
             AuthChange::PutRole { name: role, grants } => {
-                role_field(role)?;
-                if role == ADMIN_ROLE {
-                    return Err(InvalidInput::new(
-                        "role",
-                        "the admin role's grants are fixed",
-                    ));
-                }
-                grants_field(grants)?;
                 if !self.roles.contains_key(role) && self.roles.len() >= MAX_ROLES {
                     return Err(InvalidInput::new(
                         "role",
@@ -336,13 +366,6 @@ impl Policy {
                 self.roles.insert(role.clone(), Role { grants });
             }
             AuthChange::DeleteRole { name: role } => {
-                role_field(role)?;
-                if role == ADMIN_ROLE {
-                    return Err(InvalidInput::new(
-                        "role",
-                        "the admin role cannot be deleted",
-                    ));
-                }
                 self.roles.remove(role);
                 for roles in self.bindings.values_mut() {
                     roles.remove(role);
@@ -356,8 +379,6 @@ impl Policy {
     }
 
     fn bind(&mut self, identity: &str, role: &str) -> Result<(), InvalidInput> {
-        identity_field(identity)?;
-        role_field(role)?;
         if !self.roles.contains_key(role) {
             return Err(InvalidInput::new(
                 "role",
@@ -382,8 +403,6 @@ impl Policy {
     }
 
     fn unbind(&mut self, identity: &str, role: &str) -> Result<(), InvalidInput> {
-        identity_field(identity)?;
-        role_field(role)?;
         let admins = self
             .bindings
             .values()

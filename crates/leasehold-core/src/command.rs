@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{AuthChange, Denied};
+
 /// One logged command: an operation plus the store time the leader stamped on it.
 ///
 /// `at_ms` is `None` under the manual clock, where only [`Op::Advance`] moves time.
@@ -87,6 +89,38 @@ pub enum Op {
         /// How long a lease must have been free to be dropped, in milliseconds of store time.
         retention_ms: u64,
     },
+    /// A client's operation with the identity its certificate names: applied only if the
+    /// policy lets that identity do it, answered [`Outcome::Denied`] otherwise. An operation a
+    /// client sends without an identity is logged bare, and is denied while the policy is on.
+    As {
+        /// The identity, as the node that took the request read it from the certificate.
+        identity: String,
+        /// What it asks; never another `As` (refused when decoded, so a peer cannot nest
+        /// them deep enough to overflow a node's stack).
+        #[serde(deserialize_with = "one_identity")]
+        op: Box<Op>,
+    },
+    /// A change to who may do what: admin only, answered [`Outcome::PolicyChanged`] or
+    /// [`Outcome::PolicyRefused`].
+    Auth(AuthChange),
+}
+
+std::thread_local! {
+    /// Whether this thread is decoding the operation inside an [`Op::As`].
+    static DECODING_AS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Decodes the operation inside an [`Op::As`], refusing one that is itself an `As`: decoding
+/// is recursive, and a record of nested `As`, a few bytes each, would overflow the stack.
+fn one_identity<'de, D: serde::Deserializer<'de>>(decoder: D) -> Result<Box<Op>, D::Error> {
+    if DECODING_AS.with(|inside| inside.replace(true)) {
+        return Err(serde::de::Error::custom(
+            "an operation acts as one identity, not as one inside another",
+        ));
+    }
+    let op = Op::deserialize(decoder);
+    DECODING_AS.with(|inside| inside.set(false));
+    op.map(Box::new)
 }
 
 /// What a fenced write carries: the lease it writes under and the token its holder was granted.
@@ -178,6 +212,16 @@ pub enum Outcome {
         /// How many; at most [`FORGET_BATCH`](crate::FORGET_BATCH).
         leases: usize,
     },
+    /// The policy does not let the asker do this: nothing changed.
+    Denied(Denied),
+    /// A policy change applied.
+    PolicyChanged,
+    /// A policy change refused: it would leave the policy invalid or the cluster without an
+    /// admin. Nothing changed.
+    PolicyRefused {
+        /// Why, naming the field and the rule.
+        reason: String,
+    },
 }
 
 impl Outcome {
@@ -192,6 +236,8 @@ impl Outcome {
                 | Outcome::Forgotten
                 | Outcome::UnknownSession
                 | Outcome::RequestIdReused
+                | Outcome::Denied(_)
+                | Outcome::PolicyRefused { .. }
         )
     }
 }

@@ -18,6 +18,8 @@
 #![warn(missing_docs)]
 
 pub mod auth;
+#[cfg(test)]
+mod authorized;
 mod command;
 mod event;
 pub mod limits;

@@ -134,6 +134,17 @@ pub fn validate(op: &Op) -> Result<(), InvalidInput> {
             }
             Ok(())
         }
+        Op::As { identity, op } => {
+            name("identity", identity, Limits::MAX_NAME_BYTES)?;
+            if let Op::As { .. } = **op {
+                return Err(InvalidInput::new(
+                    "identity",
+                    "an operation acts as one identity, not as one inside another",
+                ));
+            }
+            validate(op)
+        }
+        Op::Auth(change) => change.validate(),
         Op::Tick | Op::Register | Op::Forget { .. } => Ok(()),
     }
 }

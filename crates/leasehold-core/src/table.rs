@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::limits::FORGET_BATCH;
 use super::session::{fingerprint, Admission, Sessions};
+use crate::auth::{Action, Policy};
 use crate::{Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal};
 
 /// The whole replicated state. `BTreeMap`s, so iteration and serialization are deterministic.
@@ -25,6 +26,9 @@ pub struct LeaseTable {
     /// and a fenced write on such a name with a token at or below it is stale. So no token is
     /// ever handed out twice for a name, however often it is forgotten.
     forgotten_floor: u64,
+    /// Who may do what: changed only by [`Op::Auth`], consulted for every [`Op::As`] and for
+    /// every client operation logged without an identity.
+    policy: Policy,
     /// `(expires_at_ms, name)` of every lease: the next expiry of a held lease (those after
     /// now) and the longest-free leases (a free lease's `expires_at_ms` is when it became
     /// free), without a scan. Derived from `leases`, so not stored: rebuilt on load.
@@ -37,6 +41,18 @@ pub struct LeaseTable {
     lease_sum: u64,
     #[serde(skip)]
     row_sum: u64,
+    /// The hash of `policy` when it is not the default, 0 when it is: the digest takes it in
+    /// without encoding the policy on every call, and a table that never had a policy keeps
+    /// the digest earlier builds gave it. Derived: rebuilt on load and on every change.
+    #[serde(skip)]
+    policy_hash: u64,
+}
+
+fn policy_hash(policy: &Policy) -> u64 {
+    match *policy == Policy::default() {
+        true => 0,
+        false => super::fnv1a(&postcard::to_allocvec(policy).unwrap_or_default()),
+    }
 }
 
 /// One lease's or row's share of the digest: its name and value, as postcard encodes them.
@@ -55,6 +71,17 @@ fn rehash(sum: &mut u64, before: Option<u64>, after: Option<u64>) {
 /// What a table stores: everything but what is derived. Same fields, same order.
 #[derive(Deserialize)]
 struct Stored {
+    now_ms: u64,
+    leases: BTreeMap<String, Lease>,
+    rows: BTreeMap<String, Vec<u8>>,
+    sessions: Sessions,
+    forgotten_floor: u64,
+    policy: Policy,
+}
+
+/// What a table stored before it had a policy: the default policy, which is off.
+#[derive(Deserialize)]
+struct StoredBeforePolicy {
     now_ms: u64,
     leases: BTreeMap<String, Lease>,
     rows: BTreeMap<String, Vec<u8>>,
@@ -90,6 +117,8 @@ impl From<Stored> for LeaseTable {
             rows: stored.rows,
             sessions: stored.sessions,
             forgotten_floor: stored.forgotten_floor,
+            policy_hash: policy_hash(&stored.policy),
+            policy: stored.policy,
             expiries,
             lease_sum,
             row_sum,
@@ -98,8 +127,20 @@ impl From<Stored> for LeaseTable {
 }
 
 impl LeaseTable {
-    /// A table stored by a version before leases could be forgotten (a snapshot it left).
+    /// A table stored by an earlier version (a snapshot it left): before the policy, or before
+    /// leases could be forgotten. Newest first: postcard ignores bytes left over, so an older
+    /// layout would also read a newer table, dropping what it does not know.
     pub fn from_older_bytes(bytes: &[u8]) -> Result<LeaseTable, postcard::Error> {
+        if let Ok(old) = postcard::from_bytes::<StoredBeforePolicy>(bytes) {
+            return Ok(LeaseTable::from(Stored {
+                now_ms: old.now_ms,
+                leases: old.leases,
+                rows: old.rows,
+                sessions: old.sessions,
+                forgotten_floor: old.forgotten_floor,
+                policy: Policy::default(),
+            }));
+        }
         let old: StoredBeforeForgetting = postcard::from_bytes(bytes)?;
         Ok(LeaseTable::from(Stored {
             now_ms: old.now_ms,
@@ -107,6 +148,7 @@ impl LeaseTable {
             rows: old.rows,
             sessions: old.sessions,
             forgotten_floor: 0,
+            policy: Policy::default(),
         }))
     }
 }
@@ -195,6 +237,11 @@ impl LeaseTable {
         self.leases.get(name)
     }
 
+    /// Who may do what.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
     /// The value stored under `key`, if any.
     pub fn row(&self, key: &str) -> Option<&[u8]> {
         self.rows.get(key).map(Vec::as_slice)
@@ -215,7 +262,12 @@ impl LeaseTable {
             self.rows.len(),
             self.row_sum,
         );
-        super::fnv1a(&postcard::to_allocvec(&parts).unwrap_or_default())
+        let digest = super::fnv1a(&postcard::to_allocvec(&parts).unwrap_or_default());
+        match self.policy_hash {
+            // The default policy leaves the digest as it was before there was one.
+            0 => digest,
+            policy => super::fnv1a(&postcard::to_allocvec(&(digest, policy)).unwrap_or_default()),
+        }
     }
 
     /// The digests a backup's header may name that were this table's under an earlier
@@ -232,9 +284,17 @@ impl LeaseTable {
             self.rows.len(),
             self.row_sum,
         );
+        // The whole encoding as it was before the policy: the same fields without it.
+        let whole = (
+            self.now_ms,
+            &self.leases,
+            &self.rows,
+            &self.sessions,
+            self.forgotten_floor,
+        );
         [
             super::fnv1a(&postcard::to_allocvec(&sessions_whole).unwrap_or_default()),
-            super::fnv1a(&postcard::to_allocvec(self).unwrap_or_default()),
+            super::fnv1a(&postcard::to_allocvec(&whole).unwrap_or_default()),
         ]
     }
 
@@ -256,6 +316,7 @@ impl LeaseTable {
             rows: self.rows,
             sessions: self.sessions,
             forgotten_floor: self.forgotten_floor,
+            policy: self.policy,
         };
         // Rebuilt as a load would: the digest's sums follow the new tokens.
         LeaseTable::from(stored)
@@ -395,6 +456,17 @@ impl LeaseTable {
     }
 
     fn apply_op(&mut self, op: &Op, events: &mut Vec<Event>) -> Outcome {
+        // Authorized here, at apply, so that every replica decides by the policy in force at
+        // this index, whatever the node that took the request believed.
+        let (identity, op) = match op {
+            Op::As { identity, op } => (Some(identity.as_str()), &**op),
+            op => (None, op),
+        };
+        if let Some(action) = Action::of(op) {
+            if let Err(denied) = self.policy.check(identity, &action) {
+                return Outcome::Denied(denied);
+            }
+        }
         let outcome = match op {
             Op::Acquire {
                 lease,
@@ -418,6 +490,17 @@ impl LeaseTable {
             },
             Op::Delete { key, fence } => self.delete(key, fence.as_ref()),
             Op::Forget { retention_ms } => self.forget(*retention_ms),
+            // An admin acting as another identity: that identity's operation, checked as its.
+            Op::As { .. } => return self.apply_op(op, events),
+            Op::Auth(change) => match self.policy.apply(change) {
+                Ok(()) => {
+                    self.policy_hash = policy_hash(&self.policy);
+                    Outcome::PolicyChanged
+                }
+                Err(refusal) => Outcome::PolicyRefused {
+                    reason: refusal.to_string(),
+                },
+            },
         };
         match (op, &outcome) {
             (
@@ -1413,6 +1496,11 @@ mod tests {
                 // Rarely, so that the newest sessions fill past their window of answers.
                 6 if next(32) == 0 => Op::Register,
                 6 => plain(&format!("k{}", next(5)), "w"),
+                // Now and then a policy change (off: it decides nothing, but is state).
+                7 if next(16) == 0 => Op::Auth(crate::auth::AuthChange::PutRole {
+                    name: format!("r{}", next(3)),
+                    grants: vec![],
+                }),
                 _ => Op::Forget { retention_ms: 500 },
             };
             // Most commands carry a request id, so that the newest sessions fill past their

@@ -1,0 +1,263 @@
+//! The policy as the log applies it: `Op::As` checked at apply, `Op::Auth` changing the policy
+//! for every command after it, and the table's encoding and digest with a policy in it.
+
+use crate::auth::{AuthChange, Grant, Permission, ADMIN_ROLE};
+use crate::{Command, LeaseTable, Op, Outcome, ReleaseRefusal, RequestId};
+
+fn at(at_ms: u64, op: Op) -> Command {
+    Command {
+        at_ms: Some(at_ms),
+        request: None,
+        op,
+    }
+}
+
+fn by(identity: &str, op: Op) -> Op {
+    Op::As {
+        identity: identity.into(),
+        op: Box::new(op),
+    }
+}
+
+fn acquire(lease: &str, holder: &str) -> Op {
+    Op::Acquire {
+        lease: lease.into(),
+        holder: holder.into(),
+        ttl_ms: 10_000,
+    }
+}
+
+fn put(key: &str) -> Op {
+    Op::Put {
+        key: key.into(),
+        value: b"v".to_vec(),
+        fence: None,
+    }
+}
+
+fn denied(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Denied(denied) => denied.to_string(),
+        other => panic!("expected a denial, got {other:?}"),
+    }
+}
+
+/// A table whose policy is on: `root` the admin, `team-a` holding and writing under `a/`.
+fn with_policy() -> LeaseTable {
+    let mut t = LeaseTable::default();
+    let grants = [Permission::Hold, Permission::Write]
+        .into_iter()
+        .map(|permission| Grant {
+            permission,
+            prefix: "a/".into(),
+        })
+        .collect();
+    for change in [
+        AuthChange::Enable {
+            admin: "root".into(),
+        },
+        AuthChange::PutRole {
+            name: "a".into(),
+            grants,
+        },
+        AuthChange::Bind {
+            identity: "team-a".into(),
+            role: "a".into(),
+        },
+    ] {
+        let outcome = t.apply(&at(1, by("root", Op::Auth(change))));
+        assert_eq!(outcome, Outcome::PolicyChanged);
+    }
+    t
+}
+
+#[test]
+fn with_the_policy_off_every_operation_applies_with_or_without_an_identity() {
+    let mut t = LeaseTable::default();
+    assert!(t.apply(&at(1, acquire("l", "x"))).accepted());
+    assert!(t.apply(&at(1, by("anyone", put("k")))).accepted());
+    assert!(t.apply(&at(1, Op::Advance { by_ms: 5 })).accepted());
+}
+
+#[test]
+fn an_operation_is_applied_only_if_the_policy_in_force_allows_its_identity() {
+    let mut t = with_policy();
+    let before = t.digest();
+    let refused = t.apply(&at(2, by("team-a", put("b/k"))));
+    assert_eq!(denied(&refused), "team-a may not write key \"b/k\"");
+    let refused = t.apply(&at(2, by("team-b", acquire("a/l", "team-b"))));
+    assert_eq!(denied(&refused), "team-b may not hold lease \"a/l\"");
+    assert_eq!(t.row("b/k"), None);
+    assert!(t.lease("a/l").is_none());
+    // Time moved to the stamp; nothing else changed.
+    t.apply(&at(2, Op::Tick));
+    assert_ne!(t.digest(), before);
+    assert!(t.apply(&at(2, by("team-a", put("a/k")))).accepted());
+    assert!(t.apply(&at(2, by("team-a", acquire("a/l", "team-a/w1")))).accepted());
+}
+
+#[test]
+fn a_bare_client_operation_is_denied_while_the_policy_is_on_and_node_commands_are_not() {
+    let mut t = with_policy();
+    let refused = t.apply(&at(2, put("a/k")));
+    assert!(denied(&refused).starts_with("anonymous may not write key"));
+    // What nodes log themselves, and opening a session, need no identity.
+    assert!(t.apply(&at(3, Op::Tick)).accepted());
+    assert!(t.apply(&at(3, Op::Forget { retention_ms: 1 })).accepted());
+    assert!(matches!(
+        t.apply(&at(3, Op::Register)),
+        Outcome::Registered { .. }
+    ));
+    let refused = t.apply(&at(3, by("team-a", Op::Advance { by_ms: 1 })));
+    assert_eq!(denied(&refused), "team-a may not advance the clock");
+    assert!(t.apply(&at(3, by("root", Op::Advance { by_ms: 1 }))).accepted());
+}
+
+#[test]
+fn a_holders_lease_is_not_releasable_by_another_identity_that_knows_its_token() {
+    let mut t = with_policy();
+    let token = match t.apply(&at(2, by("team-a", acquire("a/l", "team-a/w1")))) {
+        Outcome::Granted { token, .. } => token,
+        other => panic!("{other:?}"),
+    };
+    t.apply(&at(
+        3,
+        by(
+            "root",
+            Op::Auth(AuthChange::Bind {
+                identity: "team-b".into(),
+                role: "a".into(),
+            }),
+        ),
+    ));
+    let release = |holder: &str| Op::Release {
+        lease: "a/l".into(),
+        holder: holder.into(),
+        token,
+    };
+    // team-b has the same role, and the token, but is not the holder's identity.
+    let refused = t.apply(&at(4, by("team-b", release("team-a/w1"))));
+    assert!(denied(&refused).contains("holds only as itself"), "{refused:?}");
+    // As itself, the store's own check refuses it: the lease is another holder's.
+    let refused = t.apply(&at(4, by("team-b", release("team-b"))));
+    assert!(matches!(
+        refused,
+        Outcome::ReleaseRefused(ReleaseRefusal::HeldByOther { .. })
+    ));
+    assert_eq!(
+        t.apply(&at(4, by("team-a", release("team-a/w1")))),
+        Outcome::Released { token }
+    );
+}
+
+#[test]
+fn only_an_admin_changes_the_policy_and_a_refused_change_changes_nothing() {
+    let mut t = with_policy();
+    let unbind_root = AuthChange::Unbind {
+        identity: "root".into(),
+        role: ADMIN_ROLE.into(),
+    };
+    let refused = t.apply(&at(2, by("team-a", Op::Auth(unbind_root.clone()))));
+    assert_eq!(denied(&refused), "team-a may not change the policy");
+    let before = t.digest();
+    let refused = t.apply(&at(2, by("root", Op::Auth(unbind_root))));
+    assert!(
+        matches!(&refused, Outcome::PolicyRefused { reason } if reason.contains("last admin")),
+        "{refused:?}"
+    );
+    assert_eq!(t.digest(), before);
+    assert!(!refused.accepted());
+}
+
+#[test]
+fn a_change_is_in_force_from_the_next_command_on() {
+    let mut t = with_policy();
+    assert!(t.apply(&at(2, by("team-a", put("a/k")))).accepted());
+    let change = AuthChange::DeleteRole { name: "a".into() };
+    t.apply(&at(3, by("root", Op::Auth(change))));
+    let refused = t.apply(&at(3, by("team-a", put("a/k"))));
+    assert_eq!(denied(&refused), "team-a may not write key \"a/k\"");
+    t.apply(&at(4, by("root", Op::Auth(AuthChange::Disable))));
+    assert!(t.apply(&at(4, put("a/k"))).accepted());
+}
+
+#[test]
+fn a_retried_request_gets_its_denial_again() {
+    let mut t = with_policy();
+    let client = match t.apply(&at(2, Op::Register)) {
+        Outcome::Registered { client } => client,
+        other => panic!("{other:?}"),
+    };
+    let command = Command {
+        at_ms: Some(3),
+        request: Some(RequestId {
+            client,
+            sequence: 1,
+        }),
+        op: by("team-b", put("a/k")),
+    };
+    let first = t.apply(&command);
+    assert!(matches!(first, Outcome::Denied(_)));
+    // Bound since: the retry is still answered with its first answer, not applied.
+    t.apply(&at(
+        4,
+        by(
+            "root",
+            Op::Auth(AuthChange::Bind {
+                identity: "team-b".into(),
+                role: "a".into(),
+            }),
+        ),
+    ));
+    assert_eq!(t.apply(&command), first);
+    assert_eq!(t.row("a/k"), None);
+}
+
+#[test]
+fn the_policy_survives_encoding_and_changes_the_digest_only_when_set() {
+    let mut t = LeaseTable::default();
+    t.apply(&at(1, put("k")));
+    let without = t.digest();
+    let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
+    assert_eq!(loaded.digest(), without);
+    let t = with_policy();
+    let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
+    assert_eq!(loaded.policy(), t.policy());
+    assert_eq!(loaded.digest(), t.digest());
+    let mut off = t.clone();
+    off.apply(&at(1, by("root", Op::Auth(AuthChange::Disable))));
+    assert_ne!(off.digest(), t.digest());
+}
+
+/// A table stored before the policy (its floor last) loads with its floor, not as the older
+/// layout without one, which would read it too and drop the floor.
+#[test]
+fn a_table_stored_before_the_policy_loads_with_its_floor() {
+    let mut t = LeaseTable::default();
+    t.apply(&at(1, acquire("l", "x")));
+    t.apply(&at(1, Op::Release {
+        lease: "l".into(),
+        holder: "x".into(),
+        token: 1,
+    }));
+    t.apply(&at(9_000, Op::Forget { retention_ms: 1 }));
+    assert_eq!(t.forgotten_floor(), 1);
+    let mut bytes = postcard::to_allocvec(&t).unwrap();
+    let policy = postcard::to_allocvec(t.policy()).unwrap();
+    bytes.truncate(bytes.len() - policy.len());
+    assert!(postcard::from_bytes::<LeaseTable>(&bytes).is_err());
+    let loaded = LeaseTable::from_older_bytes(&bytes).unwrap();
+    assert_eq!(loaded.forgotten_floor(), 1);
+    assert_eq!(loaded, t);
+}
+
+#[test]
+fn an_identity_inside_another_is_refused_when_decoded() {
+    let nested = by("a", by("b", put("k")));
+    let bytes = postcard::to_allocvec(&nested).unwrap();
+    let error = postcard::from_bytes::<Op>(&bytes).unwrap_err();
+    assert!(error.to_string().contains("Serde Deserialization Error"), "{error}");
+    let one = postcard::to_allocvec(&by("a", put("k"))).unwrap();
+    assert_eq!(postcard::from_bytes::<Op>(&one).unwrap(), by("a", put("k")));
+    assert!(crate::validate(&nested).is_err());
+}
