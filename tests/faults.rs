@@ -567,8 +567,13 @@ async fn write(client: &LeaseClient, recorder: &Recorder, id: u32, op: Op) -> Op
                 (r.applied, Answer::Outcome(delete_outcome(&r.outcome)))
             })
         }
-        Op::Advance { .. } | Op::Tick | Op::Register | Op::Forget { .. } => {
-            unreachable!("clients send none of these")
+        Op::Advance { .. }
+        | Op::Tick
+        | Op::Register
+        | Op::Forget { .. }
+        | Op::As { .. }
+        | Op::Auth(_) => {
+            unreachable!("the workload sends none of these")
         }
     };
     let outcome = match &completion {

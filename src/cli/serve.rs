@@ -77,6 +77,12 @@ pub struct ServeArgs {
     /// Clients must show a certificate from --tls-ca as well.
     #[arg(long, env = "LEASEHOLD_CLIENT_CERT_AUTH", requires = "tls_cert")]
     client_cert_auth: bool,
+    /// Authorization on from the cluster's creation, with NAME (the name a client
+    /// certificate carries) its first admin: only NAME may then change the policy
+    /// (`leasehold auth`), membership or take a snapshot, and others only what their roles
+    /// grant. Give every node the same. Needs --client-cert-auth.
+    #[arg(long, env = "LEASEHOLD_AUTH_ADMIN", value_name = "NAME", requires = "client_cert_auth")]
+    auth_admin: Option<String>,
     /// Requests this node works on at once, client requests and forwarded writes alike;
     /// past it a request is refused at once with RESOURCE_EXHAUSTED.
     #[arg(long, env = "LEASEHOLD_MAX_REQUESTS", value_name = "N", default_value_t = crate::limits::MAX_CONCURRENT_REQUESTS as u64,
@@ -248,6 +254,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         None => None,
     };
     let peers = peers(&args, id);
+    if let Some(admin) = &args.auth_admin {
+        leasehold_core::limits::name("--auth-admin", admin, leasehold_core::Limits::MAX_NAME_BYTES)?;
+    }
     let config = NodeConfig {
         id,
         listen,
@@ -263,6 +272,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
             _ => None,
         },
         client_cert_auth: args.client_cert_auth,
+        auth_admin: args.auth_admin,
         max_requests: args.max_requests as usize,
         lease_retention_ms: args.lease_retention,
         metrics_listen,

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 
 use crate::limits::KEPT_ANSWERS;
+use leasehold_core::auth::{Action, Policy};
 use leasehold_core::{
     Command, Fence, Op, Outcome, ReleaseRefusal, RequestId, FORGET_BATCH, SESSION_IDLE_MS,
 };
@@ -58,6 +59,10 @@ pub struct Model {
     sessions: Vec<ClientSession>,
     /// The largest token of a forgotten lease: a lease with no grants starts above it.
     floor: u64,
+    /// Who may do what. The policy's own decisions are core's ([`Policy`], unit-tested there);
+    /// the model judges what the table does with them: a denied operation changes nothing, and
+    /// its retry gets the same denial.
+    policy: Policy,
 }
 
 impl Model {
@@ -180,7 +185,21 @@ impl Model {
     }
 
     fn apply_op(&mut self, op: &Op) -> Outcome {
+        let (identity, op) = match op {
+            Op::As { identity, op } => (Some(identity.as_str()), &**op),
+            op => (None, op),
+        };
+        if let Some(denied) = Action::of(op).and_then(|a| self.policy.check(identity, &a).err()) {
+            return Outcome::Denied(denied);
+        }
         match op {
+            Op::As { .. } => self.apply_op(op),
+            Op::Auth(change) => match self.policy.apply(change) {
+                Ok(()) => Outcome::PolicyChanged,
+                Err(refusal) => Outcome::PolicyRefused {
+                    reason: refusal.to_string(),
+                },
+            },
             Op::Acquire {
                 lease,
                 holder,

@@ -293,6 +293,9 @@ pub(crate) const MAX_HANDSHAKES: usize = 256;
 /// and logs each again once.
 pub(crate) const MAX_REFUSALS_REMEMBERED: usize = 1_024;
 
+/// Refusals by the policy logged per minute; past it, they are counted in the metrics only.
+pub(crate) const DENIALS_LOGGED_PER_MINUTE: u64 = 20;
+
 const _: () = {
     assert!(
         WATCH_EVENTS_PER_RESPONSE < KEPT_EVENTS,

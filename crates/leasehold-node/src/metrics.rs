@@ -235,6 +235,7 @@ fn edge_refusal(code: tonic::Code) -> Option<&'static str> {
         tonic::Code::InvalidArgument => Some("invalid_argument"),
         tonic::Code::ResourceExhausted => Some("overloaded"),
         tonic::Code::Aborted => Some("unknown_session"),
+        tonic::Code::PermissionDenied => Some("denied"),
         _ => None,
     }
 }

@@ -125,6 +125,9 @@ where
         tasks.push(tokio::spawn(tick_expiring_leases(node.clone())));
     }
     tasks.push(tokio::spawn(watch_elections(node.clone(), penalty)));
+    if let Some(admin) = &config.auth_admin {
+        tasks.push(tokio::spawn(super::authz::set_up(node.clone(), admin.clone())));
+    }
     Ok(Running { node, tasks })
 }
 

@@ -3,18 +3,23 @@
 use openraft::ServerState;
 use tonic::{Request, Response, Status};
 
+use super::authz::{self, Plane};
 use super::status::remote_status;
-use super::Node;
+use super::{convert, Node, NodeError};
 use crate::limits::{BACKUP_CHUNKS_QUEUED, BACKUP_CHUNK_BYTES};
 use crate::proto::v1 as pb;
+use leasehold_core::auth::{Action, AuthChange};
+use leasehold_core::Op;
 
 pub struct ClusterService {
     node: Node,
+    /// Where the requests' identities come from.
+    plane: Plane,
 }
 
 impl ClusterService {
-    pub fn new(node: Node) -> Self {
-        ClusterService { node }
+    pub fn new(node: Node, plane: Plane) -> Self {
+        ClusterService { node, plane }
     }
 
     fn local(&self) -> pb::NodeStatus {
@@ -77,21 +82,27 @@ impl pb::cluster_server::Cluster for ClusterService {
 
     async fn save_snapshot(
         &self,
-        _: Request<pb::SaveSnapshotRequest>,
+        request: Request<pb::SaveSnapshotRequest>,
     ) -> Result<Response<Self::SaveSnapshotStream>, Status> {
         let _working = self.node.admit(1)?;
-        // A linearizable read: the leader confirms its leadership, then copies the state under
-        // the state lock, so the copy is exactly what was applied up to `last_applied`.
-        let ((data, last_applied, digest), at) = self
+        let identity = authz::identity(&request, self.plane);
+        let admin = Action::Admin("save a snapshot");
+        // A linearizable read: the leader confirms its leadership, then checks the policy and
+        // copies the state under the state lock, so the copy is exactly what was applied up to
+        // `last_applied`.
+        let (copied, at) = self
             .node
             .read(|s| {
-                (
-                    crate::raft::codec::encode(&s.table),
-                    s.last_applied,
-                    s.table.digest(),
-                )
+                authz::allowed(s.table.policy(), identity.as_deref(), &admin).map(|()| {
+                    (
+                        crate::raft::codec::encode(&s.table),
+                        s.last_applied,
+                        s.table.digest(),
+                    )
+                })
             })
             .await?;
+        let (data, last_applied, digest) = copied?;
         let data = data.map_err(|e| super::NodeError::Encoding {
             what: "encoding the state",
             reason: e.to_string(),
@@ -139,6 +150,8 @@ impl pb::cluster_server::Cluster for ClusterService {
         request: Request<pb::AddMemberRequest>,
     ) -> Result<Response<pb::MembersResponse>, Status> {
         let _working = self.node.admit(1)?;
+        let identity = authz::identity(&request, self.plane);
+        authz::admin(&self.node, identity.as_deref(), "add a member").await?;
         super::membership::add(&self.node, request.into_inner())
             .await
             .map(Response::new)
@@ -149,6 +162,8 @@ impl pb::cluster_server::Cluster for ClusterService {
         request: Request<pb::RemoveMemberRequest>,
     ) -> Result<Response<pb::MembersResponse>, Status> {
         let _working = self.node.admit(1)?;
+        let identity = authz::identity(&request, self.plane);
+        authz::admin(&self.node, identity.as_deref(), "remove a member").await?;
         super::membership::remove(&self.node, request.into_inner())
             .await
             .map(Response::new)
@@ -186,6 +201,64 @@ impl pb::cluster_server::Cluster for ClusterService {
         }
         nodes.sort_by_key(|n| n.id);
         Ok(Response::new(pb::StatusResponse { nodes }))
+    }
+
+    async fn change_policy(
+        &self,
+        request: Request<pb::ChangePolicyRequest>,
+    ) -> Result<Response<pb::ChangePolicyResponse>, Status> {
+        let _working = self.node.admit(1)?;
+        let identity = authz::identity(&request, self.plane);
+        let change = convert::policy_change(request.into_inner())?;
+        if matches!(change, AuthChange::Enable { .. }) && !self.node.client_certificates() {
+            return Err(NodeError::Refused(
+                "authorization needs client certificates, and this node serves clients without \
+                 them: start every node with --client-cert-auth (and TLS) first"
+                    .into(),
+            )
+            .into());
+        }
+        let op = authz::as_identity(identity, Op::Auth(change));
+        let applied = self.node.write_or_forward(op, None).await?;
+        Ok(Response::new(convert::policy_changed(applied)?))
+    }
+
+    async fn get_policy(
+        &self,
+        request: Request<pb::GetPolicyRequest>,
+    ) -> Result<Response<pb::PolicyResponse>, Status> {
+        let _working = self.node.admit(1)?;
+        let identity = authz::identity(&request, self.plane);
+        let admin = Action::Admin("read the policy");
+        let (policy, at) = self
+            .node
+            .read(|s| {
+                let policy = s.table.policy();
+                authz::allowed(policy, identity.as_deref(), &admin).map(|()| policy.clone())
+            })
+            .await?;
+        Ok(Response::new(convert::policy(&policy?, &at)))
+    }
+
+    async fn who_am_i(
+        &self,
+        request: Request<pb::WhoAmIRequest>,
+    ) -> Result<Response<pb::WhoAmIResponse>, Status> {
+        let _working = self.node.admit(1)?;
+        let identity = authz::identity(&request, self.plane).unwrap_or_default();
+        let state = self.node.state().read();
+        let policy = state.table.policy();
+        Ok(Response::new(pb::WhoAmIResponse {
+            auth_enabled: policy.enabled(),
+            roles: policy
+                .bindings()
+                .get(&identity)
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect(),
+            identity,
+        }))
     }
 
     async fn node_status(

@@ -5,6 +5,7 @@
 use super::NodeError;
 use crate::proto::v1 as pb;
 use crate::raft::Applied;
+use leasehold_core::auth::{AuthChange, Grant, Permission, Policy};
 use leasehold_core::{InvalidInput, Outcome, ReleaseRefusal};
 
 fn applied(a: &Applied) -> Option<pb::Applied> {
@@ -21,6 +22,7 @@ fn mismatch(command: &str, outcome: &Outcome) -> NodeError {
     match outcome {
         Outcome::Forgotten => NodeError::Forgotten,
         Outcome::UnknownSession => NodeError::UnknownSession,
+        Outcome::Denied(denied) => NodeError::Denied(denied.clone()),
         Outcome::RequestIdReused => NodeError::Invalid(InvalidInput::new(
             "request_id",
             "this sequence number was already used for another operation; every request needs \
@@ -150,6 +152,87 @@ pub fn advance(a: Applied) -> Result<pb::AdvanceResponse, NodeError> {
             applied: applied(&a),
         }),
         other => Err(mismatch("advance", other)),
+    }
+}
+
+/// A policy change as the API carries it, as the log does; the fields are checked here, at the
+/// edge, and what depends on the policy where it applies.
+pub fn policy_change(r: pb::ChangePolicyRequest) -> Result<AuthChange, NodeError> {
+    use pb::change_policy_request::Change;
+    let binding = |b: pb::Binding| (b.identity, b.role);
+    let change = match r.change {
+        None => return Err(invalid("change", "set one of enable, disable, put_role, delete_role, bind, unbind")),
+        Some(Change::Enable(admin)) => AuthChange::Enable { admin },
+        Some(Change::Disable(_)) => AuthChange::Disable,
+        Some(Change::PutRole(role)) => AuthChange::PutRole {
+            name: role.name,
+            grants: role.grants.into_iter().map(grant).collect::<Result<_, _>>()?,
+        },
+        Some(Change::DeleteRole(name)) => AuthChange::DeleteRole { name },
+        Some(Change::Bind(b)) => {
+            let (identity, role) = binding(b);
+            AuthChange::Bind { identity, role }
+        }
+        Some(Change::Unbind(b)) => {
+            let (identity, role) = binding(b);
+            AuthChange::Unbind { identity, role }
+        }
+    };
+    change.validate()?;
+    Ok(change)
+}
+
+fn invalid(field: &'static str, problem: &str) -> NodeError {
+    NodeError::Invalid(InvalidInput::new(field, problem))
+}
+
+fn grant(g: pb::Grant) -> Result<Grant, NodeError> {
+    let permission = Permission::parse(&g.permission).ok_or_else(|| {
+        let names: Vec<_> = Permission::ALL.iter().map(|p| p.name()).collect();
+        NodeError::Invalid(InvalidInput::new(
+            "grants",
+            format!("no permission {:?}: one of {}", g.permission, names.join(", ")),
+        ))
+    })?;
+    Ok(Grant {
+        permission,
+        prefix: g.prefix,
+    })
+}
+
+pub fn policy_changed(a: Applied) -> Result<pb::ChangePolicyResponse, NodeError> {
+    match &a.outcome {
+        Outcome::PolicyChanged => Ok(pb::ChangePolicyResponse {
+            applied: applied(&a),
+        }),
+        Outcome::PolicyRefused { reason } => Err(NodeError::PolicyRefused(reason.clone())),
+        other => Err(mismatch("change policy", other)),
+    }
+}
+
+pub fn policy(policy: &Policy, at: &Applied) -> pb::PolicyResponse {
+    let roles = policy.roles().iter().map(|(name, role)| pb::AuthRole {
+        name: name.clone(),
+        grants: role
+            .grants
+            .iter()
+            .map(|g| pb::Grant {
+                permission: g.permission.name().to_owned(),
+                prefix: g.prefix.clone(),
+            })
+            .collect(),
+    });
+    let bindings = policy.bindings().iter().flat_map(|(identity, roles)| {
+        roles.iter().map(move |role| pb::Binding {
+            identity: identity.clone(),
+            role: role.clone(),
+        })
+    });
+    pb::PolicyResponse {
+        enabled: policy.enabled(),
+        roles: roles.collect(),
+        bindings: bindings.collect(),
+        applied: applied(at),
     }
 }
 

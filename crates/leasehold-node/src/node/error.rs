@@ -12,6 +12,9 @@ use crate::raft::{NodeId, WriteError};
 use crate::limits::QUORUM_SILENCE;
 pub use leasehold_proto::{INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 
+/// Set on a refusal by the policy, so that a node forwarding a read passes it through.
+pub const DENIED_KEY: &str = "leasehold-denied";
+
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum NodeError {
     #[error("{0}")]
@@ -122,6 +125,18 @@ pub enum NodeError {
     /// A peer-plane caller whose certificate does not allow what it sends.
     #[error("refused on the peer plane: {0}")]
     Forbidden(String),
+    /// The policy does not let the caller do this: nothing was changed.
+    #[error("permission denied: {0}")]
+    Denied(leasehold_core::auth::Denied),
+    /// A policy change that would leave the policy invalid or the cluster without an admin.
+    #[error("policy change refused: {0}")]
+    PolicyRefused(String),
+    /// Created with an admin, the cluster has not turned authorization on yet.
+    #[error(
+        "this cluster was created with authorization, and its leader has not turned it on yet; \
+         retry shortly"
+    )]
+    AuthSettingUp,
     /// This node could not encode what it was to send back.
     #[error("{what}: {reason}")]
     Encoding { what: &'static str, reason: String },
@@ -256,14 +271,17 @@ impl From<NodeError> for Status {
             | NodeError::NotMember(_)
             | NodeError::WatchLeaderless { .. }
             | NodeError::ChangeInProgress(_)
-            | NodeError::ChangeDeposed => Code::Unavailable,
+            | NodeError::ChangeDeposed
+            | NodeError::AuthSettingUp => Code::Unavailable,
             NodeError::Forgotten | NodeError::UnknownSession => Code::Aborted,
             NodeError::Overloaded { .. } => Code::ResourceExhausted,
             NodeError::Raft(_) | NodeError::Invariant(_) | NodeError::Encoding { .. } => {
                 Code::Internal
             }
-            NodeError::Refused(_) | NodeError::MemberUnreachable { .. } => Code::FailedPrecondition,
-            NodeError::Forbidden(_) => Code::PermissionDenied,
+            NodeError::Refused(_)
+            | NodeError::MemberUnreachable { .. }
+            | NodeError::PolicyRefused(_) => Code::FailedPrecondition,
+            NodeError::Forbidden(_) | NodeError::Denied(_) => Code::PermissionDenied,
             NodeError::Compacted { .. } => Code::OutOfRange,
             NodeError::CatchUpTimeout { .. } => Code::DeadlineExceeded,
         };
@@ -281,6 +299,14 @@ impl From<NodeError> for Status {
                 | NodeError::CatchUpTimeout { .. }
         );
         let mut status = node_status(code, e.to_string(), indeterminate);
+        if matches!(e, NodeError::Denied(_)) {
+            // Told apart from the peer gate's refusal of a forwarding node (`Forbidden`): this
+            // one is the client's answer.
+            status.metadata_mut().insert(
+                DENIED_KEY,
+                tonic::metadata::MetadataValue::from_static("policy"),
+            );
+        }
         if matches!(e, NodeError::UnknownSession) {
             // The node cannot know whether an earlier attempt was applied; the client can, and
             // needs to tell this refusal apart to open a new session.

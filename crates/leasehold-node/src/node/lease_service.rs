@@ -8,13 +8,15 @@ use std::sync::Arc;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
-use super::error::ORIGIN_KEY;
+use super::authz::{self, DenialLog, Plane};
+use super::error::{DENIED_KEY, ORIGIN_KEY};
 use super::{convert, Node, NodeError};
 use crate::limits::FORWARD_TIMEOUT;
 use crate::metrics::Metrics;
 use crate::proto::v1 as pb;
 use crate::proto::v1::lease_store_client::LeaseStoreClient;
 use crate::raft::Applied;
+use leasehold_core::auth::Action;
 use leasehold_core::{Fence, Op, RequestId};
 
 /// Set on a forwarded read, so a node that is not the leader either answers instead of
@@ -23,6 +25,9 @@ const FORWARDED_KEY: &str = "leasehold-forwarded";
 
 pub struct LeaseService {
     node: Node,
+    /// Where the requests' identities come from.
+    plane: Plane,
+    denials: DenialLog,
     /// Ends long-lived watch streams when the node stops, so they do not hold its shutdown.
     stopping: Option<tokio::sync::watch::Receiver<bool>>,
     /// Where requests are counted: the client plane's service only, so that a read a follower
@@ -78,9 +83,11 @@ impl Refusal for pb::RegisterResponse {}
 impl Refusal for pb::AdvanceResponse {}
 
 impl LeaseService {
-    pub fn new(node: Node) -> Self {
+    pub fn new(node: Node, plane: Plane) -> Self {
         LeaseService {
             node,
+            plane,
+            denials: DenialLog::default(),
             stopping: None,
             metrics: None,
         }
@@ -100,6 +107,11 @@ impl LeaseService {
     ) -> Result<Response<T>, Status> {
         let started = std::time::Instant::now();
         let result = answer.await;
+        if let Err(status) = &result {
+            if status.metadata().get(DENIED_KEY).is_some() && self.plane == Plane::Client {
+                self.denials.denied(rpc, status.message());
+            }
+        }
         if let Some(metrics) = &self.metrics {
             let outcome = match &result {
                 Ok(response) => Ok(response.get_ref().refusal()),
@@ -116,9 +128,53 @@ impl LeaseService {
         self
     }
 
-    async fn write(&self, op: Op, request: Option<RequestId>) -> Result<Applied, Status> {
+    /// Proposes `op` for `identity` (decided where it applies), or forwards it to the leader.
+    async fn write(
+        &self,
+        identity: Option<String>,
+        op: Op,
+        request: Option<RequestId>,
+    ) -> Result<Applied, Status> {
         let _working = self.node.admit(1)?;
+        self.node.auth_set_up()?;
+        let op = authz::as_identity(identity, op);
         self.node.write_or_forward(op, request).await
+    }
+
+    /// Reads with `read` in a linearizable read on the leader, once the policy there lets
+    /// `identity` do `action`; a follower forwards `message` with the identity.
+    async fn read<Req, Resp, T, F, Fut>(
+        &self,
+        request: Request<Req>,
+        action: impl for<'a> Fn(&'a Req) -> Action<'a>,
+        read: impl FnOnce(&crate::raft::state_machine::Applying, &Req) -> T,
+        answer: impl FnOnce(T, Applied) -> Result<Resp, NodeError>,
+        call: F,
+    ) -> Result<Response<Resp>, Status>
+    where
+        F: FnOnce(LeaseStoreClient<Channel>, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<Resp>, Status>>,
+    {
+        let _working = self.node.admit(1)?;
+        self.node.auth_set_up()?;
+        let forwarded = is_forwarded(&request);
+        let identity = authz::identity(&request, self.plane);
+        let m = request.into_inner();
+        let checked = self
+            .node
+            .read(|s| {
+                authz::allowed(s.table.policy(), identity.as_deref(), &action(&m))
+                    .map(|()| read(s, &m))
+            })
+            .await;
+        match checked {
+            Ok((Ok(found), at)) => Ok(Response::new(answer(found, at)?)),
+            Ok((Err(denied), _)) => Err(denied.into()),
+            Err(e) => {
+                self.forward(e, forwarded, identity.as_deref(), m, call)
+                    .await
+            }
+        }
     }
 
     /// Handles `error` from a local read: forwards `message` to the leader when the error
@@ -127,6 +183,7 @@ impl LeaseService {
         &self,
         error: NodeError,
         forwarded: bool,
+        identity: Option<&str>,
         message: Req,
         call: F,
     ) -> Result<Response<Resp>, Status>
@@ -160,14 +217,16 @@ impl LeaseService {
             FORWARDED_KEY,
             tonic::metadata::MetadataValue::from_static("1"),
         );
+        authz::carry(&mut request, identity);
         let client = LeaseStoreClient::new(channel).max_decoding_message_size(usize::MAX);
         call(client, request).await.map_err(|status| {
-            // The leader's own answers pass through; anything else failed on the way there. So
-            // did a refusal by the leader's peer gate (PERMISSION_DENIED, which no handler of
-            // the lease API gives): it refused this node, not the client's request.
-            if status.metadata().get(ORIGIN_KEY).is_some()
-                && status.code() != tonic::Code::PermissionDenied
-            {
+            // The leader's own answers pass through, its policy's refusals among them; anything
+            // else failed on the way there. So did a refusal by the leader's peer gate
+            // (PERMISSION_DENIED without the policy's mark): it refused this node, not the
+            // client's request.
+            let gate_refused = status.code() == tonic::Code::PermissionDenied
+                && status.metadata().get(DENIED_KEY).is_none();
+            if status.metadata().get(ORIGIN_KEY).is_some() && !gate_refused {
                 status
             } else {
                 unreachable(status.message().to_owned()).into()
@@ -201,6 +260,7 @@ impl LeaseService {
         &self,
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
+        let identity = authz::identity(&request, self.plane);
         let m = request.into_inner();
         let id = request_id(m.request_id.as_ref());
         let op = Op::Acquire {
@@ -208,7 +268,7 @@ impl LeaseService {
             holder: m.holder,
             ttl_ms: m.ttl_ms,
         };
-        let applied = self.write(op, id).await?;
+        let applied = self.write(identity, op, id).await?;
         Ok(Response::new(convert::acquire(applied)?))
     }
 
@@ -216,6 +276,7 @@ impl LeaseService {
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
+        let identity = authz::identity(&request, self.plane);
         let m = request.into_inner();
         let id = request_id(m.request_id.as_ref());
         let op = Op::Release {
@@ -223,7 +284,7 @@ impl LeaseService {
             holder: m.holder,
             token: m.token,
         };
-        let applied = self.write(op, id).await?;
+        let applied = self.write(identity, op, id).await?;
         Ok(Response::new(convert::release(applied)?))
     }
 
@@ -231,6 +292,7 @@ impl LeaseService {
         &self,
         request: Request<pb::PutRequest>,
     ) -> Result<Response<pb::PutResponse>, Status> {
+        let identity = authz::identity(&request, self.plane);
         let m = request.into_inner();
         let id = request_id(m.request_id.as_ref());
         let op = Op::Put {
@@ -238,7 +300,7 @@ impl LeaseService {
             value: m.value,
             fence: m.fence.map(fence),
         };
-        let applied = self.write(op, id).await?;
+        let applied = self.write(identity, op, id).await?;
         Ok(Response::new(convert::put(applied)?))
     }
 
@@ -246,13 +308,14 @@ impl LeaseService {
         &self,
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
+        let identity = authz::identity(&request, self.plane);
         let m = request.into_inner();
         let id = request_id(m.request_id.as_ref());
         let op = Op::Delete {
             key: m.key,
             fence: m.fence.map(fence),
         };
-        let applied = self.write(op, id).await?;
+        let applied = self.write(identity, op, id).await?;
         Ok(Response::new(convert::delete(applied)?))
     }
 
@@ -260,80 +323,61 @@ impl LeaseService {
         &self,
         request: Request<pb::GetRequest>,
     ) -> Result<Response<pb::GetResponse>, Status> {
-        let _working = self.node.admit(1)?;
-        let forwarded = is_forwarded(&request);
-        let m = request.into_inner();
-        leasehold_core::limits::name("key", &m.key, leasehold_core::Limits::MAX_KEY_BYTES)
+        let key = &request.get_ref().key;
+        leasehold_core::limits::name("key", key, leasehold_core::Limits::MAX_KEY_BYTES)
             .map_err(NodeError::from)?;
-        match self
-            .node
-            .read(|s| s.table.row(&m.key).map(<[u8]>::to_vec))
-            .await
-        {
-            Ok((value, at)) => Ok(Response::new(convert::get(value, &at))),
-            Err(e) => {
-                self.forward(e, forwarded, m, |mut c, r| async move { c.get(r).await })
-                    .await
-            }
-        }
+        self.read(
+            request,
+            |m| Action::ReadKey(&m.key),
+            |s, m| s.table.row(&m.key).map(<[u8]>::to_vec),
+            |value, at| Ok(convert::get(value, &at)),
+            |mut c, r| async move { c.get(r).await },
+        )
+        .await
     }
 
     async fn answer_get_lease(
         &self,
         request: Request<pb::GetLeaseRequest>,
     ) -> Result<Response<pb::GetLeaseResponse>, Status> {
-        let _working = self.node.admit(1)?;
-        let forwarded = is_forwarded(&request);
-        let m = request.into_inner();
-        leasehold_core::limits::name("lease", &m.lease, leasehold_core::Limits::MAX_NAME_BYTES)
+        let lease = &request.get_ref().lease;
+        leasehold_core::limits::name("lease", lease, leasehold_core::Limits::MAX_NAME_BYTES)
             .map_err(NodeError::from)?;
-        match self.node.read(|s| s.table.lease(&m.lease).cloned()).await {
-            Ok((lease, at)) => Ok(Response::new(convert::get_lease(lease, &at))),
-            Err(e) => {
-                self.forward(
-                    e,
-                    forwarded,
-                    m,
-                    |mut c, r| async move { c.get_lease(r).await },
-                )
-                .await
-            }
-        }
+        self.read(
+            request,
+            |m| Action::ReadLease(&m.lease),
+            |s, m| s.table.lease(&m.lease).cloned(),
+            |lease, at| Ok(convert::get_lease(lease, &at)),
+            |mut c, r| async move { c.get_lease(r).await },
+        )
+        .await
     }
 
     async fn answer_check_token(
         &self,
         request: Request<pb::CheckTokenRequest>,
     ) -> Result<Response<pb::CheckTokenResponse>, Status> {
-        let _working = self.node.admit(1)?;
-        let forwarded = is_forwarded(&request);
-        let m = request.into_inner();
+        let m = request.get_ref();
         leasehold_core::limits::name("lease", &m.lease, leasehold_core::Limits::MAX_NAME_BYTES)
             .map_err(NodeError::from)?;
         leasehold_core::limits::token_field(m.token).map_err(NodeError::from)?;
-        match self
-            .node
-            .read(|s| s.table.check_token(&m.lease, m.token))
-            .await
-        {
-            Ok((check, at)) => Ok(Response::new(convert::check_token(&m.lease, check, &at)?)),
-            Err(e) => {
-                self.forward(
-                    e,
-                    forwarded,
-                    m,
-                    |mut c, r| async move { c.check_token(r).await },
-                )
-                .await
-            }
-        }
+        let lease = m.lease.clone();
+        self.read(
+            request,
+            |m| Action::Check(&m.lease),
+            |s, m| s.table.check_token(&m.lease, m.token),
+            |check, at| convert::check_token(&lease, check, &at),
+            |mut c, r| async move { c.check_token(r).await },
+        )
+        .await
     }
 
     async fn answer_register(
         &self,
         _request: Request<pb::RegisterRequest>,
     ) -> Result<Response<pb::RegisterResponse>, Status> {
-        let applied = self.write(Op::Register, None).await?;
+        // Any identity may open a session: what it then asks is what the policy decides.
+        let applied = self.write(None, Op::Register, None).await?;
         Ok(Response::new(convert::register(applied)?))
     }
 
@@ -341,9 +385,11 @@ impl LeaseService {
         &self,
         request: Request<pb::AdvanceRequest>,
     ) -> Result<Response<pb::AdvanceResponse>, Status> {
+        let identity = authz::identity(&request, self.plane);
         let m = request.into_inner();
         let op = Op::Advance { by_ms: m.ms };
-        let applied = self.write(op, request_id(m.request_id.as_ref())).await?;
+        let id = request_id(m.request_id.as_ref());
+        let applied = self.write(identity, op, id).await?;
         Ok(Response::new(convert::advance(applied)?))
     }
 }
@@ -357,8 +403,11 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let working = self.node.admit(1)?;
+        self.node.auth_set_up()?;
+        let identity = authz::identity(&request, self.plane);
         let stream = super::watch::start(
             self.node.clone(),
+            identity,
             request.into_inner(),
             self.stopping.clone(),
             working,

@@ -2,6 +2,7 @@
 //! services that turn requests into proposals and linearizable reads.
 
 mod assembly;
+mod authz;
 mod clock;
 mod cluster_service;
 mod convert;
@@ -86,6 +87,10 @@ pub struct NodeConfig {
     pub tls: Option<crate::tls::TlsFiles>,
     /// With TLS, clients must show a certificate from the same CA as well.
     pub client_cert_auth: bool,
+    /// With client certificates, the identity that becomes the first admin when this node,
+    /// leading, finds that the policy was never set up (a new cluster). Until the policy is
+    /// on, the node serves no client (see `authz`).
+    pub auth_admin: Option<String>,
     /// Requests worked on at once; past it, RESOURCE_EXHAUSTED (see
     /// [`crate::limits::MAX_CONCURRENT_REQUESTS`]).
     pub max_requests: usize,
@@ -146,6 +151,10 @@ struct NodeInner {
     /// Where this node keeps its log, vote and snapshot.
     data_dir: std::path::PathBuf,
     lease_retention_ms: u64,
+    auth_admin: Option<String>,
+    client_certificates: bool,
+    /// Whether the policy has been set up, for [`NodeConfig::auth_admin`].
+    auth_set_up: authz::SetUp,
     /// One permit per request being worked on, up to `NodeConfig::max_requests`.
     requests: RequestSlots,
     /// Whether this node may campaign, as [`Node::set_elections`] last said (at first, the
@@ -214,6 +223,9 @@ impl Node {
                 advertise: config.advertise.clone(),
                 data_dir: config.data_dir.clone(),
                 lease_retention_ms: config.lease_retention_ms,
+                auth_admin: config.auth_admin.clone(),
+                client_certificates: config.tls.is_some() && config.client_cert_auth,
+                auth_set_up: authz::SetUp::default(),
                 requests: RequestSlots::new(config.max_requests),
             }),
         }
@@ -312,6 +324,21 @@ impl Node {
     /// Store time a lease stays free before this node, leading, has it forgotten.
     pub fn lease_retention_ms(&self) -> u64 {
         self.inner.lease_retention_ms
+    }
+
+    /// The first admin this node turns authorization on with, on a new cluster.
+    pub fn auth_admin(&self) -> Option<&str> {
+        self.inner.auth_admin.as_deref()
+    }
+
+    /// Refuses while the cluster, created with an admin, has not turned authorization on.
+    pub fn auth_set_up(&self) -> Result<(), NodeError> {
+        self.inner.auth_set_up.check(self)
+    }
+
+    /// Whether this node's clients must show a certificate, and so have an identity.
+    pub fn client_certificates(&self) -> bool {
+        self.inner.client_certificates
     }
 
     pub fn manual_clock(&self) -> bool {

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::{Router, TcpIncoming};
 
+use super::authz::Plane;
 use super::cluster_service::ClusterService;
 use super::lease_service::LeaseService;
 use super::peer_gate::PeerGate;
@@ -123,13 +124,16 @@ pub(super) fn client_router(
     Ok(tonic::transport::Server::builder()
         .add_service(
             LeaseStoreServer::new(
-                LeaseService::new(node.clone())
+                LeaseService::new(node.clone(), Plane::Client)
                     .stopping_on(stop.stopping())
                     .counting_in(metrics.clone()),
             )
             .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
         )
-        .add_service(ClusterServer::new(ClusterService::new(node.clone())))
+        .add_service(ClusterServer::new(ClusterService::new(
+            node.clone(),
+            Plane::Client,
+        )))
         .add_service(health)
         .add_service(reflection().build_v1().map_err(refused)?)
         .add_service(reflection().build_v1alpha().map_err(refused)?))
@@ -147,12 +151,14 @@ pub(super) fn peer_router(node: &Node, gate: PeerGate, stop: &Stop) -> Router {
             gate.clone(),
         ))
         .add_service(InterceptedService::new(
-            LeaseStoreServer::new(LeaseService::new(node.clone()).stopping_on(stop.stopping()))
+            LeaseStoreServer::new(
+                LeaseService::new(node.clone(), Plane::Peer).stopping_on(stop.stopping()),
+            )
                 .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
             gate.clone(),
         ))
         .add_service(InterceptedService::new(
-            ClusterServer::new(ClusterService::new(node.clone())),
+            ClusterServer::new(ClusterService::new(node.clone(), Plane::Peer)),
             gate,
         ))
 }

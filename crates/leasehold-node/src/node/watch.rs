@@ -13,6 +13,7 @@ use super::Node;
 use crate::limits::{WATCH_EVENTS_PER_RESPONSE, WATCH_IDLE_CHECK, WATCH_QUEUED_RESPONSES};
 use crate::proto::v1 as pb;
 use crate::raft::events::{Compacted, NotedEvent};
+use leasehold_core::auth::Action;
 use leasehold_core::{limits, Event, EventKind, Limits};
 
 pub type WatchStream =
@@ -34,11 +35,32 @@ impl Select {
     }
 }
 
+/// What a watch follows, and for whom.
+struct Watcher {
+    select: Select,
+    identity: Option<String>,
+}
+
+impl Watcher {
+    /// Whether this node's policy lets the identity read every lease the watch follows: the
+    /// lease, or every name under the prefix (a grant whose prefix the watch's starts with).
+    fn allowed(&self, node: &Node) -> Result<(), Status> {
+        let name = match &self.select {
+            Select::Lease(name) | Select::Prefix(name) => name,
+        };
+        let state = node.state().read();
+        let policy = state.table.policy();
+        let checked = super::authz::allowed(policy, self.identity.as_deref(), &Action::ReadLease(name));
+        Ok(checked?)
+    }
+}
+
 /// Checks the request and starts the watcher's task; its responses are the returned stream.
 /// `working` is the stream's place among the requests the node works on at once (`serve
 /// --max-requests`): held for as long as the stream runs, so watches are bounded too.
 pub fn start(
     node: Node,
+    identity: Option<String>,
     request: pb::WatchRequest,
     stopping: Option<tokio::sync::watch::Receiver<bool>>,
     working: tokio::sync::OwnedSemaphorePermit,
@@ -69,6 +91,8 @@ pub fn start(
             )))
         }
     };
+    let watcher = Watcher { select, identity };
+    watcher.allowed(&node)?;
     let applied = node.state().applied_index();
     let from = match request.from_index {
         0 => *applied.borrow() + 1,
@@ -80,7 +104,7 @@ pub fn start(
     }
     let (responses, stream) = mpsc::channel(WATCH_QUEUED_RESPONSES);
     tokio::spawn(async move {
-        serve(node, select, from, applied, responses, stopping).await;
+        serve(node, watcher, from, applied, responses, stopping).await;
         drop(working);
     });
     Ok(WatchStream::new(stream))
@@ -117,7 +141,7 @@ fn wire(noted: NotedEvent) -> pb::LeaseEvent {
 /// client goes, the node stops or loses its leader, or the watcher falls out of the window.
 async fn serve(
     node: Node,
-    select: Select,
+    watcher: Watcher,
     mut next: u64,
     mut applied: tokio::sync::watch::Receiver<u64>,
     responses: mpsc::Sender<Result<pb::WatchResponse, Status>>,
@@ -135,7 +159,7 @@ async fn serve(
     idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let upto = *applied.borrow_and_update();
-        if !send_upto(&node, &select, &out, upto, &mut next, &mut said_to).await {
+        if !send_upto(&node, &watcher, &out, upto, &mut next, &mut said_to).await {
             return;
         }
         tokio::select! {
@@ -170,17 +194,22 @@ async fn serve(
 /// the watch is over (the client went, or its start was compacted).
 async fn send_upto(
     node: &Node,
-    select: &Select,
+    watcher: &Watcher,
     out: &Out,
     upto: u64,
     next: &mut u64,
     said_to: &mut u64,
 ) -> bool {
     while *next <= upto {
+        // Asked again before every scan: a watch ends once the policy no longer lets it read.
+        if let Err(denied) = watcher.allowed(node) {
+            out.send(Err(denied)).await;
+            return false;
+        }
         let scanned = node.state().events().since(
             *next,
             upto,
-            |e| select.keeps(e),
+            |e| watcher.select.keeps(e),
             WATCH_EVENTS_PER_RESPONSE,
         );
         let (found, covered) = match scanned {

@@ -15,6 +15,7 @@ use tokio::sync::oneshot;
 use super::{Applied, NodeId, Raft};
 use crate::gather::Gatherer;
 use crate::limits::WRITE_BATCHES;
+use leasehold_core::auth::AuthChange;
 use leasehold_core::{Batch, Command, Op};
 
 /// What openraft answers a refused or failed write.
@@ -62,7 +63,23 @@ pub fn weight(op: &Op) -> usize {
             }
             Op::Delete { key, fence } => key.len() + fence.as_ref().map_or(0, |f| f.lease.len()),
             Op::Advance { .. } | Op::Tick | Op::Register | Op::Forget { .. } => 0,
+            Op::As { identity, op } => identity.len() + weight(op),
+            Op::Auth(change) => auth_weight(change),
         }
+}
+
+fn auth_weight(change: &AuthChange) -> usize {
+    match change {
+        AuthChange::Enable { admin } => admin.len(),
+        AuthChange::Disable => 0,
+        AuthChange::PutRole { name, grants } => {
+            name.len() + grants.iter().map(|g| 8 + g.prefix.len()).sum::<usize>()
+        }
+        AuthChange::DeleteRole { name } => name.len(),
+        AuthChange::Bind { identity, role } | AuthChange::Unbind { identity, role } => {
+            identity.len() + role.len()
+        }
+    }
 }
 
 /// One entry through Raft: one answer per command, or the same refusal for each.

@@ -29,6 +29,7 @@ fn node_config(id: u64, count: u64) -> NodeConfig {
         snapshot_every: 200,
         tls: None,
         client_cert_auth: false,
+        auth_admin: None,
         max_requests: crate::limits::MAX_CONCURRENT_REQUESTS,
         // Short, so that the schedules forget leases too.
         lease_retention_ms: 2_000,
