@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::tls::certs::write_set;
+use crate::tls::certs::{write_set, ClusterCerts, ADMIN_NAME, CLIENT_NAME};
 
 /// `leasehold certs`' flags.
 #[derive(clap::Args)]
@@ -19,6 +19,10 @@ pub struct CertsArgs {
     /// separated; each node's certificate names it beside leasehold-node-ID.
     #[arg(long, value_name = "ID=HOST,...", value_parser = parse_hosts, default_value = "")]
     hosts: std::collections::BTreeMap<u64, String>,
+    /// Instead, issue a client certificate naming NAME (its identity for `leasehold auth`)
+    /// from the set already in --dir, as NAME.pem and NAME-key.pem.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["nodes", "hosts"])]
+    client: Option<String>,
 }
 
 fn parse_hosts(text: &str) -> Result<std::collections::BTreeMap<u64, String>, String> {
@@ -38,6 +42,11 @@ fn parse_hosts(text: &str) -> Result<std::collections::BTreeMap<u64, String>, St
 
 /// Writes the set, or keeps a complete one already there, and says where.
 pub fn run(args: CertsArgs) -> anyhow::Result<super::Exit> {
+    if let Some(name) = &args.client {
+        let files = ClusterCerts::open(&args.dir).issue_client(name)?;
+        print_client(name, &files);
+        return Ok(super::Exit::Ok);
+    }
     if let Some(id) = args.hosts.keys().find(|id| **id == 0 || **id > args.nodes) {
         anyhow::bail!("--hosts names node {id}; the nodes are 1 to {}", args.nodes);
     }
@@ -54,12 +63,18 @@ pub fn run(args: CertsArgs) -> anyhow::Result<super::Exit> {
             files.key.display()
         );
     }
-    let client = certs.client();
-    println!(
-        "clients: export LEASEHOLD_TLS_CA={} LEASEHOLD_TLS_CERT={} LEASEHOLD_TLS_KEY={}",
-        client.ca.display(),
-        client.cert.display(),
-        client.key.display()
-    );
+    print_client(CLIENT_NAME, &certs.client());
+    if let Some(admin) = certs.admin() {
+        print_client(ADMIN_NAME, &admin);
+    }
     Ok(super::Exit::Ok)
+}
+
+fn print_client(name: &str, files: &crate::tls::TlsFiles) {
+    println!(
+        "{name}: export LEASEHOLD_TLS_CA={} LEASEHOLD_TLS_CERT={} LEASEHOLD_TLS_KEY={}",
+        files.ca.display(),
+        files.cert.display(),
+        files.key.display()
+    );
 }

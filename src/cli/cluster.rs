@@ -10,6 +10,8 @@ use tokio::signal::unix::SignalKind;
 use super::local::{LocalCluster, PlaneAddrs};
 use super::Exit;
 use crate::proto::v1 as pb;
+use crate::tls::certs::{ADMIN_NAME, CLIENT_NAME};
+use crate::tls::TlsFiles;
 use leasehold_client::LeaseClient;
 
 #[derive(clap::Args)]
@@ -110,9 +112,16 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
         }
     }
     let mut cluster = LocalCluster::new(&std::env::current_exe()?, &dir, &addrs, args.manual_clock);
+    let mut admin = None;
     let client_tls = if args.tls {
         let certs = crate::tls::certs::ensure(&dir, args.nodes)?;
         cluster = cluster.with_tls(&certs);
+        // A new cluster starts with authorization on (a set made before the admin
+        // certificate, without its CA's key, has none to start it with).
+        if let (false, Some(files)) = (resumed, certs.admin()) {
+            cluster = cluster.with_auth(ADMIN_NAME);
+            admin = Some(files);
+        }
         Some(certs.client())
     } else {
         None
@@ -171,6 +180,16 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
         }
         None => None,
     };
+    if let Some(files) = &admin {
+        let endpoints: Vec<String> = cluster.endpoints();
+        grant_the_client_role(&endpoints, files).await?;
+        println!(
+            "authorization on: {ADMIN_NAME} ({}) is the admin; {CLIENT_NAME} may read, \
+             write and delete every key, and hold any lease as {CLIENT_NAME} or \
+             {CLIENT_NAME}/NAME (`leasehold auth --help`)",
+            files.cert.display()
+        );
+    }
     println!("try: leasehold status --watch{flag}    (Ctrl-C here stops every node)");
 
     let outcome = monitor(&mut cluster, tls).await;
@@ -178,6 +197,37 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
     println!("all nodes stopped");
     outcome
 }
+
+/// On a new local cluster, gives the ordinary client certificate a role with every permission
+/// but admin, on every name, as the admin: a local cluster is for trying things, and the admin
+/// calls stay the admin's.
+async fn grant_the_client_role(endpoints: &[String], admin: &TlsFiles) -> anyhow::Result<()> {
+    use pb::change_policy_request::Change;
+    let tls = crate::tls::Tls::load(admin)?.client_config(None);
+    let client = LeaseClient::new(endpoints)?
+        .with_tls(tls)?
+        .with_deadline(Duration::from_secs(30));
+    let grants = ["read-leases", "hold", "check", "read-keys", "write", "delete"]
+        .map(|permission| pb::Grant {
+            permission: permission.to_owned(),
+            prefix: String::new(),
+        })
+        .to_vec();
+    let role = pb::AuthRole {
+        name: CLIENT_ROLE.to_owned(),
+        grants,
+    };
+    client.change_policy(Change::PutRole(role)).await?;
+    let binding = pb::Binding {
+        identity: CLIENT_NAME.to_owned(),
+        role: CLIENT_ROLE.to_owned(),
+    };
+    client.change_policy(Change::Bind(binding)).await?;
+    Ok(())
+}
+
+/// The role `cluster --tls` gives the ordinary client certificate.
+const CLIENT_ROLE: &str = "client";
 
 /// Refuses to reuse a directory laid out for another cluster shape.
 fn check_layout(dir: &std::path::Path, args: &ClusterArgs, peer_port: u16) -> anyhow::Result<()> {

@@ -121,6 +121,14 @@ impl LocalCluster {
         self
     }
 
+    /// Every node turns authorization on for a new cluster with `admin` its first admin
+    /// (`serve --auth-admin`); needs [`with_tls`](Self::with_tls).
+    pub fn with_auth(mut self, admin: &str) -> Self {
+        self.extra_args
+            .extend(["--auth-admin".to_owned(), admin.to_owned()]);
+        self
+    }
+
     /// Starts nodes `ids` with `serve --join` instead of `--peers`: they wait to be added.
     pub fn with_joining(mut self, ids: &[u64]) -> Self {
         self.joining.extend(ids);

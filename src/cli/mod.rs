@@ -12,6 +12,7 @@ mod demo;
 mod hold;
 mod hold_guard;
 pub mod local;
+mod auth;
 mod member;
 mod serve;
 mod snapshot;
@@ -187,6 +188,9 @@ enum Cmd {
     /// Add, remove or list the cluster's members.
     #[command(subcommand)]
     Member(member::MemberCmd),
+    /// Who may do what: roles on lease and key prefixes, bound to client certificates' names.
+    #[command(subcommand)]
+    Auth(auth::AuthCmd),
     /// Back the state up to a file, or make a new cluster's data dirs from one.
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCmd),
@@ -293,5 +297,6 @@ async fn run(command: Cmd, client: &ClientOpts) -> anyhow::Result<Exit> {
         Cmd::Watch(args) => watch::run(client, args).await,
         Cmd::Snapshot(command) => snapshot::run(client, command).await,
         Cmd::Member(command) => member::run(client, command).await,
+        Cmd::Auth(command) => auth::run(client, command).await,
     }
 }

@@ -278,6 +278,12 @@ impl From<pb::GetLeaseResponse> for Answer<LeaseState> {
     }
 }
 
+impl From<pb::ChangePolicyResponse> for Applied {
+    fn from(r: pb::ChangePolicyResponse) -> Self {
+        applied(r.applied)
+    }
+}
+
 impl From<pb::AdvanceResponse> for Applied {
     fn from(r: pb::AdvanceResponse) -> Self {
         applied(r.applied)

@@ -506,6 +506,43 @@ impl LeaseClient {
         .and_then(Members::try_from)
     }
 
+    /// Changes who may do what (admin only once authorization is on), through the log: in
+    /// force on every node from the answer's log index on. Every change is idempotent, so a
+    /// retry of one whose answer was lost does no harm.
+    pub async fn change_policy(
+        &self,
+        change: pb::change_policy_request::Change,
+    ) -> Result<Applied, ClientError> {
+        let message = pb::ChangePolicyRequest {
+            change: Some(change),
+        };
+        self.call(Effect::Write, |ch, timeout| {
+            let request = attempt(message.clone(), timeout);
+            async move { ClusterClient::new(ch).change_policy(request).await }
+        })
+        .await
+        .map(Applied::from)
+    }
+
+    /// The policy, read on the leader (admin only once authorization is on).
+    pub async fn policy(&self) -> Result<pb::PolicyResponse, ClientError> {
+        self.call(Effect::Read, |ch, timeout| {
+            let request = attempt(pb::GetPolicyRequest {}, timeout);
+            async move { ClusterClient::new(ch).get_policy(request).await }
+        })
+        .await
+    }
+
+    /// The identity this client's certificate gives it, its roles, and whether authorization
+    /// is on, as the first node that answers knows them.
+    pub async fn who_am_i(&self) -> Result<pb::WhoAmIResponse, ClientError> {
+        self.call(Effect::Read, |ch, timeout| {
+            let request = attempt(pb::WhoAmIRequest {}, timeout);
+            async move { ClusterClient::new(ch).who_am_i(request).await }
+        })
+        .await
+    }
+
     /// The first node that answers, about itself only.
     pub async fn node_status(&self) -> Result<pb::NodeStatus, ClientError> {
         self.call(Effect::Read, |ch, timeout| {

@@ -61,6 +61,7 @@ pub(crate) fn describe(status: &Status) -> String {
         Code::FailedPrecondition => "failed precondition".to_owned(),
         Code::DeadlineExceeded => "deadline exceeded".to_owned(),
         Code::Internal => "internal error".to_owned(),
+        Code::PermissionDenied => "permission denied".to_owned(),
         other => format!("{other:?}"),
     };
     let indeterminate = if status.metadata().get(INDETERMINATE_KEY).is_some() {

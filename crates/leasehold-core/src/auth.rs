@@ -254,6 +254,9 @@ impl AuthChange {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
     enabled: bool,
+    /// Whether it was ever turned on: a cluster created with an admin turns it on once, and
+    /// never again after an admin turned it off.
+    was_enabled: bool,
     roles: BTreeMap<String, Role>,
     bindings: BTreeMap<String, BTreeSet<String>>,
 }
@@ -269,6 +272,7 @@ impl Default for Policy {
         };
         Policy {
             enabled: false,
+            was_enabled: false,
             roles: [(ADMIN_ROLE.to_owned(), admin)].into(),
             bindings: BTreeMap::new(),
         }
@@ -279,6 +283,11 @@ impl Policy {
     /// Whether the policy is enforced.
     pub fn enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// Whether it was ever turned on.
+    pub fn was_enabled(&self) -> bool {
+        self.was_enabled
     }
 
     /// The roles, by name.
@@ -353,6 +362,7 @@ impl Policy {
                     .or_default()
                     .insert(ADMIN_ROLE.to_owned());
                 self.enabled = true;
+                self.was_enabled = true;
             }
             AuthChange::Disable => self.enabled = false,
             AuthChange::PutRole { name: role, grants } => {

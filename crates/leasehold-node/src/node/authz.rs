@@ -124,13 +124,13 @@ pub struct SetUp(Arc<AtomicBool>);
 
 impl SetUp {
     /// Refuses the request while this node was started with an admin and the policy it applied
-    /// is still the default: the cluster was just created, and serving before the policy is on
-    /// would let anyone in.
+    /// was never turned on: the cluster was just created, and serving before the policy is on
+    /// would let anyone in (a policy change too: one would make the policy look set up).
     pub fn check(&self, node: &Node) -> Result<(), NodeError> {
         if node.auth_admin().is_none() || self.0.load(Ordering::Relaxed) {
             return Ok(());
         }
-        if *node.state().read().table.policy() == Policy::default() {
+        if !node.state().read().table.policy().was_enabled() {
             return Err(NodeError::AuthSettingUp);
         }
         self.0.store(true, Ordering::Relaxed);
@@ -138,12 +138,13 @@ impl SetUp {
     }
 }
 
-/// On a cluster created with `admin`: while this node leads and the policy was never set up,
-/// logs [`AuthChange::Enable`] with that admin. Ends once the policy is set (by this node, or
-/// any other started with an admin). Runs until then, or until aborted.
+/// On a cluster created with `admin`: while this node leads and the policy was never turned
+/// on, logs [`AuthChange::Enable`] with that admin. Ends once it was (by this node, or any
+/// other started with an admin): an admin may turn it off later, and it stays off. Runs until
+/// then, or until aborted.
 pub async fn set_up(node: Node, admin: String) {
     loop {
-        if *node.state().read().table.policy() != Policy::default() {
+        if node.state().read().table.policy().was_enabled() {
             return;
         }
         if node.is_leader() {

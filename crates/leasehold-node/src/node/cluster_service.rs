@@ -85,6 +85,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         request: Request<pb::SaveSnapshotRequest>,
     ) -> Result<Response<Self::SaveSnapshotStream>, Status> {
         let _working = self.node.admit(1)?;
+        self.node.auth_set_up()?;
         let identity = authz::identity(&request, self.plane);
         let admin = Action::Admin("save a snapshot");
         // A linearizable read: the leader confirms its leadership, then checks the policy and
@@ -150,6 +151,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         request: Request<pb::AddMemberRequest>,
     ) -> Result<Response<pb::MembersResponse>, Status> {
         let _working = self.node.admit(1)?;
+        self.node.auth_set_up()?;
         let identity = authz::identity(&request, self.plane);
         authz::admin(&self.node, identity.as_deref(), "add a member").await?;
         super::membership::add(&self.node, request.into_inner())
@@ -162,6 +164,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         request: Request<pb::RemoveMemberRequest>,
     ) -> Result<Response<pb::MembersResponse>, Status> {
         let _working = self.node.admit(1)?;
+        self.node.auth_set_up()?;
         let identity = authz::identity(&request, self.plane);
         authz::admin(&self.node, identity.as_deref(), "remove a member").await?;
         super::membership::remove(&self.node, request.into_inner())
@@ -208,6 +211,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         request: Request<pb::ChangePolicyRequest>,
     ) -> Result<Response<pb::ChangePolicyResponse>, Status> {
         let _working = self.node.admit(1)?;
+        self.node.auth_set_up()?;
         let identity = authz::identity(&request, self.plane);
         let change = convert::policy_change(request.into_inner())?;
         if matches!(change, AuthChange::Enable { .. }) && !self.node.client_certificates() {
@@ -228,6 +232,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         request: Request<pb::GetPolicyRequest>,
     ) -> Result<Response<pb::PolicyResponse>, Status> {
         let _working = self.node.admit(1)?;
+        self.node.auth_set_up()?;
         let identity = authz::identity(&request, self.plane);
         let admin = Action::Admin("read the policy");
         let (policy, at) = self

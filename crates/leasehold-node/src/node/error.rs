@@ -126,7 +126,7 @@ pub enum NodeError {
     #[error("refused on the peer plane: {0}")]
     Forbidden(String),
     /// The policy does not let the caller do this: nothing was changed.
-    #[error("permission denied: {0}")]
+    #[error("{0}")]
     Denied(leasehold_core::auth::Denied),
     /// A policy change that would leave the policy invalid or the cluster without an admin.
     #[error("policy change refused: {0}")]

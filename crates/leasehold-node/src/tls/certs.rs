@@ -1,7 +1,10 @@
-//! Certificates for `cluster --tls`: a CA, one certificate per node and one for clients, kept in
-//! the cluster's dir and reused when it resumes. The CA's key is not kept, so no more can be
-//! issued from it: delete the dir's `tls` folder to have a new set made. For a real deployment,
-//! issue them from your own CA instead (the README's Security section says what each must name).
+//! Certificates for `cluster --tls` and `leasehold certs`: a CA, one certificate per node, one
+//! for ordinary clients (`leasehold-client`) and one for the first admin (`admin`), kept in the
+//! cluster's dir and reused when it resumes. The CA's key is kept beside them, readable by its
+//! owner only, so that `leasehold certs --client NAME` can issue a certificate for each team or
+//! service later: a client's identity is the name its certificate carries. For a real
+//! deployment, issue them from your own CA instead (the README's Security section says what
+//! each must name).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -35,6 +38,20 @@ pub enum CertError {
     /// rcgen could not make a key or a certificate.
     #[error("making a certificate: {0}")]
     Make(#[from] rcgen::Error),
+    /// A set made without its CA's key (by an earlier version) cannot issue more.
+    #[error(
+        "{0} is missing: this set was made without keeping its CA's key, so it cannot issue \
+         more certificates; make a new set in an empty dir"
+    )]
+    NoCaKey(PathBuf),
+    /// A certificate name that is not a DNS name (letters, digits, `-` and `.`).
+    #[error("{name:?} cannot name a certificate: {why}")]
+    Name {
+        /// The name, as given.
+        name: String,
+        /// Why rcgen refused it.
+        why: rcgen::Error,
+    },
 }
 
 impl CertError {
@@ -48,8 +65,10 @@ impl CertError {
 
 /// Where `cluster --tls` keeps them, under its dir.
 const SUBDIR: &str = "tls";
-/// The name on the client certificate: any name that is no member's.
-const CLIENT_NAME: &str = "leasehold-client";
+/// The name on the ordinary client certificate: any name that is no member's.
+pub const CLIENT_NAME: &str = "leasehold-client";
+/// The name on the first admin's certificate (`serve --auth-admin admin`).
+pub const ADMIN_NAME: &str = "admin";
 
 /// The files of a cluster's certificates.
 pub struct ClusterCerts {
@@ -57,6 +76,13 @@ pub struct ClusterCerts {
 }
 
 impl ClusterCerts {
+    /// The set in `dir`, as `write_set` made it.
+    pub fn open(dir: &Path) -> ClusterCerts {
+        ClusterCerts {
+            dir: dir.to_owned(),
+        }
+    }
+
     fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
@@ -70,7 +96,7 @@ impl ClusterCerts {
         }
     }
 
-    /// What a client shows.
+    /// What an ordinary client shows.
     pub fn client(&self) -> TlsFiles {
         TlsFiles {
             ca: self.path("ca.pem"),
@@ -78,6 +104,79 @@ impl ClusterCerts {
             key: self.path("client-key.pem"),
         }
     }
+
+    /// What the first admin shows; `None` for a set made before there was one.
+    pub fn admin(&self) -> Option<TlsFiles> {
+        let files = self.named(ADMIN_NAME);
+        (files.cert.exists() && files.key.exists()).then_some(files)
+    }
+
+    /// Where the certificate for identity `name` is, once issued (`name.pem`).
+    fn named(&self, name: &str) -> TlsFiles {
+        TlsFiles {
+            ca: self.path("ca.pem"),
+            cert: self.path(&format!("{name}.pem")),
+            key: self.path(&format!("{name}-key.pem")),
+        }
+    }
+
+    fn ca_key(&self) -> PathBuf {
+        self.path("ca-key.pem")
+    }
+
+    /// Issues a client certificate naming `name` (its identity) from this set's CA, written
+    /// as `name.pem` and `name-key.pem`, replacing one there.
+    pub fn issue_client(&self, name: &str) -> Result<TlsFiles, CertError> {
+        let key_path = self.ca_key();
+        let pem = std::fs::read_to_string(&key_path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => CertError::NoCaKey(key_path.clone()),
+            _ => CertError::io(&key_path, e),
+        })?;
+        let issuer = Issuer::new(ca_params()?, KeyPair::from_pem(&pem)?);
+        let dns = name.try_into().map_err(|why| CertError::Name {
+            name: name.to_owned(),
+            why,
+        })?;
+        let files = self.named(name);
+        issue_to(&files, &issuer, vec![SanType::DnsName(dns)], name)?;
+        Ok(files)
+    }
+}
+
+/// The CA's parameters: the same every time, so that an issuer rebuilt from them and the kept
+/// key signs certificates that chain to the CA certificate made from them.
+fn ca_params() -> Result<CertificateParams, CertError> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "leasehold cluster CA");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    Ok(params)
+}
+
+/// Makes a key and a certificate for `names` (common name `common_name`), signed by `issuer`,
+/// and writes them to `files`.
+fn issue_to(
+    files: &TlsFiles,
+    issuer: &Issuer<'_, KeyPair>,
+    names: Vec<SanType>,
+    common_name: &str,
+) -> Result<(), CertError> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.subject_alt_names = names;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let cert = params.signed_by(&key, issuer)?;
+    write(&files.cert, &cert.pem(), false)?;
+    write(&files.key, &key.serialize_pem(), true)
 }
 
 /// The certificates under `dir`/tls for nodes 1 to `nodes`: made now if there are none yet.
@@ -106,36 +205,20 @@ pub fn write_set(dir: &Path, nodes: u64, hosts: &[String]) -> Result<ClusterCert
         .chain([certs.client().cert, certs.client().key])
         .all(|path| path.exists());
     if complete {
+        // A set from before the admin certificate: one is issued if its CA's key was kept.
+        if certs.admin().is_none() && certs.ca_key().exists() {
+            certs.issue_client(ADMIN_NAME)?;
+        }
         return Ok(certs);
     }
     std::fs::create_dir_all(&certs.dir).map_err(|e| CertError::io(&certs.dir, e))?;
 
     let ca_key = KeyPair::generate()?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "leasehold cluster CA");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_cert = ca_params.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca_params, ca_key);
+    let ca_cert = ca_params()?.self_signed(&ca_key)?;
+    write(&certs.ca_key(), &ca_key.serialize_pem(), true)?;
     write(&certs.path("ca.pem"), &ca_cert.pem(), false)?;
+    let issuer = Issuer::new(ca_params()?, ca_key);
 
-    let issue = |names: Vec<SanType>, common_name: &str| -> Result<(String, String), CertError> {
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.subject_alt_names = names;
-        params
-            .distinguished_name
-            .push(DnType::CommonName, common_name);
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        let cert = params.signed_by(&key, &issuer)?;
-        Ok((cert.pem(), key.serialize_pem()))
-    };
     for id in 1..=nodes {
         // The node's own name, for its peers; the local host's names, for clients.
         let mut names = vec![
@@ -153,14 +236,12 @@ pub fn write_set(dir: &Path, nodes: u64, hosts: &[String]) -> Result<ClusterCert
                 })?),
             }),
         }
-        let (cert, key) = issue(names, &node_name(id))?;
-        let files = certs.node(id);
-        write(&files.cert, &cert, false)?;
-        write(&files.key, &key, true)?;
+        issue_to(&certs.node(id), &issuer, names, &node_name(id))?;
     }
-    let (cert, key) = issue(vec![SanType::DnsName(CLIENT_NAME.try_into()?)], CLIENT_NAME)?;
-    write(&certs.client().cert, &cert, false)?;
-    write(&certs.client().key, &key, true)?;
+    let client = vec![SanType::DnsName(CLIENT_NAME.try_into()?)];
+    issue_to(&certs.client(), &issuer, client, CLIENT_NAME)?;
+    let admin = vec![SanType::DnsName(ADMIN_NAME.try_into()?)];
+    issue_to(&certs.named(ADMIN_NAME), &issuer, admin, ADMIN_NAME)?;
     Ok(certs)
 }
 

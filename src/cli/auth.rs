@@ -1,0 +1,133 @@
+//! `leasehold auth ...`: who may do what. Each change goes through the log, so every node
+//! enforces it from the same log index on, with no restart.
+
+use serde_json::json;
+
+use super::{ClientOpts, Exit, Output};
+use crate::proto::v1 as pb;
+use pb::change_policy_request::Change;
+
+#[derive(clap::Subcommand)]
+pub enum AuthCmd {
+    /// Turn authorization on, with ADMIN (a client certificate's name) an admin. From then on
+    /// a client without a certificate may do nothing, and others what their roles grant.
+    /// Needs every node serving with --client-cert-auth.
+    Enable {
+        #[arg(long, value_name = "ADMIN")]
+        admin: String,
+    },
+    /// Turn authorization off: every client may do everything. Roles and bindings are kept.
+    Disable,
+    /// Create or change roles.
+    #[command(subcommand)]
+    Role(RoleCmd),
+    /// Give IDENTITY (a client certificate's name) ROLE.
+    Bind { identity: String, role: String },
+    /// Take ROLE from IDENTITY. The last admin cannot be unbound.
+    Unbind { identity: String, role: String },
+    /// The roles, their grants and who is bound to them (admin only).
+    Show,
+    /// The identity this client's certificate gives it, and its roles.
+    Whoami,
+}
+
+#[derive(clap::Subcommand)]
+pub enum RoleCmd {
+    /// Create role NAME, or replace its grants, each PERMISSION:PREFIX: read-leases, hold,
+    /// check (lease names), read-keys, write, delete (keys). An empty prefix covers every
+    /// name: `hold:` holds any lease, `write:jobs/` writes keys under jobs/. An identity holds
+    /// leases only as itself or as holders under IDENTITY/.
+    Put {
+        name: String,
+        #[arg(value_name = "PERMISSION:PREFIX", required = true, value_parser = parse_grant)]
+        grants: Vec<pb::Grant>,
+    },
+    /// Delete role NAME, and every binding to it.
+    Delete { name: String },
+}
+
+/// `permission:prefix`; the permission is checked by the node, which names the ones it knows.
+fn parse_grant(text: &str) -> Result<pb::Grant, String> {
+    let (permission, prefix) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text:?} is not PERMISSION:PREFIX (for example hold:jobs/)"))?;
+    Ok(pb::Grant {
+        permission: permission.to_owned(),
+        prefix: prefix.to_owned(),
+    })
+}
+
+pub async fn run(opts: &ClientOpts, command: AuthCmd) -> anyhow::Result<Exit> {
+    let client = opts.client()?;
+    let binding = |identity, role| pb::Binding { identity, role };
+    let change = match command {
+        AuthCmd::Show => {
+            print_policy(opts.output, &client.policy().await?);
+            return Ok(Exit::Ok);
+        }
+        AuthCmd::Whoami => {
+            let me = client.who_am_i().await?;
+            match opts.output {
+                Output::Json => println!(
+                    "{}",
+                    json!({"identity": me.identity, "auth_enabled": me.auth_enabled, "roles": me.roles})
+                ),
+                Output::Text => println!(
+                    "{} (authorization {}; roles: {})",
+                    if me.identity.is_empty() { "no identity: no client certificate" } else { &me.identity },
+                    if me.auth_enabled { "on" } else { "off" },
+                    if me.roles.is_empty() { "none".to_owned() } else { me.roles.join(", ") }
+                ),
+            }
+            return Ok(Exit::Ok);
+        }
+        AuthCmd::Enable { admin } => Change::Enable(admin),
+        AuthCmd::Disable => Change::Disable(true),
+        AuthCmd::Role(RoleCmd::Put { name, grants }) => Change::PutRole(pb::AuthRole { name, grants }),
+        AuthCmd::Role(RoleCmd::Delete { name }) => Change::DeleteRole(name),
+        AuthCmd::Bind { identity, role } => Change::Bind(binding(identity, role)),
+        AuthCmd::Unbind { identity, role } => Change::Unbind(binding(identity, role)),
+    };
+    let applied = client.change_policy(change).await?;
+    match opts.output {
+        Output::Json => println!("{}", json!({"log_index": applied.log_index})),
+        Output::Text => println!("policy changed at log index {}", applied.log_index),
+    }
+    Ok(Exit::Ok)
+}
+
+fn print_policy(output: Output, p: &pb::PolicyResponse) {
+    let grants = |role: &pb::AuthRole| -> Vec<String> {
+        role.grants
+            .iter()
+            .map(|g| format!("{}:{}", g.permission, g.prefix))
+            .collect()
+    };
+    match output {
+        Output::Json => {
+            let roles: serde_json::Map<_, _> = p
+                .roles
+                .iter()
+                .map(|r| (r.name.clone(), json!(grants(r))))
+                .collect();
+            let bindings: Vec<_> = p
+                .bindings
+                .iter()
+                .map(|b| json!({"identity": b.identity, "role": b.role}))
+                .collect();
+            println!(
+                "{}",
+                json!({"enabled": p.enabled, "roles": roles, "bindings": bindings})
+            );
+        }
+        Output::Text => {
+            println!("authorization {}", if p.enabled { "on" } else { "off" });
+            for role in &p.roles {
+                println!("role {}: {}", role.name, grants(role).join(" "));
+            }
+            for b in &p.bindings {
+                println!("{} is bound to {}", b.identity, b.role);
+            }
+        }
+    }
+}
