@@ -74,16 +74,26 @@ pub async fn run(opts: &ClientOpts, command: AuthCmd) -> anyhow::Result<Exit> {
                 ),
                 Output::Text => println!(
                     "{} (authorization {}; roles: {})",
-                    if me.identity.is_empty() { "no identity: no client certificate" } else { &me.identity },
+                    if me.identity.is_empty() {
+                        "no identity: no client certificate"
+                    } else {
+                        &me.identity
+                    },
                     if me.auth_enabled { "on" } else { "off" },
-                    if me.roles.is_empty() { "none".to_owned() } else { me.roles.join(", ") }
+                    if me.roles.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        me.roles.join(", ")
+                    }
                 ),
             }
             return Ok(Exit::Ok);
         }
         AuthCmd::Enable { admin } => Change::Enable(admin),
         AuthCmd::Disable => Change::Disable(true),
-        AuthCmd::Role(RoleCmd::Put { name, grants }) => Change::PutRole(pb::AuthRole { name, grants }),
+        AuthCmd::Role(RoleCmd::Put { name, grants }) => {
+            Change::PutRole(pb::AuthRole { name, grants })
+        }
         AuthCmd::Role(RoleCmd::Delete { name }) => Change::DeleteRole(name),
         AuthCmd::Bind { identity, role } => Change::Bind(binding(identity, role)),
         AuthCmd::Unbind { identity, role } => Change::Unbind(binding(identity, role)),

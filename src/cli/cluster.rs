@@ -207,12 +207,19 @@ async fn grant_the_client_role(endpoints: &[String], admin: &TlsFiles) -> anyhow
     let client = LeaseClient::new(endpoints)?
         .with_tls(tls)?
         .with_deadline(Duration::from_secs(30));
-    let grants = ["read-leases", "hold", "check", "read-keys", "write", "delete"]
-        .map(|permission| pb::Grant {
-            permission: permission.to_owned(),
-            prefix: String::new(),
-        })
-        .to_vec();
+    let grants = [
+        "read-leases",
+        "hold",
+        "check",
+        "read-keys",
+        "write",
+        "delete",
+    ]
+    .map(|permission| pb::Grant {
+        permission: permission.to_owned(),
+        prefix: String::new(),
+    })
+    .to_vec();
     let role = pb::AuthRole {
         name: CLIENT_ROLE.to_owned(),
         grants,

@@ -2,6 +2,7 @@
 //! (held by, stale token), 1 on errors with one line on stderr; `hold` exits with its command's
 //! code, or 4 when the lease was lost under it.
 
+mod auth;
 mod bench;
 #[cfg(feature = "etcd")]
 mod bench_etcd;
@@ -12,7 +13,6 @@ mod demo;
 mod hold;
 mod hold_guard;
 pub mod local;
-mod auth;
 mod member;
 mod serve;
 mod snapshot;

@@ -81,7 +81,12 @@ pub struct ServeArgs {
     /// certificate carries) its first admin: only NAME may then change the policy
     /// (`leasehold auth`), membership or take a snapshot, and others only what their roles
     /// grant. Give every node the same. Needs --client-cert-auth.
-    #[arg(long, env = "LEASEHOLD_AUTH_ADMIN", value_name = "NAME", requires = "client_cert_auth")]
+    #[arg(
+        long,
+        env = "LEASEHOLD_AUTH_ADMIN",
+        value_name = "NAME",
+        requires = "client_cert_auth"
+    )]
     auth_admin: Option<String>,
     /// Requests this node works on at once, client requests and forwarded writes alike;
     /// past it a request is refused at once with RESOURCE_EXHAUSTED.
@@ -255,7 +260,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     };
     let peers = peers(&args, id);
     if let Some(admin) = &args.auth_admin {
-        leasehold_core::limits::name("--auth-admin", admin, leasehold_core::Limits::MAX_NAME_BYTES)?;
+        leasehold_core::limits::name(
+            "--auth-admin",
+            admin,
+            leasehold_core::Limits::MAX_NAME_BYTES,
+        )?;
     }
     let config = NodeConfig {
         id,

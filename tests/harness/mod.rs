@@ -103,6 +103,60 @@ impl Harness {
         Harness::launch(cluster, Some(tls), dir).await
     }
 
+    /// Like `start_tls`, with authorization on from the cluster's creation, `admin` its admin
+    /// (`serve --auth-admin admin`, as `cluster --tls` runs it). The harness's client is the
+    /// admin's; [`Harness::client_as`] makes others. Waits until the policy is on.
+    pub async fn start_authorized(nodes: usize, manual_clock: bool) -> Harness {
+        let dir = TempDir::new().expect("temp dir");
+        let addrs = local_addrs(nodes).expect("free ports");
+        let certs = certs::ensure(dir.path(), nodes as u64 + SPARE_NODE_CERTS).unwrap();
+        let admin = certs.admin().expect("an admin certificate");
+        let cluster = LocalCluster::new(binary().as_ref(), dir.path(), &addrs, manual_clock)
+            .with_tls(&certs)
+            .with_auth(certs::ADMIN_NAME);
+        let tls = Tls::load(&admin).unwrap().client_config(None);
+        let harness = Harness::launch(cluster, Some(tls), dir).await;
+        wait_for(
+            "authorization to be on",
+            Duration::from_secs(10),
+            || async {
+                let me = harness.client.who_am_i().await.ok()?;
+                me.auth_enabled.then_some(())
+            },
+        )
+        .await;
+        harness
+    }
+
+    /// The certificate files for identity `name`, issued from the cluster's CA the first time.
+    pub fn identity_files(&self, name: &str) -> leasehold::tls::TlsFiles {
+        let set = certs::ClusterCerts::open(&self.dir().join("tls"));
+        match name {
+            certs::CLIENT_NAME => set.client(),
+            certs::ADMIN_NAME => set.admin().expect("an admin certificate"),
+            _ => set.issue_client(name).expect("issue a client certificate"),
+        }
+    }
+
+    /// A client of every node showing the certificate of identity `name` (see
+    /// [`Harness::identity_files`]).
+    pub fn client_as(&self, name: &str) -> LeaseClient {
+        let ids: Vec<u64> = (1..=self.endpoints.len() as u64).collect();
+        self.client_of_nodes_as(&ids, name)
+    }
+
+    /// A client of nodes `ids`, in that order, showing identity `name`'s certificate.
+    pub fn client_of_nodes_as(&self, ids: &[u64], name: &str) -> LeaseClient {
+        let tls = Tls::load(&self.identity_files(name))
+            .unwrap()
+            .client_config(None);
+        let endpoints: Vec<String> = ids
+            .iter()
+            .map(|id| self.endpoints[(id - 1) as usize].clone())
+            .collect();
+        client_for(&endpoints, Some(&tls))
+    }
+
     /// Like `start_tls`, for one node per pair of `addrs` (two may share a peer address, for
     /// a node that takes a removed one's place), with the cluster configured by `configure`
     /// first; only nodes 1 to `started` are started, the others when the test `restart`s them.
@@ -186,6 +240,26 @@ impl Harness {
         connect(&self.cluster.nodes()[(id - 1) as usize].peer_addr).await
     }
 
+    /// A connection to node `id`'s peer plane as another member: with TLS, showing the next
+    /// node's certificate, as that member would.
+    pub async fn member_channel(&self, id: u64) -> tonic::transport::Channel {
+        let addr = &self.cluster.nodes()[(id - 1) as usize].peer_addr;
+        if self.tls.is_none() {
+            return connect(addr).await;
+        }
+        let count = self.endpoints.len() as u64;
+        let set = certs::ClusterCerts::open(&self.dir().join("tls"));
+        let other = Tls::load(&set.node(id % count + 1)).unwrap();
+        let name = leasehold::tls::node_name(id);
+        tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
+            .unwrap()
+            .tls_config(other.client_config(Some(&name)))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
     /// Node `id`'s applied log from index 1, read back over its peer plane (`ReadLog`), for
     /// checkers that replay it. The node must not have purged any of it.
     pub async fn applied_log(&self, id: u64) -> Vec<(u64, Vec<leasehold::lease::Command>)> {
@@ -193,7 +267,7 @@ impl Harness {
         use leasehold::raft::codec;
         let chunk = leasehold::limits::READ_LOG_MAX_ENTRIES;
         let mut client =
-            RaftClient::new(self.peer_channel(id).await).max_decoding_message_size(usize::MAX);
+            RaftClient::new(self.member_channel(id).await).max_decoding_message_size(usize::MAX);
         let mut log: Vec<(u64, Vec<leasehold::lease::Command>)> = Vec::new();
         loop {
             let from = log.last().map_or(1, |(index, _)| index + 1);

@@ -93,7 +93,9 @@ fn an_operation_is_applied_only_if_the_policy_in_force_allows_its_identity() {
     t.apply(&at(2, Op::Tick));
     assert_ne!(t.digest(), before);
     assert!(t.apply(&at(2, by("team-a", put("a/k")))).accepted());
-    assert!(t.apply(&at(2, by("team-a", acquire("a/l", "team-a/w1")))).accepted());
+    assert!(t
+        .apply(&at(2, by("team-a", acquire("a/l", "team-a/w1"))))
+        .accepted());
 }
 
 #[test]
@@ -110,7 +112,9 @@ fn a_bare_client_operation_is_denied_while_the_policy_is_on_and_node_commands_ar
     ));
     let refused = t.apply(&at(3, by("team-a", Op::Advance { by_ms: 1 })));
     assert_eq!(denied(&refused), "team-a may not advance the clock");
-    assert!(t.apply(&at(3, by("root", Op::Advance { by_ms: 1 }))).accepted());
+    assert!(t
+        .apply(&at(3, by("root", Op::Advance { by_ms: 1 })))
+        .accepted());
 }
 
 #[test]
@@ -137,7 +141,10 @@ fn a_holders_lease_is_not_releasable_by_another_identity_that_knows_its_token() 
     };
     // team-b has the same role, and the token, but is not the holder's identity.
     let refused = t.apply(&at(4, by("team-b", release("team-a/w1"))));
-    assert!(denied(&refused).contains("holds only as itself"), "{refused:?}");
+    assert!(
+        denied(&refused).contains("holds only as itself"),
+        "{refused:?}"
+    );
     // As itself, the store's own check refuses it: the lease is another holder's.
     let refused = t.apply(&at(4, by("team-b", release("team-b"))));
     assert!(matches!(
@@ -235,11 +242,14 @@ fn the_policy_survives_encoding_and_changes_the_digest_only_when_set() {
 fn a_table_stored_before_the_policy_loads_with_its_floor() {
     let mut t = LeaseTable::default();
     t.apply(&at(1, acquire("l", "x")));
-    t.apply(&at(1, Op::Release {
-        lease: "l".into(),
-        holder: "x".into(),
-        token: 1,
-    }));
+    t.apply(&at(
+        1,
+        Op::Release {
+            lease: "l".into(),
+            holder: "x".into(),
+            token: 1,
+        },
+    ));
     t.apply(&at(9_000, Op::Forget { retention_ms: 1 }));
     assert_eq!(t.forgotten_floor(), 1);
     let mut bytes = postcard::to_allocvec(&t).unwrap();
@@ -256,7 +266,10 @@ fn an_identity_inside_another_is_refused_when_decoded() {
     let nested = by("a", by("b", put("k")));
     let bytes = postcard::to_allocvec(&nested).unwrap();
     let error = postcard::from_bytes::<Op>(&bytes).unwrap_err();
-    assert!(error.to_string().contains("Serde Deserialization Error"), "{error}");
+    assert!(
+        error.to_string().contains("Serde Deserialization Error"),
+        "{error}"
+    );
     let one = postcard::to_allocvec(&by("a", put("k"))).unwrap();
     assert_eq!(postcard::from_bytes::<Op>(&one).unwrap(), by("a", put("k")));
     assert!(crate::validate(&nested).is_err());

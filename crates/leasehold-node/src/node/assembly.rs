@@ -126,7 +126,10 @@ where
     }
     tasks.push(tokio::spawn(watch_elections(node.clone(), penalty)));
     if let Some(admin) = &config.auth_admin {
-        tasks.push(tokio::spawn(super::authz::set_up(node.clone(), admin.clone())));
+        tasks.push(tokio::spawn(super::authz::set_up(
+            node.clone(),
+            admin.clone(),
+        )));
     }
     Ok(Running { node, tasks })
 }

@@ -152,7 +152,9 @@ pub async fn set_up(node: Node, admin: String) {
                 admin: admin.clone(),
             });
             match node.write(enable, None).await {
-                Ok(applied) => tracing::info!(admin, outcome = ?applied.outcome, "authorization turned on"),
+                Ok(applied) => {
+                    tracing::info!(admin, outcome = ?applied.outcome, "authorization turned on")
+                }
                 Err(e) => tracing::debug!(error = %e, "authorization not turned on yet"),
             }
         }

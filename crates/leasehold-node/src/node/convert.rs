@@ -161,12 +161,21 @@ pub fn policy_change(r: pb::ChangePolicyRequest) -> Result<AuthChange, NodeError
     use pb::change_policy_request::Change;
     let binding = |b: pb::Binding| (b.identity, b.role);
     let change = match r.change {
-        None => return Err(invalid("change", "set one of enable, disable, put_role, delete_role, bind, unbind")),
+        None => {
+            return Err(invalid(
+                "change",
+                "set one of enable, disable, put_role, delete_role, bind, unbind",
+            ))
+        }
         Some(Change::Enable(admin)) => AuthChange::Enable { admin },
         Some(Change::Disable(_)) => AuthChange::Disable,
         Some(Change::PutRole(role)) => AuthChange::PutRole {
             name: role.name,
-            grants: role.grants.into_iter().map(grant).collect::<Result<_, _>>()?,
+            grants: role
+                .grants
+                .into_iter()
+                .map(grant)
+                .collect::<Result<_, _>>()?,
         },
         Some(Change::DeleteRole(name)) => AuthChange::DeleteRole { name },
         Some(Change::Bind(b)) => {
@@ -191,7 +200,11 @@ fn grant(g: pb::Grant) -> Result<Grant, NodeError> {
         let names: Vec<_> = Permission::ALL.iter().map(|p| p.name()).collect();
         NodeError::Invalid(InvalidInput::new(
             "grants",
-            format!("no permission {:?}: one of {}", g.permission, names.join(", ")),
+            format!(
+                "no permission {:?}: one of {}",
+                g.permission,
+                names.join(", ")
+            ),
         ))
     })?;
     Ok(Grant {

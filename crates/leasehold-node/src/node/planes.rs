@@ -154,7 +154,7 @@ pub(super) fn peer_router(node: &Node, gate: PeerGate, stop: &Stop) -> Router {
             LeaseStoreServer::new(
                 LeaseService::new(node.clone(), Plane::Peer).stopping_on(stop.stopping()),
             )
-                .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
+            .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
             gate.clone(),
         ))
         .add_service(InterceptedService::new(

@@ -50,7 +50,8 @@ impl Watcher {
         };
         let state = node.state().read();
         let policy = state.table.policy();
-        let checked = super::authz::allowed(policy, self.identity.as_deref(), &Action::ReadLease(name));
+        let checked =
+            super::authz::allowed(policy, self.identity.as_deref(), &Action::ReadLease(name));
         Ok(checked?)
     }
 }

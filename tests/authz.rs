@@ -1,0 +1,407 @@
+//! Who may do what, on a TLS cluster created with authorization on (`serve --auth-admin`, as
+//! `cluster --tls` runs it): each permission allowed by its grant and denied without it,
+//! through the Rust client, the CLI and raw gRPC; admin calls refused to an ordinary
+//! certificate; a policy change in force on every node from one log index; a lease its holder's
+//! identity alone may release.
+
+mod harness;
+
+use std::time::Duration;
+
+use harness::{wait_for, Harness};
+use leasehold::proto::v1 as pb;
+use leasehold::proto::v1::change_policy_request::Change;
+use leasehold::proto::v1::lease_store_client::LeaseStoreClient;
+use leasehold::tls::certs::CLIENT_NAME;
+use leasehold::tls::Tls;
+use leasehold_client::{
+    Acquired, ClientError, Code, LeaseClient, Released, WatchFrom, WatchSelect,
+};
+
+/// The permissions a role can grant, and each one's identity in these tests.
+const PERMISSIONS: [&str; 6] = [
+    "read-leases",
+    "hold",
+    "check",
+    "read-keys",
+    "write",
+    "delete",
+];
+
+fn grant(permission: &str, prefix: &str) -> pb::Grant {
+    pb::Grant {
+        permission: permission.into(),
+        prefix: prefix.into(),
+    }
+}
+
+/// As the admin: role `name` with `grants`, bound to identity `name`.
+async fn role_for(admin: &LeaseClient, name: &str, grants: Vec<pb::Grant>) -> u64 {
+    let role = pb::AuthRole {
+        name: name.into(),
+        grants,
+    };
+    admin.change_policy(Change::PutRole(role)).await.unwrap();
+    let binding = pb::Binding {
+        identity: name.into(),
+        role: name.into(),
+    };
+    admin
+        .change_policy(Change::Bind(binding))
+        .await
+        .unwrap()
+        .log_index
+}
+
+fn assert_denied<T: std::fmt::Debug>(result: Result<T, ClientError>, naming: &[&str]) {
+    let error = result.expect_err("denied");
+    assert_eq!(error.code(), Code::PermissionDenied, "{error}");
+    for part in naming {
+        assert!(
+            error.to_string().contains(part),
+            "{error} should name {part}"
+        );
+    }
+}
+
+/// One call that needs `permission`, on `name` (a lease or a key), made by `c` as identity `me`:
+/// Ok when the store answered, the error when it refused.
+async fn exercise(
+    c: &LeaseClient,
+    me: &str,
+    permission: &str,
+    name: &str,
+) -> Result<(), ClientError> {
+    match permission {
+        "read-leases" => c.get_lease(name).await.map(drop),
+        "hold" => c.acquire(name, &format!("{me}/w"), 5_000).await.map(drop),
+        "check" => c.check_token(name, 1).await.map(drop),
+        "read-keys" => c.get(name).await.map(drop),
+        "write" => c.put(name, b"v", None).await.map(drop),
+        "delete" => c.delete(name, None).await.map(drop),
+        other => panic!("no permission {other}"),
+    }
+}
+
+/// Each permission lets its identity do its call under its prefix, and nothing else: not the
+/// same call elsewhere, and not the other permissions' calls there.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_permission_allows_its_calls_on_its_prefix_and_nothing_else() {
+    let h = Harness::start_authorized(3, false).await;
+    for permission in PERMISSIONS {
+        role_for(&h.client, permission, vec![grant(permission, "p/")]).await;
+    }
+    for permission in PERMISSIONS {
+        let c = h.client_as(permission);
+        exercise(&c, permission, permission, "p/x")
+            .await
+            .unwrap_or_else(|e| panic!("{permission} on p/x: {e}"));
+        let denied = exercise(&c, permission, permission, "q/x").await;
+        assert_denied(denied, &[permission, "\"q/x\""]);
+        for other in PERMISSIONS.iter().filter(|p| **p != permission) {
+            let denied = exercise(&c, permission, other, "p/x").await;
+            assert_denied(denied, &[permission, "\"p/x\""]);
+        }
+    }
+}
+
+/// The same through the CLI: exit 0 with the permission, exit 1 and one line on stderr naming
+/// the identity and the name without it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_is_allowed_and_denied_as_the_client_is() {
+    let h = Harness::start_authorized(3, false).await;
+    role_for(
+        &h.client,
+        "team-a",
+        vec![grant("hold", "a/"), grant("write", "a/")],
+    )
+    .await;
+    let files = h.identity_files("team-a");
+    let cli = |args: &[&str]| {
+        harness::command(&h.endpoints)
+            .arg("--tls-ca")
+            .arg(&files.ca)
+            .arg("--tls-cert")
+            .arg(&files.cert)
+            .arg("--tls-key")
+            .arg(&files.key)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for allowed in [
+        &["acquire", "a/l", "--holder", "team-a/w", "--ttl", "5"][..],
+        &["put", "a/k", "v"],
+    ] {
+        let out = cli(allowed);
+        assert_eq!(out.status.code(), Some(0), "{allowed:?}: {out:?}");
+    }
+    for (denied, naming) in [
+        (
+            &["acquire", "b/l", "--holder", "team-a/w", "--ttl", "5"][..],
+            "\"b/l\"",
+        ),
+        (
+            &["acquire", "a/m", "--holder", "w", "--ttl", "5"],
+            "not as \"w\"",
+        ),
+        (&["put", "b/k", "v"], "\"b/k\""),
+        (&["get", "a/k"], "read key \"a/k\""),
+        (&["lease", "a/l"], "read lease \"a/l\""),
+        (
+            &["check", "a/l", "--token", "1"],
+            "check a token of lease \"a/l\"",
+        ),
+        (&["delete", "a/k"], "delete key \"a/k\""),
+        (&["member", "remove", "3"], "remove a member"),
+        (&["snapshot", "save", "/dev/null"], "save a snapshot"),
+        (&["auth", "show"], "read the policy"),
+    ] {
+        let out = cli(denied);
+        assert_eq!(out.status.code(), Some(1), "{denied:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("permission denied: team-a may not"),
+            "{stderr}"
+        );
+        assert!(stderr.contains(naming), "{denied:?}: {stderr}");
+    }
+}
+
+/// A gRPC client of any language reads the refusal from the status alone: PERMISSION_DENIED,
+/// with the identity, the action and the name in its message.
+#[tokio::test(flavor = "multi_thread")]
+async fn raw_grpc_calls_are_denied_with_permission_denied_naming_identity_action_and_resource() {
+    let h = Harness::start_authorized(3, false).await;
+    role_for(&h.client, "team-a", vec![grant("read-keys", "a/")]).await;
+    let tls = Tls::load(&h.identity_files("team-a"))
+        .unwrap()
+        .client_config(None);
+    // A follower too: its reads go to the leader with the identity it read.
+    let mut membership_denied = 0;
+    for id in 1..=3 {
+        let channel =
+            tonic::transport::Endpoint::from_shared(format!("https://{}", h.endpoints[id - 1]))
+                .unwrap()
+                .tls_config(tls.clone())
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+        let mut raw = LeaseStoreClient::new(channel.clone());
+        let got = raw.get(pb::GetRequest { key: "a/k".into() }).await;
+        assert!(got.is_ok(), "node {id}: {got:?}");
+        let status = raw
+            .get(pb::GetRequest { key: "b/k".into() })
+            .await
+            .unwrap_err();
+        assert_eq!(
+            status.code(),
+            tonic::Code::PermissionDenied,
+            "node {id}: {status:?}"
+        );
+        assert_eq!(status.message(), "team-a may not read key \"b/k\"");
+        let status = raw
+            .put(pb::PutRequest {
+                key: "a/k".into(),
+                value: b"v".to_vec(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(
+            status.code(),
+            tonic::Code::PermissionDenied,
+            "node {id}: {status:?}"
+        );
+        assert_eq!(status.message(), "team-a may not write key \"a/k\"");
+        let mut cluster = pb::cluster_client::ClusterClient::new(channel);
+        let status = cluster
+            .remove_member(pb::RemoveMemberRequest { id: 3 })
+            .await
+            .unwrap_err();
+        // Only the leader changes the membership; the others say who leads.
+        match status.code() {
+            tonic::Code::PermissionDenied => membership_denied += 1,
+            tonic::Code::Unavailable => {}
+            _ => panic!("node {id}: {status:?}"),
+        }
+    }
+    assert_eq!(membership_denied, 1);
+    assert_eq!(h.client.members().await.unwrap().members.len(), 3);
+}
+
+/// The ordinary client certificate `cluster --tls` hands out cannot change the membership:
+/// `member remove` is refused and the cluster keeps its voters.
+#[tokio::test(flavor = "multi_thread")]
+async fn member_remove_with_the_plain_client_certificate_is_refused() {
+    let h = Harness::start_authorized(3, false).await;
+    let leader = h.leader().await;
+    let plain = h.client_as(CLIENT_NAME);
+    let victim = leader % 3 + 1;
+    assert_denied(
+        plain.remove_member(victim).await,
+        &[CLIENT_NAME, "remove a member"],
+    );
+    assert_denied(
+        plain.add_member(9, "127.0.0.1:1", "127.0.0.1:2").await,
+        &["add a member"],
+    );
+    assert_denied(plain.save_snapshot().await, &["save a snapshot"]);
+    let members = h.client.members().await.unwrap();
+    assert_eq!(members.members.len(), 3);
+    assert!(members.members.iter().any(|m| m.id == victim));
+    // The admin may.
+    let members = h.client.remove_member(victim).await.unwrap();
+    assert_eq!(members.members.len(), 2);
+}
+
+/// A binding applies from its log index on, on every node: a write before it is denied and one
+/// after it applied, and every node's log says so at the same indexes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_policy_change_is_in_force_on_every_node_from_one_log_index() {
+    let h = Harness::start_authorized(3, false).await;
+    let team = h.client_as("team-b");
+    assert_denied(
+        team.put("b/k", b"early", None).await,
+        &["team-b", "\"b/k\""],
+    );
+    let bound = role_for(&h.client, "team-b", vec![grant("write", "b/")]).await;
+    let written = team.put("b/k", b"late", None).await.unwrap();
+    assert!(written.applied.log_index > bound);
+
+    // Every node applied the same commands with the same answers: the denial before the
+    // binding's index, the write after it.
+    let mut logs = Vec::new();
+    for id in 1..=3 {
+        let log = wait_for(
+            "the node to apply the write",
+            Duration::from_secs(10),
+            || async {
+                let log = h.applied_log(id).await;
+                let last = log.last()?.0;
+                (last >= written.applied.log_index).then_some(log)
+            },
+        )
+        .await;
+        let replayed = leasehold_check::replay(&log).expect("the log replays");
+        let mut by_team: Vec<(u64, bool)> = replayed
+            .iter()
+            .filter(|r| matches!(&r.op, leasehold::lease::Op::As { identity, .. } if identity == "team-b"))
+            .map(|r| (r.index, r.outcome.accepted()))
+            .collect();
+        by_team.truncate(2);
+        assert_eq!(by_team.len(), 2, "node {id}: {by_team:?}");
+        assert!(
+            by_team[0].0 < bound && !by_team[0].1,
+            "node {id}: {by_team:?}"
+        );
+        assert!(
+            by_team[1].0 > bound && by_team[1].1,
+            "node {id}: {by_team:?}"
+        );
+        logs.push(by_team);
+    }
+    assert!(logs.windows(2).all(|w| w[0] == w[1]), "{logs:?}");
+    // Each node's own view of the identity, from its applied state.
+    for id in 1..=3 {
+        let me = h
+            .client_of_nodes_as(&[id], "team-b")
+            .who_am_i()
+            .await
+            .unwrap();
+        assert_eq!(me.roles, vec!["team-b".to_owned()], "node {id}");
+    }
+}
+
+/// Knowing a holder's token is not enough: another identity, with the same role, cannot
+/// release its lease, nor acquire it as that holder.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holders_lease_is_not_releasable_by_another_identity_that_knows_its_token() {
+    let h = Harness::start_authorized(3, false).await;
+    let admin = &h.client;
+    admin
+        .change_policy(Change::PutRole(pb::AuthRole {
+            name: "workers".into(),
+            grants: vec![grant("hold", "jobs/"), grant("read-leases", "jobs/")],
+        }))
+        .await
+        .unwrap();
+    for identity in ["team-a", "team-b"] {
+        let binding = pb::Binding {
+            identity: identity.into(),
+            role: "workers".into(),
+        };
+        admin.change_policy(Change::Bind(binding)).await.unwrap();
+    }
+    let a = h.client_as("team-a");
+    let b = h.client_as("team-b");
+    let token = match a
+        .acquire("jobs/x", "team-a/w1", 30_000)
+        .await
+        .unwrap()
+        .outcome
+    {
+        Acquired::Granted { token, .. } => token,
+        other => panic!("{other:?}"),
+    };
+    // b reads the lease, holder and token included ...
+    let seen = b.get_lease("jobs/x").await.unwrap().outcome;
+    assert_eq!(
+        (seen.holder.as_deref(), seen.token),
+        (Some("team-a/w1"), token)
+    );
+    // ... and cannot use them.
+    assert_denied(
+        b.release("jobs/x", "team-a/w1", token).await,
+        &["team-b", "\"jobs/x\"", "team-b/"],
+    );
+    assert_denied(b.acquire("jobs/x", "team-a/w1", 30_000).await, &["team-b"]);
+    let released = b.release("jobs/x", "team-b", token).await.unwrap().outcome;
+    assert!(matches!(released, Released::HeldBy(_)), "{released:?}");
+    let still = a.get_lease("jobs/x").await.unwrap().outcome;
+    assert_eq!(
+        (still.holder.as_deref(), still.token),
+        (Some("team-a/w1"), token)
+    );
+    let released = a
+        .release("jobs/x", "team-a/w1", token)
+        .await
+        .unwrap()
+        .outcome;
+    assert_eq!(released, Released::Released { token });
+}
+
+/// A watch needs read-leases on every lease it follows, and ends with PERMISSION_DENIED once
+/// the grant is taken away.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_follows_only_what_its_identity_may_read_and_ends_when_revoked() {
+    let h = Harness::start_authorized(3, false).await;
+    role_for(
+        &h.client,
+        "team-a",
+        vec![grant("read-leases", "a/"), grant("hold", "a/")],
+    )
+    .await;
+    let a = h.client_as("team-a");
+    let mut everything = a.watch(WatchSelect::Prefix(String::new()), WatchFrom::Now);
+    assert_denied(everything.next().await, &["team-a", "read lease"]);
+    let mut own = a.watch(WatchSelect::Prefix("a/".into()), WatchFrom::Now);
+    a.acquire("a/l", "team-a", 5_000).await.unwrap();
+    let event = own.next().await.unwrap();
+    assert_eq!(event.lease, "a/l");
+    h.client
+        .change_policy(Change::Unbind(pb::Binding {
+            identity: "team-a".into(),
+            role: "team-a".into(),
+        }))
+        .await
+        .unwrap();
+    // Events of leases it may no longer read never reach it; the stream ends instead.
+    let ended = tokio::time::timeout(Duration::from_secs(10), own.next())
+        .await
+        .expect("the watch to end")
+        .expect_err("a refusal, not an event");
+    assert_eq!(ended.code(), Code::PermissionDenied, "{ended}");
+}
