@@ -134,32 +134,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
     }
     cluster.start_all()?;
 
-    println!(
-        "{} {}-node cluster in {}{}",
-        if resumed {
-            "resumed the"
-        } else {
-            "started a new"
-        },
-        args.nodes,
-        dir.display(),
-        if args.manual_clock {
-            " (manual clock)"
-        } else {
-            ""
-        }
-    );
-    for node in cluster.nodes() {
-        println!(
-            "  node {}  {}  peers at {}  pid {}  data {}  log {}",
-            node.id,
-            node.addr,
-            node.peer_addr,
-            cluster.pid(node.id).unwrap_or(0),
-            node.data_dir.display(),
-            node.log.display()
-        );
-    }
+    print_started(&cluster, &args, &dir, resumed);
     let endpoints = cluster.endpoints().join(",");
     println!("endpoints: {endpoints}");
     let flag = if endpoints == super::DEFAULT_ENDPOINTS {
@@ -196,6 +171,36 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
     cluster.stop_all(Duration::from_secs(5));
     println!("all nodes stopped");
     outcome
+}
+
+/// What `cluster` says once its nodes are started: where each one is.
+fn print_started(cluster: &LocalCluster, args: &ClusterArgs, dir: &std::path::Path, resumed: bool) {
+    println!(
+        "{} {}-node cluster in {}{}",
+        if resumed {
+            "resumed the"
+        } else {
+            "started a new"
+        },
+        args.nodes,
+        dir.display(),
+        if args.manual_clock {
+            " (manual clock)"
+        } else {
+            ""
+        }
+    );
+    for node in cluster.nodes() {
+        println!(
+            "  node {}  {}  peers at {}  pid {}  data {}  log {}",
+            node.id,
+            node.addr,
+            node.peer_addr,
+            cluster.pid(node.id).unwrap_or(0),
+            node.data_dir.display(),
+            node.log.display()
+        );
+    }
 }
 
 /// On a new local cluster, gives the ordinary client certificate a role with every permission

@@ -315,7 +315,31 @@ pub fn status_table(nodes: &[pb::NodeStatus]) -> String {
             bytes(n.snapshot_bytes)
         );
     }
-    out
+    out + &security(nodes)
+}
+
+/// The last line of the status table: how the nodes that answered authenticate and authorize
+/// their clients, plainly when they do not.
+fn security(nodes: &[pb::NodeStatus]) -> String {
+    let up: Vec<_> = nodes
+        .iter()
+        .filter(|n| n.role != pb::Role::Unreachable as i32)
+        .collect();
+    let line = if up.is_empty() {
+        return String::new();
+    } else if up.iter().any(|n| !n.tls) {
+        "no TLS and no authentication: anyone who reaches a client port may do anything, \
+         `member remove` included (see the README's Security section)"
+    } else if up.iter().any(|n| !n.client_certificates) {
+        "TLS without client certificates: no authentication, anyone may do anything \
+         (serve --client-cert-auth)"
+    } else if up.iter().any(|n| !n.authorization) {
+        "TLS with client certificates; authorization off: every certificate may do anything \
+         (`leasehold auth enable`)"
+    } else {
+        "TLS with client certificates; authorization on (`leasehold auth whoami`)"
+    };
+    format!("security: {line}\n")
 }
 
 /// A size for people: bytes, KiB or MiB.
@@ -337,6 +361,8 @@ fn status_json(nodes: &[pb::NodeStatus]) -> Value {
                 "applied_index": n.applied_index, "store_time_ms": n.store_time_ms,
                 "manual_clock": n.manual_clock, "error": n.error, "leases": n.leases,
                 "rows": n.rows, "sessions": n.sessions, "snapshot_bytes": n.snapshot_bytes,
+                "tls": n.tls, "client_certificates": n.client_certificates,
+                "authorization": n.authorization,
             })
         })
         .collect();

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use crate::limits::KEPT_ANSWERS;
-use leasehold_core::auth::{Action, Policy};
+use leasehold_core::auth::Policy;
 use leasehold_core::{
     Command, Fence, Op, Outcome, ReleaseRefusal, RequestId, FORGET_BATCH, SESSION_IDLE_MS,
 };
@@ -189,7 +189,10 @@ impl Model {
             Op::As { identity, op } => (Some(identity.as_str()), &**op),
             op => (None, op),
         };
-        if let Some(denied) = Action::of(op).and_then(|a| self.policy.check(identity, &a).err()) {
+        if let Some(denied) = op
+            .action()
+            .and_then(|a| self.policy.check(identity, &a).err())
+        {
             return Outcome::Denied(denied);
         }
         match op {

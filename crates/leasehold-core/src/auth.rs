@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::limits::{
     name, MAX_BOUND_IDENTITIES, MAX_GRANTS_PER_ROLE, MAX_ROLES, MAX_ROLES_PER_IDENTITY,
 };
-use crate::{InvalidInput, Limits, Op};
+use crate::{InvalidInput, Limits};
 
 /// The role every policy has, granting everything; the first admin is bound to it.
 pub const ADMIN_ROLE: &str = "admin";
@@ -112,24 +112,7 @@ pub enum Action<'a> {
     Admin(&'static str),
 }
 
-impl<'a> Action<'a> {
-    /// What a client's write asks; `None` for what any identity may do (opening a session) or
-    /// what only a node logs (ticks, forgetting).
-    pub fn of(op: &'a Op) -> Option<Action<'a>> {
-        match op {
-            Op::Acquire { lease, holder, .. } | Op::Release { lease, holder, .. } => {
-                Some(Action::Hold { lease, holder })
-            }
-            Op::Put { key, .. } => Some(Action::Write(key)),
-            Op::Delete { key, .. } => Some(Action::Delete(key)),
-            Op::Advance { .. } => Some(Action::Admin("advance the clock")),
-            Op::Auth(_) => Some(Action::Admin("change the policy")),
-            // Acting as another identity is an admin's (a node never logs one inside another).
-            Op::As { .. } => Some(Action::Admin("act as another identity")),
-            Op::Register | Op::Tick | Op::Forget { .. } => None,
-        }
-    }
-
+impl Action<'_> {
     fn needs(&self) -> (Permission, &str) {
         match *self {
             Action::ReadLease(lease) => (Permission::ReadLeases, lease),
@@ -673,36 +656,6 @@ mod tests {
             .unwrap();
         assert!(!p.bindings().contains_key("team-a"));
         assert!(p.check(Some("team-a"), &Action::Write("a/x")).is_err());
-    }
-
-    #[test]
-    fn every_write_a_client_may_send_needs_a_permission() {
-        let ops = [
-            Op::Acquire {
-                lease: "l".into(),
-                holder: "h".into(),
-                ttl_ms: 1_000,
-            },
-            Op::Release {
-                lease: "l".into(),
-                holder: "h".into(),
-                token: 1,
-            },
-            Op::Put {
-                key: "k".into(),
-                value: vec![],
-                fence: None,
-            },
-            Op::Delete {
-                key: "k".into(),
-                fence: None,
-            },
-            Op::Advance { by_ms: 1 },
-        ];
-        for op in &ops {
-            assert!(Action::of(op).is_some(), "{op:?}");
-        }
-        assert_eq!(Action::of(&Op::Register), None);
     }
 
     #[test]

@@ -274,3 +274,29 @@ fn an_identity_inside_another_is_refused_when_decoded() {
     assert_eq!(postcard::from_bytes::<Op>(&one).unwrap(), by("a", put("k")));
     assert!(crate::validate(&nested).is_err());
 }
+
+#[test]
+fn every_write_a_client_may_send_needs_a_permission() {
+    let ops = [
+        acquire("l", "h"),
+        Op::Release {
+            lease: "l".into(),
+            holder: "h".into(),
+            token: 1,
+        },
+        put("k"),
+        Op::Delete {
+            key: "k".into(),
+            fence: None,
+        },
+        Op::Advance { by_ms: 1 },
+        Op::Auth(AuthChange::Disable),
+        by("a", put("k")),
+    ];
+    for op in &ops {
+        assert!(op.action().is_some(), "{op:?}");
+    }
+    for op in [Op::Register, Op::Tick, Op::Forget { retention_ms: 1 }] {
+        assert_eq!(op.action(), None);
+    }
+}

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{AuthChange, Denied};
+use crate::auth::{Action, AuthChange, Denied};
 
 /// One logged command: an operation plus the store time the leader stamped on it.
 ///
@@ -121,6 +121,25 @@ fn one_identity<'de, D: serde::Deserializer<'de>>(decoder: D) -> Result<Box<Op>,
     let op = Op::deserialize(decoder);
     DECODING_AS.with(|inside| inside.set(false));
     op.map(Box::new)
+}
+
+impl Op {
+    /// What the policy must allow for a client to ask this; `None` for what any identity may
+    /// do (opening a session) or what only a node logs (ticks, forgetting).
+    pub fn action(&self) -> Option<Action<'_>> {
+        match self {
+            Op::Acquire { lease, holder, .. } | Op::Release { lease, holder, .. } => {
+                Some(Action::Hold { lease, holder })
+            }
+            Op::Put { key, .. } => Some(Action::Write(key)),
+            Op::Delete { key, .. } => Some(Action::Delete(key)),
+            Op::Advance { .. } => Some(Action::Admin("advance the clock")),
+            Op::Auth(_) => Some(Action::Admin("change the policy")),
+            // Acting as another identity is an admin's (a node never logs one inside another).
+            Op::As { .. } => Some(Action::Admin("act as another identity")),
+            Op::Register | Op::Tick | Op::Forget { .. } => None,
+        }
+    }
 }
 
 /// What a fenced write carries: the lease it writes under and the token its holder was granted.

@@ -72,6 +72,20 @@ impl InvalidInput {
     }
 }
 
+fn ttl_field(ttl_ms: u64) -> Result<(), InvalidInput> {
+    if !(Limits::MIN_TTL_MS..=Limits::MAX_TTL_MS).contains(&ttl_ms) {
+        return Err(InvalidInput::new(
+            "ttl_ms",
+            format!(
+                "must be between {} and {} ms, got {ttl_ms}",
+                Limits::MIN_TTL_MS,
+                Limits::MAX_TTL_MS
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks an operation against [`Limits`]. Tokens are checked against the table at apply time,
 /// since only the table knows which tokens a lease has handed out.
 pub fn validate(op: &Op) -> Result<(), InvalidInput> {
@@ -83,17 +97,7 @@ pub fn validate(op: &Op) -> Result<(), InvalidInput> {
         } => {
             name("lease", lease, Limits::MAX_NAME_BYTES)?;
             name("holder", holder, Limits::MAX_NAME_BYTES)?;
-            if !(Limits::MIN_TTL_MS..=Limits::MAX_TTL_MS).contains(ttl_ms) {
-                return Err(InvalidInput::new(
-                    "ttl_ms",
-                    format!(
-                        "must be between {} and {} ms, got {ttl_ms}",
-                        Limits::MIN_TTL_MS,
-                        Limits::MAX_TTL_MS
-                    ),
-                ));
-            }
-            Ok(())
+            ttl_field(*ttl_ms)
         }
         Op::Release {
             lease,

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::limits::FORGET_BATCH;
 use super::session::{fingerprint, Admission, Sessions};
-use crate::auth::{Action, Policy};
+use crate::auth::Policy;
 use crate::{Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal};
 
 /// The whole replicated state. `BTreeMap`s, so iteration and serialization are deterministic.
@@ -462,7 +462,7 @@ impl LeaseTable {
             Op::As { identity, op } => (Some(identity.as_str()), &**op),
             op => (None, op),
         };
-        if let Some(action) = Action::of(op) {
+        if let Some(action) = op.action() {
             if let Err(denied) = self.policy.check(identity, &action) {
                 return Outcome::Denied(denied);
             }
@@ -502,7 +502,13 @@ impl LeaseTable {
                 },
             },
         };
-        match (op, &outcome) {
+        self.note(op, &outcome, events);
+        outcome
+    }
+
+    /// Notes in `events` what `op`, answered `outcome`, did to its lease.
+    fn note(&self, op: &Op, outcome: &Outcome, events: &mut Vec<Event>) {
+        match (op, outcome) {
             (
                 Op::Acquire { lease, holder, .. },
                 Outcome::Granted {
@@ -532,7 +538,6 @@ impl LeaseTable {
             }
             _ => {}
         }
-        outcome
     }
 
     /// Drops the leases free for at least `retention_ms`, longest-free first, at most

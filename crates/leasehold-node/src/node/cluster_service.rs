@@ -31,7 +31,7 @@ impl ClusterService {
             ServerState::Learner => pb::Role::Learner,
             ServerState::Shutdown => pb::Role::Unreachable,
         };
-        let (store_time_ms, state_digest, applied_index, leases, rows, sessions) = {
+        let (store_time_ms, state_digest, applied_index, leases, rows, sessions, authorization) = {
             let state = self.node.state().read();
             let applied = state.last_applied.map_or(0, |id| id.index);
             let table = &state.table;
@@ -42,6 +42,7 @@ impl ClusterService {
                 table.lease_count() as u64,
                 table.row_count() as u64,
                 table.session_count() as u64,
+                table.policy().enabled(),
             )
         };
         let snapshot_bytes = std::fs::metadata(crate::raft::snapshot_path(self.node.data_dir()))
@@ -71,6 +72,9 @@ impl ClusterService {
             rows,
             sessions,
             snapshot_bytes,
+            tls: self.node.tls(),
+            client_certificates: self.node.client_certificates(),
+            authorization,
         }
     }
 }

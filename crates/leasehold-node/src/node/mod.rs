@@ -152,6 +152,7 @@ struct NodeInner {
     data_dir: std::path::PathBuf,
     lease_retention_ms: u64,
     auth_admin: Option<String>,
+    tls: bool,
     client_certificates: bool,
     /// Whether the policy has been set up, for [`NodeConfig::auth_admin`].
     auth_set_up: authz::SetUp,
@@ -224,6 +225,7 @@ impl Node {
                 data_dir: config.data_dir.clone(),
                 lease_retention_ms: config.lease_retention_ms,
                 auth_admin: config.auth_admin.clone(),
+                tls: config.tls.is_some(),
                 client_certificates: config.tls.is_some() && config.client_cert_auth,
                 auth_set_up: authz::SetUp::default(),
                 requests: RequestSlots::new(config.max_requests),
@@ -334,6 +336,11 @@ impl Node {
     /// Refuses while the cluster, created with an admin, has not turned authorization on.
     pub fn auth_set_up(&self) -> Result<(), NodeError> {
         self.inner.auth_set_up.check(self)
+    }
+
+    /// Whether this node serves its clients over TLS.
+    pub fn tls(&self) -> bool {
+        self.inner.tls
     }
 
     /// Whether this node's clients must show a certificate, and so have an identity.
