@@ -27,6 +27,7 @@ use leasehold::cli::local::{LocalCluster, PlaneAddrs};
 use leasehold::lease::{Fence, LeaseTable, Op, Outcome, ReleaseRefusal};
 use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use leasehold::proto::v1 as pb;
+use leasehold::proto::v1::change_policy_request::Change;
 use leasehold::raft::codec;
 use leasehold::tls::certs;
 use leasehold::tls::{node_name, Tls};
@@ -206,7 +207,9 @@ impl Cluster {
             ]);
         let certs = tls.then(|| certs::ensure_for(dir.path(), count as u64, &ips).unwrap());
         if let Some(certs) = &certs {
-            nodes = nodes.with_tls(certs);
+            // With authorization on, as `cluster --tls` runs it: `authorize` gives the
+            // workload's certificate its role.
+            nodes = nodes.with_tls(certs).with_auth(certs::ADMIN_NAME);
         }
         nodes.start_all().unwrap();
         let endpoints = nodes.endpoints();
@@ -224,16 +227,69 @@ impl Cluster {
     }
 
     fn client(&self, endpoints: &[String], deadline: Duration) -> LeaseClient {
+        self.client_showing(|certs| certs.client(), endpoints, deadline)
+    }
+
+    /// A client showing the certificate `files` picks from the cluster's set (with TLS).
+    fn client_showing(
+        &self,
+        files: impl FnOnce(&certs::ClusterCerts) -> leasehold::tls::TlsFiles,
+        endpoints: &[String],
+        deadline: Duration,
+    ) -> LeaseClient {
         let client = LeaseClient::new(endpoints).unwrap();
         let client = match &self.certs {
             Some(certs) => client
-                .with_tls(Tls::load(&certs.client()).unwrap().client_config(None))
+                .with_tls(Tls::load(&files(certs)).unwrap().client_config(None))
                 .unwrap(),
             None => client,
         };
         client
             .with_local_address(CLIENT_IP.parse().unwrap())
             .with_deadline(deadline)
+    }
+
+    /// A holder name the workload's identity owns: under `leasehold-client/` with
+    /// authorization on.
+    fn holder(&self, name: &str) -> String {
+        match self.certs {
+            Some(_) => format!("{}/{name}", certs::CLIENT_NAME),
+            None => name.to_owned(),
+        }
+    }
+
+    /// With TLS, and so authorization, on: as the admin, gives the workload's certificate every
+    /// permission but admin, on every name. The outsider's certificate gets no role.
+    async fn authorize(&self) {
+        let Some(certs) = &self.certs else {
+            return;
+        };
+        let admin_files = |c: &certs::ClusterCerts| c.admin().expect("an admin certificate");
+        let admin = self.client_showing(admin_files, &self.endpoints, Duration::from_secs(30));
+        let grants = [
+            "read-leases",
+            "hold",
+            "check",
+            "read-keys",
+            "write",
+            "delete",
+        ]
+        .map(|permission| pb::Grant {
+            permission: permission.into(),
+            prefix: String::new(),
+        })
+        .to_vec();
+        let role = pb::AuthRole {
+            name: "workload".into(),
+            grants,
+        };
+        admin.change_policy(Change::PutRole(role)).await.unwrap();
+        let binding = pb::Binding {
+            identity: certs::CLIENT_NAME.into(),
+            role: "workload".into(),
+        };
+        admin.change_policy(Change::Bind(binding)).await.unwrap();
+        certs.issue_client(OUTSIDER).unwrap();
     }
 
     async fn node_status(&self, id: u64) -> Option<pb::NodeStatus> {
@@ -453,11 +509,14 @@ fn completion<T>(
                 answer,
             }
         }
-        // Refused before it was proposed: bad input, or the wrong clock.
+        // Refused before it was proposed (bad input, or the wrong clock), or denied by the
+        // policy, which changes nothing.
         Err(e)
             if matches!(
                 e.code(),
-                tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition
+                tonic::Code::InvalidArgument
+                    | tonic::Code::FailedPrecondition
+                    | tonic::Code::PermissionDenied
             ) =>
         {
             Completion::Failed(e.to_string())
@@ -617,12 +676,12 @@ async fn read(client: &LeaseClient, recorder: &Recorder, id: u32, request: Reque
 async fn client_loop(
     id: u32,
     client: LeaseClient,
+    holder: String,
     recorder: Arc<Recorder>,
     seed: u64,
     stop: Arc<AtomicBool>,
 ) {
     let mut rng = Rng(seed);
-    let holder = format!("c{id}");
     let mut tokens: BTreeMap<&str, u64> = BTreeMap::new();
     let mut seq = 0u64;
     while !stop.load(Ordering::Relaxed) {
@@ -721,6 +780,73 @@ async fn client_loop(
     }
 }
 
+/// The identity with no role that, in runs with authorization on, keeps trying what the
+/// workload does: every one of its writes must be denied, under every fault.
+const OUTSIDER: &str = "outsider";
+/// The outsider's client id in the history.
+const OUTSIDER_CLIENT: u32 = 300;
+
+/// Every 100 ms, the outsider acquires a workload lease, writes a workload key and deletes
+/// one, as holders of its own (so that only the policy refuses it).
+async fn outsider_loop(client: LeaseClient, recorder: Arc<Recorder>, stop: Arc<AtomicBool>) {
+    let mut n = 0;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let op = match n % 3 {
+            0 => Op::Acquire {
+                lease: LEASES[n % LEASES.len()].into(),
+                holder: OUTSIDER.into(),
+                ttl_ms: 60_000,
+            },
+            1 => Op::Put {
+                key: "p0".into(),
+                value: b"outsider".to_vec(),
+                fence: None,
+            },
+            _ => Op::Delete {
+                key: "p1".into(),
+                fence: None,
+            },
+        };
+        write(&client, &recorder, OUTSIDER_CLIENT, op).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What the outsider got that it should not have: an answer from the store to any write (it
+/// must only ever be denied, or lose its answer to a fault), or a command of its in the log
+/// that the replay does not deny.
+fn outsider_anomalies(history: &[Operation], log: &Log) -> Vec<Anomaly> {
+    let mut anomalies = Vec::new();
+    for op in history.iter().filter(|op| op.client == OUTSIDER_CLIENT) {
+        if let Completion::Ok { .. } = op.completion {
+            anomalies.push(Anomaly::new(
+                "authorization",
+                format!(
+                    "the outsider, bound to no role, was answered {:?}",
+                    op.completion
+                ),
+            ));
+        }
+    }
+    let replayed = check::replay(log).expect("the log replays");
+    for r in replayed
+        .iter()
+        .filter(|r| r.identity.as_deref() == Some(OUTSIDER))
+    {
+        if !matches!(r.outcome, Outcome::Denied(_)) {
+            anomalies.push(Anomaly::new(
+                "authorization",
+                format!(
+                    "the outsider's {:?} at index {} replays to {:?}",
+                    r.op, r.index, r.outcome
+                ),
+            ));
+        }
+    }
+    anomalies
+}
+
 // ---------------------------------------------------------------------------------------------
 // The nemesis.
 
@@ -802,6 +928,8 @@ const PROBE_CLIENT: u32 = 200;
 /// its grant was stamped between the two.
 struct LeaseProbe {
     name: String,
+    /// The rival's holder name.
+    rival: String,
     sent: Instant,
     granted: Instant,
 }
@@ -826,12 +954,13 @@ impl LeaseProbe {
         let sent = Instant::now();
         let op = Op::Acquire {
             lease: name.clone(),
-            holder: "probe".into(),
+            holder: cluster.holder("probe"),
             ttl_ms: PROBE_TTL.as_millis() as u64,
         };
         match write(&client, recorder, PROBE_CLIENT, op).await {
             Some(Outcome::Granted { .. }) => Some(LeaseProbe {
                 name,
+                rival: cluster.holder("rival"),
                 sent,
                 granted: Instant::now(),
             }),
@@ -849,7 +978,7 @@ impl LeaseProbe {
         while self.sent.elapsed() < Duration::from_secs(20) {
             let op = Op::Acquire {
                 lease: self.name.clone(),
-                holder: "rival".into(),
+                holder: self.rival.clone(),
                 ttl_ms: 60_000,
             };
             if let Some(Outcome::Granted { .. }) =
@@ -1109,6 +1238,7 @@ async fn fault_run(
     let mut rng = Rng(seed);
     let mut cluster = Cluster::start(nodes, tls);
     cluster.wait_leader().await;
+    cluster.authorize().await;
 
     let recorder = Arc::new(Recorder {
         started: Instant::now(),
@@ -1126,8 +1256,25 @@ async fn fault_run(
     let mut clients = Vec::new();
     for id in 0..5u32 {
         let client = cluster.client(&cluster.endpoints, Duration::from_secs(3));
-        let task = client_loop(id, client, recorder.clone(), rng.bits(), stop.clone());
+        let holder = cluster.holder(&format!("c{id}"));
+        let task = client_loop(
+            id,
+            client,
+            holder,
+            recorder.clone(),
+            rng.bits(),
+            stop.clone(),
+        );
         clients.push(tokio::spawn(task));
+    }
+    if tls {
+        let outsider = |c: &certs::ClusterCerts| c.identity(OUTSIDER);
+        let client = cluster.client_showing(outsider, &cluster.endpoints, Duration::from_secs(3));
+        clients.push(tokio::spawn(outsider_loop(
+            client,
+            recorder.clone(),
+            stop.clone(),
+        )));
     }
 
     // Fault windows: (label, from ns, to ns), and the longest unavailability per label.
@@ -1282,6 +1429,9 @@ async fn fault_run(
 
     let history = recorder.history.lock().unwrap().clone();
     let mut anomalies = check::check_all(&history, &log);
+    if tls {
+        anomalies.extend(outsider_anomalies(&history, &log));
+    }
     // INTERNAL means a broken invariant or a failed disk, neither of which a fault run causes:
     // it fails the run, where counting it as indeterminate would hide it.
     for op in &history {

@@ -228,6 +228,22 @@ impl Backend {
         }
     }
 
+    /// What the client's holder names start with: `IDENTITY/` for a Leasehold client whose
+    /// certificate names one, since an identity holds leases only as holders it owns.
+    async fn owner(&self) -> anyhow::Result<String> {
+        match self {
+            Backend::Leasehold { client, .. } => {
+                let identity = client.who_am_i().await?.identity;
+                Ok(match identity.is_empty() {
+                    true => identity,
+                    false => format!("{identity}/"),
+                })
+            }
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Ok(String::new()),
+        }
+    }
+
     /// Unmeasured: the client's own lease and key.
     async fn setup(&mut self, ctx: &ClientCtx, names: &Names) -> anyhow::Result<()> {
         match self {
@@ -377,7 +393,7 @@ async fn client_loop(
     done: Arc<AtomicU64>,
 ) -> anyhow::Result<Tally> {
     let mut tally = Tally::new();
-    let holder = format!("bench-{}-{}", ctx.run_id, ctx.id);
+    let holder = format!("{}bench-{}-{}", backend.owner().await?, ctx.run_id, ctx.id);
     let names = Names {
         lease: holder.clone(),
         key: format!("{holder}-key"),

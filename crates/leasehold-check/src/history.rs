@@ -107,8 +107,11 @@ pub struct Replayed {
     pub request: Option<RequestId>,
     /// A later appearance of a request already applied.
     pub retry: bool,
-    /// What it asked.
+    /// What it asked: for a client's operation logged with its identity ([`Op::As`]), the
+    /// operation itself, as the client sent it and its history records it.
     pub op: Op,
+    /// The identity it was logged with, if any.
+    pub identity: Option<String>,
     /// What the model answered.
     pub outcome: Outcome,
 }
@@ -153,13 +156,18 @@ pub fn replay(log: &Log) -> Result<Vec<Replayed>, Anomaly> {
         }
         for (position, command) in (0..).zip(commands) {
             let outcome = table.apply(command);
+            let (identity, op) = match &command.op {
+                Op::As { identity, op } => (Some(identity.clone()), (**op).clone()),
+                op => (None, op.clone()),
+            };
             applied.push(Replayed {
                 index: *index,
                 position,
                 store_time_ms: table.now_ms(),
                 request: command.request,
                 retry: command.request.is_some_and(|r| !requests.insert(r)),
-                op: command.op.clone(),
+                op,
+                identity,
                 outcome,
             });
         }

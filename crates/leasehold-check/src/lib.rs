@@ -200,6 +200,7 @@ mod tests {
                     expires_at_ms: 1_000,
                     renewed: false,
                 },
+                identity: None,
             },
             Replayed {
                 request: None,
@@ -213,6 +214,7 @@ mod tests {
                     expires_at_ms: 2_500,
                     renewed: false,
                 },
+                identity: None,
             },
             Replayed {
                 request: None,
@@ -222,6 +224,7 @@ mod tests {
                 store_time_ms: 1_600,
                 op: put("k", "by a", Some(("l", 1))),
                 outcome: Outcome::Written,
+                identity: None,
             },
         ];
         let anomalies = fencing(&applied);
@@ -243,6 +246,7 @@ mod tests {
                 expires_at_ms: index * 1_000 + 10,
                 renewed: false,
             },
+            identity: None,
         };
         let anomalies = fencing(&[grant(2, 1), grant(3, 1)]);
         assert!(
@@ -265,6 +269,7 @@ mod tests {
                 expires_at_ms: at_ms + 1_000,
                 renewed: false,
             },
+            identity: None,
         };
         let anomalies = mutual_exclusion(&[grant(2, "a", 0, 1), grant(3, "b", 500, 2)]);
         assert_eq!(anomalies.len(), 1, "{anomalies:?}");
@@ -282,6 +287,7 @@ mod tests {
                 token: 1,
             },
             outcome: Outcome::Released { token: 1 },
+            identity: None,
         };
         assert_eq!(
             mutual_exclusion(&[grant(2, "a", 0, 1), released, grant(4, "b", 500, 2)]),

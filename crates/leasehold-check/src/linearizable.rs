@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::history::{Anomaly, Answer, Completion, Log, Operation, Replayed, Request};
 use crate::model::Model;
-use leasehold_core::{LeaseTable, Op};
+use leasehold_core::{LeaseTable, Op, Outcome};
 
 /// Every acknowledged answer against the replay of the log: each write answered what the model
 /// answered at its place, and each read saw the state at the entry it names.
@@ -225,11 +225,14 @@ fn applied_at_most_once(history: &[Operation], applied: &[Replayed]) -> Vec<Anom
     for a in applied.iter().filter(|a| !a.retry) {
         if matches!(
             a.op,
-            Op::Tick | Op::Advance { .. } | Op::Register | Op::Forget { .. }
-        ) {
+            Op::Tick | Op::Advance { .. } | Op::Register | Op::Forget { .. } | Op::Auth(_)
+        ) || matches!(a.outcome, Outcome::Denied(_))
+        {
             // The leader's own ticks and forgets; advances are not part of fault runs; registrations are
             // the client library's own, which histories do not record (a lost one is retried
-            // and leaves an unused session behind, harmlessly).
+            // and leaves an unused session behind, harmlessly); policy changes are the admin's,
+            // which histories do not record either; a denied operation changed nothing, and its
+            // client saw a refusal.
             continue;
         }
         let key = postcard::to_allocvec(&a.op).unwrap_or_default();

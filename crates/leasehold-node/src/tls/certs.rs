@@ -107,12 +107,12 @@ impl ClusterCerts {
 
     /// What the first admin shows; `None` for a set made before there was one.
     pub fn admin(&self) -> Option<TlsFiles> {
-        let files = self.named(ADMIN_NAME);
+        let files = self.identity(ADMIN_NAME);
         (files.cert.exists() && files.key.exists()).then_some(files)
     }
 
     /// Where the certificate for identity `name` is, once issued (`name.pem`).
-    fn named(&self, name: &str) -> TlsFiles {
+    pub fn identity(&self, name: &str) -> TlsFiles {
         TlsFiles {
             ca: self.path("ca.pem"),
             cert: self.path(&format!("{name}.pem")),
@@ -137,7 +137,7 @@ impl ClusterCerts {
             name: name.to_owned(),
             why,
         })?;
-        let files = self.named(name);
+        let files = self.identity(name);
         issue_to(&files, &issuer, vec![SanType::DnsName(dns)], name)?;
         Ok(files)
     }
@@ -241,7 +241,7 @@ pub fn write_set(dir: &Path, nodes: u64, hosts: &[String]) -> Result<ClusterCert
     let client = vec![SanType::DnsName(CLIENT_NAME.try_into()?)];
     issue_to(&certs.client(), &issuer, client, CLIENT_NAME)?;
     let admin = vec![SanType::DnsName(ADMIN_NAME.try_into()?)];
-    issue_to(&certs.named(ADMIN_NAME), &issuer, admin, ADMIN_NAME)?;
+    issue_to(&certs.identity(ADMIN_NAME), &issuer, admin, ADMIN_NAME)?;
     Ok(certs)
 }
 
