@@ -405,3 +405,36 @@ async fn a_watch_follows_only_what_its_identity_may_read_and_ends_when_revoked()
         .expect_err("a refusal, not an event");
     assert_eq!(ended.code(), Code::PermissionDenied, "{ended}");
 }
+
+/// Every identity sees the members, their roles and client addresses (what a client needs to
+/// find the cluster); only an admin sees the peer plane's addresses and the nodes' pids.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_and_members_show_the_peer_plane_to_admins_only() {
+    let h = Harness::start_authorized(3, false).await;
+    let plain = h.client_as(CLIENT_NAME);
+    let seen = plain.status().await.unwrap();
+    assert_eq!(seen.len(), 3);
+    for node in &seen {
+        assert!(!node.address.is_empty(), "{node:?}");
+        assert_eq!((node.peer_address.as_str(), node.pid), ("", 0), "{node:?}");
+        assert!(
+            node.authorization && node.client_certificates && node.tls,
+            "{node:?}"
+        );
+    }
+    let members = plain.members().await.unwrap().members;
+    assert_eq!(members.len(), 3);
+    assert!(
+        members.iter().all(|m| m.peer_address.is_empty()),
+        "{members:?}"
+    );
+    let by_admin = h.client.status().await.unwrap();
+    assert!(by_admin
+        .iter()
+        .all(|n| !n.peer_address.is_empty() && n.pid != 0));
+    let members = h.client.members().await.unwrap().members;
+    assert!(
+        members.iter().all(|m| !m.peer_address.is_empty()),
+        "{members:?}"
+    );
+}

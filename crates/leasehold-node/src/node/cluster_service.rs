@@ -22,6 +22,17 @@ impl ClusterService {
         ClusterService { node, plane }
     }
 
+    /// Whether the caller may see the cluster's inside: the peer plane's addresses (what an
+    /// attacker of the peer plane would dial) and the nodes' pids. Only admins may, once
+    /// authorization is on; everyone sees the members, their client addresses and roles, which
+    /// clients need to find the cluster. By this node's policy: it hides, it grants nothing.
+    fn sees_inside<T>(&self, request: &Request<T>) -> bool {
+        let identity = authz::identity(request, self.plane);
+        let state = self.node.state().read();
+        let admin = Action::Admin("see the peer plane");
+        authz::allowed(state.table.policy(), identity.as_deref(), &admin).is_ok()
+    }
+
     fn local(&self) -> pb::NodeStatus {
         let metrics = self.node.raft().metrics().borrow().clone();
         let role = match metrics.state {
@@ -178,16 +189,24 @@ impl pb::cluster_server::Cluster for ClusterService {
 
     async fn list_members(
         &self,
-        _: Request<pb::ListMembersRequest>,
+        request: Request<pb::ListMembersRequest>,
     ) -> Result<Response<pb::MembersResponse>, Status> {
         let _working = self.node.admit(1)?;
-        super::membership::list(&self.node).await.map(Response::new)
+        let inside = self.sees_inside(&request);
+        let mut members = super::membership::list(&self.node).await?;
+        if !inside {
+            for member in &mut members.members {
+                member.peer_address.clear();
+            }
+        }
+        Ok(Response::new(members))
     }
 
     async fn status(
         &self,
-        _: Request<pb::StatusRequest>,
+        request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
+        let inside = self.sees_inside(&request);
         // Admitted like every request: a client looping status must not outrun the node.
         let _working = self.node.admit(1)?;
         if !self.node.is_member() {
@@ -207,6 +226,12 @@ impl pb::cluster_server::Cluster for ClusterService {
             }
         }
         nodes.sort_by_key(|n| n.id);
+        if !inside {
+            for node in &mut nodes {
+                node.peer_address.clear();
+                node.pid = 0;
+            }
+        }
         Ok(Response::new(pb::StatusResponse { nodes }))
     }
 
