@@ -288,7 +288,8 @@ async fn a_policy_change_is_in_force_on_every_node_from_one_log_index() {
         let replayed = leasehold_check::replay(&log).expect("the log replays");
         let mut by_team: Vec<(u64, bool)> = replayed
             .iter()
-            .filter(|r| matches!(&r.op, leasehold::lease::Op::As { identity, .. } if identity == "team-b"))
+            .filter(|r| r.identity.as_deref() == Some("team-b"))
+            .filter(|r| matches!(r.op, leasehold::lease::Op::Put { .. }))
             .map(|r| (r.index, r.outcome.accepted()))
             .collect();
         by_team.truncate(2);
@@ -437,4 +438,52 @@ async fn status_and_members_show_the_peer_plane_to_admins_only() {
         members.iter().all(|m| !m.peer_address.is_empty()),
         "{members:?}"
     );
+}
+
+/// A session belongs to the identity that opened it: another identity that sends requests
+/// under its id (ids are small and sequential) is denied, and the owner's requests go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn another_identity_cannot_use_a_session_it_did_not_open() {
+    let h = Harness::start_authorized(3, false).await;
+    role_for(&h.client, "team-a", vec![grant("write", "")]).await;
+    role_for(&h.client, "team-b", vec![grant("write", "")]).await;
+    let raw = |name: &str| {
+        let tls = Tls::load(&h.identity_files(name))
+            .unwrap()
+            .client_config(None);
+        let endpoint = format!("https://{}", h.endpoints[0]);
+        async move {
+            let channel = tonic::transport::Endpoint::from_shared(endpoint)
+                .unwrap()
+                .tls_config(tls)
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            LeaseStoreClient::new(channel)
+        }
+    };
+    let (mut a, mut b) = (raw("team-a").await, raw("team-b").await);
+    let session = a
+        .register(pb::RegisterRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .client_id;
+    let put = |sequence| pb::PutRequest {
+        key: "k".into(),
+        value: b"v".to_vec(),
+        fence: None,
+        request_id: Some(pb::RequestId {
+            client_id: session,
+            sequence,
+        }),
+    };
+    let status = b.put(put(1)).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert!(
+        status.message().starts_with("team-b may not use session"),
+        "{status:?}"
+    );
+    a.put(put(1)).await.unwrap();
 }

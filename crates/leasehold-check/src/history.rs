@@ -156,10 +156,8 @@ pub fn replay(log: &Log) -> Result<Vec<Replayed>, Anomaly> {
         }
         for (position, command) in (0..).zip(commands) {
             let outcome = table.apply(command);
-            let (identity, op) = match &command.op {
-                Op::As { identity, op } => (Some(identity.clone()), (**op).clone()),
-                op => (None, op.clone()),
-            };
+            let identity = command.op.identity().map(str::to_owned);
+            let op = command.op.bare().clone();
             applied.push(Replayed {
                 index: *index,
                 position,

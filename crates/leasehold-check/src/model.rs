@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use crate::limits::KEPT_ANSWERS;
-use leasehold_core::auth::Policy;
+use leasehold_core::auth::{Denied, Policy};
 use leasehold_core::{
     Command, Fence, Op, Outcome, ReleaseRefusal, RequestId, FORGET_BATCH, SESSION_IDLE_MS,
 };
@@ -45,6 +45,8 @@ struct ClientSession {
     expired: bool,
     /// Every request applied under this session, by sequence: its operation and answer.
     applied: BTreeMap<u64, (Op, Outcome)>,
+    /// The identity that opened it, if one did: requests of any other are refused.
+    owner: Option<String>,
 }
 
 /// The reference model of a Leasehold table, written from the README.
@@ -126,6 +128,9 @@ impl Model {
         let Some(request) = command.request else {
             return self.apply_op(&command.op);
         };
+        if let Some(refused) = self.foreign(request, command.op.identity()) {
+            return refused;
+        }
         match self.admit(request, &command.op) {
             Some(answer) => answer,
             None => {
@@ -136,6 +141,14 @@ impl Model {
                 outcome
             }
         }
+    }
+
+    /// A request under an open session another identity opened: denied, not admitted.
+    fn foreign(&self, request: RequestId, asker: Option<&str>) -> Option<Outcome> {
+        let session = self.sessions.get(request.client.checked_sub(1)? as usize)?;
+        let owner = session.owner.as_deref().filter(|_| !session.expired)?;
+        (Some(owner) != asker)
+            .then(|| Outcome::Denied(Denied::foreign_session(asker, request.client)))
     }
 
     fn session_mut(&mut self, request: RequestId) -> &mut ClientSession {
@@ -185,10 +198,7 @@ impl Model {
     }
 
     fn apply_op(&mut self, op: &Op) -> Outcome {
-        let (identity, op) = match op {
-            Op::As { identity, op } => (Some(identity.as_str()), &**op),
-            op => (None, op),
-        };
+        let (identity, op) = (op.identity(), op.bare());
         if let Some(denied) = op
             .action()
             .and_then(|a| self.policy.check(identity, &a).err())
@@ -224,6 +234,7 @@ impl Model {
             Op::Register => {
                 self.sessions.push(ClientSession {
                     last_heard_ms: self.now_ms,
+                    owner: identity.map(str::to_owned),
                     ..ClientSession::default()
                 });
                 Outcome::Registered {
@@ -373,6 +384,7 @@ impl Model {
 mod tests {
     //! The product's table against the model, command by command, on random logs.
     use super::*;
+    use leasehold_core::auth::{AuthChange, Grant, Permission};
     use leasehold_core::LeaseTable;
     use proptest::prelude::*;
 
@@ -420,7 +432,40 @@ mod tests {
             Just(Op::Tick),
             Just(Op::Register),
             (0u64..3_000).prop_map(|retention_ms| Op::Forget { retention_ms }),
+            // The policy: `a` an admin, `b` holding l1 and writing k1 once bound.
+            Just(Op::Auth(AuthChange::Enable { admin: "a".into() })),
+            Just(Op::Auth(AuthChange::Disable)),
+            Just(Op::Auth(AuthChange::PutRole {
+                name: "r".into(),
+                grants: vec![
+                    Grant {
+                        permission: Permission::Hold,
+                        prefix: "l1".into()
+                    },
+                    Grant {
+                        permission: Permission::Write,
+                        prefix: "k1".into()
+                    },
+                ],
+            })),
+            Just(Op::Auth(AuthChange::Bind {
+                identity: "b".into(),
+                role: "r".into()
+            })),
         ]
+    }
+
+    /// An op as a client logs it: bare (no certificate), or with identity `a` or `b`.
+    fn logged_op() -> impl Strategy<Value = Op> {
+        (prop::option::of(prop::sample::select(vec!["a", "b"])), op()).prop_map(|(who, op)| {
+            match who {
+                Some(identity) => Op::As {
+                    identity: identity.into(),
+                    op: Box::new(op),
+                },
+                None => op,
+            }
+        })
     }
 
     /// Commands with or without a request id: clients 0 to 3 (0 never registered), sequences
@@ -434,7 +479,11 @@ mod tests {
             1 => Just(Some(SESSION_IDLE_MS)),
             1 => Just(Some(2 * SESSION_IDLE_MS + 7)),
         ];
-        (at_ms, request, op()).prop_map(|(at_ms, request, op)| Command { at_ms, request, op })
+        (at_ms, request, logged_op()).prop_map(|(at_ms, request, op)| Command {
+            at_ms,
+            request,
+            op,
+        })
     }
 
     proptest! {
@@ -474,7 +523,7 @@ mod tests {
                         highest.insert(lease, found.token);
                     }
                     if let Outcome::Granted { token, renewed: false, .. } = &outcome {
-                        if matches!(&c.op, Op::Acquire { lease: l, .. } if l == lease) {
+                        if matches!(c.op.bare(), Op::Acquire { lease: l, .. } if l == lease) {
                             prop_assert!(*token > was, "{} handed out token {} twice", lease, token);
                         }
                     }

@@ -140,6 +140,19 @@ pub struct Denied {
     pub reason: Option<String>,
 }
 
+impl Denied {
+    /// The refusal of a request under a session that another identity opened (`asker` `None`:
+    /// one without an identity).
+    pub fn foreign_session(asker: Option<&str>, client: u64) -> Denied {
+        Denied {
+            identity: asker.unwrap_or("anonymous").to_owned(),
+            action: "use session".to_owned(),
+            resource: client.to_string(),
+            reason: Some("another identity opened it; open a session of your own".into()),
+        }
+    }
+}
+
 fn on(resource: &str) -> String {
     match resource {
         "" => String::new(),

@@ -300,3 +300,60 @@ fn every_write_a_client_may_send_needs_a_permission() {
         assert_eq!(op.action(), None);
     }
 }
+
+fn request(client: u64, sequence: u64, op: Op) -> Command {
+    Command {
+        at_ms: Some(5),
+        request: Some(RequestId { client, sequence }),
+        op,
+    }
+}
+
+fn registered(t: &mut LeaseTable, op: Op) -> u64 {
+    match t.apply(&at(2, op)) {
+        Outcome::Registered { client } => client,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Session ids are small, sequential and easy to guess: a request under another identity's
+/// session is refused before its session sees it, so it reads none of its answers and uses
+/// none of its sequence numbers.
+#[test]
+fn a_session_opened_by_an_identity_takes_requests_of_that_identity_only() {
+    let mut t = LeaseTable::default();
+    let a = registered(&mut t, by("team-a", Op::Register));
+    let refused = t.apply(&request(a, 1, by("team-b", put("k"))));
+    assert_eq!(denied(&refused), format!("team-b may not use session \"{a}\": another identity opened it; open a session of your own"));
+    let refused = t.apply(&request(a, 1, put("k")));
+    assert!(denied(&refused).starts_with("anonymous may not use session"));
+    assert_eq!(t.row("k"), None);
+    // The owner's request with the same sequence number applies: nothing was used up.
+    assert!(t.apply(&request(a, 1, by("team-a", put("k")))).accepted());
+    // A session opened without an identity is anyone's, as before.
+    let open = registered(&mut t, Op::Register);
+    assert!(t
+        .apply(&request(open, 1, by("team-b", put("j"))))
+        .accepted());
+}
+
+#[test]
+fn a_sessions_owner_goes_with_it_and_is_kept_in_the_encoding_and_the_digest() {
+    let mut t = LeaseTable::default();
+    let before = t.digest();
+    let a = registered(&mut t, by("team-a", Op::Register));
+    let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
+    assert_eq!(loaded, t);
+    assert_eq!(loaded.digest(), t.digest());
+    let refused = t.clone().apply(&request(a, 1, by("team-b", put("k"))));
+    assert!(matches!(refused, Outcome::Denied(_)));
+    // An hour of silence later the session is gone, and its owner with it.
+    t.apply(&at(2 + crate::SESSION_IDLE_MS, Op::Tick));
+    assert_eq!(
+        t.apply(&request(a, 1, by("team-b", put("k")))),
+        Outcome::UnknownSession
+    );
+    let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
+    assert_eq!(loaded.digest(), t.digest());
+    assert_ne!(before, t.digest());
+}

@@ -124,6 +124,22 @@ fn one_identity<'de, D: serde::Deserializer<'de>>(decoder: D) -> Result<Box<Op>,
 }
 
 impl Op {
+    /// The operation itself, out of an [`Op::As`]; `self` for any other.
+    pub fn bare(&self) -> &Op {
+        match self {
+            Op::As { op, .. } => op,
+            op => op,
+        }
+    }
+
+    /// The identity it is logged with, if any.
+    pub fn identity(&self) -> Option<&str> {
+        match self {
+            Op::As { identity, .. } => Some(identity),
+            _ => None,
+        }
+    }
+
     /// What the policy must allow for a client to ask this; `None` for what any identity may
     /// do (opening a session) or what only a node logs (ticks, forgetting).
     pub fn action(&self) -> Option<Action<'_>> {

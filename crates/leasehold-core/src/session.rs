@@ -132,8 +132,9 @@ impl Sessions {
         client
     }
 
-    /// Drops every session idle for [`SESSION_IDLE_MS`] at store time `now_ms`.
-    pub fn expire(&mut self, now_ms: u64) {
+    /// Drops every session idle for [`SESSION_IDLE_MS`] at store time `now_ms`, telling
+    /// `dropped` each one's id.
+    pub fn expire(&mut self, now_ms: u64, mut dropped: impl FnMut(u64)) {
         while let Some(&(last_seen_ms, client)) = self.idle.first() {
             if last_seen_ms.saturating_add(SESSION_IDLE_MS) > now_ms {
                 break;
@@ -141,6 +142,7 @@ impl Sessions {
             self.idle.pop_first();
             if let Some(session) = self.by_client.remove(&client) {
                 self.sum = self.sum.wrapping_sub(session_hash(client, &session));
+                dropped(client);
             }
         }
     }

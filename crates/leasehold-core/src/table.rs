@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::limits::FORGET_BATCH;
 use super::session::{fingerprint, Admission, Sessions};
-use crate::auth::Policy;
-use crate::{Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal};
+use crate::auth::{Denied, Policy};
+use crate::{Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal, RequestId};
 
 /// The whole replicated state. `BTreeMap`s, so iteration and serialization are deterministic.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,6 +29,10 @@ pub struct LeaseTable {
     /// Who may do what: changed only by [`Op::Auth`], consulted for every [`Op::As`] and for
     /// every client operation logged without an identity.
     policy: Policy,
+    /// The identity that opened each session opened with one: only it may send requests under
+    /// the session, so that another identity can neither read its answers nor use up its
+    /// sequence numbers. Kept while the session lives.
+    session_owners: BTreeMap<u64, String>,
     /// `(expires_at_ms, name)` of every lease: the next expiry of a held lease (those after
     /// now) and the longest-free leases (a free lease's `expires_at_ms` is when it became
     /// free), without a scan. Derived from `leases`, so not stored: rebuilt on load.
@@ -46,6 +50,14 @@ pub struct LeaseTable {
     /// the digest earlier builds gave it. Derived: rebuilt on load and on every change.
     #[serde(skip)]
     policy_hash: u64,
+    /// The sum (wrapping) of every session owner's hash, for the digest as `lease_sum` is.
+    /// Derived: rebuilt on load.
+    #[serde(skip)]
+    owners_sum: u64,
+}
+
+fn owner_hash(client: u64, identity: &str) -> u64 {
+    super::fnv1a(&postcard::to_allocvec(&(client, identity)).unwrap_or_default())
 }
 
 fn policy_hash(policy: &Policy) -> u64 {
@@ -77,6 +89,7 @@ struct Stored {
     sessions: Sessions,
     forgotten_floor: u64,
     policy: Policy,
+    session_owners: BTreeMap<u64, String>,
 }
 
 /// What a table stored before it had a policy: the default policy, which is off.
@@ -119,6 +132,13 @@ impl From<Stored> for LeaseTable {
             forgotten_floor: stored.forgotten_floor,
             policy_hash: policy_hash(&stored.policy),
             policy: stored.policy,
+            owners_sum: stored
+                .session_owners
+                .iter()
+                .fold(0u64, |sum, (client, owner)| {
+                    sum.wrapping_add(owner_hash(*client, owner))
+                }),
+            session_owners: stored.session_owners,
             expiries,
             lease_sum,
             row_sum,
@@ -139,6 +159,7 @@ impl LeaseTable {
                 sessions: old.sessions,
                 forgotten_floor: old.forgotten_floor,
                 policy: Policy::default(),
+                session_owners: BTreeMap::new(),
             }));
         }
         let old: StoredBeforeForgetting = postcard::from_bytes(bytes)?;
@@ -149,6 +170,7 @@ impl LeaseTable {
             sessions: old.sessions,
             forgotten_floor: 0,
             policy: Policy::default(),
+            session_owners: BTreeMap::new(),
         }))
     }
 }
@@ -263,10 +285,14 @@ impl LeaseTable {
             self.row_sum,
         );
         let digest = super::fnv1a(&postcard::to_allocvec(&parts).unwrap_or_default());
-        match self.policy_hash {
-            // The default policy leaves the digest as it was before there was one.
-            0 => digest,
-            policy => super::fnv1a(&postcard::to_allocvec(&(digest, policy)).unwrap_or_default()),
+        match (self.policy_hash, self.session_owners.len()) {
+            // The default policy, and no session opened by an identity, leave the digest as it
+            // was before there were either.
+            (0, 0) => digest,
+            (policy, owners) => {
+                let parts = (digest, policy, owners, self.owners_sum);
+                super::fnv1a(&postcard::to_allocvec(&parts).unwrap_or_default())
+            }
         }
     }
 
@@ -317,6 +343,8 @@ impl LeaseTable {
             sessions: self.sessions,
             forgotten_floor: self.forgotten_floor,
             policy: self.policy,
+            // No session goes on, so neither does any owner.
+            session_owners: BTreeMap::new(),
         };
         // Rebuilt as a load would: the digest's sums follow the new tokens.
         LeaseTable::from(stored)
@@ -412,10 +440,18 @@ impl LeaseTable {
         }
         // Sessions expire by store time on every command, lease or not: state stays the size
         // of the clients seen in the last hour.
-        self.sessions.expire(self.now_ms);
+        let (owners, owners_sum) = (&mut self.session_owners, &mut self.owners_sum);
+        self.sessions.expire(self.now_ms, |client| {
+            if let Some(owner) = owners.remove(&client) {
+                *owners_sum = owners_sum.wrapping_sub(owner_hash(client, &owner));
+            }
+        });
         let Some(request) = command.request else {
             return self.apply_op(&command.op, events);
         };
+        if let Some(refused) = self.foreign_session(request, command.op.identity()) {
+            return refused;
+        }
         let print = fingerprint(&command.op);
         match self.sessions.admit(request, print, self.now_ms) {
             Admission::Answer(outcome) => outcome,
@@ -425,6 +461,15 @@ impl LeaseTable {
                 outcome
             }
         }
+    }
+
+    /// The refusal of a request under a session another identity opened (or, for a request
+    /// without an identity, any identity): not admitted, so it neither reads the session's
+    /// answers nor uses its sequence numbers.
+    fn foreign_session(&self, request: RequestId, asker: Option<&str>) -> Option<Outcome> {
+        let owner = self.session_owners.get(&request.client)?;
+        (Some(owner.as_str()) != asker)
+            .then(|| Outcome::Denied(Denied::foreign_session(asker, request.client)))
     }
 
     /// Moves store time to `to_ms` if that is later, noting the leases held until then whose
@@ -458,10 +503,7 @@ impl LeaseTable {
     fn apply_op(&mut self, op: &Op, events: &mut Vec<Event>) -> Outcome {
         // Authorized here, at apply, so that every replica decides by the policy in force at
         // this index, whatever the node that took the request believed.
-        let (identity, op) = match op {
-            Op::As { identity, op } => (Some(identity.as_str()), &**op),
-            op => (None, op),
-        };
+        let (identity, op) = (op.identity(), op.bare());
         if let Some(action) = op.action() {
             if let Err(denied) = self.policy.check(identity, &action) {
                 return Outcome::Denied(denied);
@@ -485,9 +527,14 @@ impl LeaseTable {
             }
             // Carries nothing but its stamp: expiries happen by the time it brings.
             Op::Tick => Outcome::Ticked,
-            Op::Register => Outcome::Registered {
-                client: self.sessions.register(self.now_ms),
-            },
+            Op::Register => {
+                let client = self.sessions.register(self.now_ms);
+                if let Some(identity) = identity {
+                    self.owners_sum = self.owners_sum.wrapping_add(owner_hash(client, identity));
+                    self.session_owners.insert(client, identity.to_owned());
+                }
+                Outcome::Registered { client }
+            }
             Op::Delete { key, fence } => self.delete(key, fence.as_ref()),
             Op::Forget { retention_ms } => self.forget(*retention_ms),
             // An admin acting as another identity: that identity's operation, checked as its.
@@ -1502,6 +1549,12 @@ mod tests {
                 6 if next(32) == 0 => Op::Register,
                 6 => plain(&format!("k{}", next(5)), "w"),
                 // Now and then a policy change (off: it decides nothing, but is state).
+                // Now and then a session of an identity's own, which takes none of the bare
+                // requests below.
+                7 if next(16) == 1 => Op::As {
+                    identity: "i".into(),
+                    op: Box::new(Op::Register),
+                },
                 7 if next(16) == 0 => Op::Auth(crate::auth::AuthChange::PutRole {
                     name: format!("r{}", next(3)),
                     grants: vec![],

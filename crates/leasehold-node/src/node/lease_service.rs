@@ -374,10 +374,12 @@ impl LeaseService {
 
     async fn answer_register(
         &self,
-        _request: Request<pb::RegisterRequest>,
+        request: Request<pb::RegisterRequest>,
     ) -> Result<Response<pb::RegisterResponse>, Status> {
-        // Any identity may open a session: what it then asks is what the policy decides.
-        let applied = self.write(None, Op::Register, None).await?;
+        // Any identity may open a session, which is then its own: what it asks under it is
+        // what the policy decides.
+        let identity = authz::identity(&request, self.plane);
+        let applied = self.write(identity, Op::Register, None).await?;
         Ok(Response::new(convert::register(applied)?))
     }
 

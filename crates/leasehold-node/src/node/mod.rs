@@ -537,7 +537,7 @@ impl Node {
         op: Op,
         request: Option<RequestId>,
     ) -> Result<Applied, tonic::Status> {
-        let follows = request.is_some() || matches!(op, Op::Register);
+        let follows = request.is_some() || matches!(op.bare(), Op::Register);
         let mut op = op;
         let mut leaders_followed = 0;
         loop {
@@ -701,7 +701,7 @@ impl Node {
     /// Refuses what no node would propose: bad input, or an op for the other clock.
     fn check_write(&self, op: &Op) -> Result<(), NodeError> {
         validate(op)?;
-        match (op, self.inner.manual_clock) {
+        match (op.bare(), self.inner.manual_clock) {
             (Op::Advance { .. }, false) => Err(NodeError::WrongClock(
                 "advance is refused: this cluster runs the default clock; \
                  start it with --manual-clock to move time by hand",
