@@ -487,3 +487,104 @@ async fn another_identity_cannot_use_a_session_it_did_not_open() {
     );
     a.put(put(1)).await.unwrap();
 }
+
+/// A client that cannot show a certificate gets its identity from a bearer token: the admin
+/// adds it (the store keeps its SHA-256 only), the client sends it over TLS, and once revoked
+/// it is refused as unknown.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bearer_token_gives_a_client_without_a_certificate_its_identity_until_revoked() {
+    let h = Harness::start_authorized_for_tokens(3).await;
+    role_for(
+        &h.client,
+        "svc",
+        vec![grant("write", "s/"), grant("read-keys", "s/")],
+    )
+    .await;
+    let admin = h.identity_files(leasehold::tls::certs::ADMIN_NAME);
+    let as_admin = |args: &[&str]| {
+        harness::command(&h.endpoints)
+            .arg("--tls-ca")
+            .arg(&admin.ca)
+            .arg("--tls-cert")
+            .arg(&admin.cert)
+            .arg("--tls-key")
+            .arg(&admin.key)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let added = as_admin(&["auth", "token", "add", "svc"]);
+    assert_eq!(added.status.code(), Some(0), "{added:?}");
+    let token = String::from_utf8(added.stdout).unwrap().trim().to_owned();
+    assert!(token.starts_with("lh_"), "{token}");
+    let shown = as_admin(&["auth", "show"]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("svc has bearer token"), "{shown}");
+    assert!(
+        !shown.contains(&token[3..]),
+        "the policy shows the token itself: {shown}"
+    );
+
+    let ca_only = || {
+        let pem = std::fs::read(&admin.ca).unwrap();
+        let tls = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(pem));
+        LeaseClient::new(&h.endpoints)
+            .unwrap()
+            .with_tls(tls)
+            .unwrap()
+    };
+    let svc = ca_only().with_bearer_token(&token).unwrap();
+    assert_eq!(svc.who_am_i().await.unwrap().identity, "svc");
+    svc.put("s/k", b"v", None).await.unwrap();
+    assert_denied(svc.put("t/k", b"v", None).await, &["svc", "\"t/k\""]);
+    // Reads on every node: a follower forwards the identity the token gave.
+    for id in 1..=3 {
+        let one = LeaseClient::new(&[h.endpoints[id - 1].clone()])
+            .unwrap()
+            .with_tls(tonic::transport::ClientTlsConfig::new().ca_certificate(
+                tonic::transport::Certificate::from_pem(std::fs::read(&admin.ca).unwrap()),
+            ))
+            .unwrap()
+            .with_bearer_token(&token)
+            .unwrap();
+        let got = one.get("s/k").await.unwrap().outcome;
+        assert_eq!(got.as_deref(), Some(&b"v"[..]), "node {id}");
+    }
+    // Without a token, a client without a certificate is anonymous: denied everything.
+    assert_denied(ca_only().put("s/k", b"v", None).await, &["anonymous"]);
+    let wrong = ca_only().with_bearer_token("lh_not-a-token").unwrap();
+    let refused = wrong.put("s/k", b"v", None).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused}");
+
+    let revoked = as_admin(&["auth", "token", "revoke", "svc"]);
+    assert_eq!(revoked.status.code(), Some(0), "{revoked:?}");
+    // Refused by the node that takes it once it applied the revocation, and where the write
+    // applies if it had not yet: never written.
+    let refused = svc.put("s/k", b"after", None).await.unwrap_err();
+    match refused.code() {
+        Code::Unauthenticated => assert!(refused.to_string().contains("not known"), "{refused}"),
+        Code::PermissionDenied => assert!(refused.to_string().contains("revoked"), "{refused}"),
+        _ => panic!("{refused}"),
+    }
+    let kept = h.client.get("s/k").await.unwrap().outcome;
+    assert_eq!(kept.as_deref(), Some(&b"v"[..]));
+}
+
+/// A node without TLS refuses a bearer token rather than take it over plaintext.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bearer_token_sent_without_tls_is_refused() {
+    let h = Harness::start(1, false).await;
+    let client = LeaseClient::new(&h.endpoints)
+        .unwrap()
+        .with_bearer_token("lh_anything")
+        .unwrap();
+    let refused = client.put("k", b"v", None).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused}");
+    assert!(refused.to_string().contains("TLS only"), "{refused}");
+    // The CLI will not send one without TLS at all.
+    let out = harness::cli(&h.endpoints, &["--bearer-token", "lh_anything", "get", "k"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--tls-ca"), "{stderr}");
+}

@@ -25,6 +25,9 @@ pub enum AuthCmd {
     Bind { identity: String, role: String },
     /// Take ROLE from IDENTITY. The last admin cannot be unbound.
     Unbind { identity: String, role: String },
+    /// Bearer tokens, for clients that cannot show a certificate.
+    #[command(subcommand)]
+    Token(TokenCmd),
     /// The roles, their grants and who is bound to them (admin only).
     Show,
     /// The identity this client's certificate gives it, and its roles.
@@ -44,6 +47,15 @@ pub enum RoleCmd {
     },
     /// Delete role NAME, and every binding to it.
     Delete { name: String },
+}
+
+#[derive(clap::Subcommand)]
+pub enum TokenCmd {
+    /// Make a bearer token for IDENTITY and print it, once: the store keeps only its
+    /// SHA-256. A client sends it with LEASEHOLD_TOKEN (or --bearer-token), over TLS.
+    Add { identity: String },
+    /// Revoke every bearer token of IDENTITY.
+    Revoke { identity: String },
 }
 
 /// `permission:prefix`; the permission is checked by the node, which names the ones it knows.
@@ -89,6 +101,22 @@ pub async fn run(opts: &ClientOpts, command: AuthCmd) -> anyhow::Result<Exit> {
             }
             return Ok(Exit::Ok);
         }
+        AuthCmd::Token(TokenCmd::Add { identity }) => {
+            let token = crate::tls::bearer::new_token();
+            let sha256 = crate::tls::bearer::sha256(&token);
+            let applied = client
+                .change_policy(Change::AddToken(pb::BearerToken { identity, sha256 }))
+                .await?;
+            match opts.output {
+                Output::Json => println!(
+                    "{}",
+                    json!({"token": token, "log_index": applied.log_index})
+                ),
+                Output::Text => println!("{token}"),
+            }
+            return Ok(Exit::Ok);
+        }
+        AuthCmd::Token(TokenCmd::Revoke { identity }) => Change::RevokeTokens(identity),
         AuthCmd::Enable { admin } => Change::Enable(admin),
         AuthCmd::Disable => Change::Disable(true),
         AuthCmd::Role(RoleCmd::Put { name, grants }) => {
@@ -125,9 +153,14 @@ fn print_policy(output: Output, p: &pb::PolicyResponse) {
                 .iter()
                 .map(|b| json!({"identity": b.identity, "role": b.role}))
                 .collect();
+            let tokens: Vec<_> = p
+                .tokens
+                .iter()
+                .map(|t| json!({"identity": t.identity, "sha256_prefix": t.sha256}))
+                .collect();
             println!(
                 "{}",
-                json!({"enabled": p.enabled, "roles": roles, "bindings": bindings})
+                json!({"enabled": p.enabled, "roles": roles, "bindings": bindings, "tokens": tokens})
             );
         }
         Output::Text => {
@@ -137,6 +170,9 @@ fn print_policy(output: Output, p: &pb::PolicyResponse) {
             }
             for b in &p.bindings {
                 println!("{} is bound to {}", b.identity, b.role);
+            }
+            for t in &p.tokens {
+                println!("{} has bearer token {}...", t.identity, t.sha256);
             }
         }
     }

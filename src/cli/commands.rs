@@ -330,14 +330,17 @@ fn security(nodes: &[pb::NodeStatus]) -> String {
     } else if up.iter().any(|n| !n.tls) {
         "no TLS and no authentication: anyone who reaches a client port may do anything, \
          `member remove` included (see the README's Security section)"
-    } else if up.iter().any(|n| !n.client_certificates) {
-        "TLS without client certificates: no authentication, anyone may do anything \
-         (serve --client-cert-auth)"
-    } else if up.iter().any(|n| !n.authorization) {
+    } else if up.iter().all(|n| n.authorization && n.client_certificates) {
+        "TLS; authorization on, identities from client certificates (`leasehold auth whoami`)"
+    } else if up.iter().all(|n| n.authorization) {
+        "TLS; authorization on, identities from client certificates or bearer tokens \
+         (`leasehold auth whoami`)"
+    } else if up.iter().all(|n| n.client_certificates) {
         "TLS with client certificates; authorization off: every certificate may do anything \
          (`leasehold auth enable`)"
     } else {
-        "TLS with client certificates; authorization on (`leasehold auth whoami`)"
+        "TLS; authorization off: anyone who reaches a client port may do anything \
+         (`leasehold auth enable`)"
     };
     format!("security: {line}\n")
 }

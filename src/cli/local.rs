@@ -121,6 +121,13 @@ impl LocalCluster {
         self
     }
 
+    /// Clients need not show a certificate (after [`with_tls`](Self::with_tls)): one without
+    /// may bring a bearer token instead.
+    pub fn with_client_certs_optional(mut self) -> Self {
+        self.extra_args.retain(|arg| arg != "--client-cert-auth");
+        self
+    }
+
     /// Every node turns authorization on for a new cluster with `admin` its first admin
     /// (`serve --auth-admin`); needs [`with_tls`](Self::with_tls).
     pub fn with_auth(mut self, admin: &str) -> Self {

@@ -58,6 +58,17 @@ pub struct ClientOpts {
     /// The private key of --tls-cert (PEM).
     #[arg(long, env = "LEASEHOLD_TLS_KEY", value_name = "FILE", global = true, requires_all = ["tls_cert", "tls_ca"])]
     tls_key: Option<std::path::PathBuf>,
+    /// A bearer token (`auth token add`), the identity of a client without a certificate; over
+    /// TLS only. Prefer the environment variable: a flag shows in the process list.
+    #[arg(
+        long,
+        env = "LEASEHOLD_TOKEN",
+        value_name = "TOKEN",
+        global = true,
+        hide_env_values = true,
+        requires = "tls_ca"
+    )]
+    bearer_token: Option<String>,
 }
 
 impl ClientOpts {
@@ -95,8 +106,12 @@ impl ClientOpts {
     /// A client for `endpoints`, over TLS when --tls-ca is given.
     pub fn lease_client<S: AsRef<str>>(&self, endpoints: &[S]) -> anyhow::Result<LeaseClient> {
         let client = LeaseClient::new(endpoints)?;
-        Ok(match self.tls_config()? {
+        let client = match self.tls_config()? {
             Some(tls) => client.with_tls(tls)?,
+            None => client,
+        };
+        Ok(match &self.bearer_token {
+            Some(token) => client.with_bearer_token(token)?,
             None => client,
         })
     }

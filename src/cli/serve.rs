@@ -80,12 +80,13 @@ pub struct ServeArgs {
     /// Authorization on from the cluster's creation, with NAME (the name a client
     /// certificate carries) its first admin: only NAME may then change the policy
     /// (`leasehold auth`), membership or take a snapshot, and others only what their roles
-    /// grant. Give every node the same. Needs --client-cert-auth.
+    /// grant. Give every node the same. Needs TLS; clients without a certificate may use
+    /// bearer tokens (`leasehold auth token add`).
     #[arg(
         long,
         env = "LEASEHOLD_AUTH_ADMIN",
         value_name = "NAME",
-        requires = "client_cert_auth"
+        requires = "tls_cert"
     )]
     auth_admin: Option<String>,
     /// Requests this node works on at once, client requests and forwarded writes alike;

@@ -107,13 +107,29 @@ impl Harness {
     /// (`serve --auth-admin admin`, as `cluster --tls` runs it). The harness's client is the
     /// admin's; [`Harness::client_as`] makes others. Waits until the policy is on.
     pub async fn start_authorized(nodes: usize, manual_clock: bool) -> Harness {
+        Harness::authorized(nodes, manual_clock, |cluster| cluster).await
+    }
+
+    /// Like `start_authorized`, with client certificates optional: a client without one may
+    /// bring a bearer token.
+    pub async fn start_authorized_for_tokens(nodes: usize) -> Harness {
+        Harness::authorized(nodes, false, LocalCluster::with_client_certs_optional).await
+    }
+
+    async fn authorized(
+        nodes: usize,
+        manual_clock: bool,
+        configure: impl FnOnce(LocalCluster) -> LocalCluster,
+    ) -> Harness {
         let dir = TempDir::new().expect("temp dir");
         let addrs = local_addrs(nodes).expect("free ports");
         let certs = certs::ensure(dir.path(), nodes as u64 + SPARE_NODE_CERTS).unwrap();
         let admin = certs.admin().expect("an admin certificate");
-        let cluster = LocalCluster::new(binary().as_ref(), dir.path(), &addrs, manual_clock)
-            .with_tls(&certs)
-            .with_auth(certs::ADMIN_NAME);
+        let cluster = configure(
+            LocalCluster::new(binary().as_ref(), dir.path(), &addrs, manual_clock)
+                .with_tls(&certs)
+                .with_auth(certs::ADMIN_NAME),
+        );
         let tls = Tls::load(&admin).unwrap().client_config(None);
         let harness = Harness::launch(cluster, Some(tls), dir).await;
         wait_for(

@@ -198,11 +198,9 @@ impl Model {
     }
 
     fn apply_op(&mut self, op: &Op) -> Outcome {
-        let (identity, op) = (op.identity(), op.bare());
-        if let Some(denied) = op
-            .action()
-            .and_then(|a| self.policy.check(identity, &a).err())
-        {
+        let (identity, bearer, op) = (op.identity(), op.bearer(), op.bare());
+        let check = |a| self.policy.check_caller(identity, bearer, &a).err();
+        if let Some(denied) = op.action().and_then(check) {
             return Outcome::Denied(denied);
         }
         match op {
@@ -461,6 +459,7 @@ mod tests {
             match who {
                 Some(identity) => Op::As {
                     identity: identity.into(),
+                    bearer: None,
                     op: Box::new(op),
                 },
                 None => op,

@@ -9,6 +9,9 @@ use std::time::Duration;
 use leasehold_proto::v1 as pb;
 use leasehold_proto::v1::cluster_client::ClusterClient;
 use leasehold_proto::v1::lease_store_client::LeaseStoreClient;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Response, Status};
 
@@ -61,10 +64,42 @@ pub struct LeaseClient {
     next_sequence: std::sync::atomic::AtomicU64,
     endpoints: Vec<String>,
     targets: Vec<Endpoint>,
-    channels: Vec<Channel>,
+    channels: Vec<NodeChannel>,
+    /// Sent with every request, for a client without a certificate.
+    bearer: Bearer,
     /// The endpoint that answered last: tried first next time.
     preferred: AtomicUsize,
     deadline: Duration,
+}
+
+/// A channel to one node that adds the client's bearer token, if it has one, to every request.
+pub(crate) type NodeChannel = InterceptedService<Channel, Bearer>;
+
+/// The `authorization` value a client sends with every request, if any.
+#[derive(Clone, Default)]
+pub(crate) struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl Bearer {
+    /// Lazy channels to `targets` (from `ip`, when given) that send this token.
+    fn channels(&self, targets: &[Endpoint], ip: Option<std::net::IpAddr>) -> Vec<NodeChannel> {
+        let channel = |target: &Endpoint| match ip {
+            Some(ip) => target.clone().local_address(Some(ip)).connect_lazy(),
+            None => target.connect_lazy(),
+        };
+        let with = |target| InterceptedService::new(channel(target), self.clone());
+        targets.iter().map(with).collect()
+    }
+}
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
 }
 
 /// A fenced write's `(lease, token)` as the API carries it.
@@ -119,8 +154,9 @@ impl LeaseClient {
                 .iter()
                 .map(|e| e.as_ref().trim().to_owned())
                 .collect(),
-            channels: targets.iter().map(Endpoint::connect_lazy).collect(),
+            channels: Bearer::default().channels(&targets, None),
             targets,
+            bearer: Bearer::default(),
             preferred: AtomicUsize::new(0),
             deadline: DEFAULT_DEADLINE,
         })
@@ -134,17 +170,28 @@ impl LeaseClient {
             .iter()
             .map(|endpoint| target(endpoint, Some(&tls)))
             .collect::<Result<Vec<_>, _>>()?;
-        self.channels = self.targets.iter().map(Endpoint::connect_lazy).collect();
+        self.channels = self.bearer.channels(&self.targets, None);
+        Ok(self)
+    }
+
+    /// Sends `token` as `authorization: Bearer TOKEN` with every request: the identity of a
+    /// client that shows no certificate (`leasehold auth token add`). Over TLS only: a node
+    /// without TLS refuses it, and the token may have been seen on the way.
+    pub fn with_bearer_token(mut self, token: &str) -> Result<Self, ClientError> {
+        let value = MetadataValue::try_from(format!("Bearer {token}")).map_err(|_| {
+            ClientError::Endpoint {
+                endpoint: "bearer token".into(),
+                reason: "a token is printable ASCII".into(),
+            }
+        })?;
+        self.bearer = Bearer(Some(value));
+        self.channels = self.bearer.channels(&self.targets, None);
         Ok(self)
     }
 
     /// Connects from `ip` (the fault suite's clients use an address its partitions leave alone).
     pub fn with_local_address(mut self, ip: std::net::IpAddr) -> Self {
-        self.channels = self
-            .targets
-            .iter()
-            .map(|target| target.clone().local_address(Some(ip)).connect_lazy())
-            .collect();
+        self.channels = self.bearer.channels(&self.targets, Some(ip));
         self
     }
 
@@ -216,7 +263,7 @@ impl LeaseClient {
     /// Runs `call` against one node after another until one answers or the deadline passes.
     async fn call<T, F, Fut>(&self, effect: Effect, mut call: F) -> Result<T, ClientError>
     where
-        F: FnMut(Channel, Duration) -> Fut,
+        F: FnMut(NodeChannel, Duration) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
         let started = tokio::time::Instant::now();

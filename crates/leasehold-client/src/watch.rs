@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use leasehold_proto::v1 as pb;
 use leasehold_proto::v1::lease_store_client::LeaseStoreClient;
-use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 
+use crate::client::NodeChannel;
 use crate::error::ClientError;
 use crate::limits::{OPEN_TIMEOUT, ROUND_PAUSE};
 
@@ -120,7 +120,7 @@ impl TryFrom<pb::LeaseEvent> for LeaseEvent {
 /// # }
 /// ```
 pub struct Watch {
-    channels: Vec<Channel>,
+    channels: Vec<NodeChannel>,
     endpoints: String,
     /// The node asked first when a stream must be opened.
     next_node: usize,
@@ -135,7 +135,7 @@ pub struct Watch {
 
 impl Watch {
     pub(crate) fn new(
-        channels: Vec<Channel>,
+        channels: Vec<NodeChannel>,
         endpoints: String,
         first_node: usize,
         deadline: Duration,

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{
-    name, MAX_BOUND_IDENTITIES, MAX_GRANTS_PER_ROLE, MAX_ROLES, MAX_ROLES_PER_IDENTITY,
+    name, MAX_BOUND_IDENTITIES, MAX_GRANTS_PER_ROLE, MAX_ROLES, MAX_ROLES_PER_IDENTITY, MAX_TOKENS,
 };
 use crate::{InvalidInput, Limits};
 
@@ -209,6 +209,19 @@ pub enum AuthChange {
         /// The role.
         role: String,
     },
+    /// A bearer token for `identity`, for clients that cannot show a certificate: the policy
+    /// keeps its SHA-256 alone, so neither the log nor a snapshot holds the token.
+    AddToken {
+        /// Whose token it is.
+        identity: String,
+        /// The token's SHA-256, in lowercase hex.
+        sha256: String,
+    },
+    /// Revokes every bearer token of `identity`.
+    RevokeTokens {
+        /// Whose tokens.
+        identity: String,
+    },
 }
 
 impl AuthChange {
@@ -242,6 +255,11 @@ impl AuthChange {
                 identity_field(identity)?;
                 role_field(role)
             }
+            AuthChange::AddToken { identity, sha256 } => {
+                identity_field(identity)?;
+                sha256_field(sha256)
+            }
+            AuthChange::RevokeTokens { identity } => identity_field(identity),
         }
     }
 }
@@ -255,6 +273,8 @@ pub struct Policy {
     was_enabled: bool,
     roles: BTreeMap<String, Role>,
     bindings: BTreeMap<String, BTreeSet<String>>,
+    /// Each bearer token's SHA-256 (lowercase hex), and whose it is.
+    tokens: BTreeMap<String, String>,
 }
 
 impl Default for Policy {
@@ -271,6 +291,7 @@ impl Default for Policy {
             was_enabled: false,
             roles: [(ADMIN_ROLE.to_owned(), admin)].into(),
             bindings: BTreeMap::new(),
+            tokens: BTreeMap::new(),
         }
     }
 }
@@ -291,9 +312,45 @@ impl Policy {
         &self.roles
     }
 
+    /// Whose bearer token has this SHA-256 (lowercase hex), if any's.
+    pub fn token_identity(&self, sha256: &str) -> Option<&str> {
+        self.tokens.get(sha256).map(String::as_str)
+    }
+
+    /// Each bearer token's SHA-256 and whose it is.
+    pub fn tokens(&self) -> &BTreeMap<String, String> {
+        &self.tokens
+    }
+
     /// Each bound identity's roles.
     pub fn bindings(&self) -> &BTreeMap<String, BTreeSet<String>> {
         &self.bindings
+    }
+
+    /// [`check`](Self::check) for an identity a bearer token (its SHA-256 `bearer`) gave, if
+    /// one did: refused once the token no longer gives it, revoked since the node that took the
+    /// request looked it up.
+    pub fn check_caller(
+        &self,
+        identity: Option<&str>,
+        bearer: Option<&str>,
+        action: &Action,
+    ) -> Result<(), Denied> {
+        if let Some(sha256) = bearer {
+            if self.enabled && self.token_identity(sha256) != identity {
+                let (_, resource) = action.needs();
+                return Err(Denied {
+                    identity: identity.unwrap_or("anonymous").to_owned(),
+                    action: verb(action).to_owned(),
+                    resource: match action {
+                        Action::Admin(_) => String::new(),
+                        _ => resource.to_owned(),
+                    },
+                    reason: Some("its bearer token was revoked".into()),
+                });
+            }
+        }
+        self.check(identity, action)
     }
 
     /// Whether `identity` (`None`: a client without a certificate) may do `action`. An admin
@@ -378,6 +435,18 @@ impl Policy {
                 }
                 self.bindings.retain(|_, roles| !roles.is_empty());
             }
+            AuthChange::AddToken { identity, sha256 } => {
+                if !self.tokens.contains_key(sha256) && self.tokens.len() >= MAX_TOKENS {
+                    return Err(InvalidInput::new(
+                        "sha256",
+                        format!("a policy knows at most {MAX_TOKENS} tokens: revoke some first"),
+                    ));
+                }
+                self.tokens.insert(sha256.clone(), identity.clone());
+            }
+            AuthChange::RevokeTokens { identity } => {
+                self.tokens.retain(|_, owner| owner != identity);
+            }
             AuthChange::Bind { identity, role } => self.bind(identity, role)?,
             AuthChange::Unbind { identity, role } => self.unbind(identity, role)?,
         }
@@ -452,6 +521,18 @@ fn verb(action: &Action) -> &'static str {
         Action::Delete(_) => "delete key",
         Action::Admin(what) => what,
     }
+}
+
+/// A bearer token's SHA-256, as the policy and the log carry it: 64 lowercase hex digits.
+pub fn sha256_field(sha256: &str) -> Result<(), InvalidInput> {
+    let hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
+    if sha256.len() != 64 || !sha256.chars().all(hex) {
+        return Err(InvalidInput::new(
+            "sha256",
+            "must be a SHA-256 in 64 lowercase hex digits",
+        ));
+    }
+    Ok(())
 }
 
 fn identity_field(identity: &str) -> Result<(), InvalidInput> {

@@ -15,6 +15,7 @@ fn at(at_ms: u64, op: Op) -> Command {
 fn by(identity: &str, op: Op) -> Op {
     Op::As {
         identity: identity.into(),
+        bearer: None,
         op: Box::new(op),
     }
 }
@@ -356,4 +357,38 @@ fn a_sessions_owner_goes_with_it_and_is_kept_in_the_encoding_and_the_digest() {
     let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
     assert_eq!(loaded.digest(), t.digest());
     assert_ne!(before, t.digest());
+}
+
+/// An identity a bearer token gave is checked against the policy in force where the write
+/// applies: a write logged after the token's revocation is denied, though the node that took
+/// it had not applied the revocation yet.
+#[test]
+fn a_write_by_a_revoked_bearer_token_is_denied_from_the_revocations_index_on() {
+    let mut t = with_policy();
+    let sha256 = "ab".repeat(32);
+    let add = AuthChange::AddToken {
+        identity: "team-a".into(),
+        sha256: sha256.clone(),
+    };
+    assert_eq!(
+        t.apply(&at(2, by("root", Op::Auth(add)))),
+        Outcome::PolicyChanged
+    );
+    let with_token = || Op::As {
+        identity: "team-a".into(),
+        bearer: Some(sha256.clone()),
+        op: Box::new(put("a/k")),
+    };
+    assert!(t.apply(&at(3, with_token())).accepted());
+    let revoke = AuthChange::RevokeTokens {
+        identity: "team-a".into(),
+    };
+    t.apply(&at(4, by("root", Op::Auth(revoke))));
+    let refused = t.apply(&at(5, with_token()));
+    assert_eq!(
+        denied(&refused),
+        "team-a may not write key \"a/k\": its bearer token was revoked"
+    );
+    // The same identity with its certificate is not affected.
+    assert!(t.apply(&at(5, by("team-a", put("a/k")))).accepted());
 }

@@ -93,8 +93,13 @@ pub enum Op {
     /// policy lets that identity do it, answered [`Outcome::Denied`] otherwise. An operation a
     /// client sends without an identity is logged bare, and is denied while the policy is on.
     As {
-        /// The identity, as the node that took the request read it from the certificate.
+        /// The identity, as the node that took the request found it: in the client's
+        /// certificate, or through its bearer token.
         identity: String,
+        /// The SHA-256 of the bearer token that gave the identity, if one did: applied only
+        /// while the policy still gives that token that identity, so that a revocation holds
+        /// from its log index on, whatever the node that took the request had applied.
+        bearer: Option<String>,
         /// What it asks; never another `As` (refused when decoded, so a peer cannot nest
         /// them deep enough to overflow a node's stack).
         #[serde(deserialize_with = "one_identity")]
@@ -136,6 +141,14 @@ impl Op {
     pub fn identity(&self) -> Option<&str> {
         match self {
             Op::As { identity, .. } => Some(identity),
+            _ => None,
+        }
+    }
+
+    /// The SHA-256 of the bearer token that gave its identity, if one did.
+    pub fn bearer(&self) -> Option<&str> {
+        match self {
+            Op::As { bearer, .. } => bearer.as_deref(),
             _ => None,
         }
     }

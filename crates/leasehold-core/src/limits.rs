@@ -44,6 +44,9 @@ pub const MAX_ROLES_PER_IDENTITY: usize = 16;
 /// Identities one policy binds at most.
 pub const MAX_BOUND_IDENTITIES: usize = 65_536;
 
+/// Bearer tokens one policy knows at most (their SHA-256, never the tokens).
+pub const MAX_TOKENS: usize = 65_536;
+
 const _: () = {
     assert!(Limits::MIN_TTL_MS <= Limits::MAX_TTL_MS);
     assert!(
@@ -138,8 +141,15 @@ pub fn validate(op: &Op) -> Result<(), InvalidInput> {
             }
             Ok(())
         }
-        Op::As { identity, op } => {
+        Op::As {
+            identity,
+            bearer,
+            op,
+        } => {
             name("identity", identity, Limits::MAX_NAME_BYTES)?;
+            if let Some(sha256) = bearer {
+                crate::auth::sha256_field(sha256)?;
+            }
             if let Op::As { .. } = **op {
                 return Err(InvalidInput::new(
                     "identity",

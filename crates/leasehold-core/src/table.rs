@@ -503,9 +503,9 @@ impl LeaseTable {
     fn apply_op(&mut self, op: &Op, events: &mut Vec<Event>) -> Outcome {
         // Authorized here, at apply, so that every replica decides by the policy in force at
         // this index, whatever the node that took the request believed.
-        let (identity, op) = (op.identity(), op.bare());
+        let (identity, bearer, op) = (op.identity(), op.bearer(), op.bare());
         if let Some(action) = op.action() {
-            if let Err(denied) = self.policy.check(identity, &action) {
+            if let Err(denied) = self.policy.check_caller(identity, bearer, &action) {
                 return Outcome::Denied(denied);
             }
         }
@@ -1553,6 +1553,7 @@ mod tests {
                 // requests below.
                 7 if next(16) == 1 => Op::As {
                     identity: "i".into(),
+                    bearer: None,
                     op: Box::new(Op::Register),
                 },
                 7 if next(16) == 0 => Op::Auth(crate::auth::AuthChange::PutRole {

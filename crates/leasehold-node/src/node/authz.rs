@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tonic::metadata::MetadataValue;
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::{Request, Status};
 
 use super::{Node, NodeError};
@@ -23,25 +23,126 @@ pub const IDENTITY_KEY: &str = "leasehold-identity";
 /// Which plane a service answers on, and so where a request's identity comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plane {
-    /// From the client's certificate; none without one.
+    /// From the client's certificate, or its bearer token; none without either.
     Client,
-    /// From [`IDENTITY_KEY`], set by the member that forwarded the request.
+    /// From [`IDENTITY_KEY`] and [`BEARER_KEY`], set by the member that forwarded the request.
     Peer,
 }
 
-/// The identity `request` carries: the first DNS name of the client certificate (what
-/// `leasehold certs --client NAME` puts there), or, for a request a member forwarded, the one
-/// it read. `None` for a client without a certificate.
-pub fn identity<T>(request: &Request<T>, plane: Plane) -> Option<String> {
-    match plane {
-        Plane::Client => {
-            let certs = request.peer_certs()?;
-            certificate_name(certs.first()?)
+/// Who is asking: the identity its certificate or bearer token gives it (`None`: neither),
+/// and, when a token gave it, the token's SHA-256, checked again wherever the request is
+/// decided (at apply for a write, on the leader for a read), so that a revocation holds from
+/// its log index on even when this node had not applied it yet.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Caller {
+    identity: Option<String>,
+    bearer: Option<String>,
+}
+
+impl Caller {
+    /// The caller of `request`: the first DNS name of the client certificate (what `leasehold
+    /// certs --client NAME` puts there); without one, the identity of the bearer token it
+    /// sends; for a request a member forwarded, the caller that member found. A token this
+    /// node does not know, or one sent without TLS, is refused.
+    pub fn of<T>(node: &Node, request: &Request<T>, plane: Plane) -> Result<Caller, NodeError> {
+        if plane == Plane::Peer {
+            let found = |key| {
+                let value = request.metadata().get(key)?.to_str().ok()?;
+                (value.len() <= Limits::MAX_NAME_BYTES).then(|| value.to_owned())
+            };
+            return Ok(Caller {
+                identity: found(IDENTITY_KEY),
+                bearer: found(BEARER_KEY),
+            });
         }
-        Plane::Peer => {
-            let value = request.metadata().get(IDENTITY_KEY)?.to_str().ok()?;
-            (value.len() <= Limits::MAX_NAME_BYTES).then(|| value.to_owned())
+        let certs = request.peer_certs();
+        let first = certs.as_deref().and_then(|c| c.first());
+        if let Some(name) = first.and_then(certificate_name) {
+            return Ok(Caller {
+                identity: Some(name),
+                bearer: None,
+            });
         }
+        match request.metadata().get(AUTHORIZATION_KEY) {
+            Some(header) => bearer(node, header),
+            None => Ok(Caller::default()),
+        }
+    }
+
+    /// The identity, if the caller has one.
+    pub fn identity(&self) -> Option<&str> {
+        self.identity.as_deref()
+    }
+
+    /// Whether `policy` lets the caller do `action`.
+    pub fn may(&self, policy: &Policy, action: &Action) -> Result<(), NodeError> {
+        policy
+            .check_caller(self.identity(), self.bearer.as_deref(), action)
+            .map_err(NodeError::Denied)
+    }
+
+    /// `op` as the log carries it for this caller: inside [`Op::As`], or bare for a caller
+    /// without an identity (which the policy, when on, denies).
+    pub fn log(self, op: Op) -> Op {
+        match self.identity {
+            Some(identity) => Op::As {
+                identity,
+                bearer: self.bearer,
+                op: Box::new(op),
+            },
+            None => op,
+        }
+    }
+
+    /// Marks a request this node forwards with the caller it found.
+    pub fn carry<T>(&self, request: &mut Request<T>) {
+        for (key, value) in [(IDENTITY_KEY, &self.identity), (BEARER_KEY, &self.bearer)] {
+            if let Some(value) = value
+                .as_deref()
+                .and_then(|v| MetadataValue::try_from(v).ok())
+            {
+                request.metadata_mut().insert(key, value);
+            }
+        }
+    }
+}
+
+/// The SHA-256 of the bearer token that gave a forwarded request's identity, beside
+/// [`IDENTITY_KEY`].
+pub const BEARER_KEY: &str = "leasehold-bearer-sha256";
+
+/// Where a client without a certificate sends its bearer token: `authorization: Bearer TOKEN`.
+const AUTHORIZATION_KEY: &str = "authorization";
+
+/// The caller whose bearer token `header` carries.
+fn bearer(node: &Node, header: &MetadataValue<Ascii>) -> Result<Caller, NodeError> {
+    if !node.tls() {
+        return Err(NodeError::Unauthenticated(
+            "a bearer token is accepted over TLS only, and this node serves without it: the \
+             token may have been seen on the way, so revoke it (`leasehold auth token revoke`)",
+        ));
+    }
+    let token = header.to_str().ok().and_then(|v| v.strip_prefix("Bearer "));
+    let token = token.ok_or(NodeError::Unauthenticated(
+        "the authorization header is not `Bearer TOKEN`",
+    ))?;
+    let sha256 = crate::tls::bearer::sha256(token);
+    let identity = node
+        .state()
+        .read()
+        .table
+        .policy()
+        .token_identity(&sha256)
+        .map(str::to_owned);
+    match identity {
+        Some(identity) => Ok(Caller {
+            identity: Some(identity),
+            bearer: Some(sha256),
+        }),
+        None => Err(NodeError::Unauthenticated(
+            "this bearer token is not known: it was revoked, or never added (`leasehold auth \
+             token add IDENTITY`)",
+        )),
     }
 }
 
@@ -52,35 +153,11 @@ fn certificate_name(cert: &rustls::pki_types::CertificateDer<'_>) -> Option<Stri
     name
 }
 
-/// Marks a forwarded request with the identity its client showed here.
-pub fn carry<T>(request: &mut Request<T>, identity: Option<&str>) {
-    if let Some(value) = identity.and_then(|i| MetadataValue::try_from(i).ok()) {
-        request.metadata_mut().insert(IDENTITY_KEY, value);
-    }
-}
-
-/// `op` as the log carries it for `identity`: inside [`Op::As`], or bare for a client without
-/// one (which the policy, when on, denies).
-pub fn as_identity(identity: Option<String>, op: Op) -> Op {
-    match identity {
-        Some(identity) => Op::As {
-            identity,
-            op: Box::new(op),
-        },
-        None => op,
-    }
-}
-
-/// Whether `identity` may do `action` by `policy`, as a node error.
-pub fn allowed(policy: &Policy, identity: Option<&str>, action: &Action) -> Result<(), NodeError> {
-    policy.check(identity, action).map_err(NodeError::Denied)
-}
-
 /// An admin call's check: a linearizable read of the policy on the leader, so that a revoked
 /// admin is refused from the revocation's index on.
-pub async fn admin(node: &Node, identity: Option<&str>, what: &'static str) -> Result<(), Status> {
+pub async fn admin(node: &Node, caller: &Caller, what: &'static str) -> Result<(), Status> {
     let (checked, _) = node
-        .read(|s| allowed(s.table.policy(), identity, &Action::Admin(what)))
+        .read(|s| caller.may(s.table.policy(), &Action::Admin(what)))
         .await?;
     Ok(checked?)
 }

@@ -3,7 +3,7 @@
 use openraft::ServerState;
 use tonic::{Request, Response, Status};
 
-use super::authz::{self, Plane};
+use super::authz::{self, Caller, Plane};
 use super::status::remote_status;
 use super::{convert, Node, NodeError};
 use crate::limits::{BACKUP_CHUNKS_QUEUED, BACKUP_CHUNK_BYTES};
@@ -27,10 +27,12 @@ impl ClusterService {
     /// authorization is on; everyone sees the members, their client addresses and roles, which
     /// clients need to find the cluster. By this node's policy: it hides, it grants nothing.
     fn sees_inside<T>(&self, request: &Request<T>) -> bool {
-        let identity = authz::identity(request, self.plane);
+        let Ok(caller) = Caller::of(&self.node, request, self.plane) else {
+            return false;
+        };
         let state = self.node.state().read();
         let admin = Action::Admin("see the peer plane");
-        authz::allowed(state.table.policy(), identity.as_deref(), &admin).is_ok()
+        caller.may(state.table.policy(), &admin).is_ok()
     }
 
     fn local(&self) -> pb::NodeStatus {
@@ -101,7 +103,7 @@ impl pb::cluster_server::Cluster for ClusterService {
     ) -> Result<Response<Self::SaveSnapshotStream>, Status> {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let identity = authz::identity(&request, self.plane);
+        let caller = Caller::of(&self.node, &request, self.plane)?;
         let admin = Action::Admin("save a snapshot");
         // A linearizable read: the leader confirms its leadership, then checks the policy and
         // copies the state under the state lock, so the copy is exactly what was applied up to
@@ -109,7 +111,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         let (copied, at) = self
             .node
             .read(|s| {
-                authz::allowed(s.table.policy(), identity.as_deref(), &admin).map(|()| {
+                caller.may(s.table.policy(), &admin).map(|()| {
                     (
                         crate::raft::codec::encode(&s.table),
                         s.last_applied,
@@ -167,8 +169,8 @@ impl pb::cluster_server::Cluster for ClusterService {
     ) -> Result<Response<pb::MembersResponse>, Status> {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let identity = authz::identity(&request, self.plane);
-        authz::admin(&self.node, identity.as_deref(), "add a member").await?;
+        let caller = Caller::of(&self.node, &request, self.plane)?;
+        authz::admin(&self.node, &caller, "add a member").await?;
         super::membership::add(&self.node, request.into_inner())
             .await
             .map(Response::new)
@@ -180,8 +182,8 @@ impl pb::cluster_server::Cluster for ClusterService {
     ) -> Result<Response<pb::MembersResponse>, Status> {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let identity = authz::identity(&request, self.plane);
-        authz::admin(&self.node, identity.as_deref(), "remove a member").await?;
+        let caller = Caller::of(&self.node, &request, self.plane)?;
+        authz::admin(&self.node, &caller, "remove a member").await?;
         super::membership::remove(&self.node, request.into_inner())
             .await
             .map(Response::new)
@@ -241,17 +243,18 @@ impl pb::cluster_server::Cluster for ClusterService {
     ) -> Result<Response<pb::ChangePolicyResponse>, Status> {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let identity = authz::identity(&request, self.plane);
+        let caller = Caller::of(&self.node, &request, self.plane)?;
         let change = convert::policy_change(request.into_inner())?;
-        if matches!(change, AuthChange::Enable { .. }) && !self.node.client_certificates() {
+        if matches!(change, AuthChange::Enable { .. }) && !self.node.tls() {
             return Err(NodeError::Refused(
-                "authorization needs client certificates, and this node serves clients without \
-                 them: start every node with --client-cert-auth (and TLS) first"
+                "authorization needs TLS, which gives clients their identities (certificates, \
+                 bearer tokens), and this node serves without it: start every node with \
+                 --tls-ca, --tls-cert and --tls-key first"
                     .into(),
             )
             .into());
         }
-        let op = authz::as_identity(identity, Op::Auth(change));
+        let op = caller.log(Op::Auth(change));
         let applied = self.node.write_or_forward(op, None).await?;
         Ok(Response::new(convert::policy_changed(applied)?))
     }
@@ -262,13 +265,13 @@ impl pb::cluster_server::Cluster for ClusterService {
     ) -> Result<Response<pb::PolicyResponse>, Status> {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let identity = authz::identity(&request, self.plane);
+        let caller = Caller::of(&self.node, &request, self.plane)?;
         let admin = Action::Admin("read the policy");
         let (policy, at) = self
             .node
             .read(|s| {
                 let policy = s.table.policy();
-                authz::allowed(policy, identity.as_deref(), &admin).map(|()| policy.clone())
+                caller.may(policy, &admin).map(|()| policy.clone())
             })
             .await?;
         Ok(Response::new(convert::policy(&policy?, &at)))
@@ -279,7 +282,8 @@ impl pb::cluster_server::Cluster for ClusterService {
         request: Request<pb::WhoAmIRequest>,
     ) -> Result<Response<pb::WhoAmIResponse>, Status> {
         let _working = self.node.admit(1)?;
-        let identity = authz::identity(&request, self.plane).unwrap_or_default();
+        let caller = Caller::of(&self.node, &request, self.plane)?;
+        let identity = caller.identity().unwrap_or_default().to_owned();
         let state = self.node.state().read();
         let policy = state.table.policy();
         Ok(Response::new(pb::WhoAmIResponse {

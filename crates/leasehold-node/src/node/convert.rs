@@ -186,6 +186,11 @@ pub fn policy_change(r: pb::ChangePolicyRequest) -> Result<AuthChange, NodeError
             let (identity, role) = binding(b);
             AuthChange::Unbind { identity, role }
         }
+        Some(Change::AddToken(t)) => AuthChange::AddToken {
+            identity: t.identity,
+            sha256: t.sha256,
+        },
+        Some(Change::RevokeTokens(identity)) => AuthChange::RevokeTokens { identity },
     };
     change.validate()?;
     Ok(change)
@@ -241,11 +246,19 @@ pub fn policy(policy: &Policy, at: &Applied) -> pb::PolicyResponse {
             role: role.clone(),
         })
     });
+    let tokens = policy
+        .tokens()
+        .iter()
+        .map(|(sha256, identity)| pb::BearerToken {
+            identity: identity.clone(),
+            sha256: sha256.chars().take(12).collect(),
+        });
     pb::PolicyResponse {
         enabled: policy.enabled(),
         roles: roles.collect(),
         bindings: bindings.collect(),
         applied: applied(at),
+        tokens: tokens.collect(),
     }
 }
 

@@ -131,6 +131,9 @@ pub enum NodeError {
     /// A policy change that would leave the policy invalid or the cluster without an admin.
     #[error("policy change refused: {0}")]
     PolicyRefused(String),
+    /// A bearer token the node cannot take: unknown, malformed, or sent without TLS.
+    #[error("{0}")]
+    Unauthenticated(&'static str),
     /// Created with an admin, the cluster has not turned authorization on yet.
     #[error(
         "this cluster was created with authorization, and its leader has not turned it on yet; \
@@ -282,6 +285,7 @@ impl From<NodeError> for Status {
             | NodeError::MemberUnreachable { .. }
             | NodeError::PolicyRefused(_) => Code::FailedPrecondition,
             NodeError::Forbidden(_) | NodeError::Denied(_) => Code::PermissionDenied,
+            NodeError::Unauthenticated(_) => Code::Unauthenticated,
             NodeError::Compacted { .. } => Code::OutOfRange,
             NodeError::CatchUpTimeout { .. } => Code::DeadlineExceeded,
         };

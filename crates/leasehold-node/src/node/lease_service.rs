@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
-use super::authz::{self, DenialLog, Plane};
+use super::authz::{Caller, DenialLog, Plane};
 use super::error::{DENIED_KEY, ORIGIN_KEY};
 use super::{convert, Node, NodeError};
 use crate::limits::FORWARD_TIMEOUT;
@@ -131,13 +131,13 @@ impl LeaseService {
     /// Proposes `op` for `identity` (decided where it applies), or forwards it to the leader.
     async fn write(
         &self,
-        identity: Option<String>,
+        caller: Caller,
         op: Op,
         request: Option<RequestId>,
     ) -> Result<Applied, Status> {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let op = authz::as_identity(identity, op);
+        let op = caller.log(op);
         self.node.write_or_forward(op, request).await
     }
 
@@ -158,22 +158,20 @@ impl LeaseService {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
         let forwarded = is_forwarded(&request);
-        let identity = authz::identity(&request, self.plane);
+        let caller = Caller::of(&self.node, &request, self.plane)?;
         let m = request.into_inner();
         let checked = self
             .node
             .read(|s| {
-                authz::allowed(s.table.policy(), identity.as_deref(), &action(&m))
+                caller
+                    .may(s.table.policy(), &action(&m))
                     .map(|()| read(s, &m))
             })
             .await;
         match checked {
             Ok((Ok(found), at)) => Ok(Response::new(answer(found, at)?)),
             Ok((Err(denied), _)) => Err(denied.into()),
-            Err(e) => {
-                self.forward(e, forwarded, identity.as_deref(), m, call)
-                    .await
-            }
+            Err(e) => self.forward(e, forwarded, &caller, m, call).await,
         }
     }
 
@@ -183,7 +181,7 @@ impl LeaseService {
         &self,
         error: NodeError,
         forwarded: bool,
-        identity: Option<&str>,
+        caller: &Caller,
         message: Req,
         call: F,
     ) -> Result<Response<Resp>, Status>
@@ -217,7 +215,7 @@ impl LeaseService {
             FORWARDED_KEY,
             tonic::metadata::MetadataValue::from_static("1"),
         );
-        authz::carry(&mut request, identity);
+        caller.carry(&mut request);
         let client = LeaseStoreClient::new(channel).max_decoding_message_size(usize::MAX);
         call(client, request).await.map_err(|status| {
             // The leader's own answers pass through, its policy's refusals among them; anything
@@ -260,7 +258,7 @@ impl LeaseService {
         &self,
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
-        let identity = authz::identity(&request, self.plane);
+        let caller = Caller::of(&self.node, &request, self.plane)?;
         let m = request.into_inner();
         let id = request_id(m.request_id.as_ref());
         let op = Op::Acquire {
@@ -268,7 +266,7 @@ impl LeaseService {
             holder: m.holder,
             ttl_ms: m.ttl_ms,
         };
-        let applied = self.write(identity, op, id).await?;
+        let applied = self.write(caller, op, id).await?;
         Ok(Response::new(convert::acquire(applied)?))
     }
 
@@ -276,7 +274,7 @@ impl LeaseService {
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
-        let identity = authz::identity(&request, self.plane);
+        let caller = Caller::of(&self.node, &request, self.plane)?;
         let m = request.into_inner();
         let id = request_id(m.request_id.as_ref());
         let op = Op::Release {
@@ -284,7 +282,7 @@ impl LeaseService {
             holder: m.holder,
             token: m.token,
         };
-        let applied = self.write(identity, op, id).await?;
+        let applied = self.write(caller, op, id).await?;
         Ok(Response::new(convert::release(applied)?))
     }
 
@@ -292,7 +290,7 @@ impl LeaseService {
         &self,
         request: Request<pb::PutRequest>,
     ) -> Result<Response<pb::PutResponse>, Status> {
-        let identity = authz::identity(&request, self.plane);
+        let caller = Caller::of(&self.node, &request, self.plane)?;
         let m = request.into_inner();
         let id = request_id(m.request_id.as_ref());
         let op = Op::Put {
@@ -300,7 +298,7 @@ impl LeaseService {
             value: m.value,
             fence: m.fence.map(fence),
         };
-        let applied = self.write(identity, op, id).await?;
+        let applied = self.write(caller, op, id).await?;
         Ok(Response::new(convert::put(applied)?))
     }
 
@@ -308,14 +306,14 @@ impl LeaseService {
         &self,
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
-        let identity = authz::identity(&request, self.plane);
+        let caller = Caller::of(&self.node, &request, self.plane)?;
         let m = request.into_inner();
         let id = request_id(m.request_id.as_ref());
         let op = Op::Delete {
             key: m.key,
             fence: m.fence.map(fence),
         };
-        let applied = self.write(identity, op, id).await?;
+        let applied = self.write(caller, op, id).await?;
         Ok(Response::new(convert::delete(applied)?))
     }
 
@@ -378,8 +376,8 @@ impl LeaseService {
     ) -> Result<Response<pb::RegisterResponse>, Status> {
         // Any identity may open a session, which is then its own: what it asks under it is
         // what the policy decides.
-        let identity = authz::identity(&request, self.plane);
-        let applied = self.write(identity, Op::Register, None).await?;
+        let caller = Caller::of(&self.node, &request, self.plane)?;
+        let applied = self.write(caller, Op::Register, None).await?;
         Ok(Response::new(convert::register(applied)?))
     }
 
@@ -387,11 +385,11 @@ impl LeaseService {
         &self,
         request: Request<pb::AdvanceRequest>,
     ) -> Result<Response<pb::AdvanceResponse>, Status> {
-        let identity = authz::identity(&request, self.plane);
+        let caller = Caller::of(&self.node, &request, self.plane)?;
         let m = request.into_inner();
         let op = Op::Advance { by_ms: m.ms };
         let id = request_id(m.request_id.as_ref());
-        let applied = self.write(identity, op, id).await?;
+        let applied = self.write(caller, op, id).await?;
         Ok(Response::new(convert::advance(applied)?))
     }
 }
@@ -406,10 +404,10 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
     ) -> Result<Response<Self::WatchStream>, Status> {
         let working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let identity = authz::identity(&request, self.plane);
+        let caller = Caller::of(&self.node, &request, self.plane)?;
         let stream = super::watch::start(
             self.node.clone(),
-            identity,
+            caller,
             request.into_inner(),
             self.stopping.clone(),
             working,

@@ -38,7 +38,7 @@ impl Select {
 /// What a watch follows, and for whom.
 struct Watcher {
     select: Select,
-    identity: Option<String>,
+    caller: super::authz::Caller,
 }
 
 impl Watcher {
@@ -50,9 +50,7 @@ impl Watcher {
         };
         let state = node.state().read();
         let policy = state.table.policy();
-        let checked =
-            super::authz::allowed(policy, self.identity.as_deref(), &Action::ReadLease(name));
-        Ok(checked?)
+        Ok(self.caller.may(policy, &Action::ReadLease(name))?)
     }
 }
 
@@ -61,7 +59,7 @@ impl Watcher {
 /// --max-requests`): held for as long as the stream runs, so watches are bounded too.
 pub fn start(
     node: Node,
-    identity: Option<String>,
+    caller: super::authz::Caller,
     request: pb::WatchRequest,
     stopping: Option<tokio::sync::watch::Receiver<bool>>,
     working: tokio::sync::OwnedSemaphorePermit,
@@ -92,7 +90,7 @@ pub fn start(
             )))
         }
     };
-    let watcher = Watcher { select, identity };
+    let watcher = Watcher { select, caller };
     watcher.allowed(&node)?;
     let applied = node.state().applied_index();
     let from = match request.from_index {

@@ -63,7 +63,11 @@ pub fn weight(op: &Op) -> usize {
             }
             Op::Delete { key, fence } => key.len() + fence.as_ref().map_or(0, |f| f.lease.len()),
             Op::Advance { .. } | Op::Tick | Op::Register | Op::Forget { .. } => 0,
-            Op::As { identity, op } => identity.len() + weight(op),
+            Op::As {
+                identity,
+                bearer,
+                op,
+            } => identity.len() + bearer.as_ref().map_or(0, String::len) + weight(op),
             Op::Auth(change) => auth_weight(change),
         }
 }
@@ -79,6 +83,8 @@ fn auth_weight(change: &AuthChange) -> usize {
         AuthChange::Bind { identity, role } | AuthChange::Unbind { identity, role } => {
             identity.len() + role.len()
         }
+        AuthChange::AddToken { identity, sha256 } => identity.len() + sha256.len(),
+        AuthChange::RevokeTokens { identity } => identity.len(),
     }
 }
 

@@ -5,6 +5,7 @@
 //! loop, not tonic's, so that every refused connection is logged with its reason (once per
 //! address and reason, so a peer retrying every few milliseconds does not flood the log).
 
+pub mod bearer;
 pub mod certs;
 
 use std::collections::HashSet;
@@ -126,21 +127,22 @@ impl Tls {
     }
 
     /// A server's TLS settings; `client_certs` demands a certificate from this CA of every
-    /// client.
+    /// client. Without it a client may still show one, checked the same way, to have an
+    /// identity; one without a certificate may bring a bearer token instead.
     pub fn server_config(&self, client_certs: bool) -> Result<Arc<rustls::ServerConfig>, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Setup(e.to_string()))?;
-        let builder = if client_certs {
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(self.roots.clone(), provider)
-                    .build()
-                    .map_err(|e| TlsError::Setup(e.to_string()))?;
-            builder.with_client_cert_verifier(verifier)
-        } else {
-            builder.with_no_client_auth()
+        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots.clone(), provider);
+        let verifier = match client_certs {
+            true => verifier,
+            false => verifier.allow_unauthenticated(),
         };
+        let verifier = verifier
+            .build()
+            .map_err(|e| TlsError::Setup(e.to_string()))?;
+        let builder = builder.with_client_cert_verifier(verifier);
         let mut config = builder
             .with_single_cert(self.chain.clone(), self.key.clone_key())
             .map_err(|e| TlsError::Setup(format!("the certificate and key do not match: {e}")))?;
