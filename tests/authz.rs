@@ -35,22 +35,10 @@ fn grant(permission: &str, prefix: &str) -> pb::Grant {
     }
 }
 
-/// As the admin: role `name` with `grants`, bound to identity `name`.
+/// As the admin: role `name` with `grants`, bound to identity `name`; where it was bound.
 async fn role_for(admin: &LeaseClient, name: &str, grants: Vec<pb::Grant>) -> u64 {
-    let role = pb::AuthRole {
-        name: name.into(),
-        grants,
-    };
-    admin.change_policy(Change::PutRole(role)).await.unwrap();
-    let binding = pb::Binding {
-        identity: name.into(),
-        role: name.into(),
-    };
-    admin
-        .change_policy(Change::Bind(binding))
-        .await
-        .unwrap()
-        .log_index
+    let bound = leasehold::cli::give_role(admin, name, name, grants).await;
+    bound.unwrap().log_index
 }
 
 fn assert_denied<T: std::fmt::Debug>(result: Result<T, ClientError>, naming: &[&str]) {
@@ -116,19 +104,7 @@ async fn the_cli_is_allowed_and_denied_as_the_client_is() {
         vec![grant("hold", "a/"), grant("write", "a/")],
     )
     .await;
-    let files = h.identity_files("team-a");
-    let cli = |args: &[&str]| {
-        harness::command(&h.endpoints)
-            .arg("--tls-ca")
-            .arg(&files.ca)
-            .arg("--tls-cert")
-            .arg(&files.cert)
-            .arg("--tls-key")
-            .arg(&files.key)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let cli = |args: &[&str]| h.cli_as("team-a", args);
     for allowed in [
         &["acquire", "a/l", "--holder", "team-a/w", "--ttl", "5"][..],
         &["put", "a/k", "v"],
@@ -501,18 +477,7 @@ async fn a_bearer_token_gives_a_client_without_a_certificate_its_identity_until_
     )
     .await;
     let admin = h.identity_files(leasehold::tls::certs::ADMIN_NAME);
-    let as_admin = |args: &[&str]| {
-        harness::command(&h.endpoints)
-            .arg("--tls-ca")
-            .arg(&admin.ca)
-            .arg("--tls-cert")
-            .arg(&admin.cert)
-            .arg("--tls-key")
-            .arg(&admin.key)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let as_admin = |args: &[&str]| h.cli_as(leasehold::tls::certs::ADMIN_NAME, args);
     let added = as_admin(&["auth", "token", "add", "svc"]);
     assert_eq!(added.status.code(), Some(0), "{added:?}");
     let token = String::from_utf8(added.stdout).unwrap().trim().to_owned();

@@ -5,6 +5,7 @@ use serde_json::json;
 
 use super::{ClientOpts, Exit, Output};
 use crate::proto::v1 as pb;
+use leasehold_client::LeaseClient;
 use pb::change_policy_request::Change;
 
 #[derive(clap::Subcommand)]
@@ -56,6 +57,39 @@ pub enum TokenCmd {
     Add { identity: String },
     /// Revoke every bearer token of IDENTITY.
     Revoke { identity: String },
+}
+
+/// Every permission but admin, on every name under `prefix`: what `cluster --tls` gives the
+/// ordinary client certificate.
+pub fn every_permission_but_admin(prefix: &str) -> Vec<pb::Grant> {
+    crate::lease::auth::Permission::ALL
+        .into_iter()
+        .filter(|p| *p != crate::lease::auth::Permission::Admin)
+        .map(|p| pb::Grant {
+            permission: p.name().to_owned(),
+            prefix: prefix.to_owned(),
+        })
+        .collect()
+}
+
+/// Creates (or replaces) `role` with `grants` and binds `identity` to it, as `client` (an
+/// admin, once authorization is on); answers where the binding was applied.
+pub async fn give_role(
+    client: &LeaseClient,
+    identity: &str,
+    role: &str,
+    grants: Vec<pb::Grant>,
+) -> Result<leasehold_client::Applied, leasehold_client::ClientError> {
+    let role_def = pb::AuthRole {
+        name: role.to_owned(),
+        grants,
+    };
+    client.change_policy(Change::PutRole(role_def)).await?;
+    let binding = pb::Binding {
+        identity: identity.to_owned(),
+        role: role.to_owned(),
+    };
+    client.change_policy(Change::Bind(binding)).await
 }
 
 /// `permission:prefix`; the permission is checked by the node, which names the ones it knows.

@@ -207,34 +207,12 @@ fn print_started(cluster: &LocalCluster, args: &ClusterArgs, dir: &std::path::Pa
 /// but admin, on every name, as the admin: a local cluster is for trying things, and the admin
 /// calls stay the admin's.
 async fn grant_the_client_role(endpoints: &[String], admin: &TlsFiles) -> anyhow::Result<()> {
-    use pb::change_policy_request::Change;
     let tls = crate::tls::Tls::load(admin)?.client_config(None);
     let client = LeaseClient::new(endpoints)?
         .with_tls(tls)?
         .with_deadline(Duration::from_secs(30));
-    let grants = [
-        "read-leases",
-        "hold",
-        "check",
-        "read-keys",
-        "write",
-        "delete",
-    ]
-    .map(|permission| pb::Grant {
-        permission: permission.to_owned(),
-        prefix: String::new(),
-    })
-    .to_vec();
-    let role = pb::AuthRole {
-        name: CLIENT_ROLE.to_owned(),
-        grants,
-    };
-    client.change_policy(Change::PutRole(role)).await?;
-    let binding = pb::Binding {
-        identity: CLIENT_NAME.to_owned(),
-        role: CLIENT_ROLE.to_owned(),
-    };
-    client.change_policy(Change::Bind(binding)).await?;
+    let grants = super::auth::every_permission_but_admin("");
+    super::auth::give_role(&client, CLIENT_NAME, CLIENT_ROLE, grants).await?;
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 //! code, or 4 when the lease was lost under it.
 
 mod auth;
+pub use auth::{every_permission_but_admin, give_role};
 mod bench;
 #[cfg(feature = "etcd")]
 mod bench_etcd;

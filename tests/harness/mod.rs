@@ -154,6 +154,21 @@ impl Harness {
         }
     }
 
+    /// Runs `leasehold ARGS` to the end, showing identity `name`'s certificate.
+    pub fn cli_as(&self, name: &str, args: &[&str]) -> std::process::Output {
+        let files = self.identity_files(name);
+        command(&self.endpoints)
+            .arg("--tls-ca")
+            .arg(&files.ca)
+            .arg("--tls-cert")
+            .arg(&files.cert)
+            .arg("--tls-key")
+            .arg(&files.key)
+            .args(args)
+            .output()
+            .expect("run leasehold")
+    }
+
     /// A client of every node showing the certificate of identity `name` (see
     /// [`Harness::identity_files`]).
     pub fn client_as(&self, name: &str) -> LeaseClient {

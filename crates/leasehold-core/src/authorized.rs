@@ -72,6 +72,18 @@ fn with_policy() -> LeaseTable {
     t
 }
 
+/// As the admin `root`, at `at_ms`: binds `identity` to `role`.
+fn bind(t: &mut LeaseTable, at_ms: u64, identity: &str, role: &str) {
+    let change = AuthChange::Bind {
+        identity: identity.into(),
+        role: role.into(),
+    };
+    assert_eq!(
+        t.apply(&at(at_ms, by("root", Op::Auth(change)))),
+        Outcome::PolicyChanged
+    );
+}
+
 #[test]
 fn with_the_policy_off_every_operation_applies_with_or_without_an_identity() {
     let mut t = LeaseTable::default();
@@ -125,16 +137,7 @@ fn a_holders_lease_is_not_releasable_by_another_identity_that_knows_its_token() 
         Outcome::Granted { token, .. } => token,
         other => panic!("{other:?}"),
     };
-    t.apply(&at(
-        3,
-        by(
-            "root",
-            Op::Auth(AuthChange::Bind {
-                identity: "team-b".into(),
-                role: "a".into(),
-            }),
-        ),
-    ));
+    bind(&mut t, 3, "team-b", "a");
     let release = |holder: &str| Op::Release {
         lease: "a/l".into(),
         holder: holder.into(),
@@ -207,16 +210,7 @@ fn a_retried_request_gets_its_denial_again() {
     let first = t.apply(&command);
     assert!(matches!(first, Outcome::Denied(_)));
     // Bound since: the retry is still answered with its first answer, not applied.
-    t.apply(&at(
-        4,
-        by(
-            "root",
-            Op::Auth(AuthChange::Bind {
-                identity: "team-b".into(),
-                role: "a".into(),
-            }),
-        ),
-    ));
+    bind(&mut t, 4, "team-b", "a");
     assert_eq!(t.apply(&command), first);
     assert_eq!(t.row("a/k"), None);
 }
