@@ -15,7 +15,7 @@ use leasehold::proto::v1::lease_store_client::LeaseStoreClient;
 use leasehold::tls::certs::CLIENT_NAME;
 use leasehold::tls::Tls;
 use leasehold_client::{
-    Acquired, ClientError, Code, LeaseClient, Released, WatchFrom, WatchSelect,
+    Acquired, ClientError, Code, EventKind, LeaseClient, Released, WatchFrom, WatchSelect,
 };
 
 /// The permissions a role can grant, and each one's identity in these tests.
@@ -204,7 +204,8 @@ async fn raw_grpc_calls_are_denied_with_permission_denied_naming_identity_action
             _ => panic!("node {id}: {status:?}"),
         }
     }
-    assert_eq!(membership_denied, 1);
+    // One leader, unless leadership moved during the loop.
+    assert!(membership_denied >= 1);
     assert_eq!(h.client.members().await.unwrap().members.len(), 3);
 }
 
@@ -365,9 +366,13 @@ async fn a_watch_follows_only_what_its_identity_may_read_and_ends_when_revoked()
     let mut everything = a.watch(WatchSelect::Prefix(String::new()), WatchFrom::Now);
     assert_denied(everything.next().await, &["team-a", "read lease"]);
     let mut own = a.watch(WatchSelect::Prefix("a/".into()), WatchFrom::Now);
+    own.started().await.unwrap();
     a.acquire("a/l", "team-a", 5_000).await.unwrap();
     let event = own.next().await.unwrap();
-    assert_eq!(event.lease, "a/l");
+    assert_eq!(
+        (event.kind, event.lease.as_str()),
+        (EventKind::Granted, "a/l")
+    );
     h.client
         .change_policy(Change::Unbind(pb::Binding {
             identity: "team-a".into(),
@@ -552,4 +557,35 @@ async fn a_bearer_token_sent_without_tls_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--tls-ca"), "{stderr}");
+}
+
+/// `certs --client NAME` issues only what names an identity: never a file of the set's own (the
+/// CA's, a node's), a member's name, or a name that is no DNS name.
+#[test]
+fn certs_for_a_client_refuse_names_of_the_sets_own_files_and_members() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let set = leasehold::tls::certs::write_set(dir.path(), 3, &[]).unwrap();
+    let ca = std::fs::read(&set.node(1).ca).unwrap();
+    for name in [
+        "ca",
+        "ca-key",
+        "node-1",
+        "client",
+        "leasehold-node-2",
+        "../x",
+        "team/a",
+    ] {
+        let out = std::process::Command::new(harness::binary())
+            .args(["certs", "--dir"])
+            .arg(dir.path())
+            .args(["--client", name])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{name}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+    assert_eq!(std::fs::read(&set.node(1).ca).unwrap(), ca);
+    let issued = set.issue_client("team-a.prod").unwrap();
+    assert!(issued.cert.ends_with("team-a.prod.pem"));
 }

@@ -11,8 +11,8 @@ use pb::change_policy_request::Change;
 #[derive(clap::Subcommand)]
 pub enum AuthCmd {
     /// Turn authorization on, with ADMIN (a client certificate's name) an admin. From then on
-    /// a client without a certificate may do nothing, and others what their roles grant.
-    /// Needs every node serving with --client-cert-auth.
+    /// a client with neither a certificate nor a bearer token may do nothing, and others what
+    /// their roles grant. Needs every node serving TLS.
     Enable {
         #[arg(long, value_name = "ADMIN")]
         admin: String,
@@ -53,7 +53,7 @@ pub enum RoleCmd {
 #[derive(clap::Subcommand)]
 pub enum TokenCmd {
     /// Make a bearer token for IDENTITY and print it, once: the store keeps only its
-    /// SHA-256. A client sends it with LEASEHOLD_TOKEN (or --bearer-token), over TLS.
+    /// SHA-256. A client sends it with LEASEHOLD_BEARER_TOKEN (or --bearer-token), over TLS.
     Add { identity: String },
     /// Revoke every bearer token of IDENTITY.
     Revoke { identity: String },

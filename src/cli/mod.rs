@@ -63,7 +63,7 @@ pub struct ClientOpts {
     /// TLS only. Prefer the environment variable: a flag shows in the process list.
     #[arg(
         long,
-        env = "LEASEHOLD_TOKEN",
+        env = "LEASEHOLD_BEARER_TOKEN",
         value_name = "TOKEN",
         global = true,
         hide_env_values = true,
@@ -137,8 +137,8 @@ enum Cmd {
     Cluster(cluster::ClusterArgs),
     /// Replay the fencing-token scenario against a fresh three-node cluster.
     Demo,
-    /// Make a CA, a certificate per node and one for clients, for `serve --tls-*` on several
-    /// hosts (the CA's key is not kept).
+    /// Make a CA, a certificate per node, one for clients and one for the first admin, for
+    /// `serve --tls-*` on several hosts; or, with --client NAME, one for identity NAME.
     Certs(certs::CertsArgs),
     /// Measure throughput and latency against a running cluster.
     Bench(bench::BenchArgs),

@@ -205,12 +205,17 @@ impl Model {
         }
         match op {
             Op::As { .. } => self.apply_op(op),
-            Op::Auth(change) => match self.policy.apply(change) {
-                Ok(()) => Outcome::PolicyChanged,
-                Err(refusal) => Outcome::PolicyRefused {
-                    reason: refusal.to_string(),
-                },
-            },
+            Op::Auth(change) => {
+                if let Err(denied) = self.policy.check_change(identity, bearer, change) {
+                    return Outcome::Denied(denied);
+                }
+                match self.policy.apply(change) {
+                    Ok(()) => Outcome::PolicyChanged,
+                    Err(refusal) => Outcome::PolicyRefused {
+                        reason: refusal.to_string(),
+                    },
+                }
+            }
             Op::Acquire {
                 lease,
                 holder,

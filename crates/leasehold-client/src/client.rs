@@ -67,6 +67,8 @@ pub struct LeaseClient {
     channels: Vec<NodeChannel>,
     /// Sent with every request, for a client without a certificate.
     bearer: Bearer,
+    /// The address connections are made from, when one is set.
+    local_ip: Option<std::net::IpAddr>,
     /// The endpoint that answered last: tried first next time.
     preferred: AtomicUsize,
     deadline: Duration,
@@ -157,6 +159,7 @@ impl LeaseClient {
             channels: Bearer::default().channels(&targets, None),
             targets,
             bearer: Bearer::default(),
+            local_ip: None,
             preferred: AtomicUsize::new(0),
             deadline: DEFAULT_DEADLINE,
         })
@@ -170,7 +173,7 @@ impl LeaseClient {
             .iter()
             .map(|endpoint| target(endpoint, Some(&tls)))
             .collect::<Result<Vec<_>, _>>()?;
-        self.channels = self.bearer.channels(&self.targets, None);
+        self.channels = self.bearer.channels(&self.targets, self.local_ip);
         Ok(self)
     }
 
@@ -178,20 +181,23 @@ impl LeaseClient {
     /// client that shows no certificate (`leasehold auth token add`). Over TLS only: a node
     /// without TLS refuses it, and the token may have been seen on the way.
     pub fn with_bearer_token(mut self, token: &str) -> Result<Self, ClientError> {
-        let value = MetadataValue::try_from(format!("Bearer {token}")).map_err(|_| {
+        let mut value = MetadataValue::try_from(format!("Bearer {token}")).map_err(|_| {
             ClientError::Endpoint {
                 endpoint: "bearer token".into(),
                 reason: "a token is printable ASCII".into(),
             }
         })?;
+        // Never shown by Debug, nor kept in HTTP/2's shared header table.
+        value.set_sensitive(true);
         self.bearer = Bearer(Some(value));
-        self.channels = self.bearer.channels(&self.targets, None);
+        self.channels = self.bearer.channels(&self.targets, self.local_ip);
         Ok(self)
     }
 
     /// Connects from `ip` (the fault suite's clients use an address its partitions leave alone).
     pub fn with_local_address(mut self, ip: std::net::IpAddr) -> Self {
-        self.channels = self.bearer.channels(&self.targets, Some(ip));
+        self.local_ip = Some(ip);
+        self.channels = self.bearer.channels(&self.targets, self.local_ip);
         self
     }
 

@@ -141,6 +141,21 @@ pub struct Denied {
 }
 
 impl Denied {
+    /// The refusal of `action` to `identity` (`None`: no identity), for `reason` if the roles
+    /// are not it.
+    fn of(identity: Option<&str>, action: &Action, reason: Option<String>) -> Denied {
+        let (_, resource) = action.needs();
+        Denied {
+            identity: identity.unwrap_or("anonymous").to_owned(),
+            action: verb(action).to_owned(),
+            resource: match action {
+                Action::Admin(_) => String::new(),
+                _ => resource.to_owned(),
+            },
+            reason,
+        }
+    }
+
     /// The refusal of a request under a session that another identity opened (`asker` `None`:
     /// one without an identity).
     pub fn foreign_session(asker: Option<&str>, client: u64) -> Denied {
@@ -338,19 +353,45 @@ impl Policy {
     ) -> Result<(), Denied> {
         if let Some(sha256) = bearer {
             if self.enabled && self.token_identity(sha256) != identity {
-                let (_, resource) = action.needs();
-                return Err(Denied {
-                    identity: identity.unwrap_or("anonymous").to_owned(),
-                    action: verb(action).to_owned(),
-                    resource: match action {
-                        Action::Admin(_) => String::new(),
-                        _ => resource.to_owned(),
-                    },
-                    reason: Some("its bearer token was revoked".into()),
-                });
+                let reason = "its bearer token was revoked";
+                return Err(Denied::of(identity, action, Some(reason.into())));
             }
         }
         self.check(identity, action)
+    }
+
+    /// Whether `identity` may make `change` while the policy is off (on, [`check`](Self::check)
+    /// decides, as for any admin call). Never turned on, only turning it on is allowed, so that
+    /// no one plants a role, a binding or a token before it; turned off since, only an admin
+    /// changes it, as when it was on.
+    pub fn check_change(
+        &self,
+        identity: Option<&str>,
+        bearer: Option<&str>,
+        change: &AuthChange,
+    ) -> Result<(), Denied> {
+        if self.enabled {
+            return Ok(());
+        }
+        let action = Action::Admin("change the policy");
+        let admin = identity
+            .and_then(|identity| self.bindings.get(identity))
+            .is_some_and(|roles| roles.contains(ADMIN_ROLE));
+        let token_holds = bearer.is_none_or(|sha256| self.token_identity(sha256) == identity);
+        match (self.was_enabled, change) {
+            (false, AuthChange::Enable { .. }) => Ok(()),
+            (false, _) => Err(Denied::of(
+                identity,
+                &action,
+                Some("authorization was never on: turn it on first, naming its admin".into()),
+            )),
+            (true, _) if admin && token_holds => Ok(()),
+            (true, _) => Err(Denied::of(
+                identity,
+                &action,
+                Some("authorization is off, and only an admin changes the policy".into()),
+            )),
+        }
     }
 
     /// Whether `identity` (`None`: a client without a certificate) may do `action`. An admin
@@ -360,15 +401,7 @@ impl Policy {
             return Ok(());
         }
         let (permission, resource) = action.needs();
-        let denied = |reason: Option<String>| Denied {
-            identity: identity.unwrap_or("anonymous").to_owned(),
-            action: verb(action).to_owned(),
-            resource: match action {
-                Action::Admin(_) => String::new(),
-                _ => resource.to_owned(),
-            },
-            reason,
-        };
+        let denied = |reason: Option<String>| Denied::of(identity, action, reason);
         let Some(identity) = identity else {
             return Err(denied(Some(
                 "authorization is on, and a client without a certificate has no identity".into(),
@@ -535,8 +568,22 @@ pub fn sha256_field(sha256: &str) -> Result<(), InvalidInput> {
     Ok(())
 }
 
-fn identity_field(identity: &str) -> Result<(), InvalidInput> {
-    name("identity", identity, Limits::MAX_NAME_BYTES)
+/// An identity is a DNS name, as a certificate gives it: letters, digits, `-` and `.`. So it
+/// holds no `/`, which would let one identity own another's holders (`a/x` owns `a/x/...`,
+/// but so would `a` own `a/x`'s).
+pub(crate) fn identity_field(identity: &str) -> Result<(), InvalidInput> {
+    name("identity", identity, Limits::MAX_NAME_BYTES)?;
+    let dns = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+    if !identity.chars().all(dns) {
+        return Err(InvalidInput::new(
+            "identity",
+            format!(
+                "{identity:?} is not a DNS name: an identity is letters, digits, '-' and '.', \
+                 as a certificate names it"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn role_field(role: &str) -> Result<(), InvalidInput> {

@@ -95,16 +95,16 @@ fn with_the_policy_off_every_operation_applies_with_or_without_an_identity() {
 #[test]
 fn an_operation_is_applied_only_if_the_policy_in_force_allows_its_identity() {
     let mut t = with_policy();
-    let before = t.digest();
+    // What the refusals may do: move time to their stamp, and nothing else.
+    let mut ticked = t.clone();
+    ticked.apply(&at(2, Op::Tick));
     let refused = t.apply(&at(2, by("team-a", put("b/k"))));
     assert_eq!(denied(&refused), "team-a may not write key \"b/k\"");
     let refused = t.apply(&at(2, by("team-b", acquire("a/l", "team-b"))));
     assert_eq!(denied(&refused), "team-b may not hold lease \"a/l\"");
     assert_eq!(t.row("b/k"), None);
     assert!(t.lease("a/l").is_none());
-    // Time moved to the stamp; nothing else changed.
-    t.apply(&at(2, Op::Tick));
-    assert_ne!(t.digest(), before);
+    assert_eq!(t.digest(), ticked.digest());
     assert!(t.apply(&at(2, by("team-a", put("a/k")))).accepted());
     assert!(t
         .apply(&at(2, by("team-a", acquire("a/l", "team-a/w1"))))
@@ -248,8 +248,10 @@ fn a_table_stored_before_the_policy_loads_with_its_floor() {
     t.apply(&at(9_000, Op::Forget { retention_ms: 1 }));
     assert_eq!(t.forgotten_floor(), 1);
     let mut bytes = postcard::to_allocvec(&t).unwrap();
-    let policy = postcard::to_allocvec(t.policy()).unwrap();
-    bytes.truncate(bytes.len() - policy.len());
+    // What a table without a policy stored: all but the policy and the session owners.
+    let owners = std::collections::BTreeMap::<u64, String>::new();
+    let added = postcard::to_allocvec(&(t.policy(), owners)).unwrap();
+    bytes.truncate(bytes.len() - added.len());
     assert!(postcard::from_bytes::<LeaseTable>(&bytes).is_err());
     let loaded = LeaseTable::from_older_bytes(&bytes).unwrap();
     assert_eq!(loaded.forgotten_floor(), 1);
@@ -335,8 +337,11 @@ fn a_session_opened_by_an_identity_takes_requests_of_that_identity_only() {
 #[test]
 fn a_sessions_owner_goes_with_it_and_is_kept_in_the_encoding_and_the_digest() {
     let mut t = LeaseTable::default();
-    let before = t.digest();
+    let mut unowned = t.clone();
+    registered(&mut unowned, Op::Register);
     let a = registered(&mut t, by("team-a", Op::Register));
+    // The owner is state: the same session opened without one digests otherwise.
+    assert_ne!(unowned.digest(), t.digest());
     let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
     assert_eq!(loaded, t);
     assert_eq!(loaded.digest(), t.digest());
@@ -348,9 +353,11 @@ fn a_sessions_owner_goes_with_it_and_is_kept_in_the_encoding_and_the_digest() {
         t.apply(&request(a, 1, by("team-b", put("k")))),
         Outcome::UnknownSession
     );
+    // Gone with its session: the table digests as one whose session had no owner.
+    unowned.apply(&at(2 + crate::SESSION_IDLE_MS, Op::Tick));
+    assert_eq!(unowned.digest(), t.digest());
     let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
     assert_eq!(loaded.digest(), t.digest());
-    assert_ne!(before, t.digest());
 }
 
 /// An identity a bearer token gave is checked against the policy in force where the write
@@ -385,4 +392,50 @@ fn a_write_by_a_revoked_bearer_token_is_denied_from_the_revocations_index_on() {
     );
     // The same identity with its certificate is not affected.
     assert!(t.apply(&at(5, by("team-a", put("a/k")))).accepted());
+}
+
+/// Never turned on, the policy takes no change but turning it on: a role, a binding or a token
+/// planted before would outlast it. Turned off since, only an admin changes it.
+#[test]
+fn while_the_policy_is_off_only_turning_it_on_or_an_admin_changes_it() {
+    let mut t = LeaseTable::default();
+    let plant = || AuthChange::Bind {
+        identity: "mallory".into(),
+        role: ADMIN_ROLE.into(),
+    };
+    let refused = t.apply(&at(1, by("mallory", Op::Auth(plant()))));
+    assert!(denied(&refused).contains("never on"), "{refused:?}");
+    let refused = t.apply(&at(1, Op::Auth(plant())));
+    assert!(matches!(refused, Outcome::Denied(_)), "{refused:?}");
+    assert!(t.policy().bindings().is_empty());
+    let mut t = with_policy();
+    t.apply(&at(2, by("root", Op::Auth(AuthChange::Disable))));
+    let refused = t.apply(&at(3, by("mallory", Op::Auth(plant()))));
+    assert!(denied(&refused).contains("only an admin"), "{refused:?}");
+    assert!(!t.policy().bindings().contains_key("mallory"));
+    let enable = AuthChange::Enable {
+        admin: "mallory".into(),
+    };
+    assert!(matches!(
+        t.apply(&at(3, by("mallory", Op::Auth(enable)))),
+        Outcome::Denied(_)
+    ));
+    assert_eq!(
+        t.apply(&at(3, by("root", Op::Auth(plant())))),
+        Outcome::PolicyChanged
+    );
+}
+
+#[test]
+fn an_identity_is_a_dns_name_so_it_owns_no_other_identitys_holders() {
+    for bad in ["team-a/x", "team a", "t\u{e9}am"] {
+        let op = by(bad, put("k"));
+        assert!(crate::validate(&op).is_err(), "{bad}");
+        let token = AuthChange::AddToken {
+            identity: bad.into(),
+            sha256: "ab".repeat(32),
+        };
+        assert!(token.validate().is_err(), "{bad}");
+    }
+    assert!(crate::validate(&by("svc.prod-1", put("k"))).is_ok());
 }

@@ -146,7 +146,7 @@ pub fn validate(op: &Op) -> Result<(), InvalidInput> {
             bearer,
             op,
         } => {
-            name("identity", identity, Limits::MAX_NAME_BYTES)?;
+            crate::auth::identity_field(identity)?;
             if let Some(sha256) = bearer {
                 crate::auth::sha256_field(sha256)?;
             }

@@ -60,6 +60,13 @@ fn owner_hash(client: u64, identity: &str) -> u64 {
     super::fnv1a(&postcard::to_allocvec(&(client, identity)).unwrap_or_default())
 }
 
+/// A policy change refused by the policy's own rules, as the answer says it.
+fn policy_refused(refusal: crate::InvalidInput) -> Outcome {
+    Outcome::PolicyRefused {
+        reason: refusal.to_string(),
+    }
+}
+
 fn policy_hash(policy: &Policy) -> u64 {
     match *policy == Policy::default() {
         true => 0,
@@ -148,10 +155,17 @@ impl From<Stored> for LeaseTable {
 
 impl LeaseTable {
     /// A table stored by an earlier version (a snapshot it left): before the policy, or before
-    /// leases could be forgotten. Newest first: postcard ignores bytes left over, so an older
-    /// layout would also read a newer table, dropping what it does not know.
+    /// leases could be forgotten.
     pub fn from_older_bytes(bytes: &[u8]) -> Result<LeaseTable, postcard::Error> {
-        if let Ok(old) = postcard::from_bytes::<StoredBeforePolicy>(bytes) {
+        // Whole or not at all: a layout that reads part of the bytes is not theirs (a newer
+        // build's table, or a damaged one), and loading it would drop what it does not know.
+        fn whole<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, postcard::Error> {
+            match postcard::take_from_bytes(bytes)? {
+                (stored, []) => Ok(stored),
+                _ => Err(postcard::Error::DeserializeBadEncoding),
+            }
+        }
+        if let Ok(old) = whole::<StoredBeforePolicy>(bytes) {
             return Ok(LeaseTable::from(Stored {
                 now_ms: old.now_ms,
                 leases: old.leases,
@@ -162,7 +176,7 @@ impl LeaseTable {
                 session_owners: BTreeMap::new(),
             }));
         }
-        let old: StoredBeforeForgetting = postcard::from_bytes(bytes)?;
+        let old: StoredBeforeForgetting = whole(bytes)?;
         Ok(LeaseTable::from(Stored {
             now_ms: old.now_ms,
             leases: old.leases,
@@ -539,14 +553,17 @@ impl LeaseTable {
             Op::Forget { retention_ms } => self.forget(*retention_ms),
             // An admin acting as another identity: that identity's operation, checked as its.
             Op::As { .. } => return self.apply_op(op, events),
-            Op::Auth(change) => match self.policy.apply(change) {
+            Op::Auth(change) => match self
+                .policy
+                .check_change(identity, bearer, change)
+                .map_err(Outcome::Denied)
+                .and_then(|()| self.policy.apply(change).map_err(policy_refused))
+            {
                 Ok(()) => {
                     self.policy_hash = policy_hash(&self.policy);
                     Outcome::PolicyChanged
                 }
-                Err(refusal) => Outcome::PolicyRefused {
-                    reason: refusal.to_string(),
-                },
+                Err(refusal) => refusal,
             },
         };
         self.note(op, &outcome, events);

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::{Request, Status};
 
+use super::peer_gate::PeerMember;
 use super::{Node, NodeError};
 use crate::limits::{DENIALS_LOGGED_PER_MINUTE, TICK_CHECK};
 use leasehold_core::auth::{Action, AuthChange, Policy};
@@ -46,6 +47,11 @@ impl Caller {
     /// node does not know, or one sent without TLS, is refused.
     pub fn of<T>(node: &Node, request: &Request<T>, plane: Plane) -> Result<Caller, NodeError> {
         if plane == Plane::Peer {
+            // Believed only from a member the gate let through (with TLS): without TLS, anyone
+            // reaches the peer plane, and no caller has an identity anyway.
+            if request.extensions().get::<PeerMember>().is_none() {
+                return Ok(Caller::default());
+            }
             let found = |key| {
                 let value = request.metadata().get(key)?.to_str().ok()?;
                 (value.len() <= Limits::MAX_NAME_BYTES).then(|| value.to_owned())
@@ -139,6 +145,9 @@ fn bearer(node: &Node, header: &MetadataValue<Ascii>) -> Result<Caller, NodeErro
             identity: Some(identity),
             bearer: Some(sha256),
         }),
+        // A token added a moment ago may not be applied here yet: the leader, which applied
+        // it before the addition was acknowledged, has the last word.
+        None if !node.is_leader() => Err(NodeError::TokenUnknownHere(node.id())),
         None => Err(NodeError::Unauthenticated(
             "this bearer token is not known: it was revoked, or never added (`leasehold auth \
              token add IDENTITY`)",

@@ -92,6 +92,12 @@ impl ClusterService {
     }
 }
 
+/// Clears what only an admin sees of a node: its peer address and its pid.
+fn hide_inside(node: &mut pb::NodeStatus) {
+    node.peer_address.clear();
+    node.pid = 0;
+}
+
 #[tonic::async_trait]
 impl pb::cluster_server::Cluster for ClusterService {
     type SaveSnapshotStream =
@@ -229,10 +235,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         }
         nodes.sort_by_key(|n| n.id);
         if !inside {
-            for node in &mut nodes {
-                node.peer_address.clear();
-                node.pid = 0;
-            }
+            nodes.iter_mut().for_each(hide_inside);
         }
         Ok(Response::new(pb::StatusResponse { nodes }))
     }
@@ -301,9 +304,14 @@ impl pb::cluster_server::Cluster for ClusterService {
 
     async fn node_status(
         &self,
-        _: Request<pb::NodeStatusRequest>,
+        request: Request<pb::NodeStatusRequest>,
     ) -> Result<Response<pb::NodeStatus>, Status> {
         let _working = self.node.admit(1)?;
-        Ok(Response::new(self.local()))
+        let mut local = self.local();
+        // Members ask each other on the peer plane, for `Status`, which hides what it must.
+        if self.plane == Plane::Client && !self.sees_inside(&request) {
+            hide_inside(&mut local);
+        }
+        Ok(Response::new(local))
     }
 }

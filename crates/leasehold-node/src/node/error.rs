@@ -131,6 +131,12 @@ pub enum NodeError {
     /// A policy change that would leave the policy invalid or the cluster without an admin.
     #[error("policy change refused: {0}")]
     PolicyRefused(String),
+    /// A bearer token this follower has not applied (yet): the client asks another node.
+    #[error(
+        "node {0} does not know this bearer token, which may have been added a moment ago; ask \
+         the leader"
+    )]
+    TokenUnknownHere(NodeId),
     /// A bearer token the node cannot take: unknown, malformed, or sent without TLS.
     #[error("{0}")]
     Unauthenticated(&'static str),
@@ -275,7 +281,8 @@ impl From<NodeError> for Status {
             | NodeError::WatchLeaderless { .. }
             | NodeError::ChangeInProgress(_)
             | NodeError::ChangeDeposed
-            | NodeError::AuthSettingUp => Code::Unavailable,
+            | NodeError::AuthSettingUp
+            | NodeError::TokenUnknownHere(_) => Code::Unavailable,
             NodeError::Forgotten | NodeError::UnknownSession => Code::Aborted,
             NodeError::Overloaded { .. } => Code::ResourceExhausted,
             NodeError::Raft(_) | NodeError::Invariant(_) | NodeError::Encoding { .. } => {

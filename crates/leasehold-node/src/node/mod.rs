@@ -87,9 +87,9 @@ pub struct NodeConfig {
     pub tls: Option<crate::tls::TlsFiles>,
     /// With TLS, clients must show a certificate from the same CA as well.
     pub client_cert_auth: bool,
-    /// With client certificates, the identity that becomes the first admin when this node,
-    /// leading, finds that the policy was never set up (a new cluster). Until the policy is
-    /// on, the node serves no client (see `authz`).
+    /// With TLS, the identity that becomes the first admin when this node, leading, finds that
+    /// the policy was never on (a new cluster). Until it is, the node serves no client (see
+    /// `authz`).
     pub auth_admin: Option<String>,
     /// Requests worked on at once; past it, RESOURCE_EXHAUSTED (see
     /// [`crate::limits::MAX_CONCURRENT_REQUESTS`]).

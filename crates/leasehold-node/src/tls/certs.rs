@@ -38,6 +38,14 @@ pub enum CertError {
     /// rcgen could not make a key or a certificate.
     #[error("making a certificate: {0}")]
     Make(#[from] rcgen::Error),
+    /// A name no client certificate may carry.
+    #[error("{name:?} cannot name a client certificate: {why}")]
+    Refused {
+        /// The name, as given.
+        name: String,
+        /// Why.
+        why: String,
+    },
     /// A set made without its CA's key (by an earlier version) cannot issue more.
     #[error(
         "{0} is missing: this set was made without keeping its CA's key, so it cannot issue \
@@ -127,6 +135,7 @@ impl ClusterCerts {
     /// Issues a client certificate naming `name` (its identity) from this set's CA, written
     /// as `name.pem` and `name-key.pem`, replacing one there.
     pub fn issue_client(&self, name: &str) -> Result<TlsFiles, CertError> {
+        client_name(name)?;
         let key_path = self.ca_key();
         let pem = std::fs::read_to_string(&key_path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => CertError::NoCaKey(key_path.clone()),
@@ -141,6 +150,32 @@ impl ClusterCerts {
         issue_to(&files, &issuer, vec![SanType::DnsName(dns)], name)?;
         Ok(files)
     }
+}
+
+/// Whether `name` may name a client certificate: an identity (a DNS name: letters, digits,
+/// `-` and `.`) that is no member's (`leasehold-node-N`, which the peer plane admits), whose
+/// files (`name.pem`, `name-key.pem`) are not the set's own (the CA's, a node's, the ordinary
+/// client's).
+fn client_name(name: &str) -> Result<(), CertError> {
+    let refused = |why: &str| {
+        Err(CertError::Refused {
+            name: name.to_owned(),
+            why: why.to_owned(),
+        })
+    };
+    let dns = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+    if name.is_empty() || name.len() > 128 || !name.chars().all(dns) || name.starts_with('.') {
+        return refused("an identity is 1 to 128 letters, digits, '-' and '.'");
+    }
+    let taken = name == "ca" || name == "client" || name == CLIENT_NAME;
+    if taken
+        || ["ca-", "node-", "client-", "leasehold-node-"]
+            .iter()
+            .any(|p| name.starts_with(p))
+    {
+        return refused("the set's own certificates (the CA's, the nodes', the client's) use it");
+    }
+    Ok(())
 }
 
 /// The CA's parameters: the same every time, so that an issuer rebuilt from them and the kept
