@@ -9,16 +9,15 @@ use std::time::Duration;
 use leasehold_proto::v1 as pb;
 use leasehold_proto::v1::cluster_client::ClusterClient;
 use leasehold_proto::v1::lease_store_client::LeaseStoreClient;
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::interceptor::InterceptedService;
-use tonic::service::Interceptor;
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::metadata::MetadataValue;
+use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::{Request, Response, Status};
 
 use crate::answers::{
     Acquired, Answer, Applied, Deleted, LeaseState, Members, Released, TokenStatus, Written,
 };
 use crate::attempts::{Attempts, Effect, Next};
+use crate::channel::{Bearer, NodeChannel};
 use crate::error::ClientError;
 use crate::limits::{
     ATTEMPT_TIMEOUT, DEFAULT_DEADLINE, MEMBERSHIP_TIMEOUT, MIN_ATTEMPT, ROUND_PAUSE,
@@ -72,36 +71,6 @@ pub struct LeaseClient {
     /// The endpoint that answered last: tried first next time.
     preferred: AtomicUsize,
     deadline: Duration,
-}
-
-/// A channel to one node that adds the client's bearer token, if it has one, to every request.
-pub(crate) type NodeChannel = InterceptedService<Channel, Bearer>;
-
-/// The `authorization` value a client sends with every request, if any.
-#[derive(Clone, Default)]
-pub(crate) struct Bearer(Option<MetadataValue<Ascii>>);
-
-impl Bearer {
-    /// Lazy channels to `targets` (from `ip`, when given) that send this token.
-    fn channels(&self, targets: &[Endpoint], ip: Option<std::net::IpAddr>) -> Vec<NodeChannel> {
-        let channel = |target: &Endpoint| match ip {
-            Some(ip) => target.clone().local_address(Some(ip)).connect_lazy(),
-            None => target.connect_lazy(),
-        };
-        let with = |target| InterceptedService::new(channel(target), self.clone());
-        targets.iter().map(with).collect()
-    }
-}
-
-impl Interceptor for Bearer {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
-        }
-        Ok(request)
-    }
 }
 
 /// A fenced write's `(lease, token)` as the API carries it.

@@ -10,6 +10,7 @@
 //! - [`Watch`] (`watch`): lease events (granted, renewed, released, expired) in log order,
 //!   resumed on another node when the one streaming fails.
 //! - `error`, `attempts`: what a call fails with, and how one call's attempts add up to it.
+//! - `channel`: a channel to one node, carrying the client's bearer token.
 //!
 //! The wire types are in the `leasehold-proto` crate, re-exported as [`proto`].
 
@@ -17,6 +18,7 @@
 
 pub mod answers;
 mod attempts;
+mod channel;
 mod client;
 mod error;
 #[cfg(test)]

@@ -9,7 +9,7 @@ use leasehold_proto::v1 as pb;
 use leasehold_proto::v1::lease_store_client::LeaseStoreClient;
 use tonic::{Code, Status, Streaming};
 
-use crate::client::NodeChannel;
+use crate::channel::NodeChannel;
 use crate::error::ClientError;
 use crate::limits::{OPEN_TIMEOUT, ROUND_PAUSE};
 

@@ -14,7 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{
-    name, MAX_BOUND_IDENTITIES, MAX_GRANTS_PER_ROLE, MAX_ROLES, MAX_ROLES_PER_IDENTITY, MAX_TOKENS,
+    identity_field, name, sha256_field, MAX_BOUND_IDENTITIES, MAX_GRANTS_PER_ROLE, MAX_ROLES,
+    MAX_ROLES_PER_IDENTITY, MAX_TOKENS,
 };
 use crate::{InvalidInput, Limits};
 
@@ -554,36 +555,6 @@ fn verb(action: &Action) -> &'static str {
         Action::Delete(_) => "delete key",
         Action::Admin(what) => what,
     }
-}
-
-/// A bearer token's SHA-256, as the policy and the log carry it: 64 lowercase hex digits.
-pub fn sha256_field(sha256: &str) -> Result<(), InvalidInput> {
-    let hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
-    if sha256.len() != 64 || !sha256.chars().all(hex) {
-        return Err(InvalidInput::new(
-            "sha256",
-            "must be a SHA-256 in 64 lowercase hex digits",
-        ));
-    }
-    Ok(())
-}
-
-/// An identity is a DNS name, as a certificate gives it: letters, digits, `-` and `.`. So it
-/// holds no `/`, which would let one identity own another's holders (`a/x` owns `a/x/...`,
-/// but so would `a` own `a/x`'s).
-pub(crate) fn identity_field(identity: &str) -> Result<(), InvalidInput> {
-    name("identity", identity, Limits::MAX_NAME_BYTES)?;
-    let dns = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
-    if !identity.chars().all(dns) {
-        return Err(InvalidInput::new(
-            "identity",
-            format!(
-                "{identity:?} is not a DNS name: an identity is letters, digits, '-' and '.', \
-                 as a certificate names it"
-            ),
-        ));
-    }
-    Ok(())
 }
 
 fn role_field(role: &str) -> Result<(), InvalidInput> {

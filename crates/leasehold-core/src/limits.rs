@@ -145,22 +145,56 @@ pub fn validate(op: &Op) -> Result<(), InvalidInput> {
             identity,
             bearer,
             op,
-        } => {
-            crate::auth::identity_field(identity)?;
-            if let Some(sha256) = bearer {
-                crate::auth::sha256_field(sha256)?;
-            }
-            if let Op::As { .. } = **op {
-                return Err(InvalidInput::new(
-                    "identity",
-                    "an operation acts as one identity, not as one inside another",
-                ));
-            }
-            validate(op)
-        }
+        } => as_fields(identity, bearer.as_deref(), op),
         Op::Auth(change) => change.validate(),
         Op::Tick | Op::Register | Op::Forget { .. } => Ok(()),
     }
+}
+
+/// Validates an operation logged with an identity: the identity, the token's SHA-256 if a token
+/// gave it, and the operation, which acts as no further identity.
+fn as_fields(identity: &str, bearer: Option<&str>, op: &Op) -> Result<(), InvalidInput> {
+    identity_field(identity)?;
+    if let Some(sha256) = bearer {
+        sha256_field(sha256)?;
+    }
+    if let Op::As { .. } = op {
+        return Err(InvalidInput::new(
+            "identity",
+            "an operation acts as one identity, not as one inside another",
+        ));
+    }
+    validate(op)
+}
+
+/// A bearer token's SHA-256, as the policy and the log carry it: 64 lowercase hex digits.
+pub fn sha256_field(sha256: &str) -> Result<(), InvalidInput> {
+    let hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
+    if sha256.len() != 64 || !sha256.chars().all(hex) {
+        return Err(InvalidInput::new(
+            "sha256",
+            "must be a SHA-256 in 64 lowercase hex digits",
+        ));
+    }
+    Ok(())
+}
+
+/// An identity is a DNS name, as a certificate gives it: letters, digits, `-` and `.`. So it
+/// holds no `/`, which would let one identity own another's holders (`a/x` owns `a/x/...`,
+/// but so would `a` own `a/x`'s).
+pub fn identity_field(identity: &str) -> Result<(), InvalidInput> {
+    name("identity", identity, Limits::MAX_NAME_BYTES)?;
+    let dns = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+    if !identity.chars().all(dns) {
+        return Err(InvalidInput::new(
+            "identity",
+            format!(
+                "{identity:?} is not a DNS name: an identity is letters, digits, '-' and '.', \
+                 as a certificate names it"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Validates a write's fence, if it has one: the lease's name and the token.
