@@ -352,13 +352,24 @@ impl Policy {
         bearer: Option<&str>,
         action: &Action,
     ) -> Result<(), Denied> {
-        if let Some(sha256) = bearer {
-            if self.enabled && self.token_identity(sha256) != identity {
-                let reason = "its bearer token was revoked";
-                return Err(Denied::of(identity, action, Some(reason.into())));
-            }
+        if self.enabled && !self.token_still_gives(bearer, identity) {
+            let reason = "its bearer token was revoked";
+            return Err(Denied::of(identity, action, Some(reason.into())));
         }
         self.check(identity, action)
+    }
+
+    /// Whether the bearer token with SHA-256 `bearer`, if a token gave the identity, gives it
+    /// still.
+    fn token_still_gives(&self, bearer: Option<&str>, identity: Option<&str>) -> bool {
+        bearer.is_none_or(|sha256| self.token_identity(sha256) == identity)
+    }
+
+    /// Whether `identity` is bound to the admin role.
+    fn is_admin(&self, identity: &str) -> bool {
+        self.bindings
+            .get(identity)
+            .is_some_and(|roles| roles.contains(ADMIN_ROLE))
     }
 
     /// Whether `identity` may make `change` while the policy is off (on, [`check`](Self::check)
@@ -375,10 +386,8 @@ impl Policy {
             return Ok(());
         }
         let action = Action::Admin("change the policy");
-        let admin = identity
-            .and_then(|identity| self.bindings.get(identity))
-            .is_some_and(|roles| roles.contains(ADMIN_ROLE));
-        let token_holds = bearer.is_none_or(|sha256| self.token_identity(sha256) == identity);
+        let admin = identity.is_some_and(|identity| self.is_admin(identity));
+        let token_holds = self.token_still_gives(bearer, identity);
         match (self.was_enabled, change) {
             (false, AuthChange::Enable { .. }) => Ok(()),
             (false, _) => Err(Denied::of(
@@ -517,11 +526,9 @@ impl Policy {
             .values()
             .filter(|roles| roles.contains(ADMIN_ROLE))
             .count();
-        let is_admin = self
-            .bindings
-            .get(identity)
-            .is_some_and(|roles| roles.contains(ADMIN_ROLE));
-        if role == ADMIN_ROLE && is_admin && admins == 1 && self.enabled {
+        // Off, too, once it has been on: only an admin may change it or turn it on again.
+        let last = role == ADMIN_ROLE && self.is_admin(identity) && admins == 1;
+        if last && self.was_enabled {
             return Err(InvalidInput::new(
                 "identity",
                 format!("{identity:?} is the last admin: bind another first"),

@@ -439,3 +439,27 @@ fn an_identity_is_a_dns_name_so_it_owns_no_other_identitys_holders() {
     }
     assert!(crate::validate(&by("svc.prod-1", put("k"))).is_ok());
 }
+
+/// Turned off, the policy still keeps an admin: with none, no one could change it or turn it
+/// on again, since only an admin may once it has been on.
+#[test]
+fn the_last_admin_cannot_be_unbound_while_the_policy_is_off_either() {
+    let mut t = with_policy();
+    t.apply(&at(2, by("root", Op::Auth(AuthChange::Disable))));
+    let unbind = AuthChange::Unbind {
+        identity: "root".into(),
+        role: ADMIN_ROLE.into(),
+    };
+    let refused = t.apply(&at(3, by("root", Op::Auth(unbind))));
+    assert!(
+        matches!(&refused, Outcome::PolicyRefused { reason } if reason.contains("last admin")),
+        "{refused:?}"
+    );
+    let enable = AuthChange::Enable {
+        admin: "root".into(),
+    };
+    assert_eq!(
+        t.apply(&at(4, by("root", Op::Auth(enable)))),
+        Outcome::PolicyChanged
+    );
+}
