@@ -14,6 +14,8 @@ use tonic::{Request, Status};
 use super::peer_gate::PeerMember;
 use super::{Node, NodeError};
 use crate::limits::{DENIALS_LOGGED_PER_MINUTE, TICK_CHECK};
+use crate::raft::state_machine::Applying;
+use crate::raft::Applied;
 use leasehold_core::auth::{Action, AuthChange, Policy};
 use leasehold_core::{Limits, Op};
 
@@ -162,13 +164,20 @@ fn certificate_name(cert: &rustls::pki_types::CertificateDer<'_>) -> Option<Stri
     name
 }
 
-/// An admin call's check: a linearizable read of the policy on the leader, so that a revoked
-/// admin is refused from the revocation's index on.
-pub async fn admin(node: &Node, caller: &Caller, what: &'static str) -> Result<(), Status> {
-    let (checked, _) = node
-        .read(|s| caller.may(s.table.policy(), &Action::Admin(what)))
+/// An admin call's check, and what it reads: a linearizable read on the leader that checks the
+/// policy and, if the caller may, reads with `read` under the same state lock, so that a
+/// revoked admin is refused from the revocation's index on.
+pub async fn admin_read<T>(
+    node: &Node,
+    caller: &Caller,
+    what: &'static str,
+    read: impl FnOnce(&Applying) -> T,
+) -> Result<(T, Applied), Status> {
+    let admin = Action::Admin(what);
+    let (read, at) = node
+        .read(|s| caller.may(s.table.policy(), &admin).map(|()| read(s)))
         .await?;
-    Ok(checked?)
+    Ok((read?, at))
 }
 
 /// Logs refusals, at most [`DENIALS_LOGGED_PER_MINUTE`] a minute, so that a client looping on

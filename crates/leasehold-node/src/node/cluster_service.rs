@@ -110,23 +110,18 @@ impl pb::cluster_server::Cluster for ClusterService {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
         let caller = Caller::of(&self.node, &request, self.plane)?;
-        let admin = Action::Admin("save a snapshot");
         // A linearizable read: the leader confirms its leadership, then checks the policy and
         // copies the state under the state lock, so the copy is exactly what was applied up to
         // `last_applied`.
-        let (copied, at) = self
-            .node
-            .read(|s| {
-                caller.may(s.table.policy(), &admin).map(|()| {
-                    (
-                        crate::raft::codec::encode(&s.table),
-                        s.last_applied,
-                        s.table.digest(),
-                    )
-                })
+        let ((data, last_applied, digest), at) =
+            authz::admin_read(&self.node, &caller, "save a snapshot", |s| {
+                (
+                    crate::raft::codec::encode(&s.table),
+                    s.last_applied,
+                    s.table.digest(),
+                )
             })
             .await?;
-        let (data, last_applied, digest) = copied?;
         let data = data.map_err(|e| super::NodeError::Encoding {
             what: "encoding the state",
             reason: e.to_string(),
@@ -176,7 +171,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
         let caller = Caller::of(&self.node, &request, self.plane)?;
-        authz::admin(&self.node, &caller, "add a member").await?;
+        authz::admin_read(&self.node, &caller, "add a member", |_| ()).await?;
         super::membership::add(&self.node, request.into_inner())
             .await
             .map(Response::new)
@@ -189,7 +184,7 @@ impl pb::cluster_server::Cluster for ClusterService {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
         let caller = Caller::of(&self.node, &request, self.plane)?;
-        authz::admin(&self.node, &caller, "remove a member").await?;
+        authz::admin_read(&self.node, &caller, "remove a member", |_| ()).await?;
         super::membership::remove(&self.node, request.into_inner())
             .await
             .map(Response::new)
@@ -269,15 +264,11 @@ impl pb::cluster_server::Cluster for ClusterService {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
         let caller = Caller::of(&self.node, &request, self.plane)?;
-        let admin = Action::Admin("read the policy");
-        let (policy, at) = self
-            .node
-            .read(|s| {
-                let policy = s.table.policy();
-                caller.may(policy, &admin).map(|()| policy.clone())
-            })
-            .await?;
-        Ok(Response::new(convert::policy(&policy?, &at)))
+        let (policy, at) = authz::admin_read(&self.node, &caller, "read the policy", |s| {
+            s.table.policy().clone()
+        })
+        .await?;
+        Ok(Response::new(convert::policy(&policy, &at)))
     }
 
     async fn who_am_i(
