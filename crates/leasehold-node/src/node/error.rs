@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
+use std::collections::HashMap;
+
 use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
 
 use leasehold_core::InvalidInput;
 use openraft::error::{ClientWriteError, RaftError};
@@ -200,6 +203,74 @@ pub enum NodeError {
 }
 
 impl NodeError {
+    /// The refusal's name in `google.rpc.ErrorInfo.reason`: stable, for programs to match on
+    /// where the message is for people.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            NodeError::Invalid(_) => "INVALID_INPUT",
+            NodeError::NotLeader { .. } => "NOT_LEADER",
+            NodeError::NoLeader(_) => "NO_LEADER",
+            NodeError::NoQuorum(_) => "NO_QUORUM",
+            NodeError::ReadUnconfirmed(_) => "READ_UNCONFIRMED",
+            NodeError::LeaderUnreachable { .. } => "LEADER_UNREACHABLE",
+            NodeError::ForwardLost { .. } => "FORWARD_LOST",
+            NodeError::Forgotten => "REQUEST_FORGOTTEN",
+            NodeError::UnknownSession => "SESSION_UNKNOWN",
+            NodeError::Unanswered => "NODE_STOPPED",
+            NodeError::ProposalFailed(_) => "PROPOSAL_FAILED",
+            NodeError::RaftStopped(_) => "RAFT_STOPPED",
+            NodeError::Deposed => "DEPOSED",
+            NodeError::QuorumSilent { .. } => "QUORUM_SILENT",
+            NodeError::QuorumWentSilent { .. } => "QUORUM_WENT_SILENT",
+            NodeError::WrongClock(_) => "WRONG_CLOCK",
+            NodeError::ShuttingDown => "SHUTTING_DOWN",
+            NodeError::Overloaded { .. } => "OVERLOADED",
+            NodeError::Raft(_) => "RAFT_FAILED",
+            NodeError::Invariant(_) => "INVARIANT_BROKEN",
+            NodeError::Refused(_) => "REFUSED",
+            NodeError::Forbidden(_) => "PEER_FORBIDDEN",
+            NodeError::Denied(_) => "DENIED",
+            NodeError::PolicyRefused(_) => "POLICY_REFUSED",
+            NodeError::TokenUnknownHere(_) => "TOKEN_UNKNOWN_HERE",
+            NodeError::Unauthenticated(_) => "UNAUTHENTICATED",
+            NodeError::AuthSettingUp => "AUTH_SETTING_UP",
+            NodeError::Encoding { .. } => "ENCODING_FAILED",
+            NodeError::NothingApplied => "NOTHING_APPLIED",
+            NodeError::NotMember(_) => "NOT_MEMBER",
+            NodeError::Compacted { .. } => "WATCH_COMPACTED",
+            NodeError::WatchLeaderless { .. } => "WATCH_LEADERLESS",
+            NodeError::MemberUnreachable { .. } => "MEMBER_UNREACHABLE",
+            NodeError::CatchUpTimeout { .. } => "CATCH_UP_TIMEOUT",
+            NodeError::ChangeInProgress(_) => "CHANGE_IN_PROGRESS",
+            NodeError::ChangeDeposed => "CHANGE_DEPOSED",
+        }
+    }
+
+    /// What `ErrorInfo.metadata` says beside the indeterminate mark: the facts a program acts on.
+    fn facts(&self) -> Vec<(String, String)> {
+        let fact = |k: &str, v: String| (k.to_owned(), v);
+        match self {
+            NodeError::Invalid(e) => vec![fact("field", e.field.to_owned())],
+            NodeError::NotLeader {
+                leader: Some((id, addr)),
+                ..
+            } => vec![
+                fact("leader_id", id.to_string()),
+                fact("leader_address", addr.clone()),
+            ],
+            NodeError::Denied(d) => vec![
+                fact("identity", d.identity.clone()),
+                fact("action", d.action.clone()),
+                fact("resource", d.resource.clone()),
+            ],
+            NodeError::Compacted { first_kept, .. } => {
+                vec![fact("first_kept_index", first_kept.to_string())]
+            }
+            NodeError::WatchLeaderless { next, .. } => vec![fact("next_index", next.to_string())],
+            _ => Vec::new(),
+        }
+    }
+
     /// What Raft's failure of a write handed to it says: never that it was not applied.
     pub(super) fn proposal_failed(e: WriteError) -> NodeError {
         match e {
@@ -223,28 +294,58 @@ pub struct ForwardedError {
     code: i32,
     message: String,
     indeterminate: bool,
+    /// The ErrorInfo's reason and facts, so the client of the forwarding node reads what the
+    /// leader's client would.
+    reason: String,
+    facts: Vec<(String, String)>,
 }
 
 impl From<NodeError> for ForwardedError {
     fn from(e: NodeError) -> Self {
+        let (reason, facts) = (e.reason().to_owned(), e.facts());
         let status = Status::from(e);
         ForwardedError {
             code: status.code() as i32,
             message: status.message().to_owned(),
             indeterminate: status.metadata().get(INDETERMINATE_KEY).is_some(),
+            reason,
+            facts,
         }
     }
 }
 
 impl From<ForwardedError> for Status {
     fn from(e: ForwardedError) -> Status {
-        node_status(Code::from_i32(e.code), e.message, e.indeterminate)
+        node_status(
+            Code::from_i32(e.code),
+            e.message,
+            e.indeterminate,
+            &e.reason,
+            e.facts,
+        )
     }
 }
 
-/// A status this node produced itself (not the transport), marked so.
-fn node_status(code: Code, message: String, indeterminate: bool) -> Status {
-    let mut status = Status::new(code, message);
+/// The domain of every `ErrorInfo` a node sends.
+pub const ERROR_DOMAIN: &str = "leasehold";
+
+/// A status this node produced itself (not the transport), marked so in metadata and in a
+/// `google.rpc.ErrorInfo` detail (`reason`, and `indeterminate` with the `facts` in its
+/// metadata), which any gRPC client can read where it cannot read our metadata keys.
+fn node_status(
+    code: Code,
+    message: String,
+    indeterminate: bool,
+    reason: &str,
+    mut facts: Vec<(String, String)>,
+) -> Status {
+    facts.push(("indeterminate".into(), indeterminate.to_string()));
+    let details = ErrorDetails::with_error_info(
+        reason,
+        ERROR_DOMAIN,
+        facts.into_iter().collect::<HashMap<_, _>>(),
+    );
+    let mut status = <Status as StatusExt>::with_error_details(code, message, details);
     status.metadata_mut().insert(
         ORIGIN_KEY,
         tonic::metadata::MetadataValue::from_static("node"),
@@ -309,7 +410,7 @@ impl From<NodeError> for Status {
                 | NodeError::ChangeDeposed
                 | NodeError::CatchUpTimeout { .. }
         );
-        let mut status = node_status(code, e.to_string(), indeterminate);
+        let mut status = node_status(code, e.to_string(), indeterminate, e.reason(), e.facts());
         if matches!(e, NodeError::Denied(_)) {
             // Told apart from the peer gate's refusal of a forwarding node (`Forbidden`): this
             // one is the client's answer.
@@ -356,6 +457,41 @@ mod tests {
         assert_eq!(refused.code(), Code::FailedPrecondition);
         assert_eq!(refused.message(), "tick is refused");
         assert!(refused.metadata().get(INDETERMINATE_KEY).is_none());
+    }
+
+    /// The ErrorInfo detail of `status`: its reason and metadata.
+    fn error_info(status: &Status) -> (String, HashMap<String, String>) {
+        let info = status
+            .get_details_error_info()
+            .unwrap_or_else(|| panic!("no ErrorInfo on {status:?}"));
+        assert_eq!(info.domain, ERROR_DOMAIN);
+        (info.reason, info.metadata)
+    }
+
+    #[test]
+    fn every_status_carries_an_error_info_with_its_reason_and_indeterminate_mark() {
+        let invalid = Status::from(NodeError::Invalid(InvalidInput::new("ttl_ms", "too long")));
+        let (reason, facts) = error_info(&invalid);
+        assert_eq!(reason, "INVALID_INPUT");
+        assert_eq!(facts["field"], "ttl_ms");
+        assert_eq!(facts["indeterminate"], "false");
+
+        let lost = Status::from(NodeError::NoQuorum(Duration::from_millis(3_000)));
+        let (reason, facts) = error_info(&lost);
+        assert_eq!(reason, "NO_QUORUM");
+        assert_eq!(facts["indeterminate"], "true");
+
+        // Through the peer plane, as a follower hands its client the leader's refusal.
+        let (reason, facts) = error_info(&crossed(NodeError::NotLeader {
+            me: 2,
+            leader: Some((1, "127.0.0.1:7001".into())),
+        }));
+        assert_eq!(reason, "NOT_LEADER");
+        assert_eq!(facts["leader_address"], "127.0.0.1:7001");
+        assert_eq!(facts["indeterminate"], "false");
+        let (reason, facts) = error_info(&crossed(NodeError::Deposed));
+        assert_eq!(reason, "DEPOSED");
+        assert_eq!(facts["indeterminate"], "true");
     }
 
     #[test]
