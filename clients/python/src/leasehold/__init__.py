@@ -1,0 +1,36 @@
+"""Leasehold's Python client: leases with fencing tokens the store enforces.
+
+- :class:`Client` speaks to any node of a cluster, with sessions, request ids and retries
+  across nodes under one id; :class:`IndeterminateError` says a write may have been applied.
+- :class:`Holder` (and :class:`leasehold.aio.AsyncHolder`) acquires, renews every TTL/3 and
+  counts ``safe_until`` from each request's send.
+"""
+
+from leasehold._answers import (
+    Applied,
+    Deleted,
+    EventKind,
+    Granted,
+    HeldBy,
+    LeaseEvent,
+    LeaseState,
+    NotHeld,
+    Released,
+    StaleToken,
+    TokenCurrent,
+    TokenStale,
+    Written,
+    WrongToken,
+)
+from leasehold._client import TLS, Client
+from leasehold._errors import IndeterminateError, LeaseholdError
+from leasehold._holder import HeldError, Holder, NotSafeError, default_margin
+from leasehold._watch import Watch
+
+__all__ = [
+    "Applied", "Client", "Deleted", "EventKind", "Granted", "HeldBy", "HeldError", "Holder",
+    "IndeterminateError", "LeaseEvent", "LeaseState", "LeaseholdError", "NotHeld", "NotSafeError",
+    "Released", "StaleToken", "TLS", "TokenCurrent", "TokenStale", "Watch", "Written",
+    "WrongToken", "default_margin",
+]
+__version__ = "0.1.0"

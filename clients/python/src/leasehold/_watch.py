@@ -1,0 +1,119 @@
+"""`Watch`: lease events in log order, resumed on another node where the serving one fails.
+
+Every node reports the same events at the same log indexes, so a stream cut between two
+responses resumes exactly at the last ``watched_to`` + 1, on whichever node answers."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import TYPE_CHECKING, Deque, Dict, Iterator, Optional
+
+import grpc
+
+from leasehold._answers import LeaseEvent
+from leasehold._errors import LeaseholdError
+from leasehold.v1 import leasehold_pb2 as pb
+
+if TYPE_CHECKING:
+    from leasehold._client import Client
+
+# Refusals another node would repeat: the watch ends with them.
+FINAL = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.FAILED_PRECONDITION,
+    }
+)
+
+
+class Watch(Iterator[LeaseEvent]):
+    """An iterator of :class:`LeaseEvent`; ``watched_to`` is the log index every event up to
+    which was delivered to the buffer. Raises :class:`LeaseholdError` when a node refuses it for
+    good, or when no node serves it for the client's deadline."""
+
+    def __init__(self, client: "Client", select: Dict[str, str], from_index: int) -> None:
+        self._client = client
+        self._select = select
+        self._next_index = from_index
+        self.watched_to: Optional[int] = None
+        self._node = client._preferred
+        self._stream = None
+        self._events: Deque[LeaseEvent] = collections.deque()
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._failing_since: Optional[float] = None
+
+    def __iter__(self) -> "Watch":
+        return self
+
+    def __next__(self) -> LeaseEvent:
+        while not self._events:
+            if self._closed.is_set():
+                raise StopIteration
+            self._receive()
+        return self._events.popleft()
+
+    def _receive(self) -> None:
+        try:
+            stream = self._open()
+            response = next(stream)
+        except StopIteration:
+            self._lost()  # the node ended the stream (shutting down): resume elsewhere
+            return
+        except grpc.RpcError as error:
+            if self._closed.is_set():
+                return
+            failure = LeaseholdError.of(error)
+            if failure.code in FINAL:
+                raise failure from error
+            self._lost(failure)
+            return
+        self._failing_since = None
+        self.watched_to = response.watched_to
+        self._next_index = response.watched_to + 1
+        self._events.extend(LeaseEvent.of(e) for e in response.events)
+
+    def _open(self):
+        with self._lock:
+            if self._stream is None:
+                if self._closed.is_set():
+                    raise StopIteration
+                request = pb.WatchRequest(from_index=self._next_index, **self._select)
+                stub = self._client._lease[self._node]
+                self._stream = stub.Watch(request, metadata=self._client._metadata)
+            return self._stream
+
+    def _lost(self, failure: Optional[LeaseholdError] = None) -> None:
+        """Drops the stream and moves to the next node, giving up after the client's deadline
+        without any node serving."""
+        with self._lock:
+            self._stream = None
+            self._node = (self._node + 1) % len(self._client.endpoints)
+        now = time.monotonic()
+        self._failing_since = self._failing_since or now
+        if failure is not None and now - self._failing_since >= self._client.deadline:
+            raise LeaseholdError(
+                failure.code,
+                f"no node served the watch within {self._client.deadline:.3g} s; last: {failure.message}",
+                reason=failure.reason,
+                metadata=failure.metadata,
+            )
+        self._closed.wait(0.05)
+
+    def close(self) -> None:
+        """Ends the watch; an iteration blocked in it stops."""
+        self._closed.set()
+        with self._lock:
+            if self._stream is not None:
+                self._stream.cancel()
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,57 @@
+"""The asyncio twin of :class:`leasehold.Holder`: the same keeper, whose blocking calls run in a
+worker thread, so an event loop never waits on the network::
+
+    async with AsyncHolder(client, "jobs/beat", holder="worker-1", ttl=10, wait=True) as held:
+        await held.fenced_put("jobs/beat/last", b"...")
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Optional, Union
+
+from leasehold import _answers as a
+from leasehold._client import Client
+from leasehold._holder import Holder
+
+
+class AsyncHolder:
+    """Holds a lease while an ``async with`` block runs; see :class:`leasehold.Holder`."""
+
+    def __init__(self, client: Client, lease: str, **options) -> None:
+        self.sync = Holder(client, lease, **options)
+
+    @property
+    def token(self) -> int:
+        return self.sync.token
+
+    @property
+    def holder(self) -> str:
+        return self.sync.holder
+
+    @property
+    def safe_until(self) -> float:
+        return self.sync.safe_until
+
+    def is_safe(self) -> bool:
+        return self.sync.is_safe()
+
+    async def acquire(self) -> "AsyncHolder":
+        await asyncio.to_thread(self.sync.acquire)
+        return self
+
+    async def release(self) -> Optional[Union[a.Released, a.NotHeld, a.HeldBy, a.WrongToken]]:
+        return await asyncio.to_thread(self.sync.release)
+
+    async def wait_lost(self, timeout: Optional[float] = None) -> Optional[str]:
+        """Why the holding ended, once it does (None if still held after ``timeout``)."""
+        return await asyncio.to_thread(self.sync.wait_lost, timeout)
+
+    async def fenced_put(self, key: str, value: bytes) -> Union[a.Written, a.StaleToken]:
+        return await asyncio.to_thread(self.sync.fenced_put, key, value)
+
+    async def __aenter__(self) -> "AsyncHolder":
+        return await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.sync.__exit__, *exc)

@@ -1,0 +1,152 @@
+"""Real three-node clusters from this repository's binary (``LEASEHOLD_BIN``, else
+target/debug/leasehold), on free loopback ports, always reaped."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional, TypeVar
+
+import pytest
+
+import leasehold
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+T = TypeVar("T")
+
+
+def binary() -> str:
+    path = os.environ.get("LEASEHOLD_BIN") or str(REPO / "target" / "debug" / "leasehold")
+    if not os.path.exists(path):
+        pytest.fail(f"no leasehold binary at {path}: run cargo build, or set LEASEHOLD_BIN")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what: str, probe: Callable[[], Optional[T]], within: float = 20.0) -> T:
+    """Polls ``probe`` until it returns something other than None (or raises nothing)."""
+    deadline = time.monotonic() + within
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            value = probe()
+            if value is not None:
+                return value
+        except Exception as e:  # noqa: BLE001 - a probe fails while the cluster comes up
+            last = e
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {within} s waiting for {what} (last: {last!r})")
+
+
+class LocalCluster:
+    def __init__(self, root: pathlib.Path, nodes: int = 3, manual_clock: bool = False, extra: Optional[List[str]] = None) -> None:
+        self.root = root
+        self.ids = list(range(1, nodes + 1))
+        self.client_ports = {i: free_port() for i in self.ids}
+        self.peer_ports = {i: free_port() for i in self.ids}
+        self.manual_clock = manual_clock
+        self.extra = extra or []
+        self.procs: Dict[int, subprocess.Popen] = {}
+
+    @property
+    def endpoints(self) -> List[str]:
+        return [f"127.0.0.1:{self.client_ports[i]}" for i in self.ids]
+
+    def args(self, i: int) -> List[str]:
+        peers = ",".join(f"{j}=127.0.0.1:{self.peer_ports[j]}" for j in self.ids)
+        args = [
+            binary(), "serve", "--id", str(i),
+            "--listen", f"127.0.0.1:{self.client_ports[i]}",
+            "--peer-listen", f"127.0.0.1:{self.peer_ports[i]}",
+            "--data-dir", str(self.root / f"node-{i}"), "--peers", peers,
+        ]
+        return args + (["--manual-clock"] if self.manual_clock else []) + self.extra
+
+    def start(self, i: int) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_")}
+        log = open(self.root / f"node-{i}.log", "ab")
+        self.procs[i] = subprocess.Popen(self.args(i), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, env=env)
+
+    def kill(self, i: int) -> None:
+        proc = self.procs.pop(i)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def leader(self, client: leasehold.Client) -> int:
+        def agreed() -> Optional[int]:
+            leaders = {n.leader for n in client.status() if n.role != 5 and n.leader}
+            return leaders.pop() if len(leaders) == 1 else None
+
+        return wait_for("one leader", agreed)
+
+    def stop(self) -> None:
+        for i in list(self.procs):
+            self.kill(i)
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"---- node {i} ----\n" + (self.root / f"node-{i}.log").read_text(errors="replace")[-3000:]
+            for i in self.ids if (self.root / f"node-{i}.log").exists()
+        )
+
+
+def started(tmp_path_factory: pytest.TempPathFactory, name: str, **options) -> LocalCluster:
+    cluster = LocalCluster(tmp_path_factory.mktemp(name), **options)
+    for i in cluster.ids:
+        cluster.start(i)
+    with leasehold.Client(cluster.endpoints) as client:
+        try:
+            cluster.leader(client)
+        except AssertionError:
+            cluster.stop()
+            raise AssertionError(f"the cluster did not come up:\n{cluster.logs()}")
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A cluster shared by a module's tests that leave every node up."""
+    c = started(tmp_path_factory, "cluster")
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def fresh_cluster(tmp_path_factory):
+    """A cluster of the test's own, for tests that kill nodes."""
+    c = started(tmp_path_factory, "fresh")
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def manual_cluster(tmp_path_factory):
+    """A cluster whose store time moves only when a test advances it."""
+    c = started(tmp_path_factory, "manual", manual_clock=True)
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def client(cluster):
+    with leasehold.Client(cluster.endpoints) as c:
+        yield c
+
+
+def holder_process(endpoints: List[str], lease: str, ttl: float, *extra: str) -> subprocess.Popen:
+    """tests/holder_process.py in a process of its own, holding ``lease``."""
+    script = pathlib.Path(__file__).with_name("holder_process.py")
+    return subprocess.Popen(
+        [sys.executable, str(script), ",".join(endpoints), lease, str(ttl), *extra],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+    )
