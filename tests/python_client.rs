@@ -35,7 +35,9 @@ fn the_python_client_installs_into_a_fresh_venv_and_passes_its_suite() {
     let bin = |name: &str| -> PathBuf { venv.path().join("bin").join(name) };
     run(
         "python3 -m venv",
-        Command::new(python3()).args(["-m", "venv"]).arg(venv.path()),
+        Command::new(python3())
+            .args(["-m", "venv"])
+            .arg(venv.path()),
     );
     run(
         "pip install ./clients/python[test]",

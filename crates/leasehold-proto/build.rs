@@ -11,7 +11,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out_dir.join("leasehold_descriptor.bin"),
         prost::Message::encode_to_vec(&descriptors),
     )?;
-    tonic_prost_build::configure().compile_fds(descriptors)?;
+    // No `connect` helpers: they need tonic's transport, which this crate leaves to its users.
+    tonic_prost_build::configure()
+        .build_transport(false)
+        .compile_fds(descriptors.clone())?;
+    // Serde impls in proto3's JSON mapping, beside prost's messages (`leasehold.v1.serde.rs`).
+    pbjson_build::Builder::new()
+        .register_descriptors(&prost::Message::encode_to_vec(&descriptors))?
+        .out_dir(&out_dir)
+        .build(&[".leasehold.v1"])?;
     println!("cargo:rerun-if-changed={}", file.display());
     Ok(())
 }

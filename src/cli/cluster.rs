@@ -40,6 +40,10 @@ pub struct ClusterArgs {
     /// port on, one port per node.
     #[arg(long, value_name = "PORT")]
     metrics_port: Option<u16>,
+    /// Serve each node's client API over HTTP and JSON (`serve --http-listen`) from this port
+    /// on, one port per node.
+    #[arg(long, value_name = "PORT")]
+    http_port: Option<u16>,
 }
 
 fn parse_node_count(text: &str) -> Result<u64, String> {
@@ -126,12 +130,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
     } else {
         None
     };
-    if let Some(first) = args.metrics_port {
-        for id in 1..=args.nodes {
-            let addr = format!("127.0.0.1:{}", u64::from(first) + id - 1);
-            cluster = cluster.with_node_args(id, &["--metrics-listen", &addr]);
-        }
-    }
+    let mut cluster = with_side_ports(cluster, &args);
     cluster.start_all()?;
 
     print_started(&cluster, &args, &dir, resumed);
@@ -201,6 +200,27 @@ fn print_started(cluster: &LocalCluster, args: &ClusterArgs, dir: &std::path::Pa
             node.log.display()
         );
     }
+    if let Some(first) = args.http_port {
+        let scheme = if args.tls { "https" } else { "http" };
+        let last = u64::from(first) + args.nodes - 1;
+        println!("HTTP/JSON API: POST {scheme}://127.0.0.1:{first}-{last}/v1/<Rpc>");
+    }
+}
+
+/// `cluster` with each node's metrics and HTTP API listeners, one port per node from the
+/// first port asked for.
+fn with_side_ports(mut cluster: LocalCluster, args: &ClusterArgs) -> LocalCluster {
+    for (ports, flag) in [
+        (args.metrics_port, "--metrics-listen"),
+        (args.http_port, "--http-listen"),
+    ] {
+        for id in 1..=args.nodes {
+            let Some(first) = ports else { break };
+            let addr = format!("127.0.0.1:{}", u64::from(first) + id - 1);
+            cluster = cluster.with_node_args(id, &[flag, &addr]);
+        }
+    }
+    cluster
 }
 
 /// On a new local cluster, gives the ordinary client certificate a role with every permission

@@ -15,6 +15,11 @@ pub struct ServeArgs {
     /// this address (keep it off the public network).
     #[arg(long, env = "LEASEHOLD_METRICS_LISTEN", value_name = "HOST:PORT", value_parser = host_port)]
     metrics_listen: Option<String>,
+    /// Serve the client API over HTTP/1.1 and JSON on this address as well: `POST
+    /// /v1/<Rpc>` with the request message in proto3 JSON (see the README). Same limits,
+    /// TLS and authorization as the gRPC client port.
+    #[arg(long, env = "LEASEHOLD_HTTP_LISTEN", value_name = "HOST:PORT", value_parser = host_port)]
+    http_listen: Option<String>,
     /// How the node logs to stderr: `text` for people, `json` (one object per line) for log
     /// collectors.
     #[arg(long, env = "LEASEHOLD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -228,6 +233,10 @@ fn check_config(args: &ServeArgs, id: u64) -> anyhow::Result<Vec<String>> {
             "metrics-listen {}",
             args.metrics_listen.as_deref().unwrap_or("(none)")
         ),
+        format!(
+            "http-listen {}",
+            args.http_listen.as_deref().unwrap_or("(none)")
+        ),
     ])
 }
 
@@ -259,6 +268,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         Some(addr) => Some(resolve("--metrics-listen", addr).await?),
         None => None,
     };
+    let http_listen = match &args.http_listen {
+        Some(addr) => Some(resolve("--http-listen", addr).await?),
+        None => None,
+    };
     let peers = peers(&args, id);
     if let Some(admin) = &args.auth_admin {
         leasehold_core::limits::name(
@@ -286,6 +299,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         max_requests: args.max_requests as usize,
         lease_retention_ms: args.lease_retention,
         metrics_listen,
+        http_listen,
     };
     node::run(config, shutdown_signal()).await?;
     Ok(Exit::Ok)

@@ -107,16 +107,17 @@ impl Harness {
     /// (`serve --auth-admin admin`, as `cluster --tls` runs it). The harness's client is the
     /// admin's; [`Harness::client_as`] makes others. Waits until the policy is on.
     pub async fn start_authorized(nodes: usize, manual_clock: bool) -> Harness {
-        Harness::authorized(nodes, manual_clock, |cluster| cluster).await
+        Harness::start_authorized_with(nodes, manual_clock, |cluster| cluster).await
     }
 
     /// Like `start_authorized`, with client certificates optional: a client without one may
     /// bring a bearer token.
     pub async fn start_authorized_for_tokens(nodes: usize) -> Harness {
-        Harness::authorized(nodes, false, LocalCluster::with_client_certs_optional).await
+        Harness::start_authorized_with(nodes, false, LocalCluster::with_client_certs_optional).await
     }
 
-    async fn authorized(
+    /// Like `start_authorized`, with the cluster configured by `configure` first.
+    pub async fn start_authorized_with(
         nodes: usize,
         manual_clock: bool,
         configure: impl FnOnce(LocalCluster) -> LocalCluster,

@@ -23,6 +23,8 @@
 #[allow(missing_docs)]
 pub mod v1 {
     tonic::include_proto!("leasehold.v1");
+    // serde's Serialize and Deserialize of every message above, in proto3's JSON mapping.
+    include!(concat!(env!("OUT_DIR"), "/leasehold.v1.serde.rs"));
 }
 
 /// The public API's file descriptor set, for gRPC reflection.

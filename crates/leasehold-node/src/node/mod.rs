@@ -9,6 +9,7 @@ mod convert;
 mod election_watch;
 mod error;
 mod forwarder;
+mod http_api;
 mod lease_service;
 mod membership;
 mod peer_gate;
@@ -101,6 +102,8 @@ pub struct NodeConfig {
     pub join: bool,
     /// Where to serve `/metrics`, `/healthz` and `/readyz`, if anywhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Where to serve the client API over HTTP/1.1 and JSON (`http_api`), if anywhere.
+    pub http_listen: Option<std::net::SocketAddr>,
 }
 
 /// Whether a write slow to commit has a tick logged after it.

@@ -13,6 +13,7 @@ use tonic::transport::server::{Router, TcpIncoming};
 
 use super::authz::Plane;
 use super::cluster_service::ClusterService;
+use super::http_api;
 use super::lease_service::LeaseService;
 use super::peer_gate::PeerGate;
 use super::raft_service::RaftService;
@@ -40,6 +41,8 @@ pub(super) struct Listeners {
     pub peer: TcpListener,
     /// `/metrics`, `/healthz` and `/readyz`, if asked for.
     pub metrics: Option<TcpListener>,
+    /// The client API over HTTP and JSON, if asked for.
+    pub http: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -50,6 +53,10 @@ impl Listeners {
             client: bind(config.listen).await?,
             peer: bind(config.peer_listen).await?,
             metrics: match config.metrics_listen {
+                Some(addr) => Some(bind(addr).await?),
+                None => None,
+            },
+            http: match config.http_listen {
                 Some(addr) => Some(bind(addr).await?),
                 None => None,
             },
@@ -123,12 +130,8 @@ pub(super) fn client_router(
     let refused = |e: tonic_reflection::server::Error| StartError::Config(e.to_string());
     Ok(tonic::transport::Server::builder()
         .add_service(
-            LeaseStoreServer::new(
-                LeaseService::new(node.clone(), Plane::Client)
-                    .stopping_on(stop.stopping())
-                    .counting_in(metrics.clone()),
-            )
-            .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
+            LeaseStoreServer::new(client_lease_service(node, metrics, stop))
+                .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
         )
         .add_service(ClusterServer::new(ClusterService::new(
             node.clone(),
@@ -137,6 +140,40 @@ pub(super) fn client_router(
         .add_service(health)
         .add_service(reflection().build_v1().map_err(refused)?)
         .add_service(reflection().build_v1alpha().map_err(refused)?))
+}
+
+/// The lease API as the client plane serves it, over gRPC and over HTTP alike.
+fn client_lease_service(node: &Node, metrics: &Arc<Metrics>, stop: &Stop) -> LeaseService {
+    LeaseService::new(node.clone(), Plane::Client)
+        .stopping_on(stop.stopping())
+        .counting_in(metrics.clone())
+}
+
+/// Serves the client API over HTTP and JSON on `listener` (TLS as the client plane has it,
+/// speaking HTTP/1.1) until `stop`.
+pub(super) fn serve_http(
+    listener: TcpListener,
+    node: &Node,
+    metrics: &Arc<Metrics>,
+    stop: &Stop,
+    tls: Option<&PlanesTls>,
+    refusals: RefusalLog,
+) -> tokio::task::JoinHandle<std::io::Result<()>> {
+    let api = http_api::Api {
+        lease: Arc::new(client_lease_service(node, metrics, stop)),
+        cluster: Arc::new(ClusterService::new(node.clone(), Plane::Client)),
+    };
+    let until = stop.until_stopped();
+    match tls {
+        Some((client_tls, _)) => {
+            let mut config = (**client_tls).clone();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            let incoming =
+                crate::tls::incoming(listener, Arc::new(config), "http", refusals, KEEPALIVE);
+            tokio::spawn(http_api::serve_tls(http_api::Tls(incoming), api, until))
+        }
+        None => tokio::spawn(http_api::serve_plain(http_api::Plain(listener), api, until)),
+    }
 }
 
 /// The peer plane: Raft, forwarded writes and log read-back; the lease API for reads a follower

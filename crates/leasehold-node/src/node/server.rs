@@ -6,6 +6,8 @@ use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 
+use tokio::net::TcpListener;
+
 use openraft::error::InitializeError;
 use openraft::error::RaftError;
 use openraft::BasicNode;
@@ -184,6 +186,8 @@ async fn serve(
     let background = background(&node, health_reporter, &stop, shutdown, &serving);
     let client = planes::client_router(&node, &serving.metrics, &stop, health_service)?;
     let peer = planes::peer_router(&node, gate, &stop);
+    let asked = (listeners.metrics, listeners.http);
+    let side = side_servers(asked, &node, &serving, &stop, &refusals);
     let server = planes::serve(
         (client, listeners.client),
         (peer, listeners.peer),
@@ -191,12 +195,6 @@ async fn serve(
         refusals,
         stop.clone(),
     );
-    let probes = listeners.metrics.map(|listener| {
-        let until = stop.until_stopped();
-        let probes =
-            super::probes::serve(listener, node.clone(), serving.metrics, serving.boot, until);
-        tokio::spawn(probes)
-    });
     form_cluster(&node, config).await?;
     tracing::info!(
         id = config.id,
@@ -209,10 +207,10 @@ async fn serve(
     for task in background {
         task.abort();
     }
-    if let Some(probes) = probes {
-        // Stopped with the servers; a failure to serve it is logged, not fatal to the node.
-        if let Ok(Err(e)) = probes.await {
-            tracing::warn!(error = %e, "the metrics endpoint failed");
+    for (what, task) in side {
+        // Stopped with the planes; a failure to serve one is logged, not fatal to the node.
+        if let Ok(Err(e)) = task.await {
+            tracing::warn!(error = %e, "the {what} failed");
         }
     }
     let stopped = node.raft().metrics().borrow().running_state.clone();
@@ -227,6 +225,29 @@ async fn serve(
     }
     tracing::info!(id = config.id, "node stopped");
     Ok(())
+}
+
+/// The servers beside the two planes, those asked for: the metrics endpoint and the HTTP API.
+fn side_servers(
+    (metrics, http): (Option<TcpListener>, Option<TcpListener>),
+    node: &Node,
+    serving: &Serving,
+    stop: &Stop,
+    refusals: &RefusalLog,
+) -> Vec<(&'static str, tokio::task::JoinHandle<std::io::Result<()>>)> {
+    let mut side = Vec::new();
+    if let Some(listener) = metrics {
+        let until = stop.until_stopped();
+        let (metrics, boot) = (serving.metrics.clone(), serving.boot);
+        let probes = super::probes::serve(listener, node.clone(), metrics, boot, until);
+        side.push(("metrics endpoint", tokio::spawn(probes)));
+    }
+    if let Some(listener) = http {
+        let (tls, refusals) = (serving.tls.as_ref(), refusals.clone());
+        let http = planes::serve_http(listener, node, &serving.metrics, stop, tls, refusals);
+        side.push(("HTTP API", http));
+    }
+    side
 }
 
 /// The node's work beside its servers, until they end: health reports, the watch that stops

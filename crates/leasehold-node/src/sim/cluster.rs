@@ -34,6 +34,7 @@ fn node_config(id: u64, count: u64) -> NodeConfig {
         // Short, so that the schedules forget leases too.
         lease_retention_ms: 2_000,
         metrics_listen: None,
+        http_listen: None,
         join: false,
     }
 }

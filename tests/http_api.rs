@@ -1,0 +1,348 @@
+//! `serve --http-listen`: the client API over HTTP and JSON, driven with curl as a shell
+//! script would drive it.
+
+mod harness;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use harness::{wait_for, Harness};
+use leasehold::cli::local::{free_ports, LocalCluster};
+use serde_json::{json, Value};
+
+/// Gives every node of `cluster` an HTTP listener on a free port; returns them with it.
+fn with_http(cluster: LocalCluster) -> (LocalCluster, Vec<String>) {
+    let ports = free_ports(cluster.nodes().len()).expect("free ports");
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let cluster = addrs
+        .iter()
+        .enumerate()
+        .fold(cluster, |cluster, (i, addr)| {
+            cluster.with_node_args(i as u64 + 1, &["--http-listen", addr])
+        });
+    (cluster, addrs)
+}
+
+fn curl_installed() {
+    let found = Command::new("curl").arg("--version").output();
+    assert!(
+        found.is_ok_and(|o| o.status.success()),
+        "these tests drive the HTTP API with curl: install it (apt-get install curl)"
+    );
+}
+
+/// `curl -X POST URL -d BODY` with `extra` flags: the HTTP status and the JSON answer.
+fn post(url: &str, body: &str, extra: &[&str]) -> (u16, Value) {
+    let output = Command::new("curl")
+        .args(["--silent", "--show-error", "--max-time", "20", "-X", "POST"])
+        .args(["--write-out", "\n%{http_code}", "--data-binary", body])
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("run curl");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (answer, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    let code: u16 = code.trim().parse().unwrap_or_else(|_| {
+        panic!(
+            "curl {url}: {text} {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    let answer = match answer.trim() {
+        "" => Value::Null,
+        json => serde_json::from_str(json).unwrap_or_else(|e| panic!("{url}: {e}: {json}")),
+    };
+    (code, answer)
+}
+
+fn call(addr: &str, rpc: &str, body: Value) -> (u16, Value) {
+    post(&format!("http://{addr}/v1/{rpc}"), &body.to_string(), &[])
+}
+
+/// A proto3 JSON uint64, which is a string.
+fn u64_of(value: &Value) -> u64 {
+    value
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not a uint64: {value}"))
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().fold(0u32, |n, b| n << 8 | u32::from(*b)) << (8 * (3 - chunk.len()));
+        for i in 0..4 {
+            let sextet = (n >> (18 - 6 * i)) & 63;
+            out.push(if i <= chunk.len() {
+                ALPHABET[sextet as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_seed_scenario_through_curl_a_frozen_holders_late_write_is_refused() {
+    curl_installed();
+    let mut http = Vec::new();
+    let _h = Harness::start_configured(3, |cluster| {
+        let (cluster, addrs) = with_http(cluster);
+        http = addrs;
+        cluster
+    })
+    .await;
+    let acquire = |node: usize, holder: &str| {
+        let body = json!({"lease": "seed/lease", "holder": holder, "ttlMs": "1000"});
+        call(&http[node], "Acquire", body)
+    };
+    let put = |node: usize, value: &[u8], token: u64| {
+        let fence = json!({"lease": "seed/lease", "token": token.to_string()});
+        call(
+            &http[node],
+            "Put",
+            json!({"key": "seed/file", "value": base64(value), "fence": fence}),
+        )
+    };
+
+    let (status, a) = acquire(0, "a");
+    assert_eq!(status, 200, "{a}");
+    let a_token = u64_of(&a["granted"]["token"]);
+    let (status, written) = put(1, b"a1", a_token);
+    assert_eq!(
+        (status, written.get("written").is_some()),
+        (200, true),
+        "{written}"
+    );
+    let (_, held) = acquire(2, "b");
+    assert_eq!(held["heldBy"]["holder"], "a", "{held}");
+
+    // A freezes past its TTL; B is granted once it runs out.
+    let b_token = wait_for("B's grant", Duration::from_secs(10), || async {
+        let (_, b) = acquire(1, "b");
+        b.get("granted").map(|g| u64_of(&g["token"]))
+    })
+    .await;
+    assert!(b_token > a_token);
+    let (status, written) = put(2, b"b1", b_token);
+    assert_eq!(
+        (status, written.get("written").is_some()),
+        (200, true),
+        "{written}"
+    );
+
+    let (status, late) = put(0, b"a2", a_token);
+    assert_eq!(status, 200, "a refusal is an answer: {late}");
+    assert_eq!(u64_of(&late["staleToken"]["fence"]), b_token, "{late}");
+    let (_, row) = call(&http[1], "Get", json!({"key": "seed/file"}));
+    assert_eq!(row["value"], base64(b"b1"), "{row}");
+    let (_, stale) = call(
+        &http[2],
+        "CheckToken",
+        json!({"lease": "seed/lease", "token": a_token}),
+    );
+    assert!(stale.get("stale").is_some(), "{stale}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_calls_get_an_http_status_and_the_grpc_error_as_json() {
+    curl_installed();
+    let mut http = Vec::new();
+    let _h = Harness::start_configured(3, |cluster| {
+        let (cluster, addrs) = with_http(cluster);
+        http = addrs;
+        cluster
+    })
+    .await;
+    let node = &http[0];
+    let (status, e) = call(
+        node,
+        "Acquire",
+        json!({"lease": "x", "holder": "h", "ttl": 5}),
+    );
+    assert_eq!(
+        (status, e["status"].as_str()),
+        (400, Some("INVALID_ARGUMENT")),
+        "{e}"
+    );
+    assert_eq!(e["metadata"]["field"], "body");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `ttl`"),
+        "{e}"
+    );
+
+    let (status, e) = call(
+        node,
+        "Acquire",
+        json!({"lease": "x", "holder": "h", "ttlMs": 0}),
+    );
+    assert_eq!(
+        (status, e["code"].as_i64(), e["reason"].as_str()),
+        (400, Some(3), Some("INVALID_INPUT")),
+        "{e}"
+    );
+    assert_eq!(e["metadata"]["field"], "ttl_ms");
+    assert_eq!(e["indeterminate"], false);
+    let (_, lease) = call(node, "GetLease", json!({"lease": "x"}));
+    assert!(lease.get("token").is_none(), "nothing was granted: {lease}");
+
+    let (status, e) = post(&format!("http://{node}/v1/Acquire"), "{not json", &[]);
+    assert_eq!(
+        (status, e["metadata"]["field"].as_str()),
+        (400, Some("body")),
+        "{e}"
+    );
+    let (status, e) = call(node, "Explode", json!({}));
+    assert_eq!(
+        (status, e["status"].as_str()),
+        (404, Some("UNIMPLEMENTED")),
+        "{e}"
+    );
+    assert!(e["message"].as_str().unwrap().contains("Acquire"), "{e}");
+    let (status, _) = post(&format!("http://{node}/v1/Get"), "", &["-X", "GET"]);
+    assert_eq!(status, 405);
+
+    let huge = format!("{{\"key\":\"k\",\"value\":\"{}\"}}", "A".repeat(3 << 20));
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), huge).unwrap();
+    let (status, e) = post(
+        &format!("http://{node}/v1/Put"),
+        &format!("@{}", file.path().display()),
+        &[],
+    );
+    assert_eq!(
+        (status, e["metadata"]["field"].as_str()),
+        (400, Some("body")),
+        "{e}"
+    );
+    assert!(e["message"].as_str().unwrap().contains("bytes"), "{e}");
+
+    // An empty body is the empty message.
+    let (status, nodes) = post(&format!("http://{node}/v1/Status"), "", &[]);
+    assert_eq!(
+        (status, nodes["nodes"].as_array().map(Vec::len)),
+        (200, Some(3)),
+        "{nodes}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_is_a_stream_of_json_lines() {
+    curl_installed();
+    let mut http = Vec::new();
+    let _h = Harness::start_configured(3, |cluster| {
+        let (cluster, addrs) = with_http(cluster);
+        http = addrs;
+        cluster
+    })
+    .await;
+    let (_, granted) = call(
+        &http[0],
+        "Acquire",
+        json!({"lease": "w/a", "holder": "h", "ttlMs": "60000"}),
+    );
+    let index = u64_of(&granted["applied"]["logIndex"]);
+    let mut curl = Command::new("curl")
+        .args(["--silent", "--no-buffer", "-X", "POST", "--data-binary"])
+        .arg(json!({"prefix": "w/", "fromIndex": index.to_string()}).to_string())
+        .arg(format!("http://{}/v1/Watch", http[1]))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run curl");
+    let lines = BufReader::new(curl.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines {
+        let response: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        seen.extend(response["events"].as_array().cloned().unwrap_or_default());
+        if !seen.is_empty() {
+            break;
+        }
+    }
+    let _ = curl.kill();
+    let _ = curl.wait();
+    assert_eq!(seen[0]["kind"], "EVENT_KIND_GRANTED", "{seen:?}");
+    assert_eq!(u64_of(&seen[0]["logIndex"]), index);
+    assert_eq!(seen[0]["holder"], "h");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn over_tls_the_caller_is_its_certificate_and_the_policy_applies() {
+    curl_installed();
+    let mut http = Vec::new();
+    let h = Harness::start_authorized_with(3, false, |cluster| {
+        let (cluster, addrs) = with_http(cluster.with_client_certs_optional());
+        http = addrs;
+        cluster
+    })
+    .await;
+    let https = |identity: Option<&str>, rpc: &str, body: Value| {
+        let ca = h.identity_files(leasehold::tls::certs::ADMIN_NAME).ca;
+        let mut flags = vec!["--cacert".to_owned(), ca.display().to_string()];
+        if let Some(name) = identity {
+            let files = h.identity_files(name);
+            flags.extend(["--cert".into(), files.cert.display().to_string()]);
+            flags.extend(["--key".into(), files.key.display().to_string()]);
+        }
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        post(
+            &format!("https://{}/v1/{rpc}", http[1]),
+            &body.to_string(),
+            &flags,
+        )
+    };
+    let (status, me) = https(Some("admin"), "WhoAmI", json!({}));
+    assert_eq!(
+        (status, me["identity"].as_str()),
+        (200, Some("admin")),
+        "{me}"
+    );
+    assert_eq!(me["authEnabled"], true);
+
+    let put = json!({"key": "t/k", "value": base64(b"v")});
+    let (status, e) = https(Some("outsider"), "Put", put.clone());
+    assert_eq!((status, e["reason"].as_str()), (403, Some("DENIED")), "{e}");
+    assert_eq!(e["metadata"]["identity"], "outsider", "{e}");
+    let (status, e) = https(None, "Put", put.clone());
+    assert_eq!(
+        (status, e["status"].as_str()),
+        (403, Some("PERMISSION_DENIED")),
+        "{e}"
+    );
+    let (status, e) = https(Some("admin"), "Put", put.clone());
+    assert_eq!(
+        (status, e["reason"].as_str()),
+        (403, Some("DENIED")),
+        "admin alone: {e}"
+    );
+
+    // The policy changed over HTTP by the admin, then in force for the writer.
+    let role = json!({"name": "writer", "grants": [{"permission": "write", "prefix": "t/"}]});
+    let (status, changed) = https(Some("admin"), "ChangePolicy", json!({"putRole": role}));
+    assert_eq!(status, 200, "{changed}");
+    let bind = json!({"identity": "writer-1", "role": "writer"});
+    let (status, changed) = https(Some("admin"), "ChangePolicy", json!({"bind": bind}));
+    assert_eq!(status, 200, "{changed}");
+    let (status, written) = https(Some("writer-1"), "Put", put);
+    assert_eq!(
+        (status, written.get("written").is_some()),
+        (200, true),
+        "{written}"
+    );
+    let elsewhere = json!({"key": "u/k", "value": base64(b"v")});
+    let (status, e) = https(Some("writer-1"), "Put", elsewhere);
+    assert_eq!((status, e["reason"].as_str()), (403, Some("DENIED")), "{e}");
+
+    // Plain HTTP to a TLS node is refused before any request is read.
+    let plain = Command::new("curl")
+        .args(["--silent", "--max-time", "5", "-X", "POST", "-d", "{}"])
+        .arg(format!("http://{}/v1/Status", http[1]))
+        .output()
+        .unwrap();
+    assert!(!plain.status.success() || plain.stdout.is_empty());
+}
