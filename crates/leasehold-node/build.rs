@@ -3,7 +3,7 @@
 //! `leasehold-proto` crate's.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = std::path::Path::new("../../proto");
+    let root = std::path::Path::new("proto");
     let raft = root.join("leasehold/v1/raft.proto");
     tonic_prost_build::configure().compile_fds(protox::compile([&raft], [root])?)?;
     println!("cargo:rerun-if-changed={}", raft.display());

@@ -2,7 +2,7 @@
 //! needed. The file lives in the repository's top-level `proto/`, beside the peer plane's.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = std::path::Path::new("../../proto");
+    let root = std::path::Path::new("proto");
     let file = root.join("leasehold/v1/leasehold.proto");
     let descriptors = protox::compile([&file], [root])?;
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);

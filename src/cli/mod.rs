@@ -11,7 +11,11 @@ pub mod certs;
 mod cluster;
 mod commands;
 mod demo;
+// `hold` keeps its command under a guard that is a child subreaper with a parent-death signal,
+// woken by a signalfd: Linux calls. Elsewhere the command says so.
+#[cfg(target_os = "linux")]
 mod hold;
+#[cfg(target_os = "linux")]
 mod hold_guard;
 pub mod local;
 mod member;
@@ -195,8 +199,16 @@ enum Cmd {
     /// LEASEHOLD_HOLDER in its environment. Exits with its code; 3 at once if the lease is held
     /// (without --wait); 4 if the lease was lost, after killing the command before another
     /// holder could be granted it.
+    #[cfg(target_os = "linux")]
     Hold(hold::HoldArgs),
+    /// `hold` needs Linux; on this system, use a client library's `Holder`.
+    #[cfg(not(target_os = "linux"))]
+    Hold {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        rest: Vec<String>,
+    },
     /// The parent of `hold`'s command, which enforces its deadline (run by `hold` only).
+    #[cfg(target_os = "linux")]
     #[command(name = "__hold-guard", hide = true)]
     HoldGuard(hold_guard::GuardArgs),
     /// Print lease events (granted, renewed, released, expired) as they are applied.
@@ -250,6 +262,7 @@ pub fn main() -> ExitCode {
         }
     };
     // Single threaded, without the runtime: the guard blocks signals for the whole process.
+    #[cfg(target_os = "linux")]
     if let Cmd::HoldGuard(args) = cli.command {
         return ExitCode::from(hold_guard::run(args));
     }
@@ -308,8 +321,15 @@ async fn run(command: Cmd, client: &ClientOpts) -> anyhow::Result<Exit> {
         Cmd::Lease { lease } => commands::lease(client, &lease).await,
         Cmd::Advance { by_ms } => commands::advance(client, by_ms).await,
         Cmd::Status { watch } => commands::status(client, watch).await,
+        #[cfg(target_os = "linux")]
         Cmd::Hold(args) => hold::run(client, args).await,
+        #[cfg(target_os = "linux")]
         Cmd::HoldGuard(_) => unreachable!("main runs the guard before the runtime starts"),
+        #[cfg(not(target_os = "linux"))]
+        Cmd::Hold { .. } => Err(anyhow::anyhow!(
+            "hold needs Linux (its command's guard is a child subreaper with a parent-death \
+             signal); on this system, hold the lease with the Rust or Python client's Holder"
+        )),
         Cmd::Watch(args) => watch::run(client, args).await,
         Cmd::Snapshot(command) => snapshot::run(client, command).await,
         Cmd::Member(command) => member::run(client, command).await,
