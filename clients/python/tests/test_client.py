@@ -20,6 +20,15 @@ def test_the_stubs_match_the_proto():
     assert check.returncode == 0, check.stderr
 
 
+def test_the_package_type_checks():
+    """py.typed promises type hints: mypy holds the package to them."""
+    check = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(HERE.parent / "pyproject.toml"), "-p", "leasehold"],
+        capture_output=True, text=True,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
 def test_the_seed_scenario_a_frozen_holders_late_write_is_refused(manual_cluster):
     """../shared/seeds/000: A holds, freezes past its expiry, B takes over and writes; A's late
     write with its old token is refused and B's value stands."""

@@ -335,7 +335,7 @@ class Client:
         the one serving it fails. ``close()`` it (or use ``with``) to stop."""
         if (lease is None) == (prefix is None):
             raise ValueError("watch: give lease or prefix, not both")
-        select = {"lease": lease} if lease is not None else {"prefix": prefix}
+        select = {"lease": lease} if lease is not None else {"prefix": prefix or ""}
         return Watch(self, select, from_index)
 
     def status(self) -> List[pb.NodeStatus]:

@@ -3,7 +3,7 @@ a write may have been applied."""
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
@@ -51,7 +51,8 @@ class LeaseholdError(Exception):
         the metadata keys where a status carries no detail."""
         code = error.code() if callable(getattr(error, "code", None)) else grpc.StatusCode.UNKNOWN
         message = error.details() if callable(getattr(error, "details", None)) else str(error)
-        trailing = dict(error.trailing_metadata() or ()) if hasattr(error, "trailing_metadata") else {}
+        metadata = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+        trailing: Dict[str, Any] = {m.key: m.value for m in (metadata or ())}
         info = error_info(trailing.get(DETAILS_KEY))
         reason, facts = (info.reason, dict(info.metadata)) if info is not None else ("", {})
         indeterminate = facts.get("indeterminate") == "true" or INDETERMINATE_KEY in trailing

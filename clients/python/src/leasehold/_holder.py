@@ -176,7 +176,8 @@ class Holder:
 
     def _grant(self) -> "tuple[int, float]":
         """The token, and when the granting request was sent."""
-        watch = woken = None
+        watch = None
+        woken = threading.Event()
         try:
             while True:
                 sent = time.monotonic()
@@ -189,7 +190,6 @@ class Holder:
                     # Woken by the event that frees the lease after the refusal, or at the
                     # latest when the holder's grant runs out in store time.
                     watch = self.client.watch(lease=self.lease, from_index=answer.applied.log_index + 1)
-                    woken = threading.Event()
                     threading.Thread(target=_wake_on_free, args=(watch, woken), daemon=True).start()
                 left = max(answer.expires_at_ms - answer.applied.store_time_ms, 0) / 1000 + 0.02
                 woken.wait(left)
