@@ -224,6 +224,10 @@ class Holder:
                 # Unavailable, indeterminate: the next attempt settles it, in time or not.
                 self._stop.wait(0.02)
                 continue
+            if time.monotonic() >= safe_until:
+                # Answered too late: the holding was not safe for a while, so it is over, as
+                # the Rust Holder's attempt is cut off at the deadline.
+                return sent, "no renewal succeeded before the safe deadline"
             if isinstance(answer, a.Granted) and answer.renewed and answer.token == self.token:
                 with self._state:
                     self._safe_until = sent + self.ttl - self.margin
