@@ -1,5 +1,5 @@
 """Generates the gRPC stubs of src/leasehold/v1 from the repository's proto/ (the one source of
-the API), with the grpcio-tools version that tests/requirements.txt pins:
+the API), with the grpcio-tools version that pyproject.toml's `test` extra pins:
 
     python gen_stubs.py            # rewrite the stubs
     python gen_stubs.py --check    # exit 1 if the committed stubs differ from the proto

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -48,6 +49,11 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 2000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
+    # A node back after an outage is dialled again within a second, not after gRPC's default
+    # backoff of up to two minutes: a renewal window is a third of a TTL.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 
 
@@ -76,6 +82,30 @@ class TLS:
         if (cert is None) != (key is None):
             raise ValueError("cert and key: give both, or neither")
         return cls(read(ca) or b"", read(cert), read(key))
+
+
+@dataclass(frozen=True)
+class Until:
+    """When a call must have ended: ``at`` on ``time.monotonic()``, ``span`` seconds after it
+    started. A ``hard`` deadline (the caller's own) is never outlived by an attempt; the
+    client's default gives every attempt at least MIN_ATTEMPT, as the Rust client does."""
+
+    at: float
+    span: float
+    hard: bool
+
+    @classmethod
+    def after(cls, seconds: float, hard: bool) -> "Until":
+        return cls(time.monotonic() + seconds, seconds, hard)
+
+    def left(self) -> float:
+        return self.at - time.monotonic()
+
+    def attempt_timeout(self) -> float:
+        """Half the span at most, so a node that hangs leaves time to ask another."""
+        cap = max(min(self.span / 2, ATTEMPT_TIMEOUT), min(self.span, MIN_ATTEMPT))
+        left = self.left()
+        return min(cap, left) if self.hard else min(cap, max(left, MIN_ATTEMPT))
 
 
 def applied_maybe(failure: LeaseholdError, details: str) -> Optional[str]:
@@ -131,6 +161,7 @@ class Client:
         self._cluster = [stubs.ClusterStub(ch) for ch in self._channels]
         self._preferred = 0
         self._session: Optional[int] = None
+        self._pid = os.getpid()
         self._opening = threading.Lock()
         self._sequence = itertools.count(1)
         self._sequence_lock = threading.Lock()
@@ -155,18 +186,24 @@ class Client:
 
     # -- attempts ---------------------------------------------------------------------------
 
-    def _call(self, effect: Effect, rpc: Callable[[int], Callable], request, deadline=None):
-        """Runs ``request`` against one node after another until one answers or the deadline
+    def _until(self, deadline: Optional[float]) -> "Until":
+        """The client's own deadline, or the caller's, which no attempt outlives."""
+        if deadline is None:
+            return Until.after(self.deadline, hard=False)
+        return Until.after(max(deadline, 0.0), hard=True)
+
+    def _call(self, effect: Effect, rpc: Callable[[int], Callable], request, until: Optional["Until"] = None):
+        """Runs ``request`` against one node after another until one answers or ``until``
         passes. ``rpc(i)`` is node i's stub method."""
-        deadline = self.deadline if deadline is None else max(deadline, 0.0)
-        started = time.monotonic()
+        until = until or self._until(None)
         first, count = self._preferred, len(self.endpoints)
         maybe: Optional[str] = None
         for attempt in itertools.count():
             index = (first + attempt) % count
-            left = deadline - (time.monotonic() - started)
-            # Half the deadline at most, so a node that hangs leaves time to ask another.
-            timeout = min(max(min(deadline / 2, ATTEMPT_TIMEOUT), min(deadline, MIN_ATTEMPT)), max(left, MIN_ATTEMPT))
+            timeout = until.attempt_timeout()
+            if timeout <= 0:
+                # Only a caller's deadline ends a call before its first attempt.
+                raise LeaseholdError(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed before it was sent")
             try:
                 answer = rpc(index)(request, timeout=timeout, metadata=self._metadata)
                 self._preferred = index
@@ -176,12 +213,12 @@ class Client:
                 details = error.debug_error_string() if hasattr(error, "debug_error_string") else ""
                 if effect is Effect.WRITE and maybe is None:
                     maybe = applied_maybe(failure, f"{failure.message} {details}")
-                gave_up = time.monotonic() - started >= deadline
+                gave_up = until.left() <= 0
                 if failure.code in RETRYABLE and not gave_up:
                     if (attempt + 1) % count == 0:
-                        time.sleep(ROUND_PAUSE)
+                        time.sleep(min(ROUND_PAUSE, max(until.left(), 0)))
                     continue
-                raise self._final(effect, failure, maybe, gave_up, deadline) from error
+                raise self._final(effect, failure, maybe, gave_up, until.span) from error
         raise AssertionError("unreachable")
 
     def _final(self, effect, failure, maybe, gave_up, deadline) -> LeaseholdError:
@@ -200,27 +237,34 @@ class Client:
             from_node=failure.from_node, session_unknown=failure.session_unknown,
         )
 
-    def _session_id(self) -> int:
+    def _session_id(self, until: "Until") -> int:
         """This client's session, opened through the log on its first write."""
         with self._opening:
+            if self._pid != os.getpid():
+                # A forked child must not send its parent's request ids: the store would
+                # answer it with the parent's answers. It opens a session of its own.
+                self._pid, self._session = os.getpid(), None
+                self._sequence = itertools.count(1)
             if self._session is None:
                 # A read as far as retries go: a lost registration leaves an unused session
                 # that expires by itself.
-                answer = self._call(Effect.READ, lambda i: self._lease[i].Register, pb.RegisterRequest())
+                answer = self._call(Effect.READ, lambda i: self._lease[i].Register, pb.RegisterRequest(), until)
                 self._session = answer.client_id
             return self._session
 
-    def _write(self, rpc: Callable[[int], Callable], build: Callable[[pb.RequestId], object], deadline=None):
-        """Runs a write under this client's session, one request id for all its attempts. If the
-        store no longer knows the session (an hour idle expires it) and no attempt may have
-        applied the write, a new session is opened and the write sent once more, as new."""
+    def _write(self, rpc: Callable[[int], Callable], build: Callable[[pb.RequestId], object], deadline: Optional[float] = None):
+        """Runs a write under this client's session, one request id for all its attempts, all
+        within one deadline. If the store no longer knows the session (an hour idle expires
+        it) and no attempt may have applied the write, a new session is opened and the write
+        sent once more, as new."""
+        until = self._until(deadline)
         for reopen in (True, False):
-            client_id = self._session_id()
+            client_id = self._session_id(until)
             with self._sequence_lock:
                 sequence = next(self._sequence)
             request = build(pb.RequestId(client_id=client_id, sequence=sequence))
             try:
-                return self._call(Effect.WRITE, rpc, request, deadline)
+                return self._call(Effect.WRITE, rpc, request, until)
             except LeaseholdError as error:
                 if not (reopen and error.session_unknown and not error.indeterminate):
                     raise

@@ -6,7 +6,8 @@ the store started the grant's TTL at some point after the send, so ``send + ttl 
 never later than the store's own expiry, whatever the request and its answer spent on the way.
 The margin covers the difference between this machine's clock rate and the leader's. Every
 renewal attempt is cut off at that deadline, so the keeper never acts on a lease it may have
-lost. This is the Rust client's `Holder`, line for line where it can be.
+lost. This is the Rust client's `Holder`; it also ends the holding when the policy denies a
+renewal (PERMISSION_DENIED), which no retry would change.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import random
 import socket
 import threading
 import time
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import grpc
 
@@ -43,9 +44,21 @@ class NotSafeError(Exception):
 
 
 # A tag no other process shares, and a counter per holder: the store takes a second acquire
-# under the same holder name for a renewal, so two processes must never share one.
-_PROCESS_TAG = f"{random.SystemRandom().getrandbits(32):08x}"
+# under the same holder name for a renewal, so two processes must never share one. Drawn anew
+# in a forked child (celery, gunicorn and multiprocessing fork after the import).
+_PROCESS_TAG = ""
 _NEXT = itertools.count(1)
+
+
+def _new_process_tag() -> None:
+    global _PROCESS_TAG, _NEXT
+    _PROCESS_TAG = f"{random.SystemRandom().getrandbits(32):08x}"
+    _NEXT = itertools.count(1)
+
+
+_new_process_tag()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_process_tag)
 
 
 def default_margin(ttl: float) -> float:
@@ -90,6 +103,9 @@ class Holder:
         self.renewals = 0
         self.lost = threading.Event()
         self.lost_reason: Optional[str] = None
+        # Set while a standby (``wait=True``) waits for the lease to be freed.
+        self.waiting = threading.Event()
+        self._listeners: "list[Callable[[], None]]" = []
         self._safe_until = 0.0
         self._state = threading.Lock()
         self._stop = threading.Event()
@@ -118,14 +134,18 @@ class Holder:
     def wait_lost(self, timeout: Optional[float] = None) -> Optional[str]:
         """Blocks until the holding is lost (or its safe deadline passes without a renewal), up
         to ``timeout``; returns why, or None if it is still held."""
+        give_up = None if timeout is None else time.monotonic() + timeout
         while True:
-            left = self.safe_until - time.monotonic()
-            if self.lost.wait(min(max(left, 0), timeout) if timeout is not None else max(left, 0)):
-                return self.lost_reason
-            if time.monotonic() >= self.safe_until:
-                return self.unsafe_reason()
-            if timeout is not None:
-                return None
+            why = self.unsafe_reason()
+            if why is not None:
+                return why
+            now = time.monotonic()
+            wait = self.safe_until - now
+            if give_up is not None:
+                if now >= give_up:
+                    return None
+                wait = min(wait, give_up - now)
+            self.lost.wait(max(wait, 0))
 
     # -- acquiring and releasing ------------------------------------------------------------
 
@@ -183,9 +203,11 @@ class Holder:
                 sent = time.monotonic()
                 answer = self.client.acquire(self.lease, holder=self.holder, ttl=self.ttl)
                 if isinstance(answer, a.Granted):
+                    self.waiting.clear()
                     return answer.token, sent
                 if not self.wait:
                     raise HeldError(answer)
+                self.waiting.set()
                 if watch is None:
                     # Woken by the event that frees the lease after the refusal, or at the
                     # latest when the holder's grant runs out in store time.
@@ -248,6 +270,16 @@ class Holder:
                 return
             self.lost_reason = why
             self.lost.set()
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
+
+    def _on_lost(self, listener: "Callable[[], None]") -> "Callable[[], None]":
+        """Calls ``listener`` (from the keeper's thread) once the holding is lost; returns what
+        removes it."""
+        with self._state:
+            self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
 
 
 def _wake_on_free(watch, woken: threading.Event) -> None:

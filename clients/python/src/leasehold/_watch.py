@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import TYPE_CHECKING, Deque, Dict, Iterator, Optional
+from typing import TYPE_CHECKING, Deque, Dict, Iterator, Optional, Set
 
 import grpc
 
@@ -47,6 +47,7 @@ class Watch(Iterator[LeaseEvent]):
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._failing_since: Optional[float] = None
+        self._compacted: Set[int] = set()
 
     def __iter__(self) -> "Watch":
         return self
@@ -63,20 +64,30 @@ class Watch(Iterator[LeaseEvent]):
             stream = self._open()
             response = next(stream)
         except StopIteration:
-            self._lost()  # the node ended the stream (shutting down): resume elsewhere
+            # The node ended the stream (shutting down): resume elsewhere.
+            self._lost(LeaseholdError(grpc.StatusCode.UNAVAILABLE, "the node ended the watch"))
             return
         except grpc.RpcError as error:
             if self._closed.is_set():
                 return
             failure = LeaseholdError.of(error)
-            if failure.code in FINAL:
+            if failure.code == grpc.StatusCode.OUT_OF_RANGE:
+                # One node may keep fewer events than another: given up only once every node
+                # has said it no longer keeps the start.
+                self._compacted.add(self._node)
+                if len(self._compacted) == len(self._client.endpoints):
+                    raise failure from error
+            elif failure.code in FINAL:
                 raise failure from error
             self._lost(failure)
             return
+        # A response's events are taken all or none, so a resume never skips one.
+        events = [LeaseEvent.of(e) for e in response.events]
         self._failing_since = None
+        self._compacted.clear()
         self.watched_to = response.watched_to
         self._next_index = response.watched_to + 1
-        self._events.extend(LeaseEvent.of(e) for e in response.events)
+        self._events.extend(events)
 
     def _open(self):
         with self._lock:
@@ -88,7 +99,7 @@ class Watch(Iterator[LeaseEvent]):
                 self._stream = stub.Watch(request, metadata=self._client._metadata)
             return self._stream
 
-    def _lost(self, failure: Optional[LeaseholdError] = None) -> None:
+    def _lost(self, failure: LeaseholdError) -> None:
         """Drops the stream and moves to the next node, giving up after the client's deadline
         without any node serving."""
         with self._lock:
@@ -96,7 +107,7 @@ class Watch(Iterator[LeaseEvent]):
             self._node = (self._node + 1) % len(self._client.endpoints)
         now = time.monotonic()
         self._failing_since = self._failing_since or now
-        if failure is not None and now - self._failing_since >= self._client.deadline:
+        if now - self._failing_since >= self._client.deadline:
             raise LeaseholdError(
                 failure.code,
                 f"no node served the watch within {self._client.deadline:.3g} s; last: {failure.message}",

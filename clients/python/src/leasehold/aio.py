@@ -8,6 +8,7 @@ worker thread, so an event loop never waits on the network::
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Optional, Union
 
 from leasehold import _answers as a
@@ -44,8 +45,32 @@ class AsyncHolder:
         return await asyncio.to_thread(self.sync.release)
 
     async def wait_lost(self, timeout: Optional[float] = None) -> Optional[str]:
-        """Why the holding ended, once it does (None if still held after ``timeout``)."""
-        return await asyncio.to_thread(self.sync.wait_lost, timeout)
+        """Why the holding ended, once it does (None if still held after ``timeout``). Waits
+        on the event loop, not in a worker thread, so it can be cancelled."""
+        loop = asyncio.get_running_loop()
+        lost = asyncio.Event()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(lost.set)
+
+        remove = self.sync._on_lost(wake)
+        give_up = None if timeout is None else loop.time() + timeout
+        try:
+            while True:
+                why = self.sync.unsafe_reason()
+                if why is not None:
+                    return why
+                wait = self.sync.safe_until - time.monotonic()
+                if give_up is not None:
+                    if loop.time() >= give_up:
+                        return None
+                    wait = min(wait, give_up - loop.time())
+                try:
+                    await asyncio.wait_for(lost.wait(), max(wait, 0))
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            remove()
 
     async def fenced_put(self, key: str, value: bytes) -> Union[a.Written, a.StaleToken]:
         return await asyncio.to_thread(self.sync.fenced_put, key, value)

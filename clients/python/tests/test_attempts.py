@@ -1,0 +1,160 @@
+"""How the client reads failed attempts, against a stand-in node that answers as nodes do
+(the statuses of crates/leasehold-node's error.rs): which writes may have been applied, the
+session re-opened, no attempt past a caller's deadline. The Rust client's attempts.rs tests
+the same rules against its fake node."""
+
+import multiprocessing
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import pytest
+
+import leasehold
+from leasehold.v1 import leasehold_pb2 as pb
+from leasehold.v1 import leasehold_pb2_grpc as stubs
+
+
+def node_says(code, indeterminate=False, session_unknown=False):
+    def answer(request, context):
+        trailers = [("leasehold-origin", "node")]
+        if indeterminate:
+            trailers.append(("leasehold-indeterminate", "true"))
+        if session_unknown:
+            trailers.append(("leasehold-session", "unknown"))
+        context.set_trailing_metadata(trailers)
+        context.abort(code, f"the node says {code.name}")
+    return answer
+
+
+def hangs(seconds):
+    def answer(request, context):
+        time.sleep(seconds)
+        return pb.PutResponse(written=pb.Written())
+    return answer
+
+
+def written(request, context):
+    return pb.PutResponse(written=pb.Written())
+
+
+class StandIn(stubs.LeaseStoreServicer):
+    """Answers each Put with the next of ``script`` (the last one again once it runs out)."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.registered = 0
+        self.puts = []
+        self.lock = threading.Lock()
+
+    def Register(self, request, context):
+        with self.lock:
+            self.registered += 1
+            return pb.RegisterResponse(client_id=self.registered)
+
+    def Put(self, request, context):
+        with self.lock:
+            self.puts.append(request)
+            answer = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        return answer(request, context)
+
+    def Get(self, request, context):
+        time.sleep(1.0)
+        return pb.GetResponse()
+
+
+@pytest.fixture
+def stand_in():
+    servers = []
+
+    def start(script):
+        node = StandIn(script)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        stubs.add_LeaseStoreServicer_to_server(node, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        return node, f"127.0.0.1:{port}"
+
+    yield start
+    for server in servers:
+        server.stop(0)
+
+
+def test_a_write_whose_attempt_timed_out_is_indeterminate_though_later_ones_were_refused(stand_in):
+    node, endpoint = stand_in([hangs(2.0), node_says(grpc.StatusCode.UNAVAILABLE)])
+    with leasehold.Client([endpoint], deadline=0.6) as client:
+        with pytest.raises(leasehold.IndeterminateError) as failed:
+            client.put("k", b"v")
+    assert failed.value.indeterminate and "may have been applied" in failed.value.message
+    assert len({p.request_id.sequence for p in node.puts}) == 1, "every attempt under one request id"
+
+
+def test_a_write_only_refused_by_nodes_is_not_indeterminate(stand_in):
+    node, endpoint = stand_in([node_says(grpc.StatusCode.UNAVAILABLE)])
+    with leasehold.Client([endpoint], deadline=0.4) as client:
+        with pytest.raises(leasehold.LeaseholdError) as failed:
+            client.put("k", b"v")
+    assert not isinstance(failed.value, leasehold.IndeterminateError)
+    assert failed.value.code == grpc.StatusCode.UNAVAILABLE and len(node.puts) > 1
+
+
+def test_an_attempt_the_node_marks_indeterminate_is_retried_under_its_id_and_settled(stand_in):
+    node, endpoint = stand_in([node_says(grpc.StatusCode.UNAVAILABLE, indeterminate=True), written])
+    with leasehold.Client([endpoint]) as client:
+        assert isinstance(client.put("k", b"v"), leasehold.Written)
+    assert [p.request_id for p in node.puts] == [node.puts[0].request_id] * 2
+
+
+def test_a_refused_session_is_opened_anew_and_the_write_sent_as_new(stand_in):
+    unknown = node_says(grpc.StatusCode.ABORTED, indeterminate=True, session_unknown=True)
+    node, endpoint = stand_in([unknown, written])
+    with leasehold.Client([endpoint]) as client:
+        assert isinstance(client.put("k", b"v"), leasehold.Written)
+    assert node.registered == 2
+    assert [p.request_id.client_id for p in node.puts] == [1, 2]
+
+
+def test_a_refused_session_after_an_attempt_that_may_have_applied_is_indeterminate(stand_in):
+    unknown = node_says(grpc.StatusCode.ABORTED, indeterminate=True, session_unknown=True)
+    node, endpoint = stand_in([hangs(2.0), unknown])
+    with leasehold.Client([endpoint], deadline=0.6) as client:
+        with pytest.raises(leasehold.IndeterminateError):
+            client.put("k", b"v")
+    assert node.registered == 1, "not sent again as new: the first attempt may have applied it"
+
+
+def test_a_read_is_never_indeterminate(stand_in):
+    _, endpoint = stand_in([written])
+    with leasehold.Client([endpoint], deadline=0.4) as client:
+        with pytest.raises(leasehold.LeaseholdError) as failed:
+            client.get("k")
+    assert not failed.value.indeterminate
+
+
+def test_no_attempt_outlives_a_callers_deadline(stand_in):
+    _, endpoint = stand_in([written, hangs(2.0)])
+    with leasehold.Client([endpoint]) as client:
+        client.put("warm", b"up", deadline=3.0)  # the session is open
+        started = time.monotonic()
+        with pytest.raises(leasehold.IndeterminateError):
+            client.put("k", b"v", deadline=0.3)
+        assert time.monotonic() - started < 0.3 + 0.15
+
+
+def _holder_name_in_child(client_endpoint, names):
+    client = leasehold.Client([client_endpoint])
+    names.put(leasehold.Holder(client, "l", holder="w").holder)
+
+
+def test_a_forked_child_names_its_holders_apart_from_its_parents():
+    client = leasehold.Client(["127.0.0.1:1"])
+    parent = leasehold.Holder(client, "l", holder="w").holder
+    names = multiprocessing.get_context("fork").Queue()
+    child = multiprocessing.get_context("fork").Process(target=_holder_name_in_child, args=("127.0.0.1:1", names))
+    child.start()
+    child_name = names.get(timeout=10)
+    child.join(10)
+    assert parent.split("~")[0] == child_name.split("~")[0] == "w"
+    assert parent.split("~")[1].split(".")[0] != child_name.split("~")[1].split(".")[0]
