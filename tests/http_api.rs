@@ -11,6 +11,38 @@ use harness::{wait_for, Harness};
 use leasehold::cli::local::{free_ports, LocalCluster};
 use serde_json::{json, Value};
 
+/// A TLS cluster with authorization on (`admin` its admin, client certificates optional) whose
+/// nodes serve HTTP too.
+async fn authorized_with_http() -> (Harness, Vec<String>) {
+    curl_installed();
+    let mut http = Vec::new();
+    let h = Harness::start_authorized_with(3, false, |cluster| {
+        let (cluster, addrs) = with_http(cluster.with_client_certs_optional());
+        http = addrs;
+        cluster
+    })
+    .await;
+    (h, http)
+}
+
+fn https_url(http: &[String], rpc: &str) -> String {
+    format!("https://{}/v1/{rpc}", http[1])
+}
+
+/// curl's flags for TLS with the cluster's CA, as `identity` (its certificate) if one is given.
+fn tls_flags<'a>(h: &Harness, identity: Option<&str>, extra: &[&'a str]) -> Vec<&'a str> {
+    let leak =
+        |p: std::path::PathBuf| -> &'a str { Box::leak(p.display().to_string().into_boxed_str()) };
+    let ca = h.identity_files(leasehold::tls::certs::ADMIN_NAME).ca;
+    let mut flags = vec!["--cacert", leak(ca)];
+    if let Some(name) = identity {
+        let files = h.identity_files(name);
+        flags.extend(["--cert", leak(files.cert), "--key", leak(files.key)]);
+    }
+    flags.extend_from_slice(extra);
+    flags
+}
+
 /// Gives every node of `cluster` an HTTP listener on a free port; returns them with it.
 fn with_http(cluster: LocalCluster) -> (LocalCluster, Vec<String>) {
     let ports = free_ports(cluster.nodes().len()).expect("free ports");
@@ -218,7 +250,7 @@ async fn bad_calls_get_an_http_status_and_the_grpc_error_as_json() {
     );
     assert_eq!(
         (status, e["metadata"]["field"].as_str()),
-        (400, Some("body")),
+        (413, Some("body")),
         "{e}"
     );
     assert!(e["message"].as_str().unwrap().contains("bytes"), "{e}");
@@ -249,7 +281,8 @@ async fn watch_is_a_stream_of_json_lines() {
     );
     let index = u64_of(&granted["applied"]["logIndex"]);
     let mut curl = Command::new("curl")
-        .args(["--silent", "--no-buffer", "-X", "POST", "--data-binary"])
+        .args(["--silent", "--no-buffer", "--max-time", "20", "-X", "POST"])
+        .arg("--data-binary")
         .arg(json!({"prefix": "w/", "fromIndex": index.to_string()}).to_string())
         .arg(format!("http://{}/v1/Watch", http[1]))
         .stdout(Stdio::piped())
@@ -266,6 +299,7 @@ async fn watch_is_a_stream_of_json_lines() {
     }
     let _ = curl.kill();
     let _ = curl.wait();
+    assert!(!seen.is_empty(), "no event within curl's 20 s");
     assert_eq!(seen[0]["kind"], "EVENT_KIND_GRANTED", "{seen:?}");
     assert_eq!(u64_of(&seen[0]["logIndex"]), index);
     assert_eq!(seen[0]["holder"], "h");
@@ -273,27 +307,12 @@ async fn watch_is_a_stream_of_json_lines() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn over_tls_the_caller_is_its_certificate_and_the_policy_applies() {
-    curl_installed();
-    let mut http = Vec::new();
-    let h = Harness::start_authorized_with(3, false, |cluster| {
-        let (cluster, addrs) = with_http(cluster.with_client_certs_optional());
-        http = addrs;
-        cluster
-    })
-    .await;
+    let (h, http) = authorized_with_http().await;
     let https = |identity: Option<&str>, rpc: &str, body: Value| {
-        let ca = h.identity_files(leasehold::tls::certs::ADMIN_NAME).ca;
-        let mut flags = vec!["--cacert".to_owned(), ca.display().to_string()];
-        if let Some(name) = identity {
-            let files = h.identity_files(name);
-            flags.extend(["--cert".into(), files.cert.display().to_string()]);
-            flags.extend(["--key".into(), files.key.display().to_string()]);
-        }
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         post(
-            &format!("https://{}/v1/{rpc}", http[1]),
+            &https_url(&http, rpc),
             &body.to_string(),
-            &flags,
+            &tls_flags(&h, identity, &[]),
         )
     };
     let (status, me) = https(Some("admin"), "WhoAmI", json!({}));
@@ -344,5 +363,116 @@ async fn over_tls_the_caller_is_its_certificate_and_the_policy_applies() {
         .arg(format!("http://{}/v1/Status", http[1]))
         .output()
         .unwrap();
-    assert!(!plain.status.success() || plain.stdout.is_empty());
+    assert!(!plain.status.success(), "{plain:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn over_tls_a_bearer_token_is_an_identity_and_a_revoked_watch_ends_with_an_error_line() {
+    let (h, http) = authorized_with_http().await;
+    let admin = |body: Value| {
+        let (status, answer) = post(
+            &https_url(&http, "ChangePolicy"),
+            &body.to_string(),
+            &tls_flags(&h, Some("admin"), &[]),
+        );
+        assert_eq!(status, 200, "{body}: {answer}");
+    };
+    let grants = json!([{"permission": "write", "prefix": "t/"}, {"permission": "read-leases", "prefix": "t/"}]);
+    admin(json!({"putRole": {"name": "service", "grants": grants}}));
+    admin(json!({"bind": {"identity": "svc", "role": "service"}}));
+    let token = leasehold::tls::bearer::new_token();
+    let sha256 = leasehold::tls::bearer::sha256(&token);
+    admin(json!({"addToken": {"identity": "svc", "sha256": sha256}}));
+
+    let header = format!("Authorization: Bearer {token}");
+    let as_svc = tls_flags(&h, None, &["-H", Box::leak(header.into_boxed_str())]);
+    let (status, me) = post(&https_url(&http, "WhoAmI"), "{}", &as_svc);
+    assert_eq!(
+        (status, me["identity"].as_str()),
+        (200, Some("svc")),
+        "{me}"
+    );
+    let put = json!({"key": "t/k", "value": base64(b"v")}).to_string();
+    let (status, written) = post(&https_url(&http, "Put"), &put, &as_svc);
+    assert_eq!(
+        (status, written.get("written").is_some()),
+        (200, true),
+        "{written}"
+    );
+
+    // svc watches t/; the admin unbinds it; the stream ends with the denial as its last line.
+    let mut curl = Command::new("curl")
+        .args([
+            "--silent",
+            "--no-buffer",
+            "--max-time",
+            "20",
+            "-X",
+            "POST",
+            "-d",
+        ])
+        .arg(json!({"prefix": "t/"}).to_string())
+        .args(&as_svc)
+        .arg(https_url(&http, "Watch"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run curl");
+    let mut lines = BufReader::new(curl.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("the watch's first line").unwrap();
+    assert!(
+        serde_json::from_str::<Value>(&first)
+            .unwrap()
+            .get("error")
+            .is_none(),
+        "{first}"
+    );
+    admin(json!({"unbind": {"identity": "svc", "role": "service"}}));
+    let last = lines.map(Result::unwrap).last().expect("a last line");
+    let _ = curl.wait();
+    let last: Value = serde_json::from_str(&last).unwrap();
+    assert_eq!(last["error"]["status"], "PERMISSION_DENIED", "{last}");
+    assert_eq!(last["error"]["reason"], "DENIED", "{last}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_rpc_of_the_proto_is_served_and_browsers_are_refused() {
+    curl_installed();
+    let mut http = Vec::new();
+    let _h = Harness::start_configured(3, |cluster| {
+        let (cluster, addrs) = with_http(cluster);
+        http = addrs;
+        cluster
+    })
+    .await;
+    let proto = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("proto/leasehold/v1/leasehold.proto"),
+    )
+    .unwrap();
+    let rpcs: Vec<&str> = proto
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("rpc "))
+        .map(|l| l.split('(').next().unwrap().trim())
+        .collect();
+    assert_eq!(rpcs.len(), 19, "{rpcs:?}");
+    for rpc in rpcs {
+        // Each answers something of its own (Watch streams until curl's time runs out).
+        let output = Command::new("curl")
+            .args(["--silent", "--output", "/dev/null", "--max-time", "3"])
+            .args(["--write-out", "%{http_code}", "-X", "POST", "-d", "{}"])
+            .arg(format!("http://{}/v1/{rpc}", http[0]))
+            .output()
+            .unwrap();
+        let code = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(code != "404" && code != "000", "{rpc}: HTTP {code}");
+    }
+    let (status, e) = post(
+        &format!("http://{}/v1/Put", http[0]),
+        &json!({"key": "k"}).to_string(),
+        &["-H", "Origin: https://example.com"],
+    );
+    assert_eq!(
+        (status, e["metadata"]["field"].as_str()),
+        (400, Some("origin")),
+        "{e}"
+    );
 }

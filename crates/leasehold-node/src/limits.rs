@@ -328,6 +328,10 @@ pub(crate) const HEALTH_CHECK: Duration = Duration::from_millis(250);
 /// At most this often: metrics change with every applied entry under load.
 pub(crate) const HEALTH_MIN_GAP: Duration = Duration::from_millis(50);
 
+/// How long a stopping node waits for its metrics endpoint and HTTP API to end their
+/// connections: a client holding a request half sent must not hold the node's exit.
+pub(crate) const SIDE_SERVER_STOP: Duration = Duration::from_secs(5);
+
 /// How long the log's purge waits for the snapshot that covers it. The wait is for an install
 /// the state machine worker was handed just before: decoding and writing one file with an
 /// fsync. One that has not finished in this time has failed: the purge fails with the log still

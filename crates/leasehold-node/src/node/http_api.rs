@@ -31,18 +31,23 @@ use tonic::transport::server::{Connected, TcpConnectInfo, TlsConnectInfo};
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
+use super::authz::Plane;
 use super::cluster_service::ClusterService;
 use super::error::NodeError;
 use super::lease_service::LeaseService;
+use super::Node;
 use crate::limits::MAX_CLIENT_MESSAGE_BYTES;
+use crate::metrics::Metrics;
 use crate::proto::v1::cluster_server::Cluster;
 use crate::proto::v1::lease_store_server::LeaseStore;
+use tokio::sync::watch;
 
 /// The largest request body: a request message at its gRPC limit, in base64 and JSON.
 const MAX_BODY_BYTES: usize = MAX_CLIENT_MESSAGE_BYTES * 2;
 
-/// The RPCs of the `LeaseStore` service, as named in the paths.
-const LEASE_RPCS: &[&str] = &[
+/// The RPCs served, for the error that names them (tests/http_api.rs checks each against the
+/// proto's).
+const RPCS: &[&str] = &[
     "Acquire",
     "Release",
     "Put",
@@ -53,10 +58,6 @@ const LEASE_RPCS: &[&str] = &[
     "Advance",
     "Register",
     "Watch",
-];
-
-/// The RPCs of the `Cluster` service.
-const CLUSTER_RPCS: &[&str] = &[
     "Status",
     "NodeStatus",
     "SaveSnapshot",
@@ -68,11 +69,29 @@ const CLUSTER_RPCS: &[&str] = &[
     "WhoAmI",
 ];
 
-/// The client plane's services, as the gRPC router has them.
+/// The client plane's services, one of each, served over gRPC and over HTTP alike (so the
+/// admission limit, the metrics and the denial log are the same).
 #[derive(Clone)]
 pub(super) struct Api {
     pub lease: Arc<LeaseService>,
     pub cluster: Arc<ClusterService>,
+}
+
+impl Api {
+    pub(super) fn new(
+        node: &Node,
+        metrics: &Arc<Metrics>,
+        stopping: watch::Receiver<bool>,
+    ) -> Self {
+        Api {
+            lease: Arc::new(
+                LeaseService::new(node.clone(), Plane::Client)
+                    .stopping_on(stopping)
+                    .counting_in(metrics.clone()),
+            ),
+            cluster: Arc::new(ClusterService::new(node.clone(), Plane::Client)),
+        }
+    }
 }
 
 /// What a call knows of its connection: the TCP peer, and the TLS session with the client's
@@ -92,8 +111,13 @@ impl std::fmt::Debug for Peer {
     }
 }
 
-/// Plain connections on the HTTP listener.
-pub(super) struct Plain(pub TcpListener);
+/// Plain connections on the HTTP listener, with TCP keepalive.
+pub(super) struct Plain(pub PlainListener);
+
+pub(super) struct PlainListener {
+    pub listener: TcpListener,
+    pub keepalive: crate::tls::KeepAlive,
+}
 
 /// TLS connections, handshaken by the node's own accept loop (`tls::incoming`).
 pub(super) struct Tls(pub ReceiverStream<std::io::Result<TlsStream<TcpStream>>>);
@@ -103,8 +127,10 @@ impl Listener for Plain {
     type Addr = Peer;
 
     async fn accept(&mut self) -> (TcpStream, Peer) {
-        let (stream, _) = Listener::accept(&mut self.0).await;
+        let (stream, _) = Listener::accept(&mut self.0.listener).await;
         let _ = stream.set_nodelay(true);
+        // As on the gRPC planes: a client that vanished mid-watch is noticed.
+        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&self.0.keepalive.to_socket2());
         let tcp = stream.connect_info();
         (stream, Peer { tcp, tls: None })
     }
@@ -171,23 +197,16 @@ fn app(api: Api) -> App {
         .into_make_service_with_connect_info::<Peer>()
 }
 
-/// Serves `api` on plain connections until `stop` resolves.
-pub(super) async fn serve_plain(
-    listener: Plain,
+/// Serves `api` on `listener`'s connections until `stop` resolves.
+pub(super) async fn serve<L>(
+    listener: L,
     api: Api,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, app(api))
-        .with_graceful_shutdown(stop)
-        .await
-}
-
-/// Serves `api` on TLS connections until `stop` resolves.
-pub(super) async fn serve_tls(
-    listener: Tls,
-    api: Api,
-    stop: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    L: Listener<Addr = Peer>,
+    for<'a> Peer: axum::extract::connect_info::Connected<IncomingStream<'a, L>>,
+{
     axum::serve(listener, app(api))
         .with_graceful_shutdown(stop)
         .await
@@ -207,11 +226,22 @@ async fn rpc(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    if headers.contains_key(header::ORIGIN) {
+        // A browser sends Origin; a page must not make a visitor's browser write, with its
+        // client certificate, to a node it can reach (no CORS, and "simple" POSTs skip the
+        // preflight). Programs send none.
+        let invalid = InvalidInput::new(
+            "origin",
+            "requests from browsers (with an Origin header) are refused: call from a program",
+        );
+        return error(&NodeError::Invalid(invalid).into());
+    }
     let body = match body {
         Ok(body) => body,
         Err(e) => {
             let problem = format!("must be at most {MAX_BODY_BYTES} bytes of JSON ({e})");
-            return error(&NodeError::Invalid(InvalidInput::new("body", problem)).into());
+            let status = Status::from(NodeError::Invalid(InvalidInput::new("body", problem)));
+            return json(e.status(), &ErrorBody::of(&status));
         }
     };
     let call = Call {
@@ -219,14 +249,15 @@ async fn rpc(
         authorization: headers.get(header::AUTHORIZATION).cloned(),
         body,
     };
-    match LEASE_RPCS.contains(&name.as_str()) {
-        true => lease_rpc(call, &name, api.lease).await,
-        false => cluster_rpc(call, &name, api.cluster).await,
+    match lease_rpc(call, &name, api.lease).await {
+        Ok(answered) => answered,
+        Err(call) => cluster_rpc(call, &name, api.cluster).await,
     }
 }
 
-async fn lease_rpc(call: Call, name: &str, lease: Arc<LeaseService>) -> Response {
-    match name {
+/// A `LeaseStore` call's answer; the call back if `name` is none of its RPCs.
+async fn lease_rpc(call: Call, name: &str, lease: Arc<LeaseService>) -> Result<Response, Call> {
+    Ok(match name {
         "Acquire" => call.unary(|r| async move { lease.acquire(r).await }).await,
         "Release" => call.unary(|r| async move { lease.release(r).await }).await,
         "Put" => call.unary(|r| async move { lease.put(r).await }).await,
@@ -243,8 +274,8 @@ async fn lease_rpc(call: Call, name: &str, lease: Arc<LeaseService>) -> Response
         "Advance" => call.unary(|r| async move { lease.advance(r).await }).await,
         "Register" => call.unary(|r| async move { lease.register(r).await }).await,
         "Watch" => call.stream(|r| async move { lease.watch(r).await }).await,
-        _ => unknown(name),
-    }
+        _ => return Err(call),
+    })
 }
 
 async fn cluster_rpc(call: Call, name: &str, cluster: Arc<ClusterService>) -> Response {
@@ -438,9 +469,8 @@ fn unknown(name: &str) -> Response {
         code: Code::Unimplemented as i32,
         status: code_name(Code::Unimplemented),
         message: format!(
-            "no RPC named {name:?}; POST to /v1/ one of {}, {}",
-            LEASE_RPCS.join(", "),
-            CLUSTER_RPCS.join(", ")
+            "no RPC named {name:?}; POST to /v1/ one of {}",
+            RPCS.join(", ")
         ),
         reason: "UNKNOWN_RPC".into(),
         indeterminate: false,

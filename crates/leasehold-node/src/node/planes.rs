@@ -22,7 +22,6 @@ use crate::limits::{
     KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES, MAX_CLIENT_MESSAGE_BYTES,
     MAX_PEER_MESSAGE_BYTES,
 };
-use crate::metrics::Metrics;
 use crate::proto::raft_v1::raft_server::RaftServer;
 use crate::proto::v1::cluster_server::ClusterServer;
 use crate::proto::v1::lease_store_server::LeaseStoreServer;
@@ -115,9 +114,7 @@ pub(super) type PlanesTls = (Arc<rustls::ServerConfig>, Arc<rustls::ServerConfig
 /// The client plane: the lease API (counted in `metrics`), the cluster API, `health` and
 /// reflection of the public API, in both versions (grpcurl and older tools still ask v1alpha).
 pub(super) fn client_router(
-    node: &Node,
-    metrics: &Arc<Metrics>,
-    stop: &Stop,
+    api: &http_api::Api,
     health: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
@@ -130,39 +127,24 @@ pub(super) fn client_router(
     let refused = |e: tonic_reflection::server::Error| StartError::Config(e.to_string());
     Ok(tonic::transport::Server::builder()
         .add_service(
-            LeaseStoreServer::new(client_lease_service(node, metrics, stop))
+            LeaseStoreServer::from_arc(api.lease.clone())
                 .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
         )
-        .add_service(ClusterServer::new(ClusterService::new(
-            node.clone(),
-            Plane::Client,
-        )))
+        .add_service(ClusterServer::from_arc(api.cluster.clone()))
         .add_service(health)
         .add_service(reflection().build_v1().map_err(refused)?)
         .add_service(reflection().build_v1alpha().map_err(refused)?))
-}
-
-/// The lease API as the client plane serves it, over gRPC and over HTTP alike.
-fn client_lease_service(node: &Node, metrics: &Arc<Metrics>, stop: &Stop) -> LeaseService {
-    LeaseService::new(node.clone(), Plane::Client)
-        .stopping_on(stop.stopping())
-        .counting_in(metrics.clone())
 }
 
 /// Serves the client API over HTTP and JSON on `listener` (TLS as the client plane has it,
 /// speaking HTTP/1.1) until `stop`.
 pub(super) fn serve_http(
     listener: TcpListener,
-    node: &Node,
-    metrics: &Arc<Metrics>,
+    api: http_api::Api,
     stop: &Stop,
     tls: Option<&PlanesTls>,
     refusals: RefusalLog,
 ) -> tokio::task::JoinHandle<std::io::Result<()>> {
-    let api = http_api::Api {
-        lease: Arc::new(client_lease_service(node, metrics, stop)),
-        cluster: Arc::new(ClusterService::new(node.clone(), Plane::Client)),
-    };
     let until = stop.until_stopped();
     match tls {
         Some((client_tls, _)) => {
@@ -170,9 +152,15 @@ pub(super) fn serve_http(
             config.alpn_protocols = vec![b"http/1.1".to_vec()];
             let incoming =
                 crate::tls::incoming(listener, Arc::new(config), "http", refusals, KEEPALIVE);
-            tokio::spawn(http_api::serve_tls(http_api::Tls(incoming), api, until))
+            tokio::spawn(http_api::serve(http_api::Tls(incoming), api, until))
         }
-        None => tokio::spawn(http_api::serve_plain(http_api::Plain(listener), api, until)),
+        None => {
+            let plain = http_api::PlainListener {
+                listener,
+                keepalive: KEEPALIVE,
+            };
+            tokio::spawn(http_api::serve(http_api::Plain(plain), api, until))
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use super::assembly::{StartError, Storage, Transport};
 use super::peer_gate::PeerGate;
 use super::planes::{self, Listeners, PlanesTls, Stop};
 use super::{Node, NodeConfig};
-use crate::limits::{HEALTH_CHECK, HEALTH_MIN_GAP};
+use crate::limits::{HEALTH_CHECK, HEALTH_MIN_GAP, SIDE_SERVER_STOP};
 use crate::metrics::Metrics;
 use crate::raft::{self, Channels, ClockMode, NodeId, PeerNetwork};
 use crate::tls::{RefusalLog, Tls};
@@ -184,10 +184,11 @@ async fn serve(
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let stop = Stop::new();
     let background = background(&node, health_reporter, &stop, shutdown, &serving);
-    let client = planes::client_router(&node, &serving.metrics, &stop, health_service)?;
+    let api = super::http_api::Api::new(&node, &serving.metrics, stop.stopping());
+    let client = planes::client_router(&api, health_service)?;
     let peer = planes::peer_router(&node, gate, &stop);
     let asked = (listeners.metrics, listeners.http);
-    let side = side_servers(asked, &node, &serving, &stop, &refusals);
+    let side = side_servers(asked, (&node, api), &serving, &stop, &refusals);
     let server = planes::serve(
         (client, listeners.client),
         (peer, listeners.peer),
@@ -209,8 +210,11 @@ async fn serve(
     }
     for (what, task) in side {
         // Stopped with the planes; a failure to serve one is logged, not fatal to the node.
-        if let Ok(Err(e)) = task.await {
-            tracing::warn!(error = %e, "the {what} failed");
+        // Bounded: a client that keeps a request half sent must not hold the node's exit.
+        match tokio::time::timeout(SIDE_SERVER_STOP, task).await {
+            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "the {what} failed"),
+            Err(_) => tracing::warn!("the {what} did not stop in time; leaving it"),
+            Ok(_) => {}
         }
     }
     let stopped = node.raft().metrics().borrow().running_state.clone();
@@ -230,7 +234,7 @@ async fn serve(
 /// The servers beside the two planes, those asked for: the metrics endpoint and the HTTP API.
 fn side_servers(
     (metrics, http): (Option<TcpListener>, Option<TcpListener>),
-    node: &Node,
+    (node, api): (&Node, super::http_api::Api),
     serving: &Serving,
     stop: &Stop,
     refusals: &RefusalLog,
@@ -244,7 +248,7 @@ fn side_servers(
     }
     if let Some(listener) = http {
         let (tls, refusals) = (serving.tls.as_ref(), refusals.clone());
-        let http = planes::serve_http(listener, node, &serving.metrics, stop, tls, refusals);
+        let http = planes::serve_http(listener, api, stop, tls, refusals);
         side.push(("HTTP API", http));
     }
     side

@@ -187,7 +187,7 @@ pub(crate) struct KeepAlive {
 }
 
 impl KeepAlive {
-    fn to_socket2(self) -> socket2::TcpKeepalive {
+    pub(crate) fn to_socket2(self) -> socket2::TcpKeepalive {
         socket2::TcpKeepalive::new()
             .with_time(self.idle)
             .with_interval(self.interval)
