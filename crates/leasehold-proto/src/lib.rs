@@ -24,6 +24,7 @@
 pub mod v1 {
     tonic::include_proto!("leasehold.v1");
     // serde's Serialize and Deserialize of every message above, in proto3's JSON mapping.
+    #[cfg(feature = "json")]
     include!(concat!(env!("OUT_DIR"), "/leasehold.v1.serde.rs"));
 }
 
