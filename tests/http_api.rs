@@ -11,6 +11,19 @@ use harness::{wait_for, Harness};
 use leasehold::cli::local::{free_ports, LocalCluster};
 use serde_json::{json, Value};
 
+/// A cluster whose nodes serve HTTP too.
+async fn with_http_api() -> (Harness, Vec<String>) {
+    curl_installed();
+    let mut http = Vec::new();
+    let h = Harness::start_configured(3, |cluster| {
+        let (cluster, addrs) = with_http(cluster);
+        http = addrs;
+        cluster
+    })
+    .await;
+    (h, http)
+}
+
 /// A TLS cluster with authorization on (`admin` its admin, client certificates optional) whose
 /// nodes serve HTTP too.
 async fn authorized_with_http() -> (Harness, Vec<String>) {
@@ -119,14 +132,7 @@ fn base64(bytes: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_seed_scenario_through_curl_a_frozen_holders_late_write_is_refused() {
-    curl_installed();
-    let mut http = Vec::new();
-    let _h = Harness::start_configured(3, |cluster| {
-        let (cluster, addrs) = with_http(cluster);
-        http = addrs;
-        cluster
-    })
-    .await;
+    let (_h, http) = with_http_api().await;
     let acquire = |node: usize, holder: &str| {
         let body = json!({"lease": "seed/lease", "holder": holder, "ttlMs": "1000"});
         call(&http[node], "Acquire", body)
@@ -181,14 +187,7 @@ async fn the_seed_scenario_through_curl_a_frozen_holders_late_write_is_refused()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_calls_get_an_http_status_and_the_grpc_error_as_json() {
-    curl_installed();
-    let mut http = Vec::new();
-    let _h = Harness::start_configured(3, |cluster| {
-        let (cluster, addrs) = with_http(cluster);
-        http = addrs;
-        cluster
-    })
-    .await;
+    let (_h, http) = with_http_api().await;
     let node = &http[0];
     let (status, e) = call(
         node,
@@ -266,14 +265,7 @@ async fn bad_calls_get_an_http_status_and_the_grpc_error_as_json() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn watch_is_a_stream_of_json_lines() {
-    curl_installed();
-    let mut http = Vec::new();
-    let _h = Harness::start_configured(3, |cluster| {
-        let (cluster, addrs) = with_http(cluster);
-        http = addrs;
-        cluster
-    })
-    .await;
+    let (_h, http) = with_http_api().await;
     let (_, granted) = call(
         &http[0],
         "Acquire",
@@ -436,14 +428,7 @@ async fn over_tls_a_bearer_token_is_an_identity_and_a_revoked_watch_ends_with_an
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_rpc_of_the_proto_is_served_and_browsers_are_refused() {
-    curl_installed();
-    let mut http = Vec::new();
-    let _h = Harness::start_configured(3, |cluster| {
-        let (cluster, addrs) = with_http(cluster);
-        http = addrs;
-        cluster
-    })
-    .await;
+    let (_h, http) = with_http_api().await;
     let proto = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("proto/leasehold/v1/leasehold.proto"),
     )

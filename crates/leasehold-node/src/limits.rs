@@ -195,6 +195,10 @@ pub const MAX_PEER_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 /// field's own error, and a huge message is refused before it is decoded.
 pub const MAX_CLIENT_MESSAGE_BYTES: usize = 256 * 1024;
 
+/// The largest request body of the HTTP API (`serve --http-listen`): a request message at its
+/// gRPC limit, in base64 and JSON.
+pub(crate) const MAX_HTTP_BODY_BYTES: usize = MAX_CLIENT_MESSAGE_BYTES * 2;
+
 /// Entries one `ReadLog` call returns at most: the log is read into memory under the index
 /// lock, so a caller asking for `1..=u64::MAX` gets a bounded answer and asks again from there.
 pub const READ_LOG_MAX_ENTRIES: u64 = 1_000;

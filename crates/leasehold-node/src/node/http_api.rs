@@ -24,6 +24,7 @@ use leasehold_core::InvalidInput;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio_rustls::server::TlsStream;
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::tokio_stream::{Stream, StreamExt};
@@ -36,14 +37,10 @@ use super::cluster_service::ClusterService;
 use super::error::NodeError;
 use super::lease_service::LeaseService;
 use super::Node;
-use crate::limits::MAX_CLIENT_MESSAGE_BYTES;
+use crate::limits::MAX_HTTP_BODY_BYTES as MAX_BODY_BYTES;
 use crate::metrics::Metrics;
 use crate::proto::v1::cluster_server::Cluster;
 use crate::proto::v1::lease_store_server::LeaseStore;
-use tokio::sync::watch;
-
-/// The largest request body: a request message at its gRPC limit, in base64 and JSON.
-const MAX_BODY_BYTES: usize = MAX_CLIENT_MESSAGE_BYTES * 2;
 
 /// The RPCs served, for the error that names them (tests/http_api.rs checks each against the
 /// proto's).
