@@ -3,7 +3,11 @@ renewals, a holder stopped past its TTL, and the asyncio twin. Figures are print
 
 import asyncio
 import json
+import os
+import queue
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -12,7 +16,7 @@ import pytest
 import leasehold
 from leasehold.aio import AsyncHolder
 
-from conftest import holder_process, wait_for
+from conftest import REPO, holder_process, wait_for
 
 
 def read_step(proc, step):
@@ -133,3 +137,41 @@ def test_the_asyncio_holder_holds_renews_and_releases(client):
     holder = asyncio.run(run())
     state = client.get_lease("h/async")
     assert state.holder == "" and holder.startswith("looped~")
+
+
+
+def test_the_singleton_example_runs_one_copy_at_a_time_and_a_standby_takes_over(cluster):
+    """examples/python/singleton.py as its docstring runs it: two copies, one leads; kill -9
+    the leader and the other leads under a bigger token."""
+    example = REPO / "examples" / "python" / "singleton.py"
+    env = dict(os.environ, LEASEHOLD_ENDPOINTS=",".join(cluster.endpoints))
+    said: "queue.Queue[tuple[subprocess.Popen, str]]" = queue.Queue()
+
+    def start():
+        proc = subprocess.Popen([sys.executable, str(example)], stdout=subprocess.PIPE, text=True, env=env)
+        threading.Thread(target=lambda: [said.put((proc, line)) for line in proc.stdout], daemon=True).start()
+        return proc
+
+    def leads(within):
+        """The copy that says it leads next, and its token."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            try:
+                proc, line = said.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if line.startswith("leading with token"):
+                return proc, int(line.split()[-1])
+        raise AssertionError(f"no copy led within {within} s")
+
+    copies = [start(), start()]
+    try:
+        leader, token = leads(20)
+        leader.send_signal(signal.SIGKILL)
+        leader.wait()
+        successor, taken = leads(20)
+        assert successor is not leader and taken > token, (token, taken)
+    finally:
+        for proc in copies:
+            proc.kill()
+            proc.wait()
