@@ -3,6 +3,7 @@
 
 mod harness;
 
+use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -43,16 +44,19 @@ fn https_url(http: &[String], rpc: &str) -> String {
 }
 
 /// curl's flags for TLS with the cluster's CA, as `identity` (its certificate) if one is given.
-fn tls_flags<'a>(h: &Harness, identity: Option<&str>, extra: &[&'a str]) -> Vec<&'a str> {
-    let leak =
-        |p: std::path::PathBuf| -> &'a str { Box::leak(p.display().to_string().into_boxed_str()) };
+fn tls_flags(h: &Harness, identity: Option<&str>, extra: &[&str]) -> Vec<OsString> {
     let ca = h.identity_files(leasehold::tls::certs::ADMIN_NAME).ca;
-    let mut flags = vec!["--cacert", leak(ca)];
+    let mut flags: Vec<OsString> = vec!["--cacert".into(), ca.into()];
     if let Some(name) = identity {
         let files = h.identity_files(name);
-        flags.extend(["--cert", leak(files.cert), "--key", leak(files.key)]);
+        flags.extend([
+            "--cert".into(),
+            files.cert.into(),
+            "--key".into(),
+            files.key.into(),
+        ]);
     }
-    flags.extend_from_slice(extra);
+    flags.extend(extra.iter().map(OsString::from));
     flags
 }
 
@@ -78,7 +82,7 @@ fn curl_installed() {
 }
 
 /// `curl -X POST URL -d BODY` with `extra` flags: the HTTP status and the JSON answer.
-fn post(url: &str, body: &str, extra: &[&str]) -> (u16, Value) {
+fn post<S: AsRef<OsStr>>(url: &str, body: &str, extra: &[S]) -> (u16, Value) {
     let output = Command::new("curl")
         .args(["--silent", "--show-error", "--max-time", "20", "-X", "POST"])
         .args(["--write-out", "\n%{http_code}", "--data-binary", body])
@@ -102,7 +106,7 @@ fn post(url: &str, body: &str, extra: &[&str]) -> (u16, Value) {
 }
 
 fn call(addr: &str, rpc: &str, body: Value) -> (u16, Value) {
-    post(&format!("http://{addr}/v1/{rpc}"), &body.to_string(), &[])
+    post::<&str>(&format!("http://{addr}/v1/{rpc}"), &body.to_string(), &[])
 }
 
 /// A proto3 JSON uint64, which is a string.
@@ -223,7 +227,7 @@ async fn bad_calls_get_an_http_status_and_the_grpc_error_as_json() {
     let (_, lease) = call(node, "GetLease", json!({"lease": "x"}));
     assert!(lease.get("token").is_none(), "nothing was granted: {lease}");
 
-    let (status, e) = post(&format!("http://{node}/v1/Acquire"), "{not json", &[]);
+    let (status, e) = post::<&str>(&format!("http://{node}/v1/Acquire"), "{not json", &[]);
     assert_eq!(
         (status, e["metadata"]["field"].as_str()),
         (400, Some("body")),
@@ -242,7 +246,7 @@ async fn bad_calls_get_an_http_status_and_the_grpc_error_as_json() {
     let huge = format!("{{\"key\":\"k\",\"value\":\"{}\"}}", "A".repeat(3 << 20));
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), huge).unwrap();
-    let (status, e) = post(
+    let (status, e) = post::<&str>(
         &format!("http://{node}/v1/Put"),
         &format!("@{}", file.path().display()),
         &[],
@@ -255,7 +259,7 @@ async fn bad_calls_get_an_http_status_and_the_grpc_error_as_json() {
     assert!(e["message"].as_str().unwrap().contains("bytes"), "{e}");
 
     // An empty body is the empty message.
-    let (status, nodes) = post(&format!("http://{node}/v1/Status"), "", &[]);
+    let (status, nodes) = post::<&str>(&format!("http://{node}/v1/Status"), "", &[]);
     assert_eq!(
         (status, nodes["nodes"].as_array().map(Vec::len)),
         (200, Some(3)),
@@ -377,7 +381,7 @@ async fn over_tls_a_bearer_token_is_an_identity_and_a_revoked_watch_ends_with_an
     admin(json!({"addToken": {"identity": "svc", "sha256": sha256}}));
 
     let header = format!("Authorization: Bearer {token}");
-    let as_svc = tls_flags(&h, None, &["-H", Box::leak(header.into_boxed_str())]);
+    let as_svc = tls_flags(&h, None, &["-H", &header]);
     let (status, me) = post(&https_url(&http, "WhoAmI"), "{}", &as_svc);
     assert_eq!(
         (status, me["identity"].as_str()),
@@ -439,7 +443,7 @@ async fn every_rpc_of_the_proto_is_served_and_browsers_are_refused() {
         .map(|l| l.split('(').next().unwrap().trim())
         .collect();
     assert_eq!(rpcs.len(), 19, "{rpcs:?}");
-    for rpc in rpcs {
+    for &rpc in &rpcs {
         // Each answers something of its own (Watch streams until curl's time runs out).
         let output = Command::new("curl")
             .args(["--silent", "--output", "/dev/null", "--max-time", "3"])
@@ -449,6 +453,11 @@ async fn every_rpc_of_the_proto_is_served_and_browsers_are_refused() {
             .unwrap();
         let code = String::from_utf8_lossy(&output.stdout).into_owned();
         assert!(code != "404" && code != "000", "{rpc}: HTTP {code}");
+    }
+    // The error for a name it does not serve lists every one it does.
+    let (_, e) = call(&http[0], "Explode", json!({}));
+    for rpc in &rpcs {
+        assert!(e["message"].as_str().unwrap().contains(rpc), "{rpc}: {e}");
     }
     let (status, e) = post(
         &format!("http://{}/v1/Put", http[0]),

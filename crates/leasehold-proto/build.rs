@@ -7,17 +7,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptors = protox::compile([&file], [root])?;
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     // For gRPC reflection on the client port: generic tools work without the proto file.
-    std::fs::write(
-        out_dir.join("leasehold_descriptor.bin"),
-        prost::Message::encode_to_vec(&descriptors),
-    )?;
+    let encoded = prost::Message::encode_to_vec(&descriptors);
+    std::fs::write(out_dir.join("leasehold_descriptor.bin"), &encoded)?;
     // No `connect` helpers: they need tonic's transport, which this crate leaves to its users.
     tonic_prost_build::configure()
         .build_transport(false)
-        .compile_fds(descriptors.clone())?;
+        .compile_fds(descriptors)?;
     // Serde impls in proto3's JSON mapping, beside prost's messages (`leasehold.v1.serde.rs`).
     pbjson_build::Builder::new()
-        .register_descriptors(&prost::Message::encode_to_vec(&descriptors))?
+        .register_descriptors(&encoded)?
         .out_dir(&out_dir)
         .build(&[".leasehold.v1"])?;
     println!("cargo:rerun-if-changed={}", file.display());

@@ -214,8 +214,8 @@ fn with_side_ports(mut cluster: LocalCluster, args: &ClusterArgs) -> LocalCluste
         (args.metrics_port, "--metrics-listen"),
         (args.http_port, "--http-listen"),
     ] {
+        let Some(first) = ports else { continue };
         for id in 1..=args.nodes {
-            let Some(first) = ports else { break };
             let addr = format!("127.0.0.1:{}", u64::from(first) + id - 1);
             cluster = cluster.with_node_args(id, &[flag, &addr]);
         }

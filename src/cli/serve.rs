@@ -172,6 +172,13 @@ async fn resolve(flag: &str, addr: &str) -> anyhow::Result<SocketAddr> {
         .ok_or_else(|| anyhow::anyhow!("{flag} {addr}: the name has no address"))
 }
 
+async fn resolve_if_given(flag: &str, addr: &Option<String>) -> anyhow::Result<Option<SocketAddr>> {
+    match addr {
+        Some(addr) => resolve(flag, addr).await.map(Some),
+        None => Ok(None),
+    }
+}
+
 /// The node id `--id` or `--id-from-hostname` gives.
 fn node_id(args: &ServeArgs) -> anyhow::Result<u64> {
     if let Some(id) = args.id {
@@ -264,14 +271,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     }
     let listen = resolve("--listen", &args.listen).await?;
     let peer_listen = resolve("--peer-listen", &args.peer_listen).await?;
-    let metrics_listen = match &args.metrics_listen {
-        Some(addr) => Some(resolve("--metrics-listen", addr).await?),
-        None => None,
-    };
-    let http_listen = match &args.http_listen {
-        Some(addr) => Some(resolve("--http-listen", addr).await?),
-        None => None,
-    };
+    let metrics_listen = resolve_if_given("--metrics-listen", &args.metrics_listen).await?;
+    let http_listen = resolve_if_given("--http-listen", &args.http_listen).await?;
     let peers = peers(&args, id);
     if let Some(admin) = &args.auth_admin {
         leasehold_core::limits::name(

@@ -279,7 +279,13 @@ class Holder:
         removes it."""
         with self._state:
             self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+        def remove() -> None:
+            with self._state:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return remove
 
 
 def _wake_on_free(watch, woken: threading.Event) -> None:

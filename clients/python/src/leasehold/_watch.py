@@ -19,11 +19,11 @@ from leasehold.v1 import leasehold_pb2 as pb
 if TYPE_CHECKING:
     from leasehold._client import Client
 
-# Refusals another node would repeat: the watch ends with them.
+# Refusals another node would repeat: the watch ends with them. (OUT_OF_RANGE ends it only once
+# every node has said it: see `_receive`.)
 FINAL = frozenset(
     {
         grpc.StatusCode.INVALID_ARGUMENT,
-        grpc.StatusCode.OUT_OF_RANGE,
         grpc.StatusCode.PERMISSION_DENIED,
         grpc.StatusCode.UNAUTHENTICATED,
         grpc.StatusCode.FAILED_PRECONDITION,

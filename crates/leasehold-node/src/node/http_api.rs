@@ -109,9 +109,7 @@ impl std::fmt::Debug for Peer {
 }
 
 /// Plain connections on the HTTP listener, with TCP keepalive.
-pub(super) struct Plain(pub PlainListener);
-
-pub(super) struct PlainListener {
+pub(super) struct Plain {
     pub listener: TcpListener,
     pub keepalive: crate::tls::KeepAlive,
 }
@@ -124,10 +122,10 @@ impl Listener for Plain {
     type Addr = Peer;
 
     async fn accept(&mut self) -> (TcpStream, Peer) {
-        let (stream, _) = Listener::accept(&mut self.0.listener).await;
+        let (stream, _) = Listener::accept(&mut self.listener).await;
         let _ = stream.set_nodelay(true);
         // As on the gRPC planes: a client that vanished mid-watch is noticed.
-        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&self.0.keepalive.to_socket2());
+        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&self.keepalive.to_socket2());
         let tcp = stream.connect_info();
         (stream, Peer { tcp, tls: None })
     }

@@ -51,15 +51,18 @@ impl Listeners {
         Ok(Listeners {
             client: bind(config.listen).await?,
             peer: bind(config.peer_listen).await?,
-            metrics: match config.metrics_listen {
-                Some(addr) => Some(bind(addr).await?),
-                None => None,
-            },
-            http: match config.http_listen {
-                Some(addr) => Some(bind(addr).await?),
-                None => None,
-            },
+            metrics: bind_if_asked(config.metrics_listen).await?,
+            http: bind_if_asked(config.http_listen).await?,
         })
+    }
+}
+
+async fn bind_if_asked(
+    addr: Option<std::net::SocketAddr>,
+) -> Result<Option<TcpListener>, StartError> {
+    match addr {
+        Some(addr) => bind(addr).await.map(Some),
+        None => Ok(None),
     }
 }
 
@@ -155,11 +158,11 @@ pub(super) fn serve_http(
             tokio::spawn(http_api::serve(http_api::Tls(incoming), api, until))
         }
         None => {
-            let plain = http_api::PlainListener {
+            let plain = http_api::Plain {
                 listener,
                 keepalive: KEEPALIVE,
             };
-            tokio::spawn(http_api::serve(http_api::Plain(plain), api, until))
+            tokio::spawn(http_api::serve(plain, api, until))
         }
     }
 }

@@ -163,9 +163,11 @@ fn client_name(name: &str) -> Result<(), CertError> {
             why: why.to_owned(),
         })
     };
-    let dns = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
-    if name.is_empty() || name.len() > 128 || !name.chars().all(dns) || name.starts_with('.') {
-        return refused("an identity is 1 to 128 letters, digits, '-' and '.'");
+    if let Err(invalid) = leasehold_core::limits::identity_field(name) {
+        return refused(&invalid.problem);
+    }
+    if name.starts_with('.') {
+        return refused("a file name starting with '.' would be hidden");
     }
     let taken = name == "ca" || name == "client" || name == CLIENT_NAME;
     if taken
