@@ -10,15 +10,23 @@
 //! - `state`: the vote, the last purged log id and the last committed id reported, replaced
 //!   atomically (temporary file, fsync, rename, fsync of the directory).
 //!
-//! An append is one write of all its records (the magic too, if it is a segment's first) and
-//! one `fdatasync`, done before openraft hears the entries are saved: the whole cost of
-//! durability, where a B-tree store (redb, before) wrote several pages per commit. A vote is
-//! saved durably before `save_vote` returns.
+//! An append is readable at once and written behind openraft's back: one flusher at a time
+//! takes every append queued so far and writes all their records (the magic too, if it is a
+//! segment's first) in one write and one `fdatasync`, and only then tells openraft those
+//! appends are saved. A leader (openraft as patched, `third_party/openraft/PATCH.md`) sends its
+//! entries to the followers while they are being flushed, and counts itself toward their quorum
+//! only from that callback; a follower waits for it before it answers. Appends that queue up
+//! behind a flush share the next one (group commit): the whole cost of durability, where a
+//! B-tree store (redb, before) wrote several pages per commit. A vote is saved durably before
+//! `save_vote` returns, and only once every earlier append is, as is a truncate or a purge: each
+//! waits for the queue to drain first, so they never race the flusher.
 //!
 //! # Recovery
 //!
-//! At open every record is read back and checked. Appends are sequential and each is synced
-//! before the next begins, so a crash can leave only a prefix of the last append's bytes,
+//! At open every record is read back and checked, and the last segment is synced: what a
+//! killed process left in the page cache is durable before a restarted leader counts it. Writes
+//! are sequential and each is synced before the next begins, so a crash can leave only a prefix
+//! of the last write's bytes,
 //! perhaps followed by zeros (the file grew, its blocks never came) or garbage (the block being
 //! written): never a good record after a damaged one. A record is judged by this table, where
 //! "later" means a good record (both checksums hold) starting at any byte after it, since a
@@ -63,6 +71,8 @@
 //! `power_loss` crashes the store at every one of those calls.
 
 mod disk;
+#[cfg(test)]
+mod pipelined;
 #[cfg(test)]
 mod power_loss;
 mod segment;
@@ -171,9 +181,10 @@ struct Shared {
     dir: PathBuf,
     /// What readers see. Held only for lookups and updates, never across file I/O.
     index: Mutex<Index>,
-    /// The one writer's state. openraft calls the writing methods one at a time; the lock only
-    /// keeps that true for clones too.
+    /// The one writer's state: the flusher's, or a truncate's, purge's or vote's, one at a time.
     writer: Mutex<Writer>,
+    /// Woken after every flush (see `drained`).
+    flushes: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -182,6 +193,26 @@ struct Index {
     /// Where each entry is, for indexes `first..first + len` (purged ones are gone).
     entries: VecDeque<Location>,
     last_purged: Option<LogId>,
+    /// Appends made but not yet written, after `entries`.
+    queue: Queue,
+}
+
+/// Appends readable but not yet on disk (see the module's comment).
+#[derive(Default)]
+struct Queue {
+    /// Their entries, in order, following `Index::entries`: readers see them at once (a
+    /// leader's replication streams read them back while they are being flushed).
+    entries: VecDeque<Entry>,
+    /// Each append's callback, in order, told once its last entry is durable.
+    callbacks: VecDeque<LogFlushed<TypeConfig>>,
+    /// Whether a flusher is at work: an append starts one when none is.
+    flushing: bool,
+    /// Appends queued, and flushed, since the log was opened (see `drained`).
+    queued: u64,
+    flushed: u64,
+    /// Why a flush failed. What it was writing may be partly on disk, so nothing more is
+    /// written: every later append fails too, and openraft stops the node.
+    failed: Option<String>,
 }
 
 #[derive(Clone, Copy)]
@@ -275,12 +306,16 @@ impl LogStore {
             index.segments.insert(first, file.clone());
             active = Some((first, file, len));
         }
+        if let Some((_, file, _)) = &active {
+            file.sync_data().map_err(read_error)?;
+        }
         Ok(LogStore {
             shared: Arc::new(Shared {
                 disk,
                 dir: dir.to_owned(),
                 index: Mutex::new(index),
                 writer: Mutex::new(Writer { active, state }),
+                flushes: tokio::sync::Notify::new(),
             }),
             purge_behind: None,
             deferred: Arc::default(),
@@ -333,6 +368,49 @@ impl LogStore {
     /// ended: for a shutdown, or a test, that must know the log is as purged as it was told.
     pub async fn settled(&self) -> Result<(), StorageError> {
         self.settle_deferred(true).await
+    }
+
+    /// Queues `entries` for the flusher if they simply follow the last entry (what every
+    /// leader's append and almost every follower's is), starting one if none is at work; hands
+    /// them back otherwise, with their callback.
+    #[allow(clippy::type_complexity)]
+    fn queue(
+        &self,
+        entries: Vec<Entry>,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<Option<(Vec<Entry>, LogFlushed<TypeConfig>)>, StorageError> {
+        let start = {
+            let mut index = lock(&self.shared.index);
+            if let Some(why) = &index.queue.failed {
+                let e = format!("an earlier append failed: {why}");
+                callback.log_io_completed(Err(io::Error::other(e.clone())));
+                return Err(write_error(e));
+            }
+            let last = index.last_log_id();
+            let follows = entries.first().is_some_and(|e| {
+                next_in_log(last, e.log_id.index).is_ok()
+                    && entries
+                        .windows(2)
+                        .all(|w| w[1].log_id.index == w[0].log_id.index + 1)
+            });
+            if !follows {
+                return Ok(Some((entries, callback)));
+            }
+            let queue = &mut index.queue;
+            queue.entries.extend(entries);
+            queue.callbacks.push_back(callback);
+            queue.queued += 1;
+            !std::mem::replace(&mut queue.flushing, true)
+        };
+        if start {
+            let shared = self.shared.clone();
+            let metrics = self.metrics.clone();
+            // Not awaited: openraft hears of the flush through the callbacks.
+            drop(tokio::task::spawn_blocking(move || {
+                shared.flush_queue(metrics.as_deref())
+            }));
+        }
+        Ok(None)
     }
 
     /// Whether `first_index` may not follow the last entry: what an append after a purge past
@@ -450,8 +528,11 @@ where
 }
 
 impl Index {
+    /// The last entry, queued or on disk, or else the last purged.
     fn last_log_id(&self) -> Option<LogId> {
-        self.entries.back().map(|l| l.log_id).or(self.last_purged)
+        (self.queue.entries.back().map(|e| e.log_id))
+            .or(self.entries.back().map(|l| l.log_id))
+            .or(self.last_purged)
     }
 }
 
@@ -509,11 +590,20 @@ impl Shared {
         Ok(entries)
     }
 
-    /// Writes `entries` after the last one, durably, then makes them visible to readers.
+    /// Writes `entries` where they belong, durably, then makes them visible to readers: the
+    /// way of an append that does not simply follow the log (the queue is empty then).
     fn append(&self, writer: &mut Writer, entries: Vec<Entry>) -> Result<(), StorageError> {
         let entries = self.place(writer, entries)?;
+        let locations = self.write(writer, &entries)?;
+        lock(&self.index).entries.extend(locations);
+        Ok(())
+    }
+
+    /// Writes `entries`, which follow the last entry on disk, in one write and one
+    /// `fdatasync`, and returns where they are.
+    fn write(&self, writer: &mut Writer, entries: &[Entry]) -> Result<Vec<Location>, StorageError> {
         let Some(first_index) = entries.first().map(|e| e.log_id.index) else {
-            return Ok(());
+            return Ok(Vec::new());
         };
         if writer
             .active
@@ -537,7 +627,7 @@ impl Shared {
             bytes.extend_from_slice(MAGIC);
         }
         let mut locations = Vec::with_capacity(entries.len());
-        for entry in &entries {
+        for entry in entries {
             let offset = *len + bytes.len() as u64;
             let record_len = encode_record(entry, offset, &mut bytes).map_err(write_error)?;
             locations.push(Location {
@@ -556,8 +646,90 @@ impl Shared {
             return Err(write_error(e));
         }
         *len += bytes.len() as u64;
-        lock(&self.index).entries.extend(locations);
-        Ok(())
+        Ok(locations)
+    }
+
+    /// The flusher: writes what is queued, in batches, until the queue is empty, telling each
+    /// append's callback once its entries are durable. Runs on the blocking pool. The writer
+    /// is taken per batch, before the batch is, so that a truncate or purge (which hold it)
+    /// always sees the queue and the disk agree.
+    fn flush_queue(&self, metrics: Option<&crate::metrics::Metrics>) {
+        loop {
+            let mut writer = lock(&self.writer);
+            let (batch, callbacks): (Vec<Entry>, Vec<LogFlushed<TypeConfig>>) = {
+                let mut index = lock(&self.index);
+                if index.queue.entries.is_empty() {
+                    index.queue.flushing = false;
+                    return;
+                }
+                let queue = &mut index.queue;
+                (
+                    queue.entries.iter().cloned().collect(),
+                    queue.callbacks.drain(..).collect(),
+                )
+            };
+            let started = std::time::Instant::now();
+            let written = self.write(&mut writer, &batch);
+            drop(writer);
+            if let Some(metrics) = metrics {
+                let seconds = started.elapsed().as_secs_f64();
+                metrics.log_fsync_duration.observe(seconds);
+            }
+            let failed = {
+                let mut index = lock(&self.index);
+                match written {
+                    Ok(locations) => {
+                        index.entries.extend(locations);
+                        index.queue.entries.drain(..batch.len());
+                        index.queue.flushed += callbacks.len() as u64;
+                        None
+                    }
+                    Err(e) => {
+                        let queue = &mut index.queue;
+                        queue.failed = Some(e.to_string());
+                        queue.entries.clear();
+                        queue.flushing = false;
+                        Some((e.to_string(), queue.callbacks.drain(..).collect::<Vec<_>>()))
+                    }
+                }
+            };
+            let Some((why, later)) = failed else {
+                // The entries are durable (fdatasync returned) before openraft is told so.
+                callbacks
+                    .into_iter()
+                    .for_each(|c| c.log_io_completed(Ok(())));
+                self.flushes.notify_waiters();
+                continue;
+            };
+            for callback in callbacks.into_iter().chain(later) {
+                callback.log_io_completed(Err(io::Error::other(why.clone())));
+            }
+            self.flushes.notify_waiters();
+            return;
+        }
+    }
+
+    /// Waits until every append queued before the call is durable, and says whether a flush
+    /// failed: what a truncate, a purge, a vote and an append off the queue do first, so that
+    /// none of them finds an earlier append still in flight. (Not "until the queue is empty":
+    /// under a steady load it may never be.)
+    async fn drained(&self) -> Result<(), StorageError> {
+        let target = lock(&self.index).queue.queued;
+        loop {
+            let flushed = self.flushes.notified();
+            tokio::pin!(flushed);
+            flushed.as_mut().enable();
+            {
+                let index = lock(&self.index);
+                if let Some(why) = &index.queue.failed {
+                    return Err(write_error(format!("an earlier append failed: {why}")));
+                }
+                if index.queue.flushed >= target {
+                    return Ok(());
+                }
+            }
+            flushed.await;
+        }
     }
 
     /// Removes every entry from `since` on, durably.
@@ -648,32 +820,45 @@ impl Shared {
     }
 }
 
+/// The items of `items`, whose indexes (`index_of`) are consecutive, with indexes in
+/// `start..end`.
+fn slice<T>(
+    items: &VecDeque<T>,
+    index_of: impl Fn(&T) -> u64,
+    start: u64,
+    end: u64,
+) -> std::collections::vec_deque::Iter<'_, T> {
+    let Some(first) = items.front().map(index_of) else {
+        return items.range(0..0);
+    };
+    let from = start.saturating_sub(first).min(items.len() as u64) as usize;
+    let to = end.saturating_sub(first).min(items.len() as u64) as usize;
+    items.range(from..to.max(from))
+}
+
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
+        let start = match range.start_bound() {
+            Bound::Included(i) => *i,
+            Bound::Excluded(i) => i.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(i) => i.saturating_add(1),
+            Bound::Excluded(i) => *i,
+            Bound::Unbounded => u64::MAX,
+        };
         // Read under the lock, so that a truncation cannot pull the bytes away between finding
-        // an entry and reading it; decode after.
-        let payloads: Vec<Vec<u8>> = {
+        // an entry and reading it, nor the flusher move an entry from the queue to the disk;
+        // decode after.
+        let (payloads, queued): (Vec<Vec<u8>>, Vec<Entry>) = {
             let index = lock(&self.shared.index);
-            let Some(first) = index.entries.front().map(|l| l.log_id.index) else {
-                return Ok(Vec::new());
-            };
-            let start = match range.start_bound() {
-                Bound::Included(i) => *i,
-                Bound::Excluded(i) => i.saturating_add(1),
-                Bound::Unbounded => first,
-            };
-            let end = match range.end_bound() {
-                Bound::Included(i) => i.saturating_add(1),
-                Bound::Excluded(i) => *i,
-                Bound::Unbounded => u64::MAX,
-            };
-            let from = start.saturating_sub(first).min(index.entries.len() as u64) as usize;
-            let to = end.saturating_sub(first).min(index.entries.len() as u64) as usize;
-            let mut payloads = Vec::with_capacity(to.saturating_sub(from));
-            for location in index.entries.range(from..to.max(from)) {
+            let on_disk = slice(&index.entries, |l| l.log_id.index, start, end);
+            let mut payloads = Vec::with_capacity(on_disk.len());
+            for location in on_disk {
                 let file = index
                     .segments
                     .get(&location.segment)
@@ -683,12 +868,15 @@ impl RaftLogReader<TypeConfig> for LogStore {
                     .map_err(read_error)?;
                 payloads.push(payload);
             }
-            payloads
+            let queued = slice(&index.queue.entries, |e| e.log_id.index, start, end);
+            (payloads, queued.into_iter().cloned().collect())
         };
-        payloads
+        let mut entries = payloads
             .iter()
             .map(|payload| decode(payload).map_err(read_error))
-            .collect()
+            .collect::<Result<Vec<Entry>, _>>()?;
+        entries.extend(queued);
+        Ok(entries)
     }
 }
 
@@ -709,6 +897,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
         let vote = *vote;
+        // Every earlier append durable first: a vote for a new term must not find this node's
+        // former term's entries still in flight once it leads (a new leader counts its whole
+        // log toward quorums).
+        self.shared.drained().await?;
         self.with_writer(move |shared, writer| {
             writer.state.vote = Some(vote);
             shared.write_state(&writer.state)
@@ -749,6 +941,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         if let Some(appends) = &self.appends {
             appends.appended(entries.iter().map(|entry| entry.log_id));
         }
+        let Some((entries, callback)) = self.queue(entries, callback)? else {
+            return Ok(());
+        };
+        // Not simply the next entries (from inside the log, or after a purge past its end):
+        // placed and written here, on an empty queue.
+        self.shared.drained().await?;
         let started = std::time::Instant::now();
         let result = self
             .with_writer(move |shared, writer| shared.append(writer, entries))
@@ -768,6 +966,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.settle_deferred(false).await?;
+        self.shared.drained().await?;
         self.with_writer(move |shared, writer| shared.truncate(writer, log_id.index))
             .await
     }
@@ -789,6 +988,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .cloned();
         let Some(snapshot) = waits_for else {
             drop(deferred);
+            self.shared.drained().await?;
             return self
                 .with_writer(move |shared, writer| shared.purge(writer, log_id))
                 .await;
@@ -800,6 +1000,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 before.await.map_err(write_error)??;
             }
             snapshot.wait_covers(log_id).await?;
+            // Appends queued from here on all follow `log_id`: openraft purges only what it
+            // has committed.
+            shared.drained().await?;
             on_writer(shared, move |shared, writer| shared.purge(writer, log_id)).await
         }));
         Ok(())
@@ -887,7 +1090,7 @@ pub(crate) mod tests {
         }
     }
 
-    async fn indexes(log: &mut LogStore) -> Vec<u64> {
+    pub(super) async fn indexes(log: &mut LogStore) -> Vec<u64> {
         log.try_get_log_entries(..)
             .await
             .unwrap()

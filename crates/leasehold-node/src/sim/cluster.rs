@@ -78,7 +78,7 @@ impl Sim {
         let nodes = (1..=count)
             .map(|id| {
                 let node = SimNode {
-                    log: MemLog::default(),
+                    log: MemLog::of(id),
                     dir: tempfile::TempDir::new().unwrap(),
                     state: Mutex::new(None),
                     boot: Mutex::default(),

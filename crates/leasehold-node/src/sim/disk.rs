@@ -1,11 +1,20 @@
 //! A log store in memory that outlives its node, as a disk does: what was synced survives a
 //! power loss, the rest is gone. Purged entries are archived for the checkers, which read the
 //! log from index 1.
+//!
+//! In the seeded schedules, appends are synced as the real store syncs them
+//! (`raft::log_store`): readable at once, synced by a flush that takes the disk's `fsync` (the
+//! appends made meanwhile share the next), and only then told saved. So a leader replicates its
+//! entries while its own copy is not yet durable, and the schedules' power losses land in that
+//! window; a node whose disk is slower than a round trip to the others (the schedules have one)
+//! is left out of its own quorums. The scenario tests, which time leases to the millisecond,
+//! keep a disk that syncs every append at once (`fsync` zero).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::ops::RangeBounds;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use leasehold_core::{Batch, Command};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
@@ -22,9 +31,17 @@ pub(super) struct Disk {
     pub(super) entries: BTreeMap<u64, Entry<TypeConfig>>,
 }
 
-/// Set to true, as a temporary patch, to check that the suite catches a log store that tells
-/// openraft an append is saved before it is synced: power loss then loses acknowledged writes.
-const SKIP_FSYNC: bool = false;
+/// What a log tells openraft of the appends of the leader it belongs to.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(super) enum OwnAppends {
+    /// Saved once synced, as every other append: the product's store.
+    #[default]
+    SavedWhenSynced,
+    /// Saved at once, synced later: a leader that counts its own unsynced copy toward the
+    /// quorum, as openraft would if the patch that makes it wait for the flush were wrong
+    /// (`third_party/openraft/PATCH.md`). The test that shows the checkers catch it sets this.
+    SavedBeforeSynced,
+}
 
 #[derive(Default)]
 pub(super) struct MemLogInner {
@@ -35,11 +52,22 @@ pub(super) struct MemLogInner {
     /// Purged entries, kept for the checkers only (they read the log from index 1); Raft never
     /// sees them again. Purged entries are applied, so they are the cluster's for good.
     pub(super) archive: BTreeMap<u64, Entry<TypeConfig>>,
+    /// The node whose log this is: its own appends carry its id as their leader's.
+    pub(super) owner: u64,
+    pub(super) own_appends: OwnAppends,
+    /// How long a flush takes here; zero, an append is synced before `append` returns.
+    pub(super) fsync: Duration,
+    /// The appends in `live` but not yet synced, told saved by the next flush.
+    unsynced: Vec<LogFlushed<TypeConfig>>,
+    /// Whether an append was made since the last sync, and whether a flush is under way.
+    dirty: bool,
+    flushing: bool,
 }
 
 impl MemLogInner {
     pub(super) fn sync(&mut self) {
         self.synced = self.live.clone();
+        self.dirty = false;
     }
 }
 
@@ -47,8 +75,36 @@ impl MemLogInner {
 pub(super) struct MemLog(Arc<Mutex<MemLogInner>>);
 
 impl MemLog {
+    /// The log of node `owner`.
+    pub(super) fn of(owner: u64) -> MemLog {
+        let log = MemLog::default();
+        log.lock().owner = owner;
+        log
+    }
+
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, MemLogInner> {
         self.0.lock().unwrap()
+    }
+
+    /// The flush: every `fsync`, syncs whatever was appended and tells those appends they
+    /// are saved, until nothing more was appended. Outlives a crash as a disk's write-back
+    /// does: it syncs the next incarnation's appends then, and tells a stopped core nothing.
+    async fn flush(self) {
+        loop {
+            let fsync = self.lock().fsync;
+            tokio::time::sleep(fsync).await;
+            let saved = {
+                let mut inner = self.lock();
+                inner.sync();
+                std::mem::take(&mut inner.unsynced)
+            };
+            saved.into_iter().for_each(|c| c.log_io_completed(Ok(())));
+            let mut inner = self.lock();
+            if !inner.dirty {
+                inner.flushing = false;
+                return;
+            }
+        }
     }
 
     /// Power loss: whatever was not synced is gone.
@@ -139,17 +195,27 @@ impl RaftLogStorage<TypeConfig> for MemLog {
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
         I::IntoIter: Send,
     {
-        {
-            let mut inner = self.lock();
-            for entry in entries {
-                inner.live.entries.insert(entry.log_id.index, entry);
-            }
-            if !SKIP_FSYNC {
-                inner.sync();
-            }
+        let mut inner = self.lock();
+        let mut own = true;
+        for entry in entries {
+            own &= entry.log_id.leader_id.node_id == inner.owner;
+            inner.live.entries.insert(entry.log_id.index, entry);
         }
-        // Saved: synced above, before openraft hears of it.
-        callback.log_io_completed(Ok(()));
+        inner.dirty = true;
+        if inner.fsync.is_zero() {
+            inner.sync();
+            drop(inner);
+            callback.log_io_completed(Ok(()));
+            return Ok(());
+        }
+        if own && inner.own_appends == OwnAppends::SavedBeforeSynced {
+            callback.log_io_completed(Ok(()));
+        } else {
+            inner.unsynced.push(callback);
+        }
+        if !std::mem::replace(&mut inner.flushing, true) {
+            tokio::spawn(self.clone().flush());
+        }
         Ok(())
     }
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {

@@ -12,12 +12,20 @@ use tokio::time::Instant;
 
 use super::clients::{client, write, History};
 use super::cluster::Sim;
+use super::disk::OwnAppends;
 
 /// Seeds that once failed; they run first, every time. 4: a leader restarted within its lease
 /// served a read behind its acknowledged writes while the committed index was not fsynced.
 /// 107: a node that installed a snapshot had archived a never-committed entry (the harness's
-/// log assembly, now by highest term).
-const REGRESSION_SEEDS: &[u64] = &[4, 107];
+/// log assembly, now by highest term). 11: a leader, restarted after a power loss took entries
+/// it had sent before its own flush, led on in its old term and proposed other entries under
+/// the same log ids (openraft now makes it campaign for the next term: PATCH.md).
+const REGRESSION_SEEDS: &[u64] = &[4, 107, 11];
+/// Seeds within which a leader counting its unsynced copy must be caught.
+const CAUGHT_WITHIN: u64 = 200;
+/// How long the disks' flushes take, node 1's and the others'.
+const SLOW_FSYNC: Duration = Duration::from_millis(10);
+const FSYNC: Duration = Duration::from_millis(1);
 /// Virtual time per schedule.
 const SCHEDULE: Duration = Duration::from_secs(8);
 
@@ -31,13 +39,20 @@ struct Run {
     history: Vec<Operation>,
 }
 
-/// Runs one seeded schedule.
-async fn schedule(seed: u64) -> Run {
+/// Runs one seeded schedule, the logs telling leaders of their own appends as `own` says.
+async fn schedule(seed: u64, own: OwnAppends) -> Run {
     // openraft's own draws (election timeouts) follow the seed too: the whole cluster runs on
     // this one thread.
     crate::raft::runtime::seed_this_thread(seed);
     let mut rng = Rng(seed);
     let sim = Arc::new(Sim::start(3, rng.bits()).await);
+    // Disks that take time to flush, one slower than a round trip to the others: as leader,
+    // node 1 commits on its followers' copies before its own is durable.
+    for (id, node) in &sim.nodes {
+        let mut log = node.log.lock();
+        log.own_appends = own;
+        log.fsync = if *id == 1 { SLOW_FSYNC } else { FSYNC };
+    }
     let history: History = Arc::default();
     let until = Instant::now() + SCHEDULE;
     let clients: Vec<_> = (0..4)
@@ -304,13 +319,34 @@ fn seeded_schedules_of_crashes_partitions_and_loss_keep_every_invariant() {
 
 /// Runs schedule `seed` on a fresh paused runtime.
 fn run_schedule(seed: u64) -> Run {
+    run_schedule_with(seed, OwnAppends::SavedWhenSynced)
+}
+
+/// [`run_schedule`], the logs telling leaders of their own appends as `own` says.
+fn run_schedule_with(seed: u64, own: OwnAppends) -> Run {
     let mut builder = tokio::runtime::Builder::new_current_thread();
     builder.enable_all().start_paused(true);
     // tokio's own draws (which `select!` branch is polled first, inside openraft) follow the
     // seed too; `tokio_unstable` comes from .cargo/config.toml.
     builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
     let runtime = builder.build().unwrap();
-    runtime.block_on(schedule(seed))
+    runtime.block_on(schedule(seed, own))
+}
+
+/// The schedules catch a leader that counts itself toward a quorum before its own copy of an
+/// entry is durable, which the openraft patch exists to prevent (`third_party/openraft/
+/// PATCH.md`): with logs that tell a leader its own appends are saved before they are synced,
+/// some seed's power loss takes an acknowledged write with it, and the checkers say so.
+#[test]
+fn a_leader_counting_its_unsynced_copy_loses_acknowledged_writes_and_is_caught() {
+    for seed in 1..=CAUGHT_WITHIN {
+        let run = run_schedule_with(seed, OwnAppends::SavedBeforeSynced);
+        if let Some(anomaly) = run.anomalies.first() {
+            println!("seed {seed} caught it: {anomaly:?}");
+            return;
+        }
+    }
+    panic!("no seed of {CAUGHT_WITHIN} caught a leader counting its unsynced copy");
 }
 
 /// A failing seed is a reproduction only if it replays: the same seed, run again, must give

@@ -1,8 +1,10 @@
 use crate::core::sm;
 use crate::raft::VoteResponse;
 use crate::replication;
+use crate::LogId;
 use crate::MessageSummary;
 use crate::RaftTypeConfig;
+use crate::StorageError;
 use crate::Vote;
 
 /// A message coming from the internal components.
@@ -41,6 +43,14 @@ where C: RaftTypeConfig
 
     /// Result of executing a command sent from state machine worker.
     StateMachine { command_result: sm::CommandResult<C> },
+
+    /// Leasehold patch: a leader's own append of entries up to `log_id`, submitted under
+    /// `vote`, is flushed (or failed): see `RaftCore::submit_leader_append`.
+    LocalLogFlushed {
+        vote: Vote<C::NodeId>,
+        log_id: LogId<C::NodeId>,
+        result: Result<(), StorageError<C::NodeId>>,
+    },
 
     /// A tick event to wake up RaftCore to check timeout etc.
     Tick {
@@ -84,6 +94,9 @@ where C: RaftTypeConfig
             }
             Self::StateMachine { command_result } => {
                 format!("StateMachine command done: {:?}", command_result)
+            }
+            Self::LocalLogFlushed { vote, log_id, result } => {
+                format!("LocalLogFlushed: vote: {}, upto: {}, ok: {}", vote, log_id, result.is_ok())
             }
             Self::Tick { i } => {
                 format!("Tick {}", i)

@@ -730,6 +730,51 @@ where
         Ok(())
     }
 
+    /// Leasehold patch: submits a leader's own entries to the log store without waiting for
+    /// them to be flushed, so that the next commands (the `Replicate`s that send the same
+    /// entries to the followers) run while the local flush is under way: the leader's fsync in
+    /// parallel with replication (Raft thesis 10.2.1), where upstream's `append_to_log` waits
+    /// for the flush first.
+    ///
+    /// The leader's own progress is updated only from `Notify::LocalLogFlushed`, sent once the
+    /// store reports the flush: an entry counts the leader toward its quorum only once it is
+    /// durable there. The log store must make an appended entry readable at once (the
+    /// replication streams read it back before the flush) and report flushes in order.
+    /// A failed flush is fatal, as a failed blocking append is.
+    #[tracing::instrument(level = "debug", skip_all)]
+    pub(crate) async fn submit_leader_append<I>(
+        &mut self,
+        entries: I,
+        vote: Vote<C::NodeId>,
+        last_log_id: LogId<C::NodeId>,
+    ) -> Result<(), StorageError<C::NodeId>>
+    where
+        I: IntoIterator<Item = C::Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let (tx, rx) = C::AsyncRuntime::oneshot();
+        let log_io_id = LogIOId::new(vote.clone(), Some(last_log_id.clone()));
+        self.log_store.append(entries, LogFlushed::new(log_io_id, tx)).await?;
+
+        let tx_notify = self.tx_notify.clone();
+        // False positive lint warning(`non-binding `let` on a future`): https://github.com/rust-lang/rust-clippy/issues/9932
+        #[allow(clippy::let_underscore_future)]
+        let _ = C::spawn(async move {
+            let result = match rx.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(StorageIOError::write_logs(AnyError::error(e)).into()),
+                Err(e) => Err(StorageIOError::write_logs(AnyError::error(e)).into()),
+            };
+            // The core may have stopped: nobody is left to tell.
+            let _ = tx_notify.send(Notify::LocalLogFlushed {
+                vote,
+                log_id: last_log_id,
+                result,
+            });
+        });
+        Ok(())
+    }
+
     #[tracing::instrument(level = "debug", skip_all)]
     pub(crate) async fn apply_to_state_machine(
         &mut self,
@@ -1278,6 +1323,21 @@ where
                 }
             }
 
+            // Leasehold patch: see `submit_leader_append`.
+            Notify::LocalLogFlushed { vote, log_id, result } => {
+                if let Err(error) = result {
+                    tracing::error!(error = display(&error), "the leader's log flush failed");
+                    return Err(Fatal::from(error));
+                }
+                // A leader that has since stepped down (or been elected again, under another
+                // vote) gains nothing from a flush of its former term's entries.
+                if self.does_vote_match(&vote, "LocalLogFlushed") {
+                    if let Ok(mut lh) = self.engine.leader_handler() {
+                        lh.replication_handler().update_local_progress(Some(log_id));
+                    }
+                }
+            }
+
             Notify::Tick { i } => {
                 // check every timer
 
@@ -1637,12 +1697,21 @@ where
                 let last_log_id = entries.last().unwrap().get_log_id().clone();
                 tracing::debug!("AppendInputEntries: {}", DisplaySlice::<_>(&entries),);
 
-                self.append_to_log(entries, vote, last_log_id.clone()).await?;
+                // Leasehold patch: a leader's own entries are flushed in parallel with their
+                // replication, and the leader counts itself for them only once they are flushed
+                // (`Notify::LocalLogFlushed`); see `submit_leader_append`. A follower's append
+                // still blocks: its answer to the leader says the entries are saved.
+                let leading = self.engine.leader.as_ref().is_some_and(|l| l.vote == vote);
+                if leading {
+                    self.submit_leader_append(entries, vote, last_log_id).await?;
+                } else {
+                    self.append_to_log(entries, vote, last_log_id.clone()).await?;
 
-                // The leader may have changed.
-                // But reporting to a different leader is not a problem.
-                if let Ok(mut lh) = self.engine.leader_handler() {
-                    lh.replication_handler().update_local_progress(Some(last_log_id));
+                    // The leader may have changed.
+                    // But reporting to a different leader is not a problem.
+                    if let Ok(mut lh) = self.engine.leader_handler() {
+                        lh.replication_handler().update_local_progress(Some(last_log_id));
+                    }
                 }
             }
             Command::SaveVote { vote } => {
@@ -1710,10 +1779,17 @@ where
                         let _ = node.tx_repl.send(Replicate::logs(RequestId::new_append_entries(id), log_id_range));
                     }
                     Inflight::Snapshot { id, last_log_id } => {
-                        // unwrap: The replication channel must not be dropped or it is a bug.
-                        node.tx_repl.send(Replicate::snapshot(RequestId::new_snapshot(id), last_log_id)).map_err(
-                            |_e| StorageIOError::read_snapshot(None, AnyError::error("replication channel closed")),
-                        )?;
+                        // Leasehold patch: as for the two arms above, a closed channel is not an
+                        // error. A replication stream ends by itself once its target answers with
+                        // a higher vote (it sends `HigherVote` and returns), and the core may
+                        // still ask it for a snapshot before that notification is handled;
+                        // upstream mapped the closed channel to a fatal `StorageIOError` here,
+                        // which stopped the leader under churn. The higher vote that ended the
+                        // stream makes this leader step down when its notification is handled.
+                        let sent = node.tx_repl.send(Replicate::snapshot(RequestId::new_snapshot(id), last_log_id));
+                        if sent.is_err() {
+                            tracing::info!("replication stream to {} has ended; snapshot not sent", target);
+                        }
                     }
                 }
             }

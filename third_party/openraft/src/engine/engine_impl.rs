@@ -15,7 +15,6 @@ use crate::engine::handler::following_handler::FollowingHandler;
 use crate::engine::handler::leader_handler::LeaderHandler;
 use crate::engine::handler::log_handler::LogHandler;
 use crate::engine::handler::replication_handler::ReplicationHandler;
-use crate::engine::handler::replication_handler::SendNone;
 use crate::engine::handler::server_state_handler::ServerStateHandler;
 use crate::engine::handler::snapshot_handler::SnapshotHandler;
 use crate::engine::handler::vote_handler::VoteHandler;
@@ -154,17 +153,21 @@ where C: RaftTypeConfig
             self.state.membership_state.effective().is_voter(&self.config.id)
         );
 
-        // Previously it is a leader. restore it as leader at once
-        if self.state.is_leader(&self.config.id) {
-            self.vote_handler().update_internal_server_state();
-
-            let mut rh = self.replication_handler();
-
-            // Restore the progress about the local log
-            rh.update_local_progress(rh.state.last_log_id().cloned());
-
-            rh.initiate_replication(SendNone::False);
-
+        // Leasehold patch: upstream restores a restarted leader as leader at once, in its old
+        // term. A leader's own appends are flushed in parallel with their replication
+        // (`RaftCore::submit_leader_append`), so a crash may have taken entries it had already
+        // sent: leading on in the same term it would propose other entries at those indexes,
+        // under the very log ids a follower already holds for the first ones, and log matching
+        // could never tell them apart. So it campaigns for the next term instead, at once: a
+        // leader of a new term overwrites whatever the old term left behind, as any does.
+        if self.state.is_leader(&self.config.id)
+            && self.state.membership_state.effective().is_voter(&self.config.id)
+        {
+            tracing::info!(
+                "restarted as the leader of term {}: campaigns for the next",
+                self.state.vote_ref().leader_id().term
+            );
+            self.elect();
             return;
         }
 

@@ -1,0 +1,168 @@
+//! The queue in front of the disk, held at its fsync: an append is readable before it is
+//! durable, openraft is told it is saved only once it is, appends queued behind a flush share
+//! the next one, and a vote waits for every append before it.
+
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+use openraft::Vote;
+
+use super::disk::{Disk, DiskFile, Open, StdDisk};
+use super::tests::{entry, indexes};
+use super::{lock, LogStore};
+
+/// A disk whose files' `sync_data` (a segment's flush) waits while the gate is shut, and which
+/// notes every flush and rename once it is done.
+struct Gated {
+    inner: StdDisk,
+    gate: Arc<Gate>,
+}
+
+#[derive(Default)]
+struct Gate {
+    shut: Mutex<bool>,
+    opened: Condvar,
+    /// Flushes waiting at the gate.
+    waiting: Mutex<usize>,
+    /// What was done, in order: "flush" or "rename".
+    done: Mutex<Vec<&'static str>>,
+}
+
+struct GatedFile {
+    inner: Arc<dyn DiskFile>,
+    gate: Arc<Gate>,
+}
+
+impl Gate {
+    fn set(&self, shut: bool) {
+        *lock(&self.shut) = shut;
+        self.opened.notify_all();
+    }
+
+    fn pass(&self) {
+        *lock(&self.waiting) += 1;
+        let mut shut = lock(&self.shut);
+        while *shut {
+            shut = self.opened.wait(shut).unwrap_or_else(|p| p.into_inner());
+        }
+        *lock(&self.waiting) -= 1;
+    }
+
+    fn done(&self) -> Vec<&'static str> {
+        lock(&self.done).clone()
+    }
+}
+
+impl Disk for Gated {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.inner.sync_dir(dir)
+    }
+    fn read_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        self.inner.read_dir(dir)
+    }
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.inner.read(path)
+    }
+    fn open(&self, path: &Path, how: Open) -> io::Result<Arc<dyn DiskFile>> {
+        let inner = self.inner.open(path, how)?;
+        let gate = self.gate.clone();
+        Ok(Arc::new(GatedFile { inner, gate }))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.inner.rename(from, to)?;
+        lock(&self.gate.done).push("rename");
+        Ok(())
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove_file(path)
+    }
+}
+
+impl DiskFile for GatedFile {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_all_at(bytes, offset)
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.gate.pass();
+        self.inner.sync_data()?;
+        lock(&self.gate.done).push("flush");
+        Ok(())
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        self.inner.sync_all()
+    }
+}
+
+/// Waits (at most 10 s) until `holds` does.
+async fn until(what: &str, mut holds: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !holds().await {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_are_readable_at_once_saved_in_order_and_before_a_vote() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let gate = Arc::new(Gate::default());
+    let disk = Arc::new(Gated {
+        inner: StdDisk,
+        gate: gate.clone(),
+    });
+    let mut log = LogStore::open_on(disk, dir.path()).unwrap();
+    gate.set(true);
+
+    let mut appender = log.clone();
+    let first = tokio::spawn(async move { appender.blocking_append((1..=3).map(entry)).await });
+    until("the first flush waits at the gate", async || {
+        *lock(&gate.waiting) == 1
+    })
+    .await;
+    // Readable while its flush is held, so that a leader's replication streams send it.
+    assert_eq!(indexes(&mut log).await, [1, 2, 3]);
+    let mut appender = log.clone();
+    let second = tokio::spawn(async move { appender.blocking_append((4..=5).map(entry)).await });
+    let mut reader = log.clone();
+    until("the second append is readable", async || {
+        indexes(&mut reader).await.len() == 5
+    })
+    .await;
+    let mut appender = log.clone();
+    let third = tokio::spawn(async move { appender.blocking_append([entry(6)]).await });
+    until("the third append is readable", async || {
+        indexes(&mut reader).await.len() == 6
+    })
+    .await;
+    let mut voter = log.clone();
+    let vote = tokio::spawn(async move { voter.save_vote(&Vote::new(2, 1)).await });
+    // No append can have been told it is saved: its flush has not happened.
+    assert!(!first.is_finished() && !second.is_finished() && !third.is_finished());
+    assert!(gate.done().is_empty(), "{:?}", gate.done());
+
+    gate.set(false);
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+    third.await.unwrap().unwrap();
+    vote.await.unwrap().unwrap();
+    // One flush for the first append, one shared by the two queued behind it, then the vote's
+    // state file, only once every append is durable.
+    assert_eq!(gate.done(), ["flush", "flush", "rename"]);
+
+    drop(log);
+    let mut log = LogStore::open(dir.path()).unwrap();
+    assert_eq!(indexes(&mut log).await, [1, 2, 3, 4, 5, 6]);
+    assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new(2, 1)));
+}
