@@ -12,7 +12,10 @@
 # CA made by `leasehold certs`), BENCH_RETENTION (Leasehold's --lease-retention, 3600 s),
 # BENCH_CHURN (0; 1 adds a lease-churn run: resident memory before, at the peak of and 15 s
 # after `bench --workload acquire --ttl 1 --clients 64` for BENCH_CHURN_SECS, 30, on each;
-# BENCH_CHURN_ETCD_SECS, if set, runs etcd's longer, to grant as many leases as Leasehold did).
+# BENCH_CHURN_ETCD_SECS, if set, runs etcd's longer, to grant as many leases as Leasehold did;
+# BENCH_BEFORE=PATH adds a third three-node cluster of the leasehold binary at PATH, an earlier
+# build, benchmarked in the same interleaved loop by this build's load generator, with its own
+# columns and a ratio of this build to it: a change's before and after in one run).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -26,6 +29,10 @@ retention=${BENCH_RETENTION:-3600}
 churn=${BENCH_CHURN:-0}
 churn_secs=${BENCH_CHURN_SECS:-30}
 churn_etcd_secs=${BENCH_CHURN_ETCD_SECS:-$churn_secs}
+before=${BENCH_BEFORE:-}
+if [ -n "$before" ] && [ ! -x "$before" ]; then
+  echo "BENCH_BEFORE=$before is not an executable leasehold binary" >&2; exit 2
+fi
 
 if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
   echo "installing etcd-server and etcd-client from Debian..." >&2
@@ -38,9 +45,9 @@ bin=$here/target/release/leasehold
 
 mkdir -p "$here/target"
 work=$(mktemp -d -p "$here/target" bench-vs-etcd.XXXXXX)
-declare -A etcd_pid lh_pid
+declare -A etcd_pid lh_pid before_pid
 cleanup() {
-  for p in "${etcd_pid[@]}" "${lh_pid[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${etcd_pid[@]}" "${lh_pid[@]}" "${before_pid[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$work"
 }
@@ -65,6 +72,8 @@ etcd_cluster=e1=$scheme://127.0.0.1:12380,e2=$scheme://127.0.0.1:22380,e3=$schem
 etcd_endpoints=127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379
 lh_peers=1=127.0.0.1:7401,2=127.0.0.1:7402,3=127.0.0.1:7403
 lh_endpoints=127.0.0.1:7301,127.0.0.1:7302,127.0.0.1:7303
+before_peers=1=127.0.0.1:7601,2=127.0.0.1:7602,3=127.0.0.1:7603
+before_endpoints=127.0.0.1:7501,127.0.0.1:7502,127.0.0.1:7503
 
 start_etcd() { # id
   local i=$1
@@ -83,10 +92,17 @@ start_lh() { # id
     --lease-retention "$retention" "${lh_tls[@]}" >/dev/null 2>>"$work/lh-$i.log" &
   lh_pid[$i]=$!
 }
+start_before() { # id: the earlier build's node, beside this build's
+  local i=$1
+  tls_args "$i"
+  "$before" serve --id "$i" --listen "127.0.0.1:750$i" --peer-listen "127.0.0.1:760$i" --data-dir "$work/before-$i" \
+    --peers "$before_peers" --lease-retention "$retention" "${lh_tls[@]}" >/dev/null 2>>"$work/before-$i.log" &
+  before_pid[$i]=$!
+}
 etcd_ctl() { ETCDCTL_API=3 etcdctl --command-timeout=2s "${ctl_tls[@]}" "$@"; }
 etcd_ready() { etcd_ctl --endpoints "$etcd_endpoints" endpoint health >/dev/null 2>&1; }
-lh_ready() {
-  "$bin" status -o json --endpoints "$lh_endpoints" 2>/dev/null | python3 -c '
+lh_ready() { # [endpoints]
+  "$bin" status -o json --endpoints "${1:-$lh_endpoints}" 2>/dev/null | python3 -c '
 import json, sys
 nodes = json.load(sys.stdin)["nodes"]
 sys.exit(0 if sum(n["role"] == "leader" for n in nodes) == 1 and all(n["role"] in ("leader", "follower") for n in nodes) else 1)'
@@ -98,31 +114,50 @@ wait_until() { # what, command...
 }
 
 for i in 1 2 3; do start_etcd "$i"; start_lh "$i"; done
+if [ -n "$before" ]; then for i in 1 2 3; do start_before "$i"; done; fi
 wait_until "etcd" etcd_ready
 wait_until "leasehold" lh_ready
+if [ -n "$before" ]; then wait_until "the earlier leasehold" lh_ready "$before_endpoints"; fi
 
-# One benchmark run: prints "ops_per_s p99_ms errors".
+# One benchmark run: prints "ops_per_s p50_ms p99_ms errors".
 bench() { # target endpoints workload clients
   "$bin" bench --target "$1" --endpoints "$2" --workload "$3" --clients "$4" \
     --duration "$secs" --warmup "$warmup" -o json 2>/dev/null |
     python3 -c '
 import json, sys
 r = json.load(sys.stdin)
-print("%.0f %.2f %d" % (r["ops_per_s"], r["p99_ms"], r["errors"]))'
+print("%.0f %.2f %.2f %d" % (r["ops_per_s"], r["p50_ms"], r["p99_ms"], r["errors"]))'
 }
 
 echo
-echo "Throughput and p99 latency, ${secs} s per run after ${warmup} s warm-up (etcd's renew is LeaseKeepAlive), TLS $([ "$tls" = 1 ] && echo on || echo off):"
-printf '%-11s %7s | %12s %9s | %12s %9s | %7s\n' workload clients "leasehold/s" "p99 ms" "etcd/s" "p99 ms" ratio
+echo "Throughput and p50/p99 latency, ${secs} s per run after ${warmup} s warm-up (etcd's renew is LeaseKeepAlive), TLS $([ "$tls" = 1 ] && echo on || echo off):"
+ratio() { python3 -c "print(f'{$1 / max($2, 1):.2f}x')"; }
+if [ -n "$before" ]; then
+  printf '%-11s %7s | %11s %6s %7s | %11s %6s %7s | %10s %6s %7s | %7s %7s\n' workload clients \
+    "leasehold/s" "p50" "p99 ms" "before/s" "p50" "p99 ms" "etcd/s" "p50" "p99 ms" "vs etcd" "vs bfr"
+else
+  printf '%-11s %7s | %11s %6s %7s | %10s %6s %7s | %7s\n' workload clients \
+    "leasehold/s" "p50" "p99 ms" "etcd/s" "p50" "p99 ms" "vs etcd"
+fi
 for w in $workloads; do
   for c in $clients_list; do
-    read -r lh_ops lh_p99 lh_err <<<"$(bench leasehold "$lh_endpoints" "$w" "$c")"
-    read -r et_ops et_p99 et_err <<<"$(bench etcd "$etcd_endpoints" "$w" "$c")"
-    ratio=$(python3 -c "print(f'{$lh_ops / max($et_ops, 1):.2f}x')")
+    read -r lh_ops lh_p50 lh_p99 lh_err <<<"$(bench leasehold "$lh_endpoints" "$w" "$c")"
+    if [ -n "$before" ]; then
+      read -r bf_ops bf_p50 bf_p99 bf_err <<<"$(bench leasehold "$before_endpoints" "$w" "$c")"
+    fi
+    read -r et_ops et_p50 et_p99 et_err <<<"$(bench etcd "$etcd_endpoints" "$w" "$c")"
     note=""
     if [ "$lh_err" != 0 ]; then note="$note leasehold errors: $lh_err"; fi
+    if [ -n "$before" ] && [ "$bf_err" != 0 ]; then note="$note before errors: $bf_err"; fi
     if [ "$et_err" != 0 ]; then note="$note etcd errors: $et_err"; fi
-    printf '%-11s %7s | %12s %9s | %12s %9s | %7s%s\n' "$w" "$c" "$lh_ops" "$lh_p99" "$et_ops" "$et_p99" "$ratio" "$note"
+    if [ -n "$before" ]; then
+      printf '%-11s %7s | %11s %6s %7s | %11s %6s %7s | %10s %6s %7s | %7s %7s%s\n' "$w" "$c" \
+        "$lh_ops" "$lh_p50" "$lh_p99" "$bf_ops" "$bf_p50" "$bf_p99" "$et_ops" "$et_p50" "$et_p99" \
+        "$(ratio "$lh_ops" "$et_ops")" "$(ratio "$lh_ops" "$bf_ops")" "$note"
+    else
+      printf '%-11s %7s | %11s %6s %7s | %10s %6s %7s | %7s%s\n' "$w" "$c" \
+        "$lh_ops" "$lh_p50" "$lh_p99" "$et_ops" "$et_p50" "$et_p99" "$(ratio "$lh_ops" "$et_ops")" "$note"
+    fi
   done
 done
 

@@ -1492,21 +1492,12 @@ async fn fault_run(
         per_fault.entry(label).or_default().4 = longest;
     }
     for (id, at, why) in &self_exits {
-        // openraft 0.9.25 stops a leader whose replication stream to a follower ended on a
-        // higher vote when, before it hears of that vote, it asks the stream to send that
-        // follower a snapshot. The node exits and restarts cleanly from its disk (a fault run
-        // sees it now and then since snapshots are on); any other reason fails the run.
-        if why.contains("replication channel closed") {
-            println!(
-                "node {id} stopped at {} ms on openraft's known snapshot-replication race",
-                at.as_millis()
-            );
-        } else {
-            anomalies.push(Anomaly::new(
-                "node exit",
-                format!("node {id} exited by itself at {} ms: {why}", at.as_millis()),
-            ));
-        }
+        // No node stops by itself: openraft's snapshot-replication race, which once did, is
+        // fixed in its patch (third_party/openraft/PATCH.md, change 3).
+        anomalies.push(Anomaly::new(
+            "node exit",
+            format!("node {id} exited by itself at {} ms: {why}", at.as_millis()),
+        ));
     }
     if !anomalies.is_empty() || !self_exits.is_empty() {
         // The run's data dirs go with it: keep the nodes' logs, to read what they did.

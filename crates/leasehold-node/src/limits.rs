@@ -165,8 +165,9 @@ pub(crate) const MAX_ENTRY_BYTES: usize = 128 * 1024;
 
 /// How writes are gathered, into entries here and into forwarded batches on a follower.
 pub(crate) const WRITE_BATCHES: BatchLimits = BatchLimits {
-    // Two let the leader fsync the next entry while the previous one is being replicated; more
-    // would only make each entry smaller.
+    // Two keep the next entry on its way while the last one is applied and answered; more only
+    // make each entry smaller (four measured no faster at 64 clients: put 3,241 and 3,802/s
+    // against 3,658 and 3,692/s with two, in alternating 5 s runs).
     in_flight: 2,
     max_items: 1024,
     max_weight: MAX_ENTRY_BYTES,

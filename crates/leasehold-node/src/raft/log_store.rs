@@ -79,6 +79,7 @@ mod segment;
 #[cfg(test)]
 mod sim_disk;
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
 use std::io;
@@ -201,8 +202,9 @@ struct Index {
 #[derive(Default)]
 struct Queue {
     /// Their entries, in order, following `Index::entries`: readers see them at once (a
-    /// leader's replication streams read them back while they are being flushed).
-    entries: VecDeque<Entry>,
+    /// leader's replication streams read them back while they are being flushed). Shared
+    /// with the flusher's batch, which encodes them without a copy.
+    entries: VecDeque<Arc<Entry>>,
     /// Each append's callback, in order, told once its last entry is durable.
     callbacks: VecDeque<LogFlushed<TypeConfig>>,
     /// Whether a flusher is at work: an append starts one when none is.
@@ -397,7 +399,7 @@ impl LogStore {
                 return Ok(Some((entries, callback)));
             }
             let queue = &mut index.queue;
-            queue.entries.extend(entries);
+            queue.entries.extend(entries.into_iter().map(Arc::new));
             queue.callbacks.push_back(callback);
             queue.queued += 1;
             !std::mem::replace(&mut queue.flushing, true)
@@ -601,8 +603,12 @@ impl Shared {
 
     /// Writes `entries`, which follow the last entry on disk, in one write and one
     /// `fdatasync`, and returns where they are.
-    fn write(&self, writer: &mut Writer, entries: &[Entry]) -> Result<Vec<Location>, StorageError> {
-        let Some(first_index) = entries.first().map(|e| e.log_id.index) else {
+    fn write<E: Borrow<Entry>>(
+        &self,
+        writer: &mut Writer,
+        entries: &[E],
+    ) -> Result<Vec<Location>, StorageError> {
+        let Some(first_index) = entries.first().map(|e| e.borrow().log_id.index) else {
             return Ok(Vec::new());
         };
         if writer
@@ -627,7 +633,7 @@ impl Shared {
             bytes.extend_from_slice(MAGIC);
         }
         let mut locations = Vec::with_capacity(entries.len());
-        for entry in entries {
+        for entry in entries.iter().map(Borrow::borrow) {
             let offset = *len + bytes.len() as u64;
             let record_len = encode_record(entry, offset, &mut bytes).map_err(write_error)?;
             locations.push(Location {
@@ -656,7 +662,7 @@ impl Shared {
     fn flush_queue(&self, metrics: Option<&crate::metrics::Metrics>) {
         loop {
             let mut writer = lock(&self.writer);
-            let (batch, callbacks): (Vec<Entry>, Vec<LogFlushed<TypeConfig>>) = {
+            let (batch, callbacks): (Vec<Arc<Entry>>, Vec<LogFlushed<TypeConfig>>) = {
                 let mut index = lock(&self.index);
                 if index.queue.entries.is_empty() {
                     index.queue.flushing = false;
@@ -869,7 +875,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
                 payloads.push(payload);
             }
             let queued = slice(&index.queue.entries, |e| e.log_id.index, start, end);
-            (payloads, queued.into_iter().cloned().collect())
+            (payloads, queued.map(|e| Entry::clone(e)).collect())
         };
         let mut entries = payloads
             .iter()

@@ -1,10 +1,9 @@
 //! Gathers concurrent writes into one log entry (with [`crate::gather`]).
 //!
-//! openraft 0.9 writes each proposal to the log, and waits for that write's fsync, before it
-//! looks at the next one: proposing every request as its own entry caps a leader at one request
-//! per fsync, however many clients wait. The proposer keeps two entries on their way to a
-//! quorum (more only while one is stuck) and puts every request that arrives meanwhile into the
-//! next entry. Under
+//! Every entry costs a round trip to a quorum and an fsync on each of its nodes: proposing
+//! every request as its own entry would cap a leader at a few entries in flight, however many
+//! clients wait. The proposer keeps two entries on their way to a quorum (more only while one is
+//! stuck) and puts every request that arrives meanwhile into the next entry. Under
 //! load an entry carries many commands and every node fsyncs once for all of them; a lone request
 //! still goes out at once, since nothing is ever held back waiting for company.
 
