@@ -13,8 +13,8 @@
 # BENCH_CHURN (0; 1 adds a lease-churn run: resident memory before, at the peak of and 15 s
 # after `bench --workload acquire --ttl 1 --clients 64` for BENCH_CHURN_SECS, 30, on each;
 # BENCH_CHURN_ETCD_SECS, if set, runs etcd's longer, to grant as many leases as Leasehold did;
-# BENCH_BEFORE=PATH adds a third three-node cluster of the leasehold binary at PATH, an earlier
-# build, benchmarked in the same interleaved loop by this build's load generator, with its own
+# BENCH_BEFORE=PATH adds a third three-node cluster of the leasehold binary at PATH (absolute, and
+# not target/release/leasehold, which the build below replaces), an earlier build, benchmarked in the same interleaved loop by this build's load generator, with its own
 # columns and a ratio of this build to it: a change's before and after in one run).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,9 +29,16 @@ retention=${BENCH_RETENTION:-3600}
 churn=${BENCH_CHURN:-0}
 churn_secs=${BENCH_CHURN_SECS:-30}
 churn_etcd_secs=${BENCH_CHURN_ETCD_SECS:-$churn_secs}
-before=${BENCH_BEFORE:-}
-if [ -n "$before" ] && [ ! -x "$before" ]; then
-  echo "BENCH_BEFORE=$before is not an executable leasehold binary" >&2; exit 2
+before_bin=${BENCH_BEFORE:-}
+if [ -n "$before_bin" ]; then
+  case $before_bin in
+    /*) ;;
+    *) echo "BENCH_BEFORE=$before_bin: give an absolute path" >&2; exit 2 ;;
+  esac
+  if [ ! -x "$before_bin" ] || [ "$before_bin" -ef "$here/target/release/leasehold" ]; then
+    echo "BENCH_BEFORE=$before_bin: not an executable leasehold binary apart from this build's" >&2
+    exit 2
+  fi
 fi
 
 if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
@@ -95,7 +102,7 @@ start_lh() { # id
 start_before() { # id: the earlier build's node, beside this build's
   local i=$1
   tls_args "$i"
-  "$before" serve --id "$i" --listen "127.0.0.1:750$i" --peer-listen "127.0.0.1:760$i" --data-dir "$work/before-$i" \
+  "$before_bin" serve --id "$i" --listen "127.0.0.1:750$i" --peer-listen "127.0.0.1:760$i" --data-dir "$work/before-$i" \
     --peers "$before_peers" --lease-retention "$retention" "${lh_tls[@]}" >/dev/null 2>>"$work/before-$i.log" &
   before_pid[$i]=$!
 }
@@ -114,10 +121,10 @@ wait_until() { # what, command...
 }
 
 for i in 1 2 3; do start_etcd "$i"; start_lh "$i"; done
-if [ -n "$before" ]; then for i in 1 2 3; do start_before "$i"; done; fi
+if [ -n "$before_bin" ]; then for i in 1 2 3; do start_before "$i"; done; fi
 wait_until "etcd" etcd_ready
 wait_until "leasehold" lh_ready
-if [ -n "$before" ]; then wait_until "the earlier leasehold" lh_ready "$before_endpoints"; fi
+if [ -n "$before_bin" ]; then wait_until "the earlier leasehold" lh_ready "$before_endpoints"; fi
 
 # One benchmark run: prints "ops_per_s p50_ms p99_ms errors".
 bench() { # target endpoints workload clients
@@ -132,7 +139,7 @@ print("%.0f %.2f %.2f %d" % (r["ops_per_s"], r["p50_ms"], r["p99_ms"], r["errors
 echo
 echo "Throughput and p50/p99 latency, ${secs} s per run after ${warmup} s warm-up (etcd's renew is LeaseKeepAlive), TLS $([ "$tls" = 1 ] && echo on || echo off):"
 ratio() { python3 -c "print(f'{$1 / max($2, 1):.2f}x')"; }
-if [ -n "$before" ]; then
+if [ -n "$before_bin" ]; then
   printf '%-11s %7s | %11s %6s %7s | %11s %6s %7s | %10s %6s %7s | %7s %7s\n' workload clients \
     "leasehold/s" "p50" "p99 ms" "before/s" "p50" "p99 ms" "etcd/s" "p50" "p99 ms" "vs etcd" "vs bfr"
 else
@@ -142,15 +149,15 @@ fi
 for w in $workloads; do
   for c in $clients_list; do
     read -r lh_ops lh_p50 lh_p99 lh_err <<<"$(bench leasehold "$lh_endpoints" "$w" "$c")"
-    if [ -n "$before" ]; then
+    if [ -n "$before_bin" ]; then
       read -r bf_ops bf_p50 bf_p99 bf_err <<<"$(bench leasehold "$before_endpoints" "$w" "$c")"
     fi
     read -r et_ops et_p50 et_p99 et_err <<<"$(bench etcd "$etcd_endpoints" "$w" "$c")"
     note=""
     if [ "$lh_err" != 0 ]; then note="$note leasehold errors: $lh_err"; fi
-    if [ -n "$before" ] && [ "$bf_err" != 0 ]; then note="$note before errors: $bf_err"; fi
+    if [ -n "$before_bin" ] && [ "$bf_err" != 0 ]; then note="$note before errors: $bf_err"; fi
     if [ "$et_err" != 0 ]; then note="$note etcd errors: $et_err"; fi
-    if [ -n "$before" ]; then
+    if [ -n "$before_bin" ]; then
       printf '%-11s %7s | %11s %6s %7s | %11s %6s %7s | %10s %6s %7s | %7s %7s%s\n' "$w" "$c" \
         "$lh_ops" "$lh_p50" "$lh_p99" "$bf_ops" "$bf_p50" "$bf_p99" "$et_ops" "$et_p50" "$et_p99" \
         "$(ratio "$lh_ops" "$et_ops")" "$(ratio "$lh_ops" "$bf_ops")" "$note"

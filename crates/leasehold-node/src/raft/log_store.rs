@@ -19,7 +19,8 @@
 //! behind a flush share the next one (group commit): the whole cost of durability, where a
 //! B-tree store (redb, before) wrote several pages per commit. A vote is saved durably before
 //! `save_vote` returns, and only once every earlier append is, as is a truncate or a purge: each
-//! waits for the queue to drain first, so they never race the flusher.
+//! first waits for the appends queued before it, and holds the writer the flusher holds per
+//! batch.
 //!
 //! # Recovery
 //!
@@ -184,6 +185,10 @@ struct Shared {
     index: Mutex<Index>,
     /// The one writer's state: the flusher's, or a truncate's, purge's or vote's, one at a time.
     writer: Mutex<Writer>,
+    /// The last committed id openraft reported, written with the state file whenever that is.
+    /// Apart from the writer, which the flusher holds across an fsync: openraft saves it from
+    /// its core loop on every commit, and must not wait for a flush to do so.
+    committed: Mutex<Option<LogId>>,
     /// Woken after every flush (see `drained`).
     flushes: tokio::sync::Notify,
 }
@@ -316,6 +321,7 @@ impl LogStore {
                 disk,
                 dir: dir.to_owned(),
                 index: Mutex::new(index),
+                committed: Mutex::new(state.committed),
                 writer: Mutex::new(Writer { active, state }),
                 flushes: tokio::sync::Notify::new(),
             }),
@@ -366,9 +372,11 @@ impl LogStore {
         purge.await.map_err(write_error)?
     }
 
-    /// Waits for a purge still waiting for its snapshot (see `purge`), and reports how it
-    /// ended: for a shutdown, or a test, that must know the log is as purged as it was told.
+    /// Waits for every queued append to be written and for a purge still waiting for its
+    /// snapshot (see `purge`), and reports how they ended: for a shutdown, or a test, that must
+    /// know nothing more of the log is on its way to the disk.
     pub async fn settled(&self) -> Result<(), StorageError> {
+        self.shared.drained().await?;
         self.settle_deferred(true).await
     }
 
@@ -539,8 +547,16 @@ impl Index {
 }
 
 impl Shared {
-    /// Replaces the state file, durably.
-    fn write_state(&self, state: &State) -> Result<(), StorageError> {
+    /// Replaces the state file, durably, with the committed id last reported, or the last
+    /// entry on disk if that is older: a leader's commit may run ahead of its own flush, and a
+    /// restart that finds a committed id past its log fails to re-apply it. (The caller holds
+    /// the writer, so the disk does not move meanwhile.)
+    fn write_state(&self, state: &mut State) -> Result<(), StorageError> {
+        let on_disk = {
+            let index = lock(&self.index);
+            (index.entries.back().map(|l| l.log_id)).or(index.last_purged)
+        };
+        state.committed = (*lock(&self.committed)).min(on_disk);
         let bytes = state_bytes(state)?;
         let tmp = self.dir.join(STATE_TMP);
         let file = self.disk.open(&tmp, Open::Truncated).map_err(write_error)?;
@@ -657,8 +673,8 @@ impl Shared {
 
     /// The flusher: writes what is queued, in batches, until the queue is empty, telling each
     /// append's callback once its entries are durable. Runs on the blocking pool. The writer
-    /// is taken per batch, before the batch is, so that a truncate or purge (which hold it)
-    /// always sees the queue and the disk agree.
+    /// is held per batch, from before the batch is taken until the index says where it went,
+    /// so that a truncate or purge (which hold it) always sees the queue and the disk agree.
     fn flush_queue(&self, metrics: Option<&crate::metrics::Metrics>) {
         loop {
             let mut writer = lock(&self.writer);
@@ -676,11 +692,12 @@ impl Shared {
             };
             let started = std::time::Instant::now();
             let written = self.write(&mut writer, &batch);
-            drop(writer);
             if let Some(metrics) = metrics {
                 let seconds = started.elapsed().as_secs_f64();
                 metrics.log_fsync_duration.observe(seconds);
             }
+            // The index learns where the batch is before the writer is let go: a purge or
+            // truncate that takes it next must find the batch on disk, not in neither place.
             let failed = {
                 let mut index = lock(&self.index);
                 match written {
@@ -699,6 +716,7 @@ impl Shared {
                     }
                 }
             };
+            drop(writer);
             let Some((why, later)) = failed else {
                 // The entries are durable (fdatasync returned) before openraft is told so.
                 callbacks
@@ -789,7 +807,7 @@ impl Shared {
     /// Forgets every entry up to `upto`: the marker first, durably, then whole segments.
     fn purge(&self, writer: &mut Writer, upto: LogId) -> Result<(), StorageError> {
         writer.state.last_purged = Some(upto);
-        self.write_state(&writer.state)?;
+        self.write_state(&mut writer.state)?;
         let doomed = {
             let mut index = lock(&self.index);
             index.last_purged = Some(upto);
@@ -909,7 +927,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.shared.drained().await?;
         self.with_writer(move |shared, writer| {
             writer.state.vote = Some(vote);
-            shared.write_state(&writer.state)
+            shared.write_state(&mut writer.state)
         })
         .await
         .map_err(|e| io_error(ErrorSubject::Vote, ErrorVerb::Write, e))
@@ -920,12 +938,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        lock(&self.shared.writer).state.committed = committed;
+        *lock(&self.shared.committed) = committed;
         Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        Ok(lock(&self.shared.writer).state.committed)
+        Ok(*lock(&self.shared.committed))
     }
 
     async fn append<I>(

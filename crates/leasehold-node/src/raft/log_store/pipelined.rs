@@ -8,6 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+use openraft::testing::log_id;
 use openraft::Vote;
 
 use super::disk::{Disk, DiskFile, Open, StdDisk};
@@ -148,14 +149,20 @@ async fn appends_are_readable_at_once_saved_in_order_and_before_a_vote() {
     .await;
     let mut voter = log.clone();
     let vote = tokio::spawn(async move { voter.save_vote(&Vote::new(2, 1)).await });
-    // No append can have been told it is saved: its flush has not happened.
-    assert!(!first.is_finished() && !second.is_finished() && !third.is_finished());
-    assert!(gate.done().is_empty(), "{:?}", gate.done());
+    // No append can have been told it is saved: its flush has not happened. (Noted now,
+    // asserted once the gate is open: a failed test must not leave the flusher waiting at it.)
+    let told_early = first.is_finished() || second.is_finished() || third.is_finished();
+    let done_early = gate.done();
 
     gate.set(false);
     first.await.unwrap().unwrap();
     second.await.unwrap().unwrap();
     third.await.unwrap().unwrap();
+    assert!(
+        !told_early,
+        "an append was told it is saved before its flush"
+    );
+    assert!(done_early.is_empty(), "{done_early:?}");
     vote.await.unwrap().unwrap();
     // One flush for the first append, one shared by the two queued behind it, then the vote's
     // state file, only once every append is durable.
@@ -165,4 +172,46 @@ async fn appends_are_readable_at_once_saved_in_order_and_before_a_vote() {
     let mut log = LogStore::open(dir.path()).unwrap();
     assert_eq!(indexes(&mut log).await, [1, 2, 3, 4, 5, 6]);
     assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new(2, 1)));
+}
+
+/// A leader's commit may run ahead of its own flush: the state file never records a committed
+/// id past the log on disk, or a restart would fail to re-apply up to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_file_never_holds_a_committed_id_past_the_log_on_disk() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let gate = Arc::new(Gate::default());
+    let disk = Arc::new(Gated {
+        inner: StdDisk,
+        gate: gate.clone(),
+    });
+    let mut log = LogStore::open_on(disk, dir.path()).unwrap();
+    log.blocking_append((1..=2).map(entry)).await.unwrap();
+    gate.set(true);
+    let mut appender = log.clone();
+    let held = tokio::spawn(async move { appender.blocking_append((3..=4).map(entry)).await });
+    until("the flush waits at the gate", async || {
+        *lock(&gate.waiting) == 1
+    })
+    .await;
+    // Committed on the followers' copies while this one is still being flushed; the state file
+    // is written meanwhile (as a deferred purge may, beside the flusher).
+    log.save_committed(Some(log_id(1, 1, 4))).await.unwrap();
+    log.shared
+        .write_state(&mut super::State::default())
+        .unwrap();
+    let on_disk = super::parse_state(
+        dir.path(),
+        &std::fs::read(dir.path().join("state")).unwrap(),
+    );
+    // The gate opens before anything is asserted: a failed test must not leave the flusher
+    // waiting at it (the runtime would wait for it forever).
+    gate.set(false);
+    held.await.unwrap().unwrap();
+    assert_eq!(on_disk.unwrap().committed, Some(log_id(1, 1, 2)));
+    log.shared
+        .write_state(&mut super::State::default())
+        .unwrap();
+    drop(log);
+    let mut log = LogStore::open(dir.path()).unwrap();
+    assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 1, 4)));
 }
