@@ -115,15 +115,21 @@ async fn until(what: &str, mut holds: impl AsyncFnMut() -> bool) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn appends_are_readable_at_once_saved_in_order_and_before_a_vote() {
+/// A log in a fresh directory, on a disk with an open gate.
+fn gated_log() -> (tempfile::TempDir, Arc<Gate>, LogStore) {
     let dir = tempfile::TempDir::new().unwrap();
     let gate = Arc::new(Gate::default());
     let disk = Arc::new(Gated {
         inner: StdDisk,
         gate: gate.clone(),
     });
-    let mut log = LogStore::open_on(disk, dir.path()).unwrap();
+    let log = LogStore::open_on(disk, dir.path()).unwrap();
+    (dir, gate, log)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_are_readable_at_once_saved_in_order_and_before_a_vote() {
+    let (dir, gate, mut log) = gated_log();
     gate.set(true);
 
     let mut appender = log.clone();
@@ -178,13 +184,7 @@ async fn appends_are_readable_at_once_saved_in_order_and_before_a_vote() {
 /// id past the log on disk, or a restart would fail to re-apply up to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_state_file_never_holds_a_committed_id_past_the_log_on_disk() {
-    let dir = tempfile::TempDir::new().unwrap();
-    let gate = Arc::new(Gate::default());
-    let disk = Arc::new(Gated {
-        inner: StdDisk,
-        gate: gate.clone(),
-    });
-    let mut log = LogStore::open_on(disk, dir.path()).unwrap();
+    let (dir, gate, mut log) = gated_log();
     log.blocking_append((1..=2).map(entry)).await.unwrap();
     gate.set(true);
     let mut appender = log.clone();
