@@ -391,8 +391,7 @@ impl LogStore {
     ) -> Result<Option<(Vec<Entry>, LogFlushed<TypeConfig>)>, StorageError> {
         let start = {
             let mut index = lock(&self.shared.index);
-            if let Some(why) = &index.queue.failed {
-                let e = format!("an earlier append failed: {why}");
+            if let Some(e) = index.queue.refusal() {
                 callback.log_io_completed(Err(io::Error::other(e.clone())));
                 return Err(write_error(e));
             }
@@ -535,6 +534,14 @@ where
     })
     .await
     .map_err(write_error)?
+}
+
+impl Queue {
+    /// What an append, or a wait for the queue, is refused with once a flush has failed.
+    fn refusal(&self) -> Option<String> {
+        let why = self.failed.as_ref()?;
+        Some(format!("an earlier append failed: {why}"))
+    }
 }
 
 impl Index {
@@ -709,10 +716,11 @@ impl Shared {
                     }
                     Err(e) => {
                         let queue = &mut index.queue;
-                        queue.failed = Some(e.to_string());
+                        let why = e.to_string();
+                        queue.failed = Some(why.clone());
                         queue.entries.clear();
                         queue.flushing = false;
-                        Some((e.to_string(), queue.callbacks.drain(..).collect::<Vec<_>>()))
+                        Some((why, queue.callbacks.drain(..).collect::<Vec<_>>()))
                     }
                 }
             };
@@ -745,8 +753,8 @@ impl Shared {
             flushed.as_mut().enable();
             {
                 let index = lock(&self.index);
-                if let Some(why) = &index.queue.failed {
-                    return Err(write_error(format!("an earlier append failed: {why}")));
+                if let Some(e) = index.queue.refusal() {
+                    return Err(write_error(e));
                 }
                 if index.queue.flushed >= target {
                     return Ok(());
