@@ -63,3 +63,12 @@ const _: () = assert!(
     leasehold_client::limits::ATTEMPT_TIMEOUT.as_millis() > limits::NODE_WRITE_WORST.as_millis(),
     "a client's attempt may last as long as a node's own worst case for a write"
 );
+const _: () = assert!(
+    leasehold_client::limits::MAX_RENEWALS == lease::Limits::MAX_RENEWALS,
+    "a client gathers renewals into requests the store takes"
+);
+const _: () = assert!(
+    lease::Limits::MAX_RENEWALS * (2 * lease::Limits::MAX_NAME_BYTES + 32)
+        < limits::MAX_CLIENT_MESSAGE_BYTES,
+    "a renewal of the most leases with the longest names fits a client's message"
+);

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use leasehold::cli::local::{LocalCluster, PlaneAddrs};
-use leasehold::lease::{Fence, LeaseTable, Op, Outcome, ReleaseRefusal};
+use leasehold::lease::{Fence, LeaseTable, Op, Outcome, ReleaseRefusal, Renewal, Renewed};
 use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use leasehold::proto::v1 as pb;
 use leasehold::raft::codec;
@@ -32,7 +32,7 @@ use leasehold::tls::certs;
 use leasehold::tls::{node_name, Tls};
 use leasehold_check::{self as check, Anomaly, Answer, Completion, Log, Operation, Request, Rng};
 use leasehold_client::{
-    Acquired, Applied, ClientError, Deleted, HeldBy, LeaseClient, Released, Written,
+    self as client, Acquired, Applied, ClientError, Deleted, HeldBy, LeaseClient, Released, Written,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -554,6 +554,27 @@ fn release_outcome(r: &Released) -> Outcome {
     }
 }
 
+fn renew_outcome(r: &[client::Renewed]) -> Outcome {
+    let refused = |r: Released| match release_outcome(&r) {
+        Outcome::ReleaseRefused(refusal) => Renewed::Refused(refusal),
+        other => unreachable!("{other:?} is no refusal"),
+    };
+    Outcome::Renewed(
+        r.iter()
+            .map(|lease| match lease {
+                client::Renewed::Until { expires_at_ms } => Renewed::Until {
+                    expires_at_ms: *expires_at_ms,
+                },
+                client::Renewed::NotHeld => refused(Released::NotHeld),
+                client::Renewed::HeldBy(h) => refused(Released::HeldBy(h.clone())),
+                client::Renewed::WrongToken { current_token } => refused(Released::WrongToken {
+                    current_token: *current_token,
+                }),
+            })
+            .collect(),
+    )
+}
+
 fn put_outcome(r: &Written) -> Outcome {
     match r {
         Written::Written => Outcome::Written,
@@ -590,6 +611,21 @@ async fn write(client: &LeaseClient, recorder: &Recorder, id: u32, op: Op) -> Op
             let r = client.release(lease, holder, *token).await;
             completion(&r, |r| {
                 (r.applied, Answer::Outcome(release_outcome(&r.outcome)))
+            })
+        }
+        Op::Renew { leases } => {
+            let leases: Vec<client::Renewal> = leases
+                .iter()
+                .map(|r| client::Renewal {
+                    lease: r.lease.clone(),
+                    holder: r.holder.clone(),
+                    token: r.token,
+                    ttl_ms: r.ttl_ms,
+                })
+                .collect();
+            let r = client.renew(&leases).await;
+            completion(&r, |r| {
+                (r.applied, Answer::Outcome(renew_outcome(&r.outcome)))
             })
         }
         Op::Put { key, value, fence } => {
@@ -669,7 +705,7 @@ async fn client_loop(
         let lease = *rng.pick(&LEASES);
         let value = format!("{holder}-{seq}").into_bytes();
         match rng.below(100) {
-            0..=29 => {
+            0..=24 => {
                 let ttl_ms = rng.between(300, 1_500);
                 let op = Op::Acquire {
                     lease: lease.into(),
@@ -688,6 +724,29 @@ async fn client_loop(
                             token,
                         });
                         write(&client, &recorder, id, Op::Put { key, value, fence }).await;
+                    }
+                }
+            }
+            // Every lease held, in one renewal: those it refuses are lost.
+            25..=29 if !tokens.is_empty() => {
+                let ttl_ms = rng.between(300, 1_500);
+                let held: Vec<(&str, u64)> = tokens.iter().map(|(l, t)| (*l, *t)).collect();
+                let leases = held
+                    .iter()
+                    .map(|(lease, token)| Renewal {
+                        lease: (*lease).into(),
+                        holder: holder.clone(),
+                        token: *token,
+                        ttl_ms,
+                    })
+                    .collect();
+                if let Some(Outcome::Renewed(answers)) =
+                    write(&client, &recorder, id, Op::Renew { leases }).await
+                {
+                    for ((lease, _), answer) in held.iter().zip(answers) {
+                        if let Renewed::Refused(_) = answer {
+                            tokens.remove(lease);
+                        }
                     }
                 }
             }
@@ -766,17 +825,26 @@ const OUTSIDER: &str = "outsider";
 /// The outsider's client id in the history.
 const OUTSIDER_CLIENT: u32 = 300;
 
-/// Every 100 ms, the outsider acquires a workload lease, writes a workload key and deletes
-/// one, as holders of its own (so that only the policy refuses it).
+/// Every 100 ms, the outsider acquires or renews a workload lease, writes a workload key or
+/// deletes one, as holders of its own (so that only the policy refuses it).
 async fn outsider_loop(client: LeaseClient, recorder: Arc<Recorder>, stop: Arc<AtomicBool>) {
     let mut n = 0;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
-        let op = match n % 3 {
+        let op = match n % 4 {
             0 => Op::Acquire {
                 lease: LEASES[n % LEASES.len()].into(),
                 holder: OUTSIDER.into(),
                 ttl_ms: 60_000,
+            },
+            // As a holder that guessed a token: denied before any lease is looked at.
+            3 => Op::Renew {
+                leases: vec![Renewal {
+                    lease: LEASES[n % LEASES.len()].into(),
+                    holder: OUTSIDER.into(),
+                    token: 1,
+                    ttl_ms: 60_000,
+                }],
             },
             1 => Op::Put {
                 key: "p0".into(),
@@ -813,7 +881,7 @@ fn outsider_anomalies(history: &[Operation], log: &Log) -> Vec<Anomaly> {
     // Opening a session needs no permission: the outsider's registrations apply.
     let outsiders = replayed
         .iter()
-        .filter(|r| r.identity.as_deref() == Some(OUTSIDER) && r.op.action().is_some());
+        .filter(|r| r.identity.as_deref() == Some(OUTSIDER) && r.op.actions().next().is_some());
     for r in outsiders {
         if !matches!(r.outcome, Outcome::Denied(_)) {
             anomalies.push(Anomaly::new(

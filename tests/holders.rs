@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use harness::{granted, wait_for, Harness};
 use leasehold_client::{
-    Code, EventKind, HoldError, Holder, LeaseEvent, Lost, WatchFrom, WatchSelect, Written,
+    Code, EventKind, HoldError, Holder, LeaseEvent, Lost, Renewal, Renewed, WatchFrom, WatchSelect,
+    Written,
 };
 
 /// `(kind, lease, holder, token, log_index)`: what every node must report alike.
@@ -168,6 +169,88 @@ async fn a_holder_keeps_its_lease_past_the_ttl_writes_fenced_and_releases_on_clo
     holder.release().await.unwrap();
     let lease = h.client.get_lease("l").await.unwrap().outcome;
     assert_eq!(lease.holder, None, "released on close");
+}
+
+/// The renewals in `log`: how many commands, and how many leases they named.
+fn renewals_in(log: &[(u64, Vec<leasehold::lease::Command>)]) -> (usize, usize) {
+    let renewals = log
+        .iter()
+        .flat_map(|(_, commands)| commands)
+        .filter_map(|c| match &c.op {
+            leasehold::lease::Op::Renew { leases } => Some(leases.len()),
+            _ => None,
+        });
+    renewals.fold((0, 0), |(commands, leases), n| (commands + 1, leases + n))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_holders_of_one_client_renew_together_in_a_few_commands_each_keeping_its_grant() {
+    const HOLDERS: usize = 100;
+    let h = Harness::start(3, false).await;
+    let client = Arc::new(h.client_of(1));
+    let ttl = Duration::from_millis(1_500);
+    let mut holders = Vec::new();
+    for i in 0..HOLDERS {
+        let holder = Holder::options(format!("shard/{i}"), "worker", ttl);
+        holders.push(holder.acquire(client.clone()).await.unwrap());
+    }
+    let before = renewals_in(&h.applied_log(h.leader().await).await);
+    tokio::time::sleep(ttl * 2).await;
+    let (commands, leases) = renewals_in(&h.applied_log(h.leader().await).await);
+    let (commands, leases) = (commands - before.0, leases - before.1);
+    assert!(holders.iter().all(Holder::is_safe), "every holding renewed");
+    // Alone, each holder would renew 6 times in two TTLs: 600 commands.
+    assert!(
+        leases >= HOLDERS * 5 && commands <= 20,
+        "{leases} leases renewed in {commands} commands"
+    );
+    for holder in holders.iter().step_by(17) {
+        let lease = h.client.get_lease(holder.lease()).await.unwrap().outcome;
+        assert_eq!(
+            (lease.holder.as_deref(), lease.token),
+            (Some(holder.holder()), holder.token()),
+            "renewed under its own grant"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewal_refuses_leases_not_held_as_named_and_bad_input_whole() {
+    let h = Harness::start(3, false).await;
+    let token = granted(&h.client.acquire("a", "x", 5_000).await.unwrap()).unwrap();
+    granted(&h.client.acquire("b", "y", 5_000).await.unwrap()).unwrap();
+    let renewal = |lease: &str, token| Renewal {
+        lease: lease.into(),
+        holder: "x".into(),
+        token,
+        ttl_ms: 20_000,
+    };
+    let answer = h
+        .client
+        .renew(&[renewal("a", token), renewal("b", 1), renewal("c", 1)])
+        .await
+        .unwrap();
+    let Renewed::Until { expires_at_ms } = answer.outcome[0] else {
+        panic!("{:?}", answer.outcome);
+    };
+    assert_eq!(expires_at_ms, answer.applied.store_time_ms + 20_000);
+    assert!(matches!(&answer.outcome[1], Renewed::HeldBy(held) if held.holder == "y"));
+    assert_eq!(
+        answer.outcome[2],
+        Renewed::NotHeld,
+        "never granted by a renewal"
+    );
+    assert_eq!(h.client.get_lease("c").await.unwrap().outcome.holder, None);
+    let twice = h
+        .client
+        .renew(&[renewal("a", token), renewal("a", token)])
+        .await;
+    let error = twice.unwrap_err();
+    assert_eq!(error.code(), Code::InvalidArgument);
+    assert!(error.to_string().contains("named twice"), "{error}");
+    let many: Vec<Renewal> = (0..=512).map(|i| renewal(&format!("l{i}"), 1)).collect();
+    let error = h.client.renew(&many).await.unwrap_err();
+    assert!(error.to_string().contains("between 1 and 512"), "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

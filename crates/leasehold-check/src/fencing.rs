@@ -5,7 +5,24 @@ use std::collections::BTreeMap;
 
 use crate::history::{Anomaly, Completion, Operation, Replayed};
 use crate::limits::ROUNDING_NS;
-use leasehold_core::{Fence, Op, Outcome};
+use leasehold_core::{Fence, Op, Outcome, Renewal, Renewed};
+
+/// The leases a renewal renewed, each with the expiry it logged.
+fn renewed<'a>(op: &'a Op, outcome: &'a Outcome) -> impl Iterator<Item = (&'a Renewal, u64)> {
+    let (asked, answered) = match (op, outcome) {
+        (Op::Renew { leases }, Outcome::Renewed(answers)) => {
+            (leases.as_slice(), answers.as_slice())
+        }
+        _ => (&[][..], &[][..]),
+    };
+    asked
+        .iter()
+        .zip(answered)
+        .filter_map(|(renewal, answer)| match answer {
+            Renewed::Until { expires_at_ms } => Some((renewal, *expires_at_ms)),
+            Renewed::Refused(_) => None,
+        })
+}
 
 /// Tokens of successive grants of a lease strictly increase; a renewal keeps the current token;
 /// no fenced put or delete is accepted with a token older than one granted or accepted before it (so a
@@ -16,6 +33,15 @@ pub fn fencing(applied: &[Replayed]) -> Vec<Anomaly> {
     let mut accepted: BTreeMap<&str, u64> = BTreeMap::new();
     // A retry repeats its first answer; it grants and writes nothing.
     for a in applied.iter().filter(|a| !a.retry) {
+        for (Renewal { lease, token, .. }, _) in renewed(&a.op, &a.outcome) {
+            let latest = granted.get(lease.as_str()).copied().unwrap_or(0);
+            if *token != latest {
+                anomalies.push(Anomaly::new(
+                    "fencing",
+                    format!("a renewal of {lease:?} at index {} renewed token {token}, but the grant is {latest}", a.index),
+                ));
+            }
+        }
         match (&a.op, &a.outcome) {
             (Op::Acquire { lease, .. }, Outcome::Granted { token, renewed, .. }) => {
                 let latest = granted.entry(lease).or_insert(0);
@@ -78,6 +104,20 @@ pub fn mutual_exclusion(applied: &[Replayed]) -> Vec<Anomaly> {
     // Per lease: who holds it and until when, in store time.
     let mut held: BTreeMap<&str, (&str, u64)> = BTreeMap::new();
     for a in applied.iter().filter(|a| !a.retry) {
+        for (Renewal { lease, holder, .. }, expires_at_ms) in renewed(&a.op, &a.outcome) {
+            match held.get_mut(lease.as_str()) {
+                Some((current, until_ms)) if current == holder && *until_ms > a.store_time_ms => {
+                    *until_ms = expires_at_ms;
+                }
+                _ => anomalies.push(Anomaly::new(
+                    "mutual exclusion",
+                    format!(
+                        "{holder:?} renewed {lease:?} at store time {} (index {}) without holding it",
+                        a.store_time_ms, a.index
+                    ),
+                )),
+            }
+        }
         match (&a.op, &a.outcome) {
             (
                 Op::Acquire { lease, holder, .. },
@@ -128,16 +168,9 @@ struct Promise {
     expires_at_ms: u64,
 }
 
-/// The README's headline claim, in real time as the clients measured it: a grant of a lease to a
-/// new holder completes no earlier than the previous holder's acquire (or renewal) was sent plus
-/// its TTL, unless that holder released it in between. Judged from the history's clock, not from
-/// the store time in the log, so a leader whose clock ran fast fails it.
-///
-/// Only what the holders knew counts: a grant or renewal whose answer was lost (indeterminate)
-/// promised its client nothing, and a renewal replaces what the grant promised (its TTL may be
-/// shorter).
-pub fn real_time_exclusion(history: &[Operation], applied: &[Replayed]) -> Vec<Anomaly> {
-    let acknowledged: BTreeMap<(u64, u32), &Operation> = history
+/// The writes that were answered, by where in the log they were applied.
+fn acknowledged_writes(history: &[Operation]) -> BTreeMap<(u64, u32), &Operation> {
+    history
         .iter()
         .filter_map(|op| match op.completion {
             Completion::Ok {
@@ -147,13 +180,40 @@ pub fn real_time_exclusion(history: &[Operation], applied: &[Replayed]) -> Vec<A
             } if op.is_write() => Some(((log_index, position), op)),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+/// What the leases a renewal renewed promise their holders, as a renewing acquire does: the
+/// answer, or its loss, is what each holder knows.
+fn promise_renewals(held: &mut BTreeMap<&str, Holding>, a: &Replayed, ack: Option<&&Operation>) {
+    for (renewal, expires_at_ms) in renewed(&a.op, &a.outcome) {
+        if let Some(holding) = held.get_mut(renewal.lease.as_str()) {
+            holding.promise = ack.map(|op| Promise {
+                until_ns: op.invoked_ns + renewal.ttl_ms * 1_000_000,
+                index: a.index,
+                expires_at_ms,
+            });
+        }
+    }
+}
+
+/// The README's headline claim, in real time as the clients measured it: a grant of a lease to a
+/// new holder completes no earlier than the previous holder's acquire (or renewal) was sent plus
+/// its TTL, unless that holder released it in between. Judged from the history's clock, not from
+/// the store time in the log, so a leader whose clock ran fast fails it.
+///
+/// Only what the holders knew counts: a grant or renewal whose answer was lost (indeterminate)
+/// promised its client nothing, and a renewal replaces what the grant promised (its TTL may be
+/// shorter).
+pub fn real_time_exclusion(history: &[Operation], applied: &[Replayed]) -> Vec<Anomaly> {
+    let acknowledged = acknowledged_writes(history);
     let mut anomalies = Vec::new();
     // Per lease: the holder the store last granted it to, its token, and until when (in the
     // history's nanoseconds) that holder was told it may act; `None` until it was told.
     let mut held: BTreeMap<&str, Holding> = BTreeMap::new();
     for a in applied.iter().filter(|a| !a.retry) {
         let ack = acknowledged.get(&(a.index, a.position));
+        promise_renewals(&mut held, a, ack);
         match (&a.op, &a.outcome) {
             (
                 Op::Acquire {

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use crate::limits::KEPT_ANSWERS;
 use leasehold_core::auth::{Denied, Policy};
 use leasehold_core::{
-    Command, Fence, Op, Outcome, ReleaseRefusal, RequestId, FORGET_BATCH, SESSION_IDLE_MS,
+    Command, Fence, Op, Outcome, ReleaseRefusal, Renewed, RequestId, FORGET_BATCH, SESSION_IDLE_MS,
 };
 
 #[derive(Clone, Debug)]
@@ -200,7 +200,7 @@ impl Model {
     fn apply_op(&mut self, op: &Op) -> Outcome {
         let (identity, bearer, op) = (op.identity(), op.bearer(), op.bare());
         let check = |a| self.policy.check_caller(identity, bearer, &a).err();
-        if let Some(denied) = op.action().and_then(check) {
+        if let Some(denied) = op.actions().find_map(check) {
             return Outcome::Denied(denied);
         }
         match op {
@@ -226,6 +226,12 @@ impl Model {
                 holder,
                 token,
             } => self.release(lease, holder, *token),
+            Op::Renew { leases } => Outcome::Renewed(
+                leases
+                    .iter()
+                    .map(|r| self.renew(&r.lease, &r.holder, r.token, r.ttl_ms))
+                    .collect(),
+            ),
             Op::Put { key, value, fence } => self.put(key, value, fence.as_ref()),
             Op::Advance { by_ms } => {
                 self.now_ms = self.now_ms.saturating_add(*by_ms);
@@ -289,25 +295,45 @@ impl Model {
     }
 
     fn release(&mut self, lease: &str, holder: &str, token: u64) -> Outcome {
-        let Some(current) = self.current(lease).cloned() else {
-            return Outcome::ReleaseRefused(ReleaseRefusal::NotHeld);
-        };
+        if let Err(refusal) = self.holds(lease, holder, token) {
+            return Outcome::ReleaseRefused(refusal);
+        }
+        let now_ms = self.now_ms;
+        if let Some(last) = self.grants.get_mut(lease).and_then(|g| g.last_mut()) {
+            last.released_at_ms = Some(now_ms);
+        }
+        Outcome::Released { token }
+    }
+
+    /// One lease of a renewal: its current grant runs on to `ttl_ms` from now, if it is
+    /// `holder`'s under `token`.
+    fn renew(&mut self, lease: &str, holder: &str, token: u64, ttl_ms: u64) -> Renewed {
+        if let Err(refusal) = self.holds(lease, holder, token) {
+            return Renewed::Refused(refusal);
+        }
+        let expires_at_ms = self.now_ms.saturating_add(ttl_ms);
+        if let Some(last) = self.grants.get_mut(lease).and_then(|g| g.last_mut()) {
+            last.expires_at_ms = expires_at_ms;
+        }
+        Renewed::Until { expires_at_ms }
+    }
+
+    /// Whether `holder` holds `lease` now under `token`, and why not.
+    fn holds(&self, lease: &str, holder: &str, token: u64) -> Result<(), ReleaseRefusal> {
+        let current = self.current(lease).ok_or(ReleaseRefusal::NotHeld)?;
         if current.holder != holder {
-            return Outcome::ReleaseRefused(ReleaseRefusal::HeldByOther {
-                holder: current.holder,
+            return Err(ReleaseRefusal::HeldByOther {
+                holder: current.holder.clone(),
                 token: current.token,
                 expires_at_ms: current.expires_at_ms,
             });
         }
         if current.token != token {
-            return Outcome::ReleaseRefused(ReleaseRefusal::WrongToken {
+            return Err(ReleaseRefusal::WrongToken {
                 current_token: current.token,
             });
         }
-        if let Some(last) = self.grants.get_mut(lease).and_then(|g| g.last_mut()) {
-            last.released_at_ms = Some(self.now_ms);
-        }
-        Outcome::Released { token }
+        Ok(())
     }
 
     fn put(&mut self, key: &str, value: &[u8], fence: Option<&Fence>) -> Outcome {
@@ -388,7 +414,7 @@ mod tests {
     //! The product's table against the model, command by command, on random logs.
     use super::*;
     use leasehold_core::auth::{AuthChange, Grant, Permission};
-    use leasehold_core::LeaseTable;
+    use leasehold_core::{LeaseTable, Renewal};
     use proptest::prelude::*;
 
     fn op() -> impl Strategy<Value = Op> {
@@ -401,11 +427,25 @@ mod tests {
                 holder: h.into(),
                 ttl_ms
             }),
-            (lease.clone(), who, 1u64..5).prop_map(|(l, h, token)| Op::Release {
+            (lease.clone(), who.clone(), 1u64..5).prop_map(|(l, h, token)| Op::Release {
                 lease: l.into(),
                 holder: h.into(),
                 token
             }),
+            // Duplicates and all: apply must be total on what edge validation refuses.
+            prop::collection::vec((lease.clone(), who, 1u64..5, 100u64..3_000), 1..4).prop_map(
+                |leases| Op::Renew {
+                    leases: leases
+                        .into_iter()
+                        .map(|(l, h, token, ttl_ms)| Renewal {
+                            lease: l.into(),
+                            holder: h.into(),
+                            token,
+                            ttl_ms,
+                        })
+                        .collect(),
+                }
+            ),
             // From 0: apply must be total even on tokens edge validation refuses.
             (key.clone(), lease, 0u64..5).prop_map(|(k, l, token)| Op::Put {
                 key: k.into(),

@@ -81,6 +81,46 @@ pub enum Released {
     },
 }
 
+/// One lease of a renewal ([`LeaseClient::renew`](crate::LeaseClient::renew)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Renewal {
+    /// The lease.
+    pub lease: String,
+    /// Its holder's name, as it was granted.
+    pub holder: String,
+    /// The token of the grant to renew.
+    pub token: u64,
+    /// How long the grant lasts from the renewal's store time, in ms.
+    pub ttl_ms: u64,
+}
+
+/// What a renewal got for one of its leases.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Renewed {
+    /// Renewed: same token, the grant runs out at this store time now.
+    Until {
+        /// When the grant runs out, in store time, unless renewed again.
+        expires_at_ms: u64,
+    },
+    /// Not renewed: nobody holds the lease (it expired, or was released). A renewal never
+    /// grants it again.
+    NotHeld,
+    /// Not renewed: someone else holds it.
+    HeldBy(HeldBy),
+    /// Not renewed: the holder holds it under another token.
+    WrongToken {
+        /// The token it is held under.
+        current_token: u64,
+    },
+}
+
+impl Renewed {
+    /// Whether the lease was renewed (the holder still holds it).
+    pub fn is_renewed(&self) -> bool {
+        matches!(self, Renewed::Until { .. })
+    }
+}
+
 /// What a put got.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Written {
@@ -199,6 +239,29 @@ impl TryFrom<pb::ReleaseResponse> for Answer<Released> {
         };
         Ok(Answer {
             outcome,
+            applied: applied(r.applied),
+        })
+    }
+}
+
+impl TryFrom<pb::RenewResponse> for Answer<Vec<Renewed>> {
+    type Error = ClientError;
+    fn try_from(r: pb::RenewResponse) -> Result<Self, ClientError> {
+        use pb::lease_renewal::Outcome;
+        let lease = |l: pb::LeaseRenewal| {
+            Ok(match l.outcome.ok_or(NO_OUTCOME)? {
+                Outcome::Renewed(r) => Renewed::Until {
+                    expires_at_ms: r.expires_at_ms,
+                },
+                Outcome::NotHeld(_) => Renewed::NotHeld,
+                Outcome::HeldBy(h) => Renewed::HeldBy(held_by(h)),
+                Outcome::WrongToken(w) => Renewed::WrongToken {
+                    current_token: w.current_token,
+                },
+            })
+        };
+        Ok(Answer {
+            outcome: r.leases.into_iter().map(lease).collect::<Result<_, _>>()?,
             applied: applied(r.applied),
         })
     }

@@ -14,7 +14,8 @@ use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::{Request, Response, Status};
 
 use crate::answers::{
-    Acquired, Answer, Applied, Deleted, LeaseState, Members, Released, TokenStatus, Written,
+    Acquired, Answer, Applied, Deleted, LeaseState, Members, Released, Renewal, Renewed,
+    TokenStatus, Written,
 };
 use crate::attempts::{Attempts, Effect, Next};
 use crate::channel::{Bearer, NodeChannel};
@@ -71,6 +72,18 @@ pub struct LeaseClient {
     /// The endpoint that answered last: tried first next time.
     preferred: AtomicUsize,
     deadline: Duration,
+    /// The renewals of this client's holders waiting for their request.
+    pub(crate) renewals: crate::renewals::Renewals,
+}
+
+impl crate::renewals::Gathered for LeaseClient {
+    fn renewals(&self) -> &crate::renewals::Renewals {
+        &self.renewals
+    }
+
+    async fn send(&self, leases: Vec<Renewal>) -> Result<Vec<Renewed>, ClientError> {
+        Ok(self.renew(&leases).await?.outcome)
+    }
 }
 
 /// A fenced write's `(lease, token)` as the API carries it.
@@ -131,6 +144,7 @@ impl LeaseClient {
             local_ip: None,
             preferred: AtomicUsize::new(0),
             deadline: DEFAULT_DEADLINE,
+            renewals: Default::default(),
         })
     }
 
@@ -309,6 +323,41 @@ impl LeaseClient {
             })
             .await?;
         Answer::try_from(answer)
+    }
+
+    /// Renews many leases in one request and one log entry: each only if its holder holds it
+    /// under its token, to its own TTL from the renewal's store time. Answered lease by lease,
+    /// in the order given; a lease that ran out is answered [`Renewed::NotHeld`], never granted
+    /// again. At most 512 leases, each named once.
+    pub async fn renew(&self, leases: &[Renewal]) -> Result<Answer<Vec<Renewed>>, ClientError> {
+        let leases: Vec<pb::Renewal> = leases
+            .iter()
+            .map(|r| pb::Renewal {
+                lease: r.lease.clone(),
+                holder: r.holder.clone(),
+                token: r.token,
+                ttl_ms: r.ttl_ms,
+            })
+            .collect();
+        let answer = self
+            .write(|request_id| {
+                let message = pb::RenewRequest {
+                    leases: leases.clone(),
+                    request_id,
+                };
+                self.call(Effect::Write, move |ch, timeout| {
+                    let request = attempt(message.clone(), timeout);
+                    async move { LeaseStoreClient::new(ch).renew(request).await }
+                })
+            })
+            .await?;
+        let answer = Answer::try_from(answer)?;
+        if answer.outcome.len() != leases.len() {
+            return Err(ClientError::Malformed(
+                "a renewal was answered for another number of leases than it named",
+            ));
+        }
+        Ok(answer)
     }
 
     /// Frees `lease` at once, if `holder` holds it under `token`.

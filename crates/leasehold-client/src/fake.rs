@@ -21,6 +21,10 @@ pub(crate) enum Reply {
     Acquire(pb::acquire_response::Outcome),
     /// For an acquire: this outcome, after this long.
     SlowAcquire(Duration, pb::acquire_response::Outcome),
+    /// For a renewal: this outcome for each of its leases (`Answer`: each renewed).
+    Renew(pb::lease_renewal::Outcome),
+    /// For a renewal: this outcome for each of its leases, after this long.
+    SlowRenew(Duration, pb::lease_renewal::Outcome),
 }
 
 /// A node that answers from a script, and remembers the request ids it was sent.
@@ -32,6 +36,8 @@ pub(crate) struct FakeNode {
     pub(crate) sessions: Mutex<u64>,
     /// The tokens of the releases it was sent.
     pub(crate) releases: Mutex<Vec<u64>>,
+    /// The leases of each renewal it was sent.
+    pub(crate) renewals: Mutex<Vec<Vec<String>>>,
     /// What happened when, for tests of ordering.
     pub(crate) timeline: Mutex<Vec<(&'static str, std::time::Instant)>>,
 }
@@ -52,9 +58,11 @@ impl FakeNode {
         match reply {
             Reply::Hang => std::future::pending().await,
             Reply::Fail(status) => Err(status),
-            Reply::Answer | Reply::Acquire(_) | Reply::SlowAcquire(..) => {
-                Ok(Response::new(T::canned()))
-            }
+            Reply::Answer
+            | Reply::Acquire(_)
+            | Reply::SlowAcquire(..)
+            | Reply::Renew(_)
+            | Reply::SlowRenew(..) => Ok(Response::new(T::canned())),
         }
     }
 
@@ -91,6 +99,11 @@ canned! {
         pb::check_token_response::Outcome::Stale(pb::TokenStale::default()),
 }
 
+impl Canned for pb::RenewResponse {
+    fn canned() -> Self {
+        Self::default()
+    }
+}
 impl Canned for pb::GetResponse {
     fn canned() -> Self {
         Self::default()
@@ -146,6 +159,34 @@ impl LeaseStore for Handle {
         Ok(Response::new(pb::AcquireResponse {
             applied: None,
             outcome: Some(outcome),
+        }))
+    }
+    async fn renew(
+        &self,
+        r: Request<pb::RenewRequest>,
+    ) -> Result<Response<pb::RenewResponse>, Status> {
+        let r = r.into_inner();
+        let leases: Vec<String> = r.leases.iter().map(|l| l.lease.clone()).collect();
+        self.renewals.lock().unwrap().push(leases.clone());
+        let outcome = match self.next(r.request_id) {
+            Reply::Renew(outcome) => outcome,
+            Reply::SlowRenew(after, outcome) => {
+                tokio::time::sleep(after).await;
+                self.timeline
+                    .lock()
+                    .unwrap()
+                    .push(("slow renewal answered", std::time::Instant::now()));
+                outcome
+            }
+            Reply::Answer => pb::lease_renewal::Outcome::Renewed(pb::Renewed::default()),
+            other => return self.reply(other).await,
+        };
+        let lease = pb::LeaseRenewal {
+            outcome: Some(outcome),
+        };
+        Ok(Response::new(pb::RenewResponse {
+            applied: None,
+            leases: vec![lease; leases.len()],
         }))
     }
     async fn release(
@@ -211,6 +252,7 @@ pub(crate) async fn fake_node(script: Vec<Reply>) -> (Arc<FakeNode>, LeaseClient
         request_ids: Mutex::default(),
         sessions: Mutex::default(),
         releases: Mutex::default(),
+        renewals: Mutex::default(),
         timeline: Mutex::default(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -1,5 +1,6 @@
-//! `Holder`, the lease keeper: acquires a lease (waiting for it if asked), renews it every third
-//! of its TTL, and knows until when its holding is safe.
+//! `Holder`, the lease keeper: acquires a lease (waiting for it if asked), renews it at least
+//! every third of its TTL (together with the client's other holders, see `renewals`), and
+//! knows until when its holding is safe.
 //!
 //! The deadline is counted from the instant a successful request was *sent*, not from its
 //! answer: the store started the grant's TTL at some point after the send, so
@@ -15,9 +16,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::answers::{Acquired, Answer, HeldBy, Released, Written};
+use crate::answers::{Acquired, Answer, HeldBy, Released, Renewal, Renewed, Written};
 use crate::client::LeaseClient;
 use crate::error::ClientError;
+use crate::renewals::{self, Failed};
 use crate::watch::{WatchFrom, WatchSelect};
 
 /// Why a [`Holder`] no longer holds its lease.
@@ -27,11 +29,14 @@ pub enum Lost {
     Unrenewed,
     /// A renewal found the lease held by another.
     HeldBy(HeldBy),
-    /// A renewal was answered with a fresh grant: the lease had expired and was granted
-    /// anew, so whatever was done under the old token may have been fenced off. The new
-    /// grant is released.
+    /// A renewal found the lease free: it ran out before a renewal reached the store. A
+    /// renewal never grants it again, so a standby may hold it now.
+    Expired,
+    /// A renewal found the lease granted anew under this holder's name, with another token
+    /// (another process using the same exact name, say): whatever was done under the old token
+    /// may have been fenced off.
     Regranted {
-        /// The fresh grant's token.
+        /// The new grant's token.
         token: u64,
     },
     /// The store refused a renewal for good (bad input, an unknown session).
@@ -45,8 +50,12 @@ impl std::fmt::Display for Lost {
         match self {
             Lost::Unrenewed => write!(f, "no renewal succeeded before the safe deadline"),
             Lost::HeldBy(h) => write!(f, "held by {} with token {}", h.holder, h.token),
+            Lost::Expired => write!(f, "the lease ran out before a renewal reached the store"),
             Lost::Regranted { token } => {
-                write!(f, "the lease expired and was granted anew (token {token})")
+                write!(
+                    f,
+                    "the lease was granted anew under this name (token {token})"
+                )
             }
             Lost::Refused(why) => write!(f, "renewal refused: {why}"),
             Lost::Released => write!(f, "released"),
@@ -172,8 +181,8 @@ impl HolderOptions {
     }
 }
 
-/// Holds a lease while it lives: renews it every third of its TTL, and releases it when
-/// dropped (best effort) or on [`release`](Self::release).
+/// Holds a lease while it lives: renews it at least every third of its TTL, and releases it
+/// when dropped (best effort) or on [`release`](Self::release).
 ///
 /// ```no_run
 /// # async fn example() -> Result<(), leasehold_client::HoldError> {
@@ -443,11 +452,14 @@ struct Keeper {
 }
 
 impl Keeper {
-    /// Renews every third of the TTL from the last successful send until the holding is lost.
+    /// Renews a third of the TTL after the last successful send, or earlier with the client's
+    /// other holders once a sixth has passed, until the holding is lost.
     async fn run(mut self, mut last_sent: Instant) {
         let lost = loop {
+            let joinable = renewals::next_round_after(&*self.client, last_sent + self.ttl / 6);
             tokio::select! {
                 () = tokio::time::sleep_until(last_sent + self.ttl / 3) => {}
+                () = joinable => {}
                 _ = self.stop.wait_for(|stop| *stop) => break Lost::Released,
             }
             match self.renew().await {
@@ -458,8 +470,9 @@ impl Keeper {
         self.standing.send_modify(|s| s.lost = Some(lost));
     }
 
-    /// One renewal, retried until it succeeds or the safe deadline passes: each attempt is cut
-    /// off at the deadline, so nothing this holder does waits past it.
+    /// One renewal, gathered with the other holders' of this client that are due, retried
+    /// until it succeeds or the safe deadline passes: each attempt is cut off at the deadline,
+    /// so nothing this holder does waits past it.
     async fn renew(&self) -> Result<Instant, Lost> {
         loop {
             // No new attempt once the holder is being released; one in flight ends by itself.
@@ -471,25 +484,25 @@ impl Keeper {
             if sent >= safe_until {
                 return Err(Lost::Unrenewed);
             }
-            let attempt = self.client.acquire(&self.lease, &self.holder, self.ttl_ms);
-            let answer = match tokio::time::timeout_at(safe_until, attempt).await {
+            let renewal = Renewal {
+                lease: self.lease.clone(),
+                holder: self.holder.clone(),
+                token: self.token,
+                ttl_ms: self.ttl_ms,
+            };
+            let attempt = renewals::renew(&self.client, renewal);
+            let renewed = match tokio::time::timeout_at(safe_until, attempt).await {
                 Err(_) => return Err(Lost::Unrenewed),
-                Ok(Err(e)) if e.code() == tonic::Code::InvalidArgument => {
-                    return Err(Lost::Refused(e.to_string()))
-                }
+                Ok(Err(Failed::Refused(why))) => return Err(Lost::Refused(why)),
                 // Unavailable, indeterminate: the next attempt settles it, in time or not.
-                Ok(Err(_)) => {
+                Ok(Err(Failed::Unanswered)) => {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     continue;
                 }
-                Ok(Ok(answer)) => answer,
+                Ok(Ok(renewed)) => renewed,
             };
-            return match answer.outcome {
-                Acquired::Granted {
-                    token,
-                    renewed: true,
-                    ..
-                } if token == self.token => {
+            return match renewed {
+                Renewed::Until { .. } => {
                     let safe_until = sent + self.ttl - self.margin;
                     self.standing.send_modify(|s| {
                         s.sent = sent;
@@ -497,15 +510,11 @@ impl Keeper {
                     });
                     Ok(sent)
                 }
-                Acquired::Granted { token, .. } => {
-                    // Ours again, but after a gap someone may have filled: given back, after
-                    // the loss is published (the caller must not wait on the release).
-                    let (client, lease, holder) =
-                        (self.client.clone(), self.lease.clone(), self.holder.clone());
-                    tokio::spawn(async move { client.release(&lease, &holder, token).await });
-                    Err(Lost::Regranted { token })
-                }
-                Acquired::HeldBy(held) => Err(Lost::HeldBy(held)),
+                Renewed::NotHeld => Err(Lost::Expired),
+                Renewed::HeldBy(held) => Err(Lost::HeldBy(held)),
+                Renewed::WrongToken { current_token } => Err(Lost::Regranted {
+                    token: current_token,
+                }),
             };
         }
     }
@@ -527,20 +536,17 @@ mod tests {
         }))
     }
 
-    fn held_by(holder: &str, token: u64) -> Reply {
-        Reply::Acquire(Outcome::HeldBy(pb::HeldBy {
-            holder: holder.into(),
-            token,
-            expires_at_ms: 0,
-        }))
-    }
-
     const TTL: Duration = Duration::from_millis(600);
     const MARGIN: Duration = Duration::from_millis(100);
 
     #[tokio::test]
     async fn a_renewal_answered_held_by_another_is_a_loss_at_once() {
-        let (_node, client) = fake_node(vec![granted(1, false), held_by("thief", 2)]).await;
+        let thief = pb::lease_renewal::Outcome::HeldBy(pb::HeldBy {
+            holder: "thief".into(),
+            token: 2,
+            expires_at_ms: 0,
+        });
+        let (_node, client) = fake_node(vec![granted(1, false), Reply::Renew(thief)]).await;
         let holder = Holder::options("l", "me", TTL)
             .acquire(Arc::new(client))
             .await
@@ -557,24 +563,50 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_renewal_answered_with_a_fresh_grant_is_a_loss_and_that_grant_is_given_back() {
-        let (node, client) =
-            fake_node(vec![granted(1, false), granted(2, false), Reply::Answer]).await;
+    async fn a_renewal_that_finds_the_lease_run_out_or_granted_anew_is_a_loss() {
+        let not_held = pb::lease_renewal::Outcome::NotHeld(pb::NotHeld {});
+        let (node, client) = fake_node(vec![granted(1, false), Reply::Renew(not_held)]).await;
+        let holder = Holder::options("l", "me", TTL)
+            .acquire(Arc::new(client))
+            .await
+            .unwrap();
+        let lost = tokio::time::timeout(TTL, holder.lost()).await.unwrap();
+        assert_eq!(lost, Lost::Expired);
+        // Renewed through a renewal, never through an acquire that could grant it again.
+        assert_eq!(*node.renewals.lock().unwrap(), vec![vec!["l".to_owned()]]);
+        let wrong = pb::lease_renewal::Outcome::WrongToken(pb::WrongToken { current_token: 2 });
+        let (_node, client) = fake_node(vec![granted(1, false), Reply::Renew(wrong)]).await;
         let holder = Holder::options("l", "me", TTL)
             .acquire(Arc::new(client))
             .await
             .unwrap();
         let lost = tokio::time::timeout(TTL, holder.lost()).await.unwrap();
         assert_eq!(lost, Lost::Regranted { token: 2 });
-        // Released after the loss is published, so the caller does not wait on it.
-        tokio::time::timeout(TTL, async {
-            while node.releases.lock().unwrap().is_empty() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("the new grant is released");
-        assert_eq!(*node.releases.lock().unwrap(), vec![2]);
+    }
+
+    #[tokio::test]
+    async fn the_holders_of_one_client_fall_into_step_and_renew_in_one_request() {
+        let (node, client) = fake_node(vec![granted(1, false), Reply::Answer]).await;
+        let client = Arc::new(client);
+        let first = Holder::options("a", "me", TTL)
+            .acquire(client.clone())
+            .await
+            .unwrap();
+        // Granted half a renewal period later: out of step at first.
+        tokio::time::sleep(TTL / 6).await;
+        let second = Holder::options("b", "me", TTL)
+            .acquire(client.clone())
+            .await
+            .unwrap();
+        tokio::time::sleep(TTL * 2).await;
+        assert!(first.is_safe() && second.is_safe());
+        let renewals = node.renewals.lock().unwrap().clone();
+        let both = renewals.iter().filter(|leases| leases.len() == 2).count();
+        let alone = renewals.len() - both;
+        assert!(
+            both >= 4 && alone <= 2,
+            "{both} renewals of both, {alone} of one: {renewals:?}"
+        );
     }
 
     #[tokio::test]
@@ -618,20 +650,21 @@ mod tests {
 
     #[tokio::test]
     async fn a_holder_renews_every_third_of_its_ttl_and_releases_when_dropped() {
-        let (node, client) = fake_node(vec![granted(1, false), granted(1, true)]).await;
+        let (node, client) = fake_node(vec![granted(1, false), Reply::Answer]).await;
         let holder = Holder::options("l", "me", TTL)
             .acquire(Arc::new(client))
             .await
             .unwrap();
         tokio::time::sleep(TTL * 2).await;
         assert!(holder.is_safe());
-        // The grant, then a renewal every 200 ms: about six in 1.2 s (the register is not
-        // counted: it carries no request id).
-        let acquires = node.request_ids.lock().unwrap().len();
+        // A renewal every 200 ms: about six in 1.2 s, each a renewal, not an acquire.
+        let renewals = node.renewals.lock().unwrap().len();
         assert!(
-            (5..=8).contains(&acquires),
-            "{acquires} acquires in two TTLs"
+            (5..=7).contains(&renewals),
+            "{renewals} renewals in two TTLs"
         );
+        // The grant and the renewals (the register is not counted: it carries no request id).
+        assert_eq!(node.request_ids.lock().unwrap().len(), renewals + 1);
         drop(holder);
         tokio::time::timeout(TTL, async {
             while node.releases.lock().unwrap().is_empty() {
@@ -647,14 +680,10 @@ mod tests {
     async fn a_release_waits_for_the_renewal_in_flight_so_it_cannot_land_after_it() {
         // Answered before the safe deadline (500 ms in): an attempt is cut off there.
         let slow = Duration::from_millis(150);
-        let renewal = Outcome::Granted(pb::Granted {
-            token: 1,
-            expires_at_ms: 0,
-            renewed: true,
-        });
+        let renewal = pb::lease_renewal::Outcome::Renewed(pb::Renewed::default());
         let (node, client) = fake_node(vec![
             granted(1, false),
-            Reply::SlowAcquire(slow, renewal),
+            Reply::SlowRenew(slow, renewal),
             Reply::Answer,
         ])
         .await;
@@ -668,7 +697,7 @@ mod tests {
         let timeline = node.timeline.lock().unwrap().clone();
         let answered = timeline
             .iter()
-            .position(|(what, _)| *what == "slow acquire answered");
+            .position(|(what, _)| *what == "slow renewal answered");
         let released = timeline.iter().position(|(what, _)| *what == "release");
         assert!(
             answered.is_some() && answered < released,

@@ -7,6 +7,7 @@
 //!   [`Acquired::HeldBy`], [`Written::StaleToken`], ...
 //! - [`Holder`] (`holder`): holds a lease: waits for it if asked, renews it, knows until when
 //!   holding it is safe, refuses fenced writes locally past that, releases it on drop.
+//! - `renewals`: the holders of one client renew together, one request for all those due.
 //! - [`Watch`] (`watch`): lease events (granted, renewed, released, expired) in log order,
 //!   resumed on another node when the one streaming fails.
 //! - `error`, `attempts`: what a call fails with, and how one call's attempts add up to it.
@@ -25,11 +26,12 @@ mod error;
 mod fake;
 mod holder;
 pub mod limits;
+mod renewals;
 mod watch;
 
 pub use answers::{
     Acquired, Answer, Applied, Deleted, HeldBy, LeaseState, Member, MemberRole, Members, Released,
-    TokenStatus, Written,
+    Renewal, Renewed, TokenStatus, Written,
 };
 pub use client::{LeaseClient, SavedSnapshot};
 pub use error::ClientError;

@@ -25,6 +25,10 @@ pub(crate) const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(90);
 /// How long one attempt to copy a snapshot may take: it carries the whole state.
 pub(crate) const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// The most leases one renewal request names: the store's own limit (the `leasehold`
+/// package checks that they agree).
+pub const MAX_RENEWALS: usize = 512;
+
 /// How long opening a stream on one node may take before the next node is tried: a node sends
 /// its first response at once.
 pub(crate) const OPEN_TIMEOUT: Duration = Duration::from_secs(2);

@@ -2,7 +2,7 @@
 //! for every command after it, and the table's encoding and digest with a policy in it.
 
 use crate::auth::{AuthChange, Grant, Permission, ADMIN_ROLE};
-use crate::{Command, LeaseTable, Op, Outcome, ReleaseRefusal, RequestId};
+use crate::{Command, LeaseTable, Op, Outcome, ReleaseRefusal, Renewal, RequestId};
 
 fn at(at_ms: u64, op: Op) -> Command {
     Command {
@@ -109,6 +109,40 @@ fn an_operation_is_applied_only_if_the_policy_in_force_allows_its_identity() {
     assert!(t
         .apply(&at(2, by("team-a", acquire("a/l", "team-a/w1"))))
         .accepted());
+}
+
+/// A renewal of `leases` as `team-a/w1`, each under token 1.
+fn renew(leases: &[&str]) -> Op {
+    Op::Renew {
+        leases: leases
+            .iter()
+            .map(|lease| Renewal {
+                lease: (*lease).into(),
+                holder: "team-a/w1".into(),
+                token: 1,
+                ttl_ms: 10_000,
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn a_renewal_naming_one_lease_its_identity_may_not_hold_is_denied_whole() {
+    let mut t = with_policy();
+    for lease in ["a/1", "a/2"] {
+        assert!(t
+            .apply(&at(2, by("team-a", acquire(lease, "team-a/w1"))))
+            .accepted());
+    }
+    let before = t.digest();
+    let refused = t.apply(&at(2, by("team-a", renew(&["a/1", "b/1", "a/2"]))));
+    assert_eq!(denied(&refused), "team-a may not hold lease \"b/1\"");
+    assert_eq!(t.digest(), before, "no lease of a denied renewal moved");
+    let renewed = t.apply(&at(3, by("team-a", renew(&["a/1", "a/2"]))));
+    assert!(
+        matches!(&renewed, Outcome::Renewed(leases) if leases.len() == 2),
+        "{renewed:?}"
+    );
 }
 
 #[test]
@@ -291,11 +325,12 @@ fn every_write_a_client_may_send_needs_a_permission() {
         by("a", put("k")),
     ];
     for op in &ops {
-        assert!(op.action().is_some(), "{op:?}");
+        assert_eq!(op.actions().count(), 1, "{op:?}");
     }
     for op in [Op::Register, Op::Tick, Op::Forget { retention_ms: 1 }] {
-        assert_eq!(op.action(), None);
+        assert_eq!(op.actions().count(), 0, "{op:?}");
     }
+    assert_eq!(renew(&["a/1", "a/2", "a/3"]).actions().count(), 3);
 }
 
 fn request(client: u64, sequence: u64, op: Op) -> Command {

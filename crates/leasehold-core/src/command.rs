@@ -108,6 +108,14 @@ pub enum Op {
     /// A change to who may do what: admin only, answered [`Outcome::PolicyChanged`] or
     /// [`Outcome::PolicyRefused`].
     Auth(AuthChange),
+    // New variants go last: the log and snapshots name variants by their index.
+    /// Renew many held leases in one command: each only for its holder under its current
+    /// token, by its own TTL, answered lease by lease ([`Outcome::Renewed`]). Never grants: a
+    /// lease that ran out stays free, so a holder cannot miss that it lost it.
+    Renew {
+        /// The leases, in the order their answers come back.
+        leases: Vec<Renewal>,
+    },
 }
 
 std::thread_local! {
@@ -153,9 +161,24 @@ impl Op {
         }
     }
 
-    /// What the policy must allow for a client to ask this; `None` for what any identity may
-    /// do (opening a session) or what only a node logs (ticks, forgetting).
-    pub fn action(&self) -> Option<Action<'_>> {
+    /// What the policy must allow for a client to ask this, every one of it: none for what
+    /// any identity may do (opening a session) or what only a node logs (ticks, forgetting);
+    /// one hold per lease for a renewal.
+    pub fn actions(&self) -> impl Iterator<Item = Action<'_>> {
+        let renewals = match self {
+            Op::Renew { leases } => leases.as_slice(),
+            _ => &[],
+        };
+        self.action()
+            .into_iter()
+            .chain(renewals.iter().map(|r| Action::Hold {
+                lease: &r.lease,
+                holder: &r.holder,
+            }))
+    }
+
+    /// What the policy must allow of an operation on one lease or row.
+    fn action(&self) -> Option<Action<'_>> {
         match self {
             Op::Acquire { lease, holder, .. } | Op::Release { lease, holder, .. } => {
                 Some(Action::Hold { lease, holder })
@@ -166,9 +189,35 @@ impl Op {
             Op::Auth(_) => Some(Action::Admin("change the policy")),
             // Acting as another identity is an admin's (a node never logs one inside another).
             Op::As { .. } => Some(Action::Admin("act as another identity")),
-            Op::Register | Op::Tick | Op::Forget { .. } => None,
+            Op::Register | Op::Tick | Op::Forget { .. } | Op::Renew { .. } => None,
         }
     }
+}
+
+/// One lease of an [`Op::Renew`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Renewal {
+    /// The lease's name.
+    pub lease: String,
+    /// The holder's name, as it was granted the lease.
+    pub holder: String,
+    /// The token of the grant being renewed.
+    pub token: u64,
+    /// How long the grant lasts from the command's store time, in milliseconds.
+    pub ttl_ms: u64,
+}
+
+/// What an [`Op::Renew`] answered for one of its leases.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Renewed {
+    /// Renewed: the grant, token unchanged, now runs out at this store time (ms).
+    Until {
+        /// When the grant runs out, in store time (ms), unless its holder renews it again.
+        expires_at_ms: u64,
+    },
+    /// Not renewed, and why: that lease is unchanged. The holder has lost it (or never held
+    /// it under that token).
+    Refused(ReleaseRefusal),
 }
 
 /// What a fenced write carries: the lease it writes under and the token its holder was granted.
@@ -270,6 +319,9 @@ pub enum Outcome {
         /// Why, naming the field and the rule.
         reason: String,
     },
+    // New variants go last: session answers in snapshots name variants by their index.
+    /// What a renewal did to each of its leases, in the order it named them.
+    Renewed(Vec<Renewed>),
 }
 
 impl Outcome {
@@ -290,7 +342,7 @@ impl Outcome {
     }
 }
 
-/// Why a release was refused.
+/// Why a release (or the renewal of one lease) was refused.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReleaseRefusal {
     /// Nobody holds the lease: it was never granted, was released, or has expired.

@@ -26,7 +26,9 @@ pub mod limits;
 pub(crate) mod session;
 mod table;
 
-pub use command::{Batch, Command, Fence, Op, Outcome, ReleaseRefusal, RequestId};
+pub use command::{
+    Batch, Command, Fence, Op, Outcome, ReleaseRefusal, Renewal, Renewed, RequestId,
+};
 pub use event::{Event, EventKind};
 pub use limits::{validate, InvalidInput, Limits, FORGET_BATCH, SESSION_IDLE_MS};
 pub use table::{Lease, LeaseTable, TokenCheck};

@@ -2,7 +2,7 @@
 //! proposed ([`Limits`]), and on what the table keeps and does in one command. The node's own
 //! sizes and timeouts are the node crate's.
 
-use crate::{Fence, Op};
+use crate::{Fence, Op, Renewal};
 
 /// The limits every node enforces. One place, so the error messages and the checks agree.
 pub struct Limits;
@@ -20,6 +20,9 @@ impl Limits {
     pub const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
     /// The furthest one advance may move store time, in milliseconds: a year.
     pub const MAX_ADVANCE_MS: u64 = 365 * 24 * 60 * 60 * 1000;
+    /// The most leases one renewal names: with the longest names it still fits a client's
+    /// message, so 10,000 leases at a 10 s TTL take 20 renewals every third of it.
+    pub const MAX_RENEWALS: usize = 512;
 }
 
 /// Leases one [`Op::Forget`] drops at most, so that applying it stays short; the leader logs
@@ -111,6 +114,7 @@ pub fn validate(op: &Op) -> Result<(), InvalidInput> {
             name("holder", holder, Limits::MAX_NAME_BYTES)?;
             token_field(*token)
         }
+        Op::Renew { leases } => renewals(leases),
         Op::Delete { key, fence } => {
             name("key", key, Limits::MAX_KEY_BYTES)?;
             fence_fields(fence.as_ref())
@@ -149,6 +153,38 @@ pub fn validate(op: &Op) -> Result<(), InvalidInput> {
         Op::Auth(change) => change.validate(),
         Op::Tick | Op::Register | Op::Forget { .. } => Ok(()),
     }
+}
+
+/// Validates a renewal's leases: at least one, at most [`Limits::MAX_RENEWALS`], each named
+/// once and each valid as its own renewal would be.
+fn renewals(leases: &[Renewal]) -> Result<(), InvalidInput> {
+    if !(1..=Limits::MAX_RENEWALS).contains(&leases.len()) {
+        return Err(InvalidInput::new(
+            "leases",
+            format!(
+                "must name between 1 and {} leases, got {}",
+                Limits::MAX_RENEWALS,
+                leases.len()
+            ),
+        ));
+    }
+    let mut named = std::collections::HashSet::with_capacity(leases.len());
+    for renewal in leases {
+        name("lease", &renewal.lease, Limits::MAX_NAME_BYTES)?;
+        name("holder", &renewal.holder, Limits::MAX_NAME_BYTES)?;
+        token_field(renewal.token)?;
+        ttl_field(renewal.ttl_ms)?;
+        if !named.insert(renewal.lease.as_str()) {
+            return Err(InvalidInput::new(
+                "leases",
+                format!(
+                    "must name each lease once, {:?} is named twice",
+                    renewal.lease
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Validates an operation logged with an identity: the identity, the token's SHA-256 if a token
@@ -296,5 +332,38 @@ mod tests {
         );
         assert_eq!(validate(&put(1, 0)).unwrap_err().field, "token");
         assert_eq!(validate(&Op::Advance { by_ms: 0 }).unwrap_err().field, "ms");
+    }
+
+    #[test]
+    fn a_renewal_names_a_bounded_number_of_distinct_valid_leases() {
+        let renew = |names: &[String], token: u64| Op::Renew {
+            leases: names
+                .iter()
+                .map(|lease| Renewal {
+                    lease: lease.clone(),
+                    holder: "h".into(),
+                    token,
+                    ttl_ms: 1_000,
+                })
+                .collect(),
+        };
+        let names: Vec<String> = (0..=Limits::MAX_RENEWALS)
+            .map(|i| format!("l{i}"))
+            .collect();
+        assert!(validate(&renew(&names[..Limits::MAX_RENEWALS], 1)).is_ok());
+        let err = validate(&renew(&names, 1)).unwrap_err();
+        assert_eq!(err.field, "leases");
+        assert!(err.to_string().contains("between 1 and 512"), "{err}");
+        assert_eq!(validate(&renew(&[], 1)).unwrap_err().field, "leases");
+        let twice = validate(&renew(&["a".into(), "b".into(), "a".into()], 1)).unwrap_err();
+        assert!(
+            twice.to_string().contains("\"a\" is named twice"),
+            "{twice}"
+        );
+        assert_eq!(validate(&renew(&names[..2], 0)).unwrap_err().field, "token");
+        assert_eq!(
+            validate(&renew(&["".into()], 1)).unwrap_err().field,
+            "lease"
+        );
     }
 }

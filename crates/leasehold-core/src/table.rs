@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 use super::limits::FORGET_BATCH;
 use super::session::{fingerprint, Admission, Sessions};
 use crate::auth::{Denied, Policy};
-use crate::{Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal, RequestId};
+use crate::{
+    Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal, Renewal, Renewed, RequestId,
+};
 
 /// The whole replicated state. `BTreeMap`s, so iteration and serialization are deterministic.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -518,7 +520,7 @@ impl LeaseTable {
         // Authorized here, at apply, so that every replica decides by the policy in force at
         // this index, whatever the node that took the request believed.
         let (identity, bearer, op) = (op.identity(), op.bearer(), op.bare());
-        if let Some(action) = op.action() {
+        for action in op.actions() {
             if let Err(denied) = self.policy.check_caller(identity, bearer, &action) {
                 return Outcome::Denied(denied);
             }
@@ -534,6 +536,9 @@ impl LeaseTable {
                 holder,
                 token,
             } => self.release(lease, holder, *token),
+            Op::Renew { leases } => {
+                Outcome::Renewed(leases.iter().map(|r| self.renew(r, events)).collect())
+            }
             Op::Put { key, value, fence } => self.put(key, value, fence.as_ref()),
             Op::Advance { by_ms } => {
                 self.pass_time(self.now_ms.saturating_add(*by_ms), events);
@@ -632,13 +637,10 @@ impl LeaseTable {
         if let Some(lease) = self.leases.get_mut(name) {
             match lease.holder_at(now_ms) {
                 Some(current) if current == holder => {
-                    let (before, hashed) = (lease.expires_at_ms, entry_hash(name, lease));
-                    lease.expires_at_ms = expires_at_ms;
-                    reindex(&mut self.expiries, name, Some(before), Some(expires_at_ms));
-                    let rehashed = entry_hash(name, lease);
-                    rehash(&mut self.lease_sum, Some(hashed), Some(rehashed));
+                    let token = lease.token;
+                    self.change_lease(name, |lease| lease.expires_at_ms = expires_at_ms);
                     return Outcome::Granted {
-                        token: lease.token,
+                        token,
                         expires_at_ms,
                         renewed: true,
                     };
@@ -686,35 +688,69 @@ impl LeaseTable {
     }
 
     fn release(&mut self, name: &str, holder: &str, token: u64) -> Outcome {
-        let now_ms = self.now_ms;
-        let Some(lease) = self.leases.get_mut(name) else {
-            return Outcome::ReleaseRefused(ReleaseRefusal::NotHeld);
-        };
-        match lease.holder_at(now_ms) {
-            None => Outcome::ReleaseRefused(ReleaseRefusal::NotHeld),
-            Some(current) if current != holder => {
-                Outcome::ReleaseRefused(ReleaseRefusal::HeldByOther {
-                    holder: current.to_owned(),
-                    token: lease.token,
-                    expires_at_ms: lease.expires_at_ms,
-                })
-            }
-            Some(_) if token != lease.token => {
-                Outcome::ReleaseRefused(ReleaseRefusal::WrongToken {
-                    current_token: lease.token,
-                })
-            }
-            Some(_) => {
-                let (before, hashed) = (lease.expires_at_ms, entry_hash(name, lease));
-                lease.holder = None;
-                // Free at once: the next acquire must not wait for the old expiry.
-                lease.expires_at_ms = now_ms;
-                reindex(&mut self.expiries, name, Some(before), Some(now_ms));
-                let rehashed = entry_hash(name, lease);
-                rehash(&mut self.lease_sum, Some(hashed), Some(rehashed));
-                Outcome::Released { token }
-            }
+        if let Err(refusal) = self.holds(name, holder, token) {
+            return Outcome::ReleaseRefused(refusal);
         }
+        let now_ms = self.now_ms;
+        self.change_lease(name, |lease| {
+            lease.holder = None;
+            // Free at once: the next acquire must not wait for the old expiry.
+            lease.expires_at_ms = now_ms;
+        });
+        Outcome::Released { token }
+    }
+
+    /// Renews one lease of an [`Op::Renew`], noting the renewal in `events`.
+    fn renew(&mut self, renewal: &Renewal, events: &mut Vec<Event>) -> Renewed {
+        let Renewal {
+            lease,
+            holder,
+            token,
+            ttl_ms,
+        } = renewal;
+        if let Err(refusal) = self.holds(lease, holder, *token) {
+            return Renewed::Refused(refusal);
+        }
+        let expires_at_ms = self.now_ms.saturating_add(*ttl_ms);
+        self.change_lease(lease, |lease| lease.expires_at_ms = expires_at_ms);
+        events.push(Event {
+            kind: EventKind::Renewed,
+            lease: lease.clone(),
+            holder: holder.clone(),
+            token: *token,
+            expires_at_ms,
+        });
+        Renewed::Until { expires_at_ms }
+    }
+
+    /// Whether `holder` holds the lease `name` now under `token`, and if not, why not.
+    fn holds(&self, name: &str, holder: &str, token: u64) -> Result<(), ReleaseRefusal> {
+        let lease = self.leases.get(name).ok_or(ReleaseRefusal::NotHeld)?;
+        match lease.holder_at(self.now_ms) {
+            None => Err(ReleaseRefusal::NotHeld),
+            Some(current) if current != holder => Err(ReleaseRefusal::HeldByOther {
+                holder: current.to_owned(),
+                token: lease.token,
+                expires_at_ms: lease.expires_at_ms,
+            }),
+            Some(_) if token != lease.token => Err(ReleaseRefusal::WrongToken {
+                current_token: lease.token,
+            }),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Changes the lease `name` in the table by `change`, keeping its expiry's place in
+    /// `expiries` and its share of the digest in step.
+    fn change_lease(&mut self, name: &str, change: impl FnOnce(&mut Lease)) {
+        let Some(lease) = self.leases.get_mut(name) else {
+            return;
+        };
+        let (before, hashed) = (lease.expires_at_ms, entry_hash(name, lease));
+        change(lease);
+        let (after, rehashed) = (lease.expires_at_ms, entry_hash(name, lease));
+        reindex(&mut self.expiries, name, Some(before), Some(after));
+        rehash(&mut self.lease_sum, Some(hashed), Some(rehashed));
     }
 
     fn put(&mut self, key: &str, value: &[u8], fence: Option<&Fence>) -> Outcome {
@@ -1198,6 +1234,73 @@ mod tests {
         );
     }
 
+    fn renew(leases: &[(String, String, u64)]) -> Op {
+        Op::Renew {
+            leases: leases
+                .iter()
+                .map(|(lease, holder, token)| Renewal {
+                    lease: lease.clone(),
+                    holder: holder.clone(),
+                    token: *token,
+                    ttl_ms: 2_000,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn one_renewal_renews_each_lease_its_holder_holds_and_refuses_the_rest_unchanged() {
+        let mut t = LeaseTable::default();
+        for (lease, holder) in [("a", "h"), ("b", "h"), ("c", "other"), ("d", "h")] {
+            t.apply(&at(0, acquire(lease, holder, 1_000)));
+        }
+        t.apply(&at(0, release("d", "h", 1)));
+        t.apply(&at(0, acquire("e", "h", 100)));
+        let ask = |lease: &str, token| (lease.to_owned(), "h".to_owned(), token);
+        let before: Vec<_> = ["c", "d", "e"].map(|l| t.lease(l).cloned()).into();
+        let mut events = Vec::new();
+        let outcome = t.apply_noting(
+            &at(
+                500,
+                renew(&[
+                    ask("a", 1),
+                    ask("b", 2),
+                    ask("c", 1),
+                    ask("d", 1),
+                    ask("e", 1),
+                ]),
+            ),
+            &mut events,
+        );
+        let until = Renewed::Until {
+            expires_at_ms: 2_500,
+        };
+        let expected = vec![
+            until.clone(),
+            Renewed::Refused(ReleaseRefusal::WrongToken { current_token: 1 }),
+            Renewed::Refused(ReleaseRefusal::HeldByOther {
+                holder: "other".into(),
+                token: 1,
+                expires_at_ms: 1_000,
+            }),
+            // Released, and expired: a renewal never grants a free lease again.
+            Renewed::Refused(ReleaseRefusal::NotHeld),
+            Renewed::Refused(ReleaseRefusal::NotHeld),
+        ];
+        assert_eq!(outcome, Outcome::Renewed(expected));
+        assert_eq!(t.lease("a").unwrap().expires_at_ms, 2_500);
+        assert_eq!(t.lease("a").unwrap().token, 1, "a renewal keeps the token");
+        assert_eq!(t.lease("b").unwrap().expires_at_ms, 1_000);
+        let after: Vec<_> = ["c", "d", "e"].map(|l| t.lease(l).cloned()).into();
+        assert_eq!(before, after, "a refused lease is unchanged");
+        let renewed: Vec<_> = events.iter().map(|e| (e.kind, e.lease.as_str())).collect();
+        assert_eq!(
+            renewed,
+            [(EventKind::Expired, "e"), (EventKind::Renewed, "a")]
+        );
+        assert_eq!(t.next_expiry_ms(), Some(1_000), "b's expiry, then a's");
+    }
+
     #[test]
     fn renew_by_another_holder_is_refused() {
         let mut t = LeaseTable::default();
@@ -1564,7 +1667,16 @@ mod tests {
                 },
                 // Rarely, so that the newest sessions fill past their window of answers.
                 6 if next(32) == 0 => Op::Register,
-                6 => plain(&format!("k{}", next(5)), "w"),
+                6 if next(2) == 0 => plain(&format!("k{}", next(5)), "w"),
+                // Two leases at their current tokens, or one before: renewed or refused.
+                6 => renew(&[0, 1].map(|i| {
+                    let lease = format!("l{}", (next(8) + i) % 8);
+                    let token = t
+                        .lease(&lease)
+                        .map_or(1, |l| l.token)
+                        .saturating_sub(next(2));
+                    (lease, format!("h{}", next(3)), token.max(1))
+                })),
                 // Now and then a policy change (off: it decides nothing, but is state).
                 // Now and then a session of an identity's own, which takes none of the bare
                 // requests below.

@@ -30,7 +30,7 @@ pub(crate) struct RpcLabel {
 }
 
 /// Why a request was refused: by the store (`held_by`, `not_held`, `wrong_token`,
-/// `stale_token`), or at the edge (`invalid_argument`, `overloaded`, `unknown_session`).
+/// `stale_token`, `not_renewed` for a renewal refused any of its leases), or at the edge (`invalid_argument`, `overloaded`, `unknown_session`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ReasonLabel {
     pub reason: &'static str,
@@ -169,9 +169,10 @@ impl Metrics {
 }
 
 /// The client API's RPCs, as `rpc` labels.
-pub(crate) const RPCS: [&str; 9] = [
+pub(crate) const RPCS: [&str; 10] = [
     "acquire",
     "release",
+    "renew",
     "put",
     "delete",
     "get",
@@ -182,10 +183,11 @@ pub(crate) const RPCS: [&str; 9] = [
 ];
 
 /// Every `reason` of `leasehold_refusals_total`.
-pub(crate) const REASONS: [&str; 7] = [
+pub(crate) const REASONS: [&str; 8] = [
     "held_by",
     "not_held",
     "wrong_token",
+    "not_renewed",
     "stale_token",
     "invalid_argument",
     "overloaded",

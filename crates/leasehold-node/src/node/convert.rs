@@ -6,7 +6,7 @@ use super::NodeError;
 use crate::proto::v1 as pb;
 use crate::raft::Applied;
 use leasehold_core::auth::{AuthChange, Grant, Permission, Policy};
-use leasehold_core::{InvalidInput, Outcome, ReleaseRefusal};
+use leasehold_core::{InvalidInput, Outcome, ReleaseRefusal, Renewed};
 
 fn applied(a: &Applied) -> Option<pb::Applied> {
     Some(pb::Applied {
@@ -77,30 +77,62 @@ pub fn acquire(a: Applied) -> Result<pb::AcquireResponse, NodeError> {
     })
 }
 
-pub fn release(a: Applied) -> Result<pb::ReleaseResponse, NodeError> {
-    use pb::release_response::Outcome as O;
-    let outcome = match &a.outcome {
-        Outcome::Released { token } => O::Released(pb::Released { token: *token }),
-        Outcome::ReleaseRefused(ReleaseRefusal::NotHeld) => O::NotHeld(pb::NotHeld {}),
-        Outcome::ReleaseRefused(ReleaseRefusal::HeldByOther {
+/// A release's refusal, or a renewal's of one lease, as the response's `oneof` names it.
+fn refused<O>(
+    refusal: &ReleaseRefusal,
+    not_held: fn(pb::NotHeld) -> O,
+    held_by: fn(pb::HeldBy) -> O,
+    wrong_token: fn(pb::WrongToken) -> O,
+) -> O {
+    match refusal {
+        ReleaseRefusal::NotHeld => not_held(pb::NotHeld {}),
+        ReleaseRefusal::HeldByOther {
             holder,
             token,
             expires_at_ms,
-        }) => O::HeldBy(pb::HeldBy {
+        } => held_by(pb::HeldBy {
             holder: holder.clone(),
             token: *token,
             expires_at_ms: *expires_at_ms,
         }),
-        Outcome::ReleaseRefused(ReleaseRefusal::WrongToken { current_token }) => {
-            O::WrongToken(pb::WrongToken {
-                current_token: *current_token,
-            })
-        }
+        ReleaseRefusal::WrongToken { current_token } => wrong_token(pb::WrongToken {
+            current_token: *current_token,
+        }),
+    }
+}
+
+pub fn release(a: Applied) -> Result<pb::ReleaseResponse, NodeError> {
+    use pb::release_response::Outcome as O;
+    let outcome = match &a.outcome {
+        Outcome::Released { token } => O::Released(pb::Released { token: *token }),
+        Outcome::ReleaseRefused(refusal) => refused(refusal, O::NotHeld, O::HeldBy, O::WrongToken),
         other => return Err(mismatch("release", other)),
     };
     Ok(pb::ReleaseResponse {
         applied: applied(&a),
         outcome: Some(outcome),
+    })
+}
+
+pub fn renew(a: Applied) -> Result<pb::RenewResponse, NodeError> {
+    use pb::lease_renewal::Outcome as O;
+    let Outcome::Renewed(leases) = &a.outcome else {
+        return Err(mismatch("renew", &a.outcome));
+    };
+    let leases = leases
+        .iter()
+        .map(|renewed| pb::LeaseRenewal {
+            outcome: Some(match renewed {
+                Renewed::Until { expires_at_ms } => O::Renewed(pb::Renewed {
+                    expires_at_ms: *expires_at_ms,
+                }),
+                Renewed::Refused(refusal) => refused(refusal, O::NotHeld, O::HeldBy, O::WrongToken),
+            }),
+        })
+        .collect();
+    Ok(pb::RenewResponse {
+        applied: applied(&a),
+        leases,
     })
 }
 

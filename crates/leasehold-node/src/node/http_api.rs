@@ -47,6 +47,7 @@ use crate::proto::v1::lease_store_server::LeaseStore;
 const RPCS: &[&str] = &[
     "Acquire",
     "Release",
+    "Renew",
     "Put",
     "Delete",
     "CheckToken",
@@ -255,6 +256,7 @@ async fn lease_rpc(call: Call, name: &str, lease: Arc<LeaseService>) -> Result<R
     Ok(match name {
         "Acquire" => call.unary(|r| async move { lease.acquire(r).await }).await,
         "Release" => call.unary(|r| async move { lease.release(r).await }).await,
+        "Renew" => call.unary(|r| async move { lease.renew(r).await }).await,
         "Put" => call.unary(|r| async move { lease.put(r).await }).await,
         "Delete" => call.unary(|r| async move { lease.delete(r).await }).await,
         "CheckToken" => {

@@ -17,7 +17,7 @@ use crate::proto::v1 as pb;
 use crate::proto::v1::lease_store_client::LeaseStoreClient;
 use crate::raft::Applied;
 use leasehold_core::auth::Action;
-use leasehold_core::{Fence, Op, RequestId};
+use leasehold_core::{Fence, Op, Renewal, RequestId};
 
 /// Set on a forwarded read, so a node that is not the leader either answers instead of
 /// forwarding again: leadership moved, and the client retries.
@@ -58,6 +58,15 @@ impl Refusal for pb::ReleaseResponse {
             Some(Outcome::WrongToken(_)) => Some("wrong_token"),
             _ => None,
         }
+    }
+}
+
+impl Refusal for pb::RenewResponse {
+    /// A renewal with any lease refused is counted once, as lost: its holder lost a lease.
+    fn refusal(&self) -> Option<&'static str> {
+        use pb::lease_renewal::Outcome;
+        let renewed = |l: &pb::LeaseRenewal| matches!(l.outcome, Some(Outcome::Renewed(_)));
+        (!self.leases.iter().all(renewed)).then_some("not_renewed")
     }
 }
 
@@ -286,6 +295,26 @@ impl LeaseService {
         Ok(Response::new(convert::release(applied)?))
     }
 
+    async fn answer_renew(
+        &self,
+        request: Request<pb::RenewRequest>,
+    ) -> Result<Response<pb::RenewResponse>, Status> {
+        let caller = Caller::of(&self.node, &request, self.plane)?;
+        let m = request.into_inner();
+        let id = request_id(m.request_id.as_ref());
+        let leases = m.leases.into_iter().map(|r| Renewal {
+            lease: r.lease,
+            holder: r.holder,
+            token: r.token,
+            ttl_ms: r.ttl_ms,
+        });
+        let op = Op::Renew {
+            leases: leases.collect(),
+        };
+        let applied = self.write(caller, op, id).await?;
+        Ok(Response::new(convert::renew(applied)?))
+    }
+
     async fn answer_put(
         &self,
         request: Request<pb::PutRequest>,
@@ -427,6 +456,13 @@ impl pb::lease_store_server::LeaseStore for LeaseService {
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         self.counted("release", self.answer_release(request)).await
+    }
+
+    async fn renew(
+        &self,
+        request: Request<pb::RenewRequest>,
+    ) -> Result<Response<pb::RenewResponse>, Status> {
+        self.counted("renew", self.answer_renew(request)).await
     }
 
     async fn put(

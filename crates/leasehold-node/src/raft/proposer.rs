@@ -62,6 +62,10 @@ pub fn weight(op: &Op) -> usize {
             }
             Op::Delete { key, fence } => key.len() + fence.as_ref().map_or(0, |f| f.lease.len()),
             Op::Advance { .. } | Op::Tick | Op::Register | Op::Forget { .. } => 0,
+            Op::Renew { leases } => leases
+                .iter()
+                .map(|r| 16 + r.lease.len() + r.holder.len())
+                .sum(),
             Op::As {
                 identity,
                 bearer,

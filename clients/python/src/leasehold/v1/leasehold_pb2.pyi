@@ -142,6 +142,52 @@ class ReleaseResponse(_message.Message):
     wrong_token: WrongToken
     def __init__(self, applied: _Optional[_Union[Applied, _Mapping]] = ..., released: _Optional[_Union[Released, _Mapping]] = ..., not_held: _Optional[_Union[NotHeld, _Mapping]] = ..., held_by: _Optional[_Union[HeldBy, _Mapping]] = ..., wrong_token: _Optional[_Union[WrongToken, _Mapping]] = ...) -> None: ...
 
+class RenewRequest(_message.Message):
+    __slots__ = ("leases", "request_id")
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[Renewal]
+    request_id: RequestId
+    def __init__(self, leases: _Optional[_Iterable[_Union[Renewal, _Mapping]]] = ..., request_id: _Optional[_Union[RequestId, _Mapping]] = ...) -> None: ...
+
+class Renewal(_message.Message):
+    __slots__ = ("lease", "holder", "token", "ttl_ms")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    lease: str
+    holder: str
+    token: int
+    ttl_ms: int
+    def __init__(self, lease: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+
+class RenewResponse(_message.Message):
+    __slots__ = ("applied", "leases")
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    applied: Applied
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseRenewal]
+    def __init__(self, applied: _Optional[_Union[Applied, _Mapping]] = ..., leases: _Optional[_Iterable[_Union[LeaseRenewal, _Mapping]]] = ...) -> None: ...
+
+class LeaseRenewal(_message.Message):
+    __slots__ = ("renewed", "not_held", "held_by", "wrong_token")
+    RENEWED_FIELD_NUMBER: _ClassVar[int]
+    NOT_HELD_FIELD_NUMBER: _ClassVar[int]
+    HELD_BY_FIELD_NUMBER: _ClassVar[int]
+    WRONG_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    renewed: Renewed
+    not_held: NotHeld
+    held_by: HeldBy
+    wrong_token: WrongToken
+    def __init__(self, renewed: _Optional[_Union[Renewed, _Mapping]] = ..., not_held: _Optional[_Union[NotHeld, _Mapping]] = ..., held_by: _Optional[_Union[HeldBy, _Mapping]] = ..., wrong_token: _Optional[_Union[WrongToken, _Mapping]] = ...) -> None: ...
+
+class Renewed(_message.Message):
+    __slots__ = ("expires_at_ms",)
+    EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    expires_at_ms: int
+    def __init__(self, expires_at_ms: _Optional[int] = ...) -> None: ...
+
 class Released(_message.Message):
     __slots__ = ("token",)
     TOKEN_FIELD_NUMBER: _ClassVar[int]

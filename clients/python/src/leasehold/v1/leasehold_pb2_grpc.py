@@ -44,6 +44,11 @@ class LeaseStoreStub(object):
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ReleaseResponse.FromString,
                 _registered_method=True)
+        self.Renew = channel.unary_unary(
+                '/leasehold.v1.LeaseStore/Renew',
+                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.RenewRequest.SerializeToString,
+                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.RenewResponse.FromString,
+                _registered_method=True)
         self.Put = channel.unary_unary(
                 '/leasehold.v1.LeaseStore/Put',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.PutRequest.SerializeToString,
@@ -98,6 +103,15 @@ class LeaseStoreServicer(object):
 
     def Release(self, request, context):
         """Frees the lease at once; only its current holder with its current token may.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Renew(self, request, context):
+        """Renews many held leases in one request and one log entry: each only for its holder under
+        its current token, by its own TTL, answered lease by lease in the order named. Never
+        grants: a lease that ran out is answered not_held and stays free.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -175,6 +189,11 @@ def add_LeaseStoreServicer_to_server(servicer, server):
                     servicer.Release,
                     request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ReleaseRequest.FromString,
                     response_serializer=leasehold_dot_v1_dot_leasehold__pb2.ReleaseResponse.SerializeToString,
+            ),
+            'Renew': grpc.unary_unary_rpc_method_handler(
+                    servicer.Renew,
+                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.RenewRequest.FromString,
+                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.RenewResponse.SerializeToString,
             ),
             'Put': grpc.unary_unary_rpc_method_handler(
                     servicer.Put,
@@ -271,6 +290,33 @@ class LeaseStore(object):
             '/leasehold.v1.LeaseStore/Release',
             leasehold_dot_v1_dot_leasehold__pb2.ReleaseRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Renew(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.v1.LeaseStore/Renew',
+            leasehold_dot_v1_dot_leasehold__pb2.RenewRequest.SerializeToString,
+            leasehold_dot_v1_dot_leasehold__pb2.RenewResponse.FromString,
             options,
             channel_credentials,
             insecure,
