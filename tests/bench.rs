@@ -9,13 +9,20 @@ use harness::{binary, Harness};
 #[tokio::test(flavor = "multi_thread")]
 async fn every_workload_runs_and_reports_json() {
     let h = Harness::start(3, false).await;
-    for workload in ["acquire", "renew", "fenced-put", "put", "get", "mixed"] {
+    let runs = ["acquire", "renew", "fenced-put", "put", "get", "mixed"]
+        .map(|workload| (workload, "1"))
+        .into_iter()
+        // Many leases renewed in each request.
+        .chain([("renew", "64")]);
+    for (workload, leases) in runs {
         for connect in ["spread", "leader"] {
             let out = std::process::Command::new(binary())
                 .args([
                     "bench",
                     "--workload",
                     workload,
+                    "--leases",
+                    leases,
                     "--clients",
                     "4",
                     "--duration",
@@ -41,6 +48,7 @@ async fn every_workload_runs_and_reports_json() {
             );
             let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
             assert_eq!(report["workload"], workload, "{report}");
+            assert_eq!(report["leases_per_request"].to_string(), leases, "{report}");
             assert!(
                 report["ops"].as_u64().unwrap() > 0,
                 "{workload} did nothing: {report}"

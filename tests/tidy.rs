@@ -30,7 +30,6 @@ const FUNCTION_LINES_MAX: usize = 70;
 #[rustfmt::skip]
 const LONGER: &[(&str, &str, usize)] = &[
     ("crates/leasehold-check/src/fencing.rs", "real_time_exclusion", 79),
-    ("src/cli/bench.rs", "run", 72),
     ("src/cli/bench.rs", "step", 95),
     ("src/cli/cluster.rs", "monitor", 86),
     ("src/cli/cluster.rs", "run", 116),

@@ -13,13 +13,13 @@ use tokio::time::Instant;
 
 use super::{ClientOpts, Exit, Output};
 use crate::proto::v1 as pb;
-use leasehold_client::{Acquired, Answer, LeaseClient, Written};
+use leasehold_client::{Acquired, Answer, LeaseClient, Renewal, Renewed, Written};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Workload {
     /// A grant of a fresh lease per request.
     Acquire,
-    /// Each client renews its own lease.
+    /// Each client renews its own leases (`--leases`), all of them in one request.
     Renew,
     /// Each client writes its own key, fenced with its lease's token.
     FencedPut,
@@ -61,6 +61,10 @@ pub struct BenchArgs {
     /// least 1). Short ones, with `acquire`, make leases expire as fast as they are granted.
     #[arg(long = "ttl", value_name = "SECONDS", default_value = "60", value_parser = super::commands::parse_seconds)]
     ttl_ms: u64,
+    /// With `renew`: how many leases each client holds and renews in each request, at most
+    /// 512 (etcd keeps one lease alive for all of a client's keys, so it renews one).
+    #[arg(long, default_value_t = 1)]
+    leases: usize,
     /// What to measure: Leasehold, or etcd v3 at --endpoints (needs `--features etcd`).
     #[arg(long, value_enum, default_value_t = Target::Leasehold)]
     target: Target,
@@ -99,14 +103,29 @@ enum Done {
     Refused,
 }
 
-pub async fn run(opts: &ClientOpts, args: BenchArgs) -> anyhow::Result<Exit> {
+/// The options' bounds, checked before anything is sent.
+fn check(args: &BenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.clients >= 1, "--clients must be at least 1");
     anyhow::ensure!(args.duration_ms >= 1, "--duration must be positive");
+    anyhow::ensure!(
+        (1..=crate::lease::Limits::MAX_RENEWALS).contains(&args.leases),
+        "--leases must be between 1 and {}",
+        crate::lease::Limits::MAX_RENEWALS
+    );
+    anyhow::ensure!(
+        args.leases == 1 || args.workload == Workload::Renew,
+        "--leases is for the renew workload"
+    );
     anyhow::ensure!(
         args.value_size <= crate::lease::Limits::MAX_VALUE_BYTES,
         "--value-size must be at most {} bytes",
         crate::lease::Limits::MAX_VALUE_BYTES
     );
+    Ok(())
+}
+
+pub async fn run(opts: &ClientOpts, args: BenchArgs) -> anyhow::Result<Exit> {
+    check(&args)?;
     let all: Vec<String> = opts
         .endpoints
         .split(',')
@@ -126,34 +145,24 @@ pub async fn run(opts: &ClientOpts, args: BenchArgs) -> anyhow::Result<Exit> {
         .duration_since(std::time::UNIX_EPOCH)?
         .as_millis()
         % 1_000_000_000;
+    // Every client's own leases and keys first, unmeasured and apart from the warmup.
+    let mut ready = Vec::new();
+    for setup in set_up_clients(opts, &args, &all, leader.as_deref(), run_id)? {
+        ready.push(setup.await??);
+    }
     let done = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let measure_from = start + Duration::from_millis(args.warmup_ms);
+    let measure_from = Instant::now() + Duration::from_millis(args.warmup_ms);
     let until = measure_from + Duration::from_millis(args.duration_ms);
     let mut tasks = Vec::new();
-    for i in 0..args.clients {
-        let endpoints = match &leader {
-            Some(leader) => vec![leader.clone()],
-            None => {
-                let mut rotated = all.clone();
-                rotated.rotate_left(i % all.len());
-                rotated
-            }
-        };
-        let backend = Backend::connect(opts, args.target, &endpoints)?;
-        let ctx = ClientCtx {
-            id: i,
-            run_id,
-            workload: args.workload,
-            value: vec![b'x'; args.value_size],
-            ttl_ms: args.ttl_ms,
-        };
+    for (backend, ctx, names) in ready {
+        let done = done.clone();
         tasks.push(tokio::spawn(client_loop(
             backend,
             ctx,
+            names,
             measure_from,
             until,
-            done.clone(),
+            done,
         )));
     }
     let progress = tokio::spawn(report_progress(done.clone(), measure_from, until));
@@ -191,7 +200,10 @@ struct ClientCtx {
     value: Vec<u8>,
     /// The TTL of every lease the client acquires (but the mixed workload's contended ones).
     ttl_ms: u64,
+    /// How many leases the client renews in each request (renew).
+    leases: usize,
 }
+
 /// Leases the mixed workload's clients contend for.
 const MIXED_LEASES: u64 = 4;
 
@@ -199,8 +211,10 @@ const MIXED_LEASES: u64 = 4;
 enum Backend {
     Leasehold {
         client: LeaseClient,
-        /// The client's own lease's token (renew, fenced-put).
+        /// The client's own lease's token (fenced-put).
         token: u64,
+        /// The client's own leases, as it renews them (renew).
+        held: Vec<Renewal>,
         /// The token last granted on each contended lease (mixed), 0 when none.
         mixed_tokens: [u64; MIXED_LEASES as usize],
     },
@@ -214,6 +228,7 @@ impl Backend {
             Target::Leasehold => Ok(Backend::Leasehold {
                 client: opts.lease_client(endpoints)?,
                 token: 0,
+                held: Vec::new(),
                 mixed_tokens: [0; MIXED_LEASES as usize],
             }),
             #[cfg(feature = "etcd")]
@@ -247,16 +262,29 @@ impl Backend {
     /// Unmeasured: the client's own lease and key.
     async fn setup(&mut self, ctx: &ClientCtx, names: &Names) -> anyhow::Result<()> {
         match self {
-            Backend::Leasehold { client, token, .. } => {
-                if matches!(ctx.workload, Workload::Renew | Workload::FencedPut) {
-                    *token = granted(
-                        &client
-                            .acquire(&names.lease, &names.holder, ctx.ttl_ms)
-                            .await?,
-                    )
-                    .ok_or_else(|| {
-                        anyhow::anyhow!("could not acquire {} for the benchmark", names.lease)
+            Backend::Leasehold {
+                client,
+                token,
+                held,
+                ..
+            } => {
+                let mine = match ctx.workload {
+                    Workload::FencedPut => 1,
+                    Workload::Renew => ctx.leases,
+                    _ => 0,
+                };
+                for i in 0..mine {
+                    let lease = format!("{}-{i}", names.lease);
+                    let acquired = client.acquire(&lease, &names.holder, ctx.ttl_ms).await?;
+                    *token = granted(&acquired).ok_or_else(|| {
+                        anyhow::anyhow!("could not acquire {lease} for the benchmark")
                     })?;
+                    held.push(Renewal {
+                        lease,
+                        holder: names.holder.clone(),
+                        token: *token,
+                        ttl_ms: ctx.ttl_ms,
+                    });
                 }
                 if ctx.workload == Workload::Get {
                     client.put(&names.key, &ctx.value, None).await?;
@@ -295,6 +323,7 @@ impl Backend {
             Backend::Leasehold {
                 client,
                 token,
+                held,
                 mixed_tokens,
             } => {
                 let result = match ctx.workload {
@@ -305,12 +334,9 @@ impl Backend {
                             .await
                             .map(|r| accepted(granted(&r).is_some()))
                     }
-                    Workload::Renew => client
-                        .acquire(&names.lease, &names.holder, ctx.ttl_ms)
-                        .await
-                        .map(|r| accepted(granted(&r).is_some())),
+                    Workload::Renew => client.renew(held).await.map(|r| all_renewed(&r)),
                     Workload::FencedPut => client
-                        .put(&names.key, &ctx.value, Some((&names.lease, *token)))
+                        .put(&names.key, &ctx.value, Some((&held[0].lease, *token)))
                         .await
                         .map(|r| accepted(written(&r))),
                     Workload::Put => client
@@ -385,14 +411,45 @@ struct Names {
     key: String,
 }
 
-async fn client_loop(
+type SetUp = tokio::task::JoinHandle<anyhow::Result<(Backend, ClientCtx, Names)>>;
+
+/// Connects each client, to the leader or to node i mod N, and sets it up.
+fn set_up_clients(
+    opts: &ClientOpts,
+    args: &BenchArgs,
+    all: &[String],
+    leader: Option<&str>,
+    run_id: u128,
+) -> anyhow::Result<Vec<SetUp>> {
+    let mut setups = Vec::new();
+    for i in 0..args.clients {
+        let endpoints = match leader {
+            Some(leader) => vec![leader.to_owned()],
+            None => {
+                let mut rotated = all.to_vec();
+                rotated.rotate_left(i % all.len());
+                rotated
+            }
+        };
+        let backend = Backend::connect(opts, args.target, &endpoints)?;
+        let ctx = ClientCtx {
+            id: i,
+            run_id,
+            workload: args.workload,
+            value: vec![b'x'; args.value_size],
+            ttl_ms: args.ttl_ms,
+            leases: args.leases,
+        };
+        setups.push(tokio::spawn(set_up(backend, ctx)));
+    }
+    Ok(setups)
+}
+
+/// One client's names, and its own leases and key set up.
+async fn set_up(
     mut backend: Backend,
     ctx: ClientCtx,
-    measure_from: Instant,
-    until: Instant,
-    done: Arc<AtomicU64>,
-) -> anyhow::Result<Tally> {
-    let mut tally = Tally::new();
+) -> anyhow::Result<(Backend, ClientCtx, Names)> {
     let holder = format!("{}bench-{}-{}", backend.owner().await?, ctx.run_id, ctx.id);
     let names = Names {
         lease: holder.clone(),
@@ -400,6 +457,18 @@ async fn client_loop(
         holder,
     };
     backend.setup(&ctx, &names).await?;
+    Ok((backend, ctx, names))
+}
+
+async fn client_loop(
+    mut backend: Backend,
+    ctx: ClientCtx,
+    names: Names,
+    measure_from: Instant,
+    until: Instant,
+    done: Arc<AtomicU64>,
+) -> anyhow::Result<Tally> {
+    let mut tally = Tally::new();
     let mut seq: u64 = 0;
     // A per-client xorshift for the mixed workload's choices.
     let mut choice = (ctx.id as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -443,6 +512,10 @@ fn granted(r: &Answer<Acquired>) -> Option<u64> {
     r.outcome.token()
 }
 
+fn all_renewed(r: &Answer<Vec<Renewed>>) -> Done {
+    accepted(r.outcome.iter().all(Renewed::is_renewed))
+}
+
 fn written(r: &Answer<Written>) -> bool {
     r.outcome.is_written()
 }
@@ -478,8 +551,12 @@ fn print_summary(opts: &ClientOpts, args: &BenchArgs, total: &Tally) {
     match opts.output {
         Output::Text => {
             println!(
-                "{workload}: {} clients, {:.1} s: {rate:.0} ops/s; latency ms p50 {:.2} p99 {:.2} p999 {:.2} max {:.2}; \
+                "{workload}{}: {} clients, {:.1} s: {rate:.0} ops/s; latency ms p50 {:.2} p99 {:.2} p999 {:.2} max {:.2}; \
                  {} refused, {} errors",
+                match args.leases {
+                    1 => String::new(),
+                    n => format!(" of {n} leases"),
+                },
                 args.clients,
                 seconds,
                 ms(h.value_at_quantile(0.5)),
@@ -498,6 +575,7 @@ fn print_summary(opts: &ClientOpts, args: &BenchArgs, total: &Tally) {
             json!({
                 "workload": workload,
                 "clients": args.clients,
+                "leases_per_request": args.leases,
                 "duration_s": seconds,
                 "ops": ops,
                 "ops_per_s": rate,
