@@ -295,6 +295,57 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_renewal_answered_renewed_for_a_lease_not_held_so_is_flagged() {
+        use leasehold_core::{Renewal, Renewed};
+        let replayed = |index, at_ms, op, outcome| Replayed {
+            request: None,
+            retry: false,
+            index,
+            position: 0,
+            store_time_ms: at_ms,
+            op,
+            outcome,
+            identity: None,
+        };
+        let grant = replayed(
+            2,
+            0,
+            acquire("l", "a"),
+            Outcome::Granted {
+                token: 1,
+                expires_at_ms: 1_000,
+                renewed: false,
+            },
+        );
+        let renew = |index, at_ms, holder: &str, token| {
+            let leases = vec![Renewal {
+                lease: "l".into(),
+                holder: holder.into(),
+                token,
+                ttl_ms: 1_000,
+            }];
+            let until = Renewed::Until {
+                expires_at_ms: at_ms + 1_000,
+            };
+            replayed(index, at_ms, Op::Renew { leases }, Outcome::Renewed(vec![until]))
+        };
+        let honest = [grant.clone(), renew(3, 500, "a", 1)];
+        assert_eq!(fencing(&honest), vec![]);
+        assert_eq!(mutual_exclusion(&honest), vec![]);
+        // Past the expiry, by another holder, or under another token: each a renewal the
+        // store must have refused.
+        for wrong in [renew(3, 1_000, "a", 1), renew(3, 500, "b", 1)] {
+            let anomalies = mutual_exclusion(&[grant.clone(), wrong]);
+            assert_eq!(anomalies.len(), 1, "{anomalies:?}");
+        }
+        let anomalies = fencing(&[grant, renew(3, 500, "a", 2)]);
+        assert!(
+            anomalies.iter().any(|a| a.what.contains("renewed token 2")),
+            "{anomalies:?}"
+        );
+    }
+
     /// Store time says a's lease expired (the leader's clock ran fast: 1,500 ms of store time in
     /// 600 ms of real time), so the store granted it to b; the clients' clock says b got it
     /// while a had been promised it.
