@@ -328,7 +328,12 @@ mod tests {
             let until = Renewed::Until {
                 expires_at_ms: at_ms + 1_000,
             };
-            replayed(index, at_ms, Op::Renew { leases }, Outcome::Renewed(vec![until]))
+            replayed(
+                index,
+                at_ms,
+                Op::Renew { leases },
+                Outcome::Renewed(vec![until]),
+            )
         };
         let honest = [grant.clone(), renew(3, 500, "a", 1)];
         assert_eq!(fencing(&honest), vec![]);

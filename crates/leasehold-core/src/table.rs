@@ -1,6 +1,7 @@
 //! `LeaseTable::apply`: the one place where the store's state changes.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -17,8 +18,9 @@ use crate::{
 pub struct LeaseTable {
     /// Store time: the largest stamp or advance applied so far. Never goes backwards.
     now_ms: u64,
-    /// Held leases, and free ones until they are forgotten (see [`Op::Forget`]).
-    leases: BTreeMap<String, Lease>,
+    /// Held leases, and free ones until they are forgotten (see [`Op::Forget`]). Each name is
+    /// stored once, shared with `expiries`.
+    leases: BTreeMap<Arc<str>, Lease>,
     rows: BTreeMap<String, Vec<u8>>,
     /// Registered clients and their recent answers: a request retried after a lost answer (a
     /// dead connection, a leader change) gets its first answer back instead of being applied
@@ -39,7 +41,7 @@ pub struct LeaseTable {
     /// now) and the longest-free leases (a free lease's `expires_at_ms` is when it became
     /// free), without a scan. Derived from `leases`, so not stored: rebuilt on load.
     #[serde(skip)]
-    expiries: BTreeSet<(u64, String)>,
+    expiries: BTreeSet<(u64, Arc<str>)>,
     /// The sums (wrapping) of [`entry_hash`] over `leases` and over `rows`, kept at every change
     /// of either, so that [`digest`](Self::digest) costs the same at any size. Derived: rebuilt
     /// on load.
@@ -93,7 +95,7 @@ fn rehash(sum: &mut u64, before: Option<u64>, after: Option<u64>) {
 #[derive(Deserialize)]
 struct Stored {
     now_ms: u64,
-    leases: BTreeMap<String, Lease>,
+    leases: BTreeMap<Arc<str>, Lease>,
     rows: BTreeMap<String, Vec<u8>>,
     sessions: Sessions,
     forgotten_floor: u64,
@@ -105,7 +107,7 @@ struct Stored {
 #[derive(Deserialize)]
 struct StoredBeforePolicy {
     now_ms: u64,
-    leases: BTreeMap<String, Lease>,
+    leases: BTreeMap<Arc<str>, Lease>,
     rows: BTreeMap<String, Vec<u8>>,
     sessions: Sessions,
     forgotten_floor: u64,
@@ -115,19 +117,19 @@ struct StoredBeforePolicy {
 #[derive(Deserialize)]
 struct StoredBeforeForgetting {
     now_ms: u64,
-    leases: BTreeMap<String, Lease>,
+    leases: BTreeMap<Arc<str>, Lease>,
     rows: BTreeMap<String, Vec<u8>>,
     sessions: Sessions,
 }
 
 impl From<Stored> for LeaseTable {
     fn from(stored: Stored) -> Self {
-        let expiries = stored
-            .leases
+        let leases = stored.leases;
+        let expiries = leases
             .iter()
             .map(|(name, lease)| (lease.expires_at_ms, name.clone()))
             .collect();
-        let lease_sum = stored.leases.iter().fold(0u64, |sum, (name, lease)| {
+        let lease_sum = leases.iter().fold(0u64, |sum, (name, lease)| {
             sum.wrapping_add(entry_hash(name, lease))
         });
         let row_sum = stored.rows.iter().fold(0u64, |sum, (key, value)| {
@@ -135,7 +137,7 @@ impl From<Stored> for LeaseTable {
         });
         LeaseTable {
             now_ms: stored.now_ms,
-            leases: stored.leases,
+            leases,
             rows: stored.rows,
             sessions: stored.sessions,
             forgotten_floor: stored.forgotten_floor,
@@ -247,8 +249,8 @@ impl Lease {
 /// Keeps `expiries` in step with a lease whose expiry goes from `before` to `after` (`None`:
 /// the lease is not in the table).
 fn reindex(
-    expiries: &mut BTreeSet<(u64, String)>,
-    name: &str,
+    expiries: &mut BTreeSet<(u64, Arc<str>)>,
+    name: &Arc<str>,
     before: Option<u64>,
     after: Option<u64>,
 ) {
@@ -256,10 +258,10 @@ fn reindex(
         return;
     }
     if let Some(at) = before {
-        expiries.remove(&(at, name.to_owned()));
+        expiries.remove(&(at, name.clone()));
     }
     if let Some(at) = after {
-        expiries.insert((at, name.to_owned()));
+        expiries.insert((at, name.clone()));
     }
 }
 
@@ -384,14 +386,14 @@ impl LeaseTable {
     /// How many leases are held now (granted and not expired).
     pub fn held_count(&self) -> usize {
         // Held at `now_ms` means expiring after it; a free lease's expiry is not after it.
-        let after_now = (self.now_ms.saturating_add(1), String::new());
+        let after_now = (self.now_ms.saturating_add(1), Arc::<str>::from(""));
         self.expiries.range(after_now..).count()
     }
 
     /// The earliest expiry of a lease that is still held: when the next tick is due.
     pub fn next_expiry_ms(&self) -> Option<u64> {
         // Held at `now_ms` means expiring after it; a free lease's expiry is not after it.
-        let after_now = (self.now_ms.saturating_add(1), String::new());
+        let after_now = (self.now_ms.saturating_add(1), Arc::<str>::from(""));
         self.expiries.range(after_now..).next().map(|(at, _)| *at)
     }
 
@@ -495,8 +497,8 @@ impl LeaseTable {
             return;
         }
         // A free lease's expiry is not after now, so the range holds held leases only.
-        let after_now = (self.now_ms + 1, String::new());
-        let past_to = (to_ms.saturating_add(1), String::new());
+        let after_now = (self.now_ms + 1, Arc::<str>::from(""));
+        let past_to = (to_ms.saturating_add(1), Arc::<str>::from(""));
         for (at, name) in self.expiries.range(after_now..past_to) {
             if let Some(Lease {
                 holder: Some(holder),
@@ -506,7 +508,7 @@ impl LeaseTable {
             {
                 events.push(Event {
                     kind: EventKind::Expired,
-                    lease: name.clone(),
+                    lease: name.to_string(),
                     holder: holder.clone(),
                     token: *token,
                     expires_at_ms: *at,
@@ -622,7 +624,7 @@ impl LeaseTable {
                 break;
             }
             self.expiries.pop_first();
-            if let Some(lease) = self.leases.remove(&name) {
+            if let Some(lease) = self.leases.remove(&*name) {
                 rehash(&mut self.lease_sum, Some(entry_hash(&name, &lease)), None);
                 self.forgotten_floor = self.forgotten_floor.max(lease.token).max(lease.fence);
             }
@@ -655,11 +657,13 @@ impl LeaseTable {
                 None => {}
             }
         }
-        // Indexed by its expiry if it is in the table already.
-        let before = self.leases.get(name).map(|lease| lease.expires_at_ms);
-        let hashed = self.leases.get(name).map(|lease| entry_hash(name, lease));
+        // Indexed by its expiry if it is in the table already, under the name stored there.
+        let stored = self.leases.get_key_value(name);
+        let before = stored.map(|(_, lease)| lease.expires_at_ms);
+        let hashed = stored.map(|(_, lease)| entry_hash(name, lease));
+        let key = stored.map_or_else(|| Arc::from(name), |(key, _)| key.clone());
         let floor = self.forgotten_floor;
-        let lease = self.leases.entry(name.to_owned()).or_insert_with(|| Lease {
+        let lease = self.leases.entry(key.clone()).or_insert_with(|| Lease {
             // A name not in the table (never seen, or forgotten) starts above every token a
             // forgotten lease handed out.
             token: floor,
@@ -679,7 +683,7 @@ impl LeaseTable {
         };
         let rehashed = entry_hash(name, lease);
         rehash(&mut self.lease_sum, hashed, Some(rehashed));
-        reindex(&mut self.expiries, name, before, Some(expires_at_ms));
+        reindex(&mut self.expiries, &key, before, Some(expires_at_ms));
         Outcome::Granted {
             token,
             expires_at_ms,
@@ -743,13 +747,17 @@ impl LeaseTable {
     /// Changes the lease `name` in the table by `change`, keeping its expiry's place in
     /// `expiries` and its share of the digest in step.
     fn change_lease(&mut self, name: &str, change: impl FnOnce(&mut Lease)) {
+        let Some((key, _)) = self.leases.get_key_value(name) else {
+            return;
+        };
+        let key = key.clone();
         let Some(lease) = self.leases.get_mut(name) else {
             return;
         };
         let (before, hashed) = (lease.expires_at_ms, entry_hash(name, lease));
         change(lease);
         let (after, rehashed) = (lease.expires_at_ms, entry_hash(name, lease));
-        reindex(&mut self.expiries, name, Some(before), Some(after));
+        reindex(&mut self.expiries, &key, Some(before), Some(after));
         rehash(&mut self.lease_sum, Some(hashed), Some(rehashed));
     }
 
@@ -781,7 +789,7 @@ impl LeaseTable {
         let Some(Fence { lease: name, token }) = fence else {
             return Ok(());
         };
-        let Some(latest_token) = self.leases.get(name).map(|lease| lease.token) else {
+        let Some(latest_token) = self.leases.get(name.as_str()).map(|lease| lease.token) else {
             // Not in the table: never granted, or forgotten. A token at or below the floor may
             // be a forgotten lease's: stale. Above it, none was handed out.
             let floor = self.forgotten_floor;
@@ -802,7 +810,7 @@ impl LeaseTable {
         }
         // Total, never a panic: a committed command is applied on every replica and on every
         // replay, so one that crashed here would crash them all, forever.
-        let Some(lease) = self.leases.get_mut(name) else {
+        let Some(lease) = self.leases.get_mut(name.as_str()) else {
             return Err(Outcome::UnknownToken {
                 lease: name.clone(),
                 latest_token,
@@ -1114,11 +1122,25 @@ mod tests {
     }
 
     #[test]
+    fn each_lease_name_is_stored_once_shared_by_its_place_among_the_expiries() {
+        let mut t = LeaseTable::default();
+        t.apply(&at(0, acquire("l", "a", 1_000)));
+        t.apply(&at(1, acquire("l", "a", 2_000)));
+        t.apply(&at(2, release("l", "a", 1)));
+        t.apply(&at(3, acquire("l", "b", 1_000)));
+        let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
+        for table in [&t, &loaded] {
+            let (name, _) = table.leases.first_key_value().unwrap();
+            assert_eq!(Arc::strong_count(name), 2, "the map's key and the expiry's");
+        }
+    }
+
+    #[test]
     fn a_table_stored_before_forgetting_loads_with_a_floor_of_zero() {
         #[derive(Serialize)]
         struct Old<'a> {
             now_ms: u64,
-            leases: &'a BTreeMap<String, Lease>,
+            leases: &'a BTreeMap<Arc<str>, Lease>,
             rows: &'a BTreeMap<String, Vec<u8>>,
             sessions: &'a Sessions,
         }
