@@ -74,6 +74,22 @@ def test_every_answer_is_typed(client):
     assert sum(n.role == pb.ROLE_LEADER for n in nodes) == 1
 
 
+def test_one_renewal_renews_the_leases_held_and_refuses_the_rest_each_typed(client):
+    a = client.acquire("renew/a", holder="h", ttl=5)
+    client.acquire("renew/b", holder="other", ttl=5)
+    renewal = lambda lease, token: leasehold.Renewal(lease, "h", token, 20)
+    answers = client.renew([renewal("renew/a", a.token), renewal("renew/b", 1), renewal("renew/c", 1)])
+    renewed, held_by, not_held = answers
+    assert isinstance(renewed, leasehold.Renewed)
+    assert renewed.expires_at_ms == renewed.applied.store_time_ms + 20_000
+    assert isinstance(held_by, leasehold.HeldBy) and held_by.holder == "other"
+    assert isinstance(not_held, leasehold.NotHeld)
+    assert client.get_lease("renew/c").token == 0, "a renewal never grants"
+    with pytest.raises(leasehold.LeaseholdError) as refused:
+        client.renew([renewal("renew/a", a.token)] * 2)
+    assert refused.value.metadata["field"] == "leases" and "named twice" in refused.value.message
+
+
 def test_bad_input_is_a_clear_error_that_names_the_field(client):
     with pytest.raises(leasehold.LeaseholdError) as refused:
         client.acquire("bad/lease", holder="h", ttl=0)

@@ -38,6 +38,9 @@ pub(crate) struct FakeNode {
     pub(crate) releases: Mutex<Vec<u64>>,
     /// The leases of each renewal it was sent.
     pub(crate) renewals: Mutex<Vec<Vec<String>>>,
+    /// A lease whose renewals are denied, the whole request with it, as a revoked permission
+    /// does.
+    pub(crate) denied_lease: Mutex<Option<String>>,
     /// What happened when, for tests of ordering.
     pub(crate) timeline: Mutex<Vec<(&'static str, std::time::Instant)>>,
 }
@@ -168,6 +171,11 @@ impl LeaseStore for Handle {
         let r = r.into_inner();
         let leases: Vec<String> = r.leases.iter().map(|l| l.lease.clone()).collect();
         self.renewals.lock().unwrap().push(leases.clone());
+        if let Some(denied) = &*self.denied_lease.lock().unwrap() {
+            if leases.contains(denied) {
+                return Err(Status::permission_denied(format!("may not hold {denied}")));
+            }
+        }
         let outcome = match self.next(r.request_id) {
             Reply::Renew(outcome) => outcome,
             Reply::SlowRenew(after, outcome) => {
@@ -253,6 +261,7 @@ pub(crate) async fn fake_node(script: Vec<Reply>) -> (Arc<FakeNode>, LeaseClient
         sessions: Mutex::default(),
         releases: Mutex::default(),
         renewals: Mutex::default(),
+        denied_lease: Mutex::default(),
         timeline: Mutex::default(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

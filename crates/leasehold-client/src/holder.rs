@@ -610,6 +610,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_denied_lease_costs_only_its_own_holder_not_those_renewed_with_it() {
+        let (node, client) = fake_node(vec![granted(1, false), Reply::Answer]).await;
+        let client = Arc::new(client);
+        let kept = Holder::options("a", "me", TTL)
+            .acquire(client.clone())
+            .await
+            .unwrap();
+        let denied = Holder::options("b", "me", TTL)
+            .acquire(client.clone())
+            .await
+            .unwrap();
+        *node.denied_lease.lock().unwrap() = Some("b".into());
+        let lost = tokio::time::timeout(TTL, denied.lost()).await.unwrap();
+        assert!(
+            matches!(&lost, Lost::Refused(why) if why.contains("may not hold b")),
+            "{lost}"
+        );
+        tokio::time::sleep(TTL).await;
+        assert!(kept.is_safe(), "the other holder renewed on its own");
+        let renewals = node.renewals.lock().unwrap().clone();
+        assert!(
+            renewals.iter().any(|r| r.len() == 2) && renewals.iter().any(|r| r == &["a"]),
+            "{renewals:?}"
+        );
+    }
+
+    #[tokio::test]
     async fn renewals_that_never_answer_end_the_holding_at_send_plus_ttl_minus_margin() {
         // The grant's answer takes 300 ms: a deadline counted from the answer would be that
         // much later.

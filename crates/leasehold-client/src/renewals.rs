@@ -141,18 +141,45 @@ async fn send<C: Gathered>(client: Arc<C>, batch: Vec<Waiting>) {
                 let _ = w.reply.send(Ok(renewed));
             }
         }
-        Err(e) => {
-            let refused = e.code() == tonic::Code::InvalidArgument
-                || e.code() == tonic::Code::PermissionDenied;
+        // One lease refused refuses the whole request (its holder's permission revoked, say):
+        // each lease alone then, so that only the holders refused lose their holdings.
+        Err(e) if batch.len() > 1 && refused(&e) => {
+            let mut alone = tokio::task::JoinSet::new();
             for w in batch {
-                let failed = if refused {
-                    Failed::Refused(e.to_string())
-                } else {
-                    Failed::Unanswered
-                };
-                let _ = w.reply.send(Err(failed));
+                alone.spawn(send_alone(client.clone(), w));
+            }
+            while alone.join_next().await.is_some() {}
+        }
+        Err(e) => {
+            for w in batch {
+                let _ = w.reply.send(Err(failed(&e)));
             }
         }
+    }
+}
+
+/// One request for one waiter's lease.
+async fn send_alone<C: Gathered>(client: Arc<C>, w: Waiting) {
+    let answer = match client.send(vec![w.renewal.clone()]).await {
+        Ok(answers) => answers.into_iter().next().ok_or(Failed::Unanswered),
+        Err(e) => Err(failed(&e)),
+    };
+    let _ = w.reply.send(answer);
+}
+
+/// Whether the store refused a request for good: bad input, or a denial.
+fn refused(e: &ClientError) -> bool {
+    matches!(
+        e.code(),
+        tonic::Code::InvalidArgument | tonic::Code::PermissionDenied
+    )
+}
+
+fn failed(e: &ClientError) -> Failed {
+    if refused(e) {
+        Failed::Refused(e.to_string())
+    } else {
+        Failed::Unanswered
     }
 }
 

@@ -16,6 +16,8 @@ from leasehold._answers import (
     LeaseState,
     NotHeld,
     Released,
+    Renewal,
+    Renewed,
     StaleToken,
     TokenCurrent,
     TokenStale,
@@ -30,7 +32,7 @@ from leasehold._watch import Watch
 __all__ = [
     "Applied", "Client", "Deleted", "EventKind", "Granted", "HeldBy", "HeldError", "Holder",
     "IndeterminateError", "LeaseEvent", "LeaseState", "LeaseholdError", "NotHeld", "NotSafeError",
-    "Released", "StaleToken", "TLS", "TokenCurrent", "TokenStale", "Watch", "Written",
+    "Released", "Renewal", "Renewed", "StaleToken", "TLS", "TokenCurrent", "TokenStale", "Watch", "Written",
     "WrongToken", "default_margin",
 ]
 __version__ = "0.1.0"

@@ -65,6 +65,26 @@ class WrongToken:
 
 
 @dataclass(frozen=True)
+class Renewal:
+    """One lease of :meth:`Client.renew`: renewed only if ``holder`` holds it under ``token``,
+    for ``ttl`` seconds from the renewal's store time."""
+
+    lease: str
+    holder: str
+    token: int
+    ttl: float
+
+
+@dataclass(frozen=True)
+class Renewed:
+    """The lease was renewed: same token, its grant runs out at ``expires_at_ms`` of store
+    time now."""
+
+    expires_at_ms: int
+    applied: Applied
+
+
+@dataclass(frozen=True)
 class Written:
     applied: Applied
 

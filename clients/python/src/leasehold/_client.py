@@ -312,6 +312,22 @@ class Client:
             return a.WrongToken(answer.wrong_token.current_token, applied)
         raise no_outcome("Release")
 
+    def renew(self, leases: Sequence[a.Renewal], *, deadline: Optional[float] = None) -> List[Union[a.Renewed, a.NotHeld, a.HeldBy, a.WrongToken]]:
+        """Renews many leases in one request and one log entry: each only if its holder holds
+        it under its token, for its own TTL. Answered lease by lease, in the order given; a
+        lease that ran out is answered :class:`NotHeld`, never granted again. At most 512
+        leases, each named once."""
+        wire = [pb.Renewal(lease=r.lease, holder=r.holder, token=r.token, ttl_ms=ttl_millis(r.ttl)) for r in leases]
+        answer = self._write(
+            lambda i: self._lease[i].Renew,
+            lambda rid: pb.RenewRequest(leases=wire, request_id=rid),
+            deadline,
+        )
+        applied = a.Applied.of(answer.applied)
+        if len(answer.leases) != len(wire):
+            raise LeaseholdError(grpc.StatusCode.INTERNAL, "a renewal was answered for another number of leases than it named")
+        return [renewed(lease, applied) for lease in answer.leases]
+
     def put(self, key: str, value: bytes, *, lease: Optional[str] = None, token: Optional[int] = None, deadline: Optional[float] = None) -> Union[a.Written, a.StaleToken]:
         """Writes a row: plain, or fenced with ``lease`` and ``token``, which the store refuses
         (:class:`StaleToken`) once it has seen a bigger token for that lease."""
@@ -397,6 +413,20 @@ def ttl_millis(seconds: float, field: str = "ttl") -> int:
     if not isinstance(seconds, (int, float)) or seconds != seconds or seconds < 0:
         raise ValueError(f"{field}: must be a number of seconds, 0 or more; got {seconds!r}")
     return int(round(seconds * 1000))
+
+
+def renewed(lease: pb.LeaseRenewal, applied: a.Applied) -> Union[a.Renewed, a.NotHeld, a.HeldBy, a.WrongToken]:
+    """One lease's answer to a renewal."""
+    outcome = lease.WhichOneof("outcome")
+    if outcome == "renewed":
+        return a.Renewed(lease.renewed.expires_at_ms, applied)
+    if outcome == "not_held":
+        return a.NotHeld(applied)
+    if outcome == "held_by":
+        return a.HeldBy(lease.held_by.holder, lease.held_by.token, lease.held_by.expires_at_ms, applied)
+    if outcome == "wrong_token":
+        return a.WrongToken(lease.wrong_token.current_token, applied)
+    raise no_outcome("Renew")
 
 
 def no_outcome(rpc: str) -> LeaseholdError:

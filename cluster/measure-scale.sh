@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Measures a local three-node cluster filled with live leases: resident memory per lease on each
+# node, the snapshot's size and build time, acquire throughput and p99 empty and full, failover
+# (kill -9 of the leader, time to the next acknowledged write) and a restarted node's catch-up
+# (time until it has applied what the leader has), all at the fill.
+# Usage: cluster/measure-scale.sh [LEASES] (default 1000000). Fills with `leasehold bench
+# --workload acquire --ttl 3600` (64 clients, to the leader). Uses ports 7111-7113 and
+# 7211-7213 and a temp dir; LEASEHOLD_BIN names the binary (default: target/release).
+set -euo pipefail
+target=${1:-1000000}
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${LEASEHOLD_BIN:-$here/target/release/leasehold}
+[ -x "$bin" ] || (cd "$here" && cargo build --release --quiet)
+dir=$(mktemp -d)
+export LEASEHOLD_ENDPOINTS=127.0.0.1:7111,127.0.0.1:7112,127.0.0.1:7113
+peers=1=127.0.0.1:7211,2=127.0.0.1:7212,3=127.0.0.1:7213
+declare -A pids
+start() {
+  RUST_LOG=info "$bin" serve --id "$1" --listen "127.0.0.1:711$1" --peer-listen "127.0.0.1:721$1" \
+    --data-dir "$dir/node-$1" --peers "$peers" >/dev/null 2>>"$dir/node-$1.log" &
+  pids[$1]=$!
+}
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
+trap cleanup EXIT
+status() { "$bin" status -o json | python3 -c "import json,sys; n=json.load(sys.stdin)['nodes']; $1"; }
+rss_kib() { awk '/VmRSS/{print $2}' "/proc/${pids[$1]}/status"; }
+bench() { # SECONDS: acquire throughput, one JSON line
+  "$bin" bench --workload acquire --ttl 3600 --clients 64 --connect leader --warmup 0 --duration "$1" -o json 2>/dev/null
+}
+summary() { python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); print(f"{r[\"ops_per_s\"]:.0f} ops/s, p99 {r[\"p99_ms\"]:.2f} ms")'; }
+
+for id in 1 2 3; do start "$id"; done
+until status 'sys.exit(0 if sum(x["role"]=="leader" for x in n)==1 else 1)' 2>/dev/null; do sleep 0.2; done
+declare -A idle
+for id in 1 2 3; do idle[$id]=$(rss_kib "$id"); done
+echo "empty: acquire $(bench 5 | summary)"
+started=$(date +%s)
+while true; do
+  leases=$(status 'print(max(x["leases"] for x in n))')
+  [ "$leases" -ge "$target" ] && break
+  bench 10 >/dev/null
+done
+echo "filled: $leases leases in $(( $(date +%s) - started )) s"
+sleep 5
+for id in 1 2 3; do
+  rss=$(rss_kib "$id")
+  echo "node $id: resident $((rss / 1024)) MiB ($(( idle[$id] / 1024 )) MiB empty): $(( (rss - idle[$id]) * 1024 / leases )) bytes per lease"
+done
+status 'x=n[0]; print(f"snapshot: {x[\"snapshot_bytes\"]} bytes at index {x[\"snapshot_index\"]}, {x[\"snapshot_bytes\"] / max(x[\"leases\"], 1):.1f} bytes per lease")'
+grep -h "snapshot build timed" "$dir"/node-*.log | tail -3 | sed 's/^/  /'
+echo "full: acquire $(bench 5 | summary)"
+
+leader=$(status 'print([x["id"] for x in n if x["role"]=="leader"][0])')
+t0=$(date +%s%N)
+kill -9 "${pids[$leader]}"
+"$bin" acquire "after-kill" --holder h --ttl 10 >/dev/null
+echo "failover: killed leader node $leader; next acknowledged write after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+wait "${pids[$leader]}" 2>/dev/null || true
+t0=$(date +%s%N)
+start "$leader"
+until status "l=[x for x in n if x['role']=='leader'][0]; me=[x for x in n if x['id']==$leader][0]; sys.exit(0 if me['applied_index']>=l['applied_index'] and me['role']=='follower' else 1)" 2>/dev/null; do sleep 0.05; done
+echo "catch-up: node $leader restarted and applied what the leader had after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
