@@ -27,7 +27,7 @@ rss_kib() { awk '/VmRSS/{print $2}' "/proc/${pids[$1]}/status"; }
 bench() { # SECONDS: acquire throughput, one JSON line
   "$bin" bench --workload acquire --ttl 3600 --clients 64 --connect leader --warmup 0 --duration "$1" -o json 2>/dev/null
 }
-summary() { python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); print(f"{r[\"ops_per_s\"]:.0f} ops/s, p99 {r[\"p99_ms\"]:.2f} ms")'; }
+summary() { python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); print("%.0f ops/s, p99 %.2f ms" % (r["ops_per_s"], r["p99_ms"]))'; }
 
 for id in 1 2 3; do start "$id"; done
 until status 'sys.exit(0 if sum(x["role"]=="leader" for x in n)==1 else 1)' 2>/dev/null; do sleep 0.2; done
@@ -46,7 +46,7 @@ for id in 1 2 3; do
   rss=$(rss_kib "$id")
   echo "node $id: resident $((rss / 1024)) MiB ($(( idle[$id] / 1024 )) MiB empty): $(( (rss - idle[$id]) * 1024 / leases )) bytes per lease"
 done
-status 'x=n[0]; print(f"snapshot: {x[\"snapshot_bytes\"]} bytes at index {x[\"snapshot_index\"]}, {x[\"snapshot_bytes\"] / max(x[\"leases\"], 1):.1f} bytes per lease")'
+status 'x=n[0]; print("snapshot: %d bytes, %.1f bytes per lease; %d client sessions open" % (x["snapshot_bytes"], x["snapshot_bytes"] / max(x["leases"], 1), x["sessions"]))'
 grep -h "snapshot build timed" "$dir"/node-*.log | tail -3 | sed 's/^/  /'
 echo "full: acquire $(bench 5 | summary)"
 

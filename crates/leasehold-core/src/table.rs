@@ -42,6 +42,11 @@ pub struct LeaseTable {
     /// free), without a scan. Derived from `leases`, so not stored: rebuilt on load.
     #[serde(skip)]
     expiries: BTreeSet<(u64, Arc<str>)>,
+    /// How many leases are held now: those in `expiries` after `now_ms`. Kept at every grant,
+    /// release and expiry, so that a metrics scrape does not count a million leases under the
+    /// state lock. Derived: rebuilt on load.
+    #[serde(skip)]
+    held: usize,
     /// The sums (wrapping) of [`entry_hash`] over `leases` and over `rows`, kept at every change
     /// of either, so that [`digest`](Self::digest) costs the same at any size. Derived: rebuilt
     /// on load.
@@ -129,6 +134,7 @@ impl From<Stored> for LeaseTable {
             .iter()
             .map(|(name, lease)| (lease.expires_at_ms, name.clone()))
             .collect();
+        let held = held_after(&expiries, stored.now_ms);
         let lease_sum = leases.iter().fold(0u64, |sum, (name, lease)| {
             sum.wrapping_add(entry_hash(name, lease))
         });
@@ -151,6 +157,7 @@ impl From<Stored> for LeaseTable {
                 }),
             session_owners: stored.session_owners,
             expiries,
+            held,
             lease_sum,
             row_sum,
         }
@@ -244,6 +251,14 @@ impl Lease {
             _ => None,
         }
     }
+}
+
+/// How many of `expiries` are held at `now_ms`: held means expiring after it, and a free
+/// lease's expiry is not after it.
+fn held_after(expiries: &BTreeSet<(u64, Arc<str>)>, now_ms: u64) -> usize {
+    expiries
+        .range((now_ms.saturating_add(1), Arc::<str>::from(""))..)
+        .count()
 }
 
 /// Keeps `expiries` in step with a lease whose expiry goes from `before` to `after` (`None`:
@@ -385,9 +400,7 @@ impl LeaseTable {
 
     /// How many leases are held now (granted and not expired).
     pub fn held_count(&self) -> usize {
-        // Held at `now_ms` means expiring after it; a free lease's expiry is not after it.
-        let after_now = (self.now_ms.saturating_add(1), Arc::<str>::from(""));
-        self.expiries.range(after_now..).count()
+        self.held
     }
 
     /// The earliest expiry of a lease that is still held: when the next tick is due.
@@ -500,6 +513,7 @@ impl LeaseTable {
         let after_now = (self.now_ms + 1, Arc::<str>::from(""));
         let past_to = (to_ms.saturating_add(1), Arc::<str>::from(""));
         for (at, name) in self.expiries.range(after_now..past_to) {
+            self.held -= 1;
             if let Some(Lease {
                 holder: Some(holder),
                 token,
@@ -684,6 +698,8 @@ impl LeaseTable {
         let rehashed = entry_hash(name, lease);
         rehash(&mut self.lease_sum, hashed, Some(rehashed));
         reindex(&mut self.expiries, &key, before, Some(expires_at_ms));
+        // Granted only when not held, so one more is.
+        self.held += 1;
         Outcome::Granted {
             token,
             expires_at_ms,
@@ -701,6 +717,7 @@ impl LeaseTable {
             // Free at once: the next acquire must not wait for the old expiry.
             lease.expires_at_ms = now_ms;
         });
+        self.held -= 1;
         Outcome::Released { token }
     }
 
@@ -1643,7 +1660,7 @@ mod tests {
     /// The digest kept up to date by every change equals the one a table loaded from the same
     /// state computes from scratch, after every kind of command.
     #[test]
-    fn the_digest_kept_along_equals_the_digest_of_the_state_loaded_afresh() {
+    fn the_digest_and_held_count_kept_along_equal_those_of_the_state_loaded_afresh() {
         let mut t = LeaseTable::default();
         let mut seed = 7u64;
         let mut next = |below: u64| {
@@ -1750,6 +1767,11 @@ mod tests {
                 "step {step}: {} leases, {} sessions",
                 t.lease_count(),
                 t.session_count()
+            );
+            assert_eq!(
+                t.held_count(),
+                loaded.held_count(),
+                "step {step}: held, kept and counted"
             );
         }
         assert!(most.0 > 0 && most.1 > 0 && most.2 > 0, "{most:?}");
