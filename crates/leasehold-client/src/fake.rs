@@ -69,6 +69,15 @@ impl FakeNode {
         }
     }
 
+    /// Waits `after`, then notes `what` in the timeline: a slow answer about to go out.
+    async fn late(&self, after: Duration, what: &'static str) {
+        tokio::time::sleep(after).await;
+        self.timeline
+            .lock()
+            .unwrap()
+            .push((what, std::time::Instant::now()));
+    }
+
     async fn answer<T: Canned>(
         &self,
         request_id: Option<pb::RequestId>,
@@ -150,11 +159,7 @@ impl LeaseStore for Handle {
         let outcome = match self.next(r.into_inner().request_id) {
             Reply::Acquire(outcome) => outcome,
             Reply::SlowAcquire(after, outcome) => {
-                tokio::time::sleep(after).await;
-                self.timeline
-                    .lock()
-                    .unwrap()
-                    .push(("slow acquire answered", std::time::Instant::now()));
+                self.late(after, "slow acquire answered").await;
                 outcome
             }
             other => return self.reply(other).await,
@@ -179,11 +184,7 @@ impl LeaseStore for Handle {
         let outcome = match self.next(r.request_id) {
             Reply::Renew(outcome) => outcome,
             Reply::SlowRenew(after, outcome) => {
-                tokio::time::sleep(after).await;
-                self.timeline
-                    .lock()
-                    .unwrap()
-                    .push(("slow renewal answered", std::time::Instant::now()));
+                self.late(after, "slow renewal answered").await;
                 outcome
             }
             Reply::Answer => pb::lease_renewal::Outcome::Renewed(pb::Renewed::default()),

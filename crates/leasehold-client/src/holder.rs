@@ -24,6 +24,7 @@ use crate::watch::{WatchFrom, WatchSelect};
 
 /// Why a [`Holder`] no longer holds its lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Lost {
     /// Renewals failed (no quorum, no node reachable) until the safe deadline passed.
     Unrenewed,

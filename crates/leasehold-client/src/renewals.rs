@@ -90,25 +90,42 @@ fn lock(queue: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Sends what waits, in requests of at most [`MAX_RENEWALS`] leases sent side by side, until
-/// nothing does.
+/// Starts a round: wakes the holders that may join it, waits [`GATHER`] for them, then sends
+/// what waits in requests of at most [`MAX_RENEWALS`] leases, side by side. The requests are
+/// not waited for: a renewal queued while they are out starts the next round, so one slow
+/// request never holds up the renewals behind it.
 async fn send_all<C: Gathered>(client: Arc<C>) {
     client.renewals().round.notify_waiters();
+    // Dropped during the gather (its runtime shutting down), the round hands its renewals to
+    // the next one instead of leaving `sending` set for good.
+    let mut round = Round(Some(client.renewals()));
     tokio::time::sleep(GATHER).await;
-    loop {
-        let batches = {
-            let mut queue = lock(&client.renewals().queue);
-            if queue.waiting.is_empty() {
-                queue.sending = false;
-                return;
-            }
-            batches(std::mem::take(&mut queue.waiting))
+    for batch in batches(round.take()) {
+        tokio::spawn(send(client.clone(), batch));
+    }
+}
+
+/// A round being gathered: dropped before it took the queue, it lets the next renewal start
+/// another.
+struct Round<'a>(Option<&'a Renewals>);
+
+impl Round<'_> {
+    /// What waits, taken in the same breath as the next renewal is let start a round.
+    fn take(&mut self) -> Vec<Waiting> {
+        let Some(renewals) = self.0.take() else {
+            return Vec::new();
         };
-        let mut sends = tokio::task::JoinSet::new();
-        for batch in batches {
-            sends.spawn(send(client.clone(), batch));
+        let mut queue = lock(&renewals.queue);
+        queue.sending = false;
+        std::mem::take(&mut queue.waiting)
+    }
+}
+
+impl Drop for Round<'_> {
+    fn drop(&mut self) {
+        if let Some(renewals) = self.0 {
+            lock(&renewals.queue).sending = false;
         }
-        while sends.join_next().await.is_some() {}
     }
 }
 
@@ -132,39 +149,30 @@ fn batches(waiting: Vec<Waiting>) -> Vec<Vec<Waiting>> {
     batches.into_iter().map(|(_, batch)| batch).collect()
 }
 
-/// One request for `batch`, each waiter answered with its lease's outcome.
+/// One request for `batch`, each waiter answered with its lease's outcome. A request refused
+/// whole (one lease's holder had its permission revoked, say) is halved until the refused
+/// leases are alone, so that only their holders lose their holdings.
 async fn send<C: Gathered>(client: Arc<C>, batch: Vec<Waiting>) {
-    let renewals: Vec<Renewal> = batch.iter().map(|w| w.renewal.clone()).collect();
-    match client.send(renewals).await {
-        Ok(answers) => {
-            for (w, renewed) in batch.into_iter().zip(answers) {
-                let _ = w.reply.send(Ok(renewed));
+    let mut pending = vec![batch];
+    while let Some(mut batch) = pending.pop() {
+        let renewals: Vec<Renewal> = batch.iter().map(|w| w.renewal.clone()).collect();
+        match client.send(renewals).await {
+            Ok(answers) => {
+                for (w, renewed) in batch.into_iter().zip(answers) {
+                    let _ = w.reply.send(Ok(renewed));
+                }
             }
-        }
-        // One lease refused refuses the whole request (its holder's permission revoked, say):
-        // each lease alone then, so that only the holders refused lose their holdings.
-        Err(e) if batch.len() > 1 && refused(&e) => {
-            let mut alone = tokio::task::JoinSet::new();
-            for w in batch {
-                alone.spawn(send_alone(client.clone(), w));
+            Err(e) if batch.len() > 1 && refused(&e) => {
+                let second = batch.split_off(batch.len() / 2);
+                pending.extend([second, batch]);
             }
-            while alone.join_next().await.is_some() {}
-        }
-        Err(e) => {
-            for w in batch {
-                let _ = w.reply.send(Err(failed(&e)));
+            Err(e) => {
+                for w in batch {
+                    let _ = w.reply.send(Err(failed(&e)));
+                }
             }
         }
     }
-}
-
-/// One request for one waiter's lease.
-async fn send_alone<C: Gathered>(client: Arc<C>, w: Waiting) {
-    let answer = match client.send(vec![w.renewal.clone()]).await {
-        Ok(answers) => answers.into_iter().next().ok_or(Failed::Unanswered),
-        Err(e) => Err(failed(&e)),
-    };
-    let _ = w.reply.send(answer);
 }
 
 /// Whether the store refused a request for good: bad input, or a denial.

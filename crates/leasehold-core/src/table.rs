@@ -256,9 +256,14 @@ impl Lease {
 /// How many of `expiries` are held at `now_ms`: held means expiring after it, and a free
 /// lease's expiry is not after it.
 fn held_after(expiries: &BTreeSet<(u64, Arc<str>)>, now_ms: u64) -> usize {
-    expiries
-        .range((now_ms.saturating_add(1), Arc::<str>::from(""))..)
-        .count()
+    expiries.range(first_at(now_ms.saturating_add(1))..).count()
+}
+
+/// The first place in `expiries` at store time `at_ms`, before every name: a range bound that
+/// shares one empty name instead of allocating one per command.
+fn first_at(at_ms: u64) -> (u64, Arc<str>) {
+    static NO_NAME: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
+    (at_ms, NO_NAME.clone())
 }
 
 /// Keeps `expiries` in step with a lease whose expiry goes from `before` to `after` (`None`:
@@ -406,7 +411,7 @@ impl LeaseTable {
     /// The earliest expiry of a lease that is still held: when the next tick is due.
     pub fn next_expiry_ms(&self) -> Option<u64> {
         // Held at `now_ms` means expiring after it; a free lease's expiry is not after it.
-        let after_now = (self.now_ms.saturating_add(1), Arc::<str>::from(""));
+        let after_now = first_at(self.now_ms.saturating_add(1));
         self.expiries.range(after_now..).next().map(|(at, _)| *at)
     }
 
@@ -510,8 +515,7 @@ impl LeaseTable {
             return;
         }
         // A free lease's expiry is not after now, so the range holds held leases only.
-        let after_now = (self.now_ms + 1, Arc::<str>::from(""));
-        let past_to = (to_ms.saturating_add(1), Arc::<str>::from(""));
+        let (after_now, past_to) = (first_at(self.now_ms + 1), first_at(to_ms.saturating_add(1)));
         for (at, name) in self.expiries.range(after_now..past_to) {
             self.held -= 1;
             if let Some(Lease {

@@ -304,13 +304,7 @@ class Client:
         outcome = answer.WhichOneof("outcome")
         if outcome == "released":
             return a.Released(answer.released.token, applied)
-        if outcome == "not_held":
-            return a.NotHeld(applied)
-        if outcome == "held_by":
-            return a.HeldBy(answer.held_by.holder, answer.held_by.token, answer.held_by.expires_at_ms, applied)
-        if outcome == "wrong_token":
-            return a.WrongToken(answer.wrong_token.current_token, applied)
-        raise no_outcome("Release")
+        return not_holding(answer, outcome, applied, "Release")
 
     def renew(self, leases: Sequence[a.Renewal], *, deadline: Optional[float] = None) -> List[Union[a.Renewed, a.NotHeld, a.HeldBy, a.WrongToken]]:
         """Renews many leases in one request and one log entry: each only if its holder holds
@@ -420,13 +414,18 @@ def renewed(lease: pb.LeaseRenewal, applied: a.Applied) -> Union[a.Renewed, a.No
     outcome = lease.WhichOneof("outcome")
     if outcome == "renewed":
         return a.Renewed(lease.renewed.expires_at_ms, applied)
+    return not_holding(lease, outcome, applied, "Renew")
+
+
+def not_holding(answer, outcome: Optional[str], applied: a.Applied, rpc: str) -> Union[a.NotHeld, a.HeldBy, a.WrongToken]:
+    """A release's refusal, or a renewal's of one lease: the caller does not hold the lease."""
     if outcome == "not_held":
         return a.NotHeld(applied)
     if outcome == "held_by":
-        return a.HeldBy(lease.held_by.holder, lease.held_by.token, lease.held_by.expires_at_ms, applied)
+        return a.HeldBy(answer.held_by.holder, answer.held_by.token, answer.held_by.expires_at_ms, applied)
     if outcome == "wrong_token":
-        return a.WrongToken(lease.wrong_token.current_token, applied)
-    raise no_outcome("Renew")
+        return a.WrongToken(answer.wrong_token.current_token, applied)
+    raise no_outcome(rpc)
 
 
 def no_outcome(rpc: str) -> LeaseholdError:
