@@ -20,8 +20,11 @@ fn consecutive_free_ports() -> u16 {
     static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let seed = (std::process::id() as u16).wrapping_add(call.wrapping_mul(7_919));
+    // Outside the ephemeral range, where no outgoing connection takes a port meanwhile.
+    let range = leasehold::cli::local::unassigned_ports().unwrap_or(20_000..60_000);
+    let width = range.end - range.start - 102;
     for attempt in 0..200u16 {
-        let base = 20_000 + (seed.wrapping_add(attempt.wrapping_mul(97))) % 40_000;
+        let base = range.start + (seed.wrapping_add(attempt.wrapping_mul(97))) % width;
         let held: Vec<_> = [0, 1, 2, 100, 101, 102]
             .into_iter()
             .map_while(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).ok())

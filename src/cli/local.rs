@@ -6,16 +6,68 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 
-/// `count` ports on 127.0.0.1 that were free a moment ago.
+/// `count` ports on 127.0.0.1 that were free a moment ago, none handed out before by this
+/// process. They come from outside the kernel's ephemeral range: a port that `bind(0)` hands
+/// out is one that any outgoing connection on the machine may take as its local port before a
+/// node listens on it (in CI a node refused to start with "Address already in use", and its
+/// cluster, one node short, lost its quorum at the first kill). A process walks the range from
+/// a place its id picks, so that two test processes rarely try the same ports.
 pub fn free_ports(count: usize) -> std::io::Result<Vec<u16>> {
-    // Hold every listener until all are chosen, so the same port is not handed out twice.
-    let listeners: Vec<TcpListener> = (0..count)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<_, _>>()?;
+    let Some(range) = unassigned_ports() else {
+        // Every port is ephemeral here: bind(0) is as good as any choice.
+        return held_ports((0..count).map(|_| 0), count);
+    };
+    static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU32> = std::sync::OnceLock::new();
+    let next = NEXT
+        .get_or_init(|| std::sync::atomic::AtomicU32::new(std::process::id().wrapping_mul(7_919)));
+    let width = u32::from(range.end - range.start);
+    let candidates = std::iter::repeat_with(|| {
+        let step = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        range.start + (step % width) as u16
+    });
+    held_ports(candidates.take(width as usize), count)
+}
+
+/// The first `count` of `candidates` that bind on 127.0.0.1. Every listener is held until all
+/// are chosen, so that the same port is not chosen twice.
+fn held_ports(candidates: impl Iterator<Item = u16>, count: usize) -> std::io::Result<Vec<u16>> {
+    let mut last = None;
+    let listeners: Vec<TcpListener> = candidates
+        .filter_map(|port| {
+            TcpListener::bind(("127.0.0.1", port))
+                .map_err(|e| last = Some(e))
+                .ok()
+        })
+        .take(count)
+        .collect();
+    if listeners.len() < count {
+        return Err(last.unwrap_or_else(|| std::io::Error::other("no free port left")));
+    }
     listeners
         .iter()
         .map(|l| Ok(l.local_addr()?.port()))
         .collect()
+}
+
+/// Ports no outgoing connection takes on its own: those below the kernel's ephemeral range
+/// (from 10000, clear of the usual services' ports) or, failing a thousand there, above it.
+pub fn unassigned_ports() -> Option<std::ops::Range<u16>> {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok();
+    let mut bounds = text.iter().flat_map(|t| t.split_whitespace());
+    let (low, high) = match (bounds.next(), bounds.next()) {
+        (Some(low), Some(high)) => (low.parse::<u16>().ok()?, high.parse::<u16>().ok()?),
+        // Linux's default range.
+        _ => (32_768, 60_999),
+    };
+    const FLOOR: u16 = 10_000;
+    const ENOUGH: u16 = 1_000;
+    if low.saturating_sub(FLOOR) >= ENOUGH {
+        Some(FLOOR..low)
+    } else if u16::MAX - high >= ENOUGH {
+        Some(high + 1..u16::MAX)
+    } else {
+        None
+    }
 }
 
 /// A node's two addresses: one for clients, one for its peers.
@@ -318,5 +370,24 @@ impl Drop for LocalCluster {
                 let _ = child.wait();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_never_ephemeral_and_never_handed_out_twice() {
+        let range =
+            unassigned_ports().expect("this machine leaves ports outside its ephemeral range");
+        let first = free_ports(6).unwrap();
+        let second = free_ports(6).unwrap();
+        let all: std::collections::BTreeSet<u16> = first.iter().chain(&second).copied().collect();
+        assert_eq!(all.len(), 12, "{first:?} {second:?}");
+        assert!(
+            all.iter().all(|port| range.contains(port)),
+            "{all:?} outside {range:?}"
+        );
     }
 }

@@ -3,6 +3,7 @@ target/debug/leasehold), on free loopback ports, always reaped."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import pathlib
 import signal
@@ -27,10 +28,36 @@ def binary() -> str:
     return path
 
 
+def unassigned_ports() -> range:
+    """Ports no outgoing connection takes on its own: below the kernel's ephemeral range (from
+    10000) or, failing a thousand there, above it. A port that bind(0) hands out is one that any
+    outgoing connection may take as its local port before the node listens on it: in CI a node
+    refused to start ("Address already in use") and its cluster, one node short, lost its quorum
+    at the first kill. The Rust harness picks its ports the same way (src/cli/local.rs)."""
+    try:
+        low, high = (int(x) for x in pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    if low - 10000 >= 1000:
+        return range(10000, low)
+    return range(high + 1, 65535)
+
+
+_PORTS = unassigned_ports()
+# Each process walks the range from a place its id picks, handing out no port twice.
+_next_port = itertools.count((os.getpid() * 7919) % len(_PORTS))
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for step in itertools.islice(_next_port, len(_PORTS)):
+        port = _PORTS[step % len(_PORTS)]
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_PORTS}")
 
 
 def wait_for(what: str, probe: Callable[[], Optional[T]], within: float = 20.0) -> T:
@@ -107,6 +134,8 @@ def started(tmp_path_factory: pytest.TempPathFactory, name: str, **options) -> L
     with leasehold.Client(cluster.endpoints) as client:
         try:
             cluster.leader(client)
+            # Every node up, not only a quorum: a test that kills one needs the other two.
+            wait_for("every node to follow the leader", lambda: all(n.role in (1, 2) for n in client.status()) or None)
         except AssertionError:
             cluster.stop()
             raise AssertionError(f"the cluster did not come up:\n{cluster.logs()}")
