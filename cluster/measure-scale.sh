@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Measures a local three-node cluster filled with live leases: resident memory per lease on each
-# node, the snapshot's size and build time, acquire throughput and p99 empty and full, failover
-# (kill -9 of the leader, time to the next acknowledged write) and a restarted node's catch-up
-# (time until it has applied what the leader has), all at the fill.
+# node, the snapshot's size and build times, acquire throughput and p99 empty and full (with the
+# snapshot builds during the full run, and how long each held the state lock), failover (kill -9
+# of the leader, time to the next acknowledged write) and a restarted node's catch-up (time
+# until it has applied what the leader has), all at the fill.
 # Usage: cluster/measure-scale.sh [LEASES] (default 1000000). Fills with `leasehold bench
 # --workload acquire --ttl 3600` (64 clients, to the leader). Uses ports 7111-7113 and
 # 7211-7213 and a temp dir; LEASEHOLD_BIN names the binary (default: target/release).
@@ -33,7 +34,7 @@ for id in 1 2 3; do start "$id"; done
 until status 'sys.exit(0 if sum(x["role"]=="leader" for x in n)==1 else 1)' 2>/dev/null; do sleep 0.2; done
 declare -A idle
 for id in 1 2 3; do idle[$id]=$(rss_kib "$id"); done
-echo "empty: acquire $(bench 5 | summary)"
+echo "empty: acquire $(bench 10 | summary)"
 started=$(date +%s)
 while true; do
   # A status or a bench cut short by a busy node is tried again, not the end of the run.
@@ -48,8 +49,12 @@ for id in 1 2 3; do
   echo "node $id: resident $((rss / 1024)) MiB ($(( idle[$id] / 1024 )) MiB empty): $(( (rss - idle[$id]) * 1024 / leases )) bytes per lease"
 done
 status 'x=n[0]; print("snapshot: %d bytes, %.1f bytes per lease; %d client sessions open" % (x["snapshot_bytes"], x["snapshot_bytes"] / max(x["leases"], 1), x["sessions"]))'
+builds() { grep -h "snapshot build timed" "$dir"/node-*.log || true; }
 grep -h "snapshot build timed" "$dir"/node-*.log | tail -3 | sed 's/^/  /'
-echo "full: acquire $(bench 5 | summary)"
+built=$(builds | wc -l)
+echo "full: acquire $(bench 10 | summary)"
+echo "  snapshot builds during it (every node's): $(( $(builds | wc -l) - built ))"
+builds | tail -n +"$((built + 1))" | grep -o "capture_ms=[0-9]* total_ms=[0-9]*" | sed 's/^/  /' 
 
 leader=$(status 'print([x["id"] for x in n if x["role"]=="leader"][0])')
 t0=$(date +%s%N)

@@ -8,24 +8,24 @@
 //! expire by store time, on every command, so their number stays bounded by the clients seen in
 //! the last [`SESSION_IDLE_MS`] whether or not any lease is held.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use serde::{Deserialize, Serialize};
 
 use super::limits::{SESSION_ANSWERS, SESSION_IDLE_MS};
-use super::{Op, Outcome, RequestId};
+use super::{Map, Op, Outcome, RequestId, Set};
 
-/// Every live session. `BTreeMap`s, so iteration and serialization are deterministic.
+/// Every live session. Ordered maps, so iteration and serialization are deterministic;
+/// persistent ones, so that the table's clone for a snapshot is cheap (see [`Map`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "Stored")]
 pub struct Sessions {
     /// The id the next registration gets; ids are never reused.
     next_client: u64,
-    by_client: BTreeMap<u64, Session>,
+    #[serde(serialize_with = "crate::encode_map")]
+    by_client: Map<u64, Session>,
     /// `(last_seen_ms, client)` of every session: the next to expire without a scan. Derived
     /// from `by_client`, so not stored: rebuilt on load.
     #[serde(skip)]
-    idle: BTreeSet<(u64, u64)>,
+    idle: Set<(u64, u64)>,
     /// The sum (wrapping) of every session's [`meta_hash`] and every kept answer's
     /// [`answer_hash`], kept at every change, so that the table's digest costs the same
     /// however many sessions there are. Derived: rebuilt on load.
@@ -58,7 +58,8 @@ fn session_hash(client: u64, session: &Session) -> u64 {
 #[derive(Deserialize)]
 struct Stored {
     next_client: u64,
-    by_client: BTreeMap<u64, Session>,
+    #[serde(deserialize_with = "crate::decode_map")]
+    by_client: Map<u64, Session>,
 }
 
 impl Sessions {
@@ -96,7 +97,11 @@ impl From<Stored> for Sessions {
 struct Session {
     last_seen_ms: u64,
     /// Per sequence: the fingerprint of the operation and the answer it got.
-    answers: BTreeMap<u64, (u64, Outcome)>,
+    #[serde(
+        serialize_with = "crate::encode_map",
+        deserialize_with = "crate::decode_map"
+    )]
+    answers: Map<u64, (u64, Outcome)>,
     /// The highest sequence whose answer was dropped to keep `answers` bounded. A request at or
     /// below it without a kept answer is a late retry, and applying it would apply it twice.
     forgotten_through: u64,
@@ -135,11 +140,11 @@ impl Sessions {
     /// Drops every session idle for [`SESSION_IDLE_MS`] at store time `now_ms`, telling
     /// `dropped` each one's id.
     pub fn expire(&mut self, now_ms: u64, mut dropped: impl FnMut(u64)) {
-        while let Some(&(last_seen_ms, client)) = self.idle.first() {
+        while let Some(&(last_seen_ms, client)) = self.idle.get_min() {
             if last_seen_ms.saturating_add(SESSION_IDLE_MS) > now_ms {
                 break;
             }
-            self.idle.pop_first();
+            self.idle.remove_min();
             if let Some(session) = self.by_client.remove(&client) {
                 self.sum = self.sum.wrapping_sub(session_hash(client, &session));
                 dropped(client);
@@ -187,7 +192,10 @@ impl Sessions {
             sum = sum.wrapping_sub(answer_hash(client, request.sequence, &replaced));
         }
         while session.answers.len() > SESSION_ANSWERS {
-            if let Some((sequence, dropped)) = session.answers.pop_first() {
+            let oldest = session.answers.get_min().map(|(sequence, _)| *sequence);
+            if let Some((sequence, dropped)) =
+                oldest.and_then(|s| session.answers.remove_with_key(&s))
+            {
                 sum = sum.wrapping_sub(answer_hash(client, sequence, &dropped));
                 session.forgotten_through = session.forgotten_through.max(sequence);
             }

@@ -1,18 +1,19 @@
 //! `LeaseTable::apply`: the one place where the store's state changes.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::limits::FORGET_BATCH;
 use super::session::{fingerprint, Admission, Sessions};
+use super::{Encoded, Map, Set};
 use crate::auth::{Denied, Policy};
 use crate::{
     Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal, Renewal, Renewed, RequestId,
 };
 
-/// The whole replicated state. `BTreeMap`s, so iteration and serialization are deterministic.
+/// The whole replicated state. Ordered maps, so iteration and serialization are
+/// deterministic; persistent ones ([`Map`]), so a clone for a snapshot is cheap.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "Stored")]
 pub struct LeaseTable {
@@ -20,8 +21,10 @@ pub struct LeaseTable {
     now_ms: u64,
     /// Held leases, and free ones until they are forgotten (see [`Op::Forget`]). Each name is
     /// stored once, shared with `expiries`.
-    leases: BTreeMap<Arc<str>, Lease>,
-    rows: BTreeMap<String, Vec<u8>>,
+    #[serde(serialize_with = "crate::encode_map")]
+    leases: Map<Arc<str>, Lease>,
+    #[serde(serialize_with = "crate::encode_map")]
+    rows: Map<String, Vec<u8>>,
     /// Registered clients and their recent answers: a request retried after a lost answer (a
     /// dead connection, a leader change) gets its first answer back instead of being applied
     /// twice.
@@ -36,12 +39,13 @@ pub struct LeaseTable {
     /// The identity that opened each session opened with one: only it may send requests under
     /// the session, so that another identity can neither read its answers nor use up its
     /// sequence numbers. Kept while the session lives.
-    session_owners: BTreeMap<u64, String>,
+    #[serde(serialize_with = "crate::encode_map")]
+    session_owners: Map<u64, String>,
     /// `(expires_at_ms, name)` of every lease: the next expiry of a held lease (those after
     /// now) and the longest-free leases (a free lease's `expires_at_ms` is when it became
     /// free), without a scan. Derived from `leases`, so not stored: rebuilt on load.
     #[serde(skip)]
-    expiries: BTreeSet<(u64, Arc<str>)>,
+    expiries: Set<(u64, Arc<str>)>,
     /// How many leases are held now: those in `expiries` after `now_ms`. Kept at every grant,
     /// release and expiry, so that a metrics scrape does not count a million leases under the
     /// state lock. Derived: rebuilt on load.
@@ -100,20 +104,25 @@ fn rehash(sum: &mut u64, before: Option<u64>, after: Option<u64>) {
 #[derive(Deserialize)]
 struct Stored {
     now_ms: u64,
-    leases: BTreeMap<Arc<str>, Lease>,
-    rows: BTreeMap<String, Vec<u8>>,
+    #[serde(deserialize_with = "crate::decode_map")]
+    leases: Map<Arc<str>, Lease>,
+    #[serde(deserialize_with = "crate::decode_map")]
+    rows: Map<String, Vec<u8>>,
     sessions: Sessions,
     forgotten_floor: u64,
     policy: Policy,
-    session_owners: BTreeMap<u64, String>,
+    #[serde(deserialize_with = "crate::decode_map")]
+    session_owners: Map<u64, String>,
 }
 
 /// What a table stored before it had a policy: the default policy, which is off.
 #[derive(Deserialize)]
 struct StoredBeforePolicy {
     now_ms: u64,
-    leases: BTreeMap<Arc<str>, Lease>,
-    rows: BTreeMap<String, Vec<u8>>,
+    #[serde(deserialize_with = "crate::decode_map")]
+    leases: Map<Arc<str>, Lease>,
+    #[serde(deserialize_with = "crate::decode_map")]
+    rows: Map<String, Vec<u8>>,
     sessions: Sessions,
     forgotten_floor: u64,
 }
@@ -122,8 +131,10 @@ struct StoredBeforePolicy {
 #[derive(Deserialize)]
 struct StoredBeforeForgetting {
     now_ms: u64,
-    leases: BTreeMap<Arc<str>, Lease>,
-    rows: BTreeMap<String, Vec<u8>>,
+    #[serde(deserialize_with = "crate::decode_map")]
+    leases: Map<Arc<str>, Lease>,
+    #[serde(deserialize_with = "crate::decode_map")]
+    rows: Map<String, Vec<u8>>,
     sessions: Sessions,
 }
 
@@ -184,7 +195,7 @@ impl LeaseTable {
                 sessions: old.sessions,
                 forgotten_floor: old.forgotten_floor,
                 policy: Policy::default(),
-                session_owners: BTreeMap::new(),
+                session_owners: Map::new(),
             }));
         }
         let old: StoredBeforeForgetting = whole(bytes)?;
@@ -195,7 +206,7 @@ impl LeaseTable {
             sessions: old.sessions,
             forgotten_floor: 0,
             policy: Policy::default(),
-            session_owners: BTreeMap::new(),
+            session_owners: Map::new(),
         }))
     }
 }
@@ -255,7 +266,7 @@ impl Lease {
 
 /// How many of `expiries` are held at `now_ms`: held means expiring after it, and a free
 /// lease's expiry is not after it.
-fn held_after(expiries: &BTreeSet<(u64, Arc<str>)>, now_ms: u64) -> usize {
+fn held_after(expiries: &Set<(u64, Arc<str>)>, now_ms: u64) -> usize {
     expiries.range(first_at(now_ms.saturating_add(1))..).count()
 }
 
@@ -269,7 +280,7 @@ fn first_at(at_ms: u64) -> (u64, Arc<str>) {
 /// Keeps `expiries` in step with a lease whose expiry goes from `before` to `after` (`None`:
 /// the lease is not in the table).
 fn reindex(
-    expiries: &mut BTreeSet<(u64, Arc<str>)>,
+    expiries: &mut Set<(u64, Arc<str>)>,
     name: &Arc<str>,
     before: Option<u64>,
     after: Option<u64>,
@@ -351,8 +362,8 @@ impl LeaseTable {
         // The whole encoding as it was before the policy: the same fields without it.
         let whole = (
             self.now_ms,
-            &self.leases,
-            &self.rows,
+            Encoded(&self.leases),
+            Encoded(&self.rows),
             &self.sessions,
             self.forgotten_floor,
         );
@@ -368,10 +379,18 @@ impl LeaseTable {
     /// and `gap` sessions since, no token or session id of the new cluster is one it handed
     /// out, and a holder of the old cluster finds its token stale here.
     pub fn restored(mut self, gap: u64) -> LeaseTable {
-        for lease in self.leases.values_mut() {
-            lease.token = lease.token.saturating_add(gap);
-            lease.fence = lease.fence.saturating_add(gap);
-        }
+        self.leases = (self.leases.iter())
+            .map(|(name, lease)| {
+                let token = lease.token.saturating_add(gap);
+                let fence = lease.fence.saturating_add(gap);
+                let lease = Lease {
+                    token,
+                    fence,
+                    ..lease.clone()
+                };
+                (name.clone(), lease)
+            })
+            .collect();
         self.forgotten_floor = self.forgotten_floor.saturating_add(gap);
         self.sessions.restored(gap);
         let stored = Stored {
@@ -382,7 +401,7 @@ impl LeaseTable {
             forgotten_floor: self.forgotten_floor,
             policy: self.policy,
             // No session goes on, so neither does any owner.
-            session_owners: BTreeMap::new(),
+            session_owners: Map::new(),
         };
         // Rebuilt as a load would: the digest's sums follow the new tokens.
         LeaseTable::from(stored)
@@ -418,7 +437,7 @@ impl LeaseTable {
     /// When the longest-free lease will have been free for `retention_ms`, so that an
     /// [`Op::Forget`] with that retention drops it; `None` when no lease is free.
     pub fn next_forget_ms(&self, retention_ms: u64) -> Option<u64> {
-        let (free_since, _) = self.expiries.first()?;
+        let (free_since, _) = self.expiries.get_min()?;
         (*free_since <= self.now_ms).then(|| free_since.saturating_add(retention_ms))
     }
 
@@ -634,14 +653,14 @@ impl LeaseTable {
     fn forget(&mut self, retention_ms: u64) -> Outcome {
         let mut forgotten = 0;
         while forgotten < FORGET_BATCH {
-            let Some((free_since, name)) = self.expiries.first().cloned() else {
+            let Some((free_since, name)) = self.expiries.get_min().cloned() else {
                 break;
             };
             // A lease's expiry is no later than now exactly when it is free.
             if free_since > self.now_ms || free_since.saturating_add(retention_ms) > self.now_ms {
                 break;
             }
-            self.expiries.pop_first();
+            self.expiries.remove_min();
             if let Some(lease) = self.leases.remove(&*name) {
                 rehash(&mut self.lease_sum, Some(entry_hash(&name, &lease)), None);
                 self.forgotten_floor = self.forgotten_floor.max(lease.token).max(lease.fence);
@@ -1143,6 +1162,28 @@ mod tests {
     }
 
     #[test]
+    fn a_clone_shares_the_maps_and_keeps_its_state_while_the_original_changes() {
+        let mut t = LeaseTable::default();
+        for i in 0..1_000 {
+            t.apply(&at(i, acquire(&format!("l{i}"), "a", 60_000)));
+        }
+        t.apply(&at(1_000, plain("k", "v")));
+        let copy = t.clone();
+        assert!(
+            copy.leases.ptr_eq(&t.leases),
+            "a snapshot's clone copies no lease"
+        );
+        assert!(copy.expiries.ptr_eq(&t.expiries) && copy.rows.ptr_eq(&t.rows));
+        let encoded = postcard::to_allocvec(&copy).unwrap();
+        t.apply(&at(1_001, acquire("l0", "b", 60_000)));
+        t.apply(&at(1_002, acquire("new", "b", 60_000)));
+        t.apply(&at(1_003, plain("k", "w")));
+        assert!(!copy.leases.ptr_eq(&t.leases));
+        assert_eq!(postcard::to_allocvec(&copy).unwrap(), encoded);
+        assert_eq!(copy.row("k"), Some(&b"v"[..]));
+    }
+
+    #[test]
     fn each_lease_name_is_stored_once_shared_by_its_place_among_the_expiries() {
         let mut t = LeaseTable::default();
         t.apply(&at(0, acquire("l", "a", 1_000)));
@@ -1151,7 +1192,7 @@ mod tests {
         t.apply(&at(3, acquire("l", "b", 1_000)));
         let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
         for table in [&t, &loaded] {
-            let (name, _) = table.leases.first_key_value().unwrap();
+            let (name, _) = table.leases.get_min().unwrap();
             assert_eq!(Arc::strong_count(name), 2, "the map's key and the expiry's");
         }
     }
@@ -1161,8 +1202,10 @@ mod tests {
         #[derive(Serialize)]
         struct Old<'a> {
             now_ms: u64,
-            leases: &'a BTreeMap<Arc<str>, Lease>,
-            rows: &'a BTreeMap<String, Vec<u8>>,
+            #[serde(serialize_with = "crate::encode_map")]
+            leases: &'a Map<Arc<str>, Lease>,
+            #[serde(serialize_with = "crate::encode_map")]
+            rows: &'a Map<String, Vec<u8>>,
             sessions: &'a Sessions,
         }
         let mut t = LeaseTable::default();

@@ -111,17 +111,20 @@ impl pb::cluster_server::Cluster for ClusterService {
         self.node.auth_set_up()?;
         let caller = Caller::of(&self.node, &request, self.plane)?;
         // A linearizable read: the leader confirms its leadership, then checks the policy and
-        // copies the state under the state lock, so the copy is exactly what was applied up to
-        // `last_applied`.
-        let ((data, last_applied, digest), at) =
+        // clones the table under the state lock, so the copy is exactly what was applied up to
+        // `last_applied`. The clone is cheap (its maps share their nodes); encoding it, which
+        // is not, happens off the lock and off the runtime's threads, while applies go on.
+        let ((table, last_applied, digest), at) =
             authz::admin_read(&self.node, &caller, "save a snapshot", |s| {
-                (
-                    crate::raft::codec::encode(&s.table),
-                    s.last_applied,
-                    s.table.digest(),
-                )
+                (s.table.clone(), s.last_applied, s.table.digest())
             })
             .await?;
+        let data = tokio::task::spawn_blocking(move || crate::raft::codec::encode(&table))
+            .await
+            .map_err(|e| super::NodeError::Encoding {
+                what: "encoding the state",
+                reason: e.to_string(),
+            })?;
         let data = data.map_err(|e| super::NodeError::Encoding {
             what: "encoding the state",
             reason: e.to_string(),

@@ -255,6 +255,13 @@ fn to_snapshot(file: SnapshotFile) -> Snapshot<TypeConfig> {
     }
 }
 
+/// What a snapshot is built from: the applied state at one moment.
+struct Captured {
+    table: LeaseTable,
+    last_log_id: Option<LogId>,
+    last_membership: StoredMembership<NodeId, BasicNode>,
+}
+
 /// Builds a snapshot of the table as applied at the moment of the call.
 pub struct SnapshotBuilder {
     state: Arc<SharedState>,
@@ -263,13 +270,33 @@ pub struct SnapshotBuilder {
 }
 
 impl SnapshotBuilder {
-    /// The table and where it stands, read under the state lock.
-    fn capture(&self) -> Result<SnapshotFile, StorageError> {
-        let (data, last_log_id, last_membership) = {
-            let state = self.state.read();
-            let data = encode(&state.table).map_err(|e| sm_error(ErrorVerb::Read, e))?;
-            (data, state.last_applied, state.last_membership.clone())
-        };
+    /// The table and where it stands, cloned under the state lock: the table's maps are
+    /// persistent, so the clone shares their nodes and costs O(1) at any size (plus the
+    /// policy, which is small). Applies wait only for this, not for the encoding.
+    fn capture(&self) -> Captured {
+        let state = self.state.read();
+        Captured {
+            table: state.table.clone(),
+            last_log_id: state.last_applied,
+            last_membership: state.last_membership.clone(),
+        }
+    }
+
+    /// The captured table encoded, on the slow-work pool (a million leases take about half a
+    /// second), while applies go on.
+    async fn encode(&self, captured: Captured) -> Result<SnapshotFile, StorageError> {
+        let Captured {
+            table,
+            last_log_id,
+            last_membership,
+        } = captured;
+        let data = self
+            .files
+            .slow()
+            .run(move || encode(&table))
+            .await
+            .map_err(|e| sm_error(ErrorVerb::Read, e))?
+            .map_err(|e| sm_error(ErrorVerb::Read, e))?;
         let snapshot_id = match last_log_id {
             Some(id) => format!("{}-{}-{}", id.leader_id.term, id.index, self.id),
             None => format!("0-0-{}", self.id),
@@ -310,12 +337,14 @@ impl SnapshotBuilder {
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let started = std::time::Instant::now();
-        let file = self.capture()?;
-        // Applying waits for the capture (it encodes under the state lock), not for the write.
-        let captured = started.elapsed();
+        let captured = self.capture();
+        // Applying waits for the capture (a clone under the state lock), not for the encoding
+        // or the write.
+        let capture_time = started.elapsed();
+        let file = self.encode(captured).await?;
         let snapshot = self.persist(file).await?;
         tracing::info!(
-            capture_ms = captured.as_millis() as u64,
+            capture_ms = capture_time.as_millis() as u64,
             total_ms = started.elapsed().as_millis() as u64,
             "snapshot build timed"
         );
@@ -491,7 +520,7 @@ mod tests {
         let mut sm = StateMachineStore::open(dir.path()).unwrap();
         sm.apply((1..=2).map(entry)).await.unwrap();
         let builder = sm.get_snapshot_builder().await;
-        let captured_at_2 = builder.capture().unwrap();
+        let captured_at_2 = builder.encode(builder.capture()).await.unwrap();
 
         let installed = leader_snapshot(5).await;
         sm.install_snapshot(&installed.meta, installed.snapshot)
