@@ -2,8 +2,9 @@
 //!
 //! Everything here is pure. No async, no I/O, no clock: time arrives inside the command,
 //! so every replica that applies the same log reaches the same state. A crate of its own, on
-//! serde, postcard, thiserror and imbl alone, so that nothing here can reach for Raft, the network
-//! or the clock, and the fault suite's checkers use these types without compiling a node.
+//! serde, postcard, thiserror and imbl alone, so that nothing here can reach for Raft, the
+//! network or the clock, and the fault suite's checkers use these types without compiling a
+//! node.
 //!
 //! - `command`: what is logged (commands with their stamped store time) and what a command
 //!   answers ([`Outcome`]).
@@ -74,8 +75,8 @@ where
 }
 
 /// Decodes a [`Map`] through std's `BTreeMap`: serde's impl for it caps what it allocates
-/// ahead by what the input can hold, where imbl's trusts the encoded length (eight random
-/// bytes in a snapshot from a peer asked for 200 TB, and the node aborted).
+/// ahead by what the input can hold, where imbl's trusts the encoded length (random bytes
+/// decoded as a snapshot asked for 208 TB, and the process aborted).
 fn decode_map<'de, D, K, V>(decoder: D) -> Result<Map<K, V>, D::Error>
 where
     D: serde::Deserializer<'de>,

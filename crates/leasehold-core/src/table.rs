@@ -12,6 +12,10 @@ use crate::{
     Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal, Renewal, Renewed, RequestId,
 };
 
+/// A row's value, shared by the table and its clones: a change next to it while a snapshot's
+/// clone shares its node copies the pointer, not up to 64 KiB. Encoded as a `Vec<u8>` is.
+type Row = Arc<[u8]>;
+
 /// The whole replicated state. Ordered maps, so iteration and serialization are
 /// deterministic; persistent ones ([`Map`]), so a clone for a snapshot is cheap.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,7 +28,7 @@ pub struct LeaseTable {
     #[serde(serialize_with = "crate::encode_map")]
     leases: Map<Arc<str>, Lease>,
     #[serde(serialize_with = "crate::encode_map")]
-    rows: Map<String, Vec<u8>>,
+    rows: Map<String, Row>,
     /// Registered clients and their recent answers: a request retried after a lost answer (a
     /// dead connection, a leader change) gets its first answer back instead of being applied
     /// twice.
@@ -107,7 +111,7 @@ struct Stored {
     #[serde(deserialize_with = "crate::decode_map")]
     leases: Map<Arc<str>, Lease>,
     #[serde(deserialize_with = "crate::decode_map")]
-    rows: Map<String, Vec<u8>>,
+    rows: Map<String, Row>,
     sessions: Sessions,
     forgotten_floor: u64,
     policy: Policy,
@@ -122,7 +126,7 @@ struct StoredBeforePolicy {
     #[serde(deserialize_with = "crate::decode_map")]
     leases: Map<Arc<str>, Lease>,
     #[serde(deserialize_with = "crate::decode_map")]
-    rows: Map<String, Vec<u8>>,
+    rows: Map<String, Row>,
     sessions: Sessions,
     forgotten_floor: u64,
 }
@@ -134,7 +138,7 @@ struct StoredBeforeForgetting {
     #[serde(deserialize_with = "crate::decode_map")]
     leases: Map<Arc<str>, Lease>,
     #[serde(deserialize_with = "crate::decode_map")]
-    rows: Map<String, Vec<u8>>,
+    rows: Map<String, Row>,
     sessions: Sessions,
 }
 
@@ -315,7 +319,7 @@ impl LeaseTable {
 
     /// The value stored under `key`, if any.
     pub fn row(&self, key: &str) -> Option<&[u8]> {
-        self.rows.get(key).map(Vec::as_slice)
+        self.rows.get(key).map(|value| &**value)
     }
 
     /// A fingerprint of the whole state, equal on replicas that applied the same log, and
@@ -805,7 +809,7 @@ impl LeaseTable {
         if let Err(refusal) = self.pass_fence(fence) {
             return refusal;
         }
-        let replaced = self.rows.insert(key.to_owned(), value.to_vec());
+        let replaced = self.rows.insert(key.to_owned(), Row::from(value));
         let hashed = replaced.map(|old| entry_hash(key, &old));
         rehash(&mut self.row_sum, hashed, Some(entry_hash(key, &value)));
         Outcome::Written
@@ -1205,7 +1209,7 @@ mod tests {
             #[serde(serialize_with = "crate::encode_map")]
             leases: &'a Map<Arc<str>, Lease>,
             #[serde(serialize_with = "crate::encode_map")]
-            rows: &'a Map<String, Vec<u8>>,
+            rows: &'a Map<String, Row>,
             sessions: &'a Sessions,
         }
         let mut t = LeaseTable::default();
