@@ -36,12 +36,12 @@ pub struct Sessions {
 /// A session's share of the digest, but for its answers.
 fn meta_hash(client: u64, session: &Session) -> u64 {
     let meta = (client, session.last_seen_ms, session.forgotten_through);
-    super::fnv1a(&postcard::to_allocvec(&meta).unwrap_or_default())
+    super::fnv1a_of(&meta)
 }
 
 /// One kept answer's share of the digest.
 fn answer_hash(client: u64, sequence: u64, kept: &(u64, Outcome)) -> u64 {
-    super::fnv1a(&postcard::to_allocvec(&(client, sequence, kept)).unwrap_or_default())
+    super::fnv1a_of(&(client, sequence, kept))
 }
 
 /// A whole session's share of the digest.
@@ -119,7 +119,7 @@ pub enum Admission {
 /// A stable fingerprint of an operation (FNV-1a over its canonical encoding), so a request id
 /// reused for another operation is told apart from a retry.
 pub fn fingerprint(op: &Op) -> u64 {
-    super::fnv1a(&postcard::to_allocvec(op).unwrap_or_default())
+    super::fnv1a_of(op)
 }
 
 impl Sessions {

@@ -74,7 +74,7 @@ pub struct LeaseTable {
 }
 
 fn owner_hash(client: u64, identity: &str) -> u64 {
-    super::fnv1a(&postcard::to_allocvec(&(client, identity)).unwrap_or_default())
+    super::fnv1a_of(&(client, identity))
 }
 
 /// A policy change refused by the policy's own rules, as the answer says it.
@@ -87,13 +87,13 @@ fn policy_refused(refusal: crate::InvalidInput) -> Outcome {
 fn policy_hash(policy: &Policy) -> u64 {
     match *policy == Policy::default() {
         true => 0,
-        false => super::fnv1a(&postcard::to_allocvec(policy).unwrap_or_default()),
+        false => super::fnv1a_of(policy),
     }
 }
 
 /// One lease's or row's share of the digest: its name and value, as postcard encodes them.
 fn entry_hash(name: &str, value: &impl Serialize) -> u64 {
-    super::fnv1a(&postcard::to_allocvec(&(name, value)).unwrap_or_default())
+    super::fnv1a_of(&(name, value))
 }
 
 /// Keeps a digest sum in step with an entry that goes from `before` to `after` (each its
@@ -337,14 +337,14 @@ impl LeaseTable {
             self.rows.len(),
             self.row_sum,
         );
-        let digest = super::fnv1a(&postcard::to_allocvec(&parts).unwrap_or_default());
+        let digest = super::fnv1a_of(&parts);
         match (self.policy_hash, self.session_owners.len()) {
             // The default policy, and no session opened by an identity, leave the digest as it
             // was before there were either.
             (0, 0) => digest,
             (policy, owners) => {
                 let parts = (digest, policy, owners, self.owners_sum);
-                super::fnv1a(&postcard::to_allocvec(&parts).unwrap_or_default())
+                super::fnv1a_of(&parts)
             }
         }
     }
@@ -371,10 +371,7 @@ impl LeaseTable {
             &self.sessions,
             self.forgotten_floor,
         );
-        [
-            super::fnv1a(&postcard::to_allocvec(&sessions_whole).unwrap_or_default()),
-            super::fnv1a(&postcard::to_allocvec(&whole).unwrap_or_default()),
-        ]
+        [super::fnv1a_of(&sessions_whole), super::fnv1a_of(&whole)]
     }
 
     /// The table a cluster restored from a backup starts with: every token, fence and the floor
