@@ -5,33 +5,17 @@
 # of the leader, time to the next acknowledged write) and a restarted node's catch-up (time
 # until it has applied what the leader has), all at the fill.
 # Usage: cluster/measure-scale.sh [LEASES] (default 1000000). Fills with `leasehold bench
-# --workload acquire --ttl 3600` (64 clients, to the leader). Uses ports 7111-7113 and
-# 7211-7213 and a temp dir; LEASEHOLD_BIN names the binary (default: target/release).
-set -euo pipefail
+# --workload acquire --ttl 3600` (64 clients, to the leader). Uses ports 7111-7113, 7211-7213
+# and 7311-7313 and a temp dir; LEASEHOLD_BIN names the binary (default: target/release).
 target=${1:-1000000}
-here=$(cd "$(dirname "$0")/.." && pwd)
-bin=${LEASEHOLD_BIN:-$here/target/release/leasehold}
-[ -x "$bin" ] || (cd "$here" && cargo build --release --quiet)
-dir=$(mktemp -d)
-export LEASEHOLD_ENDPOINTS=127.0.0.1:7111,127.0.0.1:7112,127.0.0.1:7113
-peers=1=127.0.0.1:7211,2=127.0.0.1:7212,3=127.0.0.1:7213
-declare -A pids
-start() {
-  RUST_LOG=info "$bin" serve --id "$1" --listen "127.0.0.1:711$1" --peer-listen "127.0.0.1:721$1" \
-    --data-dir "$dir/node-$1" --peers "$peers" >/dev/null 2>>"$dir/node-$1.log" &
-  pids[$1]=$!
-}
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
-trap cleanup EXIT
-status() { "$bin" status -o json | python3 -c "import json,sys; n=json.load(sys.stdin)['nodes']; $1"; }
+base=7110
+source "$(dirname "$0")/measure-lib.sh"
 rss_kib() { awk '/VmRSS/{print $2}' "/proc/${pids[$1]}/status"; }
 bench() { # SECONDS: acquire throughput, one JSON line
   "$bin" bench --workload acquire --ttl 3600 --clients 64 --connect leader --warmup 0 --duration "$1" -o json 2>/dev/null
 }
-summary() { python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); print("%.0f ops/s, p99 %.2f ms, p999 %.2f ms, max %.2f ms" % (r["ops_per_s"], r["p99_ms"], r["p999_ms"], r["max_ms"]))'; }
 
-for id in 1 2 3; do start "$id"; done
-until status 'sys.exit(0 if sum(x["role"]=="leader" for x in n)==1 else 1)' 2>/dev/null; do sleep 0.2; done
+start_all
 declare -A idle
 for id in 1 2 3; do idle[$id]=$(rss_kib "$id"); done
 echo "empty: acquire $(bench 10 | summary)"
@@ -58,7 +42,7 @@ echo "full: acquire $(bench 60 | summary)"
 echo "  snapshot builds during it (every node's): $(( $(builds | wc -l) - built ))"
 builds | tail -n +"$((built + 1))" | grep -o "capture_ms=[0-9]* total_ms=[0-9]*" | sed 's/^/  /' 
 
-leader=$(status 'print([x["id"] for x in n if x["role"]=="leader"][0])')
+leader=$(leader_id)
 t0=$(date +%s%N)
 kill -9 "${pids[$leader]}"
 "$bin" acquire "after-kill" --holder h --ttl 10 >/dev/null

@@ -50,6 +50,11 @@ pub struct LeaseTable {
     /// free), without a scan. Derived from `leases`, so not stored: rebuilt on load.
     #[serde(skip)]
     expiries: Set<(u64, Arc<str>)>,
+    /// Every holder a lease names, stored once, with how many leases name it: a process that
+    /// holds ten thousand leases keeps one copy of its name, not ten thousand. Derived from
+    /// `leases`: rebuilt on load.
+    #[serde(skip)]
+    holders: Map<Arc<str>, usize>,
     /// How many leases are held now: those in `expiries` after `now_ms`. Kept at every grant,
     /// release and expiry, so that a metrics scrape does not count a million leases under the
     /// state lock. Derived: rebuilt on load.
@@ -108,7 +113,7 @@ fn rehash(sum: &mut u64, before: Option<u64>, after: Option<u64>) {
 #[derive(Deserialize)]
 struct Stored {
     now_ms: u64,
-    #[serde(deserialize_with = "crate::decode_map")]
+    #[serde(deserialize_with = "decode_leases")]
     leases: Map<Arc<str>, Lease>,
     #[serde(deserialize_with = "crate::decode_map")]
     rows: Map<String, Row>,
@@ -123,7 +128,7 @@ struct Stored {
 #[derive(Deserialize)]
 struct StoredBeforePolicy {
     now_ms: u64,
-    #[serde(deserialize_with = "crate::decode_map")]
+    #[serde(deserialize_with = "decode_leases")]
     leases: Map<Arc<str>, Lease>,
     #[serde(deserialize_with = "crate::decode_map")]
     rows: Map<String, Row>,
@@ -135,11 +140,29 @@ struct StoredBeforePolicy {
 #[derive(Deserialize)]
 struct StoredBeforeForgetting {
     now_ms: u64,
-    #[serde(deserialize_with = "crate::decode_map")]
+    #[serde(deserialize_with = "decode_leases")]
     leases: Map<Arc<str>, Lease>,
     #[serde(deserialize_with = "crate::decode_map")]
     rows: Map<String, Row>,
     sessions: Sessions,
+}
+
+/// Decodes the leases with each holder's name stored once, as the table keeps them (see
+/// `LeaseTable::holders`).
+fn decode_leases<'de, D: serde::Deserializer<'de>>(
+    decoder: D,
+) -> Result<Map<Arc<str>, Lease>, D::Error> {
+    let mut holders = std::collections::HashSet::<Arc<str>>::new();
+    crate::decode_map_with(decoder, |name, mut lease: Lease| {
+        if let Some(holder) = lease.holder.take() {
+            let stored = holders.get(&holder).cloned();
+            lease.holder = Some(stored.unwrap_or_else(|| {
+                holders.insert(holder.clone());
+                holder
+            }));
+        }
+        (name, lease)
+    })
 }
 
 impl From<Stored> for LeaseTable {
@@ -148,6 +171,15 @@ impl From<Stored> for LeaseTable {
         let expiries = leases
             .iter()
             .map(|(name, lease)| (lease.expires_at_ms, name.clone()))
+            .collect();
+        // Counted in a hash map first: a million lookups by hash, then one insert per holder,
+        // cost a load less than a million walks down the ordered map.
+        let mut counts = std::collections::HashMap::<&Arc<str>, usize>::new();
+        for holder in leases.values().filter_map(|lease| lease.holder.as_ref()) {
+            *counts.entry(holder).or_insert(0) += 1;
+        }
+        let holders = (counts.into_iter())
+            .map(|(holder, count)| (holder.clone(), count))
             .collect();
         let held = held_after(&expiries, stored.now_ms);
         let lease_sum = leases.iter().fold(0u64, |sum, (name, lease)| {
@@ -172,6 +204,7 @@ impl From<Stored> for LeaseTable {
                 }),
             session_owners: stored.session_owners,
             expiries,
+            holders,
             held,
             lease_sum,
             row_sum,
@@ -247,7 +280,7 @@ pub enum TokenCheck {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     /// `None` once released. An expired lease keeps its last holder, so a read can name it.
-    pub holder: Option<String>,
+    pub holder: Option<Arc<str>>,
     /// The token of the latest grant; 0 for a lease never granted.
     pub token: u64,
     /// When the latest grant runs out, in store time (ms); for a released lease, the store
@@ -297,6 +330,27 @@ fn reindex(
     }
     if let Some(at) = after {
         expiries.insert((at, name.clone()));
+    }
+}
+
+/// The stored copy of `holder`'s name for one more lease that names it.
+fn name_holder(holders: &mut Map<Arc<str>, usize>, holder: &str) -> Arc<str> {
+    let name = holders
+        .get_key_value(holder)
+        .map_or_else(|| Arc::from(holder), |(name, _)| name.clone());
+    *holders.entry(name.clone()).or_insert(0) += 1;
+    name
+}
+
+/// One lease fewer names `holder`; its name goes when none does.
+fn unname_holder(holders: &mut Map<Arc<str>, usize>, holder: Option<Arc<str>>) {
+    let Some(holder) = holder else { return };
+    match holders.get_mut(&holder) {
+        Some(count) if *count > 1 => *count -= 1,
+        Some(_) => {
+            holders.remove(&holder);
+        }
+        None => {}
     }
 }
 
@@ -547,7 +601,7 @@ impl LeaseTable {
                 events.push(Event {
                     kind: EventKind::Expired,
                     lease: name.to_string(),
-                    holder: holder.clone(),
+                    holder: holder.to_string(),
                     token: *token,
                     expires_at_ms: *at,
                 });
@@ -665,6 +719,7 @@ impl LeaseTable {
             if let Some(lease) = self.leases.remove(&*name) {
                 rehash(&mut self.lease_sum, Some(entry_hash(&name, &lease)), None);
                 self.forgotten_floor = self.forgotten_floor.max(lease.token).max(lease.fence);
+                unname_holder(&mut self.holders, lease.holder);
             }
             forgotten += 1;
         }
@@ -713,8 +768,9 @@ impl LeaseTable {
             token > lease.fence,
             "a new grant's token must exceed the fence"
         );
+        unname_holder(&mut self.holders, lease.holder.take());
         *lease = Lease {
-            holder: Some(holder.to_owned()),
+            holder: Some(name_holder(&mut self.holders, holder)),
             token,
             expires_at_ms,
             fence: token,
@@ -735,12 +791,13 @@ impl LeaseTable {
         if let Err(refusal) = self.holds(name, holder, token) {
             return Outcome::ReleaseRefused(refusal);
         }
-        let now_ms = self.now_ms;
+        let (now_ms, mut released) = (self.now_ms, None);
         self.change_lease(name, |lease| {
-            lease.holder = None;
+            released = lease.holder.take();
             // Free at once: the next acquire must not wait for the old expiry.
             lease.expires_at_ms = now_ms;
         });
+        unname_holder(&mut self.holders, released);
         self.held -= 1;
         Outcome::Released { token }
     }
@@ -1196,6 +1253,35 @@ mod tests {
             let (name, _) = table.leases.get_min().unwrap();
             assert_eq!(Arc::strong_count(name), 2, "the map's key and the expiry's");
         }
+    }
+
+    #[test]
+    fn a_holders_name_is_stored_once_for_all_its_leases_until_none_names_it() {
+        let mut t = LeaseTable::default();
+        for (i, lease) in ["l1", "l2", "l3"].into_iter().enumerate() {
+            t.apply(&at(i as u64, acquire(lease, "h", 1_000)));
+        }
+        t.apply(&at(3, acquire("other", "g", 1_000)));
+        let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
+        for table in [&t, &loaded] {
+            let named = |lease| table.lease(lease).unwrap().holder.clone().unwrap();
+            assert!(
+                Arc::ptr_eq(&named("l1"), &named("l2")) && Arc::ptr_eq(&named("l1"), &named("l3"))
+            );
+            assert_eq!(table.holders.get("h"), Some(&3));
+        }
+        // Released, re-granted to another, expired then forgotten: each lease stops naming "h".
+        t.apply(&at(10, release("l1", "h", 1)));
+        t.apply(&at(2_000, acquire("l2", "g", 1_000)));
+        assert_eq!(
+            t.holders.get("h"),
+            Some(&1),
+            "l3 still names its last holder, expired"
+        );
+        assert_eq!(t.holders.get("g"), Some(&2));
+        t.apply(&at(10_000, Op::Forget { retention_ms: 1 }));
+        assert_eq!(t.lease_count(), 0);
+        assert!(t.holders.is_empty(), "{:?}", t.holders);
     }
 
     #[test]
