@@ -3,7 +3,7 @@
 # node, the snapshot's size and build times, acquire throughput and p99 empty and full (with the
 # snapshot builds during the full run, and how long each held the state lock), failover (kill -9
 # of the leader, time to the next acknowledged write) and a restarted node's catch-up (time
-# until it has applied what the leader has), all at the fill.
+# until it has applied what the leader has, and of that its storage's opening), all at the fill.
 # Usage: cluster/measure-scale.sh [LEASES] (default 1000000). Fills with `leasehold bench
 # --workload acquire --ttl 3600` (64 clients, to the leader). Uses ports 7111-7113, 7211-7213
 # and 7311-7313 and a temp dir; LEASEHOLD_BIN names the binary (default: target/release).
@@ -52,3 +52,5 @@ t0=$(date +%s%N)
 start "$leader"
 until status "l=[x for x in n if x['role']=='leader'][0]; me=[x for x in n if x['id']==$leader][0]; sys.exit(0 if me['applied_index']>=l['applied_index'] and me['role']=='follower' else 1)" 2>/dev/null; do sleep 0.05; done
 echo "catch-up: node $leader restarted and applied what the leader had after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+# Of which opening its storage (reading and decoding the snapshot, reading the log back):
+grep -h "storage opened" "$dir/node-$leader.log" | tail -1 | grep -o "snapshot_ms=[0-9]* log_ms=[0-9]* leases=[0-9]*" | sed 's/^/  /' || true

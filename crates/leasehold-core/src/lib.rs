@@ -12,6 +12,7 @@
 //! - [`limits`]: sizes, TTL bounds and names, validated before a command reaches the log.
 //! - `session`: client sessions, so a retried request is answered, never applied twice.
 //! - `event`: what a command did to leases, for watches.
+//! - `holder_names`: holder names shared between the leases that name the same holder.
 //! - [`auth`]: who may do what: roles on lease and key prefixes, the admin permission, and
 //!   holders bound to the identity that owns them; a pure policy, changed only by
 //!   [`auth::AuthChange`].
@@ -23,6 +24,7 @@ pub mod auth;
 mod authorized;
 mod command;
 mod event;
+mod holder_names;
 pub mod limits;
 pub(crate) mod session;
 mod table;

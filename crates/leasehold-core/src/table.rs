@@ -8,6 +8,7 @@ use super::limits::FORGET_BATCH;
 use super::session::{fingerprint, Admission, Sessions};
 use super::{Encoded, Map, Set};
 use crate::auth::{Denied, Policy};
+use crate::holder_names::RecentHolders;
 use crate::{
     Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal, Renewal, Renewed, RequestId,
 };
@@ -50,11 +51,10 @@ pub struct LeaseTable {
     /// free), without a scan. Derived from `leases`, so not stored: rebuilt on load.
     #[serde(skip)]
     expiries: Set<(u64, Arc<str>)>,
-    /// Every holder a lease names, stored once, with how many leases name it: a process that
-    /// holds ten thousand leases keeps one copy of its name, not ten thousand. Derived from
-    /// `leases`: rebuilt on load.
+    /// The names of recently granted holders, so that a holder of ten thousand leases keeps
+    /// one copy of its name, not ten thousand. Not state: equal in every table.
     #[serde(skip)]
-    holders: Map<Arc<str>, usize>,
+    holders: RecentHolders,
     /// How many leases are held now: those in `expiries` after `now_ms`. Kept at every grant,
     /// release and expiry, so that a metrics scrape does not count a million leases under the
     /// state lock. Derived: rebuilt on load.
@@ -147,8 +147,7 @@ struct StoredBeforeForgetting {
     sessions: Sessions,
 }
 
-/// Decodes the leases with each holder's name stored once, as the table keeps them (see
-/// `LeaseTable::holders`).
+/// Decodes the leases with each holder's name stored once for all the leases that name it.
 fn decode_leases<'de, D: serde::Deserializer<'de>>(
     decoder: D,
 ) -> Result<Map<Arc<str>, Lease>, D::Error> {
@@ -171,15 +170,6 @@ impl From<Stored> for LeaseTable {
         let expiries = leases
             .iter()
             .map(|(name, lease)| (lease.expires_at_ms, name.clone()))
-            .collect();
-        // Counted in a hash map first: a million lookups by hash, then one insert per holder,
-        // cost a load less than a million walks down the ordered map.
-        let mut counts = std::collections::HashMap::<&Arc<str>, usize>::new();
-        for holder in leases.values().filter_map(|lease| lease.holder.as_ref()) {
-            *counts.entry(holder).or_insert(0) += 1;
-        }
-        let holders = (counts.into_iter())
-            .map(|(holder, count)| (holder.clone(), count))
             .collect();
         let held = held_after(&expiries, stored.now_ms);
         let lease_sum = leases.iter().fold(0u64, |sum, (name, lease)| {
@@ -204,7 +194,7 @@ impl From<Stored> for LeaseTable {
                 }),
             session_owners: stored.session_owners,
             expiries,
-            holders,
+            holders: RecentHolders::default(),
             held,
             lease_sum,
             row_sum,
@@ -330,27 +320,6 @@ fn reindex(
     }
     if let Some(at) = after {
         expiries.insert((at, name.clone()));
-    }
-}
-
-/// The stored copy of `holder`'s name for one more lease that names it.
-fn name_holder(holders: &mut Map<Arc<str>, usize>, holder: &str) -> Arc<str> {
-    let name = holders
-        .get_key_value(holder)
-        .map_or_else(|| Arc::from(holder), |(name, _)| name.clone());
-    *holders.entry(name.clone()).or_insert(0) += 1;
-    name
-}
-
-/// One lease fewer names `holder`; its name goes when none does.
-fn unname_holder(holders: &mut Map<Arc<str>, usize>, holder: Option<Arc<str>>) {
-    let Some(holder) = holder else { return };
-    match holders.get_mut(&holder) {
-        Some(count) if *count > 1 => *count -= 1,
-        Some(_) => {
-            holders.remove(&holder);
-        }
-        None => {}
     }
 }
 
@@ -719,7 +688,6 @@ impl LeaseTable {
             if let Some(lease) = self.leases.remove(&*name) {
                 rehash(&mut self.lease_sum, Some(entry_hash(&name, &lease)), None);
                 self.forgotten_floor = self.forgotten_floor.max(lease.token).max(lease.fence);
-                unname_holder(&mut self.holders, lease.holder);
             }
             forgotten += 1;
         }
@@ -768,9 +736,8 @@ impl LeaseTable {
             token > lease.fence,
             "a new grant's token must exceed the fence"
         );
-        unname_holder(&mut self.holders, lease.holder.take());
         *lease = Lease {
-            holder: Some(name_holder(&mut self.holders, holder)),
+            holder: Some(self.holders.name(holder)),
             token,
             expires_at_ms,
             fence: token,
@@ -791,13 +758,12 @@ impl LeaseTable {
         if let Err(refusal) = self.holds(name, holder, token) {
             return Outcome::ReleaseRefused(refusal);
         }
-        let (now_ms, mut released) = (self.now_ms, None);
+        let now_ms = self.now_ms;
         self.change_lease(name, |lease| {
-            released = lease.holder.take();
+            lease.holder = None;
             // Free at once: the next acquire must not wait for the old expiry.
             lease.expires_at_ms = now_ms;
         });
-        unname_holder(&mut self.holders, released);
         self.held -= 1;
         Outcome::Released { token }
     }
@@ -1256,7 +1222,7 @@ mod tests {
     }
 
     #[test]
-    fn a_holders_name_is_stored_once_for_all_its_leases_until_none_names_it() {
+    fn a_holders_name_is_stored_once_for_its_leases_granted_and_loaded() {
         let mut t = LeaseTable::default();
         for (i, lease) in ["l1", "l2", "l3"].into_iter().enumerate() {
             t.apply(&at(i as u64, acquire(lease, "h", 1_000)));
@@ -1265,23 +1231,10 @@ mod tests {
         let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
         for table in [&t, &loaded] {
             let named = |lease| table.lease(lease).unwrap().holder.clone().unwrap();
-            assert!(
-                Arc::ptr_eq(&named("l1"), &named("l2")) && Arc::ptr_eq(&named("l1"), &named("l3"))
-            );
-            assert_eq!(table.holders.get("h"), Some(&3));
+            assert!(Arc::ptr_eq(&named("l1"), &named("l2")));
+            assert!(Arc::ptr_eq(&named("l1"), &named("l3")));
+            assert!(!Arc::ptr_eq(&named("l1"), &named("other")));
         }
-        // Released, re-granted to another, expired then forgotten: each lease stops naming "h".
-        t.apply(&at(10, release("l1", "h", 1)));
-        t.apply(&at(2_000, acquire("l2", "g", 1_000)));
-        assert_eq!(
-            t.holders.get("h"),
-            Some(&1),
-            "l3 still names its last holder, expired"
-        );
-        assert_eq!(t.holders.get("g"), Some(&2));
-        t.apply(&at(10_000, Op::Forget { retention_ms: 1 }));
-        assert_eq!(t.lease_count(), 0);
-        assert!(t.holders.is_empty(), "{:?}", t.holders);
     }
 
     #[test]
