@@ -8,6 +8,7 @@
 # Usage: cluster/measure-expiries.sh [LEASES] (default 100000, a multiple of 500). Uses ports
 # 7121-7123, 7221-7223 and 7321-7323 and a temp dir; LEASEHOLD_BIN names the binary.
 leases=${1:-100000}
+[ "$leases" -ge 500 ] && [ $((leases % 500)) -eq 0 ] || { echo "LEASES must be a multiple of 500" >&2; exit 2; }
 ttl=60
 base=7120
 source "$(dirname "$0")/measure-lib.sh"
@@ -18,7 +19,7 @@ bench() { # SECONDS: acquire throughput with long leases, one JSON line
 start_all
 leader=$(leader_id)
 "$bin" bench --workload renew --leases 500 --clients $((leases / 500)) --ttl "$ttl" --connect leader \
-  --warmup 0 --duration 1 -o json >/dev/null 2>&1
+  --warmup 0 --duration 1 -o json >/dev/null 2>"$dir/setup.err" || { cat "$dir/setup.err" >&2; exit 1; }
 renewed=$(date +%s.%N)
 before=$(metric "$leader" leasehold_expiries_total)
 echo "set up $leases leases due ${ttl} s after their last renewal, within about a second of each other"

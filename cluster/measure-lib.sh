@@ -17,7 +17,11 @@ start() {
     --data-dir "$dir/node-$1" --peers "$peers" >/dev/null 2>>"$dir/node-$1.log" &
   pids[$1]=$!
 }
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$dir"
+}
 trap cleanup EXIT
 status() { "$bin" status -o json | python3 -c "import json,sys; n=json.load(sys.stdin)['nodes']; $1"; }
 leader_id() { status 'print([x["id"] for x in n if x["role"]=="leader"][0])'; }

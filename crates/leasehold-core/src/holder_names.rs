@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 /// How many names [`RecentHolders`] keeps: room for the holders granting at one time, so that
-/// few of them share a slot, in 16 KiB that a snapshot's clone of the table copies.
+/// few of them share a slot, in 16 KiB.
 const SLOTS: usize = 1024;
 
 /// The names of recently granted holders, so that a holder granted many leases stores its name
@@ -14,21 +14,41 @@ const SLOTS: usize = 1024;
 /// a holder of its own, as `Holder`'s unique names give.
 ///
 /// Not state: which names share storage changes no answer, so tables that differ only here
-/// are equal, and a loaded table starts with none (its leases' names are shared as they decode).
-#[derive(Clone, Default)]
+/// are equal, and a clone (a snapshot's) starts empty instead of copying 16 KiB under the
+/// state lock. A load shares the names of its leases through one as it decodes, and the table
+/// starts with an empty one: a holder granted again after a load keeps a second copy of its
+/// name, for its new grants.
+#[derive(Default)]
 pub(crate) struct RecentHolders(Vec<Option<Arc<str>>>);
 
 impl RecentHolders {
     /// `holder`'s name, shared with the last lease granted to it if that grant is remembered.
     pub(crate) fn name(&mut self, holder: &str) -> Arc<str> {
+        match self.slot(holder) {
+            Some(name) if **name == *holder => name.clone(),
+            slot => slot.insert(Arc::from(holder)).clone(),
+        }
+    }
+
+    /// `holder`, or the equal name remembered in its stead.
+    pub(crate) fn share(&mut self, holder: Arc<str>) -> Arc<str> {
+        match self.slot(&holder) {
+            Some(name) if *name == holder => name.clone(),
+            slot => slot.insert(holder).clone(),
+        }
+    }
+
+    fn slot(&mut self, holder: &str) -> &mut Option<Arc<str>> {
         if self.0.is_empty() {
             self.0 = vec![None; SLOTS];
         }
-        let slot = &mut self.0[(crate::fnv1a_of(holder) % SLOTS as u64) as usize];
-        match slot {
-            Some(name) if **name == *holder => name.clone(),
-            _ => slot.insert(Arc::from(holder)).clone(),
-        }
+        &mut self.0[(crate::fnv1a_of(holder) % SLOTS as u64) as usize]
+    }
+}
+
+impl Clone for RecentHolders {
+    fn clone(&self) -> Self {
+        RecentHolders::default()
     }
 }
 
@@ -61,5 +81,8 @@ mod tests {
         }
         assert_eq!(recent.0.len(), SLOTS, "never more names than slots");
         assert_eq!(&*recent.name("h"), "h");
+        let decoded: Arc<str> = Arc::from("h");
+        assert!(Arc::ptr_eq(&recent.share(decoded), &recent.name("h")));
+        assert!(recent.clone().0.is_empty(), "a clone copies nothing");
     }
 }

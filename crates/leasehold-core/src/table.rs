@@ -147,19 +147,14 @@ struct StoredBeforeForgetting {
     sessions: Sessions,
 }
 
-/// Decodes the leases with each holder's name stored once for all the leases that name it.
+/// Decodes the leases, each holder's name shared by the leases that name it (through
+/// [`RecentHolders`], so in bounded memory, however many holders there are).
 fn decode_leases<'de, D: serde::Deserializer<'de>>(
     decoder: D,
 ) -> Result<Map<Arc<str>, Lease>, D::Error> {
-    let mut holders = std::collections::HashSet::<Arc<str>>::new();
+    let mut holders = RecentHolders::default();
     crate::decode_map_with(decoder, |name, mut lease: Lease| {
-        if let Some(holder) = lease.holder.take() {
-            let stored = holders.get(&holder).cloned();
-            lease.holder = Some(stored.unwrap_or_else(|| {
-                holders.insert(holder.clone());
-                holder
-            }));
-        }
+        lease.holder = lease.holder.map(|holder| holders.share(holder));
         (name, lease)
     })
 }

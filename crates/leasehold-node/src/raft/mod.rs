@@ -157,22 +157,13 @@ pub fn open_storage(
     metrics: Arc<crate::metrics::Metrics>,
 ) -> Result<(LogStore, StateMachineStore), StorageError> {
     let appends = AppendTimes::default();
-    let started = std::time::Instant::now();
     let state_machine = StateMachineStore::open(data_dir)?
         .timing_appends(appends.clone())
         .counting_in(metrics.clone());
-    let restored = started.elapsed();
     let log = LogStore::open(&data_dir.join("raft-log"))?
         .purging_behind(state_machine.durable_snapshot())
         .timing_appends(appends)
         .counting_in(metrics);
-    // What a restart costs before Raft starts, for whoever wonders why a node is slow to rejoin.
-    tracing::info!(
-        snapshot_ms = restored.as_millis() as u64,
-        log_ms = (started.elapsed() - restored).as_millis() as u64,
-        leases = state_machine.shared().read().table.lease_count(),
-        "storage opened"
-    );
     Ok((log, state_machine))
 }
 
