@@ -37,6 +37,12 @@ pub const DEFAULT_SNAPSHOT_EVERY: u64 = 10_000;
 /// How long a connection attempt to a peer may take before it counts as unreachable.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// How long a leader waits before it tries a peer it found unreachable again. openraft's
+/// default is 500 ms: a restarted node then waited up to that for its first entries after it
+/// began to listen. A try at a peer that is still down costs a refused connection, or on a
+/// network at most [`CONNECT_TIMEOUT`].
+pub(crate) const UNREACHABLE_RETRY: Duration = Duration::from_millis(100);
+
 const _: () = assert!(
     3 * HEARTBEAT_MS <= ELECTION_TIMEOUT_MIN_MS,
     "a live leader's heartbeats arrive several times within any election timeout"

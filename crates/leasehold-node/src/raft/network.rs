@@ -20,7 +20,7 @@ use tonic::transport::{Channel, Endpoint};
 use super::codec::{decode, encode};
 use super::incarnation::{self, Incarnations};
 use super::{NodeId, TypeConfig, VotePenalty};
-use crate::limits::CONNECT_TIMEOUT;
+use crate::limits::{CONNECT_TIMEOUT, UNREACHABLE_RETRY};
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 
 /// Metadata key on every peer message: the sender's clock. The clock is cluster state (the two
@@ -281,6 +281,10 @@ impl PeerClient {
 }
 
 impl RaftNetwork<TypeConfig> for PeerClient {
+    fn backoff(&self) -> openraft::network::Backoff {
+        openraft::network::Backoff::new(std::iter::repeat(UNREACHABLE_RETRY))
+    }
+
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
