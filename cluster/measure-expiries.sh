@@ -12,9 +12,6 @@ leases=${1:-100000}
 ttl=60
 base=7120
 source "$(dirname "$0")/measure-lib.sh"
-bench() { # SECONDS: acquire throughput with long leases, one JSON line
-  "$bin" bench --workload acquire --ttl 3600 --clients 64 --connect leader --warmup 0 --duration "$1" -o json 2>/dev/null
-}
 
 start_all
 leader=$(leader_id)
@@ -23,7 +20,7 @@ leader=$(leader_id)
 renewed=$(date +%s.%N)
 before=$(metric "$leader" leasehold_expiries_total)
 echo "set up $leases leases due ${ttl} s after their last renewal, within about a second of each other"
-echo "before (same table, nothing expiring): acquire $(bench 20 | summary)"
+echo "before (same table, nothing expiring): acquire $(acquire_bench 20 | summary)"
 # Measured from 15 s before the leases fall due to 10 s after.
 sleep "$(python3 -c "import time; print(max(0, $renewed + $ttl - 15 - time.time()))")"
 python3 - "$(metrics_url "$leader")" "$before" "$leases" "$renewed" "$ttl" >"$dir/expired" <<'PY' &
@@ -46,6 +43,6 @@ else:
     print("only %d of %d expired by 30 s after they fell due" % (n, leases))
 PY
 poller=$!
-echo "during (the leases fall due 15 s in): acquire $(bench 25 | summary)"
+echo "during (the leases fall due 15 s in): acquire $(acquire_bench 25 | summary)"
 wait "$poller"
 cat "$dir/expired"

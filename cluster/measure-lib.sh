@@ -1,8 +1,8 @@
 # Sourced by the measure-*.sh scripts that run a local three-node cluster. Set `base` first:
 # clients on ports base+1..3, peers on base+101..103, metrics on base+201..203. Gives the
 # binary ($bin, LEASEHOLD_BIN or target/release), a temp dir ($dir, node logs in it), start ID,
-# status PYTHON (PYTHON sees the status's nodes as `n`), leader_id, summary (of a bench's JSON
-# line), metric ID NAME, and kills every node and removes the dir on exit.
+# status PYTHON (PYTHON sees the status's nodes as `n`), leader_id, acquire_bench SECONDS and
+# summary (of its JSON line), metric ID NAME, and kills every node and removes the dir on exit.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${LEASEHOLD_BIN:-$here/target/release/leasehold}
@@ -28,6 +28,11 @@ leader_id() { status 'print([x["id"] for x in n if x["role"]=="leader"][0])'; }
 start_all() {
   for id in 1 2 3; do start "$id"; done
   until status 'sys.exit(0 if sum(x["role"]=="leader" for x in n)==1 else 1)' 2>/dev/null; do sleep 0.2; done
+}
+# Acquire throughput with long leases (each op a new live lease), 64 clients to the leader: one
+# JSON line.
+acquire_bench() {
+  "$bin" bench --workload acquire --ttl 3600 --clients 64 --connect leader --warmup 0 --duration "$1" -o json 2>/dev/null
 }
 summary() { python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); print("%.0f ops/s, p99 %.2f ms, p999 %.2f ms, max %.2f ms" % (r["ops_per_s"], r["p99_ms"], r["p999_ms"], r["max_ms"]))'; }
 # The metrics URL of node ID.

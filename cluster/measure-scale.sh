@@ -12,20 +12,17 @@ target=${1:-1000000}
 base=7110
 source "$(dirname "$0")/measure-lib.sh"
 rss_kib() { awk '/VmRSS/{print $2}' "/proc/${pids[$1]}/status"; }
-bench() { # SECONDS: acquire throughput, one JSON line
-  "$bin" bench --workload acquire --ttl 3600 --clients 64 --connect leader --warmup 0 --duration "$1" -o json 2>/dev/null
-}
 
 start_all
 declare -A idle
 for id in 1 2 3; do idle[$id]=$(rss_kib "$id"); done
-echo "empty: acquire $(bench 10 | summary)"
+echo "empty: acquire $(acquire_bench 10 | summary)"
 started=$(date +%s)
 while true; do
   # A status or a bench cut short by a busy node is tried again, not the end of the run.
   leases=$(status 'print(max(x["leases"] for x in n))') || { sleep 1; continue; }
   [ "$leases" -ge "$target" ] && break
-  bench 10 >/dev/null || sleep 1
+  acquire_bench 10 >/dev/null || sleep 1
 done
 echo "filled: $leases leases in $(( $(date +%s) - started )) s"
 sleep 5
@@ -44,7 +41,7 @@ builds "" | tail -3
 since=$(date -u +%Y-%m-%dT%H:%M:%S)
 # A minute, so that the leader builds a snapshot or two of the full table during it (every
 # 10,000 entries).
-echo "full: acquire $(bench 60 | summary)"
+echo "full: acquire $(acquire_bench 60 | summary)"
 echo "  snapshot builds during it (every node's): $(builds "$since" | grep -c . || true)"
 builds "$since"
 

@@ -24,25 +24,23 @@ pub(crate) struct RecentHolders(Vec<Option<Arc<str>>>);
 impl RecentHolders {
     /// `holder`'s name, shared with the last lease granted to it if that grant is remembered.
     pub(crate) fn name(&mut self, holder: &str) -> Arc<str> {
-        match self.slot(holder) {
-            Some(name) if **name == *holder => name.clone(),
-            slot => slot.insert(Arc::from(holder)).clone(),
-        }
+        self.remember(holder, || Arc::from(holder))
     }
 
     /// `holder`, or the equal name remembered in its stead.
     pub(crate) fn share(&mut self, holder: Arc<str>) -> Arc<str> {
-        match self.slot(&holder) {
-            Some(name) if *name == holder => name.clone(),
-            slot => slot.insert(holder).clone(),
-        }
+        self.remember(&holder.clone(), || holder)
     }
 
-    fn slot(&mut self, holder: &str) -> &mut Option<Arc<str>> {
+    /// The name remembered as `holder`, or `made` remembered in its slot.
+    fn remember(&mut self, holder: &str, made: impl FnOnce() -> Arc<str>) -> Arc<str> {
         if self.0.is_empty() {
             self.0 = vec![None; SLOTS];
         }
-        &mut self.0[(crate::fnv1a_of(holder) % SLOTS as u64) as usize]
+        match &mut self.0[(crate::fnv1a_of(holder) % SLOTS as u64) as usize] {
+            Some(name) if **name == *holder => name.clone(),
+            slot => slot.insert(made()).clone(),
+        }
     }
 }
 

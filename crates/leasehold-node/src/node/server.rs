@@ -353,14 +353,19 @@ async fn open_storage(
             boot.last_index == 0 && boot.vote_term == 0 && state.read().last_applied.is_none();
         check_join_dir(config, empty, membership.effective().membership())?;
     }
+    let (applied_index, leases) = {
+        let applied = state.read();
+        let index = applied.last_applied.map_or(0, |id| id.index);
+        (index, applied.table.lease_count())
+    };
     tracing::info!(
         data_dir = %config.data_dir.display(),
         last_log_index = boot.last_index,
         vote_term = boot.vote_term,
-        applied_index = state.read().last_applied.map_or(0, |id| id.index),
+        applied_index,
         manual_clock = config.manual_clock,
         open_ms,
-        leases = state.read().table.lease_count(),
+        leases,
         "storage opened"
     );
     Ok(Storage {
