@@ -32,6 +32,8 @@ pub use state_machine::{decode_table, StateMachineStore};
 
 pub(crate) use append_times::AppendTimes;
 pub(crate) use log_store::REPLACE_NODE;
+#[cfg(test)]
+pub(crate) use network::unreachable_backoff;
 pub(crate) use network::{Channels, PeerNetwork};
 pub(crate) use proposer::{weight, Proposer, WriteError};
 pub(crate) use reads::Reads;

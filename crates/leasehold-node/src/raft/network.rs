@@ -280,9 +280,15 @@ impl PeerClient {
     }
 }
 
+/// How a leader waits before it tries a peer it found unreachable again: every
+/// [`UNREACHABLE_RETRY`]. The simulation's network waits the same.
+pub(crate) fn unreachable_backoff() -> openraft::network::Backoff {
+    openraft::network::Backoff::new(std::iter::repeat(UNREACHABLE_RETRY))
+}
+
 impl RaftNetwork<TypeConfig> for PeerClient {
     fn backoff(&self) -> openraft::network::Backoff {
-        openraft::network::Backoff::new(std::iter::repeat(UNREACHABLE_RETRY))
+        unreachable_backoff()
     }
 
     async fn append_entries(

@@ -113,6 +113,93 @@ fn a_restarted_leader_whose_tail_was_truncated_still_serves_reads() {
     }
 }
 
+/// Three nodes, once the first leads; from then on, none campaigns unless the scenario says.
+/// Returns the first leader.
+async fn first_leader_then_no_campaigns(seed: u64) -> (Sim, u64) {
+    let sim = Sim::start(3, seed).await;
+    let first = any_leader(&sim, Duration::from_secs(5))
+        .await
+        .expect("a first leader");
+    for id in 1..=3 {
+        sim.node(id).unwrap().set_elections(false);
+    }
+    (sim, first)
+}
+
+/// A leader that died must come back as a follower of the leader elected while it was down,
+/// not depose it. openraft compares leader ids by term, then node id, so a restarted leader
+/// that campaigned for the next term at once (as Leasehold's patch of openraft first had it)
+/// outranked a leader of that same term with a lower id: that leader stepped down at its first
+/// message to the restarted node, and the cluster spent an election without one. The fault
+/// suite saw a 2 s lease then live 2.6 s. Here node 3 leads, dies, node 1 leads the next term,
+/// and node 3 restarts: node 1 must lead on, in the same term, and node 3 follow it.
+async fn restarted_leader_rejoins_as_a_follower(seed: u64) {
+    let (sim, first) = first_leader_then_no_campaigns(seed).await;
+    // Node 3 leads: if another does, it is cut off until the others' leases run out, and node 3
+    // campaigns.
+    if first != 3 {
+        sim.net().cut.extend(
+            (1..=3)
+                .filter(|id| *id != first)
+                .flat_map(|id| [(first, id), (id, first)]),
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !until_leader(&sim, 3, Duration::from_millis(500)).await {
+            assert!(Instant::now() < deadline, "seed {seed}: node 3 never led");
+            sim.raft(3).unwrap().trigger().elect().await.unwrap();
+        }
+        sim.net().cut.clear();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    assert!(matches!(
+        write(&sim, 3, plain_put("under 3").op, None, deadline).await,
+        Completion::Ok { .. }
+    ));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while last_log_index(&sim, 1) < last_log_index(&sim, 3) {
+        assert!(
+            Instant::now() < deadline,
+            "seed {seed}: node 1 never caught up"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // Node 3 dies; node 1, level with it, leads the next term.
+    sim.crash(3).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !until_leader(&sim, 1, Duration::from_millis(500)).await {
+        assert!(Instant::now() < deadline, "seed {seed}: node 1 never led");
+        sim.raft(1).unwrap().trigger().elect().await.unwrap();
+    }
+    sim.node(1).unwrap().set_elections(true);
+    let term = sim.raft(1).unwrap().metrics().borrow().current_term;
+
+    sim.boot(3).await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        let m = sim.raft(1).unwrap().metrics().borrow().clone();
+        assert!(
+            m.current_leader == Some(1) && m.current_term == term,
+            "seed {seed}: node 1, leading term {term}, was deposed when node 3 restarted: {m:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let m = sim.raft(3).unwrap().metrics().borrow().clone();
+    assert_eq!(
+        (m.current_leader, m.current_term),
+        (Some(1), term),
+        "seed {seed}: the restarted node follows node 1"
+    );
+}
+
+#[test]
+fn a_restarted_leader_follows_the_leader_elected_while_it_was_down() {
+    for seed in 1..=10 {
+        paused_runtime().block_on(restarted_leader_rejoins_as_a_follower(seed));
+    }
+}
+
 /// After a leader dies, its two survivors must elect one of them, every time, within a few
 /// election timeouts. openraft 0.9 draws a node's election timeout once per process and checks
 /// it on a fixed tick, so two survivors can campaign in the same instant, again and again (a
@@ -143,8 +230,7 @@ async fn survivors_of_a_dead_leader_elect(seed: u64) {
                 .collect::<Vec<_>>()
         );
         sim.boot(old).await;
-        // The restarted node may boot believing it still leads (openraft restores a leader's
-        // own vote); the next round starts once it follows the new leader.
+        // The next round starts once the restarted node follows the new leader.
         let new = new.unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while sim.raft(old).unwrap().metrics().borrow().current_leader != Some(new) {
@@ -174,13 +260,7 @@ fn the_survivors_of_a_dead_leader_always_elect_one_of_them() {
 ///
 /// Returns how long after B died C led.
 async fn outvoted_node_campaigns_in_time(seed: u64) -> Duration {
-    let sim = Sim::start(3, seed).await;
-    let first = any_leader(&sim, Duration::from_secs(5))
-        .await
-        .expect("a first leader");
-    for id in 1..=3 {
-        sim.node(id).unwrap().set_elections(false);
-    }
+    let (sim, first) = first_leader_then_no_campaigns(seed).await;
     let (a, c) = match first {
         1 => (2, 3),
         2 => (1, 3),
@@ -216,14 +296,18 @@ async fn outvoted_node_campaigns_in_time(seed: u64) -> Duration {
     );
 
     // A leads next, its log as long as any; C follows it until level with it. Nobody else
-    // campaigns (a restarted leader may boot believing it leads, until A's term reaches it).
+    // campaigns. A term of A's no later than C's refused campaign is outranked by it (a leader
+    // id orders by term, then node id), so A campaigns until C follows it.
     sim.boot(first).await;
     sim.node(first).unwrap().set_elections(false);
     let b = a;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !until_leader(&sim, b, Duration::from_millis(500)).await {
-        assert!(Instant::now() < deadline, "seed {seed}: A never led");
-        sim.raft(b).unwrap().trigger().elect().await.unwrap();
+    while sim.raft(c).unwrap().metrics().borrow().current_leader != Some(b) {
+        assert!(Instant::now() < deadline, "seed {seed}: A never led C");
+        if !until_leader(&sim, b, Duration::ZERO).await {
+            sim.raft(b).unwrap().trigger().elect().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     while last_log_index(&sim, c) < last_log_index(&sim, b) {

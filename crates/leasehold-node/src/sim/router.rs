@@ -173,6 +173,9 @@ impl Link {
 }
 
 impl RaftNetwork<TypeConfig> for Link {
+    fn backoff(&self) -> openraft::network::Backoff {
+        crate::raft::unreachable_backoff()
+    }
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,

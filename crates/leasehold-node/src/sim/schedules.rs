@@ -19,7 +19,8 @@ use super::disk::OwnAppends;
 /// 107: a node that installed a snapshot had archived a never-committed entry (the harness's
 /// log assembly, now by highest term). 11: a leader, restarted after a power loss took entries
 /// it had sent before its own flush, led on in its old term and proposed other entries under
-/// the same log ids (openraft now makes it campaign for the next term: PATCH.md).
+/// the same log ids (openraft now restarts it as a follower, which leads again only by an
+/// election for a later term: PATCH.md).
 const REGRESSION_SEEDS: &[u64] = &[4, 107, 11];
 /// Seeds within which a leader counting its unsynced copy must be caught.
 const CAUGHT_WITHIN: u64 = 200;
@@ -164,9 +165,12 @@ async fn schedule(seed: u64, own: OwnAppends) -> Run {
         fence: None,
     };
     let mut settled = None;
-    // Every attempt is a client's send: one that failed may still have applied.
+    // Every attempt is a client's send: one that failed may still have applied. An attempt can
+    // fail at once (node 1 forwards to the leader its restored vote names, which no longer
+    // leads), so attempts are spaced as a client's retries are, for 40 s in all.
     let mut attempts = 0;
-    for _ in 0..20 {
+    let give_up = Instant::now() + Duration::from_secs(40);
+    while Instant::now() < give_up {
         let deadline = Instant::now() + Duration::from_secs(2);
         attempts += 1;
         if let Completion::Ok { log_index, .. } =
@@ -175,6 +179,7 @@ async fn schedule(seed: u64, own: OwnAppends) -> Run {
             settled = Some(log_index);
             break;
         }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let Some(settled) = settled else {
         return Run {

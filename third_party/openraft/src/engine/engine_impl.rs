@@ -158,17 +158,23 @@ where C: RaftTypeConfig
         // (`RaftCore::submit_leader_append`), so a crash may have taken entries it had already
         // sent: leading on in the same term it would propose other entries at those indexes,
         // under the very log ids a follower already holds for the first ones, and log matching
-        // could never tell them apart. So it campaigns for the next term instead, at once: a
-        // leader of a new term overwrites whatever the old term left behind, as any does.
+        // could never tell them apart. So it starts as a follower, its vote held (in memory
+        // only) as uncommitted: it does not name itself leader, and leads again only through
+        // an election, whose term is a later one.
+        //
+        // It does not campaign at once: the others may have elected a leader of the next term
+        // while it was down, and a leader id orders by term, then node id, so its own campaign
+        // for that term would outrank that leader's and make it step down at its first message
+        // here. Its follower's timer (an election timeout, for an uncommitted vote) gives that
+        // leader time to reach it first; if none does, it campaigns then.
         if self.state.is_leader(&self.config.id)
             && self.state.membership_state.effective().is_voter(&self.config.id)
         {
             tracing::info!(
-                "restarted as the leader of term {}: campaigns for the next",
+                "restarted as the leader of term {}: starts as a follower",
                 self.state.vote_ref().leader_id().term
             );
-            self.elect();
-            return;
+            self.state.vote.committed = false;
         }
 
         let server_state = if self.state.membership_state.effective().is_voter(&self.config.id) {
