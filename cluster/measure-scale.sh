@@ -58,3 +58,5 @@ until status "l=[x for x in n if x['role']=='leader'][0]; me=[x for x in n if x[
 echo "catch-up: node $leader restarted and applied what the leader had after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 # Of which opening its storage (reading and decoding the snapshot, reading the log back):
 grep -h "storage opened" "$dir/node-$leader.log" | tail -1 | grep -o "open_ms=[0-9]* leases=[0-9]*" | sed 's/^/  /' || true
+# ... the snapshot and the log, read side by side:
+grep -h "snapshot and log read back" "$dir/node-$leader.log" | tail -1 | grep -o "snapshot_ms=[0-9]* log_ms=[0-9]*" | sed 's/^/  /' || true

@@ -159,17 +159,35 @@ fn decode_leases<'de, D: serde::Deserializer<'de>>(
     })
 }
 
+/// The expiry index of `leases`. Sorted before it is built: a B-tree filled in key order is
+/// filled faster, and three quarters full where one filled at random is about two thirds
+/// (third_party/imbl/PATCH.md). The leases come in name order, so a stable sort by expiry
+/// alone puts them in the index's order without comparing a name.
+fn expiry_index(leases: &Map<Arc<str>, Lease>) -> Set<(u64, Arc<str>)> {
+    let mut order: Vec<(u64, Arc<str>)> = leases
+        .iter()
+        .map(|(name, lease)| (lease.expires_at_ms, name.clone()))
+        .collect();
+    order.sort_by_key(|(expires_at_ms, _)| *expires_at_ms);
+    order.into_iter().collect()
+}
+
 impl From<Stored> for LeaseTable {
     fn from(stored: Stored) -> Self {
         let leases = stored.leases;
-        let expiries = leases
-            .iter()
-            .map(|(name, lease)| (lease.expires_at_ms, name.clone()))
-            .collect();
-        let held = held_after(&expiries, stored.now_ms);
-        let lease_sum = leases.iter().fold(0u64, |sum, (name, lease)| {
-            sum.wrapping_add(entry_hash(name, lease))
+        // The expiry index, the longer to derive (0.4 s at 700,000 leases, the sum 0.06 s), is
+        // built beside the digest's sum.
+        let (expiries, lease_sum) = std::thread::scope(|both| {
+            let expiries = both.spawn(|| expiry_index(&leases));
+            let lease_sum = leases.iter().fold(0u64, |sum, (name, lease)| {
+                sum.wrapping_add(entry_hash(name, lease))
+            });
+            let expiries = expiries
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (expiries, lease_sum)
         });
+        let held = held_after(&expiries, stored.now_ms);
         let row_sum = stored.rows.iter().fold(0u64, |sum, (key, value)| {
             sum.wrapping_add(entry_hash(key, value))
         });
