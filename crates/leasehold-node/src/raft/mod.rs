@@ -107,12 +107,14 @@ impl BootLog {
 }
 
 /// Raft's ReadIndex, made safe across restarts. openraft confirms leadership with a quorum and
-/// waits until everything committed before the read is applied. openraft 0.9 restores a leader
-/// whose vote was committed as leader of the same term at start-up, and then its ReadIndex may
-/// lie below entries it acknowledged before the restart (the committed index is not fsynced), so
-/// in that term this also waits until the node has applied `boot.last_index`: everything it ever
-/// acknowledged is there. (The fault suite caught reads going back in time after a full restart
-/// without this wait.)
+/// waits until everything committed before the read is applied. Upstream openraft 0.9 restores
+/// a leader whose vote was committed as leader of the same term at start-up, and then its
+/// ReadIndex may lie below entries it acknowledged before the restart (the committed index is
+/// not fsynced), so in that term this also waits until the node has applied `boot.last_index`:
+/// everything it ever acknowledged is there. (The fault suite caught reads going back in time
+/// after a full restart without this wait.) As patched (`third_party/openraft/PATCH.md`, change
+/// 2), a restarted leader leads again only in a later term, so the wait no longer arises; it
+/// stays as a guard of the same promise.
 ///
 /// Only in that term. In a later term the ReadIndex is at least this leader's first entry, which
 /// follows everything committed before: no wait is needed, and waiting would be wrong, since the

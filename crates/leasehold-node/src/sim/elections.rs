@@ -1,5 +1,6 @@
 //! Scenarios of elections, each one fault sequence built by hand: a restarted leader whose
-//! tail was truncated, survivors that must elect, a node once outvoted for its log.
+//! tail was truncated, a restarted leader that must follow the leader elected while it was
+//! down, survivors that must elect, a node once outvoted for its log.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -126,6 +127,18 @@ async fn first_leader_then_no_campaigns(seed: u64) -> (Sim, u64) {
     (sim, first)
 }
 
+/// Makes `id` campaign every half second until it leads, for up to 5 s.
+async fn campaign_until_it_leads(sim: &Sim, id: u64, seed: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !until_leader(sim, id, Duration::from_millis(500)).await {
+        assert!(
+            Instant::now() < deadline,
+            "seed {seed}: node {id} never led"
+        );
+        sim.raft(id).unwrap().trigger().elect().await.unwrap();
+    }
+}
+
 /// A leader that died must come back as a follower of the leader elected while it was down,
 /// not depose it. openraft compares leader ids by term, then node id, so a restarted leader
 /// that campaigned for the next term at once (as Leasehold's patch of openraft first had it)
@@ -144,11 +157,7 @@ async fn restarted_leader_rejoins_as_a_follower(seed: u64) {
                 .flat_map(|id| [(first, id), (id, first)]),
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !until_leader(&sim, 3, Duration::from_millis(500)).await {
-            assert!(Instant::now() < deadline, "seed {seed}: node 3 never led");
-            sim.raft(3).unwrap().trigger().elect().await.unwrap();
-        }
+        campaign_until_it_leads(&sim, 3, seed).await;
         sim.net().cut.clear();
     }
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -165,15 +174,19 @@ async fn restarted_leader_rejoins_as_a_follower(seed: u64) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 
-    // Node 3 dies; node 1, level with it, leads the next term.
+    // Node 3 dies; once node 2's lease of its term has run out, node 1, level with it, leads
+    // the next term: the term node 3 would campaign for.
+    let old_term = sim.raft(3).unwrap().metrics().borrow().current_term;
     sim.crash(3).await;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !until_leader(&sim, 1, Duration::from_millis(500)).await {
-        assert!(Instant::now() < deadline, "seed {seed}: node 1 never led");
-        sim.raft(1).unwrap().trigger().elect().await.unwrap();
-    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    campaign_until_it_leads(&sim, 1, seed).await;
     sim.node(1).unwrap().set_elections(true);
     let term = sim.raft(1).unwrap().metrics().borrow().current_term;
+    assert_eq!(
+        term,
+        old_term + 1,
+        "seed {seed}: node 1 leads the next term"
+    );
 
     sim.boot(3).await;
     let deadline = Instant::now() + Duration::from_secs(2);

@@ -596,11 +596,12 @@ impl<K: Ord + Clone, V: Clone> Leaf<K, V> {
         value: V,
     ) -> InsertAction<K, V, P> {
         // Leasehold patch: a key past the end of a full leaf (keys inserted in order, as a
-        // snapshot loads them and as the expiry index grows) splits the leaf so that the left
-        // keeps as many as a right of THIRD keys allows, not half: leaves filled in order end
-        // three quarters full, not half.
+        // snapshot loads them and as the expiry index grows) splits the leaf 11 to 6, not in
+        // half: leaves filled in order end two thirds full or more, not half. The right leaf
+        // starts one key above the least a leaf may hold (THIRD), so that one removal there
+        // does not merge it back into a full leaf for the next key to split again.
         let at = if i == self.keys.len() {
-            NODE_SIZE + 1 - THIRD
+            NODE_SIZE - THIRD
         } else {
             MEDIAN
         };

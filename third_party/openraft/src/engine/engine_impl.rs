@@ -167,11 +167,12 @@ where C: RaftTypeConfig
         // for that term would outrank that leader's and make it step down at its first message
         // here. Its follower's timer (an election timeout, for an uncommitted vote) gives that
         // leader time to reach it first; if none does, it campaigns then.
-        if self.state.is_leader(&self.config.id)
-            && self.state.membership_state.effective().is_voter(&self.config.id)
-        {
+        //
+        // A leader that was not a voter (it had removed itself) names no leader either: it
+        // starts as a learner.
+        if self.state.is_leader(&self.config.id) {
             tracing::info!(
-                "restarted as the leader of term {}: starts as a follower",
+                "restarted as the leader of term {}: leads again only by an election",
                 self.state.vote_ref().leader_id().term
             );
             self.state.vote.committed = false;
