@@ -139,6 +139,18 @@ async fn campaign_until_it_leads(sim: &Sim, id: u64, seed: u64) {
     }
 }
 
+/// Waits up to 5 s until node `id`'s log is as long as node `ahead`'s.
+async fn catch_up(sim: &Sim, id: u64, ahead: u64, seed: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while last_log_index(sim, id) < last_log_index(sim, ahead) {
+        assert!(
+            Instant::now() < deadline,
+            "seed {seed}: node {id} never caught up with node {ahead}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A leader that died must come back as a follower of the leader elected while it was down,
 /// not depose it. openraft compares leader ids by term, then node id, so a restarted leader
 /// that campaigned for the next term at once (as Leasehold's patch of openraft first had it)
@@ -165,14 +177,7 @@ async fn restarted_leader_rejoins_as_a_follower(seed: u64) {
         write(&sim, 3, plain_put("under 3").op, None, deadline).await,
         Completion::Ok { .. }
     ));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while last_log_index(&sim, 1) < last_log_index(&sim, 3) {
-        assert!(
-            Instant::now() < deadline,
-            "seed {seed}: node 1 never caught up"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    catch_up(&sim, 1, 3, seed).await;
 
     // Node 3 dies; once node 2's lease of its term has run out, node 1, level with it, leads
     // the next term: the term node 3 would campaign for.
@@ -322,11 +327,7 @@ async fn outvoted_node_campaigns_in_time(seed: u64) -> Duration {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while last_log_index(&sim, c) < last_log_index(&sim, b) {
-        assert!(Instant::now() < deadline, "seed {seed}: C never caught up");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    catch_up(&sim, c, b, seed).await;
     // C follows, level, for a while: openraft keeps its mark all the same.
     sim.node(c).unwrap().set_elections(true);
     tokio::time::sleep(Duration::from_secs(1)).await;
