@@ -56,7 +56,6 @@ t0=$(date +%s%N)
 start "$leader"
 until status "l=[x for x in n if x['role']=='leader'][0]; me=[x for x in n if x['id']==$leader][0]; sys.exit(0 if me['applied_index']>=l['applied_index'] and me['role']=='follower' else 1)" 2>/dev/null; do sleep 0.05; done
 echo "catch-up: node $leader restarted and applied what the leader had after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
-# Of which opening its storage (reading and decoding the snapshot, reading the log back):
-grep -h "storage opened" "$dir/node-$leader.log" | tail -1 | grep -o "open_ms=[0-9]* leases=[0-9]*" | sed 's/^/  /' || true
-# ... the snapshot and the log, read side by side:
+# Of which reading its snapshot and its log back (side by side), at the leases it loaded:
 grep -h "snapshot and log read back" "$dir/node-$leader.log" | tail -1 | grep -o "snapshot_ms=[0-9]* log_ms=[0-9]*" | sed 's/^/  /' || true
+grep -h "storage opened" "$dir/node-$leader.log" | tail -1 | grep -o "leases=[0-9]*" | sed 's/^/  /' || true

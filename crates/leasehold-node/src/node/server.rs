@@ -329,10 +329,9 @@ async fn open_storage(
     config: &NodeConfig,
     metrics: Arc<Metrics>,
 ) -> Result<Storage<raft::LogStore>, StartError> {
-    let started = std::time::Instant::now();
+    // Logs how long reading the snapshot and the log back took: what a restart costs before
+    // Raft starts.
     let (mut log_store, mut state_machine) = raft::open_storage(&config.data_dir, metrics)?;
-    // Reading the snapshot and the log back: what a restart costs before Raft starts.
-    let open_ms = started.elapsed().as_millis() as u64;
     let boot = raft::BootLog {
         last_index: openraft::storage::RaftLogStorage::get_log_state(&mut log_store)
             .await?
@@ -364,7 +363,6 @@ async fn open_storage(
         vote_term = boot.vote_term,
         applied_index,
         manual_clock = config.manual_clock,
-        open_ms,
         leases,
         "storage opened"
     );
