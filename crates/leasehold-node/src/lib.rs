@@ -17,7 +17,8 @@
 //!   for the snapshot covering it in a task of its own, not in openraft's core loop, unless an
 //!   append would leave a hole behind it), the
 //!   state machine adapter and the snapshot file (never behind the purged log), the peer network
-//!   (which refuses peers running the other clock, and keeps a refused candidate's election
+//!   (votes, and the pre-votes asked before a campaign; it refuses peers running the other
+//!   clock, and keeps a refused candidate's election
 //!   penalty short, where openraft 0.9 keeps it until the next campaign), the proposer that
 //!   gathers concurrent writes into one entry, and the reads that share one ReadIndex.
 //! - [`node`]: one running node. The one assembly (`node::start`, which `serve` and the

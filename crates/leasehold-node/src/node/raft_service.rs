@@ -209,6 +209,19 @@ impl raft_server::Raft for RaftService {
         self.reply(&self.node.raft().vote(rpc).await)
     }
 
+    async fn pre_vote(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let member = self.admit(&request)?;
+        let shown = Shown::of(&request);
+        let rpc: VoteRequest<u64> = decode_request(request)?;
+        let sender = rpc.vote.leader_id().voted_for();
+        sender_is(member, sender)?;
+        self.check_incarnations(sender, shown)?;
+        self.reply(&self.node.raft().pre_vote(rpc).await)
+    }
+
     async fn install_snapshot(
         &self,
         request: Request<RaftMessage>,

@@ -218,6 +218,7 @@ pub struct PeerClient {
 enum Rpc {
     AppendEntries,
     Vote,
+    PreVote,
     InstallSnapshot,
 }
 
@@ -256,6 +257,7 @@ impl PeerClient {
         let reply = match rpc {
             Rpc::AppendEntries => client.append_entries(message).await,
             Rpc::Vote => client.vote(message).await,
+            Rpc::PreVote => client.pre_vote(message).await,
             Rpc::InstallSnapshot => client.install_snapshot(message).await,
         };
         let reply = reply.map_err(|status| {
@@ -318,6 +320,15 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         let mut answer = self.call(Rpc::Vote, &rpc, &option).await?;
         self.penalty.answered(&rpc, &mut answer);
         Ok(answer)
+    }
+
+    /// A pre-vote's answer changes nothing in openraft, so it does not pass the vote penalty.
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.call(Rpc::PreVote, &rpc, &option).await
     }
 }
 

@@ -1,12 +1,14 @@
 //! Scenarios of elections, each one fault sequence built by hand: a restarted leader whose
 //! tail was truncated, a restarted leader that must follow the leader elected while it was
-//! down, survivors that must elect, a node once outvoted for its log.
+//! down, a node cut off that must rejoin without deposing the leader, survivors that must
+//! elect, a node once outvoted for its log.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_check::{Completion, Request};
 use leasehold_core::Batch;
+use openraft::ServerState;
 use tokio::time::Instant;
 
 use super::clients::{plain_put, read, write};
@@ -215,6 +217,100 @@ async fn restarted_leader_rejoins_as_a_follower(seed: u64) {
 fn a_restarted_leader_follows_the_leader_elected_while_it_was_down() {
     for seed in 1..=10 {
         paused_runtime().block_on(restarted_leader_rejoins_as_a_follower(seed));
+    }
+}
+
+/// A node cut off from the others, both ways, for several election timeouts, and then let back:
+/// the leader of the others must lead on, in its term, and the node follow it. Without a
+/// pre-vote, the cut-off node campaigned again and again, each campaign for a higher term that
+/// reached nobody; once back, its first answer to the leader carried that term, and the leader
+/// stepped down for an election the node could not win (its log was behind). The fault suite saw
+/// a 2 s lease live 2.8 s across a leader cut off one way: the others elected a new leader, whose
+/// messages reached the old one, which stepped down, and then (its answers lost, TCP stalls the
+/// stream) heard nothing more and campaigned. `leader` cuts off the leader so, one way until it
+/// has stepped down and then both ways; otherwise a follower is cut off both ways.
+async fn cut_off_node_rejoins_without_deposing_the_leader(seed: u64, leader: bool) {
+    let sim = Sim::start(3, seed).await;
+    let first = any_leader(&sim, Duration::from_secs(5))
+        .await
+        .expect("a first leader");
+    let away = match leader {
+        true => first,
+        false => first % 3 + 1,
+    };
+    let others: Vec<u64> = (1..=3).filter(|id| *id != away).collect();
+    match leader {
+        true => sim.net().cut.extend(others.iter().map(|id| (away, *id))),
+        false => sim.net().isolate(away, 3),
+    }
+    // The others lead, and write, while the node is away: its log falls behind theirs.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut ruler = None;
+    while ruler.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "seed {seed}: the others elect nobody"
+        );
+        for id in &others {
+            if until_leader(&sim, *id, Duration::ZERO).await {
+                ruler = Some(*id);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let ruler = ruler.unwrap();
+    if leader {
+        while sim.raft(away).unwrap().metrics().borrow().state == ServerState::Leader {
+            assert!(
+                Instant::now() < deadline,
+                "seed {seed}: node {away} leads on"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        sim.net().isolate(away, 3);
+    }
+    let done = write(&sim, ruler, plain_put("while away").op, None, deadline).await;
+    assert!(
+        matches!(done, Completion::Ok { .. }),
+        "seed {seed}: {done:?}"
+    );
+    // Several of the node's election timeouts (150 to 300 ms, after a lease of 300).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let term = sim.raft(ruler).unwrap().metrics().borrow().current_term;
+    sim.net().cut.clear();
+
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        let m = sim.raft(ruler).unwrap().metrics().borrow().clone();
+        assert!(
+            m.current_leader == Some(ruler) && m.current_term == term,
+            "seed {seed}: node {ruler}, leading term {term}, was deposed when node {away} came \
+             back: {m:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let m = sim.raft(away).unwrap().metrics().borrow().clone();
+    assert_eq!(
+        (m.current_leader, m.current_term),
+        (Some(ruler), term),
+        "seed {seed}: node {away} follows node {ruler} once back"
+    );
+    catch_up(&sim, away, ruler, seed).await;
+}
+
+#[test]
+fn a_follower_cut_off_for_a_while_rejoins_without_deposing_the_leader() {
+    for seed in 1..=10 {
+        paused_runtime().block_on(cut_off_node_rejoins_without_deposing_the_leader(
+            seed, false,
+        ));
+    }
+}
+
+#[test]
+fn a_leader_cut_off_for_a_while_rejoins_without_deposing_its_successor() {
+    for seed in 1..=10 {
+        paused_runtime().block_on(cut_off_node_rejoins_without_deposing_the_leader(seed, true));
     }
 }
 

@@ -209,4 +209,12 @@ impl RaftNetwork<TypeConfig> for Link {
         self.penalty.answered(&rpc, &mut answer);
         Ok(answer)
     }
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        _: RPCOption,
+    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        self.send(async |node| node.raft().pre_vote(rpc).await)
+            .await
+    }
 }

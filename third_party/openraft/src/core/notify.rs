@@ -21,6 +21,13 @@ where C: RaftTypeConfig
         sender_vote: Vote<C::NodeId>,
     },
 
+    /// Leasehold patch: a peer's answer to this node's pre-vote for `pre_vote`.
+    PreVoteResponse {
+        target: C::NodeId,
+        resp: VoteResponse<C::NodeId>,
+        pre_vote: Vote<C::NodeId>,
+    },
+
     /// Seen a higher `vote`.
     HigherVote {
         /// The ID of the target node from which the new term was observed.
@@ -78,6 +85,9 @@ where C: RaftTypeConfig
                 sender_vote: vote,
             } => {
                 format!("VoteResponse: from: {}: {}, res-vote: {}", target, resp.summary(), vote)
+            }
+            Self::PreVoteResponse { target, resp, pre_vote } => {
+                format!("PreVoteResponse: from: {}: {}, pre-vote: {}", target, resp.summary(), pre_vote)
             }
             Self::HigherVote {
                 ref target,

@@ -1100,7 +1100,9 @@ where
 
     /// Spawn parallel vote requests to all cluster members.
     #[tracing::instrument(level = "trace", skip_all, fields(vote=vote_req.summary()))]
-    async fn spawn_parallel_vote_requests(&mut self, vote_req: &VoteRequest<C::NodeId>) {
+    /// Leasehold patch: with `pre_vote`, the requests are pre-votes (see `engine/pre_vote.rs`),
+    /// sent and timed as votes are, and answered as `Notify::PreVoteResponse`.
+    async fn spawn_parallel_vote_requests(&mut self, vote_req: &VoteRequest<C::NodeId>, pre_vote: bool) {
         let members = self.engine.state.membership_state.effective().voter_ids();
 
         let vote = vote_req.vote.clone();
@@ -1130,7 +1132,13 @@ where
                     let vote = vote.clone();
 
                     async move {
-                        let tm_res = C::AsyncRuntime::timeout(ttl, client.vote(req, option)).await;
+                        let call = async {
+                            match pre_vote {
+                                true => client.pre_vote(req, option).await,
+                                false => client.vote(req, option).await,
+                            }
+                        };
+                        let tm_res = C::AsyncRuntime::timeout(ttl, call).await;
                         let res = match tm_res {
                             Ok(res) => res,
 
@@ -1148,10 +1156,17 @@ where
 
                         match res {
                             Ok(resp) => {
-                                let _ = tx.send(Notify::VoteResponse {
-                                    target,
-                                    resp,
-                                    sender_vote: vote,
+                                let _ = tx.send(match pre_vote {
+                                    true => Notify::PreVoteResponse {
+                                        target,
+                                        resp,
+                                        pre_vote: vote,
+                                    },
+                                    false => Notify::VoteResponse {
+                                        target,
+                                        resp,
+                                        sender_vote: vote,
+                                    },
                                 });
                             }
                             Err(err) => tracing::error!({error=%err, target=display(&target)}, "while requesting vote"),
@@ -1208,6 +1223,14 @@ where
                 );
 
                 self.handle_vote_request(rpc, tx);
+            }
+            // Leasehold patch: see `engine/pre_vote.rs`.
+            RaftMsg::RequestPreVote { rpc, tx } => {
+                let resp = self.engine.handle_pre_vote_req(&rpc);
+                self.engine.output.push_command(Command::Respond {
+                    when: None,
+                    resp: Respond::new(Ok(resp), tx),
+                });
             }
             RaftMsg::BeginReceivingSnapshot { tx } => {
                 self.engine.handle_begin_receiving_snapshot(tx);
@@ -1301,6 +1324,14 @@ where
 
                 if self.does_vote_match(&sender_vote, "VoteResponse") {
                     self.engine.handle_vote_resp(target, resp);
+                }
+            }
+
+            // Leasehold patch: see `engine/pre_vote.rs`. A node that may not campaign now (its
+            // elections off) does not act on an answer to a round it asked before.
+            Notify::PreVoteResponse { target, resp, pre_vote } => {
+                if self.runtime_config.enable_elect.load(Ordering::Relaxed) {
+                    self.engine.handle_pre_vote_resp(target, resp, &pre_vote);
                 }
             }
 
@@ -1519,7 +1550,8 @@ where
             return;
         }
 
-        if self.engine.state.membership_state.effective().voter_ids().count() == 1 {
+        let only_voter = self.engine.state.membership_state.effective().voter_ids().count() == 1;
+        if only_voter {
             if self.engine.candidate_ref().is_some() {
                 tracing::debug!("skip election, single voter already has an active election in progress");
                 return;
@@ -1562,8 +1594,13 @@ where
         // Every time elect, reset this flag.
         self.engine.reset_greater_log();
 
-        tracing::info!("do trigger election");
-        self.engine.elect();
+        // Leasehold patch: a node with peers asks them first (see `engine/pre_vote.rs`).
+        if only_voter {
+            tracing::info!("do trigger election");
+            self.engine.elect();
+        } else {
+            self.engine.pre_elect();
+        }
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
@@ -1753,7 +1790,10 @@ where
                 }
             }
             Command::SendVote { vote_req } => {
-                self.spawn_parallel_vote_requests(&vote_req).await;
+                self.spawn_parallel_vote_requests(&vote_req, false).await;
+            }
+            Command::SendPreVote { vote_req } => {
+                self.spawn_parallel_vote_requests(&vote_req, true).await;
             }
             Command::ReplicateCommitted { committed } => {
                 for node in self.replications.values() {

@@ -89,6 +89,9 @@ where C: RaftTypeConfig
     /// without losing leadership status.
     pub(crate) candidate: CandidateState<C>,
 
+    /// Leasehold patch: the pre-vote round this node started last (see `engine/pre_vote.rs`).
+    pub(crate) pre_vote: Option<crate::engine::pre_vote::PreVote<C>>,
+
     /// Output entry for the runtime.
     pub(crate) output: EngineOutput<C>,
 }
@@ -106,6 +109,7 @@ where C: RaftTypeConfig
             seen_greater_log: false,
             leader: None,
             candidate: None,
+            pre_vote: None,
             output: EngineOutput::new(4096),
         }
     }

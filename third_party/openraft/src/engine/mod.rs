@@ -33,6 +33,8 @@ mod engine_config;
 mod engine_impl;
 mod engine_output;
 mod log_id_list;
+// Leasehold patch.
+mod pre_vote;
 
 pub(crate) mod handler;
 pub(crate) mod time_state;

@@ -79,6 +79,17 @@ where C: RaftTypeConfig
         option: RPCOption,
     ) -> Result<VoteResponse<C::NodeId>, RPCError<C::NodeId, C::Node, RaftError<C::NodeId>>>;
 
+    /// Leasehold patch: send a pre-vote to the target, which answers whether it would grant
+    /// `rpc`'s vote now, as a vote request would be answered, and changes nothing (the target
+    /// calls [`Raft::pre_vote`]). A node campaigns only once a quorum would vote for it.
+    ///
+    /// [`Raft::pre_vote`]: crate::Raft::pre_vote
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<C::NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<C::NodeId>, RPCError<C::NodeId, C::Node, RaftError<C::NodeId>>>;
+
     /// Send a complete Snapshot to the target.
     ///
     /// This method is responsible to fragment the snapshot and send it to the target node.

@@ -420,6 +420,16 @@ where C: RaftTypeConfig
         self.inner.call_core(RaftMsg::RequestVote { rpc, tx }, rx).await
     }
 
+    /// Leasehold patch: answers a peer's pre-vote (see `RaftNetwork::pre_vote`): whether this
+    /// node would grant `rpc`'s vote now. Nothing changes here, the vote and its timer included.
+    #[tracing::instrument(level = "debug", skip(self, rpc))]
+    pub async fn pre_vote(&self, rpc: VoteRequest<C::NodeId>) -> Result<VoteResponse<C::NodeId>, RaftError<C::NodeId>> {
+        tracing::debug!(rpc = display(rpc.summary()), "Raft::pre_vote()");
+
+        let (tx, rx) = C::AsyncRuntime::oneshot();
+        self.inner.call_core(RaftMsg::RequestPreVote { rpc, tx }, rx).await
+    }
+
     /// Get the latest snapshot from the state machine.
     ///
     /// It returns error only when `RaftCore` fails to serve the request, e.g., Encountering a
