@@ -399,6 +399,7 @@ async fn the_client_port_serves_no_internal_rpc() {
         let mut on_client_port = RaftClient::new(h.client_channel(id).await);
         let refusals = [
             on_client_port.vote(vote()).await.unwrap_err(),
+            on_client_port.pre_vote(vote()).await.unwrap_err(),
             on_client_port
                 .append_entries(forged(vec![1]))
                 .await

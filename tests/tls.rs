@@ -128,7 +128,7 @@ async fn clients_without_tls_or_with_another_cas_certificate_are_refused() {
 
 /// A junk Vote to node 1's peer plane, dialed as its peers dial it, showing `tls`.
 async fn vote_as(h: &Harness, tls: ClientTlsConfig) -> Result<(), tonic::Status> {
-    send_vote(h, tls, vec![1]).await
+    send_vote(h, tls, vec![1], false).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -284,8 +284,8 @@ fn serve_with_a_missing_tls_file_exits_naming_it() {
     );
 }
 
-/// A member's certificate lets its holder speak only as that member: a vote that claims
-/// another candidate is refused before Raft sees it, one in its own name goes through.
+/// A member's certificate lets its holder speak only as that member: a vote or a pre-vote that
+/// claims another candidate is refused before Raft sees it, one in its own name goes through.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_members_raft_message_claiming_another_sender_is_refused() {
     let h = Harness::start_tls(3, false).await;
@@ -297,22 +297,32 @@ async fn a_members_raft_message_claiming_another_sender_is_refused() {
         leasehold::raft::codec::encode(&vote).unwrap()
     };
     let as_node_2 = showing(&h, &own.node(2));
-    let forged = send_vote(&h, as_node_2.clone(), vote(3, status.term + 100))
-        .await
-        .unwrap_err();
-    assert_eq!(forged.code(), tonic::Code::PermissionDenied, "{forged:?}");
-    assert!(
-        forged.message().contains("claims to come from node 3"),
-        "{forged:?}"
-    );
-    // In its own name, and in an old term so that Raft refuses it harmlessly.
-    send_vote(&h, as_node_2, vote(2, 0)).await.unwrap();
+    for pre_vote in [false, true] {
+        let forged = send_vote(&h, as_node_2.clone(), vote(3, status.term + 100), pre_vote)
+            .await
+            .unwrap_err();
+        assert_eq!(forged.code(), tonic::Code::PermissionDenied, "{forged:?}");
+        assert!(
+            forged.message().contains("claims to come from node 3"),
+            "pre-vote {pre_vote}: {forged:?}"
+        );
+        // In its own name, and in an old term so that Raft refuses it harmlessly.
+        send_vote(&h, as_node_2.clone(), vote(2, 0), pre_vote)
+            .await
+            .unwrap();
+    }
     let after = h.client_of(1).node_status().await.unwrap();
     assert_eq!(after.term, status.term, "no election was forced");
 }
 
-/// A Vote to node 1's peer plane, dialed as its peers dial it, showing `tls`.
-async fn send_vote(h: &Harness, tls: ClientTlsConfig, data: Vec<u8>) -> Result<(), tonic::Status> {
+/// A Vote (with `pre_vote`, a PreVote) to node 1's peer plane, dialed as its peers dial it,
+/// showing `tls`.
+async fn send_vote(
+    h: &Harness,
+    tls: ClientTlsConfig,
+    data: Vec<u8>,
+    pre_vote: bool,
+) -> Result<(), tonic::Status> {
     let addr = &h.cluster.nodes()[0].peer_addr;
     let channel = Endpoint::from_shared(format!("https://{addr}"))
         .unwrap()
@@ -326,7 +336,11 @@ async fn send_vote(h: &Harness, tls: ClientTlsConfig, data: Vec<u8>) -> Result<(
         leasehold::raft::CLOCK_KEY,
         tonic::metadata::MetadataValue::from_static("leader"),
     );
-    RaftClient::new(channel).vote(request).await.map(|_| ())
+    let mut client = RaftClient::new(channel);
+    match pre_vote {
+        true => client.pre_vote(request).await.map(|_| ()),
+        false => client.vote(request).await.map(|_| ()),
+    }
 }
 
 /// Review finding 4: a node added under a new id at a removed member's peer address (its host

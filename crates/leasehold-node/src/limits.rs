@@ -15,14 +15,15 @@ use leasehold_core::Limits;
 /// How often a leader sends heartbeats (see `raft::config`).
 pub(crate) const HEARTBEAT_MS: u64 = 60;
 
-/// A follower campaigns after its leader lease (the maximum) plus a random timeout in this range.
+/// A follower campaigns after its leader lease (the maximum) plus a random timeout in this range
+/// (once a quorum says yes to its pre-vote, a round trip).
 pub const ELECTION_TIMEOUT_MIN_MS: u64 = 250;
 
 /// The top of that range.
 pub(crate) const ELECTION_TIMEOUT_MAX_MS: u64 = 400;
 
 /// The longest a dead leader goes unreplaced without a partition: the lease, then the longest
-/// random timeout.
+/// random timeout (and a round trip of pre-votes and one of votes, a few ms on a LAN).
 pub const LONGEST_ELECTION_MS: u64 = 2 * ELECTION_TIMEOUT_MAX_MS;
 
 /// Entries per replication message, at most (see `raft::config`).

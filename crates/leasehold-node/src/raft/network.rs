@@ -227,11 +227,14 @@ enum Rpc {
 struct PeerFailure(String);
 
 impl PeerClient {
+    /// `rpc` to the target. `older` is the answer that a peer of the version before stands for
+    /// when it does not know `rpc` (it answers UNIMPLEMENTED); `None` where every version does.
     async fn call<Req, Resp, E>(
         &mut self,
         rpc: Rpc,
         request: &Req,
         option: &RPCOption,
+        older: Option<Resp>,
     ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
     where
         Req: Serialize,
@@ -259,6 +262,12 @@ impl PeerClient {
             Rpc::Vote => client.vote(message).await,
             Rpc::PreVote => client.pre_vote(message).await,
             Rpc::InstallSnapshot => client.install_snapshot(message).await,
+        };
+        let reply = match (reply, older) {
+            (Err(status), Some(older)) if status.code() == tonic::Code::Unimplemented => {
+                return Ok(older)
+            }
+            (reply, _) => reply,
         };
         let reply = reply.map_err(|status| {
             let failure = PeerFailure(format!("{}: {}", status.code(), status.message()));
@@ -298,7 +307,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.call(Rpc::AppendEntries, &rpc, &option).await
+        self.call(Rpc::AppendEntries, &rpc, &option, None).await
     }
 
     async fn install_snapshot(
@@ -309,7 +318,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        self.call(Rpc::InstallSnapshot, &rpc, &option).await
+        self.call(Rpc::InstallSnapshot, &rpc, &option, None).await
     }
 
     async fn vote(
@@ -317,18 +326,23 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        let mut answer = self.call(Rpc::Vote, &rpc, &option).await?;
+        let mut answer = self.call(Rpc::Vote, &rpc, &option, None).await?;
         self.penalty.answered(&rpc, &mut answer);
         Ok(answer)
     }
 
-    /// A pre-vote's answer changes nothing in openraft, so it does not pass the vote penalty.
+    /// A pre-vote's answer does not pass the vote penalty: openraft reads no log id from it, so
+    /// it sets no mark to undo. A peer of the version before, which knows no pre-vote, counts as
+    /// a yes: it still judges the vote itself as before, and counting it as a no could leave no
+    /// quorum of yeses in a cluster being upgraded (a new node whose only live peer is an old one
+    /// with a shorter log, which no one votes for, would never campaign).
     async fn pre_vote(
         &mut self,
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.call(Rpc::PreVote, &rpc, &option).await
+        let older = VoteResponse::new(rpc.vote, rpc.last_log_id, true);
+        self.call(Rpc::PreVote, &rpc, &option, Some(older)).await
     }
 }
 
@@ -353,6 +367,34 @@ mod tests {
             channels.cached(),
             [(2, "127.0.0.1:7002".into()), (4, "127.0.0.1:7003".into())]
         );
+    }
+
+    /// A peer of the version before knows no PreVote: tonic answers a method a server lacks
+    /// with UNIMPLEMENTED, as the server here (no services at all) answers every method. Its
+    /// pre-vote counts as a yes; a vote it does not know stays an error.
+    #[tokio::test]
+    async fn a_peer_that_knows_no_pre_vote_counts_as_a_yes() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let older = tonic::transport::Server::builder()
+            .add_routes(tonic::service::Routes::default())
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
+        tokio::spawn(older);
+        let penalty = Arc::new(VotePenalty::new(&openraft::Config::default()));
+        let mut network = PeerNetwork::new(Channels::new(None, ClockMode::Leader, None), penalty);
+        let mut peer = network
+            .new_client(2, &BasicNode::new(addr.to_string()))
+            .await;
+        let request = VoteRequest::new(openraft::Vote::new(5, 1), None);
+        let option = RPCOption::new(Duration::from_secs(5));
+
+        let answer = peer
+            .pre_vote(request.clone(), option.clone())
+            .await
+            .unwrap();
+        assert!(answer.vote_granted, "{answer:?}");
+        let vote = peer.vote(request, option).await.unwrap_err();
+        assert!(vote.to_string().contains("not implemented"), "{vote}");
     }
 
     #[test]

@@ -274,8 +274,14 @@ async fn cut_off_node_rejoins_without_deposing_the_leader(seed: u64, leader: boo
         matches!(done, Completion::Ok { .. }),
         "seed {seed}: {done:?}"
     );
-    // Several of the node's election timeouts (150 to 300 ms, after a lease of 300).
+    // Several of the node's election timeouts (150 to 300 ms, after a lease of 300). Its leader
+    // silent, the node names none (its health says so), though it cannot campaign.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let m = sim.raft(away).unwrap().metrics().borrow().clone();
+    assert_eq!(
+        m.current_leader, None,
+        "seed {seed}: node {away}, cut off, still names a leader: {m:?}"
+    );
     let term = sim.raft(ruler).unwrap().metrics().borrow().current_term;
     sim.net().cut.clear();
 

@@ -1149,7 +1149,7 @@ where
                                     target: target.clone(),
                                     timeout: ttl,
                                 };
-                                tracing::error!({error = %timeout_err, target = display(&target)}, "timeout");
+                                tracing::error!({error = %timeout_err, target = display(&target), pre_vote}, "timeout");
                                 return;
                             }
                         };
@@ -1169,7 +1169,7 @@ where
                                     },
                                 });
                             }
-                            Err(err) => tracing::error!({error=%err, target=display(&target)}, "while requesting vote"),
+                            Err(err) => tracing::error!({error=%err, target=display(&target), pre_vote}, "while requesting vote"),
                         }
                     }
                 }
@@ -1591,7 +1591,9 @@ where
             tracing::info!("election timeout passed, check if it is a voter for election");
         }
 
-        // Every time elect, reset this flag.
+        // Every time elect, reset this flag. (Leasehold patch: now on every tick past the
+        // timeout, whether or not `pre_elect` asks a round; Leasehold's network never lets the
+        // flag be set, see `raft/vote_penalty.rs` in the node crate.)
         self.engine.reset_greater_log();
 
         // Leasehold patch: a node with peers asks them first (see `engine/pre_vote.rs`).

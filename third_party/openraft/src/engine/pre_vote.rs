@@ -47,12 +47,24 @@ where C: RaftTypeConfig
     /// of campaigning (`elect`) when the election timeout has passed. A round is asked at most
     /// once per election timeout: the timer that calls this fires on every tick until the vote
     /// changes, and a round changes no vote.
+    ///
+    /// A follower gets here only when its leader has been silent for a lease and a timeout, and
+    /// from then on it names no leader: its vote is held, in memory only, as uncommitted (as a
+    /// restarted leader's is, see `startup`). Upstream's campaign did the same, by voting for
+    /// itself; without it, a follower cut off from every peer would name its dead leader for as
+    /// long as no quorum answers it, and report itself healthy. The vote accepts no other vote
+    /// than before (a leader id orders by term, then node id, ahead of `committed`), but the
+    /// leader's next message, if it comes, makes it committed again.
     pub(crate) fn pre_elect(&mut self) {
         let now = C::now();
         if let Some(round) = &self.pre_vote {
             if now < round.started + self.config.timer_config.election_timeout {
                 return;
             }
+        }
+        if self.state.vote_ref().is_committed() {
+            tracing::info!(leader = display(self.state.vote_ref()), "pre-vote: the leader is silent; naming none");
+            self.state.vote.committed = false;
         }
         let vote = Vote::new(self.state.vote_ref().leader_id().get_term() + 1, self.config.id.clone());
         let vote_req = VoteRequest::new(vote.clone(), self.state.last_log_id().cloned());
@@ -125,7 +137,7 @@ where C: RaftTypeConfig
         let started = round.started;
         self.pre_vote = None;
         let same_term = self.state.vote_ref().leader_id().get_term() + 1 == pre_vote.leader_id().get_term();
-        let unheard = self.state.vote_last_modified().map_or(true, |at| at <= started);
+        let unheard = self.state.vote_last_modified().map_or(true, |at| at < started);
         let voter = self.state.membership_state.effective().is_voter(&self.config.id);
         if same_term && unheard && voter {
             tracing::info!(pre_vote = display(pre_vote), "pre-vote: a quorum would vote for this node; campaigning");
