@@ -398,44 +398,50 @@ impl Harness {
             .then(|| node.clone())
     }
 
-    /// Makes node `id` of three the leader. Racing the nodes until `id` wins is no good:
-    /// openraft 0.9 draws a node's election timeout once per process, so a node that drew a long
-    /// one loses nearly every race. Instead, each round kills the leader and pauses the third
-    /// node, so that `id` campaigns alone, in vain, once per its election timeout. Timed from
-    /// two such campaigns, the old leader restarts just before `id`'s next one: it is up to
-    /// grant that campaign its vote, and its own election timeout, which starts when it learns
-    /// `id`'s term, cannot have run out yet. Then the third node resumes and follows. A round
-    /// fails only when the restart takes longer than [`RESTART_LEAD`].
+    /// Makes node `id` of three the leader, with no race: the third node is paused while a write
+    /// reaches the leader and `id`, so that `id`'s log is longer than the third's; then the
+    /// leader is killed and the third resumes. Of the two left, only `id` can win: the third
+    /// asks for a pre-vote and `id` says no to its shorter log, while `id` asks once its leader
+    /// has been silent for a lease and a timeout, and the third says yes. The old leader then
+    /// restarts and follows. Costs one write (with the key `MAKE_LEADER_KEY`) and one election.
     pub async fn make_leader(&mut self, id: u64) {
         assert_eq!(self.endpoints.len(), 3, "make_leader handles three nodes");
-        for round in 0..MAKE_LEADER_ROUNDS {
-            let leader = self.leader().await;
-            if leader == id {
-                return;
-            }
-            let third = (1..=3).find(|n| *n != id && *n != leader).unwrap();
-            self.kill(leader);
-            self.cluster.signal(third, libc::SIGSTOP);
-            let alone = self.client_of(id);
-            let (term, first) = next_campaign(&alone, 0).await;
-            let (_, second) = next_campaign(&alone, term).await;
-            let period = second - first;
-            tokio::time::sleep_until((second + period.saturating_sub(RESTART_LEAD)).into()).await;
-            self.restart(leader);
-            let winner = wait_for("a leader of the two", Duration::from_secs(20), || async {
-                let status = alone.node_status().await.ok()?;
-                (status.leader != 0 && status.role != pb::Role::Candidate as i32)
-                    .then_some(status.leader)
-            })
-            .await;
-            self.cluster.signal(third, libc::SIGCONT);
-            if winner == id {
-                assert_eq!(self.leader().await, id, "the resumed node follows");
-                eprintln!("make_leader: node {id} leads after {} rounds", round + 1);
-                return;
-            }
+        let leader = self.leader().await;
+        if leader == id {
+            return;
         }
-        panic!("node {id} did not win an election in {MAKE_LEADER_ROUNDS} rounds");
+        let third = (1..=3).find(|n| *n != id && *n != leader).unwrap();
+        self.cluster.signal(third, libc::SIGSTOP);
+        let put = self
+            .client_of(leader)
+            .put(MAKE_LEADER_KEY, b"the third node misses this", None)
+            .await
+            .unwrap();
+        assert!(written(&put), "a write the third node misses: {put:?}");
+        self.kill(leader);
+        self.cluster.signal(third, libc::SIGCONT);
+        let alone = self.client_of(id);
+        wait_for(
+            &format!("node {id} to lead"),
+            Duration::from_secs(20),
+            || async {
+                let status = alone.node_status().await.ok()?;
+                (status.role == pb::Role::Leader as i32).then_some(())
+            },
+        )
+        .await;
+        self.restart(leader);
+        wait_for(
+            "the old leader to follow",
+            Duration::from_secs(20),
+            || async {
+                self.caught_up(leader)
+                    .await
+                    .filter(|s| s.role == pb::Role::Follower as i32 && s.leader == id)
+            },
+        )
+        .await;
+        assert_eq!(self.leader().await, id, "node {id} leads");
     }
 
     /// Once another node than the dead `id` leads, restarts `id` and waits until it holds the
@@ -487,31 +493,8 @@ impl Drop for Harness {
     }
 }
 
-/// Rounds of [`Harness::make_leader`] before it gives up.
-const MAKE_LEADER_ROUNDS: usize = 10;
-/// How long before a lone candidate's next campaign [`Harness::make_leader`] restarts the node
-/// whose vote it needs: more than a restart takes, less than the shortest election timeout.
-const RESTART_LEAD: Duration = Duration::from_millis(150);
-const _: () =
-    assert!(RESTART_LEAD.as_millis() < leasehold::limits::ELECTION_TIMEOUT_MIN_MS as u128);
-
-/// When `node`, a candidate, next campaigns in a term above `after`: the term and about when
-/// (polled every few milliseconds, so two such times give its election timeout).
-async fn next_campaign(node: &LeaseClient, after: u64) -> (u64, Instant) {
-    let started = Instant::now();
-    loop {
-        if let Ok(status) = node.node_status().await {
-            if status.role == pb::Role::Candidate as i32 && status.term > after {
-                return (status.term, Instant::now());
-            }
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "no campaign after term {after} within 20 s"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
+/// The key of the write [`Harness::make_leader`] makes.
+pub const MAKE_LEADER_KEY: &str = "make-leader";
 
 /// Set (to anything), the harness leaves its nodes' data dirs and whole logs behind.
 const KEEP_DIRS: &str = "LEASEHOLD_KEEP_TEST_DIRS";
