@@ -28,17 +28,42 @@ use openraft::{AnyError, BasicNode, ErrorSubject, ErrorVerb, StorageIOError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::codec::{decode, encode};
+use super::codec::encode;
 use super::{LogId, NodeId, StorageError};
 use crate::limits::PURGE_WAIT;
 
 type Meta = SnapshotMeta<NodeId, BasicNode>;
 
-/// What the snapshot file holds: openraft's meta and the encoded table.
+/// What the snapshot file holds: openraft's meta and the encoded table. The file's bytes are
+/// postcard's encoding of this struct: the meta, the data's length, the data.
 #[derive(Serialize, Deserialize)]
 pub(super) struct SnapshotFile {
     pub meta: Meta,
     pub data: Vec<u8>,
+}
+
+impl SnapshotFile {
+    /// Writes the file's bytes in its parts, the data as it is: encoding the whole struct would
+    /// copy the data (tens of megabytes at a million leases) into a second buffer first.
+    fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let header = encode(&(&self.meta, self.data.len())).map_err(std::io::Error::other)?;
+        out.write_all(&header)?;
+        out.write_all(&self.data)
+    }
+
+    /// The file from its bytes, read in its parts: the data is what follows the header, kept
+    /// in the same buffer, neither copied nor decoded byte by byte. Bytes after the data are
+    /// ignored, as postcard's decoding of the whole struct ignores them.
+    fn from_bytes(mut bytes: Vec<u8>) -> Result<SnapshotFile, postcard::Error> {
+        let ((meta, len), rest): ((Meta, usize), &[u8]) = postcard::take_from_bytes(&bytes)?;
+        if rest.len() < len {
+            return Err(postcard::Error::DeserializeUnexpectedEnd);
+        }
+        let header = bytes.len() - rest.len();
+        bytes.truncate(header + len);
+        bytes.drain(..header);
+        Ok(SnapshotFile { meta, data: bytes })
+    }
 }
 
 fn snapshot_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {
@@ -180,7 +205,7 @@ impl SnapshotFiles {
         let tmp = self.inner.dir.join(format!("snapshot.{id}.tmp"));
         let write = || -> std::io::Result<()> {
             let mut out = std::fs::File::create(&tmp)?;
-            out.write_all(&encode(file).map_err(std::io::Error::other)?)?;
+            file.write_to(&mut out)?;
             out.sync_all()
         };
         write().map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
@@ -216,7 +241,7 @@ impl SnapshotFiles {
 fn read_snapshot(dir: &Path) -> Result<Option<SnapshotFile>, StorageError> {
     match std::fs::read(snapshot_path(dir)) {
         Ok(bytes) => Ok(Some(
-            decode(&bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?,
+            SnapshotFile::from_bytes(bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?,
         )),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(snapshot_error(ErrorVerb::Read, e)),
@@ -297,5 +322,33 @@ mod tests {
         drop(files);
         let error = durable.wait_covers(log_id(1, 1, 5)).await.unwrap_err();
         assert!(error.to_string().contains("stopped"), "{error}");
+    }
+
+    /// The file is written and read in its parts, but its bytes are still postcard's encoding
+    /// of the whole struct: files written before read back, and files written now read in
+    /// earlier builds.
+    #[test]
+    fn a_snapshot_file_in_parts_is_the_whole_structs_encoding() {
+        let file = SnapshotFile {
+            meta: Meta {
+                last_log_id: Some(log_id(3, 1, 70_000)),
+                last_membership: Default::default(),
+                snapshot_id: "3-70000-1".into(),
+            },
+            data: (0..300u32).map(|i| (i * 7) as u8).collect(),
+        };
+        let whole = encode(&file).unwrap();
+        let mut parts = Vec::new();
+        file.write_to(&mut parts).unwrap();
+        assert_eq!(parts, whole);
+
+        let read = SnapshotFile::from_bytes(whole.clone()).unwrap();
+        assert_eq!(read.meta, file.meta);
+        assert_eq!(read.data, file.data);
+        let mut trailing = whole.clone();
+        trailing.extend_from_slice(b"junk");
+        assert_eq!(SnapshotFile::from_bytes(trailing).unwrap().data, file.data);
+        let cut = whole[..whole.len() - 1].to_vec();
+        assert!(SnapshotFile::from_bytes(cut).is_err(), "a file cut short");
     }
 }
