@@ -16,6 +16,7 @@ use crate::raft::incarnation;
 use crate::raft::{Applied, ClockMode, LogId, TypeConfig};
 use leasehold_core::InvalidInput;
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::Vote;
 
 pub struct RaftService {
     node: Node,
@@ -115,6 +116,23 @@ impl RaftService {
         Ok(response)
     }
 
+    /// A Raft message from a peer: admitted to this plane, decoded, and refused unless it comes
+    /// from the member its vote names (the candidate or the leader, see [`sender_is`]) and both
+    /// sides' incarnations are the ones it shows.
+    fn checked<T: serde::de::DeserializeOwned>(
+        &self,
+        request: Request<RaftMessage>,
+        vote: impl Fn(&T) -> &Vote<u64>,
+    ) -> Result<T, Status> {
+        let member = self.admit(&request)?;
+        let shown = Shown::of(&request);
+        let rpc: T = decode_request(request)?;
+        let sender = vote(&rpc).leader_id().voted_for();
+        sender_is(member, sender)?;
+        self.check_incarnations(sender, shown)?;
+        Ok(rpc)
+    }
+
     fn chunks(&self) -> std::sync::MutexGuard<'_, SnapshotChunks> {
         self.chunks.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -190,22 +208,12 @@ impl raft_server::Raft for RaftService {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let member = self.admit(&request)?;
-        let shown = Shown::of(&request);
-        let rpc: AppendEntriesRequest<TypeConfig> = decode_request(request)?;
-        let sender = rpc.vote.leader_id().voted_for();
-        sender_is(member, sender)?;
-        self.check_incarnations(sender, shown)?;
+        let rpc = self.checked(request, |rpc: &AppendEntriesRequest<TypeConfig>| &rpc.vote)?;
         self.reply(&self.node.raft().append_entries(rpc).await)
     }
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let member = self.admit(&request)?;
-        let shown = Shown::of(&request);
-        let rpc: VoteRequest<u64> = decode_request(request)?;
-        let sender = rpc.vote.leader_id().voted_for();
-        sender_is(member, sender)?;
-        self.check_incarnations(sender, shown)?;
+        let rpc = self.checked(request, |rpc: &VoteRequest<u64>| &rpc.vote)?;
         self.reply(&self.node.raft().vote(rpc).await)
     }
 
@@ -213,12 +221,7 @@ impl raft_server::Raft for RaftService {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let member = self.admit(&request)?;
-        let shown = Shown::of(&request);
-        let rpc: VoteRequest<u64> = decode_request(request)?;
-        let sender = rpc.vote.leader_id().voted_for();
-        sender_is(member, sender)?;
-        self.check_incarnations(sender, shown)?;
+        let rpc = self.checked(request, |rpc: &VoteRequest<u64>| &rpc.vote)?;
         self.reply(&self.node.raft().pre_vote(rpc).await)
     }
 
@@ -226,12 +229,9 @@ impl raft_server::Raft for RaftService {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
-        let member = self.admit(&request)?;
-        let shown = Shown::of(&request);
-        let rpc: InstallSnapshotRequest<TypeConfig> = decode_request(request)?;
-        let sender = rpc.vote.leader_id().voted_for();
-        sender_is(member, sender)?;
-        self.check_incarnations(sender, shown)?;
+        let rpc = self.checked(request, |rpc: &InstallSnapshotRequest<TypeConfig>| {
+            &rpc.vote
+        })?;
         let (id, offset, len, done) = (
             rpc.meta.snapshot_id.clone(),
             rpc.offset,
