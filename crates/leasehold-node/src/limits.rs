@@ -23,7 +23,7 @@ pub const ELECTION_TIMEOUT_MIN_MS: u64 = 250;
 pub(crate) const ELECTION_TIMEOUT_MAX_MS: u64 = 400;
 
 /// The longest a dead leader goes unreplaced without a partition: the lease, then the longest
-/// random timeout (and a round trip of pre-votes and one of votes, a few ms on a LAN).
+/// random timeout; not counted: a round trip of pre-votes and one of votes, a few ms on a LAN.
 pub const LONGEST_ELECTION_MS: u64 = 2 * ELECTION_TIMEOUT_MAX_MS;
 
 /// Entries per replication message, at most (see `raft::config`).

@@ -56,28 +56,42 @@ impl EventHistory {
         self.first_kept
     }
 
-    /// Adds the events of one applied entry; drops the oldest entries' events, whole, past the
-    /// capacity. Room is made before the entry goes in, and the deque grows no further than the
-    /// capacity: a `VecDeque` left to itself doubles when full, and 65,536 kept events then held
-    /// room for 131,072 (heaptrack saw the deque at 9.2 MB). An entry with more events than the
-    /// capacity is not kept at all.
+    /// Adds the events of applied entries, in order; drops the oldest entries' events, whole,
+    /// past the capacity. Room is made before each entry goes in, and the deque grows no
+    /// further than the capacity: a `VecDeque` left to itself doubles when full, and 65,536
+    /// kept events then held room for 131,072 (heaptrack saw the deque at 9.2 MB). An entry
+    /// with more events than the capacity is not kept at all.
     pub fn push(&mut self, noted: impl IntoIterator<Item = NotedEvent>) {
-        let noted: Vec<NotedEvent> = noted.into_iter().collect();
-        while !self.kept.is_empty() && self.kept.len() + noted.len() > self.capacity {
+        let mut entry: Vec<NotedEvent> = Vec::new();
+        for event in noted {
+            if entry.last().is_some_and(|e| e.log_index != event.log_index) {
+                self.push_entry(std::mem::take(&mut entry));
+            }
+            entry.push(event);
+        }
+        self.push_entry(entry);
+    }
+
+    /// Adds the events of one entry (see [`EventHistory::push`]).
+    fn push_entry(&mut self, entry: Vec<NotedEvent>) {
+        let Some(last) = entry.last() else {
+            return;
+        };
+        if entry.len() > self.capacity {
+            self.kept.clear();
+            self.first_kept = last.log_index + 1;
+            return;
+        }
+        while self.kept.len() + entry.len() > self.capacity {
             self.drop_oldest_entry();
         }
-        match noted.last() {
-            Some(last) if noted.len() > self.capacity => self.first_kept = last.log_index + 1,
-            _ => {
-                // Grown as a Vec grows (doubling), but never past the capacity.
-                let needed = self.kept.len() + noted.len();
-                if needed > self.kept.capacity() {
-                    let room = (self.kept.capacity() * 2).clamp(needed, self.capacity);
-                    self.kept.reserve_exact(room - self.kept.len());
-                }
-                self.kept.extend(noted);
-            }
+        // Grown as a Vec grows (doubling), but never past the capacity.
+        let needed = self.kept.len() + entry.len();
+        if needed > self.kept.capacity() {
+            let room = (self.kept.capacity() * 2).clamp(needed, self.capacity);
+            self.kept.reserve_exact(room - self.kept.len());
         }
+        self.kept.extend(entry);
     }
 
     /// Drops the events of the oldest entry kept.
@@ -181,10 +195,11 @@ mod tests {
             "room for {}",
             history.kept.capacity()
         );
-        // An entry larger than the window is not kept, and nothing before it is.
-        history.push((0..65).map(|_| at(101, "a")));
+        // An entry larger than the window is not kept, and nothing before it is; the entries
+        // after it in the same push are.
+        history.push((0..65).map(|_| at(101, "a")).chain([at(102, "a")]));
         assert_eq!(history.first_kept(), 102);
-        assert!(history.kept.is_empty());
+        assert_eq!(history.kept.len(), 1);
     }
 
     #[test]

@@ -46,14 +46,16 @@ where C: RaftTypeConfig
     /// Asks the other voters whether they would vote for this node in the next term, in place
     /// of campaigning (`elect`) when the election timeout has passed. A round is asked at most
     /// once per election timeout: the timer that calls this fires on every tick until the vote
-    /// changes, and a round changes no vote.
+    /// changes, and a round changes no vote (its first clears the vote's `committed` flag, see
+    /// below, which leaves the vote's timestamp as it was).
     ///
     /// A follower gets here only when its leader has been silent for a lease and a timeout, and
     /// from then on it names no leader: its vote is held, in memory only, as uncommitted (as a
     /// restarted leader's is, see `startup`). Upstream's campaign did the same, by voting for
     /// itself; without it, a follower cut off from every peer would name its dead leader for as
-    /// long as no quorum answers it, and report itself healthy. The vote accepts no other vote
-    /// than before (a leader id orders by term, then node id, ahead of `committed`), but the
+    /// long as no quorum answers it, and report itself healthy. The vote then accepts no other
+    /// vote than before (a leader id orders by term, then node id, ahead of `committed`), but
+    /// the old leader's own vote request of that term, which it granted already; and the
     /// leader's next message, if it comes, makes it committed again.
     pub(crate) fn pre_elect(&mut self) {
         let now = C::now();
