@@ -196,20 +196,27 @@ async fn restarted_leader_rejoins_as_a_follower(seed: u64) {
     );
 
     sim.boot(3).await;
+    leads_on_and_is_followed(&sim, 1, term, 3, seed).await;
+}
+
+/// Node `leader`, leading term `term`, must lead on in it for 2 s after node `back` returns
+/// (restarted, or let back in), and `back` must then follow it in that term.
+async fn leads_on_and_is_followed(sim: &Sim, leader: u64, term: u64, back: u64, seed: u64) {
     let deadline = Instant::now() + Duration::from_secs(2);
     while Instant::now() < deadline {
-        let m = sim.raft(1).unwrap().metrics().borrow().clone();
+        let m = sim.raft(leader).unwrap().metrics().borrow().clone();
         assert!(
-            m.current_leader == Some(1) && m.current_term == term,
-            "seed {seed}: node 1, leading term {term}, was deposed when node 3 restarted: {m:?}"
+            m.current_leader == Some(leader) && m.current_term == term,
+            "seed {seed}: node {leader}, leading term {term}, was deposed when node {back} came \
+             back: {m:?}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let m = sim.raft(3).unwrap().metrics().borrow().clone();
+    let m = sim.raft(back).unwrap().metrics().borrow().clone();
     assert_eq!(
         (m.current_leader, m.current_term),
-        (Some(1), term),
-        "seed {seed}: the restarted node follows node 1"
+        (Some(leader), term),
+        "seed {seed}: node {back} follows node {leader} once back"
     );
 }
 
@@ -284,23 +291,7 @@ async fn cut_off_node_rejoins_without_deposing_the_leader(seed: u64, leader: boo
     );
     let term = sim.raft(ruler).unwrap().metrics().borrow().current_term;
     sim.net().cut.clear();
-
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < deadline {
-        let m = sim.raft(ruler).unwrap().metrics().borrow().clone();
-        assert!(
-            m.current_leader == Some(ruler) && m.current_term == term,
-            "seed {seed}: node {ruler}, leading term {term}, was deposed when node {away} came \
-             back: {m:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let m = sim.raft(away).unwrap().metrics().borrow().clone();
-    assert_eq!(
-        (m.current_leader, m.current_term),
-        (Some(ruler), term),
-        "seed {seed}: node {away} follows node {ruler} once back"
-    );
+    leads_on_and_is_followed(&sim, ruler, term, away, seed).await;
     catch_up(&sim, away, ruler, seed).await;
 }
 
