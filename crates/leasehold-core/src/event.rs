@@ -1,6 +1,8 @@
 //! What applying a command did to a lease, for watchers: derived from the table's change, so
 //! every replica notes the same events for the same log.
 
+use crate::Name;
+
 /// What happened to a lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
@@ -19,10 +21,10 @@ pub enum EventKind {
 pub struct Event {
     /// What happened.
     pub kind: EventKind,
-    /// The lease's name.
-    pub lease: String,
+    /// The lease's name, shared with the table while the lease is in it.
+    pub lease: Name,
     /// The holder it happened to: the new or renewing one, or the one whose grant ended.
-    pub holder: String,
+    pub holder: Name,
     /// The token of that holder's grant.
     pub token: u64,
     /// The grant's expiry; for a release, the store time of the release.

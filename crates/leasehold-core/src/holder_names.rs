@@ -1,6 +1,6 @@
 //! Holder names shared between the leases that name the same holder.
 
-use std::sync::Arc;
+use crate::Name;
 
 /// How many names [`RecentHolders`] keeps: room for the holders granting at one time, so that
 /// few of them share a slot, in 16 KiB.
@@ -19,21 +19,21 @@ const SLOTS: usize = 1024;
 /// starts with an empty one: a holder granted again after a load keeps a second copy of its
 /// name, for its new grants.
 #[derive(Default)]
-pub(crate) struct RecentHolders(Vec<Option<Arc<str>>>);
+pub(crate) struct RecentHolders(Vec<Option<Name>>);
 
 impl RecentHolders {
     /// `holder`'s name, shared with the last lease granted to it if that grant is remembered.
-    pub(crate) fn name(&mut self, holder: &str) -> Arc<str> {
-        self.remember(holder, || Arc::from(holder))
+    pub(crate) fn name(&mut self, holder: &str) -> Name {
+        self.remember(holder, || Name::from(holder))
     }
 
     /// `holder`, or the equal name remembered in its stead.
-    pub(crate) fn share(&mut self, holder: Arc<str>) -> Arc<str> {
+    pub(crate) fn share(&mut self, holder: Name) -> Name {
         self.remember(&holder.clone(), || holder)
     }
 
     /// The name remembered as `holder`, or `made` remembered in its slot.
-    fn remember(&mut self, holder: &str, made: impl FnOnce() -> Arc<str>) -> Arc<str> {
+    fn remember(&mut self, holder: &str, made: impl FnOnce() -> Name) -> Name {
         if self.0.is_empty() {
             self.0 = vec![None; SLOTS];
         }
@@ -73,14 +73,14 @@ mod tests {
     fn a_name_granted_again_is_shared_and_the_cache_stays_bounded() {
         let mut recent = RecentHolders::default();
         let first = recent.name("h");
-        assert!(Arc::ptr_eq(&first, &recent.name("h")));
+        assert!(Name::ptr_eq(&first, &recent.name("h")));
         for i in 0..10 * SLOTS {
             recent.name(&format!("holder-{i}"));
         }
         assert_eq!(recent.0.len(), SLOTS, "never more names than slots");
         assert_eq!(&*recent.name("h"), "h");
-        let decoded: Arc<str> = Arc::from("h");
-        assert!(Arc::ptr_eq(&recent.share(decoded), &recent.name("h")));
+        let decoded: Name = Name::from("h");
+        assert!(Name::ptr_eq(&recent.share(decoded), &recent.name("h")));
         assert!(recent.clone().0.is_empty(), "a clone copies nothing");
     }
 }

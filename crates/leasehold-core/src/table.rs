@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::limits::FORGET_BATCH;
 use super::session::{fingerprint, Admission, Sessions};
-use super::{Encoded, Map, Set};
+use super::{Encoded, Map, Name, Set};
 use crate::auth::{Denied, Policy};
 use crate::holder_names::RecentHolders;
 use crate::{
@@ -27,7 +27,7 @@ pub struct LeaseTable {
     /// Held leases, and free ones until they are forgotten (see [`Op::Forget`]). Each name is
     /// stored once, shared with `expiries`.
     #[serde(serialize_with = "crate::encode_map")]
-    leases: Map<Arc<str>, Lease>,
+    leases: Map<Name, Lease>,
     #[serde(serialize_with = "crate::encode_map")]
     rows: Map<String, Row>,
     /// Registered clients and their recent answers: a request retried after a lost answer (a
@@ -50,7 +50,7 @@ pub struct LeaseTable {
     /// now) and the longest-free leases (a free lease's `expires_at_ms` is when it became
     /// free), without a scan. Derived from `leases`, so not stored: rebuilt on load.
     #[serde(skip)]
-    expiries: Set<(u64, Arc<str>)>,
+    expiries: Set<(u64, Name)>,
     /// The names of recently granted holders, so that a holder of ten thousand leases keeps
     /// one copy of its name, not ten thousand. Not state: equal in every table.
     #[serde(skip)]
@@ -114,7 +114,7 @@ fn rehash(sum: &mut u64, before: Option<u64>, after: Option<u64>) {
 struct Stored {
     now_ms: u64,
     #[serde(deserialize_with = "decode_leases")]
-    leases: Map<Arc<str>, Lease>,
+    leases: Map<Name, Lease>,
     #[serde(deserialize_with = "crate::decode_map")]
     rows: Map<String, Row>,
     sessions: Sessions,
@@ -129,7 +129,7 @@ struct Stored {
 struct StoredBeforePolicy {
     now_ms: u64,
     #[serde(deserialize_with = "decode_leases")]
-    leases: Map<Arc<str>, Lease>,
+    leases: Map<Name, Lease>,
     #[serde(deserialize_with = "crate::decode_map")]
     rows: Map<String, Row>,
     sessions: Sessions,
@@ -141,7 +141,7 @@ struct StoredBeforePolicy {
 struct StoredBeforeForgetting {
     now_ms: u64,
     #[serde(deserialize_with = "decode_leases")]
-    leases: Map<Arc<str>, Lease>,
+    leases: Map<Name, Lease>,
     #[serde(deserialize_with = "crate::decode_map")]
     rows: Map<String, Row>,
     sessions: Sessions,
@@ -151,7 +151,7 @@ struct StoredBeforeForgetting {
 /// [`RecentHolders`], so in bounded memory, however many holders there are).
 fn decode_leases<'de, D: serde::Deserializer<'de>>(
     decoder: D,
-) -> Result<Map<Arc<str>, Lease>, D::Error> {
+) -> Result<Map<Name, Lease>, D::Error> {
     let mut holders = RecentHolders::default();
     crate::decode_map_with(decoder, |name, mut lease: Lease| {
         lease.holder = lease.holder.map(|holder| holders.share(holder));
@@ -167,8 +167,8 @@ const DERIVE_BESIDE_FROM: usize = 10_000;
 /// order than at random, and as densely (third_party/imbl/PATCH.md). The leases come in name
 /// order, so a stable sort by expiry alone puts them in the index's order without comparing a
 /// name.
-fn expiry_index(leases: &Map<Arc<str>, Lease>) -> Set<(u64, Arc<str>)> {
-    let mut order: Vec<(u64, Arc<str>)> = leases
+fn expiry_index(leases: &Map<Name, Lease>) -> Set<(u64, Name)> {
+    let mut order: Vec<(u64, Name)> = leases
         .iter()
         .map(|(name, lease)| (lease.expires_at_ms, name.clone()))
         .collect();
@@ -294,7 +294,7 @@ pub enum TokenCheck {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     /// `None` once released. An expired lease keeps its last holder, so a read can name it.
-    pub holder: Option<Arc<str>>,
+    pub holder: Option<Name>,
     /// The token of the latest grant; 0 for a lease never granted.
     pub token: u64,
     /// When the latest grant runs out, in store time (ms); for a released lease, the store
@@ -317,25 +317,19 @@ impl Lease {
 
 /// How many of `expiries` are held at `now_ms`: held means expiring after it, and a free
 /// lease's expiry is not after it.
-fn held_after(expiries: &Set<(u64, Arc<str>)>, now_ms: u64) -> usize {
+fn held_after(expiries: &Set<(u64, Name)>, now_ms: u64) -> usize {
     expiries.range(first_at(now_ms.saturating_add(1))..).count()
 }
 
 /// The first place in `expiries` at store time `at_ms`, before every name: a range bound that
-/// shares one empty name instead of allocating one per command.
-fn first_at(at_ms: u64) -> (u64, Arc<str>) {
-    static NO_NAME: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
-    (at_ms, NO_NAME.clone())
+/// uses the empty name, which allocates nothing.
+fn first_at(at_ms: u64) -> (u64, Name) {
+    (at_ms, Name::new())
 }
 
 /// Keeps `expiries` in step with a lease whose expiry goes from `before` to `after` (`None`:
 /// the lease is not in the table).
-fn reindex(
-    expiries: &mut Set<(u64, Arc<str>)>,
-    name: &Arc<str>,
-    before: Option<u64>,
-    after: Option<u64>,
-) {
+fn reindex(expiries: &mut Set<(u64, Name)>, name: &Name, before: Option<u64>, after: Option<u64>) {
     if before == after {
         return;
     }
@@ -593,8 +587,8 @@ impl LeaseTable {
             {
                 events.push(Event {
                     kind: EventKind::Expired,
-                    lease: name.to_string(),
-                    holder: holder.to_string(),
+                    lease: name.clone(),
+                    holder: holder.clone(),
                     token: *token,
                     expires_at_ms: *at,
                 });
@@ -662,6 +656,22 @@ impl LeaseTable {
         outcome
     }
 
+    /// `lease`'s and `holder`'s names as the table stores them, so that an event kept for
+    /// watchers shares them rather than copying them; a name the table does not hold (a
+    /// released lease's holder) is copied.
+    fn names(&self, lease: &str, holder: &str) -> (Name, Name) {
+        match self.leases.get_key_value(lease) {
+            Some((name, stored)) => (
+                name.clone(),
+                match &stored.holder {
+                    Some(stored) if **stored == *holder => stored.clone(),
+                    _ => Name::from(holder),
+                },
+            ),
+            None => (Name::from(lease), Name::from(holder)),
+        }
+    }
+
     /// Notes in `events` what `op`, answered `outcome`, did to its lease.
     fn note(&self, op: &Op, outcome: &Outcome, events: &mut Vec<Event>) {
         match (op, outcome) {
@@ -672,22 +682,26 @@ impl LeaseTable {
                     expires_at_ms,
                     renewed,
                 },
-            ) => events.push(Event {
-                kind: if *renewed {
-                    EventKind::Renewed
-                } else {
-                    EventKind::Granted
-                },
-                lease: lease.clone(),
-                holder: holder.clone(),
-                token: *token,
-                expires_at_ms: *expires_at_ms,
-            }),
+            ) => {
+                let (lease, holder) = self.names(lease, holder);
+                events.push(Event {
+                    kind: if *renewed {
+                        EventKind::Renewed
+                    } else {
+                        EventKind::Granted
+                    },
+                    lease,
+                    holder,
+                    token: *token,
+                    expires_at_ms: *expires_at_ms,
+                })
+            }
             (Op::Release { lease, holder, .. }, Outcome::Released { token }) => {
+                let (lease, holder) = self.names(lease, holder);
                 events.push(Event {
                     kind: EventKind::Released,
-                    lease: lease.clone(),
-                    holder: holder.clone(),
+                    lease,
+                    holder,
                     token: *token,
                     expires_at_ms: self.now_ms,
                 })
@@ -746,7 +760,7 @@ impl LeaseTable {
         let stored = self.leases.get_key_value(name);
         let before = stored.map(|(_, lease)| lease.expires_at_ms);
         let hashed = stored.map(|(_, lease)| entry_hash(name, lease));
-        let key = stored.map_or_else(|| Arc::from(name), |(key, _)| key.clone());
+        let key = stored.map_or_else(|| Name::from(name), |(key, _)| key.clone());
         let floor = self.forgotten_floor;
         let lease = self.leases.entry(key.clone()).or_insert_with(|| Lease {
             // A name not in the table (never seen, or forgotten) starts above every token a
@@ -805,10 +819,11 @@ impl LeaseTable {
         }
         let expires_at_ms = self.now_ms.saturating_add(*ttl_ms);
         self.change_lease(lease, |lease| lease.expires_at_ms = expires_at_ms);
+        let (lease, holder) = self.names(lease, holder);
         events.push(Event {
             kind: EventKind::Renewed,
-            lease: lease.clone(),
-            holder: holder.clone(),
+            lease,
+            holder,
             token: *token,
             expires_at_ms,
         });
@@ -1241,7 +1256,39 @@ mod tests {
         let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
         for table in [&t, &loaded] {
             let (name, _) = table.leases.get_min().unwrap();
-            assert_eq!(Arc::strong_count(name), 2, "the map's key and the expiry's");
+            assert_eq!(
+                Name::strong_count(name),
+                Some(2),
+                "the map's key and the expiry's"
+            );
+        }
+    }
+
+    #[test]
+    fn the_trees_hold_names_by_a_thin_pointer() {
+        // What a lease costs in the B-trees, whose leaves keep room for 16 entries used or
+        // not: 16 bytes more for each with an `Arc<str>` name and holder, 8 in the expiries.
+        assert_eq!(
+            std::mem::size_of::<(Name, Lease)>(),
+            40,
+            "a lease map entry"
+        );
+        assert_eq!(std::mem::size_of::<(u64, Name)>(), 16, "an expiry entry");
+    }
+
+    #[test]
+    fn an_event_shares_the_names_the_table_stores() {
+        let mut t = LeaseTable::default();
+        let mut events = Vec::new();
+        t.apply_noting(&at(0, acquire("l", "h", 1_000)), &mut events);
+        t.apply_noting(&at(1, acquire("l", "h", 1_000)), &mut events);
+        t.apply_noting(&at(2_000, Op::Tick), &mut events);
+        let (name, lease) = t.leases.get_key_value("l").unwrap();
+        let holder = lease.holder.as_ref().unwrap();
+        assert_eq!(events.len(), 3, "granted, renewed, expired: {events:?}");
+        for event in &events {
+            assert!(Name::ptr_eq(&event.lease, name), "{event:?}");
+            assert!(Name::ptr_eq(&event.holder, holder), "{event:?}");
         }
     }
 
@@ -1255,9 +1302,9 @@ mod tests {
         let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
         for table in [&t, &loaded] {
             let named = |lease| table.lease(lease).unwrap().holder.clone().unwrap();
-            assert!(Arc::ptr_eq(&named("l1"), &named("l2")));
-            assert!(Arc::ptr_eq(&named("l1"), &named("l3")));
-            assert!(!Arc::ptr_eq(&named("l1"), &named("other")));
+            assert!(Name::ptr_eq(&named("l1"), &named("l2")));
+            assert!(Name::ptr_eq(&named("l1"), &named("l3")));
+            assert!(!Name::ptr_eq(&named("l1"), &named("other")));
         }
     }
 
@@ -1267,7 +1314,7 @@ mod tests {
         struct Old<'a> {
             now_ms: u64,
             #[serde(serialize_with = "crate::encode_map")]
-            leases: &'a Map<Arc<str>, Lease>,
+            leases: &'a Map<Name, Lease>,
             #[serde(serialize_with = "crate::encode_map")]
             rows: &'a Map<String, Row>,
             sessions: &'a Sessions,
@@ -1292,7 +1339,15 @@ mod tests {
         t.apply_noting(&command, &mut events);
         events
             .into_iter()
-            .map(|e| (e.kind, e.lease, e.holder, e.token, e.expires_at_ms))
+            .map(|e| {
+                (
+                    e.kind,
+                    e.lease.to_string(),
+                    e.holder.to_string(),
+                    e.token,
+                    e.expires_at_ms,
+                )
+            })
             .collect()
     }
 

@@ -127,8 +127,8 @@ fn wire(noted: NotedEvent) -> pb::LeaseEvent {
     };
     pb::LeaseEvent {
         kind: kind.into(),
-        lease: noted.event.lease,
-        holder: noted.event.holder,
+        lease: noted.event.lease.to_string(),
+        holder: noted.event.holder.to_string(),
         token: noted.event.token,
         expires_at_ms: noted.event.expires_at_ms,
         log_index: noted.log_index,
