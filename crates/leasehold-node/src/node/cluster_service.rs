@@ -119,7 +119,7 @@ impl pb::cluster_server::Cluster for ClusterService {
                 (s.table.clone(), s.last_applied, s.table.digest())
             })
             .await?;
-        let data = tokio::task::spawn_blocking(move || crate::raft::codec::encode(&table))
+        let data = tokio::task::spawn_blocking(move || crate::raft::codec::encode_sized(&table))
             .await
             .map_err(|e| super::NodeError::Encoding {
                 what: "encoding the state",

@@ -16,7 +16,7 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::codec::{decode, encode};
+use super::codec::{decode, encode_sized};
 use super::events::{EventHistory, NotedEvent};
 use super::snapshot_file::{DurableSnapshot, SlowWork, SnapshotFile, SnapshotFiles, Written};
 use super::{AppendTimes, Applied, LogId, NodeId, StorageError, TypeConfig};
@@ -293,7 +293,7 @@ impl SnapshotBuilder {
         let data = self
             .files
             .slow()
-            .run(move || encode(&table))
+            .run(move || encode_sized(&table))
             .await
             .map_err(|e| sm_error(ErrorVerb::Read, e))?
             .map_err(|e| sm_error(ErrorVerb::Read, e))?;
