@@ -1277,19 +1277,54 @@ mod tests {
     }
 
     #[test]
+    fn a_name_is_encoded_and_decoded_as_a_string_is() {
+        let name = Name::from("lease-1");
+        let as_string = postcard::to_allocvec("lease-1").unwrap();
+        assert_eq!(postcard::to_allocvec(&name).unwrap(), as_string);
+        assert_eq!(postcard::from_bytes::<Name>(&as_string).unwrap(), name);
+        let lease = Lease {
+            holder: Some(Name::from("h")),
+            token: 7,
+            expires_at_ms: 9,
+            fence: 8,
+        };
+        let as_strings = postcard::to_allocvec(&(Some("h".to_string()), 7u64, 9u64, 8u64));
+        assert_eq!(postcard::to_allocvec(&lease).unwrap(), as_strings.unwrap());
+    }
+
+    #[test]
     fn an_event_shares_the_names_the_table_stores() {
         let mut t = LeaseTable::default();
         let mut events = Vec::new();
         t.apply_noting(&at(0, acquire("l", "h", 1_000)), &mut events);
         t.apply_noting(&at(1, acquire("l", "h", 1_000)), &mut events);
+        let renew = Op::Renew {
+            leases: vec![Renewal {
+                lease: "l".into(),
+                holder: "h".into(),
+                token: 1,
+                ttl_ms: 1_000,
+            }],
+        };
+        t.apply_noting(&at(2, renew), &mut events);
         t.apply_noting(&at(2_000, Op::Tick), &mut events);
         let (name, lease) = t.leases.get_key_value("l").unwrap();
-        let holder = lease.holder.as_ref().unwrap();
-        assert_eq!(events.len(), 3, "granted, renewed, expired: {events:?}");
+        let (name, holder) = (name.clone(), lease.holder.clone().unwrap());
+        let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
+        use EventKind::*;
+        assert_eq!(kinds, [Granted, Renewed, Renewed, Expired]);
         for event in &events {
-            assert!(Name::ptr_eq(&event.lease, name), "{event:?}");
-            assert!(Name::ptr_eq(&event.holder, holder), "{event:?}");
+            assert!(Name::ptr_eq(&event.lease, &name), "{event:?}");
+            assert!(Name::ptr_eq(&event.holder, &holder), "{event:?}");
         }
+        // A released lease keeps no holder, so its release event has a copy of the name.
+        events.clear();
+        t.apply_noting(&at(2_001, acquire("l", "h", 1_000)), &mut events);
+        t.apply_noting(&at(2_002, release("l", "h", 2)), &mut events);
+        let released = events.last().unwrap();
+        assert_eq!(released.kind, Released);
+        assert!(Name::ptr_eq(&released.lease, &name), "{released:?}");
+        assert_eq!(&*released.holder, "h");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 #![allow(clippy::result_large_err)]
 
 mod append_times;
+pub mod codec;
 #[cfg(test)]
 mod decoding_tests;
 pub(crate) mod events;
@@ -184,62 +185,6 @@ pub fn open_storage(
         .timing_appends(appends)
         .counting_in(metrics);
     Ok((log, state_machine))
-}
-
-/// The one encoding for everything Leasehold writes to disk or sends to a peer.
-pub mod codec {
-    use serde::{de::DeserializeOwned, Serialize};
-
-    /// `value`'s bytes.
-    pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, postcard::Error> {
-        postcard::to_allocvec(value)
-    }
-
-    /// `value`'s bytes in one buffer of their exact size, for a table (a snapshot's or a
-    /// backup's: 45 MB at a million leases). A buffer grown by doubling frees its smaller steps
-    /// (up to 32 MiB) into a malloc arena, where glibc keeps them resident: 27 and 41 MB free
-    /// in arenas of their own on nodes filled to a million leases (`malloc_info`). One
-    /// allocation this large is mapped and unmapped whole. Sizing first is a pass that writes
-    /// nothing (about 0.1 s at a million leases), off the runtime's threads like the encoding.
-    pub fn encode_sized<T: Serialize>(value: &T) -> Result<Vec<u8>, postcard::Error> {
-        let mut bytes = vec![0; postcard::experimental::serialized_size(value)?];
-        let written = postcard::to_slice(value, &mut bytes)?.len();
-        bytes.truncate(written);
-        Ok(bytes)
-    }
-
-    /// A value from its bytes, or why they are not one.
-    pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, postcard::Error> {
-        postcard::from_bytes(bytes)
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use leasehold_core::{Command, LeaseTable, Op};
-
-        #[test]
-        fn a_table_encoded_at_its_size_is_its_encoding_in_one_allocation() {
-            let mut table = LeaseTable::default();
-            for i in 0..1_000 {
-                table.apply(&Command {
-                    at_ms: Some(i),
-                    request: None,
-                    op: Op::Acquire {
-                        lease: format!("lease-{i}"),
-                        holder: format!("holder-{}", i % 7),
-                        ttl_ms: 60_000,
-                    },
-                });
-            }
-            let sized = super::encode_sized(&table).unwrap();
-            assert_eq!(sized, super::encode(&table).unwrap());
-            assert_eq!(
-                sized.capacity(),
-                sized.len(),
-                "never grown, never more room"
-            );
-        }
-    }
 }
 
 /// Timing for a leader's death to cost under a second. openraft's follower waits its leader

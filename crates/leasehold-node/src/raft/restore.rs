@@ -50,7 +50,7 @@ pub async fn restore_data_dir(
         .map_err(|e| format!("the state: {e}"))?
         .restored(gap);
     let digest = table.digest();
-    let state = super::codec::encode(&table).map_err(|e| format!("the state: {e}"))?;
+    let state = super::codec::encode_sized(&table).map_err(|e| format!("the state: {e}"))?;
     let log_id = LogId::new(CommittedLeaderId::new(at.term, at.leader_id), at.log_index);
     let voters: BTreeSet<NodeId> = peers.keys().copied().collect();
     let nodes: BTreeMap<NodeId, BasicNode> = peers
