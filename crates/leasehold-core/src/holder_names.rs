@@ -79,7 +79,7 @@ mod tests {
         }
         assert_eq!(recent.0.len(), SLOTS, "never more names than slots");
         assert_eq!(&*recent.name("h"), "h");
-        let decoded: Name = Name::from("h");
+        let decoded = Name::from("h");
         assert!(Name::ptr_eq(&recent.share(decoded), &recent.name("h")));
         assert!(recent.clone().0.is_empty(), "a clone copies nothing");
     }
