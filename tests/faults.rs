@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use leasehold::cli::local::{LocalCluster, PlaneAddrs};
-use leasehold::lease::{Fence, LeaseTable, Op, Outcome, ReleaseRefusal, Renewal, Renewed};
+use leasehold::lease::{Fence, LeaseTable, Name, Op, Outcome, ReleaseRefusal, Renewal, Renewed};
 use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use leasehold::proto::v1 as pb;
 use leasehold::raft::codec;
@@ -508,8 +508,8 @@ fn completion<T>(
 // The client's typed answers, as the checkers' outcomes: mapped field by field, so that an
 // answer the client misread shows up as a mismatch against the model's replay.
 
-fn held_by(h: &HeldBy) -> (String, u64, u64) {
-    (h.holder.clone(), h.token, h.expires_at_ms)
+fn held_by(h: &HeldBy) -> (Name, u64, u64) {
+    (h.holder.as_str().into(), h.token, h.expires_at_ms)
 }
 
 fn acquire_outcome(r: &Acquired) -> Outcome {

@@ -101,7 +101,7 @@ pub fn read_answer(table: &LeaseTable, request: &Request) -> Option<Answer> {
             Some(Answer::Lease {
                 holder: found
                     .and_then(|l| l.holder_at(table.now_ms()))
-                    .map(str::to_owned),
+                    .map(|holder| holder.to_string()),
                 token: found.map_or(0, |l| l.token),
             })
         }

@@ -148,7 +148,7 @@ impl Model {
         let session = self.sessions.get(request.client.checked_sub(1)? as usize)?;
         let owner = session.owner.as_deref().filter(|_| !session.expired)?;
         (Some(owner) != asker)
-            .then(|| Outcome::Denied(Denied::foreign_session(asker, request.client)))
+            .then(|| Outcome::Denied(Box::new(Denied::foreign_session(asker, request.client))))
     }
 
     fn session_mut(&mut self, request: RequestId) -> &mut ClientSession {
@@ -201,13 +201,13 @@ impl Model {
         let (identity, bearer, op) = (op.identity(), op.bearer(), op.bare());
         let check = |a| self.policy.check_caller(identity, bearer, &a).err();
         if let Some(denied) = op.actions().find_map(check) {
-            return Outcome::Denied(denied);
+            return Outcome::Denied(Box::new(denied));
         }
         match op {
             Op::As { .. } => self.apply_op(op),
             Op::Auth(change) => {
                 if let Err(denied) = self.policy.check_change(identity, bearer, change) {
-                    return Outcome::Denied(denied);
+                    return Outcome::Denied(Box::new(denied));
                 }
                 match self.policy.apply(change) {
                     Ok(()) => Outcome::PolicyChanged,
@@ -258,7 +258,7 @@ impl Model {
         if let Some(current) = self.current(lease).cloned() {
             if current.holder != holder {
                 return Outcome::HeldBy {
-                    holder: current.holder,
+                    holder: current.holder.into(),
                     token: current.token,
                     expires_at_ms: current.expires_at_ms,
                 };
@@ -323,7 +323,7 @@ impl Model {
         let current = self.current(lease).ok_or(ReleaseRefusal::NotHeld)?;
         if current.holder != holder {
             return Err(ReleaseRefusal::HeldByOther {
-                holder: current.holder.clone(),
+                holder: current.holder.as_str().into(),
                 token: current.token,
                 expires_at_ms: current.expires_at_ms,
             });
@@ -387,7 +387,7 @@ impl Model {
                 Outcome::StaleToken { fence: self.floor }
             } else {
                 Outcome::UnknownToken {
-                    lease: lease.clone(),
+                    lease: lease.as_str().into(),
                     latest_token: self.floor,
                 }
             });
@@ -395,7 +395,7 @@ impl Model {
         let latest = self.latest_token(lease);
         if *token > latest {
             return Some(Outcome::UnknownToken {
-                lease: lease.clone(),
+                lease: lease.as_str().into(),
                 latest_token: latest,
             });
         }
@@ -559,7 +559,7 @@ mod tests {
                 for lease in ["l1", "l2"] {
                     let found = table.lease(lease);
                     let (holder, token) = model.lease(lease);
-                    prop_assert_eq!(found.and_then(|l| l.holder_at(table.now_ms())), holder);
+                    prop_assert_eq!(found.and_then(|l| l.holder_at(table.now_ms())).map(|h| h.as_str()), holder);
                     prop_assert_eq!(found.map_or(0, |l| l.token), token);
                     let was = highest.get(lease).copied().unwrap_or(0);
                     if let Some(found) = found {

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::auth::{Action, AuthChange, Denied};
+use crate::Name;
 
 /// One logged command: an operation plus the store time the leader stamped on it.
 ///
@@ -246,8 +247,8 @@ pub enum Outcome {
     },
     /// Someone else holds the lease: nothing changed.
     HeldBy {
-        /// The current holder's name.
-        holder: String,
+        /// The current holder's name, shared with the table.
+        holder: Name,
         /// The current grant's token.
         token: u64,
         /// When the current grant runs out, in store time (ms), unless its holder renews it.
@@ -273,7 +274,7 @@ pub enum Outcome {
     /// nothing changed.
     UnknownToken {
         /// The lease the write was fenced with.
-        lease: String,
+        lease: Name,
         /// The largest token the lease has handed out (the table's floor for a lease not in
         /// it): the write's token was above it.
         latest_token: u64,
@@ -309,8 +310,10 @@ pub enum Outcome {
         /// How many; at most [`FORGET_BATCH`](crate::FORGET_BATCH).
         leases: usize,
     },
-    /// The policy does not let the asker do this: nothing changed.
-    Denied(Denied),
+    /// The policy does not let the asker do this: nothing changed. Boxed: every session keeps
+    /// its last answers, and this rare answer, at four strings, would make each of them the
+    /// size of four strings.
+    Denied(Box<Denied>),
     /// A policy change applied.
     PolicyChanged,
     /// A policy change refused: it would leave the policy invalid or the cluster without an
@@ -349,8 +352,8 @@ pub enum ReleaseRefusal {
     NotHeld,
     /// Someone else holds it.
     HeldByOther {
-        /// The current holder's name.
-        holder: String,
+        /// The current holder's name, shared with the table.
+        holder: Name,
         /// The current grant's token.
         token: u64,
         /// When the current grant runs out, in store time (ms), unless its holder renews it.

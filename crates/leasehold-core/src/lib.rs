@@ -11,6 +11,7 @@
 //! - `table`: [`LeaseTable::apply`], leases, tokens, fences, rows, and the digest kept along.
 //! - [`limits`]: sizes, TTL bounds and names, validated before a command reaches the log.
 //! - `session`: client sessions, so a retried request is answered, never applied twice.
+//! - `kept_answers`: the answers a session keeps for its retries, in one array.
 //! - `event`: what a command did to leases, for watches.
 //! - `holder_names`: holder names shared between the leases that name the same holder.
 //! - [`auth`]: who may do what: roles on lease and key prefixes, the admin permission, and
@@ -25,6 +26,7 @@ mod authorized;
 mod command;
 mod event;
 mod holder_names;
+mod kept_answers;
 pub mod limits;
 pub(crate) mod session;
 mod table;

@@ -10,6 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::kept_answers::{Kept, KeptAnswers};
 use super::limits::{SESSION_ANSWERS, SESSION_IDLE_MS};
 use super::{Map, Op, Outcome, RequestId, Set};
 
@@ -40,7 +41,7 @@ fn meta_hash(client: u64, session: &Session) -> u64 {
 }
 
 /// One kept answer's share of the digest.
-fn answer_hash(client: u64, sequence: u64, kept: &(u64, Outcome)) -> u64 {
+fn answer_hash(client: u64, sequence: u64, kept: &Kept) -> u64 {
     super::fnv1a_of(&(client, sequence, kept))
 }
 
@@ -50,7 +51,7 @@ fn session_hash(client: u64, session: &Session) -> u64 {
         .answers
         .iter()
         .fold(meta_hash(client, session), |sum, (sequence, kept)| {
-            sum.wrapping_add(answer_hash(client, *sequence, kept))
+            sum.wrapping_add(answer_hash(client, sequence, kept))
         })
 }
 
@@ -97,11 +98,7 @@ impl From<Stored> for Sessions {
 struct Session {
     last_seen_ms: u64,
     /// Per sequence: the fingerprint of the operation and the answer it got.
-    #[serde(
-        serialize_with = "crate::encode_map",
-        deserialize_with = "crate::decode_map"
-    )]
-    answers: Map<u64, (u64, Outcome)>,
+    answers: KeptAnswers,
     /// The highest sequence whose answer was dropped to keep `answers` bounded. A request at or
     /// below it without a kept answer is a late retry, and applying it would apply it twice.
     forgotten_through: u64,
@@ -168,7 +165,7 @@ impl Sessions {
                 .wrapping_sub(before)
                 .wrapping_add(meta_hash(request.client, session));
         }
-        match session.answers.get(&request.sequence) {
+        match session.answers.get(request.sequence) {
             Some((kept, answer)) if *kept == fingerprint => Admission::Answer(answer.clone()),
             Some(_) => Admission::Answer(Outcome::RequestIdReused),
             None if request.sequence <= session.forgotten_through => {
@@ -187,19 +184,21 @@ impl Sessions {
         let mut sum = self.sum.wrapping_sub(meta_hash(client, session));
         let kept = (fingerprint, outcome.clone());
         sum = sum.wrapping_add(answer_hash(client, request.sequence, &kept));
-        if let Some(replaced) = session.answers.insert(request.sequence, kept) {
+        let mut forgotten_through = session.forgotten_through;
+        let replaced = session.answers.keep(
+            request.sequence,
+            kept,
+            SESSION_ANSWERS,
+            |sequence, dropped| {
+                sum = sum.wrapping_sub(answer_hash(client, sequence, &dropped));
+                forgotten_through = forgotten_through.max(sequence);
+            },
+        );
+        if let Some(replaced) = replaced {
             // Not reached: `admit` answers a kept sequence without applying it.
             sum = sum.wrapping_sub(answer_hash(client, request.sequence, &replaced));
         }
-        while session.answers.len() > SESSION_ANSWERS {
-            let oldest = session.answers.get_min().map(|(sequence, _)| *sequence);
-            if let Some((sequence, dropped)) =
-                oldest.and_then(|s| session.answers.remove_with_key(&s))
-            {
-                sum = sum.wrapping_sub(answer_hash(client, sequence, &dropped));
-                session.forgotten_through = session.forgotten_through.max(sequence);
-            }
-        }
+        session.forgotten_through = forgotten_through;
         self.sum = sum.wrapping_add(meta_hash(client, session));
     }
 

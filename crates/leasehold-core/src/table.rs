@@ -307,7 +307,7 @@ pub struct Lease {
 
 impl Lease {
     /// Who holds the lease at store time `now_ms`, if anyone.
-    pub fn holder_at(&self, now_ms: u64) -> Option<&str> {
+    pub fn holder_at(&self, now_ms: u64) -> Option<&Name> {
         match &self.holder {
             Some(holder) if now_ms < self.expires_at_ms => Some(holder),
             _ => None,
@@ -510,12 +510,12 @@ impl LeaseTable {
                 latest_token: lease.token,
             },
             Some(holder) if token == lease.token => TokenCheck::Current {
-                holder: holder.to_owned(),
+                holder: holder.to_string(),
                 expires_at_ms: lease.expires_at_ms,
             },
             _ => TokenCheck::Stale {
                 current_token: lease.token,
-                holder: holder.map(str::to_owned),
+                holder: holder.map(Name::to_string),
             },
         }
     }
@@ -566,7 +566,7 @@ impl LeaseTable {
     fn foreign_session(&self, request: RequestId, asker: Option<&str>) -> Option<Outcome> {
         let owner = self.session_owners.get(&request.client)?;
         (Some(owner.as_str()) != asker)
-            .then(|| Outcome::Denied(Denied::foreign_session(asker, request.client)))
+            .then(|| Outcome::Denied(Box::new(Denied::foreign_session(asker, request.client))))
     }
 
     /// Moves store time to `to_ms` if that is later, noting the leases held until then whose
@@ -603,7 +603,7 @@ impl LeaseTable {
         let (identity, bearer, op) = (op.identity(), op.bearer(), op.bare());
         for action in op.actions() {
             if let Err(denied) = self.policy.check_caller(identity, bearer, &action) {
-                return Outcome::Denied(denied);
+                return Outcome::Denied(Box::new(denied));
             }
         }
         let outcome = match op {
@@ -642,7 +642,7 @@ impl LeaseTable {
             Op::Auth(change) => match self
                 .policy
                 .check_change(identity, bearer, change)
-                .map_err(Outcome::Denied)
+                .map_err(|denied| Outcome::Denied(Box::new(denied)))
                 .and_then(|()| self.policy.apply(change).map_err(policy_refused))
             {
                 Ok(()) => {
@@ -748,7 +748,7 @@ impl LeaseTable {
                 }
                 Some(current) => {
                     return Outcome::HeldBy {
-                        holder: current.to_owned(),
+                        holder: current.clone(),
                         token: lease.token,
                         expires_at_ms: lease.expires_at_ms,
                     };
@@ -836,7 +836,7 @@ impl LeaseTable {
         match lease.holder_at(self.now_ms) {
             None => Err(ReleaseRefusal::NotHeld),
             Some(current) if current != holder => Err(ReleaseRefusal::HeldByOther {
-                holder: current.to_owned(),
+                holder: current.clone(),
                 token: lease.token,
                 expires_at_ms: lease.expires_at_ms,
             }),
@@ -900,14 +900,14 @@ impl LeaseTable {
                 Outcome::StaleToken { fence: floor }
             } else {
                 Outcome::UnknownToken {
-                    lease: name.clone(),
+                    lease: name.as_str().into(),
                     latest_token: floor,
                 }
             });
         };
         if *token > latest_token {
             return Err(Outcome::UnknownToken {
-                lease: name.clone(),
+                lease: name.as_str().into(),
                 latest_token,
             });
         }
@@ -915,7 +915,7 @@ impl LeaseTable {
         // replay, so one that crashed here would crash them all, forever.
         let Some(lease) = self.leases.get_mut(name.as_str()) else {
             return Err(Outcome::UnknownToken {
-                lease: name.clone(),
+                lease: name.as_str().into(),
                 latest_token,
             });
         };

@@ -6,7 +6,7 @@ use super::NodeError;
 use crate::proto::v1 as pb;
 use crate::raft::Applied;
 use leasehold_core::auth::{AuthChange, Grant, Permission, Policy};
-use leasehold_core::{InvalidInput, Outcome, ReleaseRefusal, Renewed};
+use leasehold_core::{InvalidInput, Name, Outcome, ReleaseRefusal, Renewed};
 
 fn applied(a: &Applied) -> Option<pb::Applied> {
     Some(pb::Applied {
@@ -22,7 +22,7 @@ fn mismatch(command: &str, outcome: &Outcome) -> NodeError {
     match outcome {
         Outcome::Forgotten => NodeError::Forgotten,
         Outcome::UnknownSession => NodeError::UnknownSession,
-        Outcome::Denied(denied) => NodeError::Denied(denied.clone()),
+        Outcome::Denied(denied) => NodeError::Denied(denied.as_ref().clone()),
         Outcome::RequestIdReused => NodeError::Invalid(InvalidInput::new(
             "request_id",
             "this sequence number was already used for another operation; every request needs \
@@ -65,7 +65,7 @@ pub fn acquire(a: Applied) -> Result<pb::AcquireResponse, NodeError> {
             token,
             expires_at_ms,
         } => O::HeldBy(pb::HeldBy {
-            holder: holder.clone(),
+            holder: holder.to_string(),
             token: *token,
             expires_at_ms: *expires_at_ms,
         }),
@@ -91,7 +91,7 @@ fn refused<O>(
             token,
             expires_at_ms,
         } => held_by(pb::HeldBy {
-            holder: holder.clone(),
+            holder: holder.to_string(),
             token: *token,
             expires_at_ms: *expires_at_ms,
         }),
@@ -325,7 +325,7 @@ pub fn check_token(
         }),
         TokenCheck::Unknown { latest_token } => {
             let unknown = Outcome::UnknownToken {
-                lease: lease.to_owned(),
+                lease: lease.into(),
                 latest_token,
             };
             return Err(unknown_token(&unknown).unwrap_or_else(|| mismatch("check", &unknown)));
@@ -343,8 +343,7 @@ pub fn get_lease(lease: Option<leasehold_core::Lease>, at: &Applied) -> pb::GetL
         applied: applied(at),
         holder: lease
             .holder_at(at.store_time_ms)
-            .unwrap_or_default()
-            .to_owned(),
+            .map_or_else(String::new, Name::to_string),
         token: lease.token,
         expires_at_ms: lease.expires_at_ms,
         fence: lease.fence,
