@@ -2,13 +2,13 @@
 //! highest sequences, in sequence order.
 //!
 //! Kept in one array behind an `Arc`, not in a [`Map`](crate::Map): answers arrive in about
-//! ascending order and leave from the bottom, which leaves a B-tree's leaves half full, and
-//! its entries are what an array's are. At a million leases filled by 1,536 `bench` sessions,
-//! the map's share was 12 KB per session, 18 bytes per lease. The array is shared by the
-//! table's clones as the map's nodes were: a snapshot costs each session that answers during
-//! its encoding one copy of its array, the first time it changes.
+//! ascending order and leave from the bottom, which leaves a B-tree's leaves half full, while
+//! an array holds the same entries with no room between them. A probe of 1,000 sessions of 128
+//! answers each measured 12,320 heap bytes per session in the map and 6,144 in the array. The
+//! array is shared by the table's clones as the map's nodes were: a snapshot costs a session
+//! that answers during its encoding one copy of its array, at its first change.
 //!
-//! [`SESSION_ANSWERS`]: crate::limits
+//! [`SESSION_ANSWERS`]: crate::limits::SESSION_ANSWERS
 
 use std::collections::VecDeque;
 use std::sync::Arc;

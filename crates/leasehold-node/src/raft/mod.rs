@@ -6,6 +6,7 @@
 #![allow(clippy::result_large_err)]
 
 mod append_times;
+mod apply_thread;
 pub mod codec;
 #[cfg(test)]
 mod decoding_tests;

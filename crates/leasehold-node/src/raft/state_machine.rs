@@ -16,6 +16,7 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::apply_thread::ApplyThread;
 use super::codec::{decode, encode_sized};
 use super::events::{EventHistory, NotedEvent};
 use super::snapshot_file::{DurableSnapshot, SlowWork, SnapshotFile, SnapshotFiles, Written};
@@ -108,6 +109,9 @@ pub struct StateMachineStore {
     snapshot_count: u64,
     /// Where commands per entry and expiries are counted.
     metrics: Option<Arc<Metrics>>,
+    /// Where entries are applied: a thread of the table's own (see `apply_thread`), or, in
+    /// the simulation, the calling task.
+    thread: Option<ApplyThread>,
 }
 
 /// Whether `entry` may apply after `last`: `last_applied` only grows. openraft applies the log
@@ -150,6 +154,12 @@ impl StateMachineStore {
             files,
             snapshot_count: 0,
             metrics: None,
+            thread: match slow {
+                SlowWork::BlockingPool => {
+                    Some(ApplyThread::spawn().map_err(|e| sm_error(ErrorVerb::Write, e))?)
+                }
+                SlowWork::Inline => None,
+            },
         };
         if let Some(file) = found {
             store.restore(&file.meta, decode_table(&file.data)?);
@@ -160,46 +170,6 @@ impl StateMachineStore {
     /// The applied state, shared with the node's reads and watches.
     pub fn shared(&self) -> Arc<SharedState> {
         self.state.clone()
-    }
-
-    /// Applies one entry's commands to the table (a membership entry to the membership), and
-    /// notes the events they caused: the table's answers, one per command.
-    fn apply_entry(
-        &self,
-        state: &mut Applying,
-        entry: &Entry,
-        noted: &mut Vec<NotedEvent>,
-    ) -> Vec<Applied> {
-        let mut answers = Vec::new();
-        match &entry.payload {
-            EntryPayload::Blank => {}
-            EntryPayload::Normal(Batch(commands)) => {
-                if let Some(metrics) = &self.metrics {
-                    metrics.batch_commands.observe(commands.len() as f64);
-                }
-                let mut events = Vec::new();
-                for (position, command) in (0..).zip(commands) {
-                    let outcome = state.table.apply_noting(command, &mut events);
-                    let store_time_ms = state.table.now_ms();
-                    noted.extend(events.drain(..).map(|event| NotedEvent {
-                        log_index: entry.log_id.index,
-                        store_time_ms,
-                        event,
-                    }));
-                    answers.push(Applied {
-                        log_index: entry.log_id.index,
-                        position,
-                        store_time_ms,
-                        outcome,
-                    });
-                }
-            }
-            EntryPayload::Membership(membership) => {
-                state.last_membership =
-                    StoredMembership::new(Some(entry.log_id), membership.clone());
-            }
-        }
-        answers
     }
 
     /// Takes a stamp's instant from when its entry was appended, as `appends` noted it.
@@ -238,6 +208,97 @@ impl StateMachineStore {
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = None;
     }
+}
+
+/// Applies `entries` in order to the shared state, then tells watchers: each entry's answers,
+/// one per command.
+fn apply_entries(
+    shared: &SharedState,
+    appends: Option<&AppendTimes>,
+    metrics: Option<&Metrics>,
+    entries: Vec<Entry>,
+) -> Result<Vec<Vec<Applied>>, StorageError> {
+    let mut state = shared.inner.write().unwrap_or_else(|p| p.into_inner());
+    let mut seen = None;
+    let mut replies = Vec::new();
+    let mut noted = Vec::new();
+    for entry in entries {
+        next_to_apply(state.last_applied, &entry.log_id)?;
+        let time_before = state.table.now_ms();
+        let answers = apply_entry(metrics, &mut state, &entry, &mut noted);
+        // Every entry that carries a stamp, even one equal to the time before, or that moved
+        // time: carrying from an older entry's instant would count the time before this
+        // entry's stamp twice (see `node::clock`). Not on a leader's blank or a membership
+        // entry, which carry no time, so the time from the last stamp to a new leader's
+        // election is still carried. The entry's append here is later than its stamp and
+        // earlier than its apply, which may wait for an election.
+        let stamped = match &entry.payload {
+            EntryPayload::Normal(Batch(commands)) => commands.iter().any(|c| c.at_ms.is_some()),
+            _ => false,
+        };
+        if stamped || state.table.now_ms() > time_before {
+            let appended = appends.and_then(|a| a.when(&entry.log_id));
+            seen = Some(StampSeen {
+                ms: state.table.now_ms(),
+                entry: entry.log_id,
+                at: appended.unwrap_or_else(tokio::time::Instant::now),
+            });
+        }
+        state.last_applied = Some(entry.log_id);
+        replies.push(answers);
+    }
+    if let Some(metrics) = metrics {
+        let expired = noted.iter().filter(|n| n.event.kind == EventKind::Expired);
+        metrics.expiries.inc_by(expired.count() as u64);
+    }
+    if let Some(last) = state.last_applied {
+        // Events first, then the index: a watcher woken by the index finds them.
+        shared.events().push(noted);
+        shared.applied.send_replace(last.index);
+    }
+    if seen.is_some() {
+        *shared.stamp_seen.lock().unwrap_or_else(|p| p.into_inner()) = seen;
+    }
+    Ok(replies)
+}
+
+/// Applies one entry's commands to the table (a membership entry to the membership), and
+/// notes the events they caused: the table's answers, one per command.
+fn apply_entry(
+    metrics: Option<&Metrics>,
+    state: &mut Applying,
+    entry: &Entry,
+    noted: &mut Vec<NotedEvent>,
+) -> Vec<Applied> {
+    let mut answers = Vec::new();
+    match &entry.payload {
+        EntryPayload::Blank => {}
+        EntryPayload::Normal(Batch(commands)) => {
+            if let Some(metrics) = metrics {
+                metrics.batch_commands.observe(commands.len() as f64);
+            }
+            let mut events = Vec::new();
+            for (position, command) in (0..).zip(commands) {
+                let outcome = state.table.apply_noting(command, &mut events);
+                let store_time_ms = state.table.now_ms();
+                noted.extend(events.drain(..).map(|event| NotedEvent {
+                    log_index: entry.log_id.index,
+                    store_time_ms,
+                    event,
+                }));
+                answers.push(Applied {
+                    log_index: entry.log_id.index,
+                    position,
+                    store_time_ms,
+                    outcome,
+                });
+            }
+        }
+        EntryPayload::Membership(membership) => {
+            state.last_membership = StoredMembership::new(Some(entry.log_id), membership.clone());
+        }
+    }
+    answers
 }
 
 /// A snapshot's table; one written by an earlier version loads as it was then: before the
@@ -367,52 +428,20 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let mut state = self.state.inner.write().unwrap_or_else(|p| p.into_inner());
-        let mut seen = None;
-        let mut replies = Vec::new();
-        let mut noted = Vec::new();
-        for entry in entries {
-            next_to_apply(state.last_applied, &entry.log_id)?;
-            let time_before = state.table.now_ms();
-            let answers = self.apply_entry(&mut state, &entry, &mut noted);
-            // Every entry that carries a stamp, even one equal to the time before, or that moved
-            // time: carrying from an older entry's instant would count the time before this
-            // entry's stamp twice (see `node::clock`). Not on a leader's blank or a membership
-            // entry, which carry no time, so the time from the last stamp to a new leader's
-            // election is still carried. The entry's append here is later than its stamp and
-            // earlier than its apply, which may wait for an election.
-            let stamped = match &entry.payload {
-                EntryPayload::Normal(Batch(commands)) => commands.iter().any(|c| c.at_ms.is_some()),
-                _ => false,
-            };
-            if stamped || state.table.now_ms() > time_before {
-                let appended = self.appends.as_ref().and_then(|a| a.when(&entry.log_id));
-                seen = Some(StampSeen {
-                    ms: state.table.now_ms(),
-                    entry: entry.log_id,
-                    at: appended.unwrap_or_else(tokio::time::Instant::now),
-                });
-            }
-            state.last_applied = Some(entry.log_id);
-            replies.push(answers);
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let (shared, appends, metrics) = (
+            self.state.clone(),
+            self.appends.clone(),
+            self.metrics.clone(),
+        );
+        let apply = move || apply_entries(&shared, appends.as_ref(), metrics.as_deref(), entries);
+        match &self.thread {
+            Some(thread) => thread
+                .run(apply)
+                .await
+                .map_err(|stopped| sm_error(ErrorVerb::Write, stopped))?,
+            None => apply(),
         }
-        if let Some(metrics) = &self.metrics {
-            let expired = noted.iter().filter(|n| n.event.kind == EventKind::Expired);
-            metrics.expiries.inc_by(expired.count() as u64);
-        }
-        if let Some(last) = state.last_applied {
-            // Events first, then the index: a watcher woken by the index finds them.
-            self.state.events().push(noted);
-            self.state.applied.send_replace(last.index);
-        }
-        if seen.is_some() {
-            *self
-                .state
-                .stamp_seen
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = seen;
-        }
-        Ok(replies)
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
