@@ -39,7 +39,8 @@ impl KeptAnswers {
 
     /// Keeps `kept` for `sequence`, then drops the lowest sequences while more than `limit`
     /// are kept (this one too, should it be the lowest), telling `dropped` each one, lowest
-    /// first. Gives back the answer `sequence` had, if it had one: replaced, not dropped.
+    /// first. Gives back the answer `sequence` had, if it had one: replaced, and nothing
+    /// dropped. (Sessions never replace one: a kept sequence is answered, not applied again.)
     pub fn keep(
         &mut self,
         sequence: u64,
@@ -68,12 +69,10 @@ impl KeptAnswers {
         }
         if let Some(new) = new {
             if answers.len() == answers.capacity() {
-                // Doubling, but never past the limit: a copy made for a snapshot has no room
-                // to spare, and plain doubling from there would overshoot it.
-                let room = answers
-                    .len()
-                    .clamp(1, limit.saturating_sub(answers.len()).max(1));
-                answers.reserve_exact(room);
+                // Grown as a Vec grows (doubling), but never past the limit: a copy made for a
+                // snapshot has no room to spare, and plain doubling from it would overshoot.
+                let room = (answers.capacity() * 2).clamp(answers.len() + 1, limit);
+                answers.reserve_exact(room - answers.len());
             }
             answers.insert(at, new);
         }
@@ -83,12 +82,7 @@ impl KeptAnswers {
 
 impl Serialize for KeptAnswers {
     fn serialize<S: serde::Serializer>(&self, encoder: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut entries = encoder.serialize_map(Some(self.0.len()))?;
-        for (sequence, kept) in self.0.iter() {
-            entries.serialize_entry(sequence, kept)?;
-        }
-        entries.end()
+        encoder.collect_map(self.0.iter().map(|(sequence, kept)| (sequence, kept)))
     }
 }
 
@@ -198,14 +192,8 @@ mod tests {
         for sequence in [1, 2, 3] {
             map.insert(sequence, answer(sequence));
         }
-        struct AsMap<'a>(&'a crate::Map<u64, Kept>);
-        impl Serialize for AsMap<'_> {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                crate::encode_map(self.0, s)
-            }
-        }
         let bytes = postcard::to_allocvec(&answers).unwrap();
-        assert_eq!(bytes, postcard::to_allocvec(&AsMap(&map)).unwrap());
+        assert_eq!(bytes, postcard::to_allocvec(&crate::Encoded(&map)).unwrap());
         let decoded: KeptAnswers = postcard::from_bytes(&bytes).unwrap();
         assert_eq!(decoded, answers);
     }

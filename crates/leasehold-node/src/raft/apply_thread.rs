@@ -1,5 +1,5 @@
-//! A thread of its own for changing the table, so that the table's memory comes from an
-//! allocator arena that nothing else allocates in.
+//! A thread of its own for changing the table, so that the nodes the table grows by come from
+//! an allocator arena of their own, not one the request path allocates in.
 //!
 //! glibc gives each thread an arena. A leader's runtime threads also decode requests, gather
 //! them into entries and send them to the followers; a table changed there got its B-tree
@@ -7,11 +7,15 @@
 //! nodes stayed resident. Filled to a million leases (`cluster/measure-scale.sh`), a leader
 //! held 211-214 bytes per lease against its followers' 185-189, 40-48 MB of it free chunks of
 //! 500-700 bytes (by `malloc_info`); one arena for every thread made it worse, not better.
-//! Applied here, the leader held 190-192 against 185-186. The cost is a hand-off to this
-//! thread and back per batch of entries that openraft applies, not per command; one client's
-//! puts did not measurably slow.
+//! Applied here, the leader held 190-192 against 185-186. (What applying allocates and frees
+//! elsewhere, answers and events, still crosses arenas, and a table loaded from a snapshot was
+//! decoded where the snapshot was read.) The cost is a hand-off to this thread and back per
+//! batch of entries that openraft applies, not per command; one client's puts did not
+//! measurably slow.
 
 use std::sync::mpsc;
+
+use tokio::runtime::RuntimeFlavor;
 
 /// Work for the thread: a closure that sends its own result back.
 type Job = Box<dyn FnOnce() + Send>;
@@ -39,18 +43,33 @@ impl ApplyThread {
         Ok(ApplyThread { jobs })
     }
 
-    /// Runs `work` on the thread and waits, without blocking the runtime, for its result.
+    /// Runs `work` on the thread and waits for its result: without blocking a multi-threaded
+    /// runtime, and blocking a current-thread one, as the work did when it ran there. Such a
+    /// runtime, idle while it waited, would count as idle: under a paused test clock it would
+    /// jump to its next timer mid-apply (`spawn_blocking` guards against that; a thread of our
+    /// own does not).
     pub async fn run<T: Send + 'static>(
         &self,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, Stopped> {
-        let (done, result) = tokio::sync::oneshot::channel();
-        self.jobs
-            .send(Box::new(move || {
+        let on_current_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|runtime| runtime.runtime_flavor() == RuntimeFlavor::CurrentThread);
+        if on_current_thread {
+            let (done, result) = mpsc::sync_channel(1);
+            self.send(move || {
                 let _ = done.send(work());
-            }))
-            .map_err(|_| Stopped)?;
+            })?;
+            return result.recv().map_err(|_| Stopped);
+        }
+        let (done, result) = tokio::sync::oneshot::channel();
+        self.send(move || {
+            let _ = done.send(work());
+        })?;
         result.await.map_err(|_| Stopped)
+    }
+
+    fn send(&self, job: impl FnOnce() + Send + 'static) -> Result<(), Stopped> {
+        self.jobs.send(Box::new(job)).map_err(|_| Stopped)
     }
 }
 
@@ -67,6 +86,20 @@ mod tests {
         assert_ne!(first, here);
         assert_eq!(first, second);
         assert_eq!(thread.run(|| 6 * 7).await.unwrap(), 42);
+    }
+
+    /// A paused clock with a timer pending stands still while the thread works, as it did
+    /// while the work ran on the runtime; awaiting the thread, the idle runtime jumped 60 s.
+    #[tokio::test(start_paused = true)]
+    async fn a_paused_clock_stands_still_while_the_thread_works() {
+        let thread = ApplyThread::spawn().unwrap();
+        let timer = tokio::spawn(tokio::time::sleep(std::time::Duration::from_secs(60)));
+        tokio::task::yield_now().await;
+        let before = tokio::time::Instant::now();
+        let slept = std::time::Duration::from_millis(20);
+        thread.run(move || std::thread::sleep(slept)).await.unwrap();
+        assert_eq!(before.elapsed(), std::time::Duration::ZERO);
+        timer.abort();
     }
 
     #[tokio::test]

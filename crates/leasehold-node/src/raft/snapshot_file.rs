@@ -88,11 +88,12 @@ pub(super) struct SnapshotFiles {
     inner: Arc<Files>,
 }
 
-/// Where the slow work on a whole snapshot (reading, writing and decoding it) runs.
+/// Where the slow work on a whole snapshot (reading, writing and decoding it) runs, and
+/// where entries are applied (see `apply_thread`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SlowWork {
     /// On tokio's blocking pool, so that a large snapshot never holds up a runtime thread, and
-    /// the heartbeats behind it. What a node uses.
+    /// the heartbeats behind it; entries on a thread of their own. What a node uses.
     #[default]
     BlockingPool,
     /// On the calling task. For the simulation: work on the blocking pool finishes in real

@@ -211,11 +211,13 @@ impl StateMachineStore {
 }
 
 /// Applies `entries` in order to the shared state, then tells watchers: each entry's answers,
-/// one per command.
+/// one per command. `now`, taken once the entries were committed, is a stamp's instant where
+/// its append was not noted.
 fn apply_entries(
     shared: &SharedState,
     appends: Option<&AppendTimes>,
     metrics: Option<&Metrics>,
+    now: tokio::time::Instant,
     entries: Vec<Entry>,
 ) -> Result<Vec<Vec<Applied>>, StorageError> {
     let mut state = shared.inner.write().unwrap_or_else(|p| p.into_inner());
@@ -241,7 +243,7 @@ fn apply_entries(
             seen = Some(StampSeen {
                 ms: state.table.now_ms(),
                 entry: entry.log_id,
-                at: appended.unwrap_or_else(tokio::time::Instant::now),
+                at: appended.unwrap_or(now),
             });
         }
         state.last_applied = Some(entry.log_id);
@@ -434,7 +436,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             self.appends.clone(),
             self.metrics.clone(),
         );
-        let apply = move || apply_entries(&shared, appends.as_ref(), metrics.as_deref(), entries);
+        // Read here, on the runtime: its clock is the one the node measures carried time on,
+        // and under a paused test clock the apply thread's would be the real one.
+        let now = tokio::time::Instant::now();
+        let apply =
+            move || apply_entries(&shared, appends.as_ref(), metrics.as_deref(), now, entries);
         match &self.thread {
             Some(thread) => thread
                 .run(apply)
@@ -513,6 +519,19 @@ mod tests {
         leader.apply((1..=upto).map(entry)).await.unwrap();
         let mut builder = leader.get_snapshot_builder().await;
         builder.build_snapshot().await.unwrap()
+    }
+
+    /// A stamp whose append was not noted takes its instant from the runtime's clock, the one
+    /// the node measures carried time on, though the entry is applied on a thread of its own.
+    /// Under a paused clock, that thread's would be the real one, 60 s behind here.
+    #[tokio::test(start_paused = true)]
+    async fn a_stamps_instant_is_read_on_the_runtimes_clock() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut sm = StateMachineStore::open(dir.path()).unwrap();
+        tokio::time::advance(std::time::Duration::from_secs(60)).await;
+        sm.apply([entry(1)]).await.unwrap();
+        let seen = sm.state.stamp_seen().expect("a stamped entry applied");
+        assert_eq!(seen.at, tokio::time::Instant::now());
     }
 
     /// `last_applied` only grows: an entry applied again, or one older than the last applied,
