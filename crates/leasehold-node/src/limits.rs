@@ -32,6 +32,9 @@ pub(crate) const MAX_PAYLOAD_ENTRIES: u64 = 16;
 /// Bytes per snapshot chunk sent to a follower.
 pub(crate) const SNAPSHOT_CHUNK_BYTES: u64 = 3 * 1024 * 1024;
 
+/// Bytes of a snapshot file written between two fdatasyncs of it (see `snapshot_file`).
+pub(crate) const SNAPSHOT_SYNC_BYTES: usize = 1024 * 1024;
+
 /// The default for `serve --snapshot-every`.
 pub const DEFAULT_SNAPSHOT_EVERY: u64 = 10_000;
 

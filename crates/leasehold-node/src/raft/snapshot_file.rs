@@ -30,7 +30,7 @@ use tokio::sync::watch;
 
 use super::codec::encode;
 use super::{LogId, NodeId, StorageError};
-use crate::limits::PURGE_WAIT;
+use crate::limits::{PURGE_WAIT, SNAPSHOT_SYNC_BYTES};
 
 type Meta = SnapshotMeta<NodeId, BasicNode>;
 
@@ -73,6 +73,46 @@ fn snapshot_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> Stora
 /// Where a node keeps its snapshot, in its data dir.
 pub fn snapshot_path(dir: &Path) -> PathBuf {
     dir.join("snapshot.bin")
+}
+
+/// A file written through this is fdatasynced after every `every` bytes. The log's fsyncs share
+/// the disk with a snapshot's write, and every write waits on them: on this VM, a log fsync
+/// waited up to 78 ms behind a 54 MB file (a million leases) flushed whole, and 26 to 35 ms
+/// behind one flushed a MiB at a time. The build takes a little longer, off the write path.
+struct SyncedEvery<'a> {
+    file: &'a std::fs::File,
+    every: usize,
+    unsynced: usize,
+    syncs: u64,
+}
+
+impl<'a> SyncedEvery<'a> {
+    fn new(file: &'a std::fs::File, every: usize) -> Self {
+        SyncedEvery {
+            file,
+            every,
+            unsynced: 0,
+            syncs: 0,
+        }
+    }
+}
+
+impl Write for SyncedEvery<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let room = self.every - self.unsynced;
+        let written = self.file.write(&buf[..buf.len().min(room)])?;
+        self.unsynced += written;
+        if self.unsynced == self.every {
+            self.file.sync_data()?;
+            self.unsynced = 0;
+            self.syncs += 1;
+        }
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A snapshot file waiting in a temporary file, written and fsynced, to be renamed over the
@@ -205,8 +245,8 @@ impl SnapshotFiles {
     fn stage(&self, id: u64, file: &SnapshotFile) -> Result<Staged, StorageError> {
         let tmp = self.inner.dir.join(format!("snapshot.{id}.tmp"));
         let write = || -> std::io::Result<()> {
-            let mut out = std::fs::File::create(&tmp)?;
-            file.write_to(&mut out)?;
+            let out = std::fs::File::create(&tmp)?;
+            file.write_to(&mut SyncedEvery::new(&out, SNAPSHOT_SYNC_BYTES))?;
             out.sync_all()
         };
         write().map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
@@ -323,6 +363,20 @@ mod tests {
         drop(files);
         let error = durable.wait_covers(log_id(1, 1, 5)).await.unwrap_err();
         assert!(error.to_string().contains("stopped"), "{error}");
+    }
+
+    /// A file written through `SyncedEvery` holds what was written, synced once per full step.
+    #[test]
+    fn a_snapshot_is_written_as_it_is_with_a_sync_after_every_step() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("file");
+        let bytes: Vec<u8> = (0..3_500u32).map(|i| i as u8).collect();
+        let file = std::fs::File::create(&path).unwrap();
+        let mut out = SyncedEvery::new(&file, 1_000);
+        out.write_all(&bytes[..10]).unwrap();
+        out.write_all(&bytes[10..]).unwrap();
+        assert_eq!(out.syncs, 3, "after 1,000, 2,000 and 3,000 bytes");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
     }
 
     /// The file is written and read in its parts, but its bytes are still postcard's encoding
