@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Measures a local three-node cluster filled with live leases: resident memory per lease on each
-# node, the snapshot's size and build times, acquire throughput and latency empty and full (with
-# the snapshot builds during the full runs: capture_ms, how long each waited for and held the
-# state lock), failover (kill -9 of the leader, time to the next acknowledged write) and a restarted node's
-# catch-up (time until it has applied what the leader has, and of that, the opening of its
-# storage), at the lease count printed before them; then the throughput (the full runs add
-# leases: each of them is at least LEASES full).
+# node, the snapshot's size and build times, failover (kill -9 of the leader, time to the next
+# acknowledged write) and a restarted node's catch-up (time until it has applied what the leader
+# has, and of that, the opening of its storage) at the lease count printed before them; then
+# acquire throughput and latency empty and full, with the snapshot builds during the full runs
+# (capture_ms: how long each waited for and held the state lock). The full runs add leases: each
+# starts at least LEASES full.
 # Usage: cluster/measure-scale.sh [LEASES] (default 1000000). Fills with `leasehold bench
 # --workload acquire --ttl 3600` (64 clients, to the leader). Uses ports 7111-7113, 7211-7213
 # and 7311-7313 and a temp dir; LEASEHOLD_BIN names the binary (default: target/release).
@@ -14,26 +14,35 @@
 # a fresh cluster of its own each time (ports 7141-7143, 7241-7243 and 7341-7343, removed after
 # its run), the full one on the filled cluster, so that both see the machine as it is that
 # minute. Before each run the filled cluster is left to finish what it was doing (a snapshot
-# build), so that no run pays for another's work.
+# build, its CPU and its writes), so that no run pays for another's work.
 target=${1:-1000000}
 rounds=${ROUNDS:-5}
+[ "$rounds" -ge 1 ] || { echo "ROUNDS must be at least 1" >&2; exit 2; }
 base=7110
 source "$(dirname "$0")/measure-lib.sh"
 rss_kib() { awk '/VmRSS/{print $2}' "/proc/${pids[$1]}/status"; }
-# CPU time (clock ticks) the cluster's nodes have used.
+# CPU time (clock ticks) the cluster's nodes have used, and bytes they have written.
 cpu_ticks() {
   local total=0 p
   for p in "${pids[@]}"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
   echo "$total"
 }
-# Waits (at most a minute) until the nodes together use under a tenth of a core over a second.
+written() {
+  local total=0 p
+  for p in "${pids[@]}"; do total=$((total + $(awk '/^write_bytes/{print $2}' "/proc/$p/io"))); done
+  echo "$total"
+}
+# Waits (at most a minute) until, over a second, the nodes together use under a tenth of a core
+# and write under 64 KiB: a snapshot write is mostly waiting on the disk.
 wait_idle() {
-  local hz before tries
+  local hz ticks bytes tries
   hz=$(getconf CLK_TCK)
   for tries in $(seq 60); do
-    before=$(cpu_ticks)
+    ticks=$(cpu_ticks) bytes=$(written)
     sleep 1
-    [ $(( $(cpu_ticks) - before )) -lt $(( hz / 10 )) ] && return 0
+    if [ $(( $(cpu_ticks) - ticks )) -lt $(( hz / 10 )) ] && [ $(( $(written) - bytes )) -lt 65536 ]; then
+      return 0
+    fi
   done
   echo "  (the filled cluster was still busy after a minute)"
 }
@@ -47,9 +56,6 @@ empty_bench() {
     acquire_bench "$1"
   )
 }
-# The mean of the numbers on standard input.
-mean() { awk '{t += $1} END {printf "%.2f", t / NR}'; }
-field() { python3 -c 'import json,sys; print(json.loads(sys.stdin.read())[sys.argv[1]])' "$1"; }
 
 start_all
 declare -A idle
@@ -91,27 +97,41 @@ echo "catch-up: node $leader restarted and applied what the leader had after $((
 grep -h "snapshot and log read back" "$dir/node-$leader.log" | tail -1 | grep -o "snapshot_ms=[0-9]* log_ms=[0-9]*" | sed 's/^/  /' || true
 grep -h "storage opened" "$dir/node-$leader.log" | tail -1 | grep -o "leases=[0-9]*" | sed 's/^/  /' || true
 
-since=$(date -u +%Y-%m-%dT%H:%M:%S)
 echo "acquire, empty and full in turns ($rounds rounds of 20 s runs):"
 results="$dir/results"
+: >"$results"
+wait_idle
+since=$(date -u +%Y-%m-%dT%H:%M:%S)
 for round in $(seq "$rounds"); do
+  [ "$round" -gt 1 ] && wait_idle
+  # A run cut short (a busy node, a leader not found) is reported and left out.
+  if line=$(empty_bench 20); then
+    echo "  empty: $(summary <<<"$line")" && echo "empty $line" >>"$results"
+  else
+    echo "  empty: the run failed"
+  fi
   wait_idle
-  line=$(empty_bench 20)
-  echo "  empty: $(summary <<<"$line")"
-  echo "empty $line" >>"$results"
-  wait_idle
-  line=$(acquire_bench 20)
-  echo "  full:  $(summary <<<"$line")"
-  echo "full $line" >>"$results"
+  if line=$(acquire_bench 20); then
+    echo "  full:  $(summary <<<"$line")" && echo "full $line" >>"$results"
+  else
+    echo "  full:  the run failed"
+  fi
 done
-for kind in empty full; do
-  # The runs are equally long, so the mean of their rates is the rate over all of them.
-  ops=$(grep "^$kind " "$results" | cut -d' ' -f2- | while read -r l; do field ops_per_s <<<"$l"; done | mean)
-  p99=$(grep "^$kind " "$results" | cut -d' ' -f2- | while read -r l; do field p99_ms <<<"$l"; done | mean)
-  declare "${kind}_ops=$ops" "${kind}_p99=$p99"
-  echo "$kind, over its runs: $ops ops/s, p99 $p99 ms (the mean of the runs' p99)"
-done
-python3 -c 'import sys; e, f, pe, pf = map(float, sys.argv[1:]); print("full/empty: throughput %.2f, p99 %.2f" % (f / e, pf / pe))' \
-  "$empty_ops" "$full_ops" "$empty_p99" "$full_p99"
+# The runs are equally long, so the mean of their rates is the rate over all of them.
+python3 - "$results" <<'EOF'
+import json, sys
+runs = {"empty": [], "full": []}
+for line in open(sys.argv[1]):
+    kind, run = line.split(" ", 1)
+    runs[kind].append(json.loads(run))
+if not runs["empty"] or not runs["full"]:
+    sys.exit("no empty or no full run succeeded")
+mean = {k: {f: sum(r[f] for r in v) / len(v) for f in ("ops_per_s", "p99_ms")} for k, v in runs.items()}
+for kind, m in mean.items():
+    print("%s, over its %d runs: %.0f ops/s, p99 %.2f ms (the mean of the runs' p99)"
+          % (kind, len(runs[kind]), m["ops_per_s"], m["p99_ms"]))
+print("full/empty: throughput %.2f, p99 %.2f" % (mean["full"]["ops_per_s"] / mean["empty"]["ops_per_s"],
+                                                 mean["full"]["p99_ms"] / mean["empty"]["p99_ms"]))
+EOF
 echo "  snapshot builds during the full runs (every node's): $(builds "$since" | grep -c . || true)"
 builds "$since"
