@@ -21,17 +21,15 @@ rounds=${ROUNDS:-5}
 base=7110
 source "$(dirname "$0")/measure-lib.sh"
 rss_kib() { awk '/VmRSS/{print $2}' "/proc/${pids[$1]}/status"; }
+# The sum over the cluster's nodes of what the awk PROGRAM prints from /proc/PID/FILE.
+nodes_total() {
+  local total=0 p
+  for p in "${pids[@]}"; do total=$((total + $(awk "$2" "/proc/$p/$1"))); done
+  echo "$total"
+}
 # CPU time (clock ticks) the cluster's nodes have used, and bytes they have written.
-cpu_ticks() {
-  local total=0 p
-  for p in "${pids[@]}"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
-  echo "$total"
-}
-written() {
-  local total=0 p
-  for p in "${pids[@]}"; do total=$((total + $(awk '/^write_bytes/{print $2}' "/proc/$p/io"))); done
-  echo "$total"
-}
+cpu_ticks() { nodes_total stat '{print $14 + $15}'; }
+written() { nodes_total io '/^write_bytes/{print $2}'; }
 # Waits (at most a minute) until, over a second, the nodes together use under a tenth of a core
 # and write under 64 KiB: a snapshot write is mostly waiting on the disk.
 wait_idle() {
@@ -100,22 +98,24 @@ grep -h "storage opened" "$dir/node-$leader.log" | tail -1 | grep -o "leases=[0-
 echo "acquire, empty and full in turns ($rounds rounds of 20 s runs):"
 results="$dir/results"
 : >"$results"
+# One 20 s run of BENCH (empty_bench or acquire_bench), noted as KIND. A run cut short (a busy
+# node, a leader not found) is reported and left out.
+turn() {
+  local kind=$1 line
+  if line=$("$2" 20); then
+    printf '  %-6s %s\n' "$kind:" "$(summary <<<"$line")"
+    echo "$kind $line" >>"$results"
+  else
+    echo "  $kind: the run failed"
+  fi
+}
 wait_idle
 since=$(date -u +%Y-%m-%dT%H:%M:%S)
 for round in $(seq "$rounds"); do
   [ "$round" -gt 1 ] && wait_idle
-  # A run cut short (a busy node, a leader not found) is reported and left out.
-  if line=$(empty_bench 20); then
-    echo "  empty: $(summary <<<"$line")" && echo "empty $line" >>"$results"
-  else
-    echo "  empty: the run failed"
-  fi
+  turn empty empty_bench
   wait_idle
-  if line=$(acquire_bench 20); then
-    echo "  full:  $(summary <<<"$line")" && echo "full $line" >>"$results"
-  else
-    echo "  full:  the run failed"
-  fi
+  turn full acquire_bench
 done
 # The runs are equally long, so the mean of their rates is the rate over all of them.
 python3 - "$results" <<'EOF'
