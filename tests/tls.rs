@@ -165,6 +165,20 @@ async fn peers_with_another_cas_certificate_or_naming_no_member_are_refused() {
     let member = vote_as(&h, showing(&h, &own.node(2))).await.unwrap_err();
     assert_eq!(member.code(), tonic::Code::InvalidArgument, "{member:?}");
 
+    // The same on a peer lane, where AppendEntries and forwarded writes go.
+    let refused = append_on_a_lane(&h, &other_ca.node(2)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    for identity in [own.node(4), own.client()] {
+        let refused = append_on_a_lane(&h, &identity).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+        assert!(
+            refused.message().contains("names no other member"),
+            "{refused:?}"
+        );
+    }
+    let member = append_on_a_lane(&h, &own.node(2)).await.unwrap_err();
+    assert_eq!(member.code(), tonic::Code::InvalidArgument, "{member:?}");
+
     // Nothing reached Raft: the cluster serves, in the same term.
     assert!(written(&h.client.put("k", b"v", None).await.unwrap()));
     let status = h.client_of(1).node_status().await.unwrap();
@@ -317,6 +331,31 @@ async fn a_members_raft_message_claiming_another_sender_is_refused() {
 
 /// A Vote (with `pre_vote`, a PreVote) to node 1's peer plane, dialed as its peers dial it,
 /// showing `tls`.
+/// A junk AppendEntries to node 1 on a peer lane, dialed with `identity`: its answer (which
+/// is never a success). Node 1 must take the lane.
+async fn append_on_a_lane(h: &Harness, identity: &TlsFiles) -> Result<(), tonic::Status> {
+    use leasehold::raft::lane::{Dialer, LaneRpc, Lanes, ALPN};
+    let tls = Tls::load(identity).unwrap().connector(ALPN).unwrap();
+    let lanes = Lanes::new(Some(Dialer {
+        local_address: None,
+        tls: Some(tls),
+    }));
+    let mut request = tonic::Request::new(RaftMessage { data: vec![1] });
+    request.metadata_mut().insert(
+        leasehold::raft::CLOCK_KEY,
+        tonic::metadata::MetadataValue::from_static("leader"),
+    );
+    let addr = &h.cluster.nodes()[0].peer_addr;
+    let rpc = LaneRpc::AppendEntries;
+    match lanes
+        .call(1, addr, rpc, request, Duration::from_secs(5))
+        .await
+    {
+        Ok(answer) => answer.map(|_| ()),
+        Err(_) => panic!("node 1 offered no lane"),
+    }
+}
+
 async fn send_vote(
     h: &Harness,
     tls: ClientTlsConfig,

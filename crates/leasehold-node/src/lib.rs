@@ -15,14 +15,16 @@
 //! - [`raft`]: openraft glue. Type config and its runtime (tokio, with a seedable generator), the
 //!   segment-file log store (behind a file-system seam its crash tests replace; a purge waits
 //!   for the snapshot covering it in a task of its own, not in openraft's core loop, unless an
-//!   append would leave a hole behind it), the
-//!   state machine adapter and the snapshot file (never behind the purged log), the peer network
-//!   (votes, and the pre-votes asked before a campaign; it refuses peers running the other
-//!   clock, and keeps a refused candidate's election
-//!   penalty short, where openraft 0.9 keeps it until the next campaign), the proposer that
-//!   gathers concurrent writes into one entry, and the reads that share one ReadIndex.
+//!   append would leave a hole behind it), the state machine adapter and the snapshot file
+//!   (never behind the purged log), the peer network (votes, and the pre-votes asked before a
+//!   campaign; it refuses peers running the other clock, and keeps a refused candidate's
+//!   election penalty short, where openraft 0.9 keeps it until the next campaign), the peer
+//!   lanes that AppendEntries and forwarded writes take (framed messages on connections of
+//!   their own, not gRPC calls), the proposer that gathers concurrent writes into one entry,
+//!   and the reads that share one ReadIndex.
 //! - [`node`]: one running node. The one assembly (`node::start`, which `serve` and the
-//!   simulation both use), its two planes (clients; peers, behind the peer gate), the
+//!   simulation both use), its two planes (clients; peers, behind the peer gate, whose port
+//!   tells peer lanes from gRPC and serves them), the
 //!   leader's clock (a new leader starts from the largest store time carried here or at a peer
 //!   that applied the newest stamp, so store time never gains on real time; a slow commit has a
 //!   fresh stamp logged after it), the gRPC services, forwarding to the leader (writes in

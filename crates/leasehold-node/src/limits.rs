@@ -47,6 +47,14 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// network at most [`CONNECT_TIMEOUT`].
 pub(crate) const UNREACHABLE_RETRY: Duration = Duration::from_millis(100);
 
+/// Idle peer lanes (see `raft::lane`) kept open to each peer: one per call in flight at once
+/// (a replication stream's, and the forwarder's batches), a few to spare.
+pub(crate) const MAX_IDLE_LANES: usize = 4;
+
+/// How long a peer that answered a lane's greeting otherwise (a node of an earlier version) is
+/// spoken to over gRPC before a lane is tried again.
+pub(crate) const LANE_UNSUPPORTED_RETRY: Duration = Duration::from_secs(30);
+
 const _: () = assert!(
     3 * HEARTBEAT_MS <= ELECTION_TIMEOUT_MIN_MS,
     "a live leader's heartbeats arrive several times within any election timeout"

@@ -10,6 +10,7 @@ mod election_watch;
 mod error;
 mod forwarder;
 mod http_api;
+mod lanes;
 mod lease_service;
 mod membership;
 mod peer_gate;

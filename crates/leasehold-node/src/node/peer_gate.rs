@@ -7,7 +7,10 @@
 //! ([`PeerMember`]): a member's Raft message that claims another sender is refused too, so a
 //! node whose key leaked cannot vote or lead as another.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+
+use rustls::pki_types::CertificateDer;
 
 use tonic::{Request, Status};
 
@@ -63,22 +66,22 @@ impl PeerGate {
         }
         member_named(cert, others.iter().copied())
     }
-}
 
-impl tonic::service::Interceptor for PeerGate {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+    /// The member a caller that showed `certs` (from `from`) is, with TLS on; refused if it is
+    /// none. Without TLS, no member and no refusal.
+    pub(super) fn admit(
+        &self,
+        certs: Option<&[CertificateDer<'_>]>,
+        from: Option<SocketAddr>,
+    ) -> Result<Option<PeerMember>, Status> {
         if !self.tls {
-            return Ok(request);
+            return Ok(None);
         }
-        let certs = request.peer_certs();
         let others = self.others();
-        let reason = match certs.as_deref().and_then(|certs| certs.first()) {
+        let reason = match certs.and_then(|certs| certs.first()) {
             None => "the caller showed no certificate".to_owned(),
             Some(cert) => match self.admitted(cert, &others) {
-                Some(member) => {
-                    request.extensions_mut().insert(PeerMember(member));
-                    return Ok(request);
-                }
+                Some(member) => return Ok(Some(PeerMember(member))),
                 None => format!(
                     "the caller's certificate names no other member of this cluster (one of {})",
                     others
@@ -89,8 +92,19 @@ impl tonic::service::Interceptor for PeerGate {
                 ),
             },
         };
-        self.refusals
-            .refused("peer", request.remote_addr(), &reason);
+        self.refusals.refused("peer", from, &reason);
         Err(super::NodeError::Forbidden(reason).into())
+    }
+}
+
+impl tonic::service::Interceptor for PeerGate {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let certs = request.peer_certs();
+        if let Some(member) =
+            self.admit(certs.as_deref().map(Vec::as_slice), request.remote_addr())?
+        {
+            request.extensions_mut().insert(member);
+        }
+        Ok(request)
     }
 }

@@ -16,6 +16,7 @@ use super::NodeError;
 use crate::limits::FORWARD_TIMEOUT;
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use crate::raft::codec::{decode, encode};
+use crate::raft::lane::LaneRpc;
 use crate::raft::{Applied, Channels, LogId, NodeId};
 use leasehold_core::{Op, RequestId};
 
@@ -124,7 +125,15 @@ async fn send(
         Err(e) => return unreachable(e.to_string()),
     };
     let request = channels.peer_request(RaftMessage { data }, FORWARD_TIMEOUT);
-    let reply = match RaftClient::new(channel).propose(request).await {
+    let lanes = channels.lanes();
+    let reply = match lanes
+        .call(leader, &addr, LaneRpc::Propose, request, FORWARD_TIMEOUT)
+        .await
+    {
+        Ok(reply) => reply,
+        Err(request) => RaftClient::new(channel).propose(request).await,
+    };
+    let reply = match reply {
         Ok(reply) => reply.into_inner(),
         Err(status) => return lost(status.message().to_owned()),
     };

@@ -14,6 +14,7 @@ use tonic::transport::server::{Router, TcpIncoming};
 use super::authz::Plane;
 use super::cluster_service::ClusterService;
 use super::http_api;
+use super::lanes::LaneServer;
 use super::lease_service::LeaseService;
 use super::peer_gate::PeerGate;
 use super::raft_service::RaftService;
@@ -170,10 +171,15 @@ pub(super) fn serve_http(
 /// The peer plane: Raft, forwarded writes and log read-back; the lease API for reads a follower
 /// forwards to the leader; and each node's own status for `Status`, which asks every member over
 /// this plane. Every call passes the `gate` first.
-pub(super) fn peer_router(node: &Node, gate: PeerGate, stop: &Stop) -> Router {
+pub(super) fn peer_router(
+    node: &Node,
+    raft: Arc<RaftService>,
+    gate: PeerGate,
+    stop: &Stop,
+) -> Router {
     tonic::transport::Server::builder()
         .add_service(InterceptedService::new(
-            RaftServer::new(RaftService::new(node.clone()))
+            RaftServer::from_arc(raft)
                 .max_decoding_message_size(MAX_PEER_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_PEER_MESSAGE_BYTES),
             gate.clone(),
@@ -198,7 +204,7 @@ type ServerFuture =
 /// until `stop`; either ending stops the other. The task's result is both servers'.
 pub(super) fn serve(
     (client, client_listener): (Router, TcpListener),
-    (peer, peer_listener): (Router, TcpListener),
+    (peer, peer_listener, lanes): (Router, TcpListener, LaneServer),
     tls: Option<PlanesTls>,
     refusals: RefusalLog,
     stop: Stop,
@@ -216,7 +222,13 @@ pub(super) fn serve(
                 stop.until_stopped(),
             )),
             Box::pin(peer.serve_with_incoming_shutdown(
-                crate::tls::incoming(peer_listener, peer_tls, "peer", refusals, KEEPALIVE),
+                lanes.split_tls(crate::tls::incoming(
+                    peer_listener,
+                    with_lane_alpn(&peer_tls),
+                    "peer",
+                    refusals,
+                    KEEPALIVE,
+                )),
                 stop.until_stopped(),
             )),
         ),
@@ -224,7 +236,10 @@ pub(super) fn serve(
             Box::pin(
                 client.serve_with_incoming_shutdown(plain(client_listener), stop.until_stopped()),
             ),
-            Box::pin(peer.serve_with_incoming_shutdown(plain(peer_listener), stop.until_stopped())),
+            Box::pin(peer.serve_with_incoming_shutdown(
+                lanes.split_plain(peer_listener, KEEPALIVE),
+                stop.until_stopped(),
+            )),
         ),
     };
     tokio::spawn(async move {
@@ -242,6 +257,13 @@ pub(super) fn serve(
         );
         client.and(peer)
     })
+}
+
+/// The peer plane's server TLS, offering a lane's ALPN protocol beside HTTP/2's.
+fn with_lane_alpn(peer_tls: &Arc<rustls::ServerConfig>) -> Arc<rustls::ServerConfig> {
+    let mut config = (**peer_tls).clone();
+    config.alpn_protocols.push(crate::raft::lane::ALPN.to_vec());
+    Arc::new(config)
 }
 
 /// Connections on `listener` without TLS, without Nagle's delay, with [`KEEPALIVE`].

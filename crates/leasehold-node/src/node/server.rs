@@ -186,12 +186,18 @@ async fn serve(
     let background = background(&node, health_reporter, &stop, shutdown, &serving);
     let api = super::http_api::Api::new(&node, &serving.metrics, stop.stopping());
     let client = planes::client_router(&api, health_service)?;
-    let peer = planes::peer_router(&node, gate, &stop);
+    let raft = Arc::new(super::raft_service::RaftService::new(node.clone()));
+    let lanes = super::lanes::LaneServer {
+        service: raft.clone(),
+        gate: gate.clone(),
+        stopping: stop.stopping(),
+    };
+    let peer = planes::peer_router(&node, raft, gate, &stop);
     let asked = (listeners.metrics, listeners.http);
     let side = side_servers(asked, (&node, api), &serving, &stop, &refusals);
     let server = planes::serve(
         (client, listeners.client),
-        (peer, listeners.peer),
+        (peer, listeners.peer, lanes),
         serving.tls,
         refusals,
         stop.clone(),

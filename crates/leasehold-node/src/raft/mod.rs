@@ -12,6 +12,7 @@ pub mod codec;
 mod decoding_tests;
 pub(crate) mod events;
 pub(crate) mod incarnation;
+pub mod lane;
 mod log_store;
 mod network;
 mod proposer;

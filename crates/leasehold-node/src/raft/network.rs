@@ -19,6 +19,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::codec::{decode, encode};
 use super::incarnation::{self, Incarnations};
+use super::lane::{Dialer, LaneRpc, Lanes};
 use super::{NodeId, TypeConfig, VotePenalty};
 use crate::limits::{CONNECT_TIMEOUT, UNREACHABLE_RETRY};
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
@@ -74,7 +75,8 @@ impl ClockMode {
 
 /// Lazily connected channels by member and address, shared by Raft replication and request
 /// forwarding. A tonic channel reconnects by itself, so one per peer serves for the life of the
-/// node.
+/// node. AppendEntries and forwarded writes take the peer lanes kept here instead, and the
+/// channel only when a peer takes no lanes.
 #[derive(Clone, Default)]
 pub struct Channels {
     /// Keyed by id as well as address: with TLS a channel checks the certificate name of the
@@ -93,6 +95,9 @@ pub struct Channels {
     /// This node's data dir's incarnation and its peers' (see `incarnation`); unset in tests
     /// that run no data dir.
     incarnations: Option<Incarnations>,
+    /// The lanes that AppendEntries and forwarded writes take (see `lane`), dialed from
+    /// `local_address` with `tls`.
+    lanes: Lanes,
 }
 
 impl Channels {
@@ -101,10 +106,18 @@ impl Channels {
         clock: ClockMode,
         tls: Option<crate::tls::Tls>,
     ) -> Self {
+        // With TLS on, a lane dials with TLS or not at all: were rustls to refuse this
+        // identity for a client (it took it for the servers), every call goes by gRPC.
+        let dialer = match &tls {
+            Some(tls) => tls.connector(super::lane::ALPN).ok().map(Some),
+            None => Some(None),
+        };
+        let dialer = dialer.map(|tls| Dialer { local_address, tls });
         Channels {
             local_address,
             clock,
             tls,
+            lanes: Lanes::new(dialer),
             ..Channels::default()
         }
     }
@@ -118,6 +131,11 @@ impl Channels {
 
     pub fn incarnations(&self) -> Option<&Incarnations> {
         self.incarnations.as_ref()
+    }
+
+    /// The lanes to the peers.
+    pub fn lanes(&self) -> &Lanes {
+        &self.lanes
     }
 
     /// A peer message, carrying what its receiver checks before it looks inside.
@@ -195,6 +213,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
         PeerClient {
             target,
+            addr: node.addr.clone(),
             channels: self.channels.clone(),
             penalty: self.penalty.clone(),
             client: self
@@ -208,6 +227,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
 
 pub struct PeerClient {
     target: NodeId,
+    addr: String,
     channels: Channels,
     penalty: Arc<VotePenalty>,
     /// An address that does not parse stays an error, reported as unreachable on every call.
@@ -258,7 +278,17 @@ impl PeerClient {
             incarnation::write(message.metadata_mut(), incarnation::TO_KEY, known);
         }
         let reply = match rpc {
-            Rpc::AppendEntries => client.append_entries(message).await,
+            Rpc::AppendEntries => {
+                let (lanes, timeout) = (self.channels.lanes(), option.hard_ttl());
+                let rpc = LaneRpc::AppendEntries;
+                match lanes
+                    .call(self.target, &self.addr, rpc, message, timeout)
+                    .await
+                {
+                    Ok(reply) => reply,
+                    Err(message) => client.append_entries(message).await,
+                }
+            }
             Rpc::Vote => client.vote(message).await,
             Rpc::PreVote => client.pre_vote(message).await,
             Rpc::InstallSnapshot => client.install_snapshot(message).await,

@@ -126,6 +126,20 @@ impl Tls {
         }
     }
 
+    /// What a peer lane (`raft::lane`) dials with, with rustls itself: this CA to check the
+    /// server, this identity to show it, and `alpn` to ask for.
+    pub fn connector(&self, alpn: &[u8]) -> Result<tokio_rustls::TlsConnector, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Setup(e.to_string()))?
+            .with_root_certificates(self.roots.clone())
+            .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| TlsError::Setup(format!("the certificate and key do not match: {e}")))?;
+        config.alpn_protocols = vec![alpn.to_vec()];
+        Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+    }
+
     /// A server's TLS settings; `client_certs` demands a certificate from this CA of every
     /// client. Without it a client may still show one, checked the same way, to have an
     /// identity; one without a certificate may bring a bearer token instead.

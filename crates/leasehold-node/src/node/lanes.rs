@@ -1,0 +1,345 @@
+//! The peer port's lanes (see `raft::lane`): the accept loop tells a lane from a gRPC
+//! connection (by its greeting without TLS, by its ALPN protocol with it), hands gRPC ones on to
+//! tonic, and serves each lane in a task of its own: one request at a time, each answered by the
+//! same handler, behind the same gate, that the gRPC call would reach.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+use rustls::pki_types::CertificateDer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::tokio_stream::StreamExt;
+
+use super::peer_gate::PeerGate;
+use super::raft_service::RaftService;
+use super::NodeError;
+use crate::limits::{ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES};
+use crate::proto::raft_v1::raft_server::Raft as _;
+use crate::proto::raft_v1::RaftMessage;
+use crate::raft::lane::{
+    dup_fd, metadata_map, peek, read_frame, write_frame, LaneIo, LaneReply, LaneRequest, LaneRpc,
+    Peeked, ALPN, GREETING,
+};
+use crate::tls::KeepAlive;
+use leasehold_core::InvalidInput;
+
+/// What serves a lane: the peer plane's Raft service, behind its gate, until the node stops.
+#[derive(Clone)]
+pub(super) struct LaneServer {
+    pub service: Arc<RaftService>,
+    pub gate: PeerGate,
+    /// Turns true once the node stops.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+impl LaneServer {
+    /// The connections on `listener` (no TLS) that are not lanes, for tonic; lanes are served
+    /// here. A connection is told by its first bytes: a lane's greeting, or anything else (an
+    /// HTTP/2 preface). One that sends nothing within [`HANDSHAKE_TIMEOUT`] goes to tonic,
+    /// and at most [`MAX_HANDSHAKES`] are looked at at once; the rest go to tonic unseen, where
+    /// a lane's greeting is refused and its caller uses gRPC.
+    pub fn split_plain(
+        self,
+        listener: TcpListener,
+        keepalive: KeepAlive,
+    ) -> ReceiverStream<std::io::Result<TcpStream>> {
+        let (grpc, stream) = mpsc::channel(ACCEPTED_QUEUE);
+        let looking = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+        tokio::spawn(async move {
+            loop {
+                let (tcp, from) = tokio::select! {
+                    conn = listener.accept() => match conn {
+                        Ok(conn) => conn,
+                        Err(e) => {
+                            tracing::warn!(plane = "peer", error = %e, "accept failed");
+                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    },
+                    () = grpc.closed() => return,
+                };
+                let _ = tcp.set_nodelay(true);
+                let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive.to_socket2());
+                let Ok(permit) = looking.clone().try_acquire_owned() else {
+                    let _ = grpc.send(Ok(tcp)).await;
+                    continue;
+                };
+                let (grpc, lanes) = (grpc.clone(), self.clone());
+                tokio::spawn(async move {
+                    let mut tcp = tcp;
+                    let greeted = tokio::time::timeout(HANDSHAKE_TIMEOUT, greets(&mut tcp)).await;
+                    drop(permit);
+                    if greeted.unwrap_or(false) {
+                        if let Ok(fd) = dup_fd(&tcp) {
+                            lanes.serve(tcp, fd, None, from).await;
+                        }
+                    } else {
+                        let _ = grpc.send(Ok(tcp)).await;
+                    }
+                });
+            }
+        });
+        ReceiverStream::new(stream)
+    }
+
+    /// The TLS connections of `incoming` that are not lanes (by their ALPN protocol), for
+    /// tonic; lanes are served here, with the certificate their caller showed.
+    pub fn split_tls<S>(
+        self,
+        incoming: S,
+    ) -> ReceiverStream<std::io::Result<tokio_rustls::server::TlsStream<TcpStream>>>
+    where
+        S: tonic::codegen::tokio_stream::Stream<
+                Item = std::io::Result<tokio_rustls::server::TlsStream<TcpStream>>,
+            > + Send
+            + Unpin
+            + 'static,
+    {
+        let (grpc, stream) = mpsc::channel(ACCEPTED_QUEUE);
+        let mut incoming = incoming;
+        tokio::spawn(async move {
+            while let Some(conn) = incoming.next().await {
+                let tls = match conn {
+                    Ok(tls) if tls.get_ref().1.alpn_protocol() == Some(ALPN) => tls,
+                    other => {
+                        if grpc.send(other).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                };
+                let (tcp, session) = tls.get_ref();
+                let certs = session.peer_certificates().map(<[_]>::to_vec);
+                let (Ok(from), Ok(fd)) = (tcp.peer_addr(), dup_fd(tcp)) else {
+                    continue;
+                };
+                let lanes = self.clone();
+                tokio::spawn(async move {
+                    let mut tls = tls;
+                    let mut greeting = [0; GREETING.len()];
+                    let read = tls.read_exact(&mut greeting);
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, read).await {
+                        Ok(Ok(_)) if greeting == *GREETING => {
+                            lanes.serve(tls, fd, certs, from).await
+                        }
+                        _ => {}
+                    }
+                });
+            }
+        });
+        ReceiverStream::new(stream)
+    }
+
+    /// Serves the lane on `io` (its TCP socket `tcp`, its caller's `certs`) until it ends
+    /// or the node stops.
+    async fn serve(
+        self,
+        io: impl LaneIo,
+        tcp: OwnedFd,
+        certs: Option<Vec<CertificateDer<'static>>>,
+        from: SocketAddr,
+    ) {
+        let (lanes, certs) = (&self, certs.as_deref());
+        let answer = |request| lanes.answer(request, certs, from);
+        let mut stopping = self.stopping.clone();
+        let stopped = async move {
+            let _ = stopping.wait_for(|stop| *stop).await;
+        };
+        let ended = serve_frames(io, &tcp, stopped, answer).await;
+        if let Err(e) = ended {
+            tracing::debug!(peer = %from, error = %e, "a peer lane ended");
+        }
+    }
+
+    /// The handler's answer to `request`, as the gRPC call would have had it.
+    async fn answer(
+        &self,
+        request: LaneRequest,
+        certs: Option<&[CertificateDer<'static>]>,
+        from: SocketAddr,
+    ) -> LaneReply {
+        let metadata = match metadata_map(request.metadata) {
+            Ok(metadata) => metadata,
+            Err(why) => {
+                let refused = NodeError::Invalid(InvalidInput::new("lane metadata", why));
+                return LaneReply::of(Err(refused.into()));
+            }
+        };
+        let mut call = tonic::Request::from_parts(
+            metadata,
+            Default::default(),
+            RaftMessage { data: request.data },
+        );
+        match self.gate.admit(certs, Some(from)) {
+            Ok(Some(member)) => {
+                call.extensions_mut().insert(member);
+            }
+            Ok(None) => {}
+            Err(status) => return LaneReply::of(Err(status)),
+        }
+        LaneReply::of(match request.rpc {
+            LaneRpc::AppendEntries => self.service.append_entries(call).await,
+            LaneRpc::Propose => self.service.propose(call).await,
+        })
+    }
+}
+
+/// Greets a lane's caller (its greeting has been read) and answers its requests with `answer`,
+/// one at a time, until it closes the lane, sends what is not a request, or `until`.
+///
+/// A request whose caller closed the lane right behind it is not answered: the caller gave up
+/// waiting (it closes a lane whose call timed out), and a request read only now was held up on
+/// the way, by a node that was paused or a network that stalled. Its answer would reach nobody,
+/// and its work is stale: an AppendEntries from a leader that may be gone, or forwarded writes
+/// their client was already told may not have been done. (gRPC drops such a call too, when the
+/// caller's cancel arrives before the server takes it.)
+async fn serve_frames<F: Future<Output = LaneReply>>(
+    io: impl LaneIo,
+    tcp: &OwnedFd,
+    until: impl Future<Output = ()>,
+    answer: impl Fn(LaneRequest) -> F,
+) -> std::io::Result<()> {
+    let mut io = BufReader::new(io);
+    io.write_all(GREETING).await?;
+    io.flush().await?;
+    tokio::pin!(until);
+    loop {
+        let request = tokio::select! {
+            request = read_frame::<LaneRequest>(&mut io) => request?,
+            () = &mut until => return Ok(()),
+        };
+        let Some(request) = request else {
+            return Ok(());
+        };
+        if io.buffer().is_empty() && peek(tcp) == Peeked::Closed {
+            return Ok(());
+        }
+        let reply = answer(request).await;
+        write_frame(&mut io, &reply).await?;
+    }
+}
+
+/// Whether the connection's first bytes are a lane's greeting, read off it if they are;
+/// `false` as soon as they cannot be (left unread for tonic).
+async fn greets(tcp: &mut TcpStream) -> bool {
+    let mut first = [0; GREETING.len()];
+    loop {
+        let Ok(seen) = tcp.peek(&mut first).await else {
+            return false;
+        };
+        if seen == 0 || first[..seen] != GREETING[..seen] {
+            return false;
+        }
+        if seen == GREETING.len() {
+            // Peeked whole: read it, so that the lane's first frame comes next.
+            return tcp.read_exact(&mut first).await.is_ok();
+        }
+        // Part of it so far: wait for the rest (peek returns at once while bytes are there).
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `greets` makes of a connection whose caller sends `first`, and what it leaves
+    /// unread for whoever reads next.
+    async fn told(first: &'static [u8]) -> (bool, Vec<u8>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let caller = tokio::spawn(async move {
+            let mut tcp = TcpStream::connect(addr).await.unwrap();
+            // In two pieces, as a slow network may deliver it.
+            let (head, tail) = first.split_at(3);
+            tcp.write_all(head).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            tcp.write_all(tail).await.unwrap();
+            tcp
+        });
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        let greeted = greets(&mut tcp).await;
+        drop(caller.await.unwrap());
+        let mut rest = Vec::new();
+        tcp.read_to_end(&mut rest).await.unwrap();
+        (greeted, rest)
+    }
+
+    /// A lane whose caller sent one request, and then closed it if `closed`, served once all of
+    /// that has arrived: the requests answered, and what the caller read back.
+    async fn served(closed: bool) -> (usize, Vec<u8>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut caller = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (tcp, _) = listener.accept().await.unwrap();
+        let request = LaneRequest {
+            rpc: LaneRpc::AppendEntries,
+            metadata: Vec::new(),
+            data: b"entries".to_vec(),
+        };
+        write_frame(&mut caller, &request).await.unwrap();
+        if closed {
+            caller.shutdown().await.unwrap();
+        }
+        // On loopback the kernel has queued the frame and the close on the server's side by
+        // the time the calls return: the server is started only now, with both there.
+        let fd = dup_fd(&tcp).unwrap();
+        let answered = AtomicUsize::new(0);
+        let answer = |request: LaneRequest| {
+            answered.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(LaneReply::Ok {
+                metadata: Vec::new(),
+                data: request.data,
+            })
+        };
+        let server = async {
+            // Dropped with the lane: the copy keeps the socket open as long as it lives.
+            let fd = fd;
+            serve_frames(tcp, &fd, std::future::pending(), answer).await
+        };
+        let client = async {
+            let mut greeting = [0; GREETING.len()];
+            caller.read_exact(&mut greeting).await.unwrap();
+            assert_eq!(greeting, *GREETING);
+            let reply = read_frame::<LaneReply>(&mut caller).await.unwrap();
+            if !closed {
+                caller.shutdown().await.unwrap();
+            }
+            reply
+        };
+        let (served, reply) = tokio::join!(server, client);
+        served.unwrap();
+        let data = match reply {
+            Some(LaneReply::Ok { data, .. }) => data,
+            None => Vec::new(),
+            Some(other) => panic!("{other:?}"),
+        };
+        (answered.load(Ordering::SeqCst), data)
+    }
+
+    #[tokio::test]
+    async fn a_request_is_answered_unless_its_caller_gave_up_before_it_was_read() {
+        assert_eq!(served(false).await, (1, b"entries".to_vec()));
+        assert_eq!(
+            served(true).await,
+            (0, Vec::new()),
+            "a closed lane's last request"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lane_is_told_by_its_greeting_and_grpc_gets_its_bytes_untouched() {
+        assert_eq!(told(b"LHLANE1\nframe").await, (true, b"frame".to_vec()));
+        let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        assert_eq!(told(preface).await, (false, preface.to_vec()));
+        // A greeting's first bytes, then something else: gRPC's, whole.
+        assert_eq!(told(b"LHLxxxxxxx").await, (false, b"LHLxxxxxxx".to_vec()));
+    }
+}
