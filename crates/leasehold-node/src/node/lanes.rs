@@ -53,18 +53,9 @@ impl LaneServer {
         tokio::spawn(async move {
             loop {
                 let (tcp, from) = tokio::select! {
-                    conn = listener.accept() => match conn {
-                        Ok(conn) => conn,
-                        Err(e) => {
-                            tracing::warn!(plane = "peer", error = %e, "accept failed");
-                            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                            continue;
-                        }
-                    },
+                    conn = crate::tls::accept(&listener, "peer", keepalive) => conn,
                     () = grpc.closed() => return,
                 };
-                let _ = tcp.set_nodelay(true);
-                let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive.to_socket2());
                 let Ok(permit) = looking.clone().try_acquire_owned() else {
                     let _ = grpc.send(Ok(tcp)).await;
                     continue;

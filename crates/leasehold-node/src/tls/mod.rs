@@ -229,6 +229,28 @@ impl RefusalLog {
     }
 }
 
+/// The next connection on `listener`, without Nagle's delay, with `keepalive`. A failed accept
+/// (out of file descriptors and the like) is logged, and accepting goes on after a pause.
+pub(crate) async fn accept(
+    listener: &TcpListener,
+    plane: &'static str,
+    keepalive: KeepAlive,
+) -> (TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok((tcp, from)) => {
+                let _ = tcp.set_nodelay(true);
+                let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive.to_socket2());
+                return (tcp, from);
+            }
+            Err(e) => {
+                tracing::warn!(plane, error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
 /// TLS connections accepted on `listener`, handshaken with `config`; refused handshakes are
 /// logged to `refusals` and never reach the server. Runs until the stream is dropped.
 pub(crate) fn incoming(
@@ -244,23 +266,13 @@ pub(crate) fn incoming(
     tokio::spawn(async move {
         loop {
             let (tcp, from) = tokio::select! {
-                conn = listener.accept() => match conn {
-                    Ok(conn) => conn,
-                    Err(e) => {
-                        // Out of file descriptors and the like: wait, then go on accepting.
-                        tracing::warn!(plane, error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
+                conn = accept(&listener, plane, keepalive) => conn,
                 () = accepted.closed() => return,
             };
             let Ok(handshaking) = handshakes.clone().try_acquire_owned() else {
                 refusals.refused(plane, Some(from), "too many TLS handshakes in flight");
                 continue;
             };
-            let _ = tcp.set_nodelay(true);
-            let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive.to_socket2());
             let acceptor = acceptor.clone();
             let accepted = accepted.clone();
             let refusals = refusals.clone();
