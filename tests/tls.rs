@@ -329,8 +329,6 @@ async fn a_members_raft_message_claiming_another_sender_is_refused() {
     assert_eq!(after.term, status.term, "no election was forced");
 }
 
-/// A Vote (with `pre_vote`, a PreVote) to node 1's peer plane, dialed as its peers dial it,
-/// showing `tls`.
 /// A junk AppendEntries to node 1 on a peer lane, dialed with `identity`: its answer (which
 /// is never a success). Node 1 must take the lane.
 async fn append_on_a_lane(h: &Harness, identity: &TlsFiles) -> Result<(), tonic::Status> {
@@ -356,6 +354,8 @@ async fn append_on_a_lane(h: &Harness, identity: &TlsFiles) -> Result<(), tonic:
     }
 }
 
+/// A Vote (with `pre_vote`, a PreVote) to node 1's peer plane, dialed as its peers dial it,
+/// showing `tls`.
 async fn send_vote(
     h: &Harness,
     tls: ClientTlsConfig,

@@ -51,6 +51,10 @@ pub(crate) const UNREACHABLE_RETRY: Duration = Duration::from_millis(100);
 /// (a replication stream's, and the forwarder's batches), a few to spare.
 pub(crate) const MAX_IDLE_LANES: usize = 4;
 
+/// The most metadata entries a peer lane's call or answer may carry (a gRPC peer call carries
+/// three).
+pub(crate) const MAX_LANE_METADATA: usize = 16;
+
 /// How long a peer that answered a lane's greeting otherwise (a node of an earlier version) is
 /// spoken to over gRPC before a lane is tried again.
 pub(crate) const LANE_UNSUPPORTED_RETRY: Duration = Duration::from_secs(30);

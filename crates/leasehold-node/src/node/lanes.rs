@@ -94,7 +94,15 @@ impl LaneServer {
         let (grpc, stream) = mpsc::channel(ACCEPTED_QUEUE);
         let mut incoming = incoming;
         tokio::spawn(async move {
-            while let Some(conn) = incoming.next().await {
+            loop {
+                let conn = tokio::select! {
+                    conn = incoming.next() => match conn {
+                        Some(conn) => conn,
+                        None => return,
+                    },
+                    // tonic stopped serving: let the listener go with it.
+                    () = grpc.closed() => return,
+                };
                 let tls = match conn {
                     Ok(tls) if tls.get_ref().1.alpn_protocol() == Some(ALPN) => tls,
                     other => {
@@ -154,6 +162,11 @@ impl LaneServer {
         certs: Option<&[CertificateDer<'static>]>,
         from: SocketAddr,
     ) -> LaneReply {
+        // The gate first, as gRPC's interceptor runs before anything of the call is looked at.
+        let member = match self.gate.admit(certs, Some(from)) {
+            Ok(member) => member,
+            Err(status) => return LaneReply::of(Err(status)),
+        };
         let metadata = match metadata_map(request.metadata) {
             Ok(metadata) => metadata,
             Err(why) => {
@@ -166,12 +179,8 @@ impl LaneServer {
             Default::default(),
             RaftMessage { data: request.data },
         );
-        match self.gate.admit(certs, Some(from)) {
-            Ok(Some(member)) => {
-                call.extensions_mut().insert(member);
-            }
-            Ok(None) => {}
-            Err(status) => return LaneReply::of(Err(status)),
+        if let Some(member) = member {
+            call.extensions_mut().insert(member);
         }
         LaneReply::of(match request.rpc {
             LaneRpc::AppendEntries => self.service.append_entries(call).await,

@@ -1,8 +1,9 @@
 //! How a node calls its peers outside openraft's own RPCs: forwarded writes to the leader, and a
 //! new leader's question for the store time each peer carries (see `clock`).
 //!
-//! Over gRPC on the peer plane in a node ([`GrpcLink`]); in the simulation, a call into the peer
-//! through its router.
+//! Over the peer plane in a node ([`GrpcLink`]: forwarded writes on a peer lane, see
+//! `raft::lane`, and gRPC for the rest or a peer that takes no lanes); in the simulation, a call
+//! into the peer through its router.
 
 use std::future::Future;
 use std::pin::Pin;

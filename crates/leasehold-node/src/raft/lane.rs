@@ -33,7 +33,8 @@ use tokio::net::{TcpSocket, TcpStream};
 use super::codec::{decode, encode};
 use super::NodeId;
 use crate::limits::{
-    CONNECT_TIMEOUT, LANE_UNSUPPORTED_RETRY, MAX_IDLE_LANES, MAX_PEER_MESSAGE_BYTES,
+    CONNECT_TIMEOUT, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES, LANE_UNSUPPORTED_RETRY,
+    MAX_IDLE_LANES, MAX_LANE_METADATA, MAX_PEER_MESSAGE_BYTES,
 };
 use crate::proto::raft_v1::RaftMessage;
 
@@ -46,6 +47,9 @@ pub const ALPN: &[u8] = b"leasehold-lane/1";
 
 /// The largest frame either side reads: a peer message and room for its envelope.
 pub const MAX_FRAME_BYTES: usize = MAX_PEER_MESSAGE_BYTES + 64 * 1024;
+
+/// What a frame's buffer starts at; it grows as its bytes arrive.
+const FIRST_READ_BYTES: usize = 64 * 1024;
 
 /// Which handler a request is for: the peer plane's calls that every write waits on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,10 +95,18 @@ pub(crate) fn metadata_pairs(metadata: &tonic::metadata::MetadataMap) -> Vec<(St
         .collect()
 }
 
-/// `pairs` as gRPC metadata; an entry that is not valid metadata is refused.
+/// `pairs` as gRPC metadata; an entry that is not valid metadata is refused, and so are more
+/// than [`MAX_LANE_METADATA`] entries (HTTP/2 bounds a header list; a `MetadataMap` panics
+/// past its own size, some 24,000 entries, which a frame could carry).
 pub(crate) fn metadata_map(
     pairs: Vec<(String, String)>,
 ) -> Result<tonic::metadata::MetadataMap, String> {
+    if pairs.len() > MAX_LANE_METADATA {
+        return Err(format!(
+            "{} metadata entries, over the limit of {MAX_LANE_METADATA}",
+            pairs.len()
+        ));
+    }
     let mut map = tonic::metadata::MetadataMap::new();
     for (key, value) in pairs {
         let name = tonic::metadata::AsciiMetadataKey::from_bytes(key.as_bytes())
@@ -180,8 +192,13 @@ pub(crate) async fn read_frame<T: serde::de::DeserializeOwned>(
             "a {len}-byte frame is over the {MAX_FRAME_BYTES}-byte limit"
         )));
     }
-    let mut body = vec![0; len];
-    io.read_exact(&mut body).await?;
+    // Grown as the bytes arrive, not allocated whole on the length's word: a caller that
+    // sends a length and stalls holds no more than it sent.
+    let mut body = Vec::with_capacity(len.min(FIRST_READ_BYTES));
+    io.take(len as u64).read_to_end(&mut body).await?;
+    if body.len() < len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
     decode(&body).map(Some).map_err(io::Error::other)
 }
 
@@ -230,6 +247,12 @@ impl Dialer {
                 socket.bind(SocketAddr::new(ip, 0))?;
             }
             socket.set_nodelay(true)?;
+            // As the servers' connections: a lane idle in the pool to a host that died is found.
+            let keepalive = socket2::TcpKeepalive::new()
+                .with_time(KEEPALIVE_IDLE)
+                .with_interval(KEEPALIVE_INTERVAL)
+                .with_retries(KEEPALIVE_PROBES);
+            socket2::SockRef::from(&socket).set_tcp_keepalive(&keepalive)?;
             socket.connect(to).await
         };
         let tcp = tokio::time::timeout(CONNECT_TIMEOUT, connect)
@@ -249,19 +272,25 @@ impl Dialer {
             io.write_all(GREETING).await?;
             io.flush().await?;
             let mut answer = [0; GREETING.len()];
-            io.read_exact(&mut answer).await?;
-            Ok::<_, io::Error>((io, answer == *GREETING))
+            match io.read_exact(&mut answer).await {
+                Ok(_) => Ok((io, answer == *GREETING)),
+                // Closed at the greeting: an earlier version's HTTP/2 server refusing it.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok((io, false)),
+                Err(e) => Err(e),
+            }
         };
         match tokio::time::timeout(CONNECT_TIMEOUT, greet).await {
             Ok(Ok((io, true))) => Ok(Lane {
                 io: BufReader::new(io),
                 tcp: fd,
             }),
-            // A TLS server that offers no lane refuses its ALPN protocol; any other failed
-            // handshake (a certificate refused) would fail a gRPC call as well.
-            Ok(Err(e)) if self.tls.is_some() && !refuses_alpn(&e) => Err(OpenError::Unreachable(e)),
-            // Closed, refused or answered otherwise: not a lane server.
-            Ok(Ok((_, false))) | Ok(Err(_)) => Err(OpenError::Unsupported),
+            // Answered otherwise or closed at the greeting, or, under TLS, its ALPN protocol
+            // refused: not a lane server.
+            Ok(Ok((_, false))) => Err(OpenError::Unsupported),
+            Ok(Err(e)) if self.tls.is_some() && refuses_alpn(&e) => Err(OpenError::Unsupported),
+            // Reset, or a handshake that failed otherwise (a certificate refused): a gRPC call
+            // would fail as well.
+            Ok(Err(e)) => Err(OpenError::Unreachable(e)),
             Err(_) => Err(OpenError::Unreachable(io::ErrorKind::TimedOut.into())),
         }
     }
@@ -303,10 +332,11 @@ pub(crate) fn peek(tcp: &OwnedFd) -> Peeked {
 }
 
 impl Lane {
-    /// Whether the idle lane's peer has closed it (or sent what nobody asked for): such a lane
-    /// is dropped, not used, so that a call after a peer's restart is not lost on it.
+    /// Whether the idle lane's peer has closed it, or sent what nobody asked for (in the socket,
+    /// or read with the last answer): such a lane is dropped, not used, so that a call after a
+    /// peer's restart is not lost on it, and no call takes a stray frame for its answer.
     fn is_closed(&self) -> bool {
-        peek(&self.tcp) != Peeked::Nothing
+        !self.io.buffer().is_empty() || peek(&self.tcp) != Peeked::Nothing
     }
 
     async fn call(&mut self, request: &LaneRequest) -> io::Result<LaneReply> {
@@ -344,6 +374,9 @@ impl Lanes {
     /// An idle lane to `peer`, or `None` if there is none; `Err` if the peer takes none now.
     fn take(&self, key: &(NodeId, String)) -> Result<Option<Lane>, ()> {
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        // A node added under a new id at a removed member's address: the old id's lanes go, as
+        // `Channels::get` drops its channel.
+        peers.retain(|(id, at), _| at != &key.1 || *id == key.0);
         let pool = peers.entry(key.clone()).or_default();
         if pool
             .unsupported_until
@@ -390,18 +423,25 @@ impl Lanes {
             return Err(request);
         };
         let key = (peer, addr.to_owned());
+        // One deadline for dialing and the call, as a gRPC call's timeout covers both.
+        let deadline = tokio::time::Instant::now() + timeout;
         let lane = match self.take(&key) {
             Err(()) => return Err(request),
             Ok(Some(lane)) => lane,
-            Ok(None) => match dialer.open(peer, addr).await {
-                Ok(lane) => lane,
-                Err(OpenError::Unsupported) => {
+            Ok(None) => match tokio::time::timeout_at(deadline, dialer.open(peer, addr)).await {
+                Ok(Ok(lane)) => lane,
+                Ok(Err(OpenError::Unsupported)) => {
                     self.unsupported(key);
                     return Err(request);
                 }
-                Err(OpenError::Unreachable(e)) => {
+                Ok(Err(OpenError::Unreachable(e))) => {
                     return Ok(Err(tonic::Status::unavailable(format!(
                         "cannot reach {addr}: {e}"
+                    ))))
+                }
+                Err(_) => {
+                    return Ok(Err(tonic::Status::unavailable(format!(
+                        "cannot reach {addr}: no lane within {timeout:?}"
                     ))))
                 }
             },
@@ -412,7 +452,7 @@ impl Lanes {
             data: request.into_inner().data,
         };
         let mut lane = lane;
-        match tokio::time::timeout(timeout, lane.call(&request)).await {
+        match tokio::time::timeout_at(deadline, lane.call(&request)).await {
             Ok(Ok(reply)) => {
                 self.put_back(key, lane);
                 Ok(reply.into_response())
@@ -481,6 +521,59 @@ mod tests {
         assert_eq!(back.code(), Code::PermissionDenied);
         assert_eq!(back.message(), "not a member");
         assert_eq!(back.metadata().get("leasehold-origin").unwrap(), "node");
+    }
+
+    #[test]
+    fn more_metadata_entries_than_the_limit_are_refused_before_any_is_parsed() {
+        let entry = |i: usize| (format!("k{i}"), "v".to_owned());
+        let within: Vec<_> = (0..MAX_LANE_METADATA).map(entry).collect();
+        assert_eq!(metadata_map(within).unwrap().len(), MAX_LANE_METADATA);
+        let over: Vec<_> = (0..30_000).map(entry).collect();
+        let refused = metadata_map(over).unwrap_err();
+        assert!(refused.contains("over the limit"), "{refused}");
+    }
+
+    #[tokio::test]
+    async fn a_lane_whose_peer_sent_more_than_the_answer_is_not_used_again() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counted = connections.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut tcp, _) = listener.accept().await.unwrap();
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut greeting = [0; GREETING.len()];
+                    tcp.read_exact(&mut greeting).await.unwrap();
+                    tcp.write_all(GREETING).await.unwrap();
+                    let request: LaneRequest = read_frame(&mut tcp).await.unwrap().unwrap();
+                    // The answer, and a stray frame behind it, in one write: the caller reads
+                    // both at once, and the stray one waits in its buffer, not in the socket.
+                    let mut both = Vec::new();
+                    for data in [request.data, b"stray".to_vec()] {
+                        let metadata = Vec::new();
+                        write_frame(&mut both, &LaneReply::Ok { metadata, data })
+                            .await
+                            .unwrap();
+                    }
+                    tcp.write_all(&both).await.unwrap();
+                    std::future::pending::<()>().await;
+                });
+            }
+        });
+        let lanes = lanes();
+        assert_eq!(call(&lanes, &addr, b"one").await, Some(Ok(b"one".to_vec())));
+        until("the idle lane is seen to hold the stray frame", || {
+            let peers = lanes.peers.lock().unwrap();
+            peers
+                .values()
+                .flat_map(|pool| &pool.idle)
+                .any(|lane| lane.is_closed())
+        })
+        .await;
+        assert_eq!(call(&lanes, &addr, b"two").await, Some(Ok(b"two".to_vec())));
+        assert_eq!(connections.load(Ordering::SeqCst), 2, "a new lane");
     }
 
     /// What a test server saw: connections taken, and lanes it closed.

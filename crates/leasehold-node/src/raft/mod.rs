@@ -12,6 +12,8 @@ pub mod codec;
 mod decoding_tests;
 pub(crate) mod events;
 pub(crate) mod incarnation;
+// Public for the TLS tests that dial a lane as a peer would; not an API.
+#[doc(hidden)]
 pub mod lane;
 mod log_store;
 mod network;
