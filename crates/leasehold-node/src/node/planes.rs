@@ -19,21 +19,13 @@ use super::lease_service::LeaseService;
 use super::peer_gate::PeerGate;
 use super::raft_service::RaftService;
 use super::{Node, NodeConfig, StartError};
-use crate::limits::{
-    KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES, MAX_CLIENT_MESSAGE_BYTES,
-    MAX_PEER_MESSAGE_BYTES,
-};
+use crate::limits::{MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAGE_BYTES};
 use crate::proto::raft_v1::raft_server::RaftServer;
 use crate::proto::v1::cluster_server::ClusterServer;
 use crate::proto::v1::lease_store_server::LeaseStoreServer;
 use crate::tls::RefusalLog;
 
-/// TCP keepalive on both planes, from the limits.
-const KEEPALIVE: crate::tls::KeepAlive = crate::tls::KeepAlive {
-    idle: KEEPALIVE_IDLE,
-    interval: KEEPALIVE_INTERVAL,
-    retries: KEEPALIVE_PROBES,
-};
+use crate::tls::KEEPALIVE;
 
 /// The sockets a node serves on.
 pub(super) struct Listeners {

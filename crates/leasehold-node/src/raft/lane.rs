@@ -33,8 +33,8 @@ use tokio::net::{TcpSocket, TcpStream};
 use super::codec::{decode, encode};
 use super::NodeId;
 use crate::limits::{
-    CONNECT_TIMEOUT, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES, LANE_UNSUPPORTED_RETRY,
-    MAX_IDLE_LANES, MAX_LANE_METADATA, MAX_PEER_MESSAGE_BYTES,
+    CONNECT_TIMEOUT, LANE_UNSUPPORTED_RETRY, MAX_IDLE_LANES, MAX_LANE_METADATA,
+    MAX_PEER_MESSAGE_BYTES,
 };
 use crate::proto::raft_v1::RaftMessage;
 
@@ -248,10 +248,7 @@ impl Dialer {
             }
             socket.set_nodelay(true)?;
             // As the servers' connections: a lane idle in the pool to a host that died is found.
-            let keepalive = socket2::TcpKeepalive::new()
-                .with_time(KEEPALIVE_IDLE)
-                .with_interval(KEEPALIVE_INTERVAL)
-                .with_retries(KEEPALIVE_PROBES);
+            let keepalive = crate::tls::KEEPALIVE.to_socket2();
             socket2::SockRef::from(&socket).set_tcp_keepalive(&keepalive)?;
             socket.connect(to).await
         };

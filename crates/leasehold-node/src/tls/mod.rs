@@ -22,7 +22,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::server::TlsStream;
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 
-use crate::limits::{ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES, MAX_REFUSALS_REMEMBERED};
+use crate::limits::{
+    ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES,
+    MAX_HANDSHAKES, MAX_REFUSALS_REMEMBERED,
+};
 use crate::raft::NodeId;
 
 /// The name a node's certificate carries, and peers check for when they dial it.
@@ -199,6 +202,13 @@ pub(crate) struct KeepAlive {
     /// Unanswered probes before the connection is dropped.
     pub retries: u32,
 }
+
+/// TCP keepalive on both planes' connections and on the peer lanes a node dials, from the limits.
+pub(crate) const KEEPALIVE: KeepAlive = KeepAlive {
+    idle: KEEPALIVE_IDLE,
+    interval: KEEPALIVE_INTERVAL,
+    retries: KEEPALIVE_PROBES,
+};
 
 impl KeepAlive {
     pub(crate) fn to_socket2(self) -> socket2::TcpKeepalive {
