@@ -2,7 +2,9 @@
 # Leasehold against etcd on this machine, in one run: a three-node etcd (default heartbeat 100 ms,
 # election 1000 ms) and a three-node Leasehold on loopback, each with its data dirs on the same disk
 # and fsync on. Every workload at 1, 16 and 64 clients on both, interleaved, in one table with the
-# ratio per row; then failover both ways (a writer on the followers, kill -9 of the leader, time to
+# ratio per row: one client twice, talking to the leader and to a follower of each (spread over
+# the nodes, it would talk to the first endpoint, whichever role each system's election gave it),
+# more clients spread over the nodes (client i to node i mod 3); then failover both ways (a writer on the followers, kill -9 of the leader, time to
 # the next acknowledged write); then resident memory per node, idle and under 64-client load.
 # It installs etcd-server from Debian if missing and stops everything it started.
 #
@@ -135,8 +137,8 @@ wait_until "leasehold" lh_ready
 if [ -n "$before_bin" ]; then wait_until "the earlier leasehold" lh_ready "$before_endpoints"; fi
 
 # One benchmark run: prints "ops_per_s p50_ms p99_ms errors".
-bench() { # target endpoints workload clients
-  "$bin" bench --target "$1" --endpoints "$2" --workload "$3" --clients "$4" \
+bench() { # target endpoints workload clients connect
+  "$bin" bench --target "$1" --endpoints "$2" --workload "$3" --clients "$4" --connect "$5" \
     --duration "$secs" --warmup "$warmup" -o json 2>/dev/null |
     python3 -c '
 import json, sys
@@ -148,31 +150,35 @@ echo
 echo "Throughput and p50/p99 latency, ${secs} s per run after ${warmup} s warm-up (etcd's renew is LeaseKeepAlive), TLS $([ "$tls" = 1 ] && echo on || echo off):"
 ratio() { python3 -c "print(f'{$1 / max($2, 1):.2f}x')"; }
 if [ -n "$before_bin" ]; then
-  printf '%-11s %7s | %11s %6s %7s | %11s %6s %7s | %10s %6s %7s | %7s %7s\n' workload clients \
-    "leasehold/s" "p50" "p99 ms" "before/s" "p50" "p99 ms" "etcd/s" "p50" "p99 ms" "vs etcd" "vs bfr"
+  printf '%-11s %7s %-8s | %11s %6s %7s | %11s %6s %7s | %10s %6s %7s | %7s %7s\n' workload clients \
+    to "leasehold/s" "p50" "p99 ms" "before/s" "p50" "p99 ms" "etcd/s" "p50" "p99 ms" "vs etcd" "vs bfr"
 else
-  printf '%-11s %7s | %11s %6s %7s | %10s %6s %7s | %7s\n' workload clients \
-    "leasehold/s" "p50" "p99 ms" "etcd/s" "p50" "p99 ms" "vs etcd"
+  printf '%-11s %7s %-8s | %11s %6s %7s | %10s %6s %7s | %7s\n' workload clients \
+    to "leasehold/s" "p50" "p99 ms" "etcd/s" "p50" "p99 ms" "vs etcd"
 fi
 for w in $workloads; do
   for c in $clients_list; do
-    read -r lh_ops lh_p50 lh_p99 lh_err <<<"$(bench leasehold "$lh_endpoints" "$w" "$c")"
-    if [ -n "$before_bin" ]; then
-      read -r bf_ops bf_p50 bf_p99 bf_err <<<"$(bench leasehold "$before_endpoints" "$w" "$c")"
-    fi
-    read -r et_ops et_p50 et_p99 et_err <<<"$(bench etcd "$etcd_endpoints" "$w" "$c")"
-    note=""
-    if [ "$lh_err" != 0 ]; then note="$note leasehold errors: $lh_err"; fi
-    if [ -n "$before_bin" ] && [ "$bf_err" != 0 ]; then note="$note before errors: $bf_err"; fi
-    if [ "$et_err" != 0 ]; then note="$note etcd errors: $et_err"; fi
-    if [ -n "$before_bin" ]; then
-      printf '%-11s %7s | %11s %6s %7s | %11s %6s %7s | %10s %6s %7s | %7s %7s%s\n' "$w" "$c" \
-        "$lh_ops" "$lh_p50" "$lh_p99" "$bf_ops" "$bf_p50" "$bf_p99" "$et_ops" "$et_p50" "$et_p99" \
-        "$(ratio "$lh_ops" "$et_ops")" "$(ratio "$lh_ops" "$bf_ops")" "$note"
-    else
-      printf '%-11s %7s | %11s %6s %7s | %10s %6s %7s | %7s%s\n' "$w" "$c" \
-        "$lh_ops" "$lh_p50" "$lh_p99" "$et_ops" "$et_p50" "$et_p99" "$(ratio "$lh_ops" "$et_ops")" "$note"
-    fi
+    to_list=spread
+    if [ "$c" = 1 ]; then to_list="leader follower"; fi
+    for to in $to_list; do
+      read -r lh_ops lh_p50 lh_p99 lh_err <<<"$(bench leasehold "$lh_endpoints" "$w" "$c" "$to")"
+      if [ -n "$before_bin" ]; then
+        read -r bf_ops bf_p50 bf_p99 bf_err <<<"$(bench leasehold "$before_endpoints" "$w" "$c" "$to")"
+      fi
+      read -r et_ops et_p50 et_p99 et_err <<<"$(bench etcd "$etcd_endpoints" "$w" "$c" "$to")"
+      note=""
+      if [ "$lh_err" != 0 ]; then note="$note leasehold errors: $lh_err"; fi
+      if [ -n "$before_bin" ] && [ "$bf_err" != 0 ]; then note="$note before errors: $bf_err"; fi
+      if [ "$et_err" != 0 ]; then note="$note etcd errors: $et_err"; fi
+      if [ -n "$before_bin" ]; then
+        printf '%-11s %7s %-8s | %11s %6s %7s | %11s %6s %7s | %10s %6s %7s | %7s %7s%s\n' "$w" "$c" "$to" \
+          "$lh_ops" "$lh_p50" "$lh_p99" "$bf_ops" "$bf_p50" "$bf_p99" "$et_ops" "$et_p50" "$et_p99" \
+          "$(ratio "$lh_ops" "$et_ops")" "$(ratio "$lh_ops" "$bf_ops")" "$note"
+      else
+        printf '%-11s %7s %-8s | %11s %6s %7s | %10s %6s %7s | %7s%s\n' "$w" "$c" "$to" \
+          "$lh_ops" "$lh_p50" "$lh_p99" "$et_ops" "$et_p50" "$et_p99" "$(ratio "$lh_ops" "$et_ops")" "$note"
+      fi
+    done
   done
 done
 

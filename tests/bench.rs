@@ -4,7 +4,7 @@
 
 mod harness;
 
-use harness::{binary, Harness};
+use harness::{binary, http_get, sample, with_metrics, Harness};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_workload_runs_and_reports_json() {
@@ -59,5 +59,54 @@ async fn every_workload_runs_and_reports_json() {
                 assert_eq!(report["refused"], 0, "{workload}: {report}");
             }
         }
+    }
+}
+
+/// The puts each node took from clients, by its metrics.
+fn puts_taken(metrics: &[String]) -> Vec<f64> {
+    let name = "leasehold_requests_total{rpc=\"put\",outcome=\"ok\"}";
+    (metrics.iter())
+        .map(|addr| sample(&http_get(addr, "/metrics").unwrap().1, name).unwrap_or(0.0))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connect_leader_and_follower_send_every_request_to_that_role() {
+    let (h, metrics) = with_metrics().await;
+    let leader = (h.leader().await - 1) as usize;
+    let mut before = puts_taken(&metrics);
+    for connect in ["leader", "follower"] {
+        let out = std::process::Command::new(binary())
+            .args([
+                "bench",
+                "--workload",
+                "put",
+                "--clients",
+                "3",
+                "--duration",
+                "0.5",
+            ])
+            .args(["--warmup", "0", "--connect", connect, "-o", "json"])
+            .args(["--endpoints", &h.endpoints.join(",")])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(report["ops"].as_u64().unwrap() > 0, "{report}");
+        let after = puts_taken(&metrics);
+        let took: Vec<f64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        for (node, puts) in took.iter().enumerate() {
+            let has_the_role = (node == leader) == (connect == "leader");
+            assert_eq!(
+                *puts > 0.0,
+                has_the_role,
+                "{connect}: puts taken per node {took:?}"
+            );
+        }
+        before = after;
     }
 }

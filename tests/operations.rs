@@ -4,8 +4,7 @@ mod harness;
 
 use std::time::Duration;
 
-use harness::{http_get, wait_for, Harness};
-use leasehold::cli::local::free_ports;
+use harness::{http_get, sample, wait_for, with_metrics, Harness};
 
 /// Every metric the README lists.
 const METRICS: [&str; 12] = [
@@ -22,31 +21,6 @@ const METRICS: [&str; 12] = [
     "leasehold_expiries_total",
     "leasehold_refusals_total",
 ];
-
-/// The value of the sample `name` (with its labels, if any) in a Prometheus text.
-fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|line| {
-        line.strip_prefix(name)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
-}
-
-/// A three-node cluster with each node's metrics endpoint on a free port.
-async fn with_metrics() -> (Harness, Vec<String>) {
-    let ports = free_ports(3).unwrap();
-    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let h = Harness::start_configured(3, |mut cluster| {
-        for (id, addr) in (1..).zip(&addrs) {
-            cluster = cluster.with_node_args(id, &["--metrics-listen", addr]);
-        }
-        cluster
-    })
-    .await;
-    (h, addrs)
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_node_serves_the_listed_metrics_and_one_leader_reports_is_leader_1() {

@@ -35,6 +35,8 @@ pub enum Workload {
 pub enum Connect {
     /// Every client talks to the leader.
     Leader,
+    /// Client i talks to follower i mod F: every write is forwarded to the leader.
+    Follower,
     /// Client i talks to node i mod N (followers forward to the leader).
     Spread,
 }
@@ -133,12 +135,16 @@ pub async fn run(opts: &ClientOpts, args: BenchArgs) -> anyhow::Result<Exit> {
         .filter(|e| !e.is_empty())
         .collect();
     anyhow::ensure!(!all.is_empty(), "--endpoints names no node");
-    let leader = match (args.connect, args.target) {
-        (Connect::Leader, Target::Leasehold) => Some(leader_endpoint(opts, &all).await?),
-        (Connect::Leader, Target::Etcd) => {
-            anyhow::bail!("--connect leader is for Leasehold; use spread with etcd")
+    // With one client, spread would measure whichever role the first endpoint happens to
+    // have, on each system a coin toss of its own election: leader and follower name it.
+    let targets = match args.connect {
+        Connect::Spread => all,
+        Connect::Leader => vec![roles(opts, args.target, &all).await?.leader],
+        Connect::Follower => {
+            let followers = roles(opts, args.target, &all).await?.followers;
+            anyhow::ensure!(!followers.is_empty(), "--endpoints names no follower");
+            followers
         }
-        (Connect::Spread, _) => None,
     };
     // A fresh prefix per run, so fresh-lease workloads never meet an earlier run's leases.
     let run_id = std::time::SystemTime::now()
@@ -147,7 +153,7 @@ pub async fn run(opts: &ClientOpts, args: BenchArgs) -> anyhow::Result<Exit> {
         % 1_000_000_000;
     // Every client's own leases and keys first, unmeasured and apart from the warmup.
     let mut ready = Vec::new();
-    for setup in set_up_clients(opts, &args, &all, leader.as_deref(), run_id)? {
+    for setup in set_up_clients(opts, &args, &targets, run_id)? {
         ready.push(setup.await??);
     }
     let done = Arc::new(AtomicU64::new(0));
@@ -181,16 +187,37 @@ pub async fn run(opts: &ClientOpts, args: BenchArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Ok)
 }
 
-/// The address of the node that leads now.
-async fn leader_endpoint(opts: &ClientOpts, endpoints: &[String]) -> anyhow::Result<String> {
-    let nodes = opts.lease_client(endpoints)?.status().await?;
-    nodes
-        .iter()
-        .find(|n| n.role == pb::Role::Leader as i32)
-        .map(|n| n.address.clone())
-        .ok_or_else(|| {
-            anyhow::anyhow!("no node leads right now; try again, or use --connect spread")
-        })
+/// Which endpoint leads now and which follow, as the system under test reports it.
+struct Roles {
+    leader: String,
+    followers: Vec<String>,
+}
+
+async fn roles(opts: &ClientOpts, target: Target, endpoints: &[String]) -> anyhow::Result<Roles> {
+    match target {
+        Target::Leasehold => {
+            let nodes = opts.lease_client(endpoints)?.status().await?;
+            let (leaders, followers): (Vec<_>, Vec<_>) = nodes
+                .into_iter()
+                .filter(|n| {
+                    n.role == pb::Role::Leader as i32 || n.role == pb::Role::Follower as i32
+                })
+                .partition(|n| n.role == pb::Role::Leader as i32);
+            Ok(Roles {
+                leader: (leaders.into_iter().next().map(|n| n.address))
+                    .ok_or_else(|| anyhow::anyhow!("no node leads right now; try again"))?,
+                followers: followers.into_iter().map(|n| n.address).collect(),
+            })
+        }
+        #[cfg(feature = "etcd")]
+        Target::Etcd => {
+            let (leader, followers) =
+                super::bench_etcd::roles(endpoints, opts.tls_config()?).await?;
+            Ok(Roles { leader, followers })
+        }
+        #[cfg(not(feature = "etcd"))]
+        Target::Etcd => anyhow::bail!(WITHOUT_ETCD),
+    }
 }
 
 struct ClientCtx {
@@ -203,6 +230,10 @@ struct ClientCtx {
     /// How many leases the client renews in each request (renew).
     leases: usize,
 }
+
+#[cfg(not(feature = "etcd"))]
+const WITHOUT_ETCD: &str = "this leasehold was built without etcd support; build it with \
+     `cargo build --release --features etcd`";
 
 /// Leases the mixed workload's clients contend for.
 const MIXED_LEASES: u64 = 4;
@@ -242,9 +273,7 @@ impl Backend {
                 super::bench_etcd::Etcd::connect(&endpoints[0], opts.tls_config()?).await?,
             ))),
             #[cfg(not(feature = "etcd"))]
-            Target::Etcd => anyhow::bail!(
-                "this leasehold was built without etcd support; build it with `cargo build --release --features etcd`"
-            ),
+            Target::Etcd => anyhow::bail!(WITHOUT_ETCD),
         }
     }
 
@@ -422,20 +451,13 @@ type SetUp = tokio::task::JoinHandle<anyhow::Result<(Backend, ClientCtx, Names)>
 fn set_up_clients(
     opts: &ClientOpts,
     args: &BenchArgs,
-    all: &[String],
-    leader: Option<&str>,
+    targets: &[String],
     run_id: u128,
 ) -> anyhow::Result<Vec<SetUp>> {
     let mut setups = Vec::new();
     for i in 0..args.clients {
-        let endpoints = match leader {
-            Some(leader) => vec![leader.to_owned()],
-            None => {
-                let mut rotated = all.to_vec();
-                rotated.rotate_left(i % all.len());
-                rotated
-            }
-        };
+        let mut endpoints = targets.to_vec();
+        endpoints.rotate_left(i % targets.len());
         let ctx = ClientCtx {
             id: i,
             run_id,

@@ -29,6 +29,32 @@ fn status(error: etcd_client::Error) -> Status {
     }
 }
 
+/// Which of `endpoints` leads, and which follow, by each member's status: its own id against
+/// the leader's it names.
+pub(super) async fn roles(
+    endpoints: &[String],
+    tls: Option<tonic::transport::ClientTlsConfig>,
+) -> anyhow::Result<(String, Vec<String>)> {
+    let mut leader = None;
+    let mut followers = Vec::new();
+    for endpoint in endpoints {
+        let status = Etcd::connect(endpoint, tls.clone())
+            .await?
+            .client
+            .status()
+            .await
+            .map_err(|e| anyhow::anyhow!("etcd at {endpoint} gave no status: {e}"))?;
+        let member = status.header().map_or(0, |h| h.member_id());
+        match status.leader() {
+            0 => anyhow::bail!("etcd at {endpoint} knows no leader right now; try again"),
+            id if id == member => leader = Some(endpoint.clone()),
+            _ => followers.push(endpoint.clone()),
+        }
+    }
+    let leader = leader.ok_or_else(|| anyhow::anyhow!("no endpoint of etcd leads right now"))?;
+    Ok((leader, followers))
+}
+
 impl Etcd {
     /// A client of etcd at `endpoint`, over TLS when `tls` is given.
     pub async fn connect(

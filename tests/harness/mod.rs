@@ -550,6 +550,31 @@ pub fn written(response: &Answer<Written>) -> bool {
     response.outcome.is_written()
 }
 
+/// The value of the sample `name` (with its labels, if any) in a Prometheus text.
+pub fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        line.strip_prefix(name)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// A three-node cluster with each node's metrics endpoint on a free port.
+pub async fn with_metrics() -> (Harness, Vec<String>) {
+    let ports = leasehold::cli::local::free_ports(3).unwrap();
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let h = Harness::start_configured(3, |mut cluster| {
+        for (id, addr) in (1..).zip(&addrs) {
+            cluster = cluster.with_node_args(id, &["--metrics-listen", addr]);
+        }
+        cluster
+    })
+    .await;
+    (h, addrs)
+}
+
 /// A plain HTTP/1.0 GET of `path` from `addr`: the status code and the body.
 pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
