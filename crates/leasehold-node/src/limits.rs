@@ -244,6 +244,10 @@ pub(crate) const BACKUP_CHUNKS_QUEUED: usize = 4;
 /// A segment grows to about this size before the next one starts.
 pub(crate) const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 
+/// How far ahead of its records a segment's blocks are allocated (see the log store's
+/// `allocate`): one `fallocate`, and one costlier `fdatasync`, per this many bytes of log.
+pub(crate) const PREALLOCATE_BYTES: u64 = 4 * 1024 * 1024;
+
 /// No entry comes near this (the proposer keeps entries to about 128 KiB, or one command), and
 /// no writer writes a longer one: a header that checks but says more is corruption.
 pub(crate) const MAX_RECORD_BYTES: u64 = 64 * 1024 * 1024;

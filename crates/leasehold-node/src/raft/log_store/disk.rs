@@ -37,6 +37,10 @@ pub(super) trait DiskFile: Send + Sync {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()>;
     fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Allocates the file's blocks up to `len`, growing it with zeros if it is shorter
+    /// (`fallocate`; nothing where the platform has none). A write into allocated blocks
+    /// changes no length, so its `fdatasync` has no file-system journal to commit.
+    fn allocate(&self, len: u64) -> io::Result<()>;
     /// Makes the bytes and the length durable (`fdatasync`).
     fn sync_data(&self) -> io::Result<()>;
     /// Makes the bytes and all metadata durable (`fsync`).
@@ -101,6 +105,20 @@ impl DiskFile for File {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         File::set_len(self, len)
+    }
+
+    #[cfg(target_os = "linux")]
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        match rustix::fs::fallocate(self, rustix::fs::FallocateFlags::empty(), 0, len) {
+            // A file system without it (some network ones) only loses the speed.
+            Err(rustix::io::Errno::OPNOTSUPP) => Ok(()),
+            result => Ok(result?),
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn allocate(&self, _len: u64) -> io::Result<()> {
+        Ok(())
     }
 
     fn sync_data(&self) -> io::Result<()> {

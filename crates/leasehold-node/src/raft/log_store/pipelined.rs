@@ -14,6 +14,7 @@ use openraft::Vote;
 use super::disk::{Disk, DiskFile, Open, StdDisk};
 use super::tests::{entry, indexes};
 use super::{lock, LogStore};
+use crate::limits::PREALLOCATE_BYTES;
 
 /// A disk whose files' `sync_data` (a segment's flush) waits while the gate is shut, and which
 /// notes every flush and rename once it is done.
@@ -95,6 +96,9 @@ impl DiskFile for GatedFile {
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.inner.set_len(len)
     }
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        self.inner.allocate(len)
+    }
     fn sync_data(&self) -> io::Result<()> {
         self.gate.pass();
         self.inner.sync_data()?;
@@ -123,7 +127,7 @@ fn gated_log() -> (tempfile::TempDir, Arc<Gate>, LogStore) {
         inner: StdDisk,
         gate: gate.clone(),
     });
-    let log = LogStore::open_on(disk, dir.path()).unwrap();
+    let log = LogStore::open_on(disk, dir.path(), PREALLOCATE_BYTES).unwrap();
     (dir, gate, log)
 }
 

@@ -24,6 +24,10 @@ pub(super) enum EncodeError {
 pub(super) enum End {
     /// Every byte belongs to a good record.
     Clean,
+    /// Good records up to this offset, then zeros to the end of the file: blocks allocated
+    /// ahead of the appends (see `PREALLOCATE_BYTES`), or blocks a crash never filled. No
+    /// record was ever written there.
+    Allocated(u64),
     /// From this offset on, the bytes are what a crash can leave of the last write, which was
     /// never acknowledged: a damaged record with no good record anywhere after it.
     Torn(u64),
@@ -159,7 +163,11 @@ fn first_good_from(bytes: &[u8], from: usize) -> Option<u64> {
 
 /// The damaged rows of the recovery table: a damaged record is a torn tail only if nothing good
 /// follows it anywhere, since a crash leaves a prefix of the last write and nothing after it.
+/// Nothing but zeros is no record at all: the end of what was written, in allocated blocks.
 fn damaged(bytes: &[u8], at: usize, damage: Damage) -> End {
+    if bytes[at..].iter().all(|&b| b == 0) {
+        return End::Allocated(at as u64);
+    }
     match first_good_from(bytes, at + 1) {
         Some(good_at) => End::Corrupt(at as u64, Corruption::DamagedBeforeGood { damage, good_at }),
         None => End::Torn(at as u64),
@@ -324,6 +332,9 @@ mod tests {
                 };
                 let expected = if torn.len() == whole {
                     End::Clean
+                } else if torn[whole..].iter().all(|&b| b == 0) {
+                    // Nothing of the next record was written: room allocated for it.
+                    End::Allocated(whole as u64)
                 } else {
                     End::Torn(whole as u64)
                 };
@@ -338,6 +349,32 @@ mod tests {
             torn.extend_from_slice(&[0xa5; 100]);
             assert_eq!(parse_segment(&torn).end, End::Torn(0), "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn zeros_after_the_last_record_are_allocated_room_not_a_torn_write() {
+        let (bytes, _) = segment(3);
+        let mut allocated = bytes.clone();
+        allocated.resize(bytes.len() + 5_000, 0);
+        let parsed = parse_segment(&allocated);
+        assert_eq!(parsed.end, End::Allocated(bytes.len() as u64));
+        assert_eq!(indexes(&parsed), vec![1, 2, 3]);
+        // A segment allocated before its first write, magic and all, reached the disk.
+        assert_eq!(parse_segment(&[0; 4096]).end, End::Allocated(0));
+        assert_eq!(
+            parse_segment(&[MAGIC.as_slice(), &[0; 100]].concat()).end,
+            End::Allocated(MAGIC.len() as u64)
+        );
+        // One byte not zero in the room is a torn write, and a good record after it corrupt.
+        allocated[bytes.len() + 4_000] = 1;
+        assert_eq!(parse_segment(&allocated).end, End::Torn(bytes.len() as u64));
+        let mut gap = bytes.clone();
+        gap.resize(bytes.len() + 64, 0);
+        encode_record(&entry(4), gap.len() as u64, &mut gap).unwrap();
+        assert!(matches!(
+            parse_segment(&gap).end,
+            End::Corrupt(at, Corruption::DamagedBeforeGood { .. }) if at == bytes.len() as u64
+        ));
     }
 
     #[test]

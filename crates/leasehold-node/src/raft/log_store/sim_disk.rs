@@ -438,6 +438,17 @@ impl DiskFile for SimFile {
         world.finish(Ok(()))
     }
 
+    /// A length change, as `fallocate` is to the file system: the blocks it allocates read as
+    /// zeros, and a power loss may keep the new length or not until the next sync.
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        let mut world = self.world();
+        world.call()?;
+        if (world.files[self.file].live.len() as u64) < len {
+            world.change_file(self.file, FileChange::SetLen(len));
+        }
+        world.finish(Ok(()))
+    }
+
     fn sync_data(&self) -> io::Result<()> {
         let mut world = self.world();
         world.call()?;
