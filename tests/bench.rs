@@ -6,6 +6,21 @@ mod harness;
 
 use harness::{binary, http_get, sample, with_metrics, Harness};
 
+/// The JSON report of `leasehold bench` with `args` and `more` (two lists, for rustfmt) against
+/// `h`'s nodes, once it exited successfully.
+fn bench(h: &Harness, args: &[&str], more: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(binary())
+        .arg("bench")
+        .args(args)
+        .args(more)
+        .args(["-o", "json", "--endpoints", &h.endpoints.join(",")])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "bench {args:?} {more:?}: {stderr}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn every_workload_runs_and_reports_json() {
     let h = Harness::start(3, false).await;
@@ -16,37 +31,11 @@ async fn every_workload_runs_and_reports_json() {
         .chain([("renew", "64")]);
     for (workload, leases) in runs {
         for connect in ["spread", "leader"] {
-            let out = std::process::Command::new(binary())
-                .args([
-                    "bench",
-                    "--workload",
-                    workload,
-                    "--leases",
-                    leases,
-                    "--clients",
-                    "4",
-                    "--duration",
-                    "1",
-                    "--warmup",
-                    "0.2",
-                ])
-                .args([
-                    "--connect",
-                    connect,
-                    "-o",
-                    "json",
-                    "--endpoints",
-                    &h.endpoints.join(","),
-                ])
-                .output()
-                .unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "{workload}: {}",
-                String::from_utf8_lossy(&out.stderr)
+            let report = bench(
+                &h,
+                &["--workload", workload, "--leases", leases, "--clients", "4"],
+                &["--duration", "1", "--warmup", "0.2", "--connect", connect],
             );
-            let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
             assert_eq!(report["workload"], workload, "{report}");
             assert_eq!(report["leases_per_request"].to_string(), leases, "{report}");
             assert!(
@@ -76,26 +65,11 @@ async fn connect_leader_and_follower_send_every_request_to_that_role() {
     let leader = (h.leader().await - 1) as usize;
     let mut before = puts_taken(&metrics);
     for connect in ["leader", "follower"] {
-        let out = std::process::Command::new(binary())
-            .args([
-                "bench",
-                "--workload",
-                "put",
-                "--clients",
-                "3",
-                "--duration",
-                "0.5",
-            ])
-            .args(["--warmup", "0", "--connect", connect, "-o", "json"])
-            .args(["--endpoints", &h.endpoints.join(",")])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let report = bench(
+            &h,
+            &["--workload", "put", "--clients", "3", "--duration", "0.5"],
+            &["--warmup", "0", "--connect", connect],
         );
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert!(report["ops"].as_u64().unwrap() > 0, "{report}");
         let after = puts_taken(&metrics);
         let took: Vec<f64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
