@@ -8,7 +8,7 @@
 //!   segment starts once the current one passes [`SEGMENT_BYTES`], so purging the log behind a
 //!   snapshot deletes whole files. The active segment's blocks are allocated ahead of its
 //!   records ([`PREALLOCATE_BYTES`] at a time, `fallocate`), so that an append's `fdatasync`
-//!   writes the data without a change of length for the file system's journal to commit: a
+//!   writes the data without a change of length to write with it (an inode, a journal commit): a
 //!   segment's records may be followed by zeros.
 //! - `state`: the vote, the last purged log id and the last committed id reported, replaced
 //!   atomically (temporary file, fsync, rename, fsync of the directory).
