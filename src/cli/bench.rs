@@ -447,7 +447,7 @@ struct Names {
 
 type SetUp = tokio::task::JoinHandle<anyhow::Result<(Backend, ClientCtx, Names)>>;
 
-/// Connects each client, to the leader or to node i mod N, and sets it up.
+/// Connects each client, client i to target i mod their number, and sets it up.
 fn set_up_clients(
     opts: &ClientOpts,
     args: &BenchArgs,

@@ -44,7 +44,9 @@ pub(super) async fn roles(
             .status()
             .await
             .map_err(|e| anyhow::anyhow!("etcd at {endpoint} gave no status: {e}"))?;
-        let member = status.header().map_or(0, |h| h.member_id());
+        let Some(member) = status.header().map(|h| h.member_id()) else {
+            anyhow::bail!("etcd at {endpoint} gave a status without its member id");
+        };
         match status.leader() {
             0 => anyhow::bail!("etcd at {endpoint} knows no leader right now; try again"),
             id if id == member => leader = Some(endpoint.clone()),

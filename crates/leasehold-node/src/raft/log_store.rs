@@ -8,8 +8,8 @@
 //!   segment starts once the current one passes [`SEGMENT_BYTES`], so purging the log behind a
 //!   snapshot deletes whole files. The active segment's blocks are allocated ahead of its
 //!   records ([`PREALLOCATE_BYTES`] at a time, `fallocate`), so that an append's `fdatasync`
-//!   writes the data without a change of length to write with it (an inode, a journal commit): a
-//!   segment's records may be followed by zeros.
+//!   has no change of length to write with the data: a segment's records may be followed by
+//!   zeros.
 //! - `state`: the vote, the last purged log id and the last committed id reported, replaced
 //!   atomically (temporary file, fsync, rename, fsync of the directory).
 //!
@@ -58,6 +58,10 @@
 //!
 //! One case no format can tell apart: damage within the very last record of the last segment
 //! looks exactly like a torn write. It is cut, and logged; every earlier record is protected.
+//! Likewise, records a fault zeroed to the end of the last segment look exactly like room
+//! allocated for more: they are not there, and nothing is logged. Before a later segment, such
+//! a hole refuses to start: each segment is named for its first entry, and open checks that
+//! the entry before it is there (unless purged).
 //!
 //! Directory changes (a segment created or removed, the state file renamed) are synced before
 //! anything relies on them, and a truncate syncs each removal before the next, since a file
@@ -254,7 +258,8 @@ struct Active {
     file: Arc<dyn DiskFile>,
     /// Where its records end.
     len: u64,
-    /// How far its blocks are allocated: its length on disk, zeros from `len` on.
+    /// How far the writer has allocated its blocks (zeros from `len` on): its length on disk,
+    /// unless the file system took no allocation.
     allocated: u64,
 }
 
@@ -312,6 +317,17 @@ impl LogStore {
             let path = segment_path(dir, first);
             let (file, parsed, len, allocated) =
                 recover_segment(disk.as_ref(), &path, n + 1 == firsts.len())?;
+            // A segment is named for its first entry, and unless the purge covers the one before
+            // it, that one must be here: else a segment whose last records a fault zeroed (read
+            // as room allocated for more) would end the log with a hole behind a later segment.
+            let expected = index.last_log_id().map_or(1, |last| last.index + 1);
+            if first > purged_upto.unwrap_or(0) + 1 && first != expected {
+                return Err(read_error(format!(
+                    "{} starts at entry {first} where entry {expected} should be: refusing to \
+                     start rather than serve a log with a hole; {REPLACE_NODE}",
+                    path.display(),
+                )));
+            }
             for (entry, offset, record_len) in parsed.entries {
                 let at = entry.log_id.index;
                 if purged_upto.is_some_and(|p| at <= p) {
@@ -722,14 +738,19 @@ impl Shared {
 
     /// Allocates the active segment's blocks past `end`, the end of the write about to be made,
     /// if they are not yet: a step ahead, up to the segment's size. Appends then write into
-    /// blocks the file already has, and their `fdatasync`s commit no change of length (on this
-    /// machine's ext4, 110-120 us at the median against 160-200 appending).
+    /// blocks the file already has, and their `fdatasync`s write no change of length (on this
+    /// machine's ext4, 110-120 us at the median against 160-200 appending; a file system that
+    /// marks allocated blocks unwritten still records each block's first write). A step the
+    /// disk has no room for is not taken: the write itself decides whether it fits.
     fn allocate(&self, active: &mut Active, end: u64) -> io::Result<()> {
         if end <= active.allocated || end >= SEGMENT_BYTES {
             return Ok(());
         }
         let to = (end + self.preallocate).min(SEGMENT_BYTES);
-        active.file.allocate(to)?;
+        match active.file.allocate(to) {
+            Err(e) if e.kind() == io::ErrorKind::StorageFull => return Ok(()),
+            allocated => allocated?,
+        }
         active.allocated = to;
         Ok(())
     }
@@ -1265,6 +1286,33 @@ pub(crate) mod tests {
         drop(log);
         let mut log = LogStore::open(dir.path()).unwrap();
         assert_eq!(indexes(&mut log).await, vec![1, 2, 3, 4, 5]);
+    }
+
+    #[tokio::test]
+    async fn records_zeroed_at_the_end_of_a_segment_before_another_refuse_to_start() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let zeroed_from = {
+            let mut log = LogStore::open(dir.path()).unwrap();
+            log.blocking_append((1..=3).map(entry)).await.unwrap();
+            let end = records_end(&log);
+            log.blocking_append((4..=5).map(entry)).await.unwrap();
+            lock(&log.shared.writer).active.as_mut().unwrap().len = SEGMENT_BYTES;
+            log.blocking_append([entry(6)]).await.unwrap();
+            end
+        };
+        // A fault zeroes entries 4 and 5, which read like room allocated for more; segment 6's
+        // one write is lost too, so no entry of it shows the hole.
+        let first = segment_path(dir.path(), 1);
+        let mut bytes = fs::read(&first).unwrap();
+        bytes[zeroed_from as usize..].fill(0);
+        fs::write(&first, &bytes).unwrap();
+        fs::write(segment_path(dir.path(), 6), b"").unwrap();
+        let error = LogStore::open(dir.path()).err().expect("the hole refused");
+        let error = error.to_string();
+        assert!(
+            error.contains("starts at entry 6 where entry 4 should be"),
+            "{error}"
+        );
     }
 
     #[tokio::test]

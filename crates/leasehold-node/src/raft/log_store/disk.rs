@@ -39,8 +39,7 @@ pub(super) trait DiskFile: Send + Sync {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Allocates the file's blocks up to `len`, growing it with zeros if it is shorter
     /// (`fallocate`; nothing where the platform has none). A write into allocated blocks
-    /// changes no length, so its `fdatasync` writes the data and no file metadata with it (an
-    /// inode, or a journal commit).
+    /// changes no length, so its `fdatasync` need not write the file's length with the data.
     fn allocate(&self, len: u64) -> io::Result<()>;
     /// Makes the bytes and the length durable (`fdatasync`).
     fn sync_data(&self) -> io::Result<()>;

@@ -26,7 +26,7 @@ pub(super) enum End {
     Clean,
     /// Good records up to this offset, then zeros to the end of the file: blocks allocated
     /// ahead of the appends (see `PREALLOCATE_BYTES`), or blocks a crash never filled. No
-    /// record was ever written there.
+    /// record reached the disk there (or a fault zeroed it, which no format tells apart).
     Allocated(u64),
     /// From this offset on, the bytes are what a crash can leave of the last write, which was
     /// never acknowledged: a damaged record with no good record anywhere after it.
@@ -314,7 +314,7 @@ mod tests {
     }
 
     #[test]
-    fn a_torn_last_write_is_torn_whatever_follows_its_prefix() {
+    fn a_torn_last_write_is_torn_whatever_follows_its_prefix_and_zeros_alone_are_no_write() {
         let (bytes, offsets) = segment(3);
         let last = offsets[2] as usize;
         // A crash keeps a prefix of the last write, then zeros where the file grew but the
