@@ -28,7 +28,7 @@ pub(crate) struct KeptAnswers(Arc<VecDeque<(u64, Kept)>>);
 impl KeptAnswers {
     /// The answer kept for `sequence`, if any.
     pub fn get(&self, sequence: u64) -> Option<&Kept> {
-        let at = self.0.binary_search_by_key(&sequence, |(s, _)| *s).ok()?;
+        let at = position(&self.0, sequence).ok()?;
         Some(&self.0[at].1)
     }
 
@@ -49,7 +49,7 @@ impl KeptAnswers {
         mut dropped: impl FnMut(u64, Kept),
     ) -> Option<Kept> {
         let answers = Arc::make_mut(&mut self.0);
-        let mut at = match answers.binary_search_by_key(&sequence, |(s, _)| *s) {
+        let mut at = match position(answers, sequence) {
             Ok(at) => return Some(std::mem::replace(&mut answers[at].1, kept)),
             Err(at) => at,
         };
@@ -77,6 +77,17 @@ impl KeptAnswers {
             answers.insert(at, new);
         }
         None
+    }
+}
+
+/// Where `sequence` is kept in `answers`, or where it would go. A new request's sequence is past
+/// every kept one, which the last entry tells without a search (one is about seven probes into
+/// a 6 KB array, for every command of every session: 1.2-2% of each node's CPU in a profile of
+/// 64 clients' puts).
+fn position(answers: &VecDeque<(u64, Kept)>, sequence: u64) -> Result<usize, usize> {
+    match answers.back() {
+        Some((last, _)) if sequence > *last => Err(answers.len()),
+        _ => answers.binary_search_by_key(&sequence, |(s, _)| *s),
     }
 }
 
