@@ -317,17 +317,7 @@ impl LogStore {
             let path = segment_path(dir, first);
             let (file, parsed, len, allocated) =
                 recover_segment(disk.as_ref(), &path, n + 1 == firsts.len())?;
-            // A segment is named for its first entry, and unless the purge covers the one before
-            // it, that one must be here: else a segment whose last records a fault zeroed (read
-            // as room allocated for more) would end the log with a hole behind a later segment.
-            let expected = index.last_log_id().map_or(1, |last| last.index + 1);
-            if first > purged_upto.unwrap_or(0) + 1 && first != expected {
-                return Err(read_error(format!(
-                    "{} starts at entry {first} where entry {expected} should be: refusing to \
-                     start rather than serve a log with a hole; {REPLACE_NODE}",
-                    path.display(),
-                )));
-            }
+            segment_follows(&index, first, &path)?;
             for (entry, offset, record_len) in parsed.entries {
                 let at = entry.log_id.index;
                 if purged_upto.is_some_and(|p| at <= p) {
@@ -485,6 +475,23 @@ fn next_in_log(last: Option<LogId>, at: u64) -> Result<(), u64> {
         Some(last) if at != last.index + 1 => Err(last.index + 1),
         _ => Ok(()),
     }
+}
+
+/// Whether the segment at `path`, named for its first entry `first`, follows the entries
+/// `index` holds so far. Unless the purge covers the entry before it, that one must be there:
+/// else a segment whose last records a fault zeroed (read as room allocated for more) would
+/// leave a hole behind a later one.
+fn segment_follows(index: &Index, first: u64, path: &Path) -> Result<(), StorageError> {
+    let purged_upto = index.last_purged.map_or(0, |id| id.index);
+    let expected = index.last_log_id().map_or(1, |last| last.index + 1);
+    if first <= purged_upto + 1 || first == expected {
+        return Ok(());
+    }
+    Err(read_error(format!(
+        "{} starts at entry {first} where entry {expected} should be: refusing to start rather \
+         than serve a log with a hole; {REPLACE_NODE}",
+        path.display(),
+    )))
 }
 
 /// The names in the log's directory, creating it (durably) if there is none yet.
