@@ -1251,6 +1251,11 @@ pub(crate) mod tests {
         assert_eq!(indexes(&mut log).await, vec![1, 2, 3, 4, 5, 6]);
     }
 
+    /// Makes the next append start a segment, as if the active one were full.
+    fn fill_active_segment(log: &LogStore) {
+        lock(&log.shared.writer).active.as_mut().unwrap().len = SEGMENT_BYTES;
+    }
+
     /// Where the active segment's records end.
     fn records_end(log: &LogStore) -> u64 {
         lock(&log.shared.writer).active.as_ref().unwrap().len
@@ -1303,7 +1308,7 @@ pub(crate) mod tests {
             log.blocking_append((1..=3).map(entry)).await.unwrap();
             let end = records_end(&log);
             log.blocking_append((4..=5).map(entry)).await.unwrap();
-            lock(&log.shared.writer).active.as_mut().unwrap().len = SEGMENT_BYTES;
+            fill_active_segment(&log);
             log.blocking_append([entry(6)]).await.unwrap();
             end
         };
@@ -1438,7 +1443,7 @@ pub(crate) mod tests {
         // Force one segment per append: every append finds the last one full.
         for i in 1..=6 {
             log.blocking_append([entry(i)]).await.unwrap();
-            lock(&log.shared.writer).active.as_mut().unwrap().len = SEGMENT_BYTES;
+            fill_active_segment(&log);
         }
         log.purge(log_id(1, 1, 3)).await.unwrap();
         assert_eq!(indexes(&mut log).await, vec![4, 5, 6]);
@@ -1622,7 +1627,7 @@ pub(crate) mod tests {
         let dir = tempfile::TempDir::new().unwrap();
         let mut log = LogStore::open(dir.path()).unwrap();
         log.blocking_append((1..=3).map(entry)).await.unwrap();
-        lock(&log.shared.writer).active.as_mut().unwrap().len = SEGMENT_BYTES;
+        fill_active_segment(&log);
         log.blocking_append((4..=6).map(entry)).await.unwrap();
         log.truncate(log_id(1, 1, 3)).await.unwrap();
         assert_eq!(indexes(&mut log).await, vec![1, 2]);
