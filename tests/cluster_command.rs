@@ -181,6 +181,36 @@ fn cluster_stops_every_node_on_sigterm_as_on_ctrl_c() {
     assert!(status.success(), "cluster exited with {status}");
 }
 
+/// Three nodes on one machine share its cores: each node's runtime gets its share (at least
+/// one worker), not a worker per core each, and says so when it starts.
+#[test]
+fn cluster_gives_each_node_its_share_of_the_cores() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let port = consecutive_free_ports();
+    let (mut cluster, lines, _pids) = start_cluster(dir.path(), port);
+    let _guard = scopeguard(&mut cluster);
+    lines.until("is now the leader", Duration::from_secs(20));
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let share = format!("runtime_threads={}", (cores / 3).max(1));
+    for id in 1..=3 {
+        let log = dir.path().join(format!("node-{id}.log"));
+        let started = std::time::Instant::now();
+        let line = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(line) = text.lines().find(|l| l.contains("node started")) {
+                break line.to_owned();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "node {id} logged no start in {}",
+                log.display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(line.contains(&share), "{cores} cores, 3 nodes: {line}");
+    }
+}
+
 /// Kills the cluster process if the test fails before it stops it.
 struct Guard<'a>(&'a mut std::process::Child);
 

@@ -115,7 +115,8 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
             );
         }
     }
-    let mut cluster = LocalCluster::new(&std::env::current_exe()?, &dir, &addrs, args.manual_clock);
+    let mut cluster = LocalCluster::new(&std::env::current_exe()?, &dir, &addrs, args.manual_clock)
+        .with_shared_cores();
     let mut admin = None;
     let client_tls = if args.tls {
         let certs = crate::tls::certs::ensure(&dir, args.nodes)?;

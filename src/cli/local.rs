@@ -155,6 +155,19 @@ impl LocalCluster {
         self
     }
 
+    /// Sizes every node's runtime to its share of this machine's cores (`serve
+    /// --runtime-threads`), at least one thread: the nodes run side by side, and a runtime as
+    /// wide as the machine in each only adds threads that contend for the same cores. Three
+    /// nodes on two cores, one worker each against two: put at 64 clients 8,563-9,125 ops/s
+    /// against 6,463-7,811, p99 18-20 ms against 30-37 (runs interleaved).
+    pub fn with_shared_cores(mut self) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let share = (cores / self.nodes.len()).max(1);
+        self.extra_args
+            .extend(["--runtime-threads".to_owned(), share.to_string()]);
+        self
+    }
+
     /// Turns TLS on for every node, with client certificates demanded, from `certs`: each node
     /// serves with its own certificate.
     pub fn with_tls(mut self, certs: &crate::tls::certs::ClusterCerts) -> Self {

@@ -136,7 +136,7 @@ pub enum Output {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run one node.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Run a local cluster of 3 or 5 nodes on this machine, and report what happens to it.
     Cluster(cluster::ClusterArgs),
     /// Replay the fencing-token scenario against a fresh three-node cluster.
@@ -266,10 +266,14 @@ pub fn main() -> ExitCode {
     if let Cmd::HoldGuard(args) = cli.command {
         return ExitCode::from(hold_guard::run(args));
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = match &cli.command {
+        Cmd::Serve(args) => args.runtime_threads(),
+        _ => None,
+    } {
+        builder.worker_threads(threads);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -289,7 +293,7 @@ pub fn main() -> ExitCode {
 
 async fn run(command: Cmd, client: &ClientOpts) -> anyhow::Result<Exit> {
     match command {
-        Cmd::Serve(args) => serve::run(args).await,
+        Cmd::Serve(args) => serve::run(*args).await,
         Cmd::Cluster(args) => cluster::run(args).await,
         Cmd::Demo => demo::run().await,
         Cmd::Certs(args) => certs::run(args),

@@ -108,6 +108,18 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_SNAPSHOT_EVERY", value_name = "ENTRIES", default_value_t = crate::limits::DEFAULT_SNAPSHOT_EVERY,
           value_parser = clap::value_parser!(u64).range(10..))]
     snapshot_every: u64,
+    /// Worker threads of the node's async runtime; by default one per core. Nodes that share
+    /// a host share its cores: `leasehold cluster` gives each its share.
+    #[arg(long, env = "LEASEHOLD_RUNTIME_THREADS", value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=1024))]
+    runtime_threads: Option<u64>,
+}
+
+impl ServeArgs {
+    /// The runtime's worker threads, where `--runtime-threads` sets them.
+    pub fn runtime_threads(&self) -> Option<usize> {
+        self.runtime_threads.map(|n| n as usize)
+    }
 }
 
 pub fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {

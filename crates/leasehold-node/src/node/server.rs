@@ -208,6 +208,7 @@ async fn serve(
         listen = %config.listen,
         peer_listen = %config.peer_listen,
         manual_clock = config.manual_clock,
+        runtime_threads = tokio::runtime::Handle::current().metrics().num_workers(),
         "node started"
     );
     let served = server.await.map_err(|e| StartError::Raft(e.to_string()))?;
