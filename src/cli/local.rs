@@ -158,8 +158,9 @@ impl LocalCluster {
     /// Sizes every node's runtime to its share of this machine's cores (`serve
     /// --runtime-threads`), at least one thread: the nodes run side by side, and a runtime as
     /// wide as the machine in each only adds threads that contend for the same cores. Three
-    /// nodes on two cores, one worker each against two: put at 64 clients 8,563-9,125 ops/s
-    /// against 6,463-7,811, p99 18-20 ms against 30-37 (runs interleaved).
+    /// nodes on two cores, one worker each against two, in two sets of interleaved runs: put at
+    /// 64 clients 8,563-9,125 ops/s against 6,463-7,811, then 6,326-6,721 against 5,532-6,414,
+    /// with a lower p99 in both.
     pub fn with_shared_cores(mut self) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let share = (cores / self.nodes.len()).max(1);
