@@ -121,6 +121,9 @@ fn start_cluster(dir: &std::path::Path, port: u16) -> (std::process::Child, Line
             "--port",
             &port.to_string(),
         ])
+        // The nodes' runtimes and logs as `cluster` sets them, whatever the test's own.
+        .env_remove("TOKIO_WORKER_THREADS")
+        .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -185,12 +188,17 @@ fn cluster_stops_every_node_on_sigterm_as_on_ctrl_c() {
 /// one worker), not a worker per core each, and says so when it starts.
 #[test]
 fn cluster_gives_each_node_its_share_of_the_cores() {
+    let cores = std::thread::available_parallelism().unwrap().get();
+    if cores < 2 {
+        // One worker is then both the share and tokio's default: nothing to tell apart.
+        eprintln!("skipped: one core");
+        return;
+    }
     let dir = tempfile::TempDir::new().unwrap();
     let port = consecutive_free_ports();
     let (mut cluster, lines, _pids) = start_cluster(dir.path(), port);
     let _guard = scopeguard(&mut cluster);
     lines.until("is now the leader", Duration::from_secs(20));
-    let cores = std::thread::available_parallelism().unwrap().get();
     let share = format!("runtime_threads={}", (cores / 3).max(1));
     for id in 1..=3 {
         let log = dir.path().join(format!("node-{id}.log"));
@@ -207,7 +215,10 @@ fn cluster_gives_each_node_its_share_of_the_cores() {
             );
             std::thread::sleep(Duration::from_millis(50));
         };
-        assert!(line.contains(&share), "{cores} cores, 3 nodes: {line}");
+        assert!(
+            line.split_whitespace().any(|field| field == share),
+            "{cores} cores, 3 nodes: {line}"
+        );
     }
 }
 

@@ -15,7 +15,7 @@ pub async fn run() -> anyhow::Result<Exit> {
     let binary = std::env::current_exe()?;
     let dir = std::env::temp_dir().join(format!("leasehold-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let mut cluster = LocalCluster::new(&binary, &dir, &local_addrs(3)?, true);
+    let mut cluster = LocalCluster::new(&binary, &dir, &local_addrs(3)?, true).with_shared_cores();
     let addrs = cluster.endpoints();
     let outcome = match cluster.start_all() {
         Ok(()) => {

@@ -157,10 +157,11 @@ impl LocalCluster {
 
     /// Sizes every node's runtime to its share of this machine's cores (`serve
     /// --runtime-threads`), at least one thread: the nodes run side by side, and a runtime as
-    /// wide as the machine in each only adds threads that contend for the same cores. Three
-    /// nodes on two cores, one worker each against two, in two sets of interleaved runs: put at
-    /// 64 clients 8,563-9,125 ops/s against 6,463-7,811, then 6,326-6,721 against 5,532-6,414,
-    /// with a lower p99 in both.
+    /// wide as the machine in each adds threads that contend for the same cores. Measured on
+    /// two cores, three nodes with one worker each against two, in two sets of interleaved
+    /// runs: put at 64 clients 8,563-9,125 ops/s against 6,463-7,811 (p99 18-20 ms against
+    /// 30-37), then 6,326-6,721 against 5,532-6,414 (p99 21-25 against 25-34). Call it after
+    /// [`with_serve_args`](Self::with_serve_args), which replaces what came before it.
     pub fn with_shared_cores(mut self) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let share = (cores / self.nodes.len()).max(1);

@@ -108,8 +108,9 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_SNAPSHOT_EVERY", value_name = "ENTRIES", default_value_t = crate::limits::DEFAULT_SNAPSHOT_EVERY,
           value_parser = clap::value_parser!(u64).range(10..))]
     snapshot_every: u64,
-    /// Worker threads of the node's async runtime; by default one per core. Nodes that share
-    /// a host share its cores: `leasehold cluster` gives each its share.
+    /// Worker threads of the node's async runtime; by default tokio's: one per core the
+    /// process may use, or `TOKIO_WORKER_THREADS`. Nodes that share a host share its cores:
+    /// `leasehold cluster` gives each its share.
     #[arg(long, env = "LEASEHOLD_RUNTIME_THREADS", value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..=1024))]
     runtime_threads: Option<u64>,
