@@ -149,9 +149,9 @@ impl LocalCluster {
         }
     }
 
-    /// Passes `args` to every node's `serve` as well.
+    /// Passes `args` to every node's `serve` as well, after the flags set before.
     pub fn with_serve_args(mut self, args: &[&str]) -> Self {
-        self.extra_args = args.iter().map(|a| (*a).to_owned()).collect();
+        self.extra_args.extend(args.iter().map(|a| (*a).to_owned()));
         self
     }
 
@@ -160,8 +160,7 @@ impl LocalCluster {
     /// wide as the machine in each adds threads that contend for the same cores. Measured on
     /// two cores, three nodes with one worker each against two, in two sets of interleaved
     /// runs: put at 64 clients 8,563-9,125 ops/s against 6,463-7,811 (p99 18-20 ms against
-    /// 30-37), then 6,326-6,721 against 5,532-6,414 (p99 21-25 against 25-34). Call it after
-    /// [`with_serve_args`](Self::with_serve_args), which replaces what came before it.
+    /// 30-37), then 6,326-6,721 against 5,532-6,414 (p99 21-25 against 25-34).
     pub fn with_shared_cores(mut self) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let share = (cores / self.nodes.len()).max(1);
