@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use harness::binary;
+use harness::{binary, wait_for};
 
 /// A port for `cluster --port` with three consecutive free loopback ports from it, and three
 /// more from 100 above it, where `cluster` puts the peer ports by default. Each call in this
@@ -186,8 +186,8 @@ fn cluster_stops_every_node_on_sigterm_as_on_ctrl_c() {
 
 /// Three nodes on one machine share its cores: each node's runtime gets its share (at least
 /// one worker), not a worker per core each, and says so when it starts.
-#[test]
-fn cluster_gives_each_node_its_share_of_the_cores() {
+#[tokio::test]
+async fn cluster_gives_each_node_its_share_of_the_cores() {
     let cores = std::thread::available_parallelism().unwrap().get();
     if cores < 2 {
         // One worker is then both the share and tokio's default: nothing to tell apart.
@@ -202,19 +202,16 @@ fn cluster_gives_each_node_its_share_of_the_cores() {
     let share = format!("runtime_threads={}", (cores / 3).max(1));
     for id in 1..=3 {
         let log = dir.path().join(format!("node-{id}.log"));
-        let started = std::time::Instant::now();
-        let line = loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(line) = text.lines().find(|l| l.contains("node started")) {
-                break line.to_owned();
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "node {id} logged no start in {}",
-                log.display()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let line = wait_for(
+            &format!("node {id}'s start line in {}", log.display()),
+            Duration::from_secs(20),
+            || async {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let line = text.lines().find(|l| l.contains("node started"))?;
+                Some(line.to_owned())
+            },
+        )
+        .await;
         assert!(
             line.split_whitespace().any(|field| field == share),
             "{cores} cores, 3 nodes: {line}"
