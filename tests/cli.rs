@@ -524,6 +524,124 @@ async fn oversized_messages_are_refused_with_the_limit_named() {
     ));
 }
 
+/// A client lane opened by hand on node `address`'s client port, its greeting answered.
+async fn open_lane(address: &str) -> tokio::net::TcpStream {
+    use leasehold_proto::lane::CLIENT_GREETING;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+    tcp.write_all(CLIENT_GREETING).await.unwrap();
+    let mut greeting = [0; 8];
+    tcp.read_exact(&mut greeting).await.unwrap();
+    assert_eq!(
+        &greeting, CLIENT_GREETING,
+        "the node answers a lane's greeting"
+    );
+    tcp
+}
+
+/// `frame` sent on `lane`, and the answer to it as gRPC would give it.
+async fn on_lane<R: prost::Message + Default>(
+    lane: &mut tokio::net::TcpStream,
+    frame: &[u8],
+) -> Result<R, tonic::Status> {
+    use leasehold_proto::lane::{read_frame, write_frame, MAX_CALL_BYTES};
+    write_frame(lane, frame, MAX_CALL_BYTES).await.unwrap();
+    let answer = read_frame(lane, usize::MAX).await.unwrap().unwrap();
+    let answer: pb::LaneAnswer = prost::Message::decode(answer.as_slice()).unwrap();
+    answer.into_response().map(tonic::Response::into_inner)
+}
+
+fn lane_call<M: prost::Message>(method: &str, message: M) -> Vec<u8> {
+    prost::Message::encode_to_vec(&pb::LaneCall::of(method, tonic::Request::new(message)))
+}
+
+/// The client lane, spoken by hand on a node's client port: a put is applied and answered as
+/// over gRPC; what the lane does not carry (a peer's method, a frame that is no call, a
+/// request over the client plane's limit) is refused with its reason, and the lane serves on;
+/// a frame past the lane's own limit ends the connection. gRPC on the same port is unaffected.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_client_lane_answers_as_grpc_and_refuses_what_it_does_not_carry() {
+    use leasehold::proto::v1::lease_store_client::LeaseStoreClient;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tonic::Code;
+    let h = Harness::start(3, false).await;
+    let mut lane = open_lane(&h.endpoints[1]).await;
+    let session: pb::RegisterResponse =
+        on_lane(&mut lane, &lane_call("Register", pb::RegisterRequest {}))
+            .await
+            .unwrap();
+    let put = |sequence, value: Vec<u8>| pb::PutRequest {
+        key: "by-lane".into(),
+        value,
+        fence: None,
+        request_id: Some(pb::RequestId {
+            client_id: session.client_id,
+            sequence,
+        }),
+    };
+    let written: pb::PutResponse = on_lane(&mut lane, &lane_call("Put", put(1, b"v1".to_vec())))
+        .await
+        .unwrap();
+    assert!(matches!(
+        written.outcome,
+        Some(pb::put_response::Outcome::Written(_))
+    ));
+    let mut grpc = LeaseStoreClient::new(h.client_channel(1).await);
+    let read = grpc
+        .get(pb::GetRequest {
+            key: "by-lane".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(read.into_inner().value.as_deref(), Some(&b"v1"[..]));
+
+    let refused = on_lane::<pb::PutResponse>(&mut lane, &lane_call("Propose", put(2, vec![])))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unimplemented, "{refused:?}");
+    assert!(refused.message().contains("Propose"), "{refused:?}");
+    let refused = on_lane::<pb::PutResponse>(&mut lane, &[0xff; 12])
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    assert!(refused
+        .metadata()
+        .get(leasehold_proto::ORIGIN_KEY)
+        .is_some());
+    let limit = leasehold::limits::MAX_CLIENT_MESSAGE_BYTES;
+    let over = put(3, vec![7; limit]);
+    let refused = on_lane::<pb::PutResponse>(&mut lane, &lane_call("Put", over))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::OutOfRange, "{refused:?}");
+    assert!(
+        refused.message().contains(&limit.to_string()),
+        "{refused:?}"
+    );
+    // Nothing refused was applied, and the lane still serves.
+    let read = grpc
+        .get(pb::GetRequest {
+            key: "by-lane".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(read.into_inner().value.as_deref(), Some(&b"v1"[..]));
+    let again: pb::PutResponse = on_lane(&mut lane, &lane_call("Put", put(4, b"v4".to_vec())))
+        .await
+        .unwrap();
+    assert!(again.outcome.is_some());
+
+    // A frame's length past the lane's limit: the node closes the lane unanswered.
+    let past = (leasehold_proto::lane::MAX_CALL_BYTES as u32 + 1).to_be_bytes();
+    lane.write_all(&past).await.unwrap();
+    let mut rest = Vec::new();
+    let _ = lane.read_to_end(&mut rest).await;
+    assert!(rest.is_empty(), "answered {} bytes", rest.len());
+    assert!(harness::written(
+        &h.client.put("after", b"v", None).await.unwrap()
+    ));
+}
+
 /// A node past `--max-requests` refuses at once with RESOURCE_EXHAUSTED, naming the limit,
 /// instead of queueing without bound; once the load stops it serves again.
 #[tokio::test(flavor = "multi_thread")]

@@ -4,11 +4,11 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_proto::v1 as pb;
 use leasehold_proto::v1::cluster_client::ClusterClient;
-use leasehold_proto::v1::lease_store_client::LeaseStoreClient;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::{Request, Response, Status};
@@ -20,9 +20,10 @@ use crate::answers::{
 use crate::attempts::{Attempts, Effect, Next};
 use crate::channel::{Bearer, NodeChannel};
 use crate::error::ClientError;
+use crate::lane::{LaneMethod, Lanes};
 use crate::limits::{
-    ATTEMPT_TIMEOUT, DEFAULT_DEADLINE, MEMBERSHIP_TIMEOUT, MIN_ATTEMPT, ROUND_PAUSE,
-    SNAPSHOT_TIMEOUT,
+    ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, DEFAULT_DEADLINE, MEMBERSHIP_TIMEOUT, MIN_ATTEMPT,
+    ROUND_PAUSE, SNAPSHOT_TIMEOUT,
 };
 use crate::watch::{Watch, WatchFrom, WatchSelect};
 
@@ -65,6 +66,9 @@ pub struct LeaseClient {
     endpoints: Vec<String>,
     targets: Vec<Endpoint>,
     channels: Vec<NodeChannel>,
+    /// Each endpoint's client lanes (none over TLS), for the lease calls.
+    lanes: Vec<Arc<Lanes>>,
+    over_tls: bool,
     /// Sent with every request, for a client without a certificate.
     bearer: Bearer,
     /// The address connections are made from, when one is set.
@@ -106,7 +110,7 @@ fn target(endpoint: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, Cli
     let scheme = if tls.is_some() { "https" } else { "http" };
     let target = Endpoint::from_shared(format!("{scheme}://{address}"))
         .map_err(invalid)?
-        .connect_timeout(Duration::from_millis(500))
+        .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
         // A node that stops answering (paused, cut off) is noticed on an idle watch stream too.
         .http2_keep_alive_interval(Duration::from_secs(1))
@@ -139,13 +143,27 @@ impl LeaseClient {
                 .map(|e| e.as_ref().trim().to_owned())
                 .collect(),
             channels: Bearer::default().channels(&targets, None),
+            lanes: Vec::new(),
+            over_tls: false,
             targets,
             bearer: Bearer::default(),
             local_ip: None,
             preferred: AtomicUsize::new(0),
             deadline: DEFAULT_DEADLINE,
             renewals: Default::default(),
-        })
+        }
+        .with_lanes())
+    }
+
+    /// Lanes to every endpoint as this client reaches it: from its local address, and none
+    /// over TLS.
+    fn with_lanes(mut self) -> Self {
+        let lanes = |endpoint: &String| {
+            let address = endpoint.split_once("://").map_or(&endpoint[..], |(_, a)| a);
+            Lanes::new((!self.over_tls).then_some(address), self.local_ip)
+        };
+        self.lanes = self.endpoints.iter().map(lanes).collect();
+        self
     }
 
     /// Talks TLS to every endpoint, checking the nodes' certificates (and showing this client's,
@@ -157,7 +175,8 @@ impl LeaseClient {
             .map(|endpoint| target(endpoint, Some(&tls)))
             .collect::<Result<Vec<_>, _>>()?;
         self.channels = self.bearer.channels(&self.targets, self.local_ip);
-        Ok(self)
+        self.over_tls = true;
+        Ok(self.with_lanes())
     }
 
     /// Sends `token` as `authorization: Bearer TOKEN` with every request: the identity of a
@@ -181,7 +200,7 @@ impl LeaseClient {
     pub fn with_local_address(mut self, ip: std::net::IpAddr) -> Self {
         self.local_ip = Some(ip);
         self.channels = self.bearer.channels(&self.targets, self.local_ip);
-        self
+        self.with_lanes()
     }
 
     /// How long a call keeps trying before it reports the last failure.
@@ -205,12 +224,7 @@ impl LeaseClient {
         }
         // Counted as a read: a registration whose answer is lost leaves an unused session that
         // expires by itself, so retrying it is always safe and it is never indeterminate.
-        let registered = self
-            .call(Effect::Read, |ch, timeout| {
-                let request = attempt(pb::RegisterRequest {}, timeout);
-                async move { LeaseStoreClient::new(ch).register(request).await }
-            })
-            .await?;
+        let registered = self.unary(Effect::Read, pb::RegisterRequest {}).await?;
         *self.session.lock().unwrap_or_else(|p| p.into_inner()) = Some(registered.client_id);
         Ok(registered.client_id)
     }
@@ -249,10 +263,50 @@ impl LeaseClient {
         &self.endpoints
     }
 
-    /// Runs `call` against one node after another until one answers or the deadline passes.
+    /// Runs `call` against one node's channel after another until one answers or the deadline
+    /// passes.
     async fn call<T, F, Fut>(&self, effect: Effect, mut call: F) -> Result<T, ClientError>
     where
         F: FnMut(NodeChannel, Duration) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        self.attempts(effect, |node, timeout| {
+            call(self.channels[node].clone(), timeout)
+        })
+        .await
+    }
+
+    /// Sends `message` to one node after another, on a lane where the node takes one and over
+    /// gRPC where not, until one answers or the deadline passes.
+    async fn unary<M: LaneMethod + Clone>(
+        &self,
+        effect: Effect,
+        message: M,
+    ) -> Result<M::Reply, ClientError> {
+        self.attempts(effect, |node, timeout| {
+            let mut request = attempt(message.clone(), timeout);
+            if let Some(token) = &self.bearer.0 {
+                // As the channel's interceptor adds it to a gRPC call.
+                request
+                    .metadata_mut()
+                    .insert("authorization", token.clone());
+            }
+            let (lanes, channel) = (self.lanes[node].clone(), self.channels[node].clone());
+            async move {
+                match lanes.call(request).await {
+                    Ok(answer) => answer,
+                    Err(request) => M::grpc(channel, request).await,
+                }
+            }
+        })
+        .await
+    }
+
+    /// Runs `call` against one node (by its index) after another until one answers or the
+    /// deadline passes.
+    async fn attempts<T, F, Fut>(&self, effect: Effect, mut call: F) -> Result<T, ClientError>
+    where
+        F: FnMut(usize, Duration) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
         let started = tokio::time::Instant::now();
@@ -270,7 +324,7 @@ impl LeaseClient {
                 .min(left.max(MIN_ATTEMPT));
             // Bounded here too: tonic's timeout starts once the request is sent, and a TLS
             // handshake with a stopped node (its kernel still accepts) would never end.
-            let answer = tokio::time::timeout(timeout, call(self.channels[index].clone(), timeout))
+            let answer = tokio::time::timeout(timeout, call(index, timeout))
                 .await
                 .unwrap_or_else(|_| Err(Status::cancelled("Timeout expired")));
             match answer {
@@ -316,10 +370,7 @@ impl LeaseClient {
                     ttl_ms,
                     request_id,
                 };
-                self.call(Effect::Write, move |ch, timeout| {
-                    let request = attempt(message.clone(), timeout);
-                    async move { LeaseStoreClient::new(ch).acquire(request).await }
-                })
+                self.unary(Effect::Write, message)
             })
             .await?;
         Answer::try_from(answer)
@@ -345,10 +396,7 @@ impl LeaseClient {
                     leases: leases.clone(),
                     request_id,
                 };
-                self.call(Effect::Write, move |ch, timeout| {
-                    let request = attempt(message.clone(), timeout);
-                    async move { LeaseStoreClient::new(ch).renew(request).await }
-                })
+                self.unary(Effect::Write, message)
             })
             .await?;
         let answer = Answer::try_from(answer)?;
@@ -375,10 +423,7 @@ impl LeaseClient {
                     token,
                     request_id,
                 };
-                self.call(Effect::Write, move |ch, timeout| {
-                    let request = attempt(message.clone(), timeout);
-                    async move { LeaseStoreClient::new(ch).release(request).await }
-                })
+                self.unary(Effect::Write, message)
             })
             .await?;
         Answer::try_from(answer)
@@ -400,10 +445,7 @@ impl LeaseClient {
                     fence: wire_fence(fence),
                     request_id,
                 };
-                self.call(Effect::Write, move |ch, timeout| {
-                    let request = attempt(message.clone(), timeout);
-                    async move { LeaseStoreClient::new(ch).put(request).await }
-                })
+                self.unary(Effect::Write, message)
             })
             .await?;
         Answer::try_from(answer)
@@ -423,10 +465,7 @@ impl LeaseClient {
                     fence: wire_fence(fence),
                     request_id,
                 };
-                self.call(Effect::Write, move |ch, timeout| {
-                    let request = attempt(message.clone(), timeout);
-                    async move { LeaseStoreClient::new(ch).delete(request).await }
-                })
+                self.unary(Effect::Write, message)
             })
             .await?;
         Answer::try_from(answer)
@@ -444,24 +483,14 @@ impl LeaseClient {
             lease: lease.into(),
             token,
         };
-        let answer = self
-            .call(Effect::Read, |ch, timeout| {
-                let request = attempt(message.clone(), timeout);
-                async move { LeaseStoreClient::new(ch).check_token(request).await }
-            })
-            .await?;
+        let answer = self.unary(Effect::Read, message).await?;
         Answer::try_from(answer)
     }
 
     /// Reads a row, linearizably; `None` when it was never written (or was deleted).
     pub async fn get(&self, key: &str) -> Result<Answer<Option<Vec<u8>>>, ClientError> {
         let message = pb::GetRequest { key: key.into() };
-        self.call(Effect::Read, |ch, timeout| {
-            let request = attempt(message.clone(), timeout);
-            async move { LeaseStoreClient::new(ch).get(request).await }
-        })
-        .await
-        .map(Answer::from)
+        self.unary(Effect::Read, message).await.map(Answer::from)
     }
 
     /// Reads a lease, linearizably: holder, token, expiry and fence.
@@ -469,22 +498,14 @@ impl LeaseClient {
         let message = pb::GetLeaseRequest {
             lease: lease.into(),
         };
-        self.call(Effect::Read, |ch, timeout| {
-            let request = attempt(message.clone(), timeout);
-            async move { LeaseStoreClient::new(ch).get_lease(request).await }
-        })
-        .await
-        .map(Answer::from)
+        self.unary(Effect::Read, message).await.map(Answer::from)
     }
 
     /// Moves store time forward by `ms`: only on a cluster started with `--manual-clock`.
     pub async fn advance(&self, ms: u64) -> Result<Applied, ClientError> {
         self.write(|request_id| {
             let message = pb::AdvanceRequest { ms, request_id };
-            self.call(Effect::Write, move |ch, timeout| {
-                let request = attempt(message, timeout);
-                async move { LeaseStoreClient::new(ch).advance(request).await }
-            })
+            self.unary(Effect::Write, message)
         })
         .await
         .map(Applied::from)

@@ -15,6 +15,18 @@ pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(9);
 /// No attempt gets less, whatever the deadline.
 pub(crate) const MIN_ATTEMPT: Duration = Duration::from_millis(200);
 
+/// How long opening a connection to a node may take, on gRPC's channel and on a lane (with
+/// the lane's greeting).
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Idle lanes kept open to each node: one per call in flight, up to this many; more calls at
+/// once open more lanes, closed when their call ends.
+pub(crate) const MAX_IDLE_LANES: usize = 64;
+
+/// How long a node that answered a lane's greeting otherwise (one that speaks only gRPC) is
+/// called over gRPC before the client offers it a lane again.
+pub(crate) const LANE_UNSUPPORTED_RETRY: Duration = Duration::from_secs(30);
+
 /// Pause after every node was tried once, so a cluster in an election is not hammered.
 pub(crate) const ROUND_PAUSE: Duration = Duration::from_millis(50);
 

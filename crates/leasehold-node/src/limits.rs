@@ -51,10 +51,6 @@ pub(crate) const UNREACHABLE_RETRY: Duration = Duration::from_millis(100);
 /// (a replication stream's, and the forwarder's batches), a few to spare.
 pub(crate) const MAX_IDLE_LANES: usize = 4;
 
-/// The most metadata entries a peer lane's call or answer may carry (a gRPC peer call carries
-/// three).
-pub(crate) const MAX_LANE_METADATA: usize = 16;
-
 /// How long a peer that answered a lane's greeting otherwise (a node of an earlier version) is
 /// spoken to over gRPC before a lane is tried again.
 pub(crate) const LANE_UNSUPPORTED_RETRY: Duration = Duration::from_secs(30);
@@ -215,8 +211,9 @@ pub const MAX_PEER_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 
 /// The largest request a client may send: a put of the largest value with the longest key and
 /// lease name, with room to spare, so that a value just over its limit still gets the
-/// field's own error, and a huge message is refused before it is decoded.
-pub const MAX_CLIENT_MESSAGE_BYTES: usize = 256 * 1024;
+/// field's own error, and a huge message is refused before it is decoded. The same over gRPC
+/// and on a client lane, whose clients know it as the wire's (`lane::MAX_REQUEST_BYTES`).
+pub const MAX_CLIENT_MESSAGE_BYTES: usize = leasehold_proto::lane::MAX_REQUEST_BYTES;
 
 /// The largest request body of the HTTP API (`serve --http-listen`): a request message at its
 /// gRPC limit, in base64 and JSON.

@@ -28,6 +28,8 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/leasehold.v1.serde.rs"));
 }
 
+pub mod lane;
+
 /// The public API's file descriptor set, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/leasehold_descriptor.bin"));

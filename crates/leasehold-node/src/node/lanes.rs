@@ -9,7 +9,7 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use rustls::pki_types::CertificateDer;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
@@ -39,43 +39,15 @@ pub(super) struct LaneServer {
 
 impl LaneServer {
     /// The connections on `listener` (no TLS) that are not lanes, for tonic; lanes are served
-    /// here. A connection is told by its first bytes: a lane's greeting, or anything else (an
-    /// HTTP/2 preface). One that sends nothing within [`HANDSHAKE_TIMEOUT`] goes to tonic,
-    /// and at most [`MAX_HANDSHAKES`] are looked at at once; the rest go to tonic unseen, where
-    /// a lane's greeting is refused and its caller uses gRPC.
+    /// here (see [`split_plain`]).
     pub fn split_plain(
         self,
         listener: TcpListener,
         keepalive: KeepAlive,
     ) -> ReceiverStream<std::io::Result<TcpStream>> {
-        let (grpc, stream) = mpsc::channel(ACCEPTED_QUEUE);
-        let looking = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
-        tokio::spawn(async move {
-            loop {
-                let (tcp, from) = tokio::select! {
-                    conn = crate::tls::accept(&listener, "peer", keepalive) => conn,
-                    () = grpc.closed() => return,
-                };
-                let Ok(permit) = looking.clone().try_acquire_owned() else {
-                    let _ = grpc.send(Ok(tcp)).await;
-                    continue;
-                };
-                let (grpc, lanes) = (grpc.clone(), self.clone());
-                tokio::spawn(async move {
-                    let mut tcp = tcp;
-                    let greeted = tokio::time::timeout(HANDSHAKE_TIMEOUT, greets(&mut tcp)).await;
-                    drop(permit);
-                    if greeted.unwrap_or(false) {
-                        if let Ok(fd) = dup_fd(&tcp) {
-                            lanes.serve(tcp, fd, None, from).await;
-                        }
-                    } else {
-                        let _ = grpc.send(Ok(tcp)).await;
-                    }
-                });
-            }
-        });
-        ReceiverStream::new(stream)
+        split_plain::<PeerFrames, _, _>(listener, "peer", keepalive, move |tcp, fd, from| {
+            self.clone().serve(tcp, fd, None, from)
+        })
     }
 
     /// The TLS connections of `incoming` that are not lanes (by their ALPN protocol), for
@@ -149,7 +121,7 @@ impl LaneServer {
         let stopped = async move {
             let _ = stopping.wait_for(|stop| *stop).await;
         };
-        let ended = serve_frames(io, &tcp, stopped, answer).await;
+        let ended = serve_frames::<PeerFrames, _>(io, &tcp, stopped, answer).await;
         if let Err(e) = ended {
             tracing::debug!(peer = %from, error = %e, "a peer lane ended");
         }
@@ -189,6 +161,91 @@ impl LaneServer {
     }
 }
 
+/// The connections on `listener` (no TLS) that are not lanes, for tonic; lanes go to `serve`,
+/// their greeting read. A connection is told by its first bytes: a lane's greeting, or
+/// anything else (an HTTP/2 preface). One that sends nothing within [`HANDSHAKE_TIMEOUT`]
+/// goes to tonic, and at most [`MAX_HANDSHAKES`] are looked at at once; the rest go to tonic
+/// unseen, where a lane's greeting is refused and its caller uses gRPC.
+pub(super) fn split_plain<L, S, F>(
+    listener: TcpListener,
+    plane: &'static str,
+    keepalive: KeepAlive,
+    serve: S,
+) -> ReceiverStream<std::io::Result<TcpStream>>
+where
+    L: LaneFrames,
+    S: Fn(TcpStream, OwnedFd, SocketAddr) -> F + Clone + Send + 'static,
+    F: Future<Output = ()> + Send,
+{
+    let (grpc, stream) = mpsc::channel(ACCEPTED_QUEUE);
+    let looking = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+    tokio::spawn(async move {
+        loop {
+            let (tcp, from) = tokio::select! {
+                conn = crate::tls::accept(&listener, plane, keepalive) => conn,
+                () = grpc.closed() => return,
+            };
+            let Ok(permit) = looking.clone().try_acquire_owned() else {
+                let _ = grpc.send(Ok(tcp)).await;
+                continue;
+            };
+            let (grpc, serve) = (grpc.clone(), serve.clone());
+            tokio::spawn(async move {
+                let mut tcp = tcp;
+                let greeted = greets(&mut tcp, L::GREETING);
+                let greeted = tokio::time::timeout(HANDSHAKE_TIMEOUT, greeted).await;
+                drop(permit);
+                if greeted.unwrap_or(false) {
+                    if let Ok(fd) = dup_fd(&tcp) {
+                        serve(tcp, fd, from).await;
+                    }
+                } else {
+                    let _ = grpc.send(Ok(tcp)).await;
+                }
+            });
+        }
+    });
+    ReceiverStream::new(stream)
+}
+
+/// What one kind of lane reads and writes: its greeting, its requests and its answers.
+pub(super) trait LaneFrames {
+    type Request: Send;
+    type Answer: Send + Sync;
+    /// What its caller sends first, and its server answers back.
+    const GREETING: &'static [u8; 8];
+    /// The next request; `None` at a clean end of the connection.
+    fn read(
+        io: &mut (impl AsyncRead + Unpin + Send),
+    ) -> impl Future<Output = std::io::Result<Option<Self::Request>>> + Send;
+    fn write(
+        io: &mut (impl AsyncWrite + Unpin + Send),
+        answer: &Self::Answer,
+    ) -> impl Future<Output = std::io::Result<()>> + Send;
+}
+
+/// The peer lane's frames (`raft::lane`).
+pub(super) struct PeerFrames;
+
+impl LaneFrames for PeerFrames {
+    type Request = LaneRequest;
+    type Answer = LaneReply;
+    const GREETING: &'static [u8; 8] = GREETING;
+
+    async fn read(
+        io: &mut (impl AsyncRead + Unpin + Send),
+    ) -> std::io::Result<Option<LaneRequest>> {
+        read_frame(io).await
+    }
+
+    async fn write(
+        io: &mut (impl AsyncWrite + Unpin + Send),
+        answer: &LaneReply,
+    ) -> std::io::Result<()> {
+        write_frame(io, answer).await
+    }
+}
+
 /// Greets a lane's caller (its greeting has been read) and answers its requests with `answer`,
 /// one at a time, until it closes the lane, sends what is not a request, or `until`.
 ///
@@ -198,19 +255,19 @@ impl LaneServer {
 /// and its work is stale: an AppendEntries from a leader that may be gone, or forwarded writes
 /// their client was already told may not have been done. (gRPC drops such a call too, when the
 /// caller's cancel arrives before the server takes it.)
-async fn serve_frames<F: Future<Output = LaneReply>>(
+pub(super) async fn serve_frames<L: LaneFrames, F: Future<Output = L::Answer>>(
     io: impl LaneIo,
     tcp: &OwnedFd,
     until: impl Future<Output = ()>,
-    answer: impl Fn(LaneRequest) -> F,
+    answer: impl Fn(L::Request) -> F,
 ) -> std::io::Result<()> {
     let mut io = BufReader::new(io);
-    io.write_all(GREETING).await?;
+    io.write_all(L::GREETING).await?;
     io.flush().await?;
     tokio::pin!(until);
     loop {
         let request = tokio::select! {
-            request = read_frame::<LaneRequest>(&mut io) => request?,
+            request = L::read(&mut io) => request?,
             () = &mut until => return Ok(()),
         };
         let Some(request) = request else {
@@ -220,22 +277,22 @@ async fn serve_frames<F: Future<Output = LaneReply>>(
             return Ok(());
         }
         let reply = answer(request).await;
-        write_frame(&mut io, &reply).await?;
+        L::write(&mut io, &reply).await?;
     }
 }
 
 /// Whether the connection's first bytes are a lane's greeting, read off it if they are;
 /// `false` as soon as they cannot be (left unread for tonic).
-async fn greets(tcp: &mut TcpStream) -> bool {
-    let mut first = [0; GREETING.len()];
+async fn greets(tcp: &mut TcpStream, greeting: &[u8; 8]) -> bool {
+    let mut first = [0; 8];
     loop {
         let Ok(seen) = tcp.peek(&mut first).await else {
             return false;
         };
-        if seen == 0 || first[..seen] != GREETING[..seen] {
+        if seen == 0 || first[..seen] != greeting[..seen] {
             return false;
         }
-        if seen == GREETING.len() {
+        if seen == greeting.len() {
             // Peeked whole: read it, so that the lane's first frame comes next.
             return tcp.read_exact(&mut first).await.is_ok();
         }
@@ -263,7 +320,7 @@ mod tests {
             tcp
         });
         let (mut tcp, _) = listener.accept().await.unwrap();
-        let greeted = greets(&mut tcp).await;
+        let greeted = greets(&mut tcp, GREETING).await;
         drop(caller.await.unwrap());
         let mut rest = Vec::new();
         tcp.read_to_end(&mut rest).await.unwrap();
@@ -302,7 +359,7 @@ mod tests {
         let server = async {
             // Dropped with the lane: the copy keeps the socket open as long as it lives.
             let fd = fd;
-            serve_frames(tcp, &fd, std::future::pending(), answer).await
+            serve_frames::<PeerFrames, _>(tcp, &fd, std::future::pending(), answer).await
         };
         let client = async {
             let mut greeting = [0; GREETING.len()];

@@ -3,6 +3,7 @@
 
 mod assembly;
 mod authz;
+mod client_lanes;
 mod clock;
 mod cluster_service;
 mod convert;

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::server::{Router, TcpIncoming};
+use tonic::transport::server::Router;
 
 use super::authz::Plane;
+use super::client_lanes::ClientLaneServer;
 use super::cluster_service::ClusterService;
 use super::http_api;
 use super::lanes::LaneServer;
@@ -108,20 +109,26 @@ pub(super) type PlanesTls = (Arc<rustls::ServerConfig>, Arc<rustls::ServerConfig
 // ([`KEEPALIVE`]) drops connections whose other end died.
 
 /// The client plane: the lease API (counted in `metrics`), the cluster API, `health` and
-/// reflection of the public API, in both versions (grpcurl and older tools still ask v1alpha).
-pub(super) fn client_router(
+/// reflection of the public API, in both versions (grpcurl and older tools still ask v1alpha);
+/// and the client lanes' server, answering with the same lease API until `stop`.
+pub(super) fn client_plane(
     api: &http_api::Api,
     health: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
-) -> Result<Router, StartError> {
+    stop: &Stop,
+) -> Result<(Router, ClientLaneServer), StartError> {
+    let lanes = ClientLaneServer {
+        lease: api.lease.clone(),
+        stopping: stop.stopping(),
+    };
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
     let refused = |e: tonic_reflection::server::Error| StartError::Config(e.to_string());
-    Ok(tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .add_service(
             LeaseStoreServer::from_arc(api.lease.clone())
                 .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
@@ -129,7 +136,8 @@ pub(super) fn client_router(
         .add_service(ClusterServer::from_arc(api.cluster.clone()))
         .add_service(health)
         .add_service(reflection().build_v1().map_err(refused)?)
-        .add_service(reflection().build_v1alpha().map_err(refused)?))
+        .add_service(reflection().build_v1alpha().map_err(refused)?);
+    Ok((router, lanes))
 }
 
 /// Serves the client API over HTTP and JSON on `listener` (TLS as the client plane has it,
@@ -193,9 +201,11 @@ type ServerFuture =
     std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
 
 /// Serves `client` on `client_listener` and `peer` on `peer_listener`, with `tls` or without,
-/// until `stop`; either ending stops the other. The task's result is both servers'.
+/// until `stop`; either ending stops the other. The task's result is both servers'. Lanes
+/// share each port with gRPC: the peer's always, the client's without TLS (a client over TLS
+/// speaks gRPC).
 pub(super) fn serve(
-    (client, client_listener): (Router, TcpListener),
+    (client, client_listener, client_lanes): (Router, TcpListener, ClientLaneServer),
     (peer, peer_listener, lanes): (Router, TcpListener, LaneServer),
     tls: Option<PlanesTls>,
     refusals: RefusalLog,
@@ -225,9 +235,10 @@ pub(super) fn serve(
             )),
         ),
         None => (
-            Box::pin(
-                client.serve_with_incoming_shutdown(plain(client_listener), stop.until_stopped()),
-            ),
+            Box::pin(client.serve_with_incoming_shutdown(
+                client_lanes.split_plain(client_listener, KEEPALIVE),
+                stop.until_stopped(),
+            )),
             Box::pin(peer.serve_with_incoming_shutdown(
                 lanes.split_plain(peer_listener, KEEPALIVE),
                 stop.until_stopped(),
@@ -256,13 +267,4 @@ fn with_lane_alpn(peer_tls: &Arc<rustls::ServerConfig>) -> Arc<rustls::ServerCon
     let mut config = (**peer_tls).clone();
     config.alpn_protocols.push(crate::raft::lane::ALPN.to_vec());
     Arc::new(config)
-}
-
-/// Connections on `listener` without TLS, without Nagle's delay, with [`KEEPALIVE`].
-fn plain(listener: TcpListener) -> TcpIncoming {
-    TcpIncoming::from(listener)
-        .with_nodelay(Some(true))
-        .with_keepalive(Some(KEEPALIVE.idle))
-        .with_keepalive_interval(Some(KEEPALIVE.interval))
-        .with_keepalive_retries(Some(KEEPALIVE.retries))
 }

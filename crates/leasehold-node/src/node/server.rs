@@ -185,7 +185,7 @@ async fn serve(
     let stop = Stop::new();
     let background = background(&node, health_reporter, &stop, shutdown, &serving);
     let api = super::http_api::Api::new(&node, &serving.metrics, stop.stopping());
-    let client = planes::client_router(&api, health_service)?;
+    let (client, client_lanes) = planes::client_plane(&api, health_service, &stop)?;
     let raft = Arc::new(super::raft_service::RaftService::new(node.clone()));
     let lanes = super::lanes::LaneServer {
         service: raft.clone(),
@@ -196,7 +196,7 @@ async fn serve(
     let asked = (listeners.metrics, listeners.http);
     let side = side_servers(asked, (&node, api), &serving, &stop, &refusals);
     let server = planes::serve(
-        (client, listeners.client),
+        (client, listeners.client, client_lanes),
         (peer, listeners.peer, lanes),
         serving.tls,
         refusals,

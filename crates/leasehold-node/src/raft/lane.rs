@@ -33,10 +33,10 @@ use tokio::net::{TcpSocket, TcpStream};
 use super::codec::{decode, encode};
 use super::NodeId;
 use crate::limits::{
-    CONNECT_TIMEOUT, LANE_UNSUPPORTED_RETRY, MAX_IDLE_LANES, MAX_LANE_METADATA,
-    MAX_PEER_MESSAGE_BYTES,
+    CONNECT_TIMEOUT, LANE_UNSUPPORTED_RETRY, MAX_IDLE_LANES, MAX_PEER_MESSAGE_BYTES,
 };
 use crate::proto::raft_v1::RaftMessage;
+use leasehold_proto::lane::metadata_pairs;
 
 /// What a lane's caller sends first, and the server answers back, in TLS or not. Without TLS it
 /// is also what tells the peer port's accept loop a lane from gRPC (whose first bytes are
@@ -47,9 +47,6 @@ pub const ALPN: &[u8] = b"leasehold-lane/1";
 
 /// The largest frame either side reads: a peer message and room for its envelope.
 pub const MAX_FRAME_BYTES: usize = MAX_PEER_MESSAGE_BYTES + 64 * 1024;
-
-/// What a frame's buffer starts at; it grows as its bytes arrive.
-const FIRST_READ_BYTES: usize = 64 * 1024;
 
 /// Which handler a request is for: the peer plane's calls that every write waits on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,41 +79,11 @@ pub(crate) enum LaneReply {
     },
 }
 
-/// The ASCII entries of `metadata`, as a lane carries them.
-pub(crate) fn metadata_pairs(metadata: &tonic::metadata::MetadataMap) -> Vec<(String, String)> {
-    metadata
-        .iter()
-        .filter_map(|entry| match entry {
-            tonic::metadata::KeyAndValueRef::Ascii(key, value) => {
-                Some((key.as_str().to_owned(), value.to_str().ok()?.to_owned()))
-            }
-            tonic::metadata::KeyAndValueRef::Binary(..) => None,
-        })
-        .collect()
-}
-
-/// `pairs` as gRPC metadata; an entry that is not valid metadata is refused, and so are more
-/// than [`MAX_LANE_METADATA`] entries (HTTP/2 bounds a header list; a `MetadataMap` panics
-/// past its own size, some 24,000 entries, which a frame could carry).
+/// `pairs` as gRPC metadata, refused past the lane's metadata limit or where not metadata.
 pub(crate) fn metadata_map(
     pairs: Vec<(String, String)>,
 ) -> Result<tonic::metadata::MetadataMap, String> {
-    if pairs.len() > MAX_LANE_METADATA {
-        return Err(format!(
-            "{} metadata entries, over the limit of {MAX_LANE_METADATA}",
-            pairs.len()
-        ));
-    }
-    let mut map = tonic::metadata::MetadataMap::new();
-    for (key, value) in pairs {
-        let name = tonic::metadata::AsciiMetadataKey::from_bytes(key.as_bytes())
-            .map_err(|_| format!("{key:?} is not a metadata key"))?;
-        let value = value
-            .parse()
-            .map_err(|_| format!("the value of {key} is not metadata"))?;
-        map.insert(name, value);
-    }
-    Ok(map)
+    leasehold_proto::lane::metadata_map(pairs.into_iter())
 }
 
 impl LaneReply {
@@ -164,15 +131,7 @@ pub(crate) async fn write_frame<T: Serialize>(
     value: &T,
 ) -> io::Result<()> {
     let body = encode(value).map_err(io::Error::other)?;
-    let len = u32::try_from(body.len())
-        .ok()
-        .filter(|len| *len as usize <= MAX_FRAME_BYTES)
-        .ok_or_else(|| io::Error::other(format!("a {}-byte frame is too big", body.len())))?;
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&len.to_be_bytes());
-    frame.extend_from_slice(&body);
-    io.write_all(&frame).await?;
-    io.flush().await
+    leasehold_proto::lane::write_frame(io, &body, MAX_FRAME_BYTES).await
 }
 
 /// Reads one frame and decodes it; a frame over [`MAX_FRAME_BYTES`] is refused before its
@@ -180,26 +139,10 @@ pub(crate) async fn write_frame<T: Serialize>(
 pub(crate) async fn read_frame<T: serde::de::DeserializeOwned>(
     io: &mut (impl AsyncRead + Unpin),
 ) -> io::Result<Option<T>> {
-    let mut len = [0; 4];
-    match io.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+    match leasehold_proto::lane::read_frame(io, MAX_FRAME_BYTES).await? {
+        Some(body) => decode(&body).map(Some).map_err(io::Error::other),
+        None => Ok(None),
     }
-    let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_FRAME_BYTES {
-        return Err(io::Error::other(format!(
-            "a {len}-byte frame is over the {MAX_FRAME_BYTES}-byte limit"
-        )));
-    }
-    // Grown as the bytes arrive, not allocated whole on the length's word: a caller that
-    // sends a length and stalls holds no more than it sent.
-    let mut body = Vec::with_capacity(len.min(FIRST_READ_BYTES));
-    io.take(len as u64).read_to_end(&mut body).await?;
-    if body.len() < len {
-        return Err(io::ErrorKind::UnexpectedEof.into());
-    }
-    decode(&body).map(Some).map_err(io::Error::other)
 }
 
 /// Anything a lane runs over: a TCP stream, or TLS on one.
@@ -518,16 +461,6 @@ mod tests {
         assert_eq!(back.code(), Code::PermissionDenied);
         assert_eq!(back.message(), "not a member");
         assert_eq!(back.metadata().get("leasehold-origin").unwrap(), "node");
-    }
-
-    #[test]
-    fn more_metadata_entries_than_the_limit_are_refused_before_any_is_parsed() {
-        let entry = |i: usize| (format!("k{i}"), "v".to_owned());
-        let within: Vec<_> = (0..MAX_LANE_METADATA).map(entry).collect();
-        assert_eq!(metadata_map(within).unwrap().len(), MAX_LANE_METADATA);
-        let over: Vec<_> = (0..30_000).map(entry).collect();
-        let refused = metadata_map(over).unwrap_err();
-        assert!(refused.contains("over the limit"), "{refused}");
     }
 
     #[tokio::test]

@@ -1,0 +1,350 @@
+//! The client lane (see `LaneCall` in the public proto): the `LeaseStore` service's unary calls
+//! as length-prefixed frames on a TCP connection of their own, one call at a time, on the
+//! node's client port beside gRPC. A node answers each as the gRPC call, with the same checks.
+//!
+//! Why: a gRPC call carries each request through tonic's buffer task, hyper's connection task
+//! and h2's framing on both sides; on loopback that transport cost more CPU than the write it
+//! carried. On a lane the caller writes its frame and reads the answer itself.
+//!
+//! Lanes are used without TLS only (a client over TLS speaks gRPC), for calls that fit a frame,
+//! and with nodes that answer the lane's greeting; everything else goes by gRPC, so a node of
+//! an earlier version is called as before.
+
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use leasehold_proto::lane::{
+    read_frame, write_frame, CLIENT_GREETING, MAX_CALL_BYTES, MAX_REQUEST_BYTES,
+};
+use leasehold_proto::v1 as pb;
+use leasehold_proto::v1::lease_store_client::LeaseStoreClient;
+use leasehold_proto::v1::{LaneAnswer, LaneCall};
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::time::Instant;
+use tonic::{Request, Response, Status};
+
+use crate::channel::NodeChannel;
+use crate::limits::{CONNECT_TIMEOUT, LANE_UNSUPPORTED_RETRY, MAX_IDLE_LANES};
+
+/// What a gRPC call answers, boxed.
+type Answered<R> = Pin<Box<dyn Future<Output = Result<Response<R>, Status>> + Send>>;
+
+/// A `LeaseStore` request a lane carries: its method's name and reply, and its gRPC call for
+/// where no lane goes.
+pub(crate) trait LaneMethod: Message + Default + Sized + Send + 'static {
+    type Reply: Message + Default + Send + 'static;
+    /// The method, as gRPC names it.
+    const METHOD: &'static str;
+    fn grpc(channel: NodeChannel, request: Request<Self>) -> Answered<Self::Reply>;
+}
+
+macro_rules! lane_methods {
+    ($($request:ident => $reply:ident, $method:literal, $call:ident;)*) => {$(
+        impl LaneMethod for pb::$request {
+            type Reply = pb::$reply;
+            const METHOD: &'static str = $method;
+            fn grpc(channel: NodeChannel, request: Request<Self>) -> Answered<pb::$reply> {
+                Box::pin(async move { LeaseStoreClient::new(channel).$call(request).await })
+            }
+        }
+    )*};
+}
+
+lane_methods! {
+    AcquireRequest => AcquireResponse, "Acquire", acquire;
+    ReleaseRequest => ReleaseResponse, "Release", release;
+    RenewRequest => RenewResponse, "Renew", renew;
+    PutRequest => PutResponse, "Put", put;
+    DeleteRequest => DeleteResponse, "Delete", delete;
+    CheckTokenRequest => CheckTokenResponse, "CheckToken", check_token;
+    GetRequest => GetResponse, "Get", get;
+    GetLeaseRequest => GetLeaseResponse, "GetLease", get_lease;
+    AdvanceRequest => AdvanceResponse, "Advance", advance;
+    RegisterRequest => RegisterResponse, "Register", register;
+}
+
+/// One open lane.
+struct Lane {
+    io: BufReader<TcpStream>,
+}
+
+impl Lane {
+    /// Whether the idle lane's node has closed it, or sent what nobody asked for: such a lane
+    /// is dropped, not used, so that a call after the node's restart is not lost on it and no
+    /// call takes a stray frame for its answer.
+    fn is_closed(&self) -> bool {
+        let mut byte = [0; 1];
+        let mut buf = tokio::io::ReadBuf::new(&mut byte);
+        let mut cx = Context::from_waker(Waker::noop());
+        !self.io.buffer().is_empty()
+            || !matches!(
+                self.io.get_ref().poll_peek(&mut cx, &mut buf),
+                Poll::Pending
+            )
+    }
+
+    async fn call(&mut self, call: &[u8]) -> io::Result<LaneAnswer> {
+        write_frame(&mut self.io, call, MAX_CALL_BYTES).await?;
+        // An answer is as big as the node makes it: a read returns at most the store's rows.
+        let answer = read_frame(&mut self.io, usize::MAX).await?;
+        let answer = answer.ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+        LaneAnswer::decode(answer.as_slice()).map_err(io::Error::other)
+    }
+}
+
+/// Why a lane could not be opened.
+enum OpenError {
+    /// The node could not be reached, or did not greet in time: nothing was sent.
+    Unreachable(io::Error),
+    /// The node answered, but not as a lane: gRPC it is.
+    Unsupported,
+}
+
+/// The lanes to one node, idle ones kept for the next call.
+pub(crate) struct Lanes {
+    /// `host:port`; `None` when this client uses no lanes (over TLS).
+    address: Option<String>,
+    local_ip: Option<IpAddr>,
+    pool: Mutex<Pool>,
+}
+
+#[derive(Default)]
+struct Pool {
+    idle: Vec<Lane>,
+    /// Until when the node is called over gRPC, having answered a greeting otherwise.
+    grpc_until: Option<Instant>,
+}
+
+impl Lanes {
+    /// Lanes to `address` (`host:port`), dialed from `local_ip` if given; none at all (every
+    /// call by gRPC) for `None`.
+    pub(crate) fn new(address: Option<&str>, local_ip: Option<IpAddr>) -> Arc<Self> {
+        Arc::new(Lanes {
+            address: address.map(str::to_owned),
+            local_ip,
+            pool: Mutex::default(),
+        })
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
+        self.pool.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An idle lane, or `None` if there is none; `Err` if the node takes none now.
+    fn take(&self) -> Result<Option<Lane>, ()> {
+        let mut pool = self.pool();
+        if pool.grpc_until.is_some_and(|until| until > Instant::now()) {
+            return Err(());
+        }
+        while let Some(lane) = pool.idle.pop() {
+            if !lane.is_closed() {
+                return Ok(Some(lane));
+            }
+        }
+        Ok(None)
+    }
+
+    fn put_back(&self, lane: Lane) {
+        let mut pool = self.pool();
+        if pool.idle.len() < MAX_IDLE_LANES {
+            pool.idle.push(lane);
+        }
+    }
+
+    /// `request` on a lane, answered as its gRPC call would be; `Err(request)` where it goes by
+    /// gRPC instead: no lanes, a node that speaks none, or a call too big for a frame. The
+    /// caller bounds the call's time: a lane dropped mid-call is closed, never reused.
+    pub(crate) async fn call<M: LaneMethod>(
+        &self,
+        request: Request<M>,
+    ) -> Result<Result<Response<M::Reply>, Status>, Request<M>> {
+        let Some(address) = &self.address else {
+            return Err(request);
+        };
+        if request.get_ref().encoded_len() > MAX_REQUEST_BYTES {
+            // gRPC carries it to the node's own refusal, which names the limit.
+            return Err(request);
+        }
+        let lane = match self.take() {
+            Err(()) => return Err(request),
+            Ok(Some(lane)) => lane,
+            Ok(None) => match self.open(address).await {
+                Ok(lane) => lane,
+                Err(OpenError::Unsupported) => {
+                    self.pool().grpc_until = Some(Instant::now() + LANE_UNSUPPORTED_RETRY);
+                    return Err(request);
+                }
+                Err(OpenError::Unreachable(e)) => return Ok(Err(never_sent(address, e))),
+            },
+        };
+        let call = LaneCall::of(M::METHOD, request).encode_to_vec();
+        if call.len() > MAX_CALL_BYTES {
+            self.put_back(lane);
+            return Ok(Err(Status::out_of_range(format!(
+                "a {}-byte {} call (its metadata included) is over the lane's limit of \
+                 {MAX_CALL_BYTES} bytes",
+                call.len(),
+                M::METHOD
+            ))));
+        }
+        let mut lane = lane;
+        match lane.call(&call).await {
+            Ok(answer) => {
+                self.put_back(lane);
+                Ok(answer.into_response())
+            }
+            Err(e) => Ok(Err(Status::unavailable(format!(
+                "the connection to {address} failed: {e}"
+            )))),
+        }
+    }
+
+    async fn open(&self, address: &str) -> Result<Lane, OpenError> {
+        let unreachable = OpenError::Unreachable;
+        let dial = async {
+            let to: SocketAddr = tokio::net::lookup_host(address)
+                .await?
+                .next()
+                .ok_or_else(|| io::Error::other(format!("{address} resolves to no address")))?;
+            let socket = match to {
+                SocketAddr::V4(_) => TcpSocket::new_v4()?,
+                SocketAddr::V6(_) => TcpSocket::new_v6()?,
+            };
+            if let Some(ip) = self.local_ip {
+                socket.bind(SocketAddr::new(ip, 0))?;
+            }
+            socket.set_nodelay(true)?;
+            let mut tcp = socket.connect(to).await?;
+            tcp.write_all(CLIENT_GREETING).await?;
+            let mut answer = [0; CLIENT_GREETING.len()];
+            match tcp.read_exact(&mut answer).await {
+                Ok(_) => Ok((tcp, answer == *CLIENT_GREETING)),
+                // Closed at the greeting: a gRPC-only server refusing it.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok((tcp, false)),
+                Err(e) => Err(e),
+            }
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, dial).await {
+            Ok(Ok((tcp, true))) => Ok(Lane {
+                io: BufReader::new(tcp),
+            }),
+            Ok(Ok((_, false))) => Err(OpenError::Unsupported),
+            Ok(Err(e)) => Err(unreachable(e)),
+            Err(_) => Err(unreachable(io::ErrorKind::TimedOut.into())),
+        }
+    }
+}
+
+/// A failed connect as tonic reports one (a `ConnectError` in the status's source chain), so
+/// that the call knows this attempt's write was never sent.
+fn never_sent(address: &str, e: io::Error) -> Status {
+    let mut status = Status::unavailable(format!("cannot reach {address}: {e}"));
+    status.set_source(Arc::new(tonic::ConnectError(Box::new(e))));
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::{LeaseClient, Written};
+
+    /// What a lane-only node saw: the calls in order, and how many lanes it has closed.
+    #[derive(Default)]
+    struct Seen {
+        calls: Mutex<Vec<LaneCall>>,
+        closed: std::sync::atomic::AtomicUsize,
+    }
+
+    /// A node that speaks only lanes (no gRPC at all): it answers `Register` and `Put`, each
+    /// lane for `per_lane` calls before it closes it.
+    async fn lane_only_node(per_lane: usize) -> (String, Arc<Seen>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let seen = Arc::new(Seen::default());
+        let all = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut tcp, _) = listener.accept().await.unwrap();
+                let seen = all.clone();
+                tokio::spawn(async move {
+                    let mut greeting = [0; 8];
+                    tcp.read_exact(&mut greeting).await.unwrap();
+                    assert_eq!(&greeting, CLIENT_GREETING);
+                    tcp.write_all(CLIENT_GREETING).await.unwrap();
+                    for _ in 0..per_lane {
+                        let Some(body) = read_frame(&mut tcp, MAX_CALL_BYTES).await.unwrap() else {
+                            return;
+                        };
+                        let call = LaneCall::decode(body.as_slice()).unwrap();
+                        let answer = match call.method.as_str() {
+                            "Register" => LaneAnswer::of(Ok(Response::new(pb::RegisterResponse {
+                                client_id: 7,
+                                applied: None,
+                            }))),
+                            "Put" => LaneAnswer::of(Ok(Response::new(pb::PutResponse {
+                                applied: None,
+                                outcome: Some(pb::put_response::Outcome::Written(pb::Written {})),
+                            }))),
+                            other => panic!("{other}"),
+                        };
+                        seen.calls.lock().unwrap().push(call);
+                        write_frame(&mut tcp, &answer.encode_to_vec(), usize::MAX)
+                            .await
+                            .unwrap();
+                    }
+                    drop(tcp);
+                    seen.closed
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                });
+            }
+        });
+        (address, seen)
+    }
+
+    #[tokio::test]
+    async fn a_client_calls_a_node_that_answers_the_greeting_on_a_lane() {
+        let (address, seen) = lane_only_node(usize::MAX).await;
+        let client = LeaseClient::new(&[&address]).unwrap();
+        for _ in 0..3 {
+            let put = client.put("k", b"v", None).await.unwrap();
+            assert_eq!(put.outcome, Written::Written);
+        }
+        let calls = seen.calls.lock().unwrap();
+        let methods: Vec<_> = calls.iter().map(|c| c.method.as_str()).collect();
+        assert_eq!(methods, ["Register", "Put", "Put", "Put"]);
+        let put = calls[1].clone().into_request::<pb::PutRequest>().unwrap();
+        // The attempt's deadline travels as gRPC's does.
+        assert!(put.metadata().get("grpc-timeout").is_some());
+        let put = put.into_inner();
+        assert_eq!((put.key.as_str(), put.value.as_slice()), ("k", &b"v"[..]));
+        assert_eq!(put.request_id.map(|id| id.client_id), Some(7));
+    }
+
+    #[tokio::test]
+    async fn a_lane_its_node_closed_while_idle_is_not_used_again() {
+        // The node closes every lane after one call: a client that took the closed lane for
+        // its next call would lose that call's attempt (and, for a write, leave it in doubt
+        // until a retry settled it).
+        let (address, seen) = lane_only_node(1).await;
+        let lanes = Lanes::new(Some(&address), None);
+        let answer = lanes.call(Request::new(pb::RegisterRequest {})).await;
+        assert_eq!(answer.ok().unwrap().unwrap().into_inner().client_id, 7);
+        let closed = || seen.closed.load(std::sync::atomic::Ordering::SeqCst) == 1;
+        while !closed() {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        // On loopback the close has arrived once the node's `close` returned.
+        assert!(matches!(lanes.take(), Ok(None)), "the closed lane was kept");
+        let answer = lanes.call(Request::new(pb::RegisterRequest {})).await;
+        assert_eq!(answer.ok().unwrap().unwrap().into_inner().client_id, 7);
+        assert_eq!(seen.calls.lock().unwrap().len(), 2);
+    }
+}
