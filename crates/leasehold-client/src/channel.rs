@@ -30,13 +30,18 @@ impl Bearer {
     }
 }
 
+impl Bearer {
+    /// Adds the token, if any, to `metadata`: a gRPC call's (by the channel) or a lane's.
+    pub(crate) fn apply(&self, metadata: &mut tonic::metadata::MetadataMap) {
+        if let Some(value) = &self.0 {
+            metadata.insert("authorization", value.clone());
+        }
+    }
+}
+
 impl Interceptor for Bearer {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
-        }
+        self.apply(request.metadata_mut());
         Ok(request)
     }
 }

@@ -67,7 +67,7 @@ pub struct LeaseClient {
     targets: Vec<Endpoint>,
     channels: Vec<NodeChannel>,
     /// Each endpoint's client lanes (none over TLS), for the lease calls.
-    lanes: Vec<Arc<Lanes>>,
+    pub(crate) lanes: Vec<Arc<Lanes>>,
     over_tls: bool,
     /// Sent with every request, for a client without a certificate.
     bearer: Bearer,
@@ -158,11 +158,11 @@ impl LeaseClient {
     /// Lanes to every endpoint as this client reaches it: from its local address, and none
     /// over TLS.
     fn with_lanes(mut self) -> Self {
-        let lanes = |endpoint: &String| {
-            let address = endpoint.split_once("://").map_or(&endpoint[..], |(_, a)| a);
-            Lanes::new((!self.over_tls).then_some(address), self.local_ip)
+        let lanes = |target: &Endpoint| {
+            let address = target.uri().authority().map(|a| a.as_str());
+            Lanes::new(address.filter(|_| !self.over_tls), self.local_ip)
         };
-        self.lanes = self.endpoints.iter().map(lanes).collect();
+        self.lanes = self.targets.iter().map(lanes).collect();
         self
     }
 
@@ -293,7 +293,7 @@ impl LeaseClient {
             }
             let (lanes, channel) = (self.lanes[node].clone(), self.channels[node].clone());
             async move {
-                match lanes.call(request).await {
+                match lanes.call(request, timeout).await {
                     Ok(answer) => answer,
                     Err(request) => M::grpc(channel, request).await,
                 }

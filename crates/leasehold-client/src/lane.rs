@@ -14,8 +14,10 @@ use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use leasehold_proto::lane::{
     read_frame, write_frame, CLIENT_GREETING, MAX_CALL_BYTES, MAX_REQUEST_BYTES,
@@ -30,7 +32,7 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 
 use crate::channel::NodeChannel;
-use crate::limits::{CONNECT_TIMEOUT, LANE_UNSUPPORTED_RETRY, MAX_IDLE_LANES};
+use crate::limits::{CONNECT_TIMEOUT, LANE_UNSUPPORTED_RETRY, MAX_LANES};
 
 /// What a gRPC call answers, boxed.
 type Answered<R> = Pin<Box<dyn Future<Output = Result<Response<R>, Status>> + Send>>;
@@ -72,6 +74,27 @@ lane_methods! {
 /// One open lane.
 struct Lane {
     io: BufReader<TcpStream>,
+    /// Its place among the node's [`MAX_LANES`], given back when it closes.
+    _slot: Slot,
+}
+
+/// One of a node's [`MAX_LANES`] lanes, counted while it is open (dialing included).
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// A slot among `open`, if fewer than [`MAX_LANES`] are taken.
+    fn take(open: &Arc<AtomicUsize>) -> Option<Slot> {
+        let fewer = |n: usize| (n < MAX_LANES).then_some(n + 1);
+        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, fewer)
+            .ok()
+            .map(|_| Slot(open.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Lane {
@@ -100,9 +123,11 @@ impl Lane {
 
 /// Why a lane could not be opened.
 enum OpenError {
-    /// The node could not be reached, or did not greet in time: nothing was sent.
+    /// The node could not be reached, or did not answer the greeting in time: nothing was
+    /// sent.
     Unreachable(io::Error),
-    /// The node answered, but not as a lane: gRPC it is.
+    /// The node answered, but not as a lane (or closed or reset the connection at the
+    /// greeting): gRPC it is.
     Unsupported,
 }
 
@@ -112,6 +137,8 @@ pub(crate) struct Lanes {
     address: Option<String>,
     local_ip: Option<IpAddr>,
     pool: Mutex<Pool>,
+    /// Lanes open to the node, idle or not.
+    open: Arc<AtomicUsize>,
 }
 
 #[derive(Default)]
@@ -129,6 +156,7 @@ impl Lanes {
             address: address.map(str::to_owned),
             local_ip,
             pool: Mutex::default(),
+            open: Arc::default(),
         })
     }
 
@@ -151,18 +179,17 @@ impl Lanes {
     }
 
     fn put_back(&self, lane: Lane) {
-        let mut pool = self.pool();
-        if pool.idle.len() < MAX_IDLE_LANES {
-            pool.idle.push(lane);
-        }
+        self.pool().idle.push(lane);
     }
 
-    /// `request` on a lane, answered as its gRPC call would be; `Err(request)` where it goes by
-    /// gRPC instead: no lanes, a node that speaks none, or a call too big for a frame. The
-    /// caller bounds the call's time: a lane dropped mid-call is closed, never reused.
+    /// `request` on a lane within `timeout`, answered as its gRPC call would be; `Err(request)`
+    /// where it goes by gRPC instead: no lanes, a node that speaks none, [`MAX_LANES`] busy,
+    /// or a request over the node's limit. The caller bounds the call's time too: a lane
+    /// dropped mid-call is closed, never reused.
     pub(crate) async fn call<M: LaneMethod>(
         &self,
         request: Request<M>,
+        timeout: Duration,
     ) -> Result<Result<Response<M::Reply>, Status>, Request<M>> {
         let Some(address) = &self.address else {
             return Err(request);
@@ -174,14 +201,20 @@ impl Lanes {
         let lane = match self.take() {
             Err(()) => return Err(request),
             Ok(Some(lane)) => lane,
-            Ok(None) => match self.open(address).await {
-                Ok(lane) => lane,
-                Err(OpenError::Unsupported) => {
-                    self.pool().grpc_until = Some(Instant::now() + LANE_UNSUPPORTED_RETRY);
+            Ok(None) => {
+                let Some(slot) = Slot::take(&self.open) else {
                     return Err(request);
+                };
+                // Within the attempt's time, so that a dial cut short is known unsent.
+                match self.open(address, slot, timeout.min(CONNECT_TIMEOUT)).await {
+                    Ok(lane) => lane,
+                    Err(OpenError::Unsupported) => {
+                        self.pool().grpc_until = Some(Instant::now() + LANE_UNSUPPORTED_RETRY);
+                        return Err(request);
+                    }
+                    Err(OpenError::Unreachable(e)) => return Ok(Err(never_sent(address, e))),
                 }
-                Err(OpenError::Unreachable(e)) => return Ok(Err(never_sent(address, e))),
-            },
+            }
         };
         let call = LaneCall::of(M::METHOD, request).encode_to_vec();
         if call.len() > MAX_CALL_BYTES {
@@ -193,8 +226,16 @@ impl Lanes {
                 M::METHOD
             ))));
         }
+        // A call that fails or is given up mid-way may have met a node that is gone or cut
+        // off: its other idle lanes go too, or each would cost a later call an attempt.
+        let mut in_call = InCall {
+            lanes: self,
+            done: false,
+        };
         let mut lane = lane;
-        match lane.call(&call).await {
+        let answered = lane.call(&call).await;
+        in_call.done = answered.is_ok();
+        match answered {
             Ok(answer) => {
                 self.put_back(lane);
                 Ok(answer.into_response())
@@ -205,38 +246,73 @@ impl Lanes {
         }
     }
 
-    async fn open(&self, address: &str) -> Result<Lane, OpenError> {
-        let unreachable = OpenError::Unreachable;
-        let dial = async {
-            let to: SocketAddr = tokio::net::lookup_host(address)
-                .await?
-                .next()
-                .ok_or_else(|| io::Error::other(format!("{address} resolves to no address")))?;
-            let socket = match to {
-                SocketAddr::V4(_) => TcpSocket::new_v4()?,
-                SocketAddr::V6(_) => TcpSocket::new_v6()?,
-            };
-            if let Some(ip) = self.local_ip {
-                socket.bind(SocketAddr::new(ip, 0))?;
+    /// A lane to `address` (every address it resolves to, in turn), greeted within `within`.
+    async fn open(&self, address: &str, slot: Slot, within: Duration) -> Result<Lane, OpenError> {
+        let deadline = Instant::now() + within;
+        let connect = async {
+            let mut last = io::Error::other(format!("{address} resolves to no address"));
+            for to in tokio::net::lookup_host(address).await? {
+                match self.connect(to).await {
+                    Ok(tcp) => return Ok(tcp),
+                    Err(e) => last = e,
+                }
             }
-            socket.set_nodelay(true)?;
-            let mut tcp = socket.connect(to).await?;
+            Err(last)
+        };
+        let mut tcp = match tokio::time::timeout_at(deadline, connect).await {
+            Ok(Ok(tcp)) => tcp,
+            Ok(Err(e)) => return Err(OpenError::Unreachable(e)),
+            Err(_) => return Err(OpenError::Unreachable(io::ErrorKind::TimedOut.into())),
+        };
+        let greet = async {
             tcp.write_all(CLIENT_GREETING).await?;
             let mut answer = [0; CLIENT_GREETING.len()];
-            match tcp.read_exact(&mut answer).await {
-                Ok(_) => Ok((tcp, answer == *CLIENT_GREETING)),
-                // Closed at the greeting: a gRPC-only server refusing it.
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok((tcp, false)),
-                Err(e) => Err(e),
-            }
+            tcp.read_exact(&mut answer).await?;
+            Ok::<_, io::Error>(answer == *CLIENT_GREETING)
         };
-        match tokio::time::timeout(CONNECT_TIMEOUT, dial).await {
-            Ok(Ok((tcp, true))) => Ok(Lane {
+        match tokio::time::timeout_at(deadline, greet).await {
+            Ok(Ok(true)) => Ok(Lane {
                 io: BufReader::new(tcp),
+                _slot: slot,
             }),
-            Ok(Ok((_, false))) => Err(OpenError::Unsupported),
-            Ok(Err(e)) => Err(unreachable(e)),
-            Err(_) => Err(unreachable(io::ErrorKind::TimedOut.into())),
+            // Answered otherwise, closed or reset at the greeting: a server that speaks only
+            // gRPC (HTTP/2 refuses the greeting as a preface), or a proxy of HTTP/2 only.
+            Ok(Ok(false)) | Ok(Err(_)) => Err(OpenError::Unsupported),
+            // Silent: a node paused or cut off (or a server waiting for more): unsent, and
+            // gRPC gets the next calls, as for a node that answered otherwise.
+            Err(_) => {
+                self.pool().grpc_until = Some(Instant::now() + LANE_UNSUPPORTED_RETRY);
+                Err(OpenError::Unreachable(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no answer to the lane's greeting",
+                )))
+            }
+        }
+    }
+
+    async fn connect(&self, to: SocketAddr) -> io::Result<TcpStream> {
+        let socket = match to {
+            SocketAddr::V4(_) => TcpSocket::new_v4()?,
+            SocketAddr::V6(_) => TcpSocket::new_v6()?,
+        };
+        if let Some(ip) = self.local_ip {
+            socket.bind(SocketAddr::new(ip, 0))?;
+        }
+        socket.set_nodelay(true)?;
+        socket.connect(to).await
+    }
+}
+
+/// A lane call under way: unless it ends with an answer, the node's idle lanes are dropped.
+struct InCall<'a> {
+    lanes: &'a Lanes,
+    done: bool,
+}
+
+impl Drop for InCall<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.lanes.pool().idle.clear();
         }
     }
 }
@@ -254,6 +330,7 @@ mod tests {
     use tokio::net::TcpListener;
 
     use super::*;
+    use crate::fake::Reply;
     use crate::{LeaseClient, Written};
 
     /// What a lane-only node saw: the calls in order, and how many lanes it has closed.
@@ -335,7 +412,9 @@ mod tests {
         // until a retry settled it).
         let (address, seen) = lane_only_node(1).await;
         let lanes = Lanes::new(Some(&address), None);
-        let answer = lanes.call(Request::new(pb::RegisterRequest {})).await;
+        let answer = lanes
+            .call(Request::new(pb::RegisterRequest {}), Duration::from_secs(5))
+            .await;
         assert_eq!(answer.ok().unwrap().unwrap().into_inner().client_id, 7);
         let closed = || seen.closed.load(std::sync::atomic::Ordering::SeqCst) == 1;
         while !closed() {
@@ -343,8 +422,38 @@ mod tests {
         }
         // On loopback the close has arrived once the node's `close` returned.
         assert!(matches!(lanes.take(), Ok(None)), "the closed lane was kept");
-        let answer = lanes.call(Request::new(pb::RegisterRequest {})).await;
+        let answer = lanes
+            .call(Request::new(pb::RegisterRequest {}), Duration::from_secs(5))
+            .await;
         assert_eq!(answer.ok().unwrap().unwrap().into_inner().client_id, 7);
         assert_eq!(seen.calls.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_client_holds_at_most_max_lanes_to_a_node_and_their_slots_come_back() {
+        let open = Arc::default();
+        let mut slots: Vec<_> = (0..MAX_LANES).map(|_| Slot::take(&open).unwrap()).collect();
+        assert!(
+            Slot::take(&open).is_none(),
+            "a call past the limit goes over gRPC"
+        );
+        slots.pop();
+        assert!(
+            Slot::take(&open).is_some(),
+            "a closed lane's slot is free again"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_node_that_speaks_only_grpc_is_called_over_grpc() {
+        // tonic's HTTP/2 server, given the greeting for a preface, refuses it: the client
+        // speaks gRPC to it from then on, and its calls succeed as before lanes.
+        let (_node, client) = crate::fake::fake_node(vec![Reply::Answer, Reply::Answer]).await;
+        for _ in 0..2 {
+            let put = client.put("k", b"v", None).await.unwrap();
+            assert_eq!(put.outcome, Written::Written);
+        }
+        let lanes = &client.lanes[0];
+        assert!(lanes.take().is_err(), "the node is called over gRPC");
     }
 }

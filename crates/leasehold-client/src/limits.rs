@@ -19,9 +19,10 @@ pub(crate) const MIN_ATTEMPT: Duration = Duration::from_millis(200);
 /// the lane's greeting).
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Idle lanes kept open to each node: one per call in flight, up to this many; more calls at
-/// once open more lanes, closed when their call ends.
-pub(crate) const MAX_IDLE_LANES: usize = 64;
+/// Lanes one client keeps open to each node, idle or in a call: one per call in flight, and a
+/// call made while this many are busy goes over gRPC (one connection for any number of calls),
+/// so a client shared by many tasks holds a bounded number of sockets.
+pub(crate) const MAX_LANES: usize = 64;
 
 /// How long a node that answered a lane's greeting otherwise (one that speaks only gRPC) is
 /// called over gRPC before the client offers it a lane again.

@@ -51,6 +51,15 @@ pub(crate) const UNREACHABLE_RETRY: Duration = Duration::from_millis(100);
 /// (a replication stream's, and the forwarder's batches), a few to spare.
 pub(crate) const MAX_IDLE_LANES: usize = 4;
 
+/// Lanes a node serves at once on its peer port: a few per peer (one per call in flight, and
+/// [`MAX_IDLE_LANES`] idle); a peer's lane past these is spoken to over gRPC.
+pub(crate) const MAX_PEER_LANES: usize = 64;
+
+/// Client lanes a node serves at once: each holds a task and two descriptors, where a gRPC
+/// client holds one connection for all its calls; a client's lane past these is refused at
+/// its greeting (by tonic) and the client speaks gRPC.
+pub(crate) const MAX_CLIENT_LANES: usize = 256;
+
 /// How long a peer that answered a lane's greeting otherwise (a node of an earlier version) is
 /// spoken to over gRPC before a lane is tried again.
 pub(crate) const LANE_UNSUPPORTED_RETRY: Duration = Duration::from_secs(30);

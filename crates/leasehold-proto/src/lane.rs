@@ -29,6 +29,10 @@ pub const MAX_REQUEST_BYTES: usize = 256 * 1024;
 /// unread.
 pub const MAX_CALL_BYTES: usize = MAX_REQUEST_BYTES + 16 * 1024;
 
+/// The most bytes of metadata (keys and values) a frame may carry: HTTP/2's default bound on
+/// a header list.
+pub const MAX_METADATA_BYTES: usize = 16 * 1024;
+
 /// The most metadata entries a frame may carry (a gRPC call of a peer's carries three, a
 /// client's two): HTTP/2 bounds a header list, and a
 /// `MetadataMap` panics past its own size (some 24,000 entries), which a frame could carry.
@@ -132,7 +136,7 @@ pub fn metadata_pairs(metadata: &MetadataMap) -> Vec<(String, String)> {
 }
 
 /// `pairs` as gRPC metadata; an entry that is not valid metadata is refused, and so are more
-/// than [`MAX_METADATA`] entries, before any is parsed.
+/// than [`MAX_METADATA`] entries, before any is parsed, and more than [`MAX_METADATA_BYTES`].
 pub fn metadata_map(
     pairs: impl ExactSizeIterator<Item = (String, String)>,
 ) -> Result<MetadataMap, String> {
@@ -143,7 +147,14 @@ pub fn metadata_map(
         ));
     }
     let mut map = MetadataMap::new();
+    let mut bytes = 0;
     for (key, value) in pairs {
+        bytes += key.len() + value.len();
+        if bytes > MAX_METADATA_BYTES {
+            return Err(format!(
+                "more than {MAX_METADATA_BYTES} bytes of metadata, over the limit"
+            ));
+        }
         let name = AsciiMetadataKey::from_bytes(key.as_bytes())
             .map_err(|_| format!("{key:?} is not a metadata key"))?;
         let value = value
@@ -197,12 +208,14 @@ impl LaneAnswer {
                 message: String::new(),
                 metadata: wire_metadata(response.metadata()),
                 response: response.into_inner().encode_to_vec(),
+                details: Vec::new(),
             },
             Err(status) => LaneAnswer {
                 code: status.code() as i32,
                 message: status.message().to_owned(),
                 metadata: wire_metadata(status.metadata()),
                 response: Vec::new(),
+                details: status.details().to_vec(),
             },
         }
     }
@@ -211,9 +224,10 @@ impl LaneAnswer {
     pub fn into_response<M: prost::Message + Default>(self) -> Result<Response<M>, Status> {
         let metadata = carried_metadata(self.metadata).map_err(Status::internal)?;
         if self.code != Code::Ok as i32 {
-            return Err(Status::with_metadata(
+            return Err(Status::with_details_and_metadata(
                 self.code.into(),
                 self.message,
+                self.details.into(),
                 metadata,
             ));
         }
@@ -290,5 +304,8 @@ mod tests {
         assert_eq!(metadata_map(within).unwrap().len(), MAX_METADATA);
         let refused = metadata_map((0..30_000).map(entry)).unwrap_err();
         assert!(refused.contains("over the limit of 16"), "{refused}");
+        let big = (0..2).map(|i| (format!("k{i}"), "v".repeat(MAX_METADATA_BYTES / 2)));
+        let refused = metadata_map(big).unwrap_err();
+        assert!(refused.contains("bytes of metadata"), "{refused}");
     }
 }

@@ -28,7 +28,7 @@ use tonic::{Request, Response, Status};
 use super::lanes::{serve_frames, split_plain, LaneFrames};
 use super::lease_service::LeaseService;
 use super::NodeError;
-use crate::limits::MAX_CLIENT_MESSAGE_BYTES;
+use crate::limits::{MAX_CLIENT_LANES, MAX_CLIENT_MESSAGE_BYTES};
 use crate::tls::KeepAlive;
 
 /// What serves client lanes: the client plane's lease service, until the node stops.
@@ -79,9 +79,8 @@ impl ClientLaneServer {
         listener: TcpListener,
         keepalive: KeepAlive,
     ) -> ReceiverStream<std::io::Result<TcpStream>> {
-        split_plain::<ClientFrames, _, _>(listener, "client", keepalive, move |tcp, fd, from| {
-            self.clone().serve(tcp, fd, from)
-        })
+        let serve = move |tcp, fd, from| self.clone().serve(tcp, fd, from);
+        split_plain::<ClientFrames, _, _>(listener, "client", keepalive, MAX_CLIENT_LANES, serve)
     }
 
     async fn serve(self, tcp: TcpStream, fd: OwnedFd, from: SocketAddr) {

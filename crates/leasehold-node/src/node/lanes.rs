@@ -1,7 +1,8 @@
-//! The peer port's lanes (see `raft::lane`): the accept loop tells a lane from a gRPC
-//! connection (by its greeting without TLS, by its ALPN protocol with it), hands gRPC ones on to
-//! tonic, and serves each lane in a task of its own: one request at a time, each answered by the
-//! same handler, behind the same gate, that the gRPC call would reach.
+//! Lanes beside gRPC on a node's ports: the peer port's (see `raft::lane`) and the client
+//! port's (see `client_lanes`). The accept loop tells a lane from a gRPC connection (by its
+//! greeting without TLS, by its ALPN protocol with it), hands gRPC ones on to tonic, and serves
+//! each lane in a task of its own: one request at a time, each answered by the same handler,
+//! behind the same checks, that the gRPC call would reach.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -18,7 +19,7 @@ use tonic::codegen::tokio_stream::StreamExt;
 use super::peer_gate::PeerGate;
 use super::raft_service::RaftService;
 use super::NodeError;
-use crate::limits::{ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES};
+use crate::limits::{ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES, MAX_PEER_LANES};
 use crate::proto::raft_v1::raft_server::Raft as _;
 use crate::proto::raft_v1::RaftMessage;
 use crate::raft::lane::{
@@ -45,9 +46,8 @@ impl LaneServer {
         listener: TcpListener,
         keepalive: KeepAlive,
     ) -> ReceiverStream<std::io::Result<TcpStream>> {
-        split_plain::<PeerFrames, _, _>(listener, "peer", keepalive, move |tcp, fd, from| {
-            self.clone().serve(tcp, fd, None, from)
-        })
+        let serve = move |tcp, fd, from| self.clone().serve(tcp, fd, None, from);
+        split_plain::<PeerFrames, _, _>(listener, "peer", keepalive, MAX_PEER_LANES, serve)
     }
 
     /// The TLS connections of `incoming` that are not lanes (by their ALPN protocol), for
@@ -165,11 +165,13 @@ impl LaneServer {
 /// their greeting read. A connection is told by its first bytes: a lane's greeting, or
 /// anything else (an HTTP/2 preface). One that sends nothing within [`HANDSHAKE_TIMEOUT`]
 /// goes to tonic, and at most [`MAX_HANDSHAKES`] are looked at at once; the rest go to tonic
-/// unseen, where a lane's greeting is refused and its caller uses gRPC.
+/// unseen, where a lane's greeting is refused and its caller uses gRPC. So do connections
+/// while `max_lanes` lanes are open: each holds a task and two descriptors.
 pub(super) fn split_plain<L, S, F>(
     listener: TcpListener,
     plane: &'static str,
     keepalive: KeepAlive,
+    max_lanes: usize,
     serve: S,
 ) -> ReceiverStream<std::io::Result<TcpStream>>
 where
@@ -179,13 +181,15 @@ where
 {
     let (grpc, stream) = mpsc::channel(ACCEPTED_QUEUE);
     let looking = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+    let open = Arc::new(tokio::sync::Semaphore::new(max_lanes));
     tokio::spawn(async move {
         loop {
             let (tcp, from) = tokio::select! {
                 conn = crate::tls::accept(&listener, plane, keepalive) => conn,
                 () = grpc.closed() => return,
             };
-            let Ok(permit) = looking.clone().try_acquire_owned() else {
+            let permits = looking.clone().try_acquire_owned();
+            let (Ok(permit), Ok(lane)) = (permits, open.clone().try_acquire_owned()) else {
                 let _ = grpc.send(Ok(tcp)).await;
                 continue;
             };
@@ -199,6 +203,7 @@ where
                     if let Ok(fd) = dup_fd(&tcp) {
                         serve(tcp, fd, from).await;
                     }
+                    drop(lane);
                 } else {
                     let _ = grpc.send(Ok(tcp)).await;
                 }
@@ -285,6 +290,7 @@ pub(super) async fn serve_frames<L: LaneFrames, F: Future<Output = L::Answer>>(
 /// `false` as soon as they cannot be (left unread for tonic).
 async fn greets(tcp: &mut TcpStream, greeting: &[u8; 8]) -> bool {
     let mut first = [0; 8];
+    let mut wait = std::time::Duration::from_millis(1);
     loop {
         let Ok(seen) = tcp.peek(&mut first).await else {
             return false;
@@ -296,8 +302,10 @@ async fn greets(tcp: &mut TcpStream, greeting: &[u8; 8]) -> bool {
             // Peeked whole: read it, so that the lane's first frame comes next.
             return tcp.read_exact(&mut first).await.is_ok();
         }
-        // Part of it so far: wait for the rest (peek returns at once while bytes are there).
-        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        // Part of it so far: wait for the rest (peek returns at once while bytes are there),
+        // longer each time, so that a caller that stalls mid-greeting costs few wakeups.
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(std::time::Duration::from_millis(64));
     }
 }
 

@@ -633,13 +633,15 @@ class LaneMetadata(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
 class LaneAnswer(_message.Message):
-    __slots__ = ("code", "message", "metadata", "response")
+    __slots__ = ("code", "message", "metadata", "response", "details")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
     code: int
     message: str
     metadata: _containers.RepeatedCompositeFieldContainer[LaneMetadata]
     response: bytes
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., metadata: _Optional[_Iterable[_Union[LaneMetadata, _Mapping]]] = ..., response: _Optional[bytes] = ...) -> None: ...
+    details: bytes
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., metadata: _Optional[_Iterable[_Union[LaneMetadata, _Mapping]]] = ..., response: _Optional[bytes] = ..., details: _Optional[bytes] = ...) -> None: ...
