@@ -28,11 +28,14 @@
 //! `leasehold put K V --lease L --token T` on the leader, in the order the call takes:
 //!
 //! 1. `src/main.rs` → `src/cli/mod.rs` (parse) → `src/cli/commands.rs` (the put command).
-//! 2. `leasehold-client`: `client.rs` (`put` → `write`: the session and request id → `call`:
-//!    node after node) → `attempts.rs` (is a failure worth another node; may it have applied).
-//! 3. The wire: `proto/leasehold/v1/leasehold.proto`, compiled by `leasehold-proto`.
-//! 4. `leasehold-node`: `node/planes.rs` (the client plane mounts the service, refusing a
-//!    message over `limits.rs`'s bound before decoding it) →
+//! 2. `leasehold-client`: `client.rs` (`put` → `write`: the session and request id → `unary`:
+//!    node after node) → `lane.rs` (a client lane to the node, or gRPC where it takes none) →
+//!    `attempts.rs` (is a failure worth another node; may it have applied).
+//! 3. The wire: `proto/leasehold/v1/leasehold.proto`, compiled by `leasehold-proto`, whose
+//!    `lane.rs` frames a lane's calls.
+//! 4. `leasehold-node`: `node/planes.rs` and `node/lanes.rs` (the client port tells a lane
+//!    from gRPC) → `node/client_lanes.rs` (a lane's call, refused over `limits.rs`'s bound,
+//!    handed to the handler a gRPC call reaches) →
 //!    `node/lease_service.rs` (`put`: fields checked at the edge → `answer_put`) →
 //!    `node/mod.rs` (`write_or_forward` → `write_many` → `check_write`, with
 //!    `leasehold-core`'s `limits.rs` → `leader_stamp` → `ensure_leader` and `stamp`) →

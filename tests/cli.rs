@@ -587,13 +587,11 @@ async fn the_client_lane_answers_as_grpc_and_refuses_what_it_does_not_carry() {
         Some(pb::put_response::Outcome::Written(_))
     ));
     let mut grpc = LeaseStoreClient::new(h.client_channel(1).await);
-    let read = grpc
-        .get(pb::GetRequest {
-            key: "by-lane".into(),
-        })
-        .await
-        .unwrap();
-    assert_eq!(read.into_inner().value.as_deref(), Some(&b"v1"[..]));
+    let key = || pb::GetRequest {
+        key: "by-lane".into(),
+    };
+    let read = grpc.get(key()).await.unwrap().into_inner();
+    assert_eq!(read.value.as_deref(), Some(&b"v1"[..]));
 
     let refused = on_lane::<pb::PutResponse>(&mut lane, &lane_call("Propose", put(2, vec![])))
         .await
@@ -619,13 +617,8 @@ async fn the_client_lane_answers_as_grpc_and_refuses_what_it_does_not_carry() {
         "{refused:?}"
     );
     // Nothing refused was applied, and the lane still serves.
-    let read = grpc
-        .get(pb::GetRequest {
-            key: "by-lane".into(),
-        })
-        .await
-        .unwrap();
-    assert_eq!(read.into_inner().value.as_deref(), Some(&b"v1"[..]));
+    let read = grpc.get(key()).await.unwrap().into_inner();
+    assert_eq!(read.value.as_deref(), Some(&b"v1"[..]));
     let again: pb::PutResponse = on_lane(&mut lane, &lane_call("Put", put(4, b"v4".to_vec())))
         .await
         .unwrap();

@@ -23,8 +23,9 @@
 //!   their own, not gRPC calls), the proposer that gathers concurrent writes into one entry,
 //!   and the reads that share one ReadIndex.
 //! - [`node`]: one running node. The one assembly (`node::start`, which `serve` and the
-//!   simulation both use), its two planes (clients; peers, behind the peer gate, whose port
-//!   tells peer lanes from gRPC and serves them), the
+//!   simulation both use), its two planes (clients; peers, behind the peer gate), each port
+//!   telling its lanes from gRPC and serving them (`node::lanes`; the client port's, without
+//!   TLS, in `node::client_lanes`), the
 //!   leader's clock (a new leader starts from the largest store time carried here or at a peer
 //!   that applied the newest stamp, so store time never gains on real time; a slow commit has a
 //!   fresh stamp logged after it), the gRPC services, forwarding to the leader (writes in

@@ -25,7 +25,7 @@ use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tonic::{Request, Response, Status};
 
-use super::lanes::{serve_frames, split_plain, LaneFrames};
+use super::lanes::{serve_lane, split_plain, LaneFrames};
 use super::lease_service::LeaseService;
 use super::NodeError;
 use crate::limits::{MAX_CLIENT_LANES, MAX_CLIENT_MESSAGE_BYTES};
@@ -96,14 +96,7 @@ impl ClientLaneServer {
                 }
             }
         };
-        let mut stopping = self.stopping.clone();
-        let stopped = async move {
-            let _ = stopping.wait_for(|stop| *stop).await;
-        };
-        let ended = serve_frames::<ClientFrames, _>(tcp, &fd, stopped, answer).await;
-        if let Err(e) = ended {
-            tracing::debug!(client = %from, error = %e, "a client lane ended");
-        }
+        serve_lane::<ClientFrames, _>(tcp, &fd, self.stopping.clone(), answer, from).await;
     }
 }
 

@@ -117,14 +117,7 @@ impl LaneServer {
     ) {
         let (lanes, certs) = (&self, certs.as_deref());
         let answer = |request| lanes.answer(request, certs, from);
-        let mut stopping = self.stopping.clone();
-        let stopped = async move {
-            let _ = stopping.wait_for(|stop| *stop).await;
-        };
-        let ended = serve_frames::<PeerFrames, _>(io, &tcp, stopped, answer).await;
-        if let Err(e) = ended {
-            tracing::debug!(peer = %from, error = %e, "a peer lane ended");
-        }
+        serve_lane::<PeerFrames, _>(io, &tcp, self.stopping.clone(), answer, from).await;
     }
 
     /// The handler's answer to `request`, as the gRPC call would have had it.
@@ -251,6 +244,23 @@ impl LaneFrames for PeerFrames {
     }
 }
 
+/// Serves the lane from `from` on `io` (its TCP socket `tcp`) with `answer` until it ends or
+/// the node stops (`stopping` turns true).
+pub(super) async fn serve_lane<L: LaneFrames, F: Future<Output = L::Answer>>(
+    io: impl LaneIo,
+    tcp: &OwnedFd,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+    answer: impl Fn(L::Request) -> F,
+    from: SocketAddr,
+) {
+    let stopped = async move {
+        let _ = stopping.wait_for(|stop| *stop).await;
+    };
+    if let Err(e) = serve_frames::<L, _>(io, tcp, stopped, answer).await {
+        tracing::debug!(caller = %from, greeting = ?L::GREETING, error = %e, "a lane ended");
+    }
+}
+
 /// Greets a lane's caller (its greeting has been read) and answers its requests with `answer`,
 /// one at a time, until it closes the lane, sends what is not a request, or `until`.
 ///
@@ -260,7 +270,7 @@ impl LaneFrames for PeerFrames {
 /// and its work is stale: an AppendEntries from a leader that may be gone, or forwarded writes
 /// their client was already told may not have been done. (gRPC drops such a call too, when the
 /// caller's cancel arrives before the server takes it.)
-pub(super) async fn serve_frames<L: LaneFrames, F: Future<Output = L::Answer>>(
+async fn serve_frames<L: LaneFrames, F: Future<Output = L::Answer>>(
     io: impl LaneIo,
     tcp: &OwnedFd,
     until: impl Future<Output = ()>,
