@@ -873,6 +873,61 @@ async fn serve_takes_every_flag_from_the_environment() {
     assert!(dir.path().join("data").join("raft-log").exists());
 }
 
+/// A node raises its soft limit of open files to the hard limit, as Go's runtime does for
+/// etcd: each lane a node serves holds a socket and its duplicate, where a gRPC client held one
+/// connection, and a distribution's default soft limit (1,024) would end in failed accepts and
+/// failed log-segment opens.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_raises_its_open_files_limit_to_the_hard_limit() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::TempDir::new().unwrap();
+    let addrs = leasehold::cli::local::local_addrs(1).unwrap();
+    let mut command = std::process::Command::new(binary());
+    command
+        .args(["serve", "--id", "1", "--listen", &addrs[0].client])
+        .args(["--peer-listen", &addrs[0].peer])
+        .args(["--peers", &format!("1={}", addrs[0].peer)])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .stderr(std::process::Stdio::null());
+    // Started low: 256 soft, 4,096 hard.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 4096,
+            };
+            match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let mut node = command.spawn().unwrap();
+    struct Reap<'a>(&'a mut std::process::Child);
+    impl Drop for Reap<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let pid = node.id();
+    let _reap = Reap(&mut node);
+    let client = LeaseClient::new(&[addrs[0].client.clone()]).unwrap();
+    wait_for("the node to serve", Duration::from_secs(20), || async {
+        client.node_status().await.ok()
+    })
+    .await;
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let open_files = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .unwrap();
+    let fields: Vec<&str> = open_files.split_whitespace().collect();
+    assert_eq!(fields[3..5], ["4096", "4096"], "{open_files}");
+}
+
 /// gRPC health means something: SERVING while the node knows a leader with a quorum, NOT_SERVING
 /// within seconds of the majority's loss, SERVING again once a majority is back.
 #[tokio::test(flavor = "multi_thread")]

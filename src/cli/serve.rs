@@ -282,6 +282,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         // `target` and `timestamp`.
         LogFormat::Json => logs.json().flatten_event(true).init(),
     }
+    raise_open_files_limit();
     let listen = resolve("--listen", &args.listen).await?;
     let peer_listen = resolve("--peer-listen", &args.peer_listen).await?;
     let metrics_listen = resolve_if_given("--metrics-listen", &args.metrics_listen).await?;
@@ -317,6 +318,35 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     };
     node::run(config, shutdown_signal()).await?;
     Ok(Exit::Ok)
+}
+
+/// Raises the soft limit of open files to the hard limit, as Go's runtime does for etcd: a node
+/// holds a socket and a duplicate of it for each lane it serves (up to 256 clients' and 64
+/// peers'), beside its gRPC connections, log segments and snapshots, where a distribution's
+/// default soft limit is 1,024. What it could not raise is logged, and the node serves on.
+fn raise_open_files_limit() {
+    #[cfg(target_os = "linux")]
+    {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: both calls read or write only the `rlimit` given.
+        let raised = unsafe {
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && {
+                let soft = limit.rlim_cur;
+                limit.rlim_cur = limit.rlim_max;
+                soft == limit.rlim_max || libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
+            }
+        };
+        match raised {
+            true => tracing::debug!(open_files = limit.rlim_cur, "open files limit"),
+            false => tracing::warn!(
+                error = %std::io::Error::last_os_error(),
+                "could not raise the open files limit to its hard limit"
+            ),
+        }
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
