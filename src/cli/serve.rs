@@ -331,20 +331,23 @@ fn raise_open_files_limit() {
             rlim_cur: 0,
             rlim_max: 0,
         };
-        // SAFETY: both calls read or write only the `rlimit` given.
+        // SAFETY: both calls read or write only the `rlimit` given. The error is read at
+        // once, before anything else can set errno.
         let raised = unsafe {
-            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && {
-                let soft = limit.rlim_cur;
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                Err(std::io::Error::last_os_error())
+            } else if limit.rlim_cur == limit.rlim_max {
+                Ok(())
+            } else {
                 limit.rlim_cur = limit.rlim_max;
-                soft == limit.rlim_max || libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
+                match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
             }
         };
-        match raised {
-            true => tracing::debug!(open_files = limit.rlim_cur, "open files limit"),
-            false => tracing::warn!(
-                error = %std::io::Error::last_os_error(),
-                "could not raise the open files limit to its hard limit"
-            ),
+        if let Err(error) = raised {
+            tracing::warn!(%error, "could not raise the open files limit to its hard limit");
         }
     }
 }

@@ -159,8 +159,12 @@ impl LeaseClient {
     /// over TLS.
     fn with_lanes(mut self) -> Self {
         let lanes = |target: &Endpoint| {
-            let address = target.uri().authority().map(|a| a.as_str());
-            Lanes::new(address.filter(|_| !self.over_tls), self.local_ip)
+            // `host:port`, the port gRPC's channel would take too (80 without one).
+            let uri = target.uri();
+            let address = uri
+                .host()
+                .map(|host| format!("{host}:{}", uri.port_u16().unwrap_or(80)));
+            Lanes::new(address.filter(|_| !self.over_tls).as_deref(), self.local_ip)
         };
         self.lanes = self.targets.iter().map(lanes).collect();
         self
@@ -285,15 +289,13 @@ impl LeaseClient {
     ) -> Result<M::Reply, ClientError> {
         self.attempts(effect, |node, timeout| {
             let mut request = attempt(message.clone(), timeout);
-            if let Some(token) = &self.bearer.0 {
-                // As the channel's interceptor adds it to a gRPC call.
-                request
-                    .metadata_mut()
-                    .insert("authorization", token.clone());
-            }
+            self.bearer.apply(request.metadata_mut());
             let (lanes, channel) = (self.lanes[node].clone(), self.channels[node].clone());
+            // Taken before the attempt's own timer starts, so a dial cut short by it is known
+            // unsent rather than taken for a lost answer.
+            let deadline = tokio::time::Instant::now() + timeout;
             async move {
-                match lanes.call(request, timeout).await {
+                match lanes.call(request, deadline).await {
                     Ok(answer) => answer,
                     Err(request) => M::grpc(channel, request).await,
                 }

@@ -17,7 +17,6 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 
 use leasehold_proto::lane::{
     read_frame, write_frame, CLIENT_GREETING, MAX_CALL_BYTES, MAX_REQUEST_BYTES,
@@ -178,18 +177,26 @@ impl Lanes {
         Ok(None)
     }
 
+    /// Calls the node over gRPC for [`LANE_UNSUPPORTED_RETRY`]; its idle lanes close, so that
+    /// they hold none of its lanes meanwhile.
+    fn to_grpc(&self) {
+        let mut pool = self.pool();
+        pool.grpc_until = Some(Instant::now() + LANE_UNSUPPORTED_RETRY);
+        pool.idle.clear();
+    }
+
     fn put_back(&self, lane: Lane) {
         self.pool().idle.push(lane);
     }
 
-    /// `request` on a lane within `timeout`, answered as its gRPC call would be; `Err(request)`
+    /// `request` on a lane by `deadline`, answered as its gRPC call would be; `Err(request)`
     /// where it goes by gRPC instead: no lanes, a node that speaks none, [`MAX_LANES`] busy,
     /// or a request over the node's limit. The caller bounds the call's time too: a lane
     /// dropped mid-call is closed, never reused.
     pub(crate) async fn call<M: LaneMethod>(
         &self,
         request: Request<M>,
-        timeout: Duration,
+        deadline: Instant,
     ) -> Result<Result<Response<M::Reply>, Status>, Request<M>> {
         let Some(address) = &self.address else {
             return Err(request);
@@ -206,10 +213,11 @@ impl Lanes {
                     return Err(request);
                 };
                 // Within the attempt's time, so that a dial cut short is known unsent.
-                match self.open(address, slot, timeout.min(CONNECT_TIMEOUT)).await {
+                let by = deadline.min(Instant::now() + CONNECT_TIMEOUT);
+                match self.open(address, slot, by).await {
                     Ok(lane) => lane,
                     Err(OpenError::Unsupported) => {
-                        self.pool().grpc_until = Some(Instant::now() + LANE_UNSUPPORTED_RETRY);
+                        self.to_grpc();
                         return Err(request);
                     }
                     Err(OpenError::Unreachable(e)) => return Ok(Err(never_sent(address, e))),
@@ -246,9 +254,8 @@ impl Lanes {
         }
     }
 
-    /// A lane to `address` (every address it resolves to, in turn), greeted within `within`.
-    async fn open(&self, address: &str, slot: Slot, within: Duration) -> Result<Lane, OpenError> {
-        let deadline = Instant::now() + within;
+    /// A lane to `address` (every address it resolves to, in turn), greeted by `deadline`.
+    async fn open(&self, address: &str, slot: Slot, deadline: Instant) -> Result<Lane, OpenError> {
         let connect = async {
             let mut last = io::Error::other(format!("{address} resolves to no address"));
             for to in tokio::net::lookup_host(address).await? {
@@ -281,7 +288,7 @@ impl Lanes {
             // Silent: a node paused or cut off (or a server waiting for more): unsent, and
             // gRPC gets the next calls, as for a node that answered otherwise.
             Err(_) => {
-                self.pool().grpc_until = Some(Instant::now() + LANE_UNSUPPORTED_RETRY);
+                self.to_grpc();
                 Err(OpenError::Unreachable(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "no answer to the lane's greeting",
@@ -328,6 +335,8 @@ fn never_sent(address: &str, e: io::Error) -> Status {
 #[cfg(test)]
 mod tests {
     use tokio::net::TcpListener;
+
+    use std::time::Duration;
 
     use super::*;
     use crate::fake::Reply;
@@ -413,7 +422,10 @@ mod tests {
         let (address, seen) = lane_only_node(1).await;
         let lanes = Lanes::new(Some(&address), None);
         let answer = lanes
-            .call(Request::new(pb::RegisterRequest {}), Duration::from_secs(5))
+            .call(
+                Request::new(pb::RegisterRequest {}),
+                Instant::now() + Duration::from_secs(5),
+            )
             .await;
         assert_eq!(answer.ok().unwrap().unwrap().into_inner().client_id, 7);
         let closed = || seen.closed.load(std::sync::atomic::Ordering::SeqCst) == 1;
@@ -423,7 +435,10 @@ mod tests {
         // On loopback the close has arrived once the node's `close` returned.
         assert!(matches!(lanes.take(), Ok(None)), "the closed lane was kept");
         let answer = lanes
-            .call(Request::new(pb::RegisterRequest {}), Duration::from_secs(5))
+            .call(
+                Request::new(pb::RegisterRequest {}),
+                Instant::now() + Duration::from_secs(5),
+            )
             .await;
         assert_eq!(answer.ok().unwrap().unwrap().into_inner().client_id, 7);
         assert_eq!(seen.calls.lock().unwrap().len(), 2);
@@ -455,5 +470,19 @@ mod tests {
         }
         let lanes = &client.lanes[0];
         assert!(lanes.take().is_err(), "the node is called over gRPC");
+    }
+
+    #[tokio::test]
+    async fn a_lane_dials_the_host_and_port_grpc_would() {
+        let endpoints = [
+            "127.0.0.1:7001",
+            "http://node",
+            "https://[::1]:7002/",
+            "node:7003",
+        ];
+        let client = LeaseClient::new(&endpoints).unwrap();
+        let addresses: Vec<_> = client.lanes.iter().map(|l| l.address.clone()).collect();
+        let want = ["127.0.0.1:7001", "node:80", "[::1]:7002", "node:7003"];
+        assert_eq!(addresses, want.map(|a| Some(a.to_owned())));
     }
 }

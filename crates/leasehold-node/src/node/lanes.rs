@@ -181,25 +181,33 @@ where
                 conn = crate::tls::accept(&listener, plane, keepalive) => conn,
                 () = grpc.closed() => return,
             };
-            let permits = looking.clone().try_acquire_owned();
-            let (Ok(permit), Ok(lane)) = (permits, open.clone().try_acquire_owned()) else {
+            let Ok(permit) = looking.clone().try_acquire_owned() else {
                 let _ = grpc.send(Ok(tcp)).await;
                 continue;
             };
-            let (grpc, serve) = (grpc.clone(), serve.clone());
+            let (grpc, serve, open) = (grpc.clone(), serve.clone(), open.clone());
             tokio::spawn(async move {
                 let mut tcp = tcp;
-                let greeted = greets(&mut tcp, L::GREETING);
-                let greeted = tokio::time::timeout(HANDSHAKE_TIMEOUT, greeted).await;
+                let offered = offers(&mut tcp, L::GREETING);
+                let offered = tokio::time::timeout(HANDSHAKE_TIMEOUT, offered).await;
                 drop(permit);
-                if greeted.unwrap_or(false) {
+                // A lane's place is taken only once its greeting is whole: a connection that
+                // is looked at (gRPC's, a health check's) holds none.
+                let lane = match offered {
+                    Ok(true) => open.try_acquire_owned().ok(),
+                    _ => None,
+                };
+                let Some(lane) = lane else {
+                    let _ = grpc.send(Ok(tcp)).await;
+                    return;
+                };
+                let mut greeting = [0; 8];
+                if tcp.read_exact(&mut greeting).await.is_ok() {
                     if let Ok(fd) = dup_fd(&tcp) {
                         serve(tcp, fd, from).await;
                     }
-                    drop(lane);
-                } else {
-                    let _ = grpc.send(Ok(tcp)).await;
                 }
+                drop(lane);
             });
         }
     });
@@ -296,9 +304,9 @@ async fn serve_frames<L: LaneFrames, F: Future<Output = L::Answer>>(
     }
 }
 
-/// Whether the connection's first bytes are a lane's greeting, read off it if they are;
-/// `false` as soon as they cannot be (left unread for tonic).
-async fn greets(tcp: &mut TcpStream, greeting: &[u8; 8]) -> bool {
+/// Whether the connection's first bytes are `greeting`, left unread either way; `false` as
+/// soon as they cannot be.
+async fn offers(tcp: &mut TcpStream, greeting: &[u8; 8]) -> bool {
     let mut first = [0; 8];
     let mut wait = std::time::Duration::from_millis(1);
     loop {
@@ -309,8 +317,7 @@ async fn greets(tcp: &mut TcpStream, greeting: &[u8; 8]) -> bool {
             return false;
         }
         if seen == greeting.len() {
-            // Peeked whole: read it, so that the lane's first frame comes next.
-            return tcp.read_exact(&mut first).await.is_ok();
+            return true;
         }
         // Part of it so far: wait for the rest (peek returns at once while bytes are there),
         // longer each time, so that a caller that stalls mid-greeting costs few wakeups.
@@ -323,7 +330,7 @@ async fn greets(tcp: &mut TcpStream, greeting: &[u8; 8]) -> bool {
 mod tests {
     use super::*;
 
-    /// What `greets` makes of a connection whose caller sends `first`, and what it leaves
+    /// What `offers` makes of a connection whose caller sends `first`; it leaves all of it
     /// unread for whoever reads next.
     async fn told(first: &'static [u8]) -> (bool, Vec<u8>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -338,7 +345,7 @@ mod tests {
             tcp
         });
         let (mut tcp, _) = listener.accept().await.unwrap();
-        let greeted = greets(&mut tcp, GREETING).await;
+        let greeted = offers(&mut tcp, GREETING).await;
         drop(caller.await.unwrap());
         let mut rest = Vec::new();
         tcp.read_to_end(&mut rest).await.unwrap();
@@ -411,7 +418,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_lane_is_told_by_its_greeting_and_grpc_gets_its_bytes_untouched() {
-        assert_eq!(told(b"LHLANE1\nframe").await, (true, b"frame".to_vec()));
+        assert_eq!(
+            told(b"LHLANE1\nframe").await,
+            (true, b"LHLANE1\nframe".to_vec())
+        );
         let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
         assert_eq!(told(preface).await, (false, preface.to_vec()));
         // A greeting's first bytes, then something else: gRPC's, whole.
