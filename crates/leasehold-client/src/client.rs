@@ -68,7 +68,6 @@ pub struct LeaseClient {
     channels: Vec<NodeChannel>,
     /// Each endpoint's client lanes (none over TLS), for the lease calls.
     pub(crate) lanes: Vec<Arc<Lanes>>,
-    over_tls: bool,
     /// Sent with every request, for a client without a certificate.
     bearer: Bearer,
     /// The address connections are made from, when one is set.
@@ -142,9 +141,8 @@ impl LeaseClient {
                 .iter()
                 .map(|e| e.as_ref().trim().to_owned())
                 .collect(),
-            channels: Bearer::default().channels(&targets, None),
+            channels: Vec::new(),
             lanes: Vec::new(),
-            over_tls: false,
             targets,
             bearer: Bearer::default(),
             local_ip: None,
@@ -152,19 +150,21 @@ impl LeaseClient {
             deadline: DEFAULT_DEADLINE,
             renewals: Default::default(),
         }
-        .with_lanes())
+        .connected())
     }
 
-    /// Lanes to every endpoint as this client reaches it: from its local address, and none
-    /// over TLS.
-    fn with_lanes(mut self) -> Self {
+    /// Channels and lanes to every endpoint as this client now reaches it: from its local
+    /// address, with its token, and lanes only where the endpoint is not TLS's (`https`).
+    fn connected(mut self) -> Self {
+        self.channels = self.bearer.channels(&self.targets, self.local_ip);
         let lanes = |target: &Endpoint| {
             // `host:port`, the port gRPC's channel would take too (80 without one).
             let uri = target.uri();
+            let plain = uri.scheme_str() == Some("http");
             let address = uri
                 .host()
                 .map(|host| format!("{host}:{}", uri.port_u16().unwrap_or(80)));
-            Lanes::new(address.filter(|_| !self.over_tls).as_deref(), self.local_ip)
+            Lanes::new(address.filter(|_| plain).as_deref(), self.local_ip)
         };
         self.lanes = self.targets.iter().map(lanes).collect();
         self
@@ -178,9 +178,7 @@ impl LeaseClient {
             .iter()
             .map(|endpoint| target(endpoint, Some(&tls)))
             .collect::<Result<Vec<_>, _>>()?;
-        self.channels = self.bearer.channels(&self.targets, self.local_ip);
-        self.over_tls = true;
-        Ok(self.with_lanes())
+        Ok(self.connected())
     }
 
     /// Sends `token` as `authorization: Bearer TOKEN` with every request: the identity of a
@@ -196,15 +194,13 @@ impl LeaseClient {
         // Never shown by Debug, nor kept in HTTP/2's shared header table.
         value.set_sensitive(true);
         self.bearer = Bearer(Some(value));
-        self.channels = self.bearer.channels(&self.targets, self.local_ip);
-        Ok(self)
+        Ok(self.connected())
     }
 
     /// Connects from `ip` (the fault suite's clients use an address its partitions leave alone).
     pub fn with_local_address(mut self, ip: std::net::IpAddr) -> Self {
         self.local_ip = Some(ip);
-        self.channels = self.bearer.channels(&self.targets, self.local_ip);
-        self.with_lanes()
+        self.connected()
     }
 
     /// How long a call keeps trying before it reports the last failure.

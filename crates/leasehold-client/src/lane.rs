@@ -421,26 +421,21 @@ mod tests {
         // until a retry settled it).
         let (address, seen) = lane_only_node(1).await;
         let lanes = Lanes::new(Some(&address), None);
-        let answer = lanes
-            .call(
-                Request::new(pb::RegisterRequest {}),
-                Instant::now() + Duration::from_secs(5),
-            )
-            .await;
-        assert_eq!(answer.ok().unwrap().unwrap().into_inner().client_id, 7);
+        let register = || async {
+            let within = Instant::now() + Duration::from_secs(5);
+            let answer = lanes
+                .call(Request::new(pb::RegisterRequest {}), within)
+                .await;
+            answer.ok().unwrap().unwrap().into_inner().client_id
+        };
+        assert_eq!(register().await, 7);
         let closed = || seen.closed.load(std::sync::atomic::Ordering::SeqCst) == 1;
         while !closed() {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
         // On loopback the close has arrived once the node's `close` returned.
         assert!(matches!(lanes.take(), Ok(None)), "the closed lane was kept");
-        let answer = lanes
-            .call(
-                Request::new(pb::RegisterRequest {}),
-                Instant::now() + Duration::from_secs(5),
-            )
-            .await;
-        assert_eq!(answer.ok().unwrap().unwrap().into_inner().client_id, 7);
+        assert_eq!(register().await, 7);
         assert_eq!(seen.calls.lock().unwrap().len(), 2);
     }
 
@@ -484,5 +479,8 @@ mod tests {
         let addresses: Vec<_> = client.lanes.iter().map(|l| l.address.clone()).collect();
         let want = ["127.0.0.1:7001", "node:80", "[::1]:7002", "node:7003"];
         assert_eq!(addresses, want.map(|a| Some(a.to_owned())));
+        // Over TLS, none: a lane is plain TCP.
+        let tls = client.with_tls(crate::ClientTlsConfig::new()).unwrap();
+        assert!(tls.lanes.iter().all(|l| l.address.is_none()));
     }
 }
