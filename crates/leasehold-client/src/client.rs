@@ -18,9 +18,9 @@ use crate::answers::{
     TokenStatus, Written,
 };
 use crate::attempts::{Attempts, Effect, Next};
+use crate::batch::{BatchMethod, Batches};
 use crate::channel::{Bearer, NodeChannel};
 use crate::error::ClientError;
-use crate::lane::{LaneMethod, Lanes};
 use crate::limits::{
     ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, DEFAULT_DEADLINE, MEMBERSHIP_TIMEOUT, MIN_ATTEMPT,
     ROUND_PAUSE, SNAPSHOT_TIMEOUT,
@@ -66,8 +66,8 @@ pub struct LeaseClient {
     endpoints: Vec<String>,
     targets: Vec<Endpoint>,
     channels: Vec<NodeChannel>,
-    /// Each endpoint's client lanes (none over TLS), for the lease calls.
-    pub(crate) lanes: Vec<Arc<Lanes>>,
+    /// Each endpoint's `Batch` stream, for the lease calls.
+    batches: Vec<Arc<Batches>>,
     /// Sent with every request, for a client without a certificate.
     bearer: Bearer,
     /// The address connections are made from, when one is set.
@@ -142,7 +142,7 @@ impl LeaseClient {
                 .map(|e| e.as_ref().trim().to_owned())
                 .collect(),
             channels: Vec::new(),
-            lanes: Vec::new(),
+            batches: Vec::new(),
             targets,
             bearer: Bearer::default(),
             local_ip: None,
@@ -153,20 +153,11 @@ impl LeaseClient {
         .connected())
     }
 
-    /// Channels and lanes to every endpoint as this client now reaches it: from its local
-    /// address, with its token, and lanes only where the endpoint is not TLS's (`https`).
+    /// Channels to every endpoint as this client now reaches it (from its local address, with
+    /// its token), and their `Batch` streams, opened on the first call.
     fn connected(mut self) -> Self {
         self.channels = self.bearer.channels(&self.targets, self.local_ip);
-        let lanes = |target: &Endpoint| {
-            // `host:port`, the port gRPC's channel would take too (80 without one).
-            let uri = target.uri();
-            let plain = uri.scheme_str() == Some("http");
-            let address = uri
-                .host()
-                .map(|host| format!("{host}:{}", uri.port_u16().unwrap_or(80)));
-            Lanes::new(address.filter(|_| plain).as_deref(), self.local_ip)
-        };
-        self.lanes = self.targets.iter().map(lanes).collect();
+        self.batches = self.targets.iter().map(|_| Arc::default()).collect();
         self
     }
 
@@ -276,24 +267,20 @@ impl LeaseClient {
         .await
     }
 
-    /// Sends `message` to one node after another, on a lane where the node takes one and over
-    /// gRPC where not, until one answers or the deadline passes.
-    async fn unary<M: LaneMethod + Clone>(
+    /// Sends `message` to one node after another, on the node's `Batch` stream where it serves
+    /// one and as a unary call where not, until one answers or the deadline passes.
+    async fn unary<M: BatchMethod>(
         &self,
         effect: Effect,
         message: M,
     ) -> Result<M::Reply, ClientError> {
         self.attempts(effect, |node, timeout| {
-            let mut request = attempt(message.clone(), timeout);
-            self.bearer.apply(request.metadata_mut());
-            let (lanes, channel) = (self.lanes[node].clone(), self.channels[node].clone());
-            // Taken before the attempt's own timer starts, so a dial cut short by it is known
-            // unsent rather than taken for a lost answer.
-            let deadline = tokio::time::Instant::now() + timeout;
+            let (batches, channel) = (self.batches[node].clone(), self.channels[node].clone());
+            let message = message.clone();
             async move {
-                match lanes.call(request, deadline).await {
+                match batches.call(&channel, message, timeout).await {
                     Ok(answer) => answer,
-                    Err(request) => M::grpc(channel, request).await,
+                    Err(message) => M::unary(channel, attempt(message, timeout)).await,
                 }
             }
         })

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use leasehold_proto::v1 as pb;
 use leasehold_proto::v1::lease_store_server::{LeaseStore, LeaseStoreServer};
-use tonic::{Request, Response, Status};
+use leasehold_proto::{INDETERMINATE_KEY, SESSION_KEY};
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::client::LeaseClient;
 
@@ -43,6 +44,21 @@ pub(crate) struct FakeNode {
     pub(crate) denied_lease: Mutex<Option<String>>,
     /// What happened when, for tests of ordering.
     pub(crate) timeline: Mutex<Vec<(&'static str, std::time::Instant)>>,
+    /// How it answers a `Batch` stream.
+    pub(crate) batch: Mutex<BatchMode>,
+    /// How many calls each `Batch` message it read carried.
+    pub(crate) batch_messages: Mutex<Vec<usize>>,
+}
+
+/// How the fake node answers a `Batch` stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BatchMode {
+    /// Each call by its unary handler.
+    Serve,
+    /// UNIMPLEMENTED, as a node of an earlier version.
+    Unimplemented,
+    /// The stream ends, reset, once its first message is read: its calls' answers are lost.
+    EndAtFirstMessage,
 }
 
 impl FakeNode {
@@ -152,6 +168,50 @@ impl LeaseStore for Handle {
     ) -> Result<Response<Self::WatchStream>, Status> {
         Err(Status::unimplemented("the fake node does not watch"))
     }
+    type BatchStream = tonic::codegen::BoxStream<pb::BatchResponse>;
+
+    /// Each call answered by the unary handler below, on a task of its own, as a node answers
+    /// them: a call that hangs holds no other.
+    async fn batch(
+        &self,
+        calls: Request<Streaming<pb::BatchRequest>>,
+    ) -> Result<Response<Self::BatchStream>, Status> {
+        if *self.batch.lock().unwrap() == BatchMode::Unimplemented {
+            return Err(Status::unimplemented("this node serves no Batch"));
+        }
+        let mut calls = calls.into_inner();
+        let (answers, answered) = tokio::sync::mpsc::channel(64);
+        let node = self.0.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(request)) = calls.message().await {
+                node.batch_messages
+                    .lock()
+                    .unwrap()
+                    .push(request.calls.len());
+                if *node.batch.lock().unwrap() == BatchMode::EndAtFirstMessage {
+                    let _ = answers.send(Err(Status::unavailable("reset"))).await;
+                    return;
+                }
+                for call in request.calls {
+                    let (node, answers) = (Handle(node.clone()), answers.clone());
+                    tokio::spawn(async move {
+                        let answer = node.answer_call(call.request).await;
+                        let answer = pb::BatchAnswer {
+                            id: call.id,
+                            answer: Some(answer),
+                        };
+                        let response = pb::BatchResponse {
+                            answers: vec![answer],
+                        };
+                        let _ = answers.send(Ok(response)).await;
+                    });
+                }
+            }
+        });
+        let stream = tokio_stream::wrappers::ReceiverStream::new(answered);
+        Ok(Response::new(Box::pin(stream)))
+    }
+
     async fn acquire(
         &self,
         r: Request<pb::AcquireRequest>,
@@ -253,6 +313,69 @@ impl LeaseStore for Handle {
     }
 }
 
+impl Handle {
+    /// A call on the `Batch` stream, answered by its unary handler.
+    async fn answer_call(&self, call: Option<pb::batch_call::Request>) -> pb::batch_answer::Answer {
+        use pb::batch_answer::Answer as A;
+        use pb::batch_call::Request as C;
+        let answered = match call {
+            Some(C::Acquire(m)) => self
+                .acquire(Request::new(m))
+                .await
+                .map(|r| A::Acquire(r.into_inner())),
+            Some(C::Release(m)) => self
+                .release(Request::new(m))
+                .await
+                .map(|r| A::Release(r.into_inner())),
+            Some(C::Renew(m)) => self
+                .renew(Request::new(m))
+                .await
+                .map(|r| A::Renew(r.into_inner())),
+            Some(C::Put(m)) => self
+                .put(Request::new(m))
+                .await
+                .map(|r| A::Put(r.into_inner())),
+            Some(C::Delete(m)) => self
+                .delete(Request::new(m))
+                .await
+                .map(|r| A::Delete(r.into_inner())),
+            Some(C::CheckToken(m)) => self
+                .check_token(Request::new(m))
+                .await
+                .map(|r| A::CheckToken(r.into_inner())),
+            Some(C::Get(m)) => self
+                .get(Request::new(m))
+                .await
+                .map(|r| A::Get(r.into_inner())),
+            Some(C::GetLease(m)) => self
+                .get_lease(Request::new(m))
+                .await
+                .map(|r| A::GetLease(r.into_inner())),
+            Some(C::Advance(m)) => self
+                .advance(Request::new(m))
+                .await
+                .map(|r| A::Advance(r.into_inner())),
+            Some(C::Register(m)) => self
+                .register(Request::new(m))
+                .await
+                .map(|r| A::Register(r.into_inner())),
+            None => Err(Status::invalid_argument("no call")),
+        };
+        answered.unwrap_or_else(|status| {
+            A::Error(pb::BatchError {
+                code: status.code() as i32,
+                message: status.message().to_owned(),
+                reason: match status.metadata().get(SESSION_KEY) {
+                    Some(_) => "SESSION_UNKNOWN".into(),
+                    None => String::new(),
+                },
+                indeterminate: status.metadata().get(INDETERMINATE_KEY).is_some(),
+                facts: Default::default(),
+            })
+        })
+    }
+}
+
 /// Serves `script` on 127.0.0.1, on a port of the system's choosing; a client with a short
 /// deadline talks to it. The server stops with the test's runtime.
 pub(crate) async fn fake_node(script: Vec<Reply>) -> (Arc<FakeNode>, LeaseClient) {
@@ -263,6 +386,8 @@ pub(crate) async fn fake_node(script: Vec<Reply>) -> (Arc<FakeNode>, LeaseClient
         releases: Mutex::default(),
         renewals: Mutex::default(),
         denied_lease: Mutex::default(),
+        batch: Mutex::new(BatchMode::Serve),
+        batch_messages: Mutex::default(),
         timeline: Mutex::default(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

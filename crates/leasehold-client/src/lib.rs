@@ -12,7 +12,7 @@
 //!   resumed on another node when the one streaming fails.
 //! - `error`, `attempts`: what a call fails with, and how one call's attempts add up to it.
 //! - `channel`: a channel to one node, carrying the client's bearer token.
-//! - `lane`: the client lane, the lease calls without HTTP/2 where a node speaks it.
+//! - `batch`: the lease calls multiplexed on one gRPC `Batch` stream per node.
 //!
 //! The wire types are in the `leasehold-proto` crate, re-exported as [`proto`].
 
@@ -20,13 +20,13 @@
 
 pub mod answers;
 mod attempts;
+mod batch;
 mod channel;
 mod client;
 mod error;
 #[cfg(test)]
 mod fake;
 mod holder;
-mod lane;
 pub mod limits;
 mod renewals;
 mod watch;

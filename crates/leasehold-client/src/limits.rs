@@ -15,18 +15,21 @@ pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(9);
 /// No attempt gets less, whatever the deadline.
 pub(crate) const MIN_ATTEMPT: Duration = Duration::from_millis(200);
 
-/// How long opening a connection to a node may take, on gRPC's channel and on a lane (with
-/// the lane's greeting).
+/// How long opening a connection to a node may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Lanes one client keeps open to each node, idle or in a call: one per call in flight, and a
-/// call made while this many are busy goes over gRPC (one connection for any number of calls),
-/// so a client shared by many tasks holds a bounded number of sockets.
-pub(crate) const MAX_LANES: usize = 64;
+/// The calls one `Batch` message carries at most: the node's own limit (the `leasehold`
+/// package checks that they agree).
+pub const MAX_BATCH_CALLS: usize = 256;
 
-/// How long a node that answered a lane's greeting otherwise (one that speaks only gRPC) is
-/// called over gRPC before the client offers it a lane again.
-pub(crate) const LANE_UNSUPPORTED_RETRY: Duration = Duration::from_secs(30);
+/// The bytes one `Batch` message carries at most: the node's limit on a client's message. A
+/// call that does not fit one alone goes as a unary call, which the node refuses naming its
+/// limit.
+pub const MAX_BATCH_MESSAGE_BYTES: usize = leasehold_proto::lane::MAX_REQUEST_BYTES;
+
+/// How long a node that does not serve `Batch` (an earlier version) is called with unary calls
+/// before the client opens a stream to it again.
+pub(crate) const BATCH_UNSUPPORTED_RETRY: Duration = Duration::from_secs(30);
 
 /// Pause after every node was tried once, so a cluster in an election is not hammered.
 pub(crate) const ROUND_PAUSE: Duration = Duration::from_millis(50);

@@ -226,6 +226,16 @@ pub const MAX_PEER_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 /// and on a client lane, whose clients know it as the wire's (`lane::MAX_REQUEST_BYTES`).
 pub const MAX_CLIENT_MESSAGE_BYTES: usize = leasehold_proto::lane::MAX_REQUEST_BYTES;
 
+/// The calls one `Batch` message may carry (each message is also at most
+/// [`MAX_CLIENT_MESSAGE_BYTES`]): a bigger one ends the stream, refused. Answers are gathered
+/// into messages of at most as many.
+pub const MAX_BATCH_CALLS_PER_MESSAGE: usize = 256;
+
+/// The calls one `Batch` stream may have unanswered at once: past them the node reads no more of
+/// the stream until answers go out, so a caller cannot queue work without bound (HTTP/2's flow
+/// control holds it back). Each call is admitted as a unary one too (`--max-requests`).
+pub const MAX_BATCH_UNANSWERED: usize = 1_024;
+
 /// The largest request body of the HTTP API (`serve --http-listen`): a request message at its
 /// gRPC limit, in base64 and JSON.
 pub(crate) const MAX_HTTP_BODY_BYTES: usize = MAX_CLIENT_MESSAGE_BYTES * 2;

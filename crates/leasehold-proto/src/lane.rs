@@ -15,9 +15,7 @@ use tonic::{Code, Response, Status};
 
 use crate::v1::{LaneAnswer, LaneCall, LaneMetadata};
 
-/// What a client lane's caller sends first, and a node that speaks lanes answers back. Any
-/// other first bytes on the client port are gRPC's (HTTP/2's preface).
-pub const CLIENT_GREETING: &[u8; 8] = b"LHCALL1\n";
+pub use crate::wire::CLIENT_LANE_GREETING as CLIENT_GREETING;
 
 /// The largest request message a node takes from a client, over gRPC and on a lane: a put of
 /// the largest value with the longest key and lease name, with room to spare. A client sends

@@ -34,16 +34,7 @@ pub mod lane;
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/leasehold_descriptor.bin"));
 
-/// Status metadata key a node sets when a write may or may not have been applied: its quorum
-/// was lost, its forward to the leader was cut, or it stopped mid-write. A client that retries
-/// the write under the same request id learns which.
-pub const INDETERMINATE_KEY: &str = "leasehold-indeterminate";
+pub mod wire;
 
-/// Status metadata key a node sets when it refuses a request whose client session is not open
-/// (never registered, or expired): the client should register again.
-pub const SESSION_KEY: &str = "leasehold-session";
-
-/// Status metadata key set on every status a node produced itself, as opposed to a transport
-/// failure between client and node. A node's own refusal proves the request was not applied
-/// unless it also carries [`INDETERMINATE_KEY`].
-pub const ORIGIN_KEY: &str = "leasehold-origin";
+// The keys a client reads, where programs of earlier versions found them.
+pub use wire::{INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};

@@ -126,7 +126,7 @@ where
     }
     tasks.push(tokio::spawn(watch_elections(node.clone(), penalty)));
     if let Some(admin) = &config.auth_admin {
-        tasks.push(tokio::spawn(super::authz::set_up(
+        tasks.push(tokio::spawn(super::api::set_up(
             node.clone(),
             admin.clone(),
         )));

@@ -21,12 +21,12 @@ use leasehold_proto::v1::{LaneAnswer, LaneCall};
 use prost::Message;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tonic::{Request, Response, Status};
 
+use super::grpc::LeaseService;
 use super::lanes::{serve_lane, split_plain, LaneFrames};
-use super::lease_service::LeaseService;
 use super::NodeError;
 use crate::limits::{MAX_CLIENT_LANES, MAX_CLIENT_MESSAGE_BYTES};
 use crate::tls::KeepAlive;

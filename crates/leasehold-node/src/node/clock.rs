@@ -225,7 +225,8 @@ impl LeaderClock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::peer_link::{Carried, ForwardAnswer, Forwarded};
+    use crate::node::api::{Call, Caller};
+    use crate::node::peer_link::{Carried, ForwardAnswer, Forwarded, ReadAnswer};
     use std::future::Future;
     use std::pin::Pin;
     use std::time::Duration;
@@ -254,6 +255,10 @@ mod tests {
                 Some(answer) => Box::pin(std::future::ready(answer)),
                 None => Box::pin(std::future::pending()),
             }
+        }
+
+        fn read(&self, _: NodeId, _: String, _: Caller, _: Call) -> ReadAnswer {
+            unreachable!("only carried times are asked")
         }
     }
 

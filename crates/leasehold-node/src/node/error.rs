@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use std::collections::HashMap;
 
-use tonic::{Code, Status};
+pub use tonic::Code;
+use tonic::Status;
 use tonic_types::{ErrorDetails, StatusExt};
 
 use leasehold_core::InvalidInput;
@@ -13,10 +14,9 @@ use openraft::error::{ClientWriteError, RaftError};
 use crate::raft::{NodeId, WriteError};
 
 use crate::limits::QUORUM_SILENCE;
-pub use leasehold_proto::{INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
-
-/// Set on a refusal by the policy, so that a node forwarding a read passes it through.
-pub const DENIED_KEY: &str = "leasehold-denied";
+pub use leasehold_proto::wire::{
+    DENIED_KEY, ERROR_DOMAIN, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY,
+};
 
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum NodeError {
@@ -200,12 +200,22 @@ pub enum NodeError {
          see `leasehold member list`, and run it again"
     )]
     ChangeDeposed,
+    /// The caller's deadline passed before the call was answered: a write may still apply.
+    #[error(
+        "the call's deadline ({} ms) passed before it was answered; a write may or may not have \
+         been applied",
+        .0.as_millis()
+    )]
+    DeadlinePassed(Duration),
+    /// The leader's own refusal of a request this node forwarded, passed on as it was made.
+    #[error("{}", .0.message)]
+    Leader(ForwardedError),
 }
 
 impl NodeError {
     /// The refusal's name in `google.rpc.ErrorInfo.reason`: stable, for programs to match on
     /// where the message is for people.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &str {
         match self {
             NodeError::Invalid(_) => "INVALID_INPUT",
             NodeError::NotLeader { .. } => "NOT_LEADER",
@@ -243,13 +253,16 @@ impl NodeError {
             NodeError::CatchUpTimeout { .. } => "CATCH_UP_TIMEOUT",
             NodeError::ChangeInProgress(_) => "CHANGE_IN_PROGRESS",
             NodeError::ChangeDeposed => "CHANGE_DEPOSED",
+            NodeError::DeadlinePassed(_) => "DEADLINE_PASSED",
+            NodeError::Leader(e) => &e.reason,
         }
     }
 
     /// What `ErrorInfo.metadata` says beside the indeterminate mark: the facts a program acts on.
-    fn facts(&self) -> Vec<(String, String)> {
+    pub fn facts(&self) -> Vec<(String, String)> {
         let fact = |k: &str, v: String| (k.to_owned(), v);
         match self {
+            NodeError::Leader(e) => e.facts.clone(),
             NodeError::Invalid(e) => vec![fact("field", e.field.to_owned())],
             NodeError::NotLeader {
                 leader: Some((id, addr)),
@@ -289,7 +302,7 @@ impl NodeError {
 }
 
 /// A node's error on its way back to the node that forwarded the request: the status it is.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ForwardedError {
     code: i32,
     message: String,
@@ -302,32 +315,18 @@ pub struct ForwardedError {
 
 impl From<NodeError> for ForwardedError {
     fn from(e: NodeError) -> Self {
-        let (reason, facts) = (e.reason().to_owned(), e.facts());
-        let status = Status::from(e);
+        if let NodeError::Leader(passed_on) = e {
+            return passed_on;
+        }
         ForwardedError {
-            code: status.code() as i32,
-            message: status.message().to_owned(),
-            indeterminate: status.metadata().get(INDETERMINATE_KEY).is_some(),
-            reason,
-            facts,
+            code: e.code() as i32,
+            message: e.to_string(),
+            indeterminate: e.indeterminate(),
+            reason: e.reason().to_owned(),
+            facts: e.facts(),
         }
     }
 }
-
-impl From<ForwardedError> for Status {
-    fn from(e: ForwardedError) -> Status {
-        node_status(
-            Code::from_i32(e.code),
-            e.message,
-            e.indeterminate,
-            &e.reason,
-            e.facts,
-        )
-    }
-}
-
-/// The domain of every `ErrorInfo` a node sends.
-pub const ERROR_DOMAIN: &str = "leasehold";
 
 /// A status this node produced itself (not the transport), marked so in metadata and in a
 /// `google.rpc.ErrorInfo` detail (`reason`, and `indeterminate` with the `facts` in its
@@ -356,12 +355,32 @@ fn node_status(
             tonic::metadata::MetadataValue::from_static("true"),
         );
     }
+    match reason {
+        // Told apart from the peer gate's refusal of a forwarding node (`Forbidden`): this one
+        // is the client's answer.
+        "DENIED" => {
+            status.metadata_mut().insert(
+                DENIED_KEY,
+                tonic::metadata::MetadataValue::from_static("policy"),
+            );
+        }
+        // The node cannot know whether an earlier attempt was applied; the client can, and
+        // needs to tell this refusal apart to open a new session.
+        "SESSION_UNKNOWN" => {
+            status.metadata_mut().insert(
+                SESSION_KEY,
+                tonic::metadata::MetadataValue::from_static("unknown"),
+            );
+        }
+        _ => {}
+    }
     status
 }
 
-impl From<NodeError> for Status {
-    fn from(e: NodeError) -> Status {
-        let code = match &e {
+impl NodeError {
+    /// The gRPC code every transport reports this refusal with (HTTP maps it once more).
+    pub fn code(&self) -> Code {
+        match self {
             NodeError::Invalid(_) => Code::InvalidArgument,
             NodeError::WrongClock(_) => Code::FailedPrecondition,
             NodeError::NotLeader { .. }
@@ -395,39 +414,92 @@ impl From<NodeError> for Status {
             NodeError::Forbidden(_) | NodeError::Denied(_) => Code::PermissionDenied,
             NodeError::Unauthenticated(_) => Code::Unauthenticated,
             NodeError::Compacted { .. } => Code::OutOfRange,
-            NodeError::CatchUpTimeout { .. } => Code::DeadlineExceeded,
-        };
-        let indeterminate = matches!(
-            e,
+            NodeError::CatchUpTimeout { .. } | NodeError::DeadlinePassed(_) => {
+                Code::DeadlineExceeded
+            }
+            NodeError::Leader(e) => Code::from_i32(e.code),
+        }
+    }
+
+    /// Whether this node cannot answer now, where another node, or this one later, may.
+    pub fn unavailable(&self) -> bool {
+        self.code() == Code::Unavailable
+    }
+
+    /// Whether the refused write may or may not have been applied.
+    pub fn indeterminate(&self) -> bool {
+        match self {
             NodeError::NoQuorum(_)
-                | NodeError::QuorumWentSilent { .. }
-                | NodeError::ForwardLost { .. }
-                | NodeError::Unanswered
-                | NodeError::Deposed
-                | NodeError::ProposalFailed(_)
-                | NodeError::Forgotten
-                | NodeError::UnknownSession
-                | NodeError::ChangeDeposed
-                | NodeError::CatchUpTimeout { .. }
-        );
-        let mut status = node_status(code, e.to_string(), indeterminate, e.reason(), e.facts());
-        if matches!(e, NodeError::Denied(_)) {
-            // Told apart from the peer gate's refusal of a forwarding node (`Forbidden`): this
-            // one is the client's answer.
-            status.metadata_mut().insert(
-                DENIED_KEY,
-                tonic::metadata::MetadataValue::from_static("policy"),
-            );
+            | NodeError::QuorumWentSilent { .. }
+            | NodeError::ForwardLost { .. }
+            | NodeError::Unanswered
+            | NodeError::Deposed
+            | NodeError::ProposalFailed(_)
+            | NodeError::Forgotten
+            | NodeError::UnknownSession
+            | NodeError::ChangeDeposed
+            | NodeError::CatchUpTimeout { .. }
+            | NodeError::DeadlinePassed(_) => true,
+            NodeError::Leader(e) => e.indeterminate,
+            _ => false,
         }
-        if matches!(e, NodeError::UnknownSession) {
-            // The node cannot know whether an earlier attempt was applied; the client can, and
-            // needs to tell this refusal apart to open a new session.
-            status.metadata_mut().insert(
-                SESSION_KEY,
-                tonic::metadata::MetadataValue::from_static("unknown"),
-            );
+    }
+
+    /// The leader's answer to a read this node forwarded, as its gRPC client got it: the
+    /// leader's own refusal passes through (its policy's among them); anything else failed on
+    /// the way there, and so did a refusal by the leader's peer gate (PERMISSION_DENIED without
+    /// the policy's mark), which refused this node, not the client's request.
+    pub fn from_leader(status: Status, unreachable: impl FnOnce(String) -> NodeError) -> Self {
+        let info = status.get_details_error_info();
+        let gate_refused =
+            status.code() == Code::PermissionDenied && status.metadata().get(DENIED_KEY).is_none();
+        match info {
+            Some(info)
+                if status.metadata().get(ORIGIN_KEY).is_some()
+                    && info.domain == ERROR_DOMAIN
+                    && !gate_refused =>
+            {
+                let mut facts: Vec<_> = info.metadata.into_iter().collect();
+                let indeterminate = facts
+                    .iter()
+                    .any(|(k, v)| k == "indeterminate" && v == "true");
+                facts.retain(|(k, _)| k != "indeterminate");
+                facts.sort();
+                NodeError::Leader(ForwardedError {
+                    code: status.code() as i32,
+                    message: status.message().to_owned(),
+                    indeterminate,
+                    reason: info.reason,
+                    facts,
+                })
+            }
+            _ => unreachable(status.message().to_owned()),
         }
-        status
+    }
+}
+
+impl From<NodeError> for Status {
+    fn from(e: NodeError) -> Status {
+        node_status(
+            e.code(),
+            e.to_string(),
+            e.indeterminate(),
+            e.reason(),
+            e.facts(),
+        )
+    }
+}
+
+/// A refusal on a `Batch` stream: what the unary call's status would say, in fields.
+impl From<NodeError> for crate::proto::v1::BatchError {
+    fn from(e: NodeError) -> Self {
+        crate::proto::v1::BatchError {
+            code: e.code() as i32,
+            message: e.to_string(),
+            reason: e.reason().to_owned(),
+            indeterminate: e.indeterminate(),
+            facts: e.facts().into_iter().collect(),
+        }
     }
 }
 
@@ -438,7 +510,9 @@ mod tests {
     fn crossed(e: NodeError) -> Status {
         let forwarded = ForwardedError::from(e);
         let bytes = crate::raft::codec::encode(&forwarded).unwrap();
-        Status::from(crate::raft::codec::decode::<ForwardedError>(&bytes).unwrap())
+        Status::from(NodeError::Leader(
+            crate::raft::codec::decode::<ForwardedError>(&bytes).unwrap(),
+        ))
     }
 
     #[test]

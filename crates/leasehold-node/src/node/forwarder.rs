@@ -46,10 +46,8 @@ impl Forwarder {
                 .clone()
         };
         match gatherer.submit(write) {
-            Some(answer) => answer
-                .await
-                .unwrap_or_else(|_| Err(NodeError::Unanswered.into())),
-            None => Err(NodeError::ShuttingDown.into()),
+            Some(answer) => answer.await.unwrap_or_else(|_| Err(NodeError::Unanswered)),
+            None => Err(NodeError::ShuttingDown),
         }
     }
 }

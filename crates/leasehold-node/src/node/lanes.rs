@@ -13,8 +13,8 @@ use rustls::pki_types::CertificateDer;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
-use tonic::codegen::tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
 
 use super::peer_gate::PeerGate;
 use super::raft_service::RaftService;
@@ -57,9 +57,8 @@ impl LaneServer {
         incoming: S,
     ) -> ReceiverStream<std::io::Result<tokio_rustls::server::TlsStream<TcpStream>>>
     where
-        S: tonic::codegen::tokio_stream::Stream<
-                Item = std::io::Result<tokio_rustls::server::TlsStream<TcpStream>>,
-            > + Send
+        S: tokio_stream::Stream<Item = std::io::Result<tokio_rustls::server::TlsStream<TcpStream>>>
+            + Send
             + Unpin
             + 'static,
     {

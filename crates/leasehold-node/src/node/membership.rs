@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
-use tonic::Status;
 
 use super::{Node, NodeError};
 use crate::limits::MEMBER_CATCH_UP;
@@ -16,12 +15,12 @@ use crate::raft::NodeId;
 use leasehold_core::InvalidInput;
 
 /// A status for what a membership change refused, naming what to do.
-fn refused(message: String) -> Status {
-    NodeError::Refused(message).into()
+fn refused(message: String) -> NodeError {
+    NodeError::Refused(message)
 }
 
-fn change_failed(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> Status {
-    let error = match e {
+fn change_failed(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> NodeError {
+    match e {
         // As for a write (see `NodeError::proposal_failed`): the change may be in the log of
         // the nodes that elect the next leader.
         RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => NodeError::ChangeDeposed,
@@ -33,12 +32,11 @@ fn change_failed(e: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> S
         }
         // Raft stopped, or its storage failed: after the change was proposed, for all we know.
         fatal @ RaftError::Fatal(_) => NodeError::proposal_failed(fatal),
-    };
-    error.into()
+    }
 }
 
-fn invalid(field: &'static str, problem: String) -> Status {
-    NodeError::Invalid(InvalidInput::new(field, problem)).into()
+fn invalid(field: &'static str, problem: String) -> NodeError {
+    NodeError::Invalid(InvalidInput::new(field, problem))
 }
 
 /// The voters and learners of the membership the leader knows now, with their peer addresses.
@@ -55,7 +53,7 @@ fn current(node: &Node) -> (u64, BTreeSet<NodeId>, BTreeMap<NodeId, String>) {
 }
 
 /// The members, as the leader knows them; each member's client address as it gives it out.
-pub async fn list(node: &Node) -> Result<pb::MembersResponse, Status> {
+pub async fn list(node: &Node) -> Result<pb::MembersResponse, NodeError> {
     node.leading().await?;
     let (log_index, voters, nodes) = current(node);
     let matched = node
@@ -111,7 +109,7 @@ pub async fn list(node: &Node) -> Result<pb::MembersResponse, Status> {
 
 /// Adds node `id`, started with `serve --join` and reachable at `peer`: as a learner, caught up,
 /// then a voter.
-pub async fn add(node: &Node, r: pb::AddMemberRequest) -> Result<pb::MembersResponse, Status> {
+pub async fn add(node: &Node, r: pb::AddMemberRequest) -> Result<pb::MembersResponse, NodeError> {
     node.leading().await?;
     may_join(node, &r)?;
     serves_as_named(node, &r).await?;
@@ -128,8 +126,7 @@ pub async fn add(node: &Node, r: pb::AddMemberRequest) -> Result<pb::MembersResp
             return Err(NodeError::CatchUpTimeout {
                 id: r.id,
                 within: MEMBER_CATCH_UP,
-            }
-            .into())
+            })
         }
         Ok(Err(e)) => return Err(change_failed(e)),
         Ok(Ok(_)) => {}
@@ -145,7 +142,7 @@ pub async fn add(node: &Node, r: pb::AddMemberRequest) -> Result<pb::MembersResp
 
 /// Whether `r` may join as asked: a valid id and peer address, not a voter already, not a
 /// learner at another address, not an id used before, and not another node's address.
-fn may_join(node: &Node, r: &pb::AddMemberRequest) -> Result<(), Status> {
+fn may_join(node: &Node, r: &pb::AddMemberRequest) -> Result<(), NodeError> {
     if r.id == 0 {
         return Err(invalid("id", "node ids start at 1".to_owned()));
     }
@@ -202,7 +199,7 @@ fn may_join(node: &Node, r: &pb::AddMemberRequest) -> Result<(), Status> {
 
 /// Whether the node at `r`'s peer address is there, serving as the id it is added under, at the
 /// client address given.
-async fn serves_as_named(node: &Node, r: &pb::AddMemberRequest) -> Result<(), Status> {
+async fn serves_as_named(node: &Node, r: &pb::AddMemberRequest) -> Result<(), NodeError> {
     let status =
         super::status::remote_status(node.channels().clone(), r.id, r.peer_address.clone()).await;
     if status.role == pb::Role::Unreachable as i32 {
@@ -210,8 +207,7 @@ async fn serves_as_named(node: &Node, r: &pb::AddMemberRequest) -> Result<(), St
             id: r.id,
             addr: r.peer_address.clone(),
             reason: status.error,
-        }
-        .into());
+        });
     }
     if status.id != r.id {
         return Err(refused(format!(
@@ -233,7 +229,7 @@ async fn serves_as_named(node: &Node, r: &pb::AddMemberRequest) -> Result<(), St
 pub async fn remove(
     node: &Node,
     r: pb::RemoveMemberRequest,
-) -> Result<pb::MembersResponse, Status> {
+) -> Result<pb::MembersResponse, NodeError> {
     node.leading().await?;
     let (_, voters, nodes) = current(node);
     if !nodes.contains_key(&r.id) {
@@ -253,12 +249,9 @@ pub async fn remove(
         .await
         .map_err(change_failed)?;
     tracing::info!(id = r.id, "member removed");
-    list(node).await.or_else(|e| {
+    list(node).await.or_else(|e| match e {
         // The leader removed itself: it is no longer the one to ask.
-        if e.code() == tonic::Code::Unavailable {
-            Ok(pb::MembersResponse::default())
-        } else {
-            Err(e)
-        }
+        e if e.unavailable() => Ok(pb::MembersResponse::default()),
+        e => Err(e),
     })
 }

@@ -1,18 +1,16 @@
 //! One running node: the Raft instance, its applied state, the leader's clock, and the gRPC
 //! services that turn requests into proposals and linearizable reads.
 
+mod api;
 mod assembly;
-mod authz;
 mod client_lanes;
 mod clock;
-mod cluster_service;
-mod convert;
 mod election_watch;
 mod error;
 mod forwarder;
-mod http_api;
+mod grpc;
+mod http;
 mod lanes;
-mod lease_service;
 mod membership;
 mod peer_gate;
 mod peer_link;
@@ -23,7 +21,6 @@ mod raft_service;
 mod server;
 mod status;
 mod ticker;
-mod watch;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -45,9 +42,11 @@ pub use server::{check_clock_mode, check_flags, run};
 // own transports, and reads the refusals' metadata and bounds.
 #[cfg(test)]
 pub(crate) use {
+    api::{Call, Caller, Credentials, Deadline, LeaseApi, Plane},
     assembly::{start, Storage, Transport},
+    error::Code,
     error::INDETERMINATE_KEY,
-    peer_link::{ForwardAnswer, Forwarded},
+    peer_link::{ForwardAnswer, Forwarded, ReadAnswer},
 };
 
 use crate::limits::{
@@ -160,7 +159,7 @@ struct NodeInner {
     tls: bool,
     client_certificates: bool,
     /// Whether the policy has been set up, for [`NodeConfig::auth_admin`].
-    auth_set_up: authz::SetUp,
+    auth_set_up: api::SetUp,
     /// One permit per request being worked on, up to `NodeConfig::max_requests`.
     requests: RequestSlots,
     /// Whether this node may campaign, as [`Node::set_elections`] last said (at first, the
@@ -232,7 +231,7 @@ impl Node {
                 auth_admin: config.auth_admin.clone(),
                 tls: config.tls.is_some(),
                 client_certificates: config.tls.is_some() && config.client_cert_auth,
-                auth_set_up: authz::SetUp::default(),
+                auth_set_up: api::SetUp::default(),
                 requests: RequestSlots::new(config.max_requests),
             }),
         }
@@ -263,6 +262,11 @@ impl Node {
         if !enabled {
             self.inner.raft.runtime_config().elect(false);
         }
+    }
+
+    /// How this node calls its peers outside openraft (forwarded writes and reads).
+    pub fn link(&self) -> &Arc<dyn PeerLink> {
+        &self.inner.link
     }
 
     pub fn channels(&self) -> &Channels {
@@ -541,7 +545,7 @@ impl Node {
         &self,
         op: Op,
         request: Option<RequestId>,
-    ) -> Result<Applied, tonic::Status> {
+    ) -> Result<Applied, NodeError> {
         let follows = request.is_some() || matches!(op.bare(), Op::Register);
         let mut op = op;
         let mut leaders_followed = 0;
@@ -558,7 +562,7 @@ impl Node {
                     }),
                     Some(spare),
                 ) => (leader, addr, spare),
-                (Err(e), _) => return Err(e.into()),
+                (Err(e), _) => return Err(e),
             };
             let forwarded = self
                 .inner
@@ -576,8 +580,7 @@ impl Node {
                     leader,
                     addr,
                     reason: "this node no longer sees it lead".into(),
-                }
-                .into());
+                });
             }
             op = spare;
         }

@@ -9,13 +9,16 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use leasehold_proto::wire;
 use serde::{Deserialize, Serialize};
-use tonic::Status;
+use tonic::metadata::MetadataValue;
 
+use super::api::{Answer, Call, Caller};
 use super::error::ForwardedError;
 use super::NodeError;
 use crate::limits::FORWARD_TIMEOUT;
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
+use crate::proto::v1::lease_store_client::LeaseStoreClient;
 use crate::raft::codec::{decode, encode};
 use crate::raft::lane::LaneRpc;
 use crate::raft::{Applied, Channels, LogId, NodeId};
@@ -33,7 +36,10 @@ pub struct Carried {
 /// One forwarded write: the op and the client's name for it.
 pub type Forwarded = (Op, Option<RequestId>);
 /// What the leader answered one forwarded write, or why it could not.
-pub type ForwardAnswer = Result<Applied, Status>;
+pub type ForwardAnswer = Result<Applied, NodeError>;
+
+/// What forwarding a read to the leader answers.
+pub type ReadAnswer = Pin<Box<dyn Future<Output = Result<Answer, NodeError>> + Send>>;
 
 pub trait PeerLink: Send + Sync + 'static {
     /// Sends a batch of forwarded writes to `leader` at `addr`. One answer per write, in order;
@@ -57,6 +63,11 @@ pub trait PeerLink: Send + Sync + 'static {
         oldest: Option<LogId>,
         timeout: Duration,
     ) -> Pin<Box<dyn Future<Output = Result<Carried, String>> + Send>>;
+
+    /// Forwards `call`, a read this node could not answer as it does not lead, to `leader` at
+    /// `addr` for `caller`: the leader's answer, its own refusal, or why it could not be had
+    /// (then `LeaderUnreachable`: a read changes nothing).
+    fn read(&self, leader: NodeId, addr: String, caller: Caller, call: Call) -> ReadAnswer;
 }
 
 /// [`PeerLink`] over the peers' gRPC channels.
@@ -91,6 +102,58 @@ impl PeerLink for GrpcLink {
             decode::<Carried>(&reply.into_inner().data).map_err(|e| e.to_string())
         })
     }
+
+    fn read(&self, leader: NodeId, addr: String, caller: Caller, call: Call) -> ReadAnswer {
+        let channels = self.0.clone();
+        Box::pin(async move {
+            let unreachable = |reason: String| NodeError::LeaderUnreachable {
+                leader,
+                addr: addr.clone(),
+                reason,
+            };
+            let channel = channels
+                .get(leader, &addr)
+                .map_err(|e| unreachable(e.to_string()))?;
+            let mut client = LeaseStoreClient::new(channel).max_decoding_message_size(usize::MAX);
+            let answered = match call {
+                Call::Get(m) => client
+                    .get(forwarded(m, &caller))
+                    .await
+                    .map(|r| Answer::Get(r.into_inner())),
+                Call::GetLease(m) => client
+                    .get_lease(forwarded(m, &caller))
+                    .await
+                    .map(|r| Answer::GetLease(r.into_inner())),
+                Call::CheckToken(m) => client
+                    .check_token(forwarded(m, &caller))
+                    .await
+                    .map(|r| Answer::CheckToken(r.into_inner())),
+                _ => {
+                    return Err(NodeError::Invariant(
+                        "only reads are forwarded as calls".into(),
+                    ))
+                }
+            };
+            answered.map_err(|status| NodeError::from_leader(status, unreachable))
+        })
+    }
+}
+
+/// `message` as a read forwarded to the leader: bounded by [`FORWARD_TIMEOUT`], marked as
+/// forwarded (so that a node that no longer leads answers instead of forwarding it again), and
+/// carrying the caller this node found.
+fn forwarded<T>(message: T, caller: &Caller) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(FORWARD_TIMEOUT);
+    let metadata = request.metadata_mut();
+    metadata.insert(wire::FORWARDED_KEY, MetadataValue::from_static("1"));
+    let (identity, bearer) = caller.carried();
+    for (key, value) in [(wire::IDENTITY_KEY, identity), (wire::BEARER_KEY, bearer)] {
+        if let Some(value) = value.and_then(|v| MetadataValue::try_from(v).ok()) {
+            metadata.insert(key, value);
+        }
+    }
+    request
 }
 
 /// One batch to the leader: its answers, or the same failure for each write.
@@ -101,7 +164,7 @@ async fn send(
     writes: Vec<Forwarded>,
 ) -> Vec<ForwardAnswer> {
     let count = writes.len();
-    let fail = |error: NodeError| -> Vec<ForwardAnswer> { vec![Err(Status::from(error)); count] };
+    let fail = |error: NodeError| -> Vec<ForwardAnswer> { vec![Err(error); count] };
     // Before the call the writes certainly did not apply; after it, they may have.
     let unreachable = |reason: String| {
         fail(NodeError::LeaderUnreachable {
@@ -141,7 +204,7 @@ async fn send(
     match decode::<Vec<Result<Applied, ForwardedError>>>(&reply.data) {
         Ok(answers) if answers.len() == count => answers
             .into_iter()
-            .map(|a| a.map_err(Status::from))
+            .map(|a| a.map_err(NodeError::Leader))
             .collect(),
         Ok(answers) => lost(format!(
             "the leader answered {} of {count} forwarded writes",

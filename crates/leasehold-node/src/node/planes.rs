@@ -11,19 +11,16 @@ use tokio::sync::watch;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::Router;
 
-use super::authz::Plane;
+use super::api::{Api, Plane};
 use super::client_lanes::ClientLaneServer;
-use super::cluster_service::ClusterService;
-use super::http_api;
+use super::grpc::{ClusterService, LeaseService};
+use super::http;
 use super::lanes::LaneServer;
-use super::lease_service::LeaseService;
 use super::peer_gate::PeerGate;
 use super::raft_service::RaftService;
 use super::{Node, NodeConfig, StartError};
-use crate::limits::{MAX_CLIENT_MESSAGE_BYTES, MAX_PEER_MESSAGE_BYTES};
+use crate::limits::MAX_PEER_MESSAGE_BYTES;
 use crate::proto::raft_v1::raft_server::RaftServer;
-use crate::proto::v1::cluster_server::ClusterServer;
-use crate::proto::v1::lease_store_server::LeaseStoreServer;
 use crate::tls::RefusalLog;
 
 use crate::tls::KEEPALIVE;
@@ -112,14 +109,15 @@ pub(super) type PlanesTls = (Arc<rustls::ServerConfig>, Arc<rustls::ServerConfig
 /// reflection of the public API, in both versions (grpcurl and older tools still ask v1alpha);
 /// and the client lanes' server, answering with the same lease API until `stop`.
 pub(super) fn client_plane(
-    api: &http_api::Api,
+    api: &Api,
     health: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
     stop: &Stop,
 ) -> Result<(Router, ClientLaneServer), StartError> {
+    let lease = Arc::new(LeaseService::new(api.lease.clone(), Plane::Client));
     let lanes = ClientLaneServer {
-        lease: api.lease.clone(),
+        lease: lease.clone(),
         stopping: stop.stopping(),
     };
     let reflection = || {
@@ -129,11 +127,8 @@ pub(super) fn client_plane(
     };
     let refused = |e: tonic_reflection::server::Error| StartError::Config(e.to_string());
     let router = tonic::transport::Server::builder()
-        .add_service(
-            LeaseStoreServer::from_arc(api.lease.clone())
-                .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
-        )
-        .add_service(ClusterServer::from_arc(api.cluster.clone()))
+        .add_service(LeaseService::server(lease))
+        .add_service(ClusterService::server(api.cluster.clone(), Plane::Client))
         .add_service(health)
         .add_service(reflection().build_v1().map_err(refused)?)
         .add_service(reflection().build_v1alpha().map_err(refused)?);
@@ -144,7 +139,7 @@ pub(super) fn client_plane(
 /// speaking HTTP/1.1) until `stop`.
 pub(super) fn serve_http(
     listener: TcpListener,
-    api: http_api::Api,
+    api: Api,
     stop: &Stop,
     tls: Option<&PlanesTls>,
     refusals: RefusalLog,
@@ -153,17 +148,17 @@ pub(super) fn serve_http(
     match tls {
         Some((client_tls, _)) => {
             let mut config = (**client_tls).clone();
-            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            config.alpn_protocols = vec![leasehold_proto::wire::HTTP_ALPN.to_vec()];
             let incoming =
                 crate::tls::incoming(listener, Arc::new(config), "http", refusals, KEEPALIVE);
-            tokio::spawn(http_api::serve(http_api::Tls(incoming), api, until))
+            tokio::spawn(http::serve(http::Tls(incoming), api, until))
         }
         None => {
-            let plain = http_api::Plain {
+            let plain = http::Plain {
                 listener,
                 keepalive: KEEPALIVE,
             };
-            tokio::spawn(http_api::serve(plain, api, until))
+            tokio::spawn(http::serve(plain, api, until))
         }
     }
 }
@@ -177,6 +172,7 @@ pub(super) fn peer_router(
     gate: PeerGate,
     stop: &Stop,
 ) -> Router {
+    let api = Api::peer(node, stop.stopping());
     tonic::transport::Server::builder()
         .add_service(InterceptedService::new(
             RaftServer::from_arc(raft)
@@ -185,14 +181,11 @@ pub(super) fn peer_router(
             gate.clone(),
         ))
         .add_service(InterceptedService::new(
-            LeaseStoreServer::new(
-                LeaseService::new(node.clone(), Plane::Peer).stopping_on(stop.stopping()),
-            )
-            .max_decoding_message_size(MAX_CLIENT_MESSAGE_BYTES),
+            LeaseService::server(Arc::new(LeaseService::new(api.lease, Plane::Peer))),
             gate.clone(),
         ))
         .add_service(InterceptedService::new(
-            ClusterServer::new(ClusterService::new(node.clone(), Plane::Peer)),
+            ClusterService::server(api.cluster, Plane::Peer),
             gate,
         ))
 }

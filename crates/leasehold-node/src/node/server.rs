@@ -184,7 +184,7 @@ async fn serve(
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let stop = Stop::new();
     let background = background(&node, health_reporter, &stop, shutdown, &serving);
-    let api = super::http_api::Api::new(&node, &serving.metrics, stop.stopping());
+    let api = super::api::Api::client(&node, &serving.metrics, stop.stopping());
     let (client, client_lanes) = planes::client_plane(&api, health_service, &stop)?;
     let raft = Arc::new(super::raft_service::RaftService::new(node.clone()));
     let lanes = super::lanes::LaneServer {
@@ -241,7 +241,7 @@ async fn serve(
 /// The servers beside the two planes, those asked for: the metrics endpoint and the HTTP API.
 fn side_servers(
     (metrics, http): (Option<TcpListener>, Option<TcpListener>),
-    (node, api): (&Node, super::http_api::Api),
+    (node, api): (&Node, super::api::Api),
     serving: &Serving,
     stop: &Stop,
     refusals: &RefusalLog,

@@ -19,10 +19,7 @@ use std::time::Instant;
 use super::NodeId;
 use crate::limits::INCARNATION_LOG_EVERY;
 
-/// Metadata key of the sender's incarnation, on every Raft message and reply.
-pub const FROM_KEY: &str = "leasehold-incarnation";
-/// Metadata key of the incarnation the sender knows for the receiver, when it knows one.
-pub const TO_KEY: &str = "leasehold-to-incarnation";
+pub use leasehold_proto::wire::{INCARNATION_KEY as FROM_KEY, TO_INCARNATION_KEY as TO_KEY};
 
 const MINE: &str = "incarnation";
 const KNOWN: &str = "peer-incarnations";

@@ -38,12 +38,7 @@ use crate::limits::{
 use crate::proto::raft_v1::RaftMessage;
 use leasehold_proto::lane::metadata_pairs;
 
-/// What a lane's caller sends first, and the server answers back, in TLS or not. Without TLS it
-/// is also what tells the peer port's accept loop a lane from gRPC (whose first bytes are
-/// HTTP/2's preface).
-pub const GREETING: &[u8; 8] = b"LHLANE1\n";
-/// The ALPN protocol a lane asks for under TLS, where the accept loop tells it from `h2`.
-pub const ALPN: &[u8] = b"leasehold-lane/1";
+pub use leasehold_proto::wire::{PEER_LANE_ALPN as ALPN, PEER_LANE_GREETING as GREETING};
 
 /// The largest frame either side reads: a peer message and room for its envelope.
 pub const MAX_FRAME_BYTES: usize = MAX_PEER_MESSAGE_BYTES + 64 * 1024;

@@ -24,10 +24,9 @@ use super::{NodeId, TypeConfig, VotePenalty};
 use crate::limits::{CONNECT_TIMEOUT, UNREACHABLE_RETRY};
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 
-/// Metadata key on every peer message: the sender's clock. The clock is cluster state (the two
-/// clocks' logs do not mix, and a manual-clock node that led would accept `Advance` and expire
-/// every lease at once), so a node refuses every message from a peer that runs the other one.
-pub const CLOCK_KEY: &str = "leasehold-clock";
+// A manual-clock node that led would accept `Advance` and expire every lease at once: so the
+// clock travels on every peer message.
+pub use leasehold_proto::wire::CLOCK_KEY;
 
 /// How a cluster's store time moves.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

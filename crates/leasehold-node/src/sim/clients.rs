@@ -10,14 +10,14 @@ use leasehold_core::{Command, Fence, Op, Outcome, RequestId};
 use tokio::time::Instant;
 
 use super::cluster::Sim;
-use crate::node::NodeError;
+use crate::node::{Code, NodeError};
 use crate::raft::Applied;
 
 pub(super) type History = Arc<Mutex<Vec<Operation>>>;
 
 /// What a client sees of a node's answer: an outcome, a refusal of bad input (it did not
 /// happen), or anything else (it may have happened).
-fn completion(answer: Result<Applied, tonic::Status>) -> Completion {
+fn completion(answer: Result<Applied, NodeError>) -> Completion {
     match answer {
         Ok(Applied {
             log_index,
@@ -30,15 +30,10 @@ fn completion(answer: Result<Applied, tonic::Status>) -> Completion {
             store_time_ms,
             answer: Answer::Outcome(outcome),
         },
-        Err(status)
-            if matches!(
-                status.code(),
-                tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition
-            ) =>
-        {
-            Completion::Failed(status.message().to_owned())
+        Err(e) if matches!(e.code(), Code::InvalidArgument | Code::FailedPrecondition) => {
+            Completion::Failed(e.to_string())
         }
-        Err(status) => Completion::Indeterminate(status.message().to_owned()),
+        Err(e) => Completion::Indeterminate(e.to_string()),
     }
 }
 

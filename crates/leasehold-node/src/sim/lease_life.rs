@@ -387,7 +387,7 @@ async fn cut_off_leader_answers(seed: u64) -> (CutOffAnswer, CutOffAnswer) {
         .expect_err("no quorum to write with");
         CutOffAnswer {
             after: sent.elapsed(),
-            status,
+            status: status.into(),
         }
     };
     sim.net().isolate(a, 3);

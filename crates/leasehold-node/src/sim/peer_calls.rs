@@ -8,7 +8,10 @@ use std::time::Duration;
 use openraft::LogId;
 
 use super::router::{Router, Undelivered};
-use crate::node::{Carried, ForwardAnswer, Forwarded, NodeError, PeerLink};
+use crate::node::{
+    Call, Caller, Carried, Credentials, Deadline, ForwardAnswer, Forwarded, LeaseApi, NodeError,
+    PeerLink, Plane, ReadAnswer,
+};
 
 pub(super) struct SimLink {
     pub(super) from: u64,
@@ -29,12 +32,7 @@ impl PeerLink for SimLink {
                 .deliver(from, leader, async |node| node.write_many(writes).await)
                 .await
             {
-                Ok(answers) => {
-                    return answers
-                        .into_iter()
-                        .map(|answer| answer.map_err(tonic::Status::from))
-                        .collect()
-                }
+                Ok(answers) => return answers,
                 // Certainly not applied.
                 Err(Undelivered::Dropped(e)) => NodeError::LeaderUnreachable {
                     leader,
@@ -48,7 +46,7 @@ impl PeerLink for SimLink {
                     reason: lost.to_string(),
                 },
             };
-            vec![Err(tonic::Status::from(error)); count]
+            vec![Err(error); count]
         })
     }
 
@@ -67,6 +65,32 @@ impl PeerLink for SimLink {
             match tokio::time::timeout(timeout, asked).await {
                 Ok(answer) => answer.map_err(|e| e.to_string()),
                 Err(_) => Err("timed out".into()),
+            }
+        })
+    }
+
+    fn read(&self, leader: u64, addr: String, caller: Caller, call: Call) -> ReadAnswer {
+        let (from, router) = (self.from, self.router.clone());
+        Box::pin(async move {
+            let (identity, bearer) = caller.carried();
+            let credentials = Credentials::Member {
+                identity: identity.map(str::to_owned),
+                bearer: bearer.map(str::to_owned),
+            };
+            // The leader's peer plane answers it, as a forwarded read reaches it between
+            // processes.
+            let asked = router.deliver(from, leader, async move |node| {
+                let api = LeaseApi::new(node.clone(), Plane::Peer);
+                api.call(&credentials, Deadline::NONE, call).await
+            });
+            match asked.await {
+                Ok(answer) => answer,
+                // A read changes nothing: never sent, or lost, it can be asked again.
+                Err(e) => Err(NodeError::LeaderUnreachable {
+                    leader,
+                    addr,
+                    reason: e.to_string(),
+                }),
             }
         })
     }

@@ -20,7 +20,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::server::TlsStream;
-use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::ReceiverStream;
 
 use crate::limits::{
     ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES,
@@ -163,7 +163,7 @@ impl Tls {
         let mut config = builder
             .with_single_cert(self.chain.clone(), self.key.clone_key())
             .map_err(|e| TlsError::Setup(format!("the certificate and key do not match: {e}")))?;
-        config.alpn_protocols = vec![b"h2".to_vec()];
+        config.alpn_protocols = vec![leasehold_proto::wire::GRPC_ALPN.to_vec()];
         Ok(Arc::new(config))
     }
 }

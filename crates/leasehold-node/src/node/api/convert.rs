@@ -2,7 +2,7 @@
 //! late retry the store refused (`ABORTED`) or a broken invariant (`INTERNAL`), never silently
 //! mapped.
 
-use super::NodeError;
+use crate::node::NodeError;
 use crate::proto::v1 as pb;
 use crate::raft::Applied;
 use leasehold_core::auth::{AuthChange, Grant, Permission, Policy};
@@ -48,7 +48,7 @@ fn unknown_token(outcome: &Outcome) -> Option<NodeError> {
     }
 }
 
-pub fn acquire(a: Applied) -> Result<pb::AcquireResponse, NodeError> {
+pub(super) fn acquire(a: Applied) -> Result<pb::AcquireResponse, NodeError> {
     use pb::acquire_response::Outcome as O;
     let outcome = match &a.outcome {
         Outcome::Granted {
@@ -101,7 +101,7 @@ fn refused<O>(
     }
 }
 
-pub fn release(a: Applied) -> Result<pb::ReleaseResponse, NodeError> {
+pub(super) fn release(a: Applied) -> Result<pb::ReleaseResponse, NodeError> {
     use pb::release_response::Outcome as O;
     let outcome = match &a.outcome {
         Outcome::Released { token } => O::Released(pb::Released { token: *token }),
@@ -114,7 +114,7 @@ pub fn release(a: Applied) -> Result<pb::ReleaseResponse, NodeError> {
     })
 }
 
-pub fn renew(a: Applied) -> Result<pb::RenewResponse, NodeError> {
+pub(super) fn renew(a: Applied) -> Result<pb::RenewResponse, NodeError> {
     use pb::lease_renewal::Outcome as O;
     let Outcome::Renewed(leases) = &a.outcome else {
         return Err(mismatch("renew", &a.outcome));
@@ -136,7 +136,7 @@ pub fn renew(a: Applied) -> Result<pb::RenewResponse, NodeError> {
     })
 }
 
-pub fn put(a: Applied) -> Result<pb::PutResponse, NodeError> {
+pub(super) fn put(a: Applied) -> Result<pb::PutResponse, NodeError> {
     use pb::put_response::Outcome as O;
     if let Some(error) = unknown_token(&a.outcome) {
         return Err(error);
@@ -152,7 +152,7 @@ pub fn put(a: Applied) -> Result<pb::PutResponse, NodeError> {
     })
 }
 
-pub fn delete(a: Applied) -> Result<pb::DeleteResponse, NodeError> {
+pub(super) fn delete(a: Applied) -> Result<pb::DeleteResponse, NodeError> {
     use pb::delete_response::Outcome as O;
     if let Some(error) = unknown_token(&a.outcome) {
         return Err(error);
@@ -168,7 +168,7 @@ pub fn delete(a: Applied) -> Result<pb::DeleteResponse, NodeError> {
     })
 }
 
-pub fn register(a: Applied) -> Result<pb::RegisterResponse, NodeError> {
+pub(super) fn register(a: Applied) -> Result<pb::RegisterResponse, NodeError> {
     match &a.outcome {
         Outcome::Registered { client } => Ok(pb::RegisterResponse {
             applied: applied(&a),
@@ -178,7 +178,7 @@ pub fn register(a: Applied) -> Result<pb::RegisterResponse, NodeError> {
     }
 }
 
-pub fn advance(a: Applied) -> Result<pb::AdvanceResponse, NodeError> {
+pub(super) fn advance(a: Applied) -> Result<pb::AdvanceResponse, NodeError> {
     match &a.outcome {
         Outcome::Advanced => Ok(pb::AdvanceResponse {
             applied: applied(&a),
@@ -189,7 +189,7 @@ pub fn advance(a: Applied) -> Result<pb::AdvanceResponse, NodeError> {
 
 /// A policy change as the API carries it, as the log does; the fields are checked here, at the
 /// edge, and what depends on the policy where it applies.
-pub fn policy_change(r: pb::ChangePolicyRequest) -> Result<AuthChange, NodeError> {
+pub(super) fn policy_change(r: pb::ChangePolicyRequest) -> Result<AuthChange, NodeError> {
     use pb::change_policy_request::Change;
     let binding = |b: pb::Binding| (b.identity, b.role);
     let change = match r.change {
@@ -250,7 +250,7 @@ fn grant(g: pb::Grant) -> Result<Grant, NodeError> {
     })
 }
 
-pub fn policy_changed(a: Applied) -> Result<pb::ChangePolicyResponse, NodeError> {
+pub(super) fn policy_changed(a: Applied) -> Result<pb::ChangePolicyResponse, NodeError> {
     match &a.outcome {
         Outcome::PolicyChanged => Ok(pb::ChangePolicyResponse {
             applied: applied(&a),
@@ -260,7 +260,7 @@ pub fn policy_changed(a: Applied) -> Result<pb::ChangePolicyResponse, NodeError>
     }
 }
 
-pub fn policy(policy: &Policy, at: &Applied) -> pb::PolicyResponse {
+pub(super) fn policy(policy: &Policy, at: &Applied) -> pb::PolicyResponse {
     let roles = policy.roles().iter().map(|(name, role)| pb::AuthRole {
         name: name.clone(),
         grants: role
@@ -294,14 +294,14 @@ pub fn policy(policy: &Policy, at: &Applied) -> pb::PolicyResponse {
     }
 }
 
-pub fn get(value: Option<Vec<u8>>, at: &Applied) -> pb::GetResponse {
+pub(super) fn get(value: Option<Vec<u8>>, at: &Applied) -> pb::GetResponse {
     pb::GetResponse {
         applied: applied(at),
         value,
     }
 }
 
-pub fn check_token(
+pub(super) fn check_token(
     lease: &str,
     check: leasehold_core::TokenCheck,
     at: &Applied,
@@ -337,7 +337,10 @@ pub fn check_token(
     })
 }
 
-pub fn get_lease(lease: Option<leasehold_core::Lease>, at: &Applied) -> pb::GetLeaseResponse {
+pub(super) fn get_lease(
+    lease: Option<leasehold_core::Lease>,
+    at: &Applied,
+) -> pb::GetLeaseResponse {
     let lease = lease.unwrap_or_default();
     pb::GetLeaseResponse {
         applied: applied(at),

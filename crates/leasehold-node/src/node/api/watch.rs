@@ -7,17 +7,17 @@
 //! client resumes exactly after `watched_to`.
 
 use tokio::sync::mpsc;
-use tonic::Status;
 
-use super::Node;
+use super::Caller;
 use crate::limits::{WATCH_EVENTS_PER_RESPONSE, WATCH_IDLE_CHECK, WATCH_QUEUED_RESPONSES};
+use crate::node::{Node, NodeError};
 use crate::proto::v1 as pb;
 use crate::raft::events::{Compacted, NotedEvent};
 use leasehold_core::auth::Action;
 use leasehold_core::{limits, Event, EventKind, Limits};
 
-pub type WatchStream =
-    tonic::codegen::tokio_stream::wrappers::ReceiverStream<Result<pb::WatchResponse, Status>>;
+/// A watch's responses, each of which a transport sends as it comes; an error ends them.
+pub type Events = mpsc::Receiver<Result<pb::WatchResponse, NodeError>>;
 
 /// Which leases a watch follows.
 #[derive(Clone, Debug)]
@@ -38,19 +38,19 @@ impl Select {
 /// What a watch follows, and for whom.
 struct Watcher {
     select: Select,
-    caller: super::authz::Caller,
+    caller: Caller,
 }
 
 impl Watcher {
     /// Whether this node's policy lets the identity read every lease the watch follows: the
     /// lease, or every name under the prefix (a grant whose prefix the watch's starts with).
-    fn allowed(&self, node: &Node) -> Result<(), Status> {
+    fn allowed(&self, node: &Node) -> Result<(), NodeError> {
         let name = match &self.select {
             Select::Lease(name) | Select::Prefix(name) => name,
         };
         let state = node.state().read();
         let policy = state.table.policy();
-        Ok(self.caller.may(policy, &Action::ReadLease(name))?)
+        self.caller.may(policy, &Action::ReadLease(name))
     }
 }
 
@@ -59,12 +59,12 @@ impl Watcher {
 /// --max-requests`): held for as long as the stream runs, so watches are bounded too.
 pub fn start(
     node: Node,
-    caller: super::authz::Caller,
+    caller: Caller,
     request: pb::WatchRequest,
     stopping: Option<tokio::sync::watch::Receiver<bool>>,
     working: tokio::sync::OwnedSemaphorePermit,
-) -> Result<WatchStream, Status> {
-    let invalid = |e: limits::InvalidInput| Status::from(super::NodeError::Invalid(e));
+) -> Result<Events, NodeError> {
+    let invalid = NodeError::Invalid;
     let select = match request.select {
         Some(pb::watch_request::Select::Lease(lease)) => {
             limits::name("lease", &lease, Limits::MAX_NAME_BYTES).map_err(invalid)?;
@@ -106,16 +106,15 @@ pub fn start(
         serve(node, watcher, from, applied, responses, stopping).await;
         drop(working);
     });
-    Ok(WatchStream::new(stream))
+    Ok(stream)
 }
 
-fn compacted(node: u64, from: u64, c: Compacted) -> Status {
-    super::NodeError::Compacted {
+fn compacted(node: u64, from: u64, c: Compacted) -> NodeError {
+    NodeError::Compacted {
         node,
         from,
         first_kept: c.first_kept,
     }
-    .into()
 }
 
 fn wire(noted: NotedEvent) -> pb::LeaseEvent {
@@ -143,7 +142,7 @@ async fn serve(
     watcher: Watcher,
     mut next: u64,
     mut applied: tokio::sync::watch::Receiver<u64>,
-    responses: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+    responses: mpsc::Sender<Result<pb::WatchResponse, NodeError>>,
     stopping: Option<tokio::sync::watch::Receiver<bool>>,
 ) {
     let out = Out {
@@ -169,11 +168,11 @@ async fn serve(
                 if node.raft().metrics().borrow().current_leader.is_none() {
                     // Its events may be far behind the cluster's: the client resumes on a node
                     // that follows a leader.
-                    let lost = super::NodeError::WatchLeaderless {
+                    let lost = NodeError::WatchLeaderless {
                         node: node.id(),
                         next,
                     };
-                    out.send(Err(lost.into())).await;
+                    out.send(Err(lost)).await;
                     return;
                 }
                 // How far it looked, so a resumed watch need not look again.
@@ -244,7 +243,7 @@ fn progress(watched_to: u64) -> pb::WatchResponse {
 /// Where a watcher's responses go, and the node's stop, which ends the watch even while a
 /// slow client leaves it waiting to send.
 struct Out {
-    responses: mpsc::Sender<Result<pb::WatchResponse, Status>>,
+    responses: mpsc::Sender<Result<pb::WatchResponse, NodeError>>,
     stopping: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
@@ -259,7 +258,7 @@ impl Out {
     }
 
     /// Whether the response went out (false: the client or the node is gone).
-    async fn send(&self, response: Result<pb::WatchResponse, Status>) -> bool {
+    async fn send(&self, response: Result<pb::WatchResponse, NodeError>) -> bool {
         tokio::select! {
             sent = self.responses.send(response) => sent.is_ok(),
             () = self.stopped() => false,

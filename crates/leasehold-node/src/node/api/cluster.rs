@@ -1,33 +1,37 @@
 //! The public `Cluster` service: who is who, and how far each member's log has come.
 
 use openraft::ServerState;
-use tonic::{Request, Response, Status};
+use tokio::sync::mpsc;
 
-use super::authz::{self, Caller, Plane};
-use super::status::remote_status;
-use super::{convert, Node, NodeError};
+use super::caller::{self, Caller, Credentials};
+use super::{convert, Plane};
 use crate::limits::{BACKUP_CHUNKS_QUEUED, BACKUP_CHUNK_BYTES};
+use crate::node::status::remote_status;
+use crate::node::{membership, Node, NodeError};
 use crate::proto::v1 as pb;
 use leasehold_core::auth::{Action, AuthChange};
 use leasehold_core::Op;
 
-pub struct ClusterService {
+/// A saved snapshot's chunks, the first with its header; an error ends them.
+pub type Chunks = mpsc::Receiver<Result<pb::SnapshotChunk, NodeError>>;
+
+pub(crate) struct ClusterApi {
     node: Node,
     /// Where the requests' identities come from.
     plane: Plane,
 }
 
-impl ClusterService {
+impl ClusterApi {
     pub fn new(node: Node, plane: Plane) -> Self {
-        ClusterService { node, plane }
+        ClusterApi { node, plane }
     }
 
     /// Whether the caller may see the cluster's inside: the peer plane's addresses (what an
     /// attacker of the peer plane would dial) and the nodes' pids. Only admins may, once
     /// authorization is on; everyone sees the members, their client addresses and roles, which
     /// clients need to find the cluster. By this node's policy: it hides, it grants nothing.
-    fn sees_inside<T>(&self, request: &Request<T>) -> bool {
-        let Ok(caller) = Caller::of(&self.node, request, self.plane) else {
+    fn sees_inside(&self, credentials: &Credentials) -> bool {
+        let Ok(caller) = Caller::of(&self.node, credentials) else {
             return false;
         };
         let state = self.node.state().read();
@@ -98,38 +102,36 @@ fn hide_inside(node: &mut pb::NodeStatus) {
     node.pid = 0;
 }
 
-#[tonic::async_trait]
-impl pb::cluster_server::Cluster for ClusterService {
-    type SaveSnapshotStream =
-        tonic::codegen::tokio_stream::wrappers::ReceiverStream<Result<pb::SnapshotChunk, Status>>;
-
-    async fn save_snapshot(
+/// The calls; none is counted in the metrics, which count the lease calls.
+impl ClusterApi {
+    pub async fn save_snapshot(
         &self,
-        request: Request<pb::SaveSnapshotRequest>,
-    ) -> Result<Response<Self::SaveSnapshotStream>, Status> {
+        credentials: &Credentials,
+        _m: pb::SaveSnapshotRequest,
+    ) -> Result<Chunks, NodeError> {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let caller = Caller::of(&self.node, &request, self.plane)?;
+        let caller = Caller::of(&self.node, credentials)?;
         // A linearizable read: the leader confirms its leadership, then checks the policy and
         // clones the table under the state lock, so the copy is exactly what was applied up to
         // `last_applied`. The clone is cheap (its maps share their nodes); encoding it, which
         // is not, happens off the lock and off the runtime's threads, while applies go on.
         let ((table, last_applied, digest), at) =
-            authz::admin_read(&self.node, &caller, "save a snapshot", |s| {
+            caller::admin_read(&self.node, &caller, "save a snapshot", |s| {
                 (s.table.clone(), s.last_applied, s.table.digest())
             })
             .await?;
         let data = tokio::task::spawn_blocking(move || crate::raft::codec::encode_sized(&table))
             .await
-            .map_err(|e| super::NodeError::Encoding {
+            .map_err(|e| NodeError::Encoding {
                 what: "encoding the state",
                 reason: e.to_string(),
             })?;
-        let data = data.map_err(|e| super::NodeError::Encoding {
+        let data = data.map_err(|e| NodeError::Encoding {
             what: "encoding the state",
             reason: e.to_string(),
         })?;
-        let last = last_applied.ok_or(super::NodeError::NothingApplied)?;
+        let last = last_applied.ok_or(NodeError::NothingApplied)?;
         let header = pb::SnapshotHeader {
             log_index: last.index,
             term: last.leader_id.term,
@@ -145,7 +147,7 @@ impl pb::cluster_server::Cluster for ClusterService {
             bytes = header.bytes,
             "snapshot saved for a client"
         );
-        let (chunks, stream) = tokio::sync::mpsc::channel(BACKUP_CHUNKS_QUEUED);
+        let (chunks, stream) = mpsc::channel(BACKUP_CHUNKS_QUEUED);
         tokio::spawn(async move {
             let mut header = Some(header);
             // At least one chunk, which carries the header, even for an empty state.
@@ -164,59 +166,59 @@ impl pb::cluster_server::Cluster for ClusterService {
                 }
             }
         });
-        Ok(Response::new(Self::SaveSnapshotStream::new(stream)))
+        Ok(stream)
     }
 
-    async fn add_member(
+    pub async fn add_member(
         &self,
-        request: Request<pb::AddMemberRequest>,
-    ) -> Result<Response<pb::MembersResponse>, Status> {
+        credentials: &Credentials,
+        m: pb::AddMemberRequest,
+    ) -> Result<pb::MembersResponse, NodeError> {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let caller = Caller::of(&self.node, &request, self.plane)?;
-        authz::admin_read(&self.node, &caller, "add a member", |_| ()).await?;
-        super::membership::add(&self.node, request.into_inner())
-            .await
-            .map(Response::new)
+        let caller = Caller::of(&self.node, credentials)?;
+        caller::admin_read(&self.node, &caller, "add a member", |_| ()).await?;
+        membership::add(&self.node, m).await
     }
 
-    async fn remove_member(
+    pub async fn remove_member(
         &self,
-        request: Request<pb::RemoveMemberRequest>,
-    ) -> Result<Response<pb::MembersResponse>, Status> {
+        credentials: &Credentials,
+        m: pb::RemoveMemberRequest,
+    ) -> Result<pb::MembersResponse, NodeError> {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let caller = Caller::of(&self.node, &request, self.plane)?;
-        authz::admin_read(&self.node, &caller, "remove a member", |_| ()).await?;
-        super::membership::remove(&self.node, request.into_inner())
-            .await
-            .map(Response::new)
+        let caller = Caller::of(&self.node, credentials)?;
+        caller::admin_read(&self.node, &caller, "remove a member", |_| ()).await?;
+        membership::remove(&self.node, m).await
     }
 
-    async fn list_members(
+    pub async fn list_members(
         &self,
-        request: Request<pb::ListMembersRequest>,
-    ) -> Result<Response<pb::MembersResponse>, Status> {
+        credentials: &Credentials,
+        _m: pb::ListMembersRequest,
+    ) -> Result<pb::MembersResponse, NodeError> {
         let _working = self.node.admit(1)?;
-        let inside = self.sees_inside(&request);
-        let mut members = super::membership::list(&self.node).await?;
+        let inside = self.sees_inside(credentials);
+        let mut members = membership::list(&self.node).await?;
         if !inside {
             for member in &mut members.members {
                 member.peer_address.clear();
             }
         }
-        Ok(Response::new(members))
+        Ok(members)
     }
 
-    async fn status(
+    pub async fn status(
         &self,
-        request: Request<pb::StatusRequest>,
-    ) -> Result<Response<pb::StatusResponse>, Status> {
-        let inside = self.sees_inside(&request);
+        credentials: &Credentials,
+        _m: pb::StatusRequest,
+    ) -> Result<pb::StatusResponse, NodeError> {
+        let inside = self.sees_inside(credentials);
         // Admitted like every request: a client looping status must not outrun the node.
         let _working = self.node.admit(1)?;
         if !self.node.is_member() {
-            return Err(super::NodeError::NotMember(self.node.id()).into());
+            return Err(NodeError::NotMember(self.node.id()));
         }
         // Ask every member at once, so one dead member costs one timeout, not one each.
         let mut asks = tokio::task::JoinSet::new();
@@ -235,55 +237,57 @@ impl pb::cluster_server::Cluster for ClusterService {
         if !inside {
             nodes.iter_mut().for_each(hide_inside);
         }
-        Ok(Response::new(pb::StatusResponse { nodes }))
+        Ok(pb::StatusResponse { nodes })
     }
 
-    async fn change_policy(
+    pub async fn change_policy(
         &self,
-        request: Request<pb::ChangePolicyRequest>,
-    ) -> Result<Response<pb::ChangePolicyResponse>, Status> {
+        credentials: &Credentials,
+        m: pb::ChangePolicyRequest,
+    ) -> Result<pb::ChangePolicyResponse, NodeError> {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let caller = Caller::of(&self.node, &request, self.plane)?;
-        let change = convert::policy_change(request.into_inner())?;
+        let caller = Caller::of(&self.node, credentials)?;
+        let change = convert::policy_change(m)?;
         if matches!(change, AuthChange::Enable { .. }) && !self.node.tls() {
             return Err(NodeError::Refused(
                 "authorization needs TLS, which gives clients their identities (certificates, \
                  bearer tokens), and this node serves without it: start every node with \
                  --tls-ca, --tls-cert and --tls-key first"
                     .into(),
-            )
-            .into());
+            ));
         }
         let op = caller.log(Op::Auth(change));
         let applied = self.node.write_or_forward(op, None).await?;
-        Ok(Response::new(convert::policy_changed(applied)?))
+        convert::policy_changed(applied)
     }
 
-    async fn get_policy(
+    pub async fn get_policy(
         &self,
-        request: Request<pb::GetPolicyRequest>,
-    ) -> Result<Response<pb::PolicyResponse>, Status> {
+        credentials: &Credentials,
+        _m: pb::GetPolicyRequest,
+    ) -> Result<pb::PolicyResponse, NodeError> {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let caller = Caller::of(&self.node, &request, self.plane)?;
-        let (policy, at) = authz::admin_read(&self.node, &caller, "read the policy", |s| {
+        let caller = Caller::of(&self.node, credentials)?;
+        let (policy, at) = caller::admin_read(&self.node, &caller, "read the policy", |s| {
             s.table.policy().clone()
         })
         .await?;
-        Ok(Response::new(convert::policy(&policy, &at)))
+        Ok(convert::policy(&policy, &at))
     }
 
-    async fn who_am_i(
+    pub async fn who_am_i(
         &self,
-        request: Request<pb::WhoAmIRequest>,
-    ) -> Result<Response<pb::WhoAmIResponse>, Status> {
+        credentials: &Credentials,
+        _m: pb::WhoAmIRequest,
+    ) -> Result<pb::WhoAmIResponse, NodeError> {
         let _working = self.node.admit(1)?;
-        let caller = Caller::of(&self.node, &request, self.plane)?;
+        let caller = Caller::of(&self.node, credentials)?;
         let identity = caller.identity().unwrap_or_default().to_owned();
         let state = self.node.state().read();
         let policy = state.table.policy();
-        Ok(Response::new(pb::WhoAmIResponse {
+        Ok(pb::WhoAmIResponse {
             auth_enabled: policy.enabled(),
             roles: policy
                 .bindings()
@@ -293,19 +297,20 @@ impl pb::cluster_server::Cluster for ClusterService {
                 .cloned()
                 .collect(),
             identity,
-        }))
+        })
     }
 
-    async fn node_status(
+    pub async fn node_status(
         &self,
-        request: Request<pb::NodeStatusRequest>,
-    ) -> Result<Response<pb::NodeStatus>, Status> {
+        credentials: &Credentials,
+        _m: pb::NodeStatusRequest,
+    ) -> Result<pb::NodeStatus, NodeError> {
         let _working = self.node.admit(1)?;
         let mut local = self.local();
         // Members ask each other on the peer plane, for `Status`, which hides what it must.
-        if self.plane == Plane::Client && !self.sees_inside(&request) {
+        if self.plane == Plane::Client && !self.sees_inside(credentials) {
             hide_inside(&mut local);
         }
-        Ok(Response::new(local))
+        Ok(local)
     }
 }

@@ -1,35 +1,39 @@
 //! Who is asking, and the node's side of authorization. The decisions are the policy's, in the
 //! replicated state (`leasehold_core::auth`): writes are decided where they apply, reads and admin
-//! calls in the same linearizable read that answers them. This file finds the identity a
-//! request carries, logs refusals at a bounded rate, and, on a cluster created with an admin,
-//! turns the policy on before the cluster serves anyone.
+//! calls in the same linearizable read that answers them. This file finds the identity the
+//! credentials a transport found give (`Credentials`), logs refusals at a bounded rate, and, on
+//! a cluster created with an admin, turns the policy on before the cluster serves anyone.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::{Request, Status};
-
-use super::peer_gate::PeerMember;
-use super::{Node, NodeError};
 use crate::limits::{DENIALS_LOGGED_PER_MINUTE, TICK_CHECK};
+use crate::node::{Node, NodeError};
 use crate::raft::state_machine::Applying;
 use crate::raft::Applied;
 use leasehold_core::auth::{Action, AuthChange, Policy};
 use leasehold_core::{Limits, Op};
 
-/// The identity a follower read from the certificate of a request it forwards to the leader.
-/// Believed on the peer plane only, where the gate has let members alone through.
-pub const IDENTITY_KEY: &str = "leasehold-identity";
-
-/// Which plane a service answers on, and so where a request's identity comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Plane {
-    /// From the client's certificate, or its bearer token; none without either.
-    Client,
-    /// From [`IDENTITY_KEY`] and [`BEARER_KEY`], set by the member that forwarded the request.
-    Peer,
+/// What a transport found of who is asking, before the node checks it.
+#[derive(Clone, Debug, Default)]
+pub enum Credentials {
+    /// A client: the first DNS name of the certificate it showed (what `leasehold certs
+    /// --client NAME` puts there), and the `authorization` header it sent (`Bearer TOKEN`).
+    Client {
+        certificate: Option<String>,
+        authorization: Option<String>,
+    },
+    /// A member the peer gate let through (with TLS), forwarding a request: the caller it
+    /// found, believed as that member says.
+    Member {
+        identity: Option<String>,
+        bearer: Option<String>,
+    },
+    /// Nobody in particular: a peer-plane caller without TLS, where anyone reaches the plane
+    /// and no caller has an identity anyway.
+    #[default]
+    Anonymous,
 }
 
 /// Who is asking: the identity its certificate or bearer token gives it (`None`: neither),
@@ -43,38 +47,43 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// The caller of `request`: the first DNS name of the client certificate (what `leasehold
-    /// certs --client NAME` puts there); without one, the identity of the bearer token it
-    /// sends; for a request a member forwarded, the caller that member found. A token this
-    /// node does not know, or one sent without TLS, is refused.
-    pub fn of<T>(node: &Node, request: &Request<T>, plane: Plane) -> Result<Caller, NodeError> {
-        if plane == Plane::Peer {
-            // Believed only from a member the gate let through (with TLS): without TLS, anyone
-            // reaches the peer plane, and no caller has an identity anyway.
-            if request.extensions().get::<PeerMember>().is_none() {
-                return Ok(Caller::default());
+    /// The caller `credentials` name: the client certificate's name; without one, the
+    /// identity of the bearer token sent; for a request a member forwarded, the caller that
+    /// member found. A token this node does not know, or one sent without TLS, is refused.
+    pub fn of(node: &Node, credentials: &Credentials) -> Result<Caller, NodeError> {
+        let (certificate, authorization) = match credentials {
+            Credentials::Anonymous => return Ok(Caller::default()),
+            Credentials::Member { identity, bearer } => {
+                let believed = |v: &Option<String>| {
+                    v.as_ref()
+                        .filter(|v| v.len() <= Limits::MAX_NAME_BYTES)
+                        .cloned()
+                };
+                return Ok(Caller {
+                    identity: believed(identity),
+                    bearer: believed(bearer),
+                });
             }
-            let found = |key| {
-                let value = request.metadata().get(key)?.to_str().ok()?;
-                (value.len() <= Limits::MAX_NAME_BYTES).then(|| value.to_owned())
-            };
+            Credentials::Client {
+                certificate,
+                authorization,
+            } => (certificate, authorization),
+        };
+        if let Some(name) = certificate {
             return Ok(Caller {
-                identity: found(IDENTITY_KEY),
-                bearer: found(BEARER_KEY),
-            });
-        }
-        let certs = request.peer_certs();
-        let first = certs.as_deref().and_then(|c| c.first());
-        if let Some(name) = first.and_then(certificate_name) {
-            return Ok(Caller {
-                identity: Some(name),
+                identity: Some(name.clone()),
                 bearer: None,
             });
         }
-        match request.metadata().get(AUTHORIZATION_KEY) {
+        match authorization {
             Some(header) => bearer(node, header),
             None => Ok(Caller::default()),
         }
+    }
+
+    /// What a member forwarding this caller's request says of it (`Credentials::Member` there).
+    pub fn carried(&self) -> (Option<&str>, Option<&str>) {
+        (self.identity.as_deref(), self.bearer.as_deref())
     }
 
     /// The identity, if the caller has one.
@@ -101,36 +110,17 @@ impl Caller {
             None => op,
         }
     }
-
-    /// Marks a request this node forwards with the caller it found.
-    pub fn carry<T>(&self, request: &mut Request<T>) {
-        for (key, value) in [(IDENTITY_KEY, &self.identity), (BEARER_KEY, &self.bearer)] {
-            if let Some(value) = value
-                .as_deref()
-                .and_then(|v| MetadataValue::try_from(v).ok())
-            {
-                request.metadata_mut().insert(key, value);
-            }
-        }
-    }
 }
 
-/// The SHA-256 of the bearer token that gave a forwarded request's identity, beside
-/// [`IDENTITY_KEY`].
-pub const BEARER_KEY: &str = "leasehold-bearer-sha256";
-
-/// Where a client without a certificate sends its bearer token: `authorization: Bearer TOKEN`.
-const AUTHORIZATION_KEY: &str = "authorization";
-
-/// The caller whose bearer token `header` carries.
-fn bearer(node: &Node, header: &MetadataValue<Ascii>) -> Result<Caller, NodeError> {
+/// The caller whose bearer token `header` (the `authorization` a client sent) carries.
+fn bearer(node: &Node, header: &str) -> Result<Caller, NodeError> {
     if !node.tls() {
         return Err(NodeError::Unauthenticated(
             "a bearer token is accepted over TLS only, and this node serves without it: the \
              token may have been seen on the way, so revoke it (`leasehold auth token revoke`)",
         ));
     }
-    let token = header.to_str().ok().and_then(|v| v.strip_prefix("Bearer "));
+    let token = header.strip_prefix("Bearer ");
     let token = token.ok_or(NodeError::Unauthenticated(
         "the authorization header is not `Bearer TOKEN`",
     ))?;
@@ -157,13 +147,6 @@ fn bearer(node: &Node, header: &MetadataValue<Ascii>) -> Result<Caller, NodeErro
     }
 }
 
-/// The name a certificate gives its holder: its first DNS name.
-fn certificate_name(cert: &rustls::pki_types::CertificateDer<'_>) -> Option<String> {
-    let cert = webpki::EndEntityCert::try_from(cert).ok()?;
-    let name = cert.valid_dns_names().next().map(str::to_owned);
-    name
-}
-
 /// An admin call's check, and what it reads: a linearizable read on the leader that checks the
 /// policy and, if the caller may, reads with `read` under the same state lock, so that a
 /// revoked admin is refused from the revocation's index on.
@@ -172,7 +155,7 @@ pub async fn admin_read<T>(
     caller: &Caller,
     what: &'static str,
     read: impl FnOnce(&Applying) -> T,
-) -> Result<(T, Applied), Status> {
+) -> Result<(T, Applied), NodeError> {
     let admin = Action::Admin(what);
     let (read, at) = node
         .read(|s| caller.may(s.table.policy(), &admin).map(|()| read(s)))
@@ -255,4 +238,11 @@ pub async fn set_up(node: Node, admin: String) {
         }
         tokio::time::sleep(TICK_CHECK).await;
     }
+}
+
+/// The name a client certificate gives its holder: its first DNS name.
+pub fn certificate_name(cert: &rustls::pki_types::CertificateDer<'_>) -> Option<String> {
+    let cert = webpki::EndEntityCert::try_from(cert).ok()?;
+    let name = cert.valid_dns_names().next().map(str::to_owned);
+    name
 }

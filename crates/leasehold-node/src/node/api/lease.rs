@@ -1,0 +1,497 @@
+//! The `LeaseStore` service's calls: validate, propose or read, and forward to the leader when
+//! this node does not lead, so clients never need to know who leads. Writes go there in batches
+//! (the forwarder); a read is forwarded as its own call.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use super::caller::{Caller, Credentials, DenialLog};
+use super::{convert, watch, Deadline, Plane};
+use crate::metrics::Metrics;
+use crate::node::{Node, NodeError};
+use crate::proto::v1 as pb;
+use crate::raft::state_machine::Applying;
+use crate::raft::Applied;
+use leasehold_core::auth::Action;
+use leasehold_core::limits::{name, token_field};
+use leasehold_core::{Fence, InvalidInput, Limits, Op, Renewal, RequestId};
+
+/// One unary call of the service: the `Batch` stream's oneof, and so the one table of them.
+pub(crate) type Call = pb::batch_call::Request;
+/// What a unary call answers (never `Error`: a refusal is the `NodeError`).
+pub(crate) type Answer = pb::batch_answer::Answer;
+
+pub(crate) struct LeaseApi {
+    node: Node,
+    plane: Plane,
+    denials: DenialLog,
+    /// Ends long-lived watch streams when the node stops, so they do not hold its shutdown.
+    stopping: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Where requests are counted: the client plane's API only, so that a read a follower
+    /// forwards is counted once, where the client sent it.
+    metrics: Option<Arc<Metrics>>,
+}
+
+/// A typed refusal by the store in an answer, for `leasehold_refusals_total{reason}`.
+trait Refusal {
+    fn refusal(&self) -> Option<&'static str> {
+        None
+    }
+}
+
+impl Refusal for pb::AcquireResponse {
+    fn refusal(&self) -> Option<&'static str> {
+        use pb::acquire_response::Outcome;
+        matches!(self.outcome, Some(Outcome::HeldBy(_))).then_some("held_by")
+    }
+}
+
+impl Refusal for pb::ReleaseResponse {
+    fn refusal(&self) -> Option<&'static str> {
+        use pb::release_response::Outcome;
+        match self.outcome {
+            Some(Outcome::NotHeld(_)) => Some("not_held"),
+            Some(Outcome::HeldBy(_)) => Some("held_by"),
+            Some(Outcome::WrongToken(_)) => Some("wrong_token"),
+            _ => None,
+        }
+    }
+}
+
+impl Refusal for pb::RenewResponse {
+    /// A renewal with any lease refused is counted once, as lost: its holder lost a lease.
+    fn refusal(&self) -> Option<&'static str> {
+        use pb::lease_renewal::Outcome;
+        let renewed = |l: &pb::LeaseRenewal| matches!(l.outcome, Some(Outcome::Renewed(_)));
+        (!self.leases.iter().all(renewed)).then_some("not_renewed")
+    }
+}
+
+impl Refusal for pb::PutResponse {
+    fn refusal(&self) -> Option<&'static str> {
+        use pb::put_response::Outcome;
+        matches!(self.outcome, Some(Outcome::StaleToken(_))).then_some("stale_token")
+    }
+}
+
+impl Refusal for pb::DeleteResponse {
+    fn refusal(&self) -> Option<&'static str> {
+        use pb::delete_response::Outcome;
+        matches!(self.outcome, Some(Outcome::StaleToken(_))).then_some("stale_token")
+    }
+}
+
+// Reads and the rest answer without refusing: a stale token checked is an answer.
+impl Refusal for pb::GetResponse {}
+impl Refusal for pb::GetLeaseResponse {}
+impl Refusal for pb::CheckTokenResponse {}
+impl Refusal for pb::RegisterResponse {}
+impl Refusal for pb::AdvanceResponse {}
+
+/// A read a follower forwards to the leader as a call of its own.
+trait Forwarded: Sized {
+    type Response;
+    fn call(self) -> Call;
+    /// The response, if `answer` is this read's.
+    fn answered(answer: Answer) -> Option<Self::Response>;
+}
+
+macro_rules! forwarded {
+    ($($request:ident => $response:ident, $variant:ident;)*) => {$(
+        impl Forwarded for pb::$request {
+            type Response = pb::$response;
+            fn call(self) -> Call {
+                Call::$variant(self)
+            }
+            fn answered(answer: Answer) -> Option<pb::$response> {
+                match answer {
+                    Answer::$variant(response) => Some(response),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+
+forwarded! {
+    GetRequest => GetResponse, Get;
+    GetLeaseRequest => GetLeaseResponse, GetLease;
+    CheckTokenRequest => CheckTokenResponse, CheckToken;
+}
+
+/// A fence as the API carries it, as the log does.
+fn fence(f: pb::Fence) -> Fence {
+    Fence {
+        lease: f.lease,
+        token: f.token,
+    }
+}
+
+fn request_id(id: Option<&pb::RequestId>) -> Option<RequestId> {
+    id.filter(|id| id.client_id != 0).map(|id| RequestId {
+        client: id.client_id,
+        sequence: id.sequence,
+    })
+}
+
+impl LeaseApi {
+    pub fn new(node: Node, plane: Plane) -> Self {
+        LeaseApi {
+            node,
+            plane,
+            denials: DenialLog::default(),
+            stopping: None,
+            metrics: None,
+        }
+    }
+
+    /// Counts every request in `metrics`.
+    pub fn counting_in(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Watch streams end when `stopping` turns true.
+    pub fn stopping_on(mut self, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.stopping = Some(stopping);
+        self
+    }
+
+    /// Any unary call, answered by its method below.
+    pub async fn call(
+        &self,
+        credentials: &Credentials,
+        deadline: Deadline,
+        call: Call,
+    ) -> Result<Answer, NodeError> {
+        let (c, d) = (credentials, deadline);
+        match call {
+            Call::Acquire(m) => self.acquire(c, d, m).await.map(Answer::Acquire),
+            Call::Release(m) => self.release(c, d, m).await.map(Answer::Release),
+            Call::Renew(m) => self.renew(c, d, m).await.map(Answer::Renew),
+            Call::Put(m) => self.put(c, d, m).await.map(Answer::Put),
+            Call::Delete(m) => self.delete(c, d, m).await.map(Answer::Delete),
+            Call::CheckToken(m) => self.check_token(c, d, m).await.map(Answer::CheckToken),
+            Call::Get(m) => self.get(c, d, m).await.map(Answer::Get),
+            Call::GetLease(m) => self.get_lease(c, d, m).await.map(Answer::GetLease),
+            Call::Advance(m) => self.advance(c, d, m).await.map(Answer::Advance),
+            Call::Register(m) => self.register(c, d, m).await.map(Answer::Register),
+        }
+    }
+
+    /// One call of a `Batch` (gRPC's stream, HTTP's request), answered as its unary call, by
+    /// its own timeout: its answer, or its refusal as the unary call's status would say it.
+    pub async fn batch_call(
+        &self,
+        credentials: &Credentials,
+        call: pb::BatchCall,
+    ) -> pb::BatchAnswer {
+        let answered = match call.request {
+            Some(request) => {
+                let deadline = match call.timeout_ms {
+                    0 => Deadline::NONE,
+                    ms => Deadline::after(std::time::Duration::from_millis(ms.into())),
+                };
+                self.call(credentials, deadline, request).await
+            }
+            None => Err(NodeError::Invalid(InvalidInput::new(
+                "request",
+                "a BatchCall names one LeaseStore call (acquire, put, ...): this one names none",
+            ))),
+        };
+        pb::BatchAnswer {
+            id: call.id,
+            answer: Some(answered.unwrap_or_else(|e| Answer::Error(e.into()))),
+        }
+    }
+
+    /// Runs `answer` for the caller `credentials` name, until `deadline`, and counts it: its
+    /// outcome, its duration, its refusal if any.
+    async fn counted<T: Refusal, Fut>(
+        &self,
+        rpc: &'static str,
+        credentials: &Credentials,
+        deadline: Deadline,
+        answer: impl FnOnce(Caller) -> Fut,
+    ) -> Result<T, NodeError>
+    where
+        Fut: Future<Output = Result<T, NodeError>>,
+    {
+        let started = std::time::Instant::now();
+        let result = match Caller::of(&self.node, credentials) {
+            Ok(caller) => deadline.bound(answer(caller)).await,
+            Err(refused) => Err(refused),
+        };
+        if let Err(e) = &result {
+            if e.reason() == "DENIED" && self.plane == Plane::Client {
+                self.denials.denied(rpc, &e.to_string());
+            }
+        }
+        if let Some(metrics) = &self.metrics {
+            let outcome = match &result {
+                Ok(answer) => Ok(answer.refusal()),
+                Err(e) => Err(e.code()),
+            };
+            metrics.request(rpc, started.elapsed(), outcome);
+        }
+        result
+    }
+
+    /// Proposes `op` for `caller` (decided where it applies), or forwards it to the leader.
+    async fn write(
+        &self,
+        caller: Caller,
+        op: Op,
+        request: Option<RequestId>,
+    ) -> Result<Applied, NodeError> {
+        let _working = self.node.admit(1)?;
+        self.node.auth_set_up()?;
+        let op = caller.log(op);
+        self.node.write_or_forward(op, request).await
+    }
+
+    /// Reads with `read` in a linearizable read on the leader, once the policy there lets the
+    /// caller do `action`; a follower forwards the call to the leader with the caller, unless
+    /// it was forwarded here (leadership moved: the client retries).
+    async fn read<Req: Forwarded, T>(
+        &self,
+        caller: Caller,
+        m: Req,
+        action: impl for<'a> Fn(&'a Req) -> Action<'a>,
+        read: impl FnOnce(&Applying, &Req) -> T,
+        answer: impl FnOnce(T, Applied) -> Result<Req::Response, NodeError>,
+    ) -> Result<Req::Response, NodeError> {
+        let _working = self.node.admit(1)?;
+        self.node.auth_set_up()?;
+        let checked = self
+            .node
+            .read(|s| {
+                caller
+                    .may(s.table.policy(), &action(&m))
+                    .map(|()| read(s, &m))
+            })
+            .await;
+        let error = match checked {
+            Ok((Ok(found), at)) => return answer(found, at),
+            Ok((Err(denied), _)) => return Err(denied),
+            Err(e) => e,
+        };
+        let NodeError::NotLeader {
+            leader: Some((leader, addr)),
+            ..
+        } = &error
+        else {
+            return Err(error);
+        };
+        if self.plane == Plane::Peer {
+            return Err(error);
+        }
+        let forwarded = self
+            .node
+            .link()
+            .read(*leader, addr.clone(), caller, m.call());
+        let answer = forwarded.await?;
+        Req::answered(answer).ok_or_else(|| {
+            NodeError::Invariant("the leader answered a forwarded read with another call's".into())
+        })
+    }
+}
+
+/// The calls, each counted (`counted`) around its answer.
+impl LeaseApi {
+    pub async fn acquire(
+        &self,
+        credentials: &Credentials,
+        deadline: Deadline,
+        m: pb::AcquireRequest,
+    ) -> Result<pb::AcquireResponse, NodeError> {
+        self.counted("acquire", credentials, deadline, |caller| async move {
+            let id = request_id(m.request_id.as_ref());
+            let op = Op::Acquire {
+                lease: m.lease,
+                holder: m.holder,
+                ttl_ms: m.ttl_ms,
+            };
+            convert::acquire(self.write(caller, op, id).await?)
+        })
+        .await
+    }
+
+    pub async fn release(
+        &self,
+        credentials: &Credentials,
+        deadline: Deadline,
+        m: pb::ReleaseRequest,
+    ) -> Result<pb::ReleaseResponse, NodeError> {
+        self.counted("release", credentials, deadline, |caller| async move {
+            let id = request_id(m.request_id.as_ref());
+            let op = Op::Release {
+                lease: m.lease,
+                holder: m.holder,
+                token: m.token,
+            };
+            convert::release(self.write(caller, op, id).await?)
+        })
+        .await
+    }
+
+    pub async fn renew(
+        &self,
+        credentials: &Credentials,
+        deadline: Deadline,
+        m: pb::RenewRequest,
+    ) -> Result<pb::RenewResponse, NodeError> {
+        self.counted("renew", credentials, deadline, |caller| async move {
+            let id = request_id(m.request_id.as_ref());
+            let leases = m.leases.into_iter().map(|r| Renewal {
+                lease: r.lease,
+                holder: r.holder,
+                token: r.token,
+                ttl_ms: r.ttl_ms,
+            });
+            let op = Op::Renew {
+                leases: leases.collect(),
+            };
+            convert::renew(self.write(caller, op, id).await?)
+        })
+        .await
+    }
+
+    pub async fn put(
+        &self,
+        credentials: &Credentials,
+        deadline: Deadline,
+        m: pb::PutRequest,
+    ) -> Result<pb::PutResponse, NodeError> {
+        self.counted("put", credentials, deadline, |caller| async move {
+            let id = request_id(m.request_id.as_ref());
+            let op = Op::Put {
+                key: m.key,
+                value: m.value,
+                fence: m.fence.map(fence),
+            };
+            convert::put(self.write(caller, op, id).await?)
+        })
+        .await
+    }
+
+    pub async fn delete(
+        &self,
+        credentials: &Credentials,
+        deadline: Deadline,
+        m: pb::DeleteRequest,
+    ) -> Result<pb::DeleteResponse, NodeError> {
+        self.counted("delete", credentials, deadline, |caller| async move {
+            let id = request_id(m.request_id.as_ref());
+            let op = Op::Delete {
+                key: m.key,
+                fence: m.fence.map(fence),
+            };
+            convert::delete(self.write(caller, op, id).await?)
+        })
+        .await
+    }
+
+    pub async fn get(
+        &self,
+        credentials: &Credentials,
+        deadline: Deadline,
+        m: pb::GetRequest,
+    ) -> Result<pb::GetResponse, NodeError> {
+        self.counted("get", credentials, deadline, |caller| async move {
+            name("key", &m.key, Limits::MAX_KEY_BYTES)?;
+            self.read(
+                caller,
+                m,
+                |m| Action::ReadKey(&m.key),
+                |s, m| s.table.row(&m.key).map(<[u8]>::to_vec),
+                |value, at| Ok(convert::get(value, &at)),
+            )
+            .await
+        })
+        .await
+    }
+
+    pub async fn get_lease(
+        &self,
+        credentials: &Credentials,
+        deadline: Deadline,
+        m: pb::GetLeaseRequest,
+    ) -> Result<pb::GetLeaseResponse, NodeError> {
+        self.counted("get_lease", credentials, deadline, |caller| async move {
+            name("lease", &m.lease, Limits::MAX_NAME_BYTES)?;
+            self.read(
+                caller,
+                m,
+                |m| Action::ReadLease(&m.lease),
+                |s, m| s.table.lease(&m.lease).cloned(),
+                |lease, at| Ok(convert::get_lease(lease, &at)),
+            )
+            .await
+        })
+        .await
+    }
+
+    pub async fn check_token(
+        &self,
+        credentials: &Credentials,
+        deadline: Deadline,
+        m: pb::CheckTokenRequest,
+    ) -> Result<pb::CheckTokenResponse, NodeError> {
+        self.counted("check_token", credentials, deadline, |caller| async move {
+            name("lease", &m.lease, Limits::MAX_NAME_BYTES)?;
+            token_field(m.token)?;
+            let lease = m.lease.clone();
+            self.read(
+                caller,
+                m,
+                |m| Action::Check(&m.lease),
+                |s, m| s.table.check_token(&m.lease, m.token),
+                |check, at| convert::check_token(&lease, check, &at),
+            )
+            .await
+        })
+        .await
+    }
+
+    pub async fn register(
+        &self,
+        credentials: &Credentials,
+        deadline: Deadline,
+        _m: pb::RegisterRequest,
+    ) -> Result<pb::RegisterResponse, NodeError> {
+        // Any identity may open a session, which is then its own: what it asks under it is
+        // what the policy decides.
+        self.counted("register", credentials, deadline, |caller| async move {
+            convert::register(self.write(caller, Op::Register, None).await?)
+        })
+        .await
+    }
+
+    pub async fn advance(
+        &self,
+        credentials: &Credentials,
+        deadline: Deadline,
+        m: pb::AdvanceRequest,
+    ) -> Result<pb::AdvanceResponse, NodeError> {
+        self.counted("advance", credentials, deadline, |caller| async move {
+            let op = Op::Advance { by_ms: m.ms };
+            let id = request_id(m.request_id.as_ref());
+            convert::advance(self.write(caller, op, id).await?)
+        })
+        .await
+    }
+
+    /// Starts a watch; its events come until the client goes or the node stops. Admitted as
+    /// one request for as long as it runs.
+    pub async fn watch(
+        &self,
+        credentials: &Credentials,
+        m: pb::WatchRequest,
+    ) -> Result<watch::Events, NodeError> {
+        let working = self.node.admit(1)?;
+        self.node.auth_set_up()?;
+        let caller = Caller::of(&self.node, credentials)?;
+        watch::start(self.node.clone(), caller, m, self.stopping.clone(), working)
+    }
+}

@@ -1,0 +1,476 @@
+//! `serve --http-listen`: the client API over HTTP/1.1 and JSON, for programs without gRPC.
+//!
+//! `POST /v1/<Rpc>` (`/v1/Acquire`, `/v1/Status`...) takes the request message in proto3 JSON
+//! and answers the response message in proto3 JSON: field names in lowerCamelCase, 64-bit
+//! integers as strings (numbers are taken too), bytes in base64. A streaming RPC (`Watch`,
+//! `SaveSnapshot`) answers one JSON message a line. An error is an HTTP status with a JSON body:
+//! the gRPC code and its name, the message, the ErrorInfo reason and facts, and whether a write
+//! may have been applied.
+//!
+//! Every call goes to the typed API the gRPC client plane calls (`node::api`), with the caller's
+//! TLS certificate and `authorization` header: the same limits, admission, policy and answers.
+//! A `LeaseStore` unary call is read as the `Batch` stream's call in JSON, so the list of those
+//! calls is the proto's alone.
+
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::serve::{IncomingStream, Listener};
+use leasehold_core::InvalidInput;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::server::TlsStream;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+
+use super::api::{certificate_name, Api, Call, Credentials, Deadline};
+use super::error::{Code, NodeError};
+use crate::limits::{MAX_BATCH_CALLS_PER_MESSAGE, MAX_HTTP_BODY_BYTES as MAX_BODY_BYTES};
+use crate::proto::v1 as pb;
+
+/// The RPCs served, for the error that names them (tests/http_api.rs checks each against the
+/// proto's).
+const RPCS: &[&str] = &[
+    "Acquire",
+    "Release",
+    "Renew",
+    "Put",
+    "Delete",
+    "CheckToken",
+    "Get",
+    "GetLease",
+    "Advance",
+    "Register",
+    "Watch",
+    "Batch",
+    "Status",
+    "NodeStatus",
+    "SaveSnapshot",
+    "AddMember",
+    "RemoveMember",
+    "ListMembers",
+    "ChangePolicy",
+    "GetPolicy",
+    "WhoAmI",
+];
+
+/// What a call knows of its connection: the TCP peer, and the TLS session with the client's
+/// certificate, which gives the caller its identity as it does over gRPC.
+#[derive(Clone, Debug)]
+pub(super) struct Peer {
+    /// The first DNS name of the client's certificate, over TLS, if it showed one.
+    certificate: Option<String>,
+}
+
+/// Plain connections on the HTTP listener, with TCP keepalive.
+pub(super) struct Plain {
+    pub listener: TcpListener,
+    pub keepalive: crate::tls::KeepAlive,
+}
+
+/// TLS connections, handshaken by the node's own accept loop (`tls::incoming`).
+pub(super) struct Tls(pub ReceiverStream<std::io::Result<TlsStream<TcpStream>>>);
+
+impl Listener for Plain {
+    type Io = TcpStream;
+    type Addr = Peer;
+
+    async fn accept(&mut self) -> (TcpStream, Peer) {
+        let (stream, _) = Listener::accept(&mut self.listener).await;
+        let _ = stream.set_nodelay(true);
+        // As on the gRPC planes: a client that vanished mid-watch is noticed.
+        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&self.keepalive.to_socket2());
+        (stream, Peer { certificate: None })
+    }
+
+    fn local_addr(&self) -> std::io::Result<Peer> {
+        Err(std::io::Error::other(
+            "an HTTP listener's own address is no peer",
+        ))
+    }
+}
+
+impl Listener for Tls {
+    type Io = TlsStream<TcpStream>;
+    type Addr = Peer;
+
+    async fn accept(&mut self) -> (TlsStream<TcpStream>, Peer) {
+        loop {
+            match self.0.next().await {
+                Some(Ok(stream)) => {
+                    let (_, session) = stream.get_ref();
+                    let first = session.peer_certificates().and_then(|c| c.first());
+                    let certificate = first.and_then(certificate_name);
+                    return (stream, Peer { certificate });
+                }
+                Some(Err(_)) => continue,
+                // The accept loop ended with the node: nothing more comes.
+                None => std::future::pending::<()>().await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Peer> {
+        Err(std::io::Error::other(
+            "an HTTP listener's own address is no peer",
+        ))
+    }
+}
+
+impl axum::extract::connect_info::Connected<IncomingStream<'_, Plain>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, Plain>) -> Self {
+        stream.remote_addr().clone()
+    }
+}
+
+impl axum::extract::connect_info::Connected<IncomingStream<'_, Tls>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, Tls>) -> Self {
+        stream.remote_addr().clone()
+    }
+}
+
+type App = axum::extract::connect_info::IntoMakeServiceWithConnectInfo<axum::Router, Peer>;
+
+/// The routes, each call told its connection.
+fn app(api: Api) -> App {
+    axum::Router::new()
+        .route("/v1/{rpc}", post(rpc))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(api)
+        .into_make_service_with_connect_info::<Peer>()
+}
+
+/// Serves `api` on `listener`'s connections until `stop` resolves.
+pub(super) async fn serve<L>(
+    listener: L,
+    api: Api,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()>
+where
+    L: Listener<Addr = Peer>,
+    for<'a> Peer: axum::extract::connect_info::Connected<IncomingStream<'a, L>>,
+{
+    axum::serve(listener, app(api))
+        .with_graceful_shutdown(stop)
+        .await
+}
+
+async fn rpc(
+    State(api): State<Api>,
+    Path(name): Path<String>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    if headers.contains_key(header::ORIGIN) {
+        // A browser sends Origin; a page must not make a visitor's browser write, with its
+        // client certificate, to a node it can reach (no CORS, and "simple" POSTs skip the
+        // preflight). Programs send none.
+        let invalid = InvalidInput::new(
+            "origin",
+            "requests from browsers (with an Origin header) are refused: call from a program",
+        );
+        return error(&NodeError::Invalid(invalid));
+    }
+    let body = match body {
+        Ok(body) => body,
+        Err(e) => {
+            let problem = format!("must be at most {MAX_BODY_BYTES} bytes of JSON ({e})");
+            let invalid = NodeError::Invalid(InvalidInput::new("body", problem));
+            return json(e.status(), &ErrorBody::of(&invalid));
+        }
+    };
+    let credentials = match headers.get(header::AUTHORIZATION).map(HeaderValue::to_str) {
+        None => None,
+        Some(Ok(value)) => Some(value.to_owned()),
+        Some(Err(_)) => {
+            let problem = "the Authorization header is `Bearer TOKEN`, printable ASCII";
+            return error(&NodeError::Invalid(InvalidInput::new(
+                "authorization",
+                problem,
+            )));
+        }
+    };
+    let credentials = Credentials::Client {
+        certificate: peer.certificate,
+        authorization: credentials,
+    };
+    match answer(&api, &name, &credentials, &body).await {
+        Ok(answered) => answered,
+        Err(e) => error(&e),
+    }
+}
+
+/// The answer to the call `name` names, with `body` its request.
+async fn answer(
+    api: &Api,
+    name: &str,
+    credentials: &Credentials,
+    body: &[u8],
+) -> Result<Response, NodeError> {
+    let c = credentials;
+    if let Some(call) = lease_call(name, body)? {
+        let answer = api.lease.call(c, Deadline::NONE, call).await?;
+        return Ok(json(StatusCode::OK, &answer_json(answer)));
+    }
+    let (lease, cluster) = (&api.lease, &api.cluster);
+    Ok(match name {
+        "Batch" => ok(batch(api, c, request(body)?).await?),
+        "Watch" => lines(lease.watch(c, request(body)?).await?),
+        "SaveSnapshot" => lines(cluster.save_snapshot(c, request(body)?).await?),
+        "Status" => ok(cluster.status(c, request(body)?).await?),
+        "NodeStatus" => ok(cluster.node_status(c, request(body)?).await?),
+        "AddMember" => ok(cluster.add_member(c, request(body)?).await?),
+        "RemoveMember" => ok(cluster.remove_member(c, request(body)?).await?),
+        "ListMembers" => ok(cluster.list_members(c, request(body)?).await?),
+        "ChangePolicy" => ok(cluster.change_policy(c, request(body)?).await?),
+        "GetPolicy" => ok(cluster.get_policy(c, request(body)?).await?),
+        "WhoAmI" => ok(cluster.who_am_i(c, request(body)?).await?),
+        _ => unknown(name),
+    })
+}
+
+/// A `Batch` in one request: its calls answered at once, each as its unary call, in one
+/// response (in the order they were answered, as on gRPC's stream).
+async fn batch(
+    api: &Api,
+    credentials: &Credentials,
+    request: pb::BatchRequest,
+) -> Result<pb::BatchResponse, NodeError> {
+    if request.calls.len() > MAX_BATCH_CALLS_PER_MESSAGE {
+        let problem = format!(
+            "a BatchRequest carries at most {MAX_BATCH_CALLS_PER_MESSAGE} calls, not {}",
+            request.calls.len()
+        );
+        return Err(NodeError::Invalid(InvalidInput::new("calls", problem)));
+    }
+    let mut calls = tokio::task::JoinSet::new();
+    for call in request.calls {
+        let (lease, credentials) = (api.lease.clone(), credentials.clone());
+        calls.spawn(async move { lease.batch_call(&credentials, call).await });
+    }
+    let mut answers = Vec::with_capacity(calls.len());
+    while let Some(answered) = calls.join_next().await {
+        // A call's task panicked: the node's own fault, and nothing to answer that call with.
+        let answer = answered.map_err(|e| NodeError::Invariant(e.to_string()))?;
+        answers.push(answer);
+    }
+    Ok(pb::BatchResponse { answers })
+}
+
+/// The `LeaseStore` unary call `name` names, with `body` its request: read as the `Batch`
+/// stream's call `{"<name in lowerCamelCase>": body}`. `None` if the proto has no such call.
+fn lease_call(name: &str, body: &[u8]) -> Result<Option<Call>, NodeError> {
+    let mut field = name.to_owned();
+    if let Some(first) = field.get_mut(..1) {
+        first.make_ascii_lowercase();
+    }
+    let named = |message| serde_json::json!({ field.as_str(): message });
+    // Only a field of the call's oneof takes an object: `{}` is every request's empty message.
+    let probe = serde_json::from_value::<pb::BatchCall>(named(serde_json::json!({})));
+    if !matches!(
+        probe,
+        Ok(pb::BatchCall {
+            request: Some(_),
+            ..
+        })
+    ) {
+        return Ok(None);
+    }
+    let message: serde_json::Value = request(body)?;
+    let call = serde_json::from_value::<pb::BatchCall>(named(message)).map_err(not_json)?;
+    Ok(call.request)
+}
+
+/// An answer's response message in JSON: the `Batch` stream's answer's one field.
+fn answer_json(answer: pb::batch_answer::Answer) -> serde_json::Value {
+    let answer = pb::BatchAnswer {
+        id: 0,
+        answer: Some(answer),
+    };
+    match serde_json::to_value(answer) {
+        // The id 0 is left out, as proto3 JSON leaves out defaults: the one field is the answer.
+        Ok(serde_json::Value::Object(fields)) => fields.into_iter().next().map(|(_, v)| v),
+        _ => None,
+    }
+    .unwrap_or_default()
+}
+
+fn not_json(e: serde_json::Error) -> NodeError {
+    let problem = format!(
+        "not the request message in proto3 JSON: {e} (names are lowerCamelCase, 64-bit \
+         integers strings or numbers, bytes base64)"
+    );
+    NodeError::Invalid(InvalidInput::new("body", problem))
+}
+
+/// The request message `body` holds; an empty body is the empty message, as `{}` is.
+fn request<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, NodeError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(not_json)
+}
+
+fn ok<T: Serialize>(message: T) -> Response {
+    json(StatusCode::OK, &message)
+}
+
+/// A streaming RPC: one JSON message a line; an error after the first line ends the stream
+/// with a line `{"error": ...}` (its HTTP status is already sent).
+fn lines<T>(messages: mpsc::Receiver<Result<T, NodeError>>) -> Response
+where
+    T: Serialize + Send + 'static,
+{
+    let mut failed = false;
+    let lines = ReceiverStream::new(messages)
+        .take_while(move |item| {
+            // Up to and including the first error.
+            let go_on = !failed;
+            failed |= item.is_err();
+            go_on
+        })
+        .map(|item| {
+            let mut line = match item {
+                Ok(message) => to_json(&message),
+                Err(e) => to_json(&serde_json::json!({ "error": ErrorBody::of(&e) })),
+            };
+            line.push(b'\n');
+            Ok::<_, Infallible>(Bytes::from(line))
+        });
+    let mut response = Body::from_stream(lines).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    response
+}
+
+fn to_json<T: Serialize>(message: &T) -> Vec<u8> {
+    // The generated impls and plain maps cannot fail to serialize.
+    serde_json::to_vec(message).unwrap_or_else(|e| format!("{{\"encoding\":\"{e}\"}}").into_bytes())
+}
+
+fn json<T: Serialize>(status: StatusCode, message: &T) -> Response {
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        to_json(message),
+    )
+        .into_response()
+}
+
+/// An error's JSON: what a gRPC client reads in the status and its ErrorInfo.
+#[derive(Serialize)]
+struct ErrorBody {
+    code: i32,
+    status: String,
+    message: String,
+    reason: String,
+    indeterminate: bool,
+    metadata: std::collections::BTreeMap<String, String>,
+}
+
+impl ErrorBody {
+    fn of(e: &NodeError) -> ErrorBody {
+        ErrorBody {
+            code: e.code() as i32,
+            status: code_name(e.code()),
+            message: e.to_string(),
+            reason: e.reason().to_owned(),
+            indeterminate: e.indeterminate(),
+            metadata: e.facts().into_iter().collect(),
+        }
+    }
+}
+
+/// The one map of a `NodeError` to HTTP: the status its gRPC code maps to, and its body.
+fn error(e: &NodeError) -> Response {
+    json(http_status(e.code()), &ErrorBody::of(e))
+}
+
+fn unknown(name: &str) -> Response {
+    let body = ErrorBody {
+        code: Code::Unimplemented as i32,
+        status: code_name(Code::Unimplemented),
+        message: format!(
+            "no RPC named {name:?}; POST to /v1/ one of {}",
+            RPCS.join(", ")
+        ),
+        reason: "UNKNOWN_RPC".into(),
+        indeterminate: false,
+        metadata: Default::default(),
+    };
+    json(StatusCode::NOT_FOUND, &body)
+}
+
+/// `INVALID_ARGUMENT` for `Code::InvalidArgument`: the name gRPC's own documents use.
+fn code_name(code: Code) -> String {
+    let words = format!("{code:?}");
+    let mut name = String::with_capacity(words.len() + 4);
+    for (i, c) in words.chars().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            name.push('_');
+        }
+        name.push(c.to_ascii_uppercase());
+    }
+    name
+}
+
+/// The HTTP status of a gRPC code, as Google's API gateways map them.
+fn http_status(code: Code) -> StatusCode {
+    match code {
+        Code::Ok => StatusCode::OK,
+        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
+            StatusCode::BAD_REQUEST
+        }
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::Aborted | Code::AlreadyExists => StatusCode::CONFLICT,
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        Code::Cancelled => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+        Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        Code::Unknown | Code::Internal | Code::DataLoss => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_named_as_grpc_names_them() {
+        assert_eq!(code_name(Code::InvalidArgument), "INVALID_ARGUMENT");
+        assert_eq!(code_name(Code::Unavailable), "UNAVAILABLE");
+        assert_eq!(code_name(Code::DeadlineExceeded), "DEADLINE_EXCEEDED");
+        assert_eq!(code_name(Code::Ok), "OK");
+    }
+
+    #[test]
+    fn an_error_body_carries_the_error_info_and_the_indeterminate_mark() {
+        let lost = NodeError::NoQuorum(std::time::Duration::from_secs(3));
+        let body = serde_json::to_value(ErrorBody::of(&lost)).unwrap();
+        assert_eq!(body["code"], 14);
+        assert_eq!(body["status"], "UNAVAILABLE");
+        assert_eq!(body["reason"], "NO_QUORUM");
+        assert_eq!(body["indeterminate"], true);
+        assert_eq!(http_status(lost.code()), StatusCode::SERVICE_UNAVAILABLE);
+        let invalid = NodeError::Invalid(InvalidInput::new("ttl_ms", "too long"));
+        let body = serde_json::to_value(ErrorBody::of(&invalid)).unwrap();
+        assert_eq!(body["metadata"]["field"], "ttl_ms");
+        assert_eq!(body["indeterminate"], false);
+    }
+}

@@ -1,0 +1,78 @@
+//! The wire contract, written once: every metadata key a node or a client sets or reads, every
+//! greeting and ALPN name a connection opens with, and the domain of every `ErrorInfo` a node
+//! sends. Each is named here and nowhere else; the code that sets or reads it says why.
+//!
+//! Keys a client reads are on every status a node makes (and in a `Batch` answer's
+//! `BatchError`, as fields); keys between members travel on the peer plane only, where a node
+//! believes them from a member its peer gate let through.
+
+// What a client reads on a node's refusal.
+
+/// Set when a write may or may not have been applied: its quorum was lost, its forward to the
+/// leader was cut, or the node stopped mid-write. A client that retries the write under the
+/// same request id learns which.
+pub const INDETERMINATE_KEY: &str = "leasehold-indeterminate";
+
+/// Set when a node refuses a request whose client session is not open (never registered, or
+/// expired): the client should register again.
+pub const SESSION_KEY: &str = "leasehold-session";
+
+/// Set on every status a node produced itself, as opposed to a transport failure between client
+/// and node. A node's own refusal proves the request was not applied unless it also carries
+/// [`INDETERMINATE_KEY`].
+pub const ORIGIN_KEY: &str = "leasehold-origin";
+
+/// Set on a refusal by the authorization policy, so that a node forwarding a read passes it on
+/// as the client's answer (a refusal by the leader's peer gate, without it, refused the node).
+pub const DENIED_KEY: &str = "leasehold-denied";
+
+/// The `google.rpc.ErrorInfo.domain` of every refusal a node makes.
+pub const ERROR_DOMAIN: &str = "leasehold";
+
+// What a client sends.
+
+/// Where a client without a certificate sends its bearer token: `authorization: Bearer TOKEN`.
+pub const AUTHORIZATION_KEY: &str = "authorization";
+
+// Between members, on the peer plane.
+
+/// On a read a follower forwards to the leader: a node that no longer leads answers it instead
+/// of forwarding it again (leadership moved, and the client retries).
+pub const FORWARDED_KEY: &str = "leasehold-forwarded";
+
+/// On a request a member forwards: the identity it found for the client (its certificate's
+/// name, or its bearer token's identity).
+pub const IDENTITY_KEY: &str = "leasehold-identity";
+
+/// Beside [`IDENTITY_KEY`]: the SHA-256 of the bearer token that gave it, checked again where
+/// the request is decided, so a revoked token is refused from its revocation on.
+pub const BEARER_KEY: &str = "leasehold-bearer-sha256";
+
+/// On every peer message: the sender's clock. The clock is cluster state (the two clocks' logs
+/// do not mix), so a node refuses every message from a peer that runs the other one.
+pub const CLOCK_KEY: &str = "leasehold-clock";
+
+/// On every Raft message and reply: the sender's incarnation (its data dir's id).
+pub const INCARNATION_KEY: &str = "leasehold-incarnation";
+
+/// On a Raft message: the incarnation the sender knows for the receiver, when it knows one.
+pub const TO_INCARNATION_KEY: &str = "leasehold-to-incarnation";
+
+// Greetings and ALPN names: how a connection says what it speaks.
+
+/// What a client lane's caller sends first, and a node that speaks lanes answers back. Any other
+/// first bytes on the client port are gRPC's (HTTP/2's preface).
+pub const CLIENT_LANE_GREETING: &[u8; 8] = b"LHCALL1\n";
+
+/// What a peer lane's caller sends first, and the server answers back, in TLS or not. Without
+/// TLS it also tells the peer port's accept loop a lane from gRPC.
+pub const PEER_LANE_GREETING: &[u8; 8] = b"LHLANE1\n";
+
+/// The ALPN protocol a peer lane asks for under TLS, where the accept loop tells it from `h2`.
+pub const PEER_LANE_ALPN: &[u8] = b"leasehold-lane/1";
+
+/// The ALPN protocol of HTTP/2, which gRPC speaks on both planes under TLS.
+pub const GRPC_ALPN: &[u8] = b"h2";
+
+/// The ALPN protocol the HTTP/JSON API speaks under TLS.
+pub const HTTP_ALPN: &[u8] = b"http/1.1";
