@@ -645,3 +645,92 @@ class LaneAnswer(_message.Message):
     response: bytes
     details: bytes
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., metadata: _Optional[_Iterable[_Union[LaneMetadata, _Mapping]]] = ..., response: _Optional[bytes] = ..., details: _Optional[bytes] = ...) -> None: ...
+
+class BatchRequest(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[BatchCall]
+    def __init__(self, calls: _Optional[_Iterable[_Union[BatchCall, _Mapping]]] = ...) -> None: ...
+
+class BatchCall(_message.Message):
+    __slots__ = ("id", "timeout_ms", "acquire", "release", "renew", "put", "delete", "check_token", "get", "get_lease", "advance", "register")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    RENEW_FIELD_NUMBER: _ClassVar[int]
+    PUT_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    CHECK_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    GET_FIELD_NUMBER: _ClassVar[int]
+    GET_LEASE_FIELD_NUMBER: _ClassVar[int]
+    ADVANCE_FIELD_NUMBER: _ClassVar[int]
+    REGISTER_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    timeout_ms: int
+    acquire: AcquireRequest
+    release: ReleaseRequest
+    renew: RenewRequest
+    put: PutRequest
+    delete: DeleteRequest
+    check_token: CheckTokenRequest
+    get: GetRequest
+    get_lease: GetLeaseRequest
+    advance: AdvanceRequest
+    register: RegisterRequest
+    def __init__(self, id: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., acquire: _Optional[_Union[AcquireRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewRequest, _Mapping]] = ..., put: _Optional[_Union[PutRequest, _Mapping]] = ..., delete: _Optional[_Union[DeleteRequest, _Mapping]] = ..., check_token: _Optional[_Union[CheckTokenRequest, _Mapping]] = ..., get: _Optional[_Union[GetRequest, _Mapping]] = ..., get_lease: _Optional[_Union[GetLeaseRequest, _Mapping]] = ..., advance: _Optional[_Union[AdvanceRequest, _Mapping]] = ..., register: _Optional[_Union[RegisterRequest, _Mapping]] = ...) -> None: ...
+
+class BatchResponse(_message.Message):
+    __slots__ = ("answers",)
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    answers: _containers.RepeatedCompositeFieldContainer[BatchAnswer]
+    def __init__(self, answers: _Optional[_Iterable[_Union[BatchAnswer, _Mapping]]] = ...) -> None: ...
+
+class BatchAnswer(_message.Message):
+    __slots__ = ("id", "error", "acquire", "release", "renew", "put", "delete", "check_token", "get", "get_lease", "advance", "register")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    RENEW_FIELD_NUMBER: _ClassVar[int]
+    PUT_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    CHECK_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    GET_FIELD_NUMBER: _ClassVar[int]
+    GET_LEASE_FIELD_NUMBER: _ClassVar[int]
+    ADVANCE_FIELD_NUMBER: _ClassVar[int]
+    REGISTER_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    error: BatchError
+    acquire: AcquireResponse
+    release: ReleaseResponse
+    renew: RenewResponse
+    put: PutResponse
+    delete: DeleteResponse
+    check_token: CheckTokenResponse
+    get: GetResponse
+    get_lease: GetLeaseResponse
+    advance: AdvanceResponse
+    register: RegisterResponse
+    def __init__(self, id: _Optional[int] = ..., error: _Optional[_Union[BatchError, _Mapping]] = ..., acquire: _Optional[_Union[AcquireResponse, _Mapping]] = ..., release: _Optional[_Union[ReleaseResponse, _Mapping]] = ..., renew: _Optional[_Union[RenewResponse, _Mapping]] = ..., put: _Optional[_Union[PutResponse, _Mapping]] = ..., delete: _Optional[_Union[DeleteResponse, _Mapping]] = ..., check_token: _Optional[_Union[CheckTokenResponse, _Mapping]] = ..., get: _Optional[_Union[GetResponse, _Mapping]] = ..., get_lease: _Optional[_Union[GetLeaseResponse, _Mapping]] = ..., advance: _Optional[_Union[AdvanceResponse, _Mapping]] = ..., register: _Optional[_Union[RegisterResponse, _Mapping]] = ...) -> None: ...
+
+class BatchError(_message.Message):
+    __slots__ = ("code", "message", "reason", "indeterminate", "facts")
+    class FactsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    INDETERMINATE_FIELD_NUMBER: _ClassVar[int]
+    FACTS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    reason: str
+    indeterminate: bool
+    facts: _containers.ScalarMap[str, str]
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., reason: _Optional[str] = ..., indeterminate: bool = ..., facts: _Optional[_Mapping[str, str]] = ...) -> None: ...

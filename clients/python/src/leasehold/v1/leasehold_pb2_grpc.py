@@ -89,6 +89,11 @@ class LeaseStoreStub(object):
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.WatchRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.WatchResponse.FromString,
                 _registered_method=True)
+        self.Batch = channel.stream_stream(
+                '/leasehold.v1.LeaseStore/Batch',
+                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.BatchRequest.SerializeToString,
+                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.BatchResponse.FromString,
+                _registered_method=True)
 
 
 class LeaseStoreServicer(object):
@@ -177,6 +182,20 @@ class LeaseStoreServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Batch(self, request_iterator, context):
+        """The unary calls above, many on one stream: each BatchCall names its call by an id of the
+        caller's choosing, and its BatchAnswer comes back with that id as soon as it is answered,
+        in any order. Each call is checked, admitted, authorized (as the stream's caller: its
+        certificate or bearer token), counted and bounded by its own timeout as the unary call is;
+        one refused call refuses nothing else. A message carries at most 256 calls, and a stream
+        at most 1,024 unanswered ones: past that the node reads no more until answers go out.
+        Calls in one message are sent together, so a client that writes its calls as they come
+        amortizes HTTP/2's per-call cost over them; answers are gathered the same way.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LeaseStoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -234,6 +253,11 @@ def add_LeaseStoreServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.WatchRequest.FromString,
                     response_serializer=leasehold_dot_v1_dot_leasehold__pb2.WatchResponse.SerializeToString,
+            ),
+            'Batch': grpc.stream_stream_rpc_method_handler(
+                    servicer.Batch,
+                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.BatchRequest.FromString,
+                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.BatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -533,6 +557,33 @@ class LeaseStore(object):
             '/leasehold.v1.LeaseStore/Watch',
             leasehold_dot_v1_dot_leasehold__pb2.WatchRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.WatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Batch(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/leasehold.v1.LeaseStore/Batch',
+            leasehold_dot_v1_dot_leasehold__pb2.BatchRequest.SerializeToString,
+            leasehold_dot_v1_dot_leasehold__pb2.BatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
