@@ -16,8 +16,9 @@
 # after `bench --workload acquire --ttl 1 --clients 64` for BENCH_CHURN_SECS, 30, on each;
 # BENCH_CHURN_ETCD_SECS, if set, runs etcd's longer, to grant as many leases as Leasehold did;
 # BENCH_BEFORE=PATH adds a third three-node cluster of the leasehold binary at PATH (absolute, and
-# not target/release/leasehold, which the build below replaces), an earlier build, benchmarked in the same interleaved loop by this build's load generator, with its own
-# columns and a ratio of this build to it: a change's before and after in one run).
+# not target/release/leasehold, which the build below replaces), an earlier build, benchmarked in
+# the same interleaved loop by its own load generator (its client, as its users had it), with its
+# own columns and a ratio of this build to it: a change's before and after in one run).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -137,8 +138,8 @@ wait_until "leasehold" lh_ready
 if [ -n "$before_bin" ]; then wait_until "the earlier leasehold" lh_ready "$before_endpoints"; fi
 
 # One benchmark run: prints "ops_per_s p50_ms p99_ms errors".
-bench() { # target endpoints workload clients connect
-  "$bin" bench --target "$1" --endpoints "$2" --workload "$3" --clients "$4" --connect "$5" \
+bench() { # target endpoints workload clients connect [binary]
+  "${6:-$bin}" bench --target "$1" --endpoints "$2" --workload "$3" --clients "$4" --connect "$5" \
     --duration "$secs" --warmup "$warmup" -o json 2>/dev/null |
     python3 -c '
 import json, sys
@@ -163,7 +164,7 @@ for w in $workloads; do
     for to in $to_list; do
       read -r lh_ops lh_p50 lh_p99 lh_err <<<"$(bench leasehold "$lh_endpoints" "$w" "$c" "$to")"
       if [ -n "$before_bin" ]; then
-        read -r bf_ops bf_p50 bf_p99 bf_err <<<"$(bench leasehold "$before_endpoints" "$w" "$c" "$to")"
+        read -r bf_ops bf_p50 bf_p99 bf_err <<<"$(bench leasehold "$before_endpoints" "$w" "$c" "$to" "$before_bin")"
       fi
       read -r et_ops et_p50 et_p99 et_err <<<"$(bench etcd "$etcd_endpoints" "$w" "$c" "$to")"
       note=""

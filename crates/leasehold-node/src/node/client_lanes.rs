@@ -26,7 +26,7 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 use tonic::{Request, Response, Status};
 
 use super::grpc::LeaseService;
-use super::lanes::{serve_lane, split_plain, LaneFrames};
+use super::peer::lanes::{serve_lane, split_plain, LaneFrames};
 use super::NodeError;
 use crate::limits::{MAX_CLIENT_LANES, MAX_CLIENT_MESSAGE_BYTES};
 use crate::tls::KeepAlive;

@@ -61,7 +61,7 @@ use std::sync::{Arc, Mutex};
 // it runs the real stamping on tokio's paused clock.
 use tokio::time::Instant;
 
-use super::peer_link::{Carried, PeerLink};
+use super::link::{Carried, PeerLink};
 use crate::limits::PEER_CARRY_WAIT;
 use crate::raft::{LogId, NodeId, StampSeen};
 
@@ -226,7 +226,7 @@ impl LeaderClock {
 mod tests {
     use super::*;
     use crate::node::api::{Call, Caller};
-    use crate::node::peer_link::{Carried, ForwardAnswer, Forwarded, ReadAnswer};
+    use crate::node::link::{Carried, ForwardAnswer, Forwarded, ReadAnswer};
     use std::future::Future;
     use std::pin::Pin;
     use std::time::Duration;

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::peer_link::{ForwardAnswer, Forwarded, PeerLink};
+use super::link::{ForwardAnswer, Forwarded, PeerLink};
 use super::NodeError;
 use crate::gather::Gatherer;
 use crate::limits::WRITE_BATCHES;

@@ -70,7 +70,7 @@ pub async fn list(node: &Node) -> Result<pb::MembersResponse, NodeError> {
             let client = if id == node.id() {
                 node.advertise().to_owned()
             } else {
-                super::status::remote_status(node.channels().clone(), id, addr)
+                super::peer::status::remote_status(node.channels().clone(), id, addr)
                     .await
                     .address
             };
@@ -201,7 +201,7 @@ fn may_join(node: &Node, r: &pb::AddMemberRequest) -> Result<(), NodeError> {
 /// client address given.
 async fn serves_as_named(node: &Node, r: &pb::AddMemberRequest) -> Result<(), NodeError> {
     let status =
-        super::status::remote_status(node.channels().clone(), r.id, r.peer_address.clone()).await;
+        super::peer::status::remote_status(node.channels().clone(), r.id, r.peer_address.clone()).await;
     if status.role == pb::Role::Unreachable as i32 {
         return Err(NodeError::MemberUnreachable {
             id: r.id,

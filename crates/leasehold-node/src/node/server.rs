@@ -13,7 +13,7 @@ use openraft::error::RaftError;
 use openraft::BasicNode;
 
 use super::assembly::{StartError, Storage, Transport};
-use super::peer_gate::PeerGate;
+use super::peer::gate::PeerGate;
 use super::planes::{self, Listeners, PlanesTls, Stop};
 use super::{Node, NodeConfig};
 use crate::limits::{HEALTH_CHECK, HEALTH_MIN_GAP, SIDE_SERVER_STOP};
@@ -178,7 +178,7 @@ async fn serve(
     let refusals = RefusalLog::default();
     let members = {
         let node = node.clone();
-        Arc::new(move || node.member_ids()) as super::peer_gate::Members
+        Arc::new(move || node.member_ids()) as super::peer::gate::Members
     };
     let gate = PeerGate::new(config.id, members, serving.peers_tls, refusals.clone());
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -186,8 +186,8 @@ async fn serve(
     let background = background(&node, health_reporter, &stop, shutdown, &serving);
     let api = super::api::Api::client(&node, &serving.metrics, stop.stopping());
     let (client, client_lanes) = planes::client_plane(&api, health_service, &stop)?;
-    let raft = Arc::new(super::raft_service::RaftService::new(node.clone()));
-    let lanes = super::lanes::LaneServer {
+    let raft = Arc::new(super::peer::raft_service::RaftService::new(node.clone()));
+    let lanes = super::peer::lanes::LaneServer {
         service: raft.clone(),
         gate: gate.clone(),
         stopping: stop.stopping(),

@@ -6,7 +6,7 @@ use tokio::sync::mpsc;
 use super::caller::{self, Caller, Credentials};
 use super::{convert, Plane};
 use crate::limits::{BACKUP_CHUNKS_QUEUED, BACKUP_CHUNK_BYTES};
-use crate::node::status::remote_status;
+use crate::node::peer::status::remote_status;
 use crate::node::{membership, Node, NodeError};
 use crate::proto::v1 as pb;
 use leasehold_core::auth::{Action, AuthChange};

@@ -17,7 +17,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::api::{certificate_name, ClusterApi, Credentials, Deadline, LeaseApi, Plane};
-use super::peer_gate::PeerMember;
+use super::peer::gate::PeerMember;
 use super::NodeError;
 use crate::limits::MAX_CLIENT_MESSAGE_BYTES;
 use crate::proto::v1 as pb;

@@ -1,74 +1,24 @@
-//! How a node calls its peers outside openraft's own RPCs: forwarded writes to the leader, and a
-//! new leader's question for the store time each peer carries (see `clock`).
-//!
-//! Over the peer plane in a node ([`GrpcLink`]: forwarded writes on a peer lane, see
-//! `raft::lane`, and gRPC for the rest or a peer that takes no lanes); in the simulation, a call
-//! into the peer through its router.
+//! [`PeerLink`] over the peer plane: forwarded writes on a peer lane (see `raft::lane`), gRPC
+//! for the rest or a peer that takes no lanes; forwarded reads as the `LeaseStore` calls they
+//! are, on the leader's peer plane.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
 use leasehold_proto::wire;
-use serde::{Deserialize, Serialize};
 use tonic::metadata::MetadataValue;
 
-use super::api::{Answer, Call, Caller};
-use super::error::ForwardedError;
-use super::NodeError;
 use crate::limits::FORWARD_TIMEOUT;
+use crate::node::api::{Answer, Call, Caller};
+use crate::node::error::ForwardedError;
+use crate::node::link::{Carried, ForwardAnswer, Forwarded, PeerLink, ReadAnswer};
+use crate::node::NodeError;
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use crate::proto::v1::lease_store_client::LeaseStoreClient;
 use crate::raft::codec::{decode, encode};
 use crate::raft::lane::LaneRpc;
 use crate::raft::{Applied, Channels, LogId, NodeId};
-use leasehold_core::{Op, RequestId};
-
-/// The store time a node carries now, and the entry it counts from: its answer to a new leader.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Carried {
-    pub ms: u64,
-    /// The newest stamped entry applied there, whose append the time is counted from; `None`
-    /// when the node has no instant for its applied time, which is then all it carries.
-    pub from: Option<LogId>,
-}
-
-/// One forwarded write: the op and the client's name for it.
-pub type Forwarded = (Op, Option<RequestId>);
-/// What the leader answered one forwarded write, or why it could not.
-pub type ForwardAnswer = Result<Applied, NodeError>;
-
-/// What forwarding a read to the leader answers.
-pub type ReadAnswer = Pin<Box<dyn Future<Output = Result<Answer, NodeError>> + Send>>;
-
-pub trait PeerLink: Send + Sync + 'static {
-    /// Sends a batch of forwarded writes to `leader` at `addr`. One answer per write, in order;
-    /// before the call the writes certainly did not apply, after it they may have.
-    fn propose(
-        &self,
-        leader: NodeId,
-        addr: String,
-        writes: Vec<Forwarded>,
-    ) -> Pin<Box<dyn Future<Output = Vec<ForwardAnswer>> + Send>>;
-
-    /// The store time `peer` at `addr` carries now and the entry it counts from
-    /// (`Node::carried_time`), or why it did not
-    /// answer within `timeout`.
-    /// The peer first waits a moment to apply `oldest`, the entry the answer must count from
-    /// (see `Node::carried_time_from`).
-    fn carried_time(
-        &self,
-        peer: NodeId,
-        addr: String,
-        oldest: Option<LogId>,
-        timeout: Duration,
-    ) -> Pin<Box<dyn Future<Output = Result<Carried, String>> + Send>>;
-
-    /// Forwards `call`, a read this node could not answer as it does not lead, to `leader` at
-    /// `addr` for `caller`: the leader's answer, its own refusal, or why it could not be had
-    /// (then `LeaderUnreachable`: a read changes nothing).
-    fn read(&self, leader: NodeId, addr: String, caller: Caller, call: Call) -> ReadAnswer;
-}
 
 /// [`PeerLink`] over the peers' gRPC channels.
 pub struct GrpcLink(pub Channels);

@@ -16,9 +16,9 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
-use super::peer_gate::PeerGate;
+use super::gate::PeerGate;
 use super::raft_service::RaftService;
-use super::NodeError;
+use crate::node::NodeError;
 use crate::limits::{ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES, MAX_PEER_LANES};
 use crate::proto::raft_v1::raft_server::Raft as _;
 use crate::proto::raft_v1::RaftMessage;
@@ -31,7 +31,7 @@ use leasehold_core::InvalidInput;
 
 /// What serves a lane: the peer plane's Raft service, behind its gate, until the node stops.
 #[derive(Clone)]
-pub(super) struct LaneServer {
+pub(crate) struct LaneServer {
     pub service: Arc<RaftService>,
     pub gate: PeerGate,
     /// Turns true once the node stops.
@@ -159,7 +159,7 @@ impl LaneServer {
 /// goes to tonic, and at most [`MAX_HANDSHAKES`] are looked at at once; the rest go to tonic
 /// unseen, where a lane's greeting is refused and its caller uses gRPC. So do connections
 /// while `max_lanes` lanes are open: each holds a task and two descriptors.
-pub(super) fn split_plain<L, S, F>(
+pub(crate) fn split_plain<L, S, F>(
     listener: TcpListener,
     plane: &'static str,
     keepalive: KeepAlive,
@@ -214,7 +214,7 @@ where
 }
 
 /// What one kind of lane reads and writes: its greeting, its requests and its answers.
-pub(super) trait LaneFrames {
+pub(crate) trait LaneFrames {
     type Request: Send;
     type Answer: Send + Sync;
     /// What its caller sends first, and its server answers back.
@@ -230,7 +230,7 @@ pub(super) trait LaneFrames {
 }
 
 /// The peer lane's frames (`raft::lane`).
-pub(super) struct PeerFrames;
+pub(crate) struct PeerFrames;
 
 impl LaneFrames for PeerFrames {
     type Request = LaneRequest;
@@ -253,7 +253,7 @@ impl LaneFrames for PeerFrames {
 
 /// Serves the lane from `from` on `io` (its TCP socket `tcp`) with `answer` until it ends or
 /// the node stops (`stopping` turns true).
-pub(super) async fn serve_lane<L: LaneFrames, F: Future<Output = L::Answer>>(
+pub(crate) async fn serve_lane<L: LaneFrames, F: Future<Output = L::Answer>>(
     io: impl LaneIo,
     tcp: &OwnedFd,
     mut stopping: tokio::sync::watch::Receiver<bool>,

@@ -69,7 +69,7 @@ impl PeerGate {
 
     /// The member a caller that showed `certs` (from `from`) is, with TLS on; refused if it is
     /// none. Without TLS, no member and no refusal.
-    pub(super) fn admit(
+    pub(crate) fn admit(
         &self,
         certs: Option<&[CertificateDer<'_>]>,
         from: Option<SocketAddr>,
@@ -93,7 +93,7 @@ impl PeerGate {
             },
         };
         self.refusals.refused("peer", from, &reason);
-        Err(super::NodeError::Forbidden(reason).into())
+        Err(crate::node::NodeError::Forbidden(reason).into())
     }
 }
 

@@ -10,7 +10,7 @@ use crate::raft::Channels;
 
 /// One member's own view, asked over the peer plane at its peer address `addr`, or why it could
 /// not be had.
-pub(super) async fn remote_status(channels: Channels, id: u64, addr: String) -> pb::NodeStatus {
+pub(crate) async fn remote_status(channels: Channels, id: u64, addr: String) -> pb::NodeStatus {
     let unreachable = |error: String| pb::NodeStatus {
         id,
         peer_address: addr.clone(),

@@ -1,0 +1,134 @@
+//! Who leads, as this node sees it: whether it may serve as the leader (waiting out an election,
+//! refusing while its quorum is silent), who to name when it does not, and Raft's ReadIndex
+//! confirmation that it still leads.
+
+use openraft::error::{CheckIsLeaderError, ForwardToLeader, RaftError};
+use openraft::{BasicNode, ServerState};
+
+use super::{Node, NodeError};
+use crate::limits::{LEADER_WAIT, QUORUM_WAIT};
+use crate::raft::NodeId;
+
+impl Node {
+    pub(super) fn address_of(&self, id: NodeId) -> Option<String> {
+        let metrics = self.inner.raft.metrics();
+        let from_membership = metrics
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .map(|node: &BasicNode| node.addr.clone());
+        from_membership.or_else(|| self.inner.peers.get(&id).cloned())
+    }
+
+    pub(super) fn not_leader(&self, leader: Option<NodeId>) -> NodeError {
+        NodeError::NotLeader {
+            me: self.inner.id,
+            leader: leader.and_then(|id| self.address_of(id).map(|addr| (id, addr))),
+        }
+    }
+
+    /// Ok when this node leads; `NotLeader` naming the leader otherwise. Waits out an
+    /// election.
+    pub(super) async fn leading(&self) -> Result<(), NodeError> {
+        self.ensure_leader().await.map(|_| ())
+    }
+
+    /// Ok when this node leads; the leader to forward to otherwise. Waits out an election.
+    pub(super) async fn ensure_leader(&self) -> Result<u64, NodeError> {
+        let mut metrics = self.inner.raft.metrics();
+        let deadline = tokio::time::Instant::now() + LEADER_WAIT;
+        loop {
+            // Copy out and drop the borrow at once: it holds the metrics channel's read lock,
+            // and taking it again below (`not_leader` reads the membership) while openraft waits
+            // to publish new metrics deadlocks the runtime's threads. The fault suite and the
+            // etcd comparison each found a node hung exactly so, after a leader change.
+            let (running, leader, state, term) = {
+                let m = metrics.borrow_and_update();
+                (
+                    m.running_state.clone(),
+                    m.current_leader,
+                    m.state,
+                    m.current_term,
+                )
+            };
+            if let Err(fatal) = running {
+                return Err(NodeError::RaftStopped(fatal.to_string()));
+            }
+            match leader {
+                Some(leader) if leader == self.inner.id && state == ServerState::Leader => {
+                    return Ok(term)
+                }
+                Some(leader) if leader != self.inner.id => {
+                    return Err(self.not_leader(Some(leader)))
+                }
+                _ => {}
+            }
+            match tokio::time::timeout_at(deadline, metrics.changed()).await {
+                Err(_) => return Err(NodeError::NoLeader(LEADER_WAIT)),
+                Ok(Err(_)) => return Err(NodeError::ShuttingDown),
+                Ok(Ok(())) => {}
+            }
+        }
+    }
+
+    /// [`Node::ensure_leader`], refusing too while this node leads a quorum that has gone
+    /// silent (see `quorum_watch`): what a write or a read asks before anything is proposed.
+    /// Membership listings and watches ask `ensure_leader` alone: an operator diagnosing the
+    /// outage still sees the members.
+    pub(super) async fn serving_leader(&self) -> Result<u64, NodeError> {
+        let term = self.ensure_leader().await?;
+        if self.inner.quorum.is_silent(term) {
+            return Err(NodeError::QuorumSilent { me: self.inner.id });
+        }
+        Ok(term)
+    }
+
+    pub(super) fn is_leader(&self) -> bool {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        m.state == ServerState::Leader && m.current_leader == Some(self.inner.id)
+    }
+
+    pub(super) fn forward_error(&self, f: ForwardToLeader<NodeId, BasicNode>) -> NodeError {
+        match (f.leader_id, f.leader_node) {
+            (Some(id), Some(node)) if id != self.inner.id => NodeError::NotLeader {
+                me: self.inner.id,
+                leader: Some((id, node.addr)),
+            },
+            (leader, _) => self.not_leader(leader.filter(|id| *id != self.inner.id)),
+        }
+    }
+
+    /// Confirms with a quorum that this node still leads, and waits until everything committed
+    /// before now is applied (Raft's ReadIndex, shared with the reads that arrive together).
+    pub(super) async fn confirm_leadership(&self) -> Result<(), NodeError> {
+        let confirmed = self.inner.reads.confirm();
+        match tokio::time::timeout(QUORUM_WAIT, confirmed).await {
+            Err(_) => Err(NodeError::ReadUnconfirmed(QUORUM_WAIT)),
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                Err(self.forward_error(f))
+            }
+            // Followers slow to answer, or gone: a quorum did not confirm in time.
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)))) => {
+                Err(NodeError::ReadUnconfirmed(QUORUM_WAIT))
+            }
+            Ok(Err(RaftError::Fatal(fatal))) => Err(NodeError::RaftStopped(fatal.to_string())),
+        }
+    }
+
+    /// Resolves once this node sees another node than `leader` lead (itself included): not on
+    /// an election alone, which the old leader may survive.
+    pub(super) async fn leader_moves_from(&self, leader: NodeId) {
+        let mut metrics = self.inner.raft.metrics();
+        let moved = metrics
+            .wait_for(|m| m.current_leader.is_some_and(|now| now != leader))
+            .await
+            .map(drop);
+        if moved.is_err() {
+            // Raft stopped: the forwarded call ends by itself then.
+            std::future::pending::<()>().await;
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! Reads: linearizable reads of the applied state on the leader, and the read-back of applied
+//! log entries (`ReadLog`).
+
+use super::{Node, NodeError};
+use crate::limits::{READ_LOG_MAX_BYTES, READ_LOG_MAX_ENTRIES};
+use crate::raft::state_machine::Applying;
+use crate::raft::Applied;
+use leasehold_core::{Batch, Command};
+
+/// The last index a `ReadLog` call for `from..=to` reads, with `applied` entries applied: no
+/// further than what is applied, nor than [`READ_LOG_MAX_ENTRIES`] entries.
+fn read_log_end(from: u64, to: u64, applied: u64) -> u64 {
+    to.min(applied)
+        .min(from.saturating_add(READ_LOG_MAX_ENTRIES - 1))
+}
+
+impl Node {
+    /// A linearizable read: never served from a stale follower or a deposed leader.
+    pub async fn read<T>(
+        &self,
+        read: impl FnOnce(&Applying) -> T,
+    ) -> Result<(T, Applied), NodeError> {
+        self.serving_leader().await?;
+        self.confirm_leadership().await?;
+        let state = self.inner.state.read();
+        let at = Applied {
+            log_index: state.last_applied.map_or(0, |id| id.index),
+            position: 0,
+            store_time_ms: state.table.now_ms(),
+            outcome: leasehold_core::Outcome::Nothing,
+        };
+        Ok((read(&state), at))
+    }
+
+    /// The applied entries of this node's log with indexes in `from..=to`: each index with its
+    /// commands, none for Raft's own entries. Purged entries are absent.
+    pub async fn applied_log(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<(u64, Vec<Command>)>, NodeError> {
+        let applied = self
+            .inner
+            .state
+            .read()
+            .last_applied
+            .map_or(0, |id| id.index);
+        let to = read_log_end(from, to, applied);
+        if from > to {
+            return Ok(Vec::new());
+        }
+        let Some(mut reader) = self.inner.log.clone() else {
+            return Err(NodeError::Raft(
+                "this node keeps no log reader (an in-memory log)".into(),
+            ));
+        };
+        let entries = openraft::RaftLogReader::try_get_log_entries(&mut reader, from..=to)
+            .await
+            .map_err(|e| NodeError::Raft(e.to_string()))?;
+        let mut bytes = 0;
+        let mut answer = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let commands = match entry.payload {
+                openraft::EntryPayload::Normal(Batch(commands)) => commands,
+                _ => Vec::new(),
+            };
+            // The first entry always goes, so that every call makes progress.
+            if !answer.is_empty() && bytes >= READ_LOG_MAX_BYTES {
+                break;
+            }
+            bytes += commands
+                .iter()
+                .map(|c| crate::raft::weight(&c.op))
+                .sum::<usize>();
+            answer.push((entry.log_id.index, commands));
+        }
+        Ok(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_read_back_is_bounded_per_call_and_by_what_is_applied() {
+        assert_eq!(read_log_end(1, u64::MAX, 5_000), READ_LOG_MAX_ENTRIES);
+        assert_eq!(read_log_end(4_500, u64::MAX, 5_000), 5_000);
+        assert_eq!(read_log_end(10, 20, 5_000), 20);
+        assert_eq!(read_log_end(u64::MAX, u64::MAX, 5_000), 5_000);
+    }
+}

@@ -1,0 +1,127 @@
+//! The leader's stamps: the store time each proposal carries, started for a term from the
+//! largest time carried here or at a peer (see `clock`), and refreshed after a slow commit.
+
+use super::clock;
+use super::link::Carried;
+use super::write::{Refresh, RefreshClaim};
+use super::Node;
+use super::NodeError;
+use crate::raft::LogId;
+use crate::limits::PEER_APPLY_WAIT;
+use leasehold_core::Op;
+
+impl Node {
+    /// The store time to stamp on a command proposed now in `term`; `None` under the manual clock.
+    pub(super) async fn stamp(&self, term: u64) -> Result<Option<u64>, NodeError> {
+        if self.inner.manual_clock {
+            return Ok(None);
+        }
+        if let Some(ms) = self.inner.clock.stamp(term) {
+            return Ok(Some(ms));
+        }
+        // First proposal of this term: continue from the last time in the log, which is the
+        // applied time once this term's first entry, and so every earlier one, is applied, plus
+        // the time measured since it was appended, here or, if more, at a peer (see `clock`).
+        self.confirm_leadership().await?;
+        // The confirmation is shared by the writes that arrive together; the question to the
+        // peers is asked by the first of them, and the rest find the term started.
+        let _starting = self.inner.clock.starting().await;
+        if let Some(ms) = self.inner.clock.stamp(term) {
+            return Ok(Some(ms));
+        }
+        let own = self.carried_time();
+        let oldest = clock::counts_from(own, self.inner.state.read().last_applied);
+        let members = self.members();
+        let voters = {
+            let metrics = self.inner.raft.metrics();
+            let m = metrics.borrow();
+            m.membership_config.membership().voter_ids().count()
+        };
+        let peers = members
+            .into_iter()
+            .filter(|(id, _)| *id != self.inner.id)
+            .collect();
+        let answers = clock::ask_peers(&self.inner.link, peers, voters / 2, oldest).await;
+        // Measured again after the wait for the peers (up to `PEER_CARRY_WAIT`): the same
+        // entry's time plus what this node's clock measured since its append, now, so that the
+        // wait is carried and not lost from every lease the old leader granted.
+        let own = self.carried_time();
+        let base = clock::term_base(
+            own,
+            oldest,
+            answers.values().filter_map(|a| a.as_ref().ok()),
+        );
+        tracing::info!(
+            term,
+            base_ms = base,
+            own_ms = own.ms,
+            ?oldest,
+            peers = ?answers,
+            "stamps of this term start from the largest store time carried here or at a peer \
+             that applied the newest stamp"
+        );
+        Ok(Some(self.inner.clock.start_term(term, base)))
+    }
+
+    /// Waits until this node leads (or names who does), then stamps a proposal: the term and
+    /// the stamp.
+    pub(super) async fn leader_stamp(&self) -> Result<(u64, Option<u64>), NodeError> {
+        let term = self.serving_leader().await?;
+        Ok((term, self.stamp(term).await?))
+    }
+
+    /// [`Node::carried_time`], once this node has applied `oldest` (the entry a new leader's
+    /// answers must count from) or [`PEER_APPLY_WAIT`] passed: a follower learns that
+    /// the leader's last entries are committed with its next message.
+    pub async fn carried_time_from(&self, oldest: Option<LogId>) -> Carried {
+        if let Some(oldest) = oldest {
+            let mut applied = self.inner.state.applied_index();
+            let wait = applied.wait_for(|index| *index >= oldest.index);
+            let _ = tokio::time::timeout(PEER_APPLY_WAIT, wait).await;
+        }
+        self.carried_time()
+    }
+
+    /// The store time this node carries now: the newest it applied plus what its monotonic
+    /// clock measured since it appended the entry that brought it (see `clock::carried_base`),
+    /// and that entry. A new leader asks its peers for theirs.
+    pub fn carried_time(&self) -> Carried {
+        let applied_now_ms = self.inner.state.read().table.now_ms();
+        clock::carried_base(
+            applied_now_ms,
+            self.inner.state.stamp_seen(),
+            tokio::time::Instant::now(),
+        )
+    }
+
+    /// The current stamp if this node leads with a started clock: for the expiry ticker.
+    pub(super) fn peek_stamp(&self) -> Option<u64> {
+        let term = self.inner.raft.metrics().borrow().current_term;
+        self.inner.clock.stamp(term)
+    }
+
+    /// Logs a tick, a fresh stamp, in the background: after a write slow to commit, the
+    /// followers would otherwise carry its stamp from when they appended it, late (see
+    /// [`CARRY_REFRESH_AFTER`]). One tick at a time; a slow write that commits while one
+    /// is on its way has another logged after it, since it may be newer than the tick. The
+    /// tick's own commit asks for none, so a cluster whose every commit is slow logs at most
+    /// one tick per slow write, never a stream of them.
+    pub(super) fn refresh_carried_time(&self) {
+        if !self.inner.clock.claim_refresh() {
+            return;
+        }
+        let claim = RefreshClaim(self.clone());
+        tokio::spawn(async move {
+            loop {
+                // A node that no longer leads, or lost its quorum, has nothing to refresh.
+                let _ = claim
+                    .0
+                    .propose(vec![(Op::Tick, None)], Refresh::Never)
+                    .await;
+                if !claim.0.inner.clock.asked_again() {
+                    return;
+                }
+            }
+        });
+    }
+}
