@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use serde_json::json;
+
+use super::floor::Floor;
 use tokio::time::Instant;
 
 use super::{ClientOpts, Exit, Output};
@@ -70,6 +72,11 @@ pub struct BenchArgs {
     /// What to measure: Leasehold, or etcd v3 at --endpoints (needs `--features etcd`).
     #[arg(long, value_enum, default_value_t = Target::Leasehold)]
     target: Target,
+    /// Also measure, before the run, the floor under one client's latency: the disk's
+    /// fdatasync in DIR (where the nodes keep their data) and a loopback round trip; the
+    /// summary sets the p50 beside it.
+    #[arg(long, value_name = "DIR")]
+    floor_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +135,14 @@ fn check(args: &BenchArgs) -> anyhow::Result<()> {
 
 pub async fn run(opts: &ClientOpts, args: BenchArgs) -> anyhow::Result<Exit> {
     check(&args)?;
+    // Before any load, so that the run's own traffic does not raise it.
+    let floor = match &args.floor_dir {
+        Some(dir) => {
+            let dir = dir.clone();
+            Some(tokio::task::spawn_blocking(move || super::floor::measure(&dir)).await??)
+        }
+        None => None,
+    };
     let all: Vec<String> = opts
         .endpoints
         .split(',')
@@ -183,7 +198,7 @@ pub async fn run(opts: &ClientOpts, args: BenchArgs) -> anyhow::Result<Exit> {
     }
     progress.abort();
     eprint!("\r\x1b[K");
-    print_summary(opts, &args, &total);
+    print_summary(opts, &args, &total, floor);
     Ok(Exit::Ok)
 }
 
@@ -570,7 +585,7 @@ async fn report_progress(done: Arc<AtomicU64>, measure_from: Instant, until: Ins
     }
 }
 
-fn print_summary(opts: &ClientOpts, args: &BenchArgs, total: &Tally) {
+fn print_summary(opts: &ClientOpts, args: &BenchArgs, total: &Tally, floor: Option<Floor>) {
     let h = &total.latency_us;
     let seconds = args.duration_ms as f64 / 1000.0;
     let ops = h.len();
@@ -599,6 +614,16 @@ fn print_summary(opts: &ClientOpts, args: &BenchArgs, total: &Tally) {
             if let Some(e) = &total.last_error {
                 println!("last error: {e}");
             }
+            if let Some(f) = floor {
+                println!(
+                    "floor: fdatasync p50 {:.2} ms, loopback round trip p50 {:.3} ms: a put's \
+                     floor {:.2} ms (fdatasync + 2 round trips); p50 is {:.2}x the floor",
+                    f.fdatasync_p50_ms,
+                    f.loopback_rtt_p50_ms,
+                    f.put_floor_ms,
+                    ms(h.value_at_quantile(0.5)) / f.put_floor_ms
+                );
+            }
         }
         Output::Json => println!(
             "{}",
@@ -616,6 +641,8 @@ fn print_summary(opts: &ClientOpts, args: &BenchArgs, total: &Tally) {
                 "refused": total.refusals,
                 "errors": total.errors,
                 "last_error": total.last_error,
+                "floor": floor,
+                "p50_vs_floor": floor.map(|f| ms(h.value_at_quantile(0.5)) / f.put_floor_ms),
             })
         ),
     }

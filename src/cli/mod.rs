@@ -11,6 +11,7 @@ pub mod certs;
 mod cluster;
 mod commands;
 mod demo;
+mod floor;
 // `hold` keeps its command under a guard that is a child subreaper with a parent-death signal,
 // woken by a signalfd: Linux calls. Elsewhere the command says so.
 #[cfg(target_os = "linux")]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import TYPE_CHECKING, Deque, Dict, Iterator, Optional, Set
+from typing import Any, Deque, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Tuple
 
 import grpc
 
@@ -16,8 +16,26 @@ from leasehold._answers import LeaseEvent
 from leasehold._errors import LeaseholdError
 from leasehold.v1 import leasehold_pb2 as pb
 
-if TYPE_CHECKING:
-    from leasehold._client import Client
+
+class Nodes(Protocol):
+    """What a watch needs of the client that starts it (a :class:`leasehold.Client`): the nodes'
+    stubs and metadata, which node answered last, and how long to keep trying. A protocol, so
+    that this module does not import the client's, which imports it."""
+
+    @property
+    def endpoints(self) -> List[str]: ...
+
+    @property
+    def deadline(self) -> float: ...
+
+    @property
+    def _metadata(self) -> Sequence[Tuple[str, str]]: ...
+
+    @property
+    def _lease(self) -> Sequence[Any]: ...
+
+    @property
+    def _preferred(self) -> int: ...
 
 # Refusals another node would repeat: the watch ends with them. (OUT_OF_RANGE ends it only once
 # every node has said it: see `_receive`.)
@@ -36,7 +54,7 @@ class Watch(Iterator[LeaseEvent]):
     which was delivered to the buffer. Raises :class:`LeaseholdError` when a node refuses it for
     good, or when no node serves it for the client's deadline."""
 
-    def __init__(self, client: "Client", select: Dict[str, str], from_index: int) -> None:
+    def __init__(self, client: Nodes, select: Dict[str, str], from_index: int) -> None:
         self._client = client
         self._select = select
         self._next_index = from_index
