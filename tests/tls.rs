@@ -165,18 +165,25 @@ async fn peers_with_another_cas_certificate_or_naming_no_member_are_refused() {
     let member = vote_as(&h, showing(&h, &own.node(2))).await.unwrap_err();
     assert_eq!(member.code(), tonic::Code::InvalidArgument, "{member:?}");
 
-    // The same on a peer lane, where AppendEntries and forwarded writes go.
-    let refused = append_on_a_lane(&h, &other_ca.node(2)).await.unwrap_err();
+    // The same on a peer lane, where AppendEntries and forwarded writes go: a certificate of
+    // another CA fails the handshake; one of this CA that names no member is closed by the gate
+    // right after it, before its greeting or any frame is read (safety review 161302a,
+    // finding 1: lanes decoded a frame before the gate), so its caller gets no lane at all.
+    let refused = append_on_a_lane(&h, &other_ca.node(2)).await;
+    let refused = refused.expect("a lane attempt").unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
     for identity in [own.node(4), own.client()] {
-        let refused = append_on_a_lane(&h, &identity).await.unwrap_err();
-        assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
-        assert!(
-            refused.message().contains("names no other member"),
-            "{refused:?}"
-        );
+        // Closed under it: no lane (a clean end at the greeting), or a reset one.
+        match append_on_a_lane(&h, &identity).await {
+            None => {}
+            Some(Err(closed)) if closed.code() == tonic::Code::Unavailable => {}
+            answered => panic!("a non-member's lane was read and answered: {answered:?}"),
+        }
     }
-    let member = append_on_a_lane(&h, &own.node(2)).await.unwrap_err();
+    let member = append_on_a_lane(&h, &own.node(2))
+        .await
+        .expect("a lane for a member");
+    let member = member.unwrap_err();
     assert_eq!(member.code(), tonic::Code::InvalidArgument, "{member:?}");
 
     // Nothing reached Raft: the cluster serves, in the same term.
@@ -330,8 +337,8 @@ async fn a_members_raft_message_claiming_another_sender_is_refused() {
 }
 
 /// A junk AppendEntries to node 1 on a peer lane, dialed with `identity`: its answer (which
-/// is never a success). Node 1 must take the lane.
-async fn append_on_a_lane(h: &Harness, identity: &TlsFiles) -> Result<(), tonic::Status> {
+/// is never a success), or `None` if node 1 took no lane from it.
+async fn append_on_a_lane(h: &Harness, identity: &TlsFiles) -> Option<Result<(), tonic::Status>> {
     use leasehold::raft::lane::{Dialer, LaneRpc, Lanes, ALPN};
     let tls = Tls::load(identity).unwrap().connector(ALPN).unwrap();
     let lanes = Lanes::new(Some(Dialer {
@@ -345,13 +352,11 @@ async fn append_on_a_lane(h: &Harness, identity: &TlsFiles) -> Result<(), tonic:
     );
     let addr = &h.cluster.nodes()[0].peer_addr;
     let rpc = LaneRpc::AppendEntries;
-    match lanes
+    lanes
         .call(1, addr, rpc, request, Duration::from_secs(5))
         .await
-    {
-        Ok(answer) => answer.map(|_| ()),
-        Err(_) => panic!("node 1 offered no lane"),
-    }
+        .ok()
+        .map(|answer| answer.map(|_| ()))
 }
 
 /// A Vote (with `pre_vote`, a PreVote) to node 1's peer plane, dialed as its peers dial it,

@@ -51,10 +51,10 @@ pub(crate) const UNREACHABLE_RETRY: Duration = Duration::from_millis(100);
 /// (a replication stream's, and the forwarder's batches), a few to spare.
 pub(crate) const MAX_IDLE_LANES: usize = 4;
 
-/// Lanes a node serves at once on a peer port without TLS: a few per peer (one per call in
-/// flight, and [`MAX_IDLE_LANES`] idle); a peer's lane past these is spoken to over gRPC. (Under
-/// TLS a lane is told by its ALPN protocol once the handshake is done, and is not counted: a
-/// peer's lane refused there would fail its call rather than fall back.)
+/// Lanes a node serves at once on a peer port, with TLS or without: a few per peer (one per call
+/// in flight, and [`MAX_IDLE_LANES`] idle); a peer's lane past these is spoken to over gRPC
+/// (without TLS its greeting goes to tonic, which refuses it; under TLS it is closed before its
+/// greeting, which its caller takes as a node that speaks no lanes).
 pub(crate) const MAX_PEER_LANES: usize = 64;
 
 /// Client lanes a node serves at once: each holds a task and two descriptors, where a gRPC

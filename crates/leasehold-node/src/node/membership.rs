@@ -201,7 +201,8 @@ fn may_join(node: &Node, r: &pb::AddMemberRequest) -> Result<(), NodeError> {
 /// client address given.
 async fn serves_as_named(node: &Node, r: &pb::AddMemberRequest) -> Result<(), NodeError> {
     let status =
-        super::peer::status::remote_status(node.channels().clone(), r.id, r.peer_address.clone()).await;
+        super::peer::status::remote_status(node.channels().clone(), r.id, r.peer_address.clone())
+            .await;
     if status.role == pb::Role::Unreachable as i32 {
         return Err(NodeError::MemberUnreachable {
             id: r.id,

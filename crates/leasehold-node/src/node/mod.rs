@@ -11,22 +11,21 @@ mod forwarder;
 mod grpc;
 mod http;
 mod leadership;
-mod membership;
 mod link;
+mod membership;
 mod peer;
 mod planes;
 mod probes;
 mod quorum_watch;
 mod read;
-mod stamps;
 mod server;
+mod stamps;
 mod ticker;
 mod write;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-
 
 pub(crate) use assembly::Running;
 pub use assembly::StartError;
@@ -48,9 +47,7 @@ pub(crate) use {
     link::{Carried, ForwardAnswer, Forwarded, ReadAnswer},
 };
 
-use crate::raft::{
-    BootLog, Channels, LogStore, NodeId, Proposer, Raft, Reads, SharedState,
-};
+use crate::raft::{BootLog, Channels, LogStore, NodeId, Proposer, Raft, Reads, SharedState};
 
 /// How a node is started: `leasehold serve`'s flags.
 #[derive(Clone, Debug)]

@@ -6,8 +6,8 @@ use super::link::Carried;
 use super::write::{Refresh, RefreshClaim};
 use super::Node;
 use super::NodeError;
-use crate::raft::LogId;
 use crate::limits::PEER_APPLY_WAIT;
+use crate::raft::LogId;
 use leasehold_core::Op;
 
 impl Node {

@@ -36,7 +36,7 @@ use crate::limits::{
     CONNECT_TIMEOUT, LANE_UNSUPPORTED_RETRY, MAX_IDLE_LANES, MAX_PEER_MESSAGE_BYTES,
 };
 use crate::proto::raft_v1::RaftMessage;
-use leasehold_proto::lane::metadata_pairs;
+use leasehold_proto::lane::{metadata_pairs, MAX_METADATA};
 
 pub use leasehold_proto::wire::{PEER_LANE_ALPN as ALPN, PEER_LANE_GREETING as GREETING};
 
@@ -52,11 +52,51 @@ pub enum LaneRpc {
     Propose,
 }
 
-/// A call: its metadata (ASCII keys and values, as gRPC carried them) and its message.
+/// A call's or an answer's metadata (ASCII keys and values, as gRPC carried them): at most
+/// [`MAX_METADATA`] pairs, refused while the frame is decoded, before more are allocated (a
+/// frame of 8 MiB holds millions of empty pairs, 48 bytes each once decoded). The same
+/// encoding as a `Vec` of pairs, so lanes of earlier versions read it.
+#[derive(Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub(crate) struct Metadata(pub Vec<(String, String)>);
+
+impl<'de> Deserialize<'de> for Metadata {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Bounded;
+        impl<'de> serde::de::Visitor<'de> for Bounded {
+            type Value = Metadata;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                write!(f, "at most {MAX_METADATA} metadata pairs")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Metadata, A::Error> {
+                if seq.size_hint().is_some_and(|n| n > MAX_METADATA) {
+                    return Err(serde::de::Error::invalid_length(
+                        seq.size_hint().unwrap_or(0),
+                        &self,
+                    ));
+                }
+                let mut pairs = Vec::new();
+                while let Some(pair) = seq.next_element()? {
+                    if pairs.len() == MAX_METADATA {
+                        return Err(serde::de::Error::invalid_length(MAX_METADATA + 1, &self));
+                    }
+                    pairs.push(pair);
+                }
+                Ok(Metadata(pairs))
+            }
+        }
+        d.deserialize_seq(Bounded)
+    }
+}
+
+/// A call: its metadata and its message.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct LaneRequest {
     pub rpc: LaneRpc,
-    pub metadata: Vec<(String, String)>,
+    pub metadata: Metadata,
     pub data: Vec<u8>,
 }
 
@@ -64,21 +104,19 @@ pub(crate) struct LaneRequest {
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum LaneReply {
     Ok {
-        metadata: Vec<(String, String)>,
+        metadata: Metadata,
         data: Vec<u8>,
     },
     Err {
         code: i32,
         message: String,
-        metadata: Vec<(String, String)>,
+        metadata: Metadata,
     },
 }
 
 /// `pairs` as gRPC metadata, refused past the lane's metadata limit or where not metadata.
-pub(crate) fn metadata_map(
-    pairs: Vec<(String, String)>,
-) -> Result<tonic::metadata::MetadataMap, String> {
-    leasehold_proto::lane::metadata_map(pairs.into_iter())
+pub(crate) fn metadata_map(pairs: Metadata) -> Result<tonic::metadata::MetadataMap, String> {
+    leasehold_proto::lane::metadata_map(pairs.0.into_iter())
 }
 
 impl LaneReply {
@@ -86,13 +124,13 @@ impl LaneReply {
     pub fn of(answer: Result<tonic::Response<RaftMessage>, tonic::Status>) -> Self {
         match answer {
             Ok(response) => LaneReply::Ok {
-                metadata: metadata_pairs(response.metadata()),
+                metadata: Metadata(metadata_pairs(response.metadata())),
                 data: response.into_inner().data,
             },
             Err(status) => LaneReply::Err {
                 code: status.code() as i32,
                 message: status.message().to_owned(),
-                metadata: metadata_pairs(status.metadata()),
+                metadata: Metadata(metadata_pairs(status.metadata())),
             },
         }
     }
@@ -383,7 +421,7 @@ impl Lanes {
         };
         let request = LaneRequest {
             rpc,
-            metadata: metadata_pairs(request.metadata()),
+            metadata: Metadata(metadata_pairs(request.metadata())),
             data: request.into_inner().data,
         };
         let mut lane = lane;
@@ -409,6 +447,35 @@ mod tests {
     use tonic::Code;
 
     use super::*;
+
+    #[test]
+    fn a_frame_with_more_metadata_pairs_than_the_limit_is_refused_while_it_is_decoded() {
+        // A call as a lane encodes it, with its metadata as a plain list of pairs.
+        #[derive(Serialize)]
+        struct Call {
+            rpc: LaneRpc,
+            metadata: Vec<(String, String)>,
+            data: Vec<u8>,
+        }
+        let call = |pairs: Vec<(String, String)>| {
+            let metadata = pairs;
+            encode(&Call {
+                rpc: LaneRpc::Propose,
+                metadata,
+                data: Vec::new(),
+            })
+            .unwrap()
+        };
+        // A million empty pairs: 2 MB on the wire, 48 MB once decoded, refused at its length.
+        let flood = call(vec![(String::new(), String::new()); 1_000_000]);
+        assert!(
+            decode::<LaneRequest>(&flood).is_err(),
+            "a million pairs decoded"
+        );
+        let within = call(vec![("k".into(), "v".into()); MAX_METADATA]);
+        let decoded = decode::<LaneRequest>(&within).unwrap();
+        assert_eq!(decoded.metadata.0.len(), MAX_METADATA);
+    }
 
     #[tokio::test]
     async fn a_frame_over_the_limit_is_refused_before_its_body_is_read() {
@@ -477,7 +544,7 @@ mod tests {
                     // both at once, and the stray one waits in its buffer, not in the socket.
                     let mut both = Vec::new();
                     for data in [request.data, b"stray".to_vec()] {
-                        let metadata = Vec::new();
+                        let metadata = Metadata::default();
                         write_frame(&mut both, &LaneReply::Ok { metadata, data })
                             .await
                             .unwrap();

@@ -8,12 +8,16 @@
 //!
 //! Each call goes to the typed API as a unary call does: the same checks, admission
 //! (`--max-requests`), authorization (as the stream's caller), metrics, and its own deadline.
+//! The stream's answers are one `Stream` that reads the calls and runs them as it is polled, on
+//! the task that sends its answers: no task or channel per call between the two.
 
+use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::sync::{mpsc, Semaphore};
+use futures_util::stream::FuturesUnordered;
 use tokio_stream::Stream;
 use tonic::{Status, Streaming};
 
@@ -23,16 +27,80 @@ use crate::node::NodeError;
 use crate::proto::v1 as pb;
 use leasehold_core::InvalidInput;
 
-/// What one call answered, or why the stream ends (then nothing follows it).
-type Answered = Result<pb::BatchAnswer, NodeError>;
+/// One call being answered.
+type Answering = Pin<Box<dyn Future<Output = pb::BatchAnswer> + Send>>;
 
-/// The answers of a stream, gathered: each message carries every answer ready when it is sent.
+/// A stream's calls and their answers: each poll reads the calls that arrived (while fewer than
+/// [`MAX_BATCH_UNANSWERED`] are unanswered; past that the node reads no more of the stream, and
+/// HTTP/2's flow control holds its caller back), runs them, and sends every answer ready in one
+/// message.
 pub(crate) struct Answers {
-    answers: mpsc::Receiver<Answered>,
-    /// Why the stream ends, once it does with an error: sent after the answers before it.
-    ending: Option<Status>,
-    /// Set once the stream ended: no more messages.
+    api: Arc<LeaseApi>,
+    credentials: Arc<Credentials>,
+    /// The caller's side; `None` once it ended (its calls still get their answers).
+    calls: Option<Streaming<pb::BatchRequest>>,
+    /// Calls read but not started: a message's past the bound.
+    waiting: VecDeque<pb::BatchCall>,
+    answering: FuturesUnordered<Answering>,
+    /// Set once the stream ended: nothing more comes.
     ended: bool,
+}
+
+/// Serves `calls` from a caller with `credentials`.
+pub(crate) fn serve(
+    api: Arc<LeaseApi>,
+    credentials: Credentials,
+    calls: Streaming<pb::BatchRequest>,
+) -> Answers {
+    Answers {
+        api,
+        credentials: Arc::new(credentials),
+        calls: Some(calls),
+        waiting: VecDeque::new(),
+        answering: FuturesUnordered::new(),
+        ended: false,
+    }
+}
+
+impl Answers {
+    /// Starts waiting calls while there is room, and reads more of the stream while there still
+    /// is. `Err`: a message the node refuses, which ends the stream.
+    fn take_calls(&mut self, cx: &mut Context<'_>) -> Result<(), NodeError> {
+        loop {
+            while self.answering.len() < MAX_BATCH_UNANSWERED {
+                let Some(call) = self.waiting.pop_front() else {
+                    break;
+                };
+                let (api, credentials) = (self.api.clone(), self.credentials.clone());
+                self.answering.push(Box::pin(
+                    async move { api.batch_call(&credentials, call).await },
+                ));
+            }
+            if self.answering.len() >= MAX_BATCH_UNANSWERED {
+                return Ok(());
+            }
+            let Some(calls) = self.calls.as_mut() else {
+                return Ok(());
+            };
+            match Pin::new(calls).poll_next(cx) {
+                Poll::Ready(Some(Ok(request))) => {
+                    if request.calls.len() > MAX_BATCH_CALLS_PER_MESSAGE {
+                        let problem = format!(
+                            "a BatchRequest carries at most {MAX_BATCH_CALLS_PER_MESSAGE} calls, \
+                             not {}; none of its calls was made",
+                            request.calls.len()
+                        );
+                        return Err(NodeError::Invalid(InvalidInput::new("calls", problem)));
+                    }
+                    self.waiting.extend(request.calls);
+                }
+                // The caller closed its side, or its stream failed: the calls read so far are
+                // still answered (a write among them may be applied).
+                Poll::Ready(Some(Err(_)) | None) => self.calls = None,
+                Poll::Pending => return Ok(()),
+            }
+        }
+    }
 }
 
 impl Stream for Answers {
@@ -42,82 +110,24 @@ impl Stream for Answers {
         if self.ended {
             return Poll::Ready(None);
         }
-        if let Some(ending) = self.ending.take() {
+        if let Err(refused) = self.take_calls(cx) {
             self.ended = true;
-            return Poll::Ready(Some(Err(ending)));
+            return Poll::Ready(Some(Err(Status::from(refused))));
         }
-        let first = match self.answers.poll_recv(cx) {
-            Poll::Ready(Some(Ok(answer))) => answer,
-            Poll::Ready(Some(Err(e))) => {
-                self.ended = true;
-                return Poll::Ready(Some(Err(Status::from(e))));
-            }
-            Poll::Ready(None) => return Poll::Ready(None),
-            Poll::Pending => return Poll::Pending,
-        };
-        let mut answers = vec![first];
-        // What else is answered already goes in the same message; an error waits for the next
-        // poll, after these.
+        let mut answers = Vec::new();
         while answers.len() < MAX_BATCH_CALLS_PER_MESSAGE {
-            match self.answers.try_recv() {
-                Ok(Ok(answer)) => answers.push(answer),
-                Ok(Err(e)) => {
-                    self.ending = Some(Status::from(e));
-                    break;
-                }
-                Err(_) => break,
+            match Pin::new(&mut self.answering).poll_next(cx) {
+                Poll::Ready(Some(answer)) => answers.push(answer),
+                Poll::Ready(None) | Poll::Pending => break,
             }
         }
-        Poll::Ready(Some(Ok(pb::BatchResponse { answers })))
-    }
-}
-
-/// Serves `calls` from a caller with `credentials`: reads them as they come, at most
-/// [`MAX_BATCH_UNANSWERED`] unanswered at once (past that it reads no more until answers go
-/// out), and answers each on its own task.
-pub(crate) fn serve(
-    api: Arc<LeaseApi>,
-    credentials: Credentials,
-    mut calls: Streaming<pb::BatchRequest>,
-) -> Answers {
-    let (answered, answers) = mpsc::channel(MAX_BATCH_UNANSWERED + 1);
-    let credentials = Arc::new(credentials);
-    tokio::spawn(async move {
-        let unanswered = Arc::new(Semaphore::new(MAX_BATCH_UNANSWERED));
-        loop {
-            let request = match calls.message().await {
-                Ok(Some(request)) => request,
-                // The caller closed its side, or its stream failed: the calls read so far are
-                // still answered (a write among them may be applied).
-                Ok(None) | Err(_) => return,
-            };
-            if request.calls.len() > MAX_BATCH_CALLS_PER_MESSAGE {
-                let problem = format!(
-                    "a BatchRequest carries at most {MAX_BATCH_CALLS_PER_MESSAGE} calls, not {}; \
-                     none of its calls was made",
-                    request.calls.len()
-                );
-                let invalid = NodeError::Invalid(InvalidInput::new("calls", problem));
-                let _ = answered.send(Err(invalid)).await;
-                return;
-            }
-            for call in request.calls {
-                let Ok(slot) = unanswered.clone().acquire_owned().await else {
-                    return;
-                };
-                let (api, credentials, answered) =
-                    (api.clone(), credentials.clone(), answered.clone());
-                tokio::spawn(async move {
-                    let answer = api.batch_call(&credentials, call).await;
-                    let _ = answered.send(Ok(answer)).await;
-                    drop(slot);
-                });
-            }
+        if !answers.is_empty() {
+            return Poll::Ready(Some(Ok(pb::BatchResponse { answers })));
         }
-    });
-    Answers {
-        answers,
-        ending: None,
-        ended: false,
+        if self.calls.is_none() && self.waiting.is_empty() && self.answering.is_empty() {
+            self.ended = true;
+            return Poll::Ready(None);
+        }
+        Poll::Pending
     }
 }

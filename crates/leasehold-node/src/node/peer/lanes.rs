@@ -18,8 +18,8 @@ use tokio_stream::StreamExt;
 
 use super::gate::PeerGate;
 use super::raft_service::RaftService;
-use crate::node::NodeError;
 use crate::limits::{ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES, MAX_PEER_LANES};
+use crate::node::NodeError;
 use crate::proto::raft_v1::raft_server::Raft as _;
 use crate::proto::raft_v1::RaftMessage;
 use crate::raft::lane::{
@@ -64,6 +64,7 @@ impl LaneServer {
     {
         let (grpc, stream) = mpsc::channel(ACCEPTED_QUEUE);
         let mut incoming = incoming;
+        let open = Arc::new(tokio::sync::Semaphore::new(MAX_PEER_LANES));
         tokio::spawn(async move {
             loop {
                 let conn = tokio::select! {
@@ -88,8 +89,20 @@ impl LaneServer {
                 let (Ok(from), Ok(fd)) = (tcp.peer_addr(), dup_fd(tcp)) else {
                     continue;
                 };
+                // The gate before anything of the lane is read, as gRPC's interceptor runs
+                // before a call's body: a certificate of the cluster's CA that names no member
+                // (a client's) is closed here, refused in the gate's log. Each call is let
+                // through again (`answer`), so a member removed meanwhile is refused.
+                if self.gate.admit(certs.as_deref(), Some(from)).is_err() {
+                    continue;
+                }
+                // Past the bound, closed: its caller speaks gRPC to this node for a while.
+                let Ok(lane) = open.clone().try_acquire_owned() else {
+                    continue;
+                };
                 let lanes = self.clone();
                 tokio::spawn(async move {
+                    let _lane = lane;
                     let mut tls = tls;
                     let mut greeting = [0; GREETING.len()];
                     let read = tls.read_exact(&mut greeting);
@@ -362,7 +375,7 @@ mod tests {
         let (tcp, _) = listener.accept().await.unwrap();
         let request = LaneRequest {
             rpc: LaneRpc::AppendEntries,
-            metadata: Vec::new(),
+            metadata: crate::raft::lane::Metadata::default(),
             data: b"entries".to_vec(),
         };
         write_frame(&mut caller, &request).await.unwrap();
@@ -376,7 +389,7 @@ mod tests {
         let answer = |request: LaneRequest| {
             answered.fetch_add(1, Ordering::SeqCst);
             std::future::ready(LaneReply::Ok {
-                metadata: Vec::new(),
+                metadata: crate::raft::lane::Metadata::default(),
                 data: request.data,
             })
         };

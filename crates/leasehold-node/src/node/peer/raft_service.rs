@@ -6,10 +6,10 @@ use std::time::Instant;
 use tonic::{Request, Response, Status};
 
 use super::gate::PeerMember;
+use crate::limits::{MAX_SNAPSHOT_BYTES, REFUSAL_LOG_EVERY};
 use crate::node::error::{ForwardedError, NodeError};
 use crate::node::link::Forwarded;
 use crate::node::Node;
-use crate::limits::{MAX_SNAPSHOT_BYTES, REFUSAL_LOG_EVERY};
 use crate::proto::raft_v1::{raft_server, RaftMessage};
 use crate::raft::codec::{decode, encode};
 use crate::raft::incarnation;
