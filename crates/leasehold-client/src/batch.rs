@@ -86,10 +86,12 @@ struct Waiters {
     calls: HashMap<u64, Waiting>,
 }
 
-/// One open stream: the calls written to it, and those waiting for their answers.
+/// One open stream: the calls written to it, those waiting for their answers, and its answers,
+/// read by whichever waiting call holds them (see [`Batches::call`]).
 struct Open {
     calls: mpsc::UnboundedSender<pb::BatchCall>,
     waiting: Mutex<Waiters>,
+    answers: tokio::sync::Mutex<Streaming<pb::BatchResponse>>,
 }
 
 impl Open {
@@ -169,8 +171,8 @@ impl Batches {
         let open = Arc::new(Open {
             calls,
             waiting: Mutex::default(),
+            answers: tokio::sync::Mutex::new(answers),
         });
-        tokio::spawn(deliver(answers, open.clone()));
         *self.state() = State::Open(open.clone());
         Ok(Some(open))
     }
@@ -193,10 +195,11 @@ impl Batches {
         if call.encoded_len() + CALL_OVERHEAD_BYTES > MAX_BATCH_MESSAGE_BYTES {
             return Err(message);
         }
-        let (answer, answered) = oneshot::channel();
+        let (answer, mut answered) = oneshot::channel();
         let id = call.id;
         let mut call = Some(call);
         let mut answer = Some(answer);
+        let mut on = None;
         // A stream found ended before the call was handed to it took nothing: once more on a
         // new one.
         for _ in 0..2 {
@@ -215,6 +218,8 @@ impl Batches {
             match open.calls.send(next) {
                 Ok(()) => {
                     waiting.calls.insert(id, to);
+                    drop(waiting);
+                    on = Some(open);
                     break;
                 }
                 Err(unsent) => {
@@ -223,12 +228,31 @@ impl Batches {
                 }
             }
         }
-        if call.is_some() {
+        let Some(open) = on else {
             return Ok(Err(Status::unavailable(
                 "the batch stream to the node ended twice before the call was sent",
             )));
-        }
-        Ok(match answered.await {
+        };
+        // No task reads the stream: a call waiting for its answer reads it while no other does,
+        // and hands every answer it reads to its call, its own among them. So a lone call is
+        // woken by the connection itself, not by a reader task between them.
+        let answered = loop {
+            tokio::select! {
+                biased;
+                answer = &mut answered => break answer,
+                mut answers = open.answers.lock() => {
+                    if let Ok(Some(response)) = answers.message().await {
+                        deliver(&open, response);
+                    } else {
+                        // The stream ended: every call on it lost its answer.
+                        let mut waiting = open.waiting();
+                        waiting.ended = true;
+                        waiting.calls.clear();
+                    }
+                }
+            }
+        };
+        Ok(match answered {
             Ok(Ok(answer)) => M::reply(answer).map(Response::new).ok_or_else(|| {
                 Status::internal("the node answered the call with another call's answer")
             }),
@@ -242,24 +266,17 @@ impl Batches {
     }
 }
 
-/// Reads the stream's answers and hands each to its caller, until the stream ends; then every
-/// call still waiting learns that its answer was lost.
-async fn deliver(mut answers: Streaming<pb::BatchResponse>, open: Arc<Open>) {
-    while let Ok(Some(response)) = answers.message().await {
-        let mut waiting = open.waiting();
-        for answer in response.answers {
-            if let (Some(caller), Some(answer)) = (waiting.calls.remove(&answer.id), answer.answer)
-            {
-                let _ = caller.send(match answer {
-                    pb::batch_answer::Answer::Error(e) => Err(status(e)),
-                    answer => Ok(answer),
-                });
-            }
+/// Hands each answer of `response` to the call waiting for it.
+fn deliver(open: &Open, response: pb::BatchResponse) {
+    let mut waiting = open.waiting();
+    for answer in response.answers {
+        if let (Some(caller), Some(answer)) = (waiting.calls.remove(&answer.id), answer.answer) {
+            let _ = caller.send(match answer {
+                pb::batch_answer::Answer::Error(e) => Err(status(e)),
+                answer => Ok(answer),
+            });
         }
     }
-    let mut waiting = open.waiting();
-    waiting.ended = true;
-    waiting.calls.clear();
 }
 
 /// A refusal on the stream as the unary call's status: the node's own, with its marks.

@@ -34,8 +34,9 @@ use election_watch::watch_elections;
 pub(crate) use error::NodeError;
 pub(crate) use link::PeerLink;
 pub(crate) use peer::link::GrpcLink;
+pub use planes::Listeners;
 use quorum_watch::QuorumWatch;
-pub use server::{check_clock_mode, check_flags, run};
+pub use server::{check_clock_mode, check_flags, run, run_on};
 // What only the simulation (`crate::sim`) reaches: it builds nodes as `serve` does, on its
 // own transports, and reads the refusals' metadata and bounds.
 #[cfg(test)]

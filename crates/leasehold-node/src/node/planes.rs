@@ -25,9 +25,12 @@ use crate::tls::RefusalLog;
 
 use crate::tls::KEEPALIVE;
 
-/// The sockets a node serves on.
-pub(super) struct Listeners {
+/// The sockets a node serves on: bound by [`Listeners::bind`] from its config, or by whoever
+/// starts it ([`super::run_on`]), so that a test binds port 0 and knows the port it got.
+pub struct Listeners {
+    /// The client plane: the lease API, the cluster API, health, reflection.
     pub client: TcpListener,
+    /// The peer plane: Raft, forwarded writes and reads, behind the peer gate.
     pub peer: TcpListener,
     /// `/metrics`, `/healthz` and `/readyz`, if asked for.
     pub metrics: Option<TcpListener>,
@@ -37,8 +40,8 @@ pub(super) struct Listeners {
 
 impl Listeners {
     /// Binds every address `config` names. A taken port is the commonest start-up error, so
-    /// the node binds before it serves anything or forms its cluster.
-    pub(super) async fn bind(config: &NodeConfig) -> Result<Self, StartError> {
+    /// `run` binds before it opens the storage or forms its cluster.
+    pub async fn bind(config: &NodeConfig) -> Result<Self, StartError> {
         Ok(Listeners {
             client: bind(config.listen).await?,
             peer: bind(config.peer_listen).await?,

@@ -105,11 +105,44 @@ pub fn check_clock_mode(dir: &Path, clock: ClockMode) -> Result<(), StartError> 
     }
 }
 
-/// Runs one node until `shutdown` resolves.
+/// Runs one node until `shutdown` resolves, on the addresses its config names.
 pub async fn run(
     config: NodeConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
+    // Checked before binding: `--listen` and `--peer-listen` the same would fail to bind, with
+    // a less helpful message than the check's.
+    check_flags(
+        config.id,
+        &config.peers,
+        config.join,
+        &config.listen,
+        &config.peer_listen,
+    )
+    .map_err(StartError::Config)?;
+    let listeners = Listeners::bind(&config).await?;
+    run_on(config, listeners, shutdown).await
+}
+
+/// Runs one node on `listeners`, bound by the caller, until `shutdown` resolves (as
+/// mini-redis's `server::run(listener, shutdown)`): the config's `listen`, `peer_listen`,
+/// `metrics_listen` and `http_listen` become the addresses they are bound to, so a caller binds
+/// port 0 and names the port it got in `peers`.
+pub async fn run_on(
+    mut config: NodeConfig,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    let bound = |l: &TcpListener| {
+        l.local_addr().map_err(|source| StartError::Listen {
+            addr: "a listener handed to the node".into(),
+            source,
+        })
+    };
+    config.listen = bound(&listeners.client)?;
+    config.peer_listen = bound(&listeners.peer)?;
+    config.metrics_listen = listeners.metrics.as_ref().map(bound).transpose()?;
+    config.http_listen = listeners.http.as_ref().map(bound).transpose()?;
     check_flags(
         config.id,
         &config.peers,
@@ -146,7 +179,6 @@ pub async fn run(
         channels: channels.clone(),
     };
     let running = super::assembly::start(&config, raft_config, storage, transport).await?;
-    let listeners = Listeners::bind(&config).await?;
     let serving = Serving {
         tls: planes_tls,
         peers_tls: tls.is_some(),
@@ -464,5 +496,74 @@ async fn form_cluster(node: &Node, config: &NodeConfig) -> Result<(), StartError
         Ok(()) => Ok(()),
         Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
         Err(e) => Err(StartError::Raft(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::v1 as pb;
+    use crate::proto::v1::lease_store_client::LeaseStoreClient;
+
+    /// A one-node cluster on listeners bound to port 0 by the test (as mini-redis's tests run
+    /// its server): the node serves on them, at the ports they got, and stops when told.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_node_serves_on_listeners_it_is_handed() {
+        let client = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let peer = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (client_addr, peer_addr) = (client.local_addr().unwrap(), peer.local_addr().unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let config = NodeConfig {
+            id: 1,
+            // Replaced by the listeners' own addresses.
+            listen: "127.0.0.1:1".parse().unwrap(),
+            peer_listen: "127.0.0.1:2".parse().unwrap(),
+            advertise: client_addr.to_string(),
+            data_dir: dir.path().to_owned(),
+            peers: [(1, peer_addr.to_string())].into(),
+            manual_clock: false,
+            snapshot_every: 1_000,
+            tls: None,
+            client_cert_auth: false,
+            auth_admin: None,
+            max_requests: crate::limits::MAX_CONCURRENT_REQUESTS,
+            lease_retention_ms: 3_600_000,
+            join: false,
+            metrics_listen: None,
+            http_listen: None,
+        };
+        let listeners = Listeners {
+            client,
+            peer,
+            metrics: None,
+            http: None,
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let node = tokio::spawn(run_on(config, listeners, async move {
+            let _ = stopped.await;
+        }));
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{client_addr}"))
+            .unwrap()
+            .connect_lazy();
+        let mut lease = LeaseStoreClient::new(channel);
+        let put = pb::PutRequest {
+            key: "k".into(),
+            value: b"v".to_vec(),
+            ..Default::default()
+        };
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        // Until the node has elected itself and serves.
+        while let Err(e) = lease.put(put.clone()).await {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no put within 20 s: {e}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let get = pb::GetRequest { key: "k".into() };
+        let got = lease.get(get).await.unwrap().into_inner();
+        assert_eq!(got.value, Some(b"v".to_vec()));
+        stop.send(()).unwrap();
+        node.await.unwrap().unwrap();
     }
 }
