@@ -539,53 +539,69 @@ async fn open_lane(address: &str) -> tokio::net::TcpStream {
     tcp
 }
 
-/// `frame` sent on `lane`, and the answer to it as gRPC would give it.
-async fn on_lane<R: prost::Message + Default>(
-    lane: &mut tokio::net::TcpStream,
-    frame: &[u8],
-) -> Result<R, tonic::Status> {
+/// `frame` sent on `lane`, and the node's answer to it.
+async fn on_lane(lane: &mut tokio::net::TcpStream, frame: &[u8]) -> pb::BatchAnswer {
     use leasehold_proto::lane::{read_frame, write_frame, MAX_CALL_BYTES};
     write_frame(lane, frame, MAX_CALL_BYTES).await.unwrap();
     let answer = read_frame(lane, usize::MAX).await.unwrap().unwrap();
-    let answer: pb::LaneAnswer = prost::Message::decode(answer.as_slice()).unwrap();
-    answer.into_response().map(tonic::Response::into_inner)
+    prost::Message::decode(answer.as_slice()).unwrap()
 }
 
-fn lane_call<M: prost::Message>(method: &str, message: M) -> Vec<u8> {
-    prost::Message::encode_to_vec(&pb::LaneCall::of(method, tonic::Request::new(message)))
+/// `request` as the call numbered `id`, encoded.
+fn lane_call(id: u64, request: Option<pb::batch_call::Request>) -> Vec<u8> {
+    prost::Message::encode_to_vec(&pb::BatchCall {
+        id,
+        timeout_ms: 5_000,
+        request,
+    })
 }
 
-/// The client lane, spoken by hand on a node's client port: a put is applied and answered as
-/// over gRPC; what the lane does not carry (a peer's method, a frame that is no call, a
-/// request over the client plane's limit) is refused with its reason, and the lane serves on;
-/// a frame past the lane's own limit ends the connection. gRPC on the same port is unaffected.
+/// The refusal in `answer`, or a panic naming what it was instead.
+fn refusal(answer: &pb::BatchAnswer) -> &pb::BatchError {
+    match &answer.answer {
+        Some(pb::batch_answer::Answer::Error(e)) => e,
+        other => panic!("not a refusal: {other:?}"),
+    }
+}
+
+/// The client lane, spoken by hand on a node's client port: each frame a `BatchCall`, each
+/// answered with its `BatchAnswer` as the `Batch` stream answers it. A put is applied and read
+/// back over gRPC; a call naming no request, a frame that is no call, and a put over the value's
+/// limit are refused with their field, and the lane serves on; a frame past the lane's limit
+/// ends the connection. gRPC on the same port is unaffected.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_client_lane_answers_as_grpc_and_refuses_what_it_does_not_carry() {
+async fn the_client_lane_answers_as_the_batch_stream_and_refuses_what_it_cannot_take() {
     use leasehold::proto::v1::lease_store_client::LeaseStoreClient;
+    use pb::batch_answer::Answer;
+    use pb::batch_call::Request;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tonic::Code;
     let h = Harness::start(3, false).await;
     let mut lane = open_lane(&h.endpoints[1]).await;
-    let session: pb::RegisterResponse =
-        on_lane(&mut lane, &lane_call("Register", pb::RegisterRequest {}))
-            .await
-            .unwrap();
-    let put = |sequence, value: Vec<u8>| pb::PutRequest {
-        key: "by-lane".into(),
-        value,
-        fence: None,
-        request_id: Some(pb::RequestId {
-            client_id: session.client_id,
-            sequence,
-        }),
+    let register = lane_call(1, Some(Request::Register(Default::default())));
+    let session = match on_lane(&mut lane, &register).await {
+        pb::BatchAnswer {
+            id: 1,
+            answer: Some(Answer::Register(r)),
+        } => r.client_id,
+        other => panic!("{other:?}"),
     };
-    let written: pb::PutResponse = on_lane(&mut lane, &lane_call("Put", put(1, b"v1".to_vec())))
-        .await
-        .unwrap();
-    assert!(matches!(
-        written.outcome,
-        Some(pb::put_response::Outcome::Written(_))
-    ));
+    let put = |sequence, value: Vec<u8>| {
+        Some(Request::Put(pb::PutRequest {
+            key: "by-lane".into(),
+            value,
+            fence: None,
+            request_id: Some(pb::RequestId {
+                client_id: session,
+                sequence,
+            }),
+        }))
+    };
+    let written = on_lane(&mut lane, &lane_call(2, put(1, b"v1".to_vec()))).await;
+    assert_eq!(written.id, 2);
+    assert!(
+        matches!(written.answer, Some(Answer::Put(ref r)) if matches!(r.outcome, Some(pb::put_response::Outcome::Written(_)))),
+        "{written:?}"
+    );
     let mut grpc = LeaseStoreClient::new(h.client_channel(1).await);
     let key = || pb::GetRequest {
         key: "by-lane".into(),
@@ -593,36 +609,32 @@ async fn the_client_lane_answers_as_grpc_and_refuses_what_it_does_not_carry() {
     let read = grpc.get(key()).await.unwrap().into_inner();
     assert_eq!(read.value.as_deref(), Some(&b"v1"[..]));
 
-    let refused = on_lane::<pb::PutResponse>(&mut lane, &lane_call("Propose", put(2, vec![])))
-        .await
-        .unwrap_err();
-    assert_eq!(refused.code(), Code::Unimplemented, "{refused:?}");
-    assert!(refused.message().contains("Propose"), "{refused:?}");
-    let refused = on_lane::<pb::PutResponse>(&mut lane, &[0xff; 12])
-        .await
-        .unwrap_err();
-    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
-    assert!(refused
-        .metadata()
-        .get(leasehold_proto::ORIGIN_KEY)
-        .is_some());
-    let limit = leasehold::limits::MAX_CLIENT_MESSAGE_BYTES;
-    let over = put(3, vec![7; limit]);
-    let refused = on_lane::<pb::PutResponse>(&mut lane, &lane_call("Put", over))
-        .await
-        .unwrap_err();
-    assert_eq!(refused.code(), Code::OutOfRange, "{refused:?}");
-    assert!(
-        refused.message().contains(&limit.to_string()),
+    let none = on_lane(&mut lane, &lane_call(3, None)).await;
+    let refused = refusal(&none);
+    assert_eq!(
+        (none.id, refused.code),
+        (3, tonic::Code::InvalidArgument as i32)
+    );
+    assert_eq!(refused.facts["field"], "request", "{refused:?}");
+    let garbage = on_lane(&mut lane, &[0xff; 12]).await;
+    let refused = refusal(&garbage);
+    assert_eq!(
+        refused.code,
+        tonic::Code::InvalidArgument as i32,
         "{refused:?}"
     );
+    assert_eq!(refused.reason, "INVALID_INPUT");
+    let limit = leasehold::lease::Limits::MAX_VALUE_BYTES;
+    let over = on_lane(&mut lane, &lane_call(4, put(3, vec![7; limit + 1]))).await;
+    let refused = refusal(&over);
+    assert_eq!(refused.facts["field"], "value", "{refused:?}");
+    assert!(refused.message.contains(&limit.to_string()), "{refused:?}");
+    assert!(!refused.indeterminate);
     // Nothing refused was applied, and the lane still serves.
     let read = grpc.get(key()).await.unwrap().into_inner();
     assert_eq!(read.value.as_deref(), Some(&b"v1"[..]));
-    let again: pb::PutResponse = on_lane(&mut lane, &lane_call("Put", put(4, b"v4".to_vec())))
-        .await
-        .unwrap();
-    assert!(again.outcome.is_some());
+    let again = on_lane(&mut lane, &lane_call(5, put(4, b"v4".to_vec()))).await;
+    assert!(matches!(again.answer, Some(Answer::Put(_))), "{again:?}");
 
     // A frame's length past the lane's limit: the node closes the lane unanswered.
     let past = (leasehold_proto::lane::MAX_CALL_BYTES as u32 + 1).to_be_bytes();
@@ -633,6 +645,103 @@ async fn the_client_lane_answers_as_grpc_and_refuses_what_it_does_not_carry() {
     assert!(harness::written(
         &h.client.put("after", b"v", None).await.unwrap()
     ));
+}
+
+/// The `Batch` stream spoken by hand over gRPC: calls sent together are answered each by its id,
+/// a refusal costs only its own call, and a message of more calls than the limit ends the
+/// stream refused, naming the limit, with none of its calls made.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_batch_stream_answers_each_call_by_its_id_and_refuses_a_message_past_its_limit() {
+    use leasehold::proto::v1::lease_store_client::LeaseStoreClient;
+    use pb::batch_answer::Answer;
+    use pb::batch_call::Request;
+    let h = Harness::start(3, false).await;
+    let mut grpc = LeaseStoreClient::new(h.client_channel(2).await);
+    let call = |id, request| pb::BatchCall {
+        id,
+        timeout_ms: 5_000,
+        request: Some(request),
+    };
+    let put = |key: &str| {
+        Request::Put(pb::PutRequest {
+            key: key.into(),
+            value: b"v".to_vec(),
+            ..Default::default()
+        })
+    };
+    let together = pb::BatchRequest {
+        calls: vec![
+            call(10, put("batched")),
+            call(11, put("")),
+            call(
+                12,
+                Request::Get(pb::GetRequest {
+                    key: "missing".into(),
+                }),
+            ),
+        ],
+    };
+    let (calls, outgoing) = tokio::sync::mpsc::channel(4);
+    calls.send(together).await.unwrap();
+    let mut answers = grpc
+        .batch(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut by_id = std::collections::BTreeMap::new();
+    while by_id.len() < 3 {
+        let response = answers.message().await.unwrap().expect("answers");
+        for answer in response.answers {
+            by_id.insert(answer.id, answer.answer.unwrap());
+        }
+    }
+    assert!(matches!(by_id[&10], Answer::Put(_)), "{by_id:?}");
+    match &by_id[&11] {
+        Answer::Error(e) => assert_eq!(e.facts["field"], "key", "{e:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        matches!(&by_id[&12], Answer::Get(g) if g.value.is_none()),
+        "{by_id:?}"
+    );
+    let read = grpc
+        .get(pb::GetRequest {
+            key: "batched".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(read.into_inner().value.as_deref(), Some(&b"v"[..]));
+
+    let limit = leasehold::limits::MAX_BATCH_CALLS_PER_MESSAGE;
+    let past = (0..=limit as u64).map(|i| call(100 + i, put(&format!("past-{i}"))));
+    calls
+        .send(pb::BatchRequest {
+            calls: past.collect(),
+        })
+        .await
+        .unwrap();
+    let refused = loop {
+        match answers.message().await {
+            Ok(Some(response)) => panic!("answered: {response:?}"),
+            Ok(None) => panic!("the stream ended without its refusal"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(
+        refused.message().contains(&limit.to_string()),
+        "{refused:?}"
+    );
+    let none = grpc
+        .get(pb::GetRequest {
+            key: "past-0".into(),
+        })
+        .await
+        .unwrap();
+    assert!(
+        none.into_inner().value.is_none(),
+        "a call of the refused message was made"
+    );
 }
 
 /// A node past `--max-requests` refuses at once with RESOURCE_EXHAUSTED, naming the limit,

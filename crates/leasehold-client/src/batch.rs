@@ -177,6 +177,15 @@ impl Batches {
         Ok(Some(open))
     }
 
+    /// `message` as a call of this node's, with an id none of its unanswered calls has.
+    pub(crate) fn call_of<M: BatchMethod>(&self, message: M, timeout: Duration) -> pb::BatchCall {
+        pb::BatchCall {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
+            request: Some(message.call()),
+        }
+    }
+
     /// `message` on the node's stream, answered within `timeout` as its unary call would be;
     /// `Err(message)` where it goes as a unary call instead: a node that takes no stream, or a
     /// request too big for a message. The caller bounds the call's time too.
@@ -186,11 +195,7 @@ impl Batches {
         message: M,
         timeout: Duration,
     ) -> Result<Result<Response<M::Reply>, Status>, M> {
-        let call = pb::BatchCall {
-            id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
-            request: Some(message.clone().call()),
-        };
+        let call = self.call_of(message.clone(), timeout);
         // Room for the message's own fields beside the call.
         if call.encoded_len() + CALL_OVERHEAD_BYTES > MAX_BATCH_MESSAGE_BYTES {
             return Err(message);
@@ -253,10 +258,7 @@ impl Batches {
             }
         };
         Ok(match answered {
-            Ok(Ok(answer)) => M::reply(answer).map(Response::new).ok_or_else(|| {
-                Status::internal("the node answered the call with another call's answer")
-            }),
-            Ok(Err(status)) => Err(status),
+            Ok(answer) => answered_as::<M>(answer),
             // The stream ended with the call on it: its answer was lost, as a reset unary
             // call's is (a write may have been applied).
             Err(_) => Err(Status::unavailable(
@@ -266,21 +268,32 @@ impl Batches {
     }
 }
 
+/// A call's answer (on the stream or a lane) as its unary call's.
+pub(crate) fn answered_as<M: BatchMethod>(
+    answer: Result<pb::batch_answer::Answer, Status>,
+) -> Result<Response<M::Reply>, Status> {
+    let answer = answer?;
+    M::reply(answer)
+        .map(Response::new)
+        .ok_or_else(|| Status::internal("the node answered the call with another call's answer"))
+}
+
 /// Hands each answer of `response` to the call waiting for it.
 fn deliver(open: &Open, response: pb::BatchResponse) {
     let mut waiting = open.waiting();
     for answer in response.answers {
         if let (Some(caller), Some(answer)) = (waiting.calls.remove(&answer.id), answer.answer) {
             let _ = caller.send(match answer {
-                pb::batch_answer::Answer::Error(e) => Err(status(e)),
+                pb::batch_answer::Answer::Error(e) => Err(refusal(e)),
                 answer => Ok(answer),
             });
         }
     }
 }
 
-/// A refusal on the stream as the unary call's status: the node's own, with its marks.
-fn status(e: pb::BatchError) -> Status {
+/// A refusal on the stream (or a lane) as the unary call's status: the node's own, with its
+/// marks.
+pub(crate) fn refusal(e: pb::BatchError) -> Status {
     let mut status = Status::new(Code::from_i32(e.code), e.message);
     let metadata = status.metadata_mut();
     metadata.insert(ORIGIN_KEY, MetadataValue::from_static("node"));

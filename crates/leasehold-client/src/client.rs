@@ -18,9 +18,10 @@ use crate::answers::{
     TokenStatus, Written,
 };
 use crate::attempts::{Attempts, Effect, Next};
-use crate::batch::{BatchMethod, Batches};
+use crate::batch::{answered_as, BatchMethod, Batches};
 use crate::channel::{Bearer, NodeChannel};
 use crate::error::ClientError;
+use crate::lane::Lanes;
 use crate::limits::{
     ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, DEFAULT_DEADLINE, MEMBERSHIP_TIMEOUT, MIN_ATTEMPT,
     ROUND_PAUSE, SNAPSHOT_TIMEOUT,
@@ -68,6 +69,9 @@ pub struct LeaseClient {
     channels: Vec<NodeChannel>,
     /// Each endpoint's `Batch` stream, for the lease calls.
     batches: Vec<Arc<Batches>>,
+    /// Each endpoint's client lanes (none over TLS, nor with a bearer token), for the lease
+    /// calls before the stream.
+    pub(crate) lanes: Vec<Arc<Lanes>>,
     /// Sent with every request, for a client without a certificate.
     bearer: Bearer,
     /// The address connections are made from, when one is set.
@@ -143,6 +147,7 @@ impl LeaseClient {
                 .collect(),
             channels: Vec::new(),
             batches: Vec::new(),
+            lanes: Vec::new(),
             targets,
             bearer: Bearer::default(),
             local_ip: None,
@@ -154,10 +159,21 @@ impl LeaseClient {
     }
 
     /// Channels to every endpoint as this client now reaches it (from its local address, with
-    /// its token), and their `Batch` streams, opened on the first call.
+    /// its token), their `Batch` streams, opened on the first call, and their lanes: only where
+    /// the endpoint is not TLS's (`https`) and the client sends no token (a lane carries none).
     fn connected(mut self) -> Self {
         self.channels = self.bearer.channels(&self.targets, self.local_ip);
         self.batches = self.targets.iter().map(|_| Arc::default()).collect();
+        let lanes = |target: &Endpoint| {
+            // `host:port`, the port gRPC's channel would take too (80 without one).
+            let uri = target.uri();
+            let plain = uri.scheme_str() == Some("http") && self.bearer.0.is_none();
+            let address = uri
+                .host()
+                .map(|host| format!("{host}:{}", uri.port_u16().unwrap_or(80)));
+            Lanes::new(address.filter(|_| plain).as_deref(), self.local_ip)
+        };
+        self.lanes = self.targets.iter().map(lanes).collect();
         self
     }
 
@@ -267,17 +283,26 @@ impl LeaseClient {
         .await
     }
 
-    /// Sends `message` to one node after another, on the node's `Batch` stream where it serves
-    /// one and as a unary call where not, until one answers or the deadline passes.
+    /// Sends `message` to one node after another, until one answers or the deadline passes: on
+    /// a lane where the node takes one, on its `Batch` stream where it serves one, and as a
+    /// unary call where not.
     async fn unary<M: BatchMethod>(
         &self,
         effect: Effect,
         message: M,
     ) -> Result<M::Reply, ClientError> {
         self.attempts(effect, |node, timeout| {
-            let (batches, channel) = (self.batches[node].clone(), self.channels[node].clone());
+            let (lanes, batches) = (self.lanes[node].clone(), self.batches[node].clone());
+            let channel = self.channels[node].clone();
             let message = message.clone();
+            // Taken before the attempt's own timer starts, so that a dial cut short by it is
+            // known unsent rather than taken for a lost answer.
+            let deadline = tokio::time::Instant::now() + timeout;
             async move {
+                let call = batches.call_of(message.clone(), timeout);
+                if let Ok(answer) = lanes.call(call, deadline).await {
+                    return answered_as::<M>(answer);
+                }
                 match batches.call(&channel, message, timeout).await {
                     Ok(answer) => answer,
                     Err(message) => M::unary(channel, attempt(message, timeout)).await,

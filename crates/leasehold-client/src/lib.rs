@@ -12,7 +12,8 @@
 //!   resumed on another node when the one streaming fails.
 //! - `error`, `attempts`: what a call fails with, and how one call's attempts add up to it.
 //! - `channel`: a channel to one node, carrying the client's bearer token.
-//! - `batch`: the lease calls multiplexed on one gRPC `Batch` stream per node.
+//! - `batch`: the lease calls multiplexed on one gRPC `Batch` stream per node; `lane`: the
+//!   same calls on connections of their own, where a node without TLS takes them.
 //!
 //! The wire types are in the `leasehold-proto` crate, re-exported as [`proto`].
 
@@ -27,6 +28,7 @@ mod error;
 #[cfg(test)]
 mod fake;
 mod holder;
+mod lane;
 pub mod limits;
 mod renewals;
 mod watch;

@@ -18,6 +18,15 @@ pub(crate) const MIN_ATTEMPT: Duration = Duration::from_millis(200);
 /// How long opening a connection to a node may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// Lanes one client keeps open to each node, idle or in a call: one per call in flight, and a
+/// call made while this many are busy goes on the `Batch` stream (one connection for any number
+/// of calls), so a client shared by many tasks holds a bounded number of sockets.
+pub(crate) const MAX_LANES: usize = 64;
+
+/// How long a node that answered a lane's greeting otherwise (one of an earlier version, or
+/// one that speaks only gRPC) is called over gRPC before the client offers it a lane again.
+pub(crate) const LANE_UNSUPPORTED_RETRY: Duration = Duration::from_secs(30);
+
 /// The calls one `Batch` message carries at most: the node's own limit (the `leasehold`
 /// package checks that they agree).
 pub const MAX_BATCH_CALLS: usize = 256;

@@ -1,6 +1,6 @@
-//! The lane's wire, shared by the client lane (`LaneCall` and `LaneAnswer`, see the proto file)
-//! and the nodes' peer lane: the greeting, length-prefixed frames, and gRPC metadata as the
-//! ASCII pairs a frame carries.
+//! The lane's wire, shared by the client lane (frames of `BatchCall` and `BatchAnswer`, see the
+//! proto file) and the nodes' peer lane: length-prefixed frames, and (for the peer lane's
+//! envelope) gRPC metadata as the ASCII pairs a frame carries.
 //!
 //! A frame is a big-endian `u32` length and that many bytes. Reading one is bounded twice: a
 //! length over the reader's limit is refused before any of its body is read, and the body's
@@ -11,9 +11,6 @@ use std::io;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tonic::metadata::{AsciiMetadataKey, KeyAndValueRef, MetadataMap};
-use tonic::{Code, Response, Status};
-
-use crate::v1::{LaneAnswer, LaneCall, LaneMetadata};
 
 pub use crate::wire::CLIENT_LANE_GREETING as CLIENT_GREETING;
 
@@ -22,10 +19,11 @@ pub use crate::wire::CLIENT_LANE_GREETING as CLIENT_GREETING;
 /// a bigger one over gRPC, where the node's refusal names the limit.
 pub const MAX_REQUEST_BYTES: usize = 256 * 1024;
 
-/// The largest client-lane frame a node reads: a request message at [`MAX_REQUEST_BYTES`] and
-/// room for its envelope. A bigger one ends the connection unanswered, since its body is left
-/// unread.
-pub const MAX_CALL_BYTES: usize = MAX_REQUEST_BYTES + 16 * 1024;
+/// The largest client-lane frame a node reads: one `BatchCall`, no bigger than a request
+/// message over gRPC. A bigger one ends the connection unanswered, since its body is left
+/// unread; a client sends such a call on its `Batch` stream or as a unary call, where the
+/// node's refusal names the limit.
+pub const MAX_CALL_BYTES: usize = MAX_REQUEST_BYTES;
 
 /// The most bytes of metadata (keys and values) a frame may carry: HTTP/2's default bound on
 /// a header list.
@@ -163,82 +161,9 @@ pub fn metadata_map(
     Ok(map)
 }
 
-fn wire_metadata(metadata: &MetadataMap) -> Vec<LaneMetadata> {
-    let pair = |(key, value)| LaneMetadata { key, value };
-    metadata_pairs(metadata).into_iter().map(pair).collect()
-}
-
-fn carried_metadata(metadata: Vec<LaneMetadata>) -> Result<MetadataMap, String> {
-    metadata_map(metadata.into_iter().map(|m| (m.key, m.value)))
-}
-
-impl LaneCall {
-    /// A call of `method` with `request`'s metadata and message.
-    pub fn of<M: prost::Message>(method: &str, request: tonic::Request<M>) -> Self {
-        LaneCall {
-            method: method.to_owned(),
-            metadata: wire_metadata(request.metadata()),
-            request: request.into_inner().encode_to_vec(),
-        }
-    }
-
-    /// The call as a gRPC request of its method's message type; `Err` with the refusal for
-    /// metadata that is not metadata, or a message that does not decode.
-    pub fn into_request<M: prost::Message + Default>(self) -> Result<tonic::Request<M>, Status> {
-        let metadata = carried_metadata(self.metadata).map_err(Status::invalid_argument)?;
-        let message = M::decode(self.request.as_slice()).map_err(|e| {
-            Status::invalid_argument(format!("the {} request does not decode: {e}", self.method))
-        })?;
-        Ok(tonic::Request::from_parts(
-            metadata,
-            Default::default(),
-            message,
-        ))
-    }
-}
-
-impl LaneAnswer {
-    /// What a handler answered, as a lane carries it.
-    pub fn of<M: prost::Message>(answer: Result<Response<M>, Status>) -> Self {
-        match answer {
-            Ok(response) => LaneAnswer {
-                code: Code::Ok as i32,
-                message: String::new(),
-                metadata: wire_metadata(response.metadata()),
-                response: response.into_inner().encode_to_vec(),
-                details: Vec::new(),
-            },
-            Err(status) => LaneAnswer {
-                code: status.code() as i32,
-                message: status.message().to_owned(),
-                metadata: wire_metadata(status.metadata()),
-                response: Vec::new(),
-                details: status.details().to_vec(),
-            },
-        }
-    }
-
-    /// The answer as the gRPC call would have given it.
-    pub fn into_response<M: prost::Message + Default>(self) -> Result<Response<M>, Status> {
-        let metadata = carried_metadata(self.metadata).map_err(Status::internal)?;
-        if self.code != Code::Ok as i32 {
-            return Err(Status::with_details_and_metadata(
-                self.code.into(),
-                self.message,
-                self.details.into(),
-                metadata,
-            ));
-        }
-        let message = M::decode(self.response.as_slice())
-            .map_err(|e| Status::internal(format!("an answer that does not decode: {e}")))?;
-        Ok(Response::from_parts(metadata, message, Default::default()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::v1::{PutRequest, PutResponse};
 
     #[tokio::test]
     async fn a_frame_over_the_limit_is_refused_before_its_body_is_read() {
@@ -255,44 +180,6 @@ mod tests {
         assert!(read_frame(&mut &[][..], 100).await.unwrap().is_none());
         let mut frame = Vec::new();
         assert!(write_frame(&mut frame, &[0; 101], 100).await.is_err());
-    }
-
-    #[tokio::test]
-    async fn a_call_and_its_answer_arrive_as_grpc_delivered_them() {
-        let mut request = tonic::Request::new(PutRequest {
-            key: "k".into(),
-            ..Default::default()
-        });
-        request
-            .metadata_mut()
-            .insert("authorization", "Bearer t".parse().unwrap());
-        let mut frame = Vec::new();
-        let call = LaneCall::of("Put", request);
-        write_frame(&mut frame, &prost::Message::encode_to_vec(&call), 1 << 20)
-            .await
-            .unwrap();
-        let body = read_frame(&mut frame.as_slice(), 1 << 20)
-            .await
-            .unwrap()
-            .unwrap();
-        let call: LaneCall = prost::Message::decode(body.as_slice()).unwrap();
-        assert_eq!(call.method, "Put");
-        let request = call.into_request::<PutRequest>().unwrap();
-        assert_eq!(request.metadata().get("authorization").unwrap(), "Bearer t");
-        assert_eq!(request.into_inner().key, "k");
-
-        let mut metadata = MetadataMap::new();
-        metadata.insert("leasehold-origin", "node".parse().unwrap());
-        let refusal = Status::with_metadata(Code::PermissionDenied, "no", metadata);
-        let back = LaneAnswer::of::<PutResponse>(Err(refusal));
-        let back = back.into_response::<PutResponse>().unwrap_err();
-        assert_eq!(
-            (back.code(), back.message()),
-            (Code::PermissionDenied, "no")
-        );
-        assert_eq!(back.metadata().get("leasehold-origin").unwrap(), "node");
-        let ok = LaneAnswer::of(Ok(Response::new(PutResponse::default())));
-        assert!(ok.into_response::<PutResponse>().is_ok());
     }
 
     #[test]

@@ -61,8 +61,10 @@ pub const TO_INCARNATION_KEY: &str = "leasehold-to-incarnation";
 // Greetings and ALPN names: how a connection says what it speaks.
 
 /// What a client lane's caller sends first, and a node that speaks lanes answers back. Any other
-/// first bytes on the client port are gRPC's (HTTP/2's preface).
-pub const CLIENT_LANE_GREETING: &[u8; 8] = b"LHCALL1\n";
+/// first bytes on the client port are gRPC's (HTTP/2's preface). Version 2 frames `BatchCall`s
+/// and `BatchAnswer`s; version 1's (`LHCALL1`, gRPC's metadata and a method name) is no longer
+/// answered, and its callers speak gRPC.
+pub const CLIENT_LANE_GREETING: &[u8; 8] = b"LHCALL2\n";
 
 /// What a peer lane's caller sends first, and the server answers back, in TLS or not. Without
 /// TLS it also tells the peer port's accept loop a lane from gRPC.

@@ -669,12 +669,9 @@ mod tests {
         // mark included, as sent) and stands in for tonic's own transport failures, which carry
         // no mark either; none of them reaches a client as it is.
         let lane = src.join("raft").join("lane.rs");
-        // The client lane's server stands in for tonic's own refusals (a method it does not
-        // serve, a message over the limit, the caller's deadline passed), unmarked as tonic's.
-        let client_lane = src.join("node").join("client_lanes.rs");
         let mut built = Vec::new();
         for file in files {
-            let exempt = [&this, &lane, &client_lane];
+            let exempt = [&this, &lane];
             if exempt.contains(&&file) || file.starts_with(src.join("cli")) {
                 continue;
             }

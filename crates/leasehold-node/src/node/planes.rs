@@ -120,7 +120,7 @@ pub(super) fn client_plane(
 ) -> Result<(Router, ClientLaneServer), StartError> {
     let lease = Arc::new(LeaseService::new(api.lease.clone(), Plane::Client));
     let lanes = ClientLaneServer {
-        lease: lease.clone(),
+        lease: api.lease.clone(),
         stopping: stop.stopping(),
     };
     let reflection = || {

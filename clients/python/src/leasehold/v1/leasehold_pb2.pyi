@@ -614,38 +614,6 @@ class WhoAmIResponse(_message.Message):
     roles: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, identity: _Optional[str] = ..., auth_enabled: bool = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
 
-class LaneCall(_message.Message):
-    __slots__ = ("method", "metadata", "request")
-    METHOD_FIELD_NUMBER: _ClassVar[int]
-    METADATA_FIELD_NUMBER: _ClassVar[int]
-    REQUEST_FIELD_NUMBER: _ClassVar[int]
-    method: str
-    metadata: _containers.RepeatedCompositeFieldContainer[LaneMetadata]
-    request: bytes
-    def __init__(self, method: _Optional[str] = ..., metadata: _Optional[_Iterable[_Union[LaneMetadata, _Mapping]]] = ..., request: _Optional[bytes] = ...) -> None: ...
-
-class LaneMetadata(_message.Message):
-    __slots__ = ("key", "value")
-    KEY_FIELD_NUMBER: _ClassVar[int]
-    VALUE_FIELD_NUMBER: _ClassVar[int]
-    key: str
-    value: str
-    def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-
-class LaneAnswer(_message.Message):
-    __slots__ = ("code", "message", "metadata", "response", "details")
-    CODE_FIELD_NUMBER: _ClassVar[int]
-    MESSAGE_FIELD_NUMBER: _ClassVar[int]
-    METADATA_FIELD_NUMBER: _ClassVar[int]
-    RESPONSE_FIELD_NUMBER: _ClassVar[int]
-    DETAILS_FIELD_NUMBER: _ClassVar[int]
-    code: int
-    message: str
-    metadata: _containers.RepeatedCompositeFieldContainer[LaneMetadata]
-    response: bytes
-    details: bytes
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., metadata: _Optional[_Iterable[_Union[LaneMetadata, _Mapping]]] = ..., response: _Optional[bytes] = ..., details: _Optional[bytes] = ...) -> None: ...
-
 class BatchRequest(_message.Message):
     __slots__ = ("calls",)
     CALLS_FIELD_NUMBER: _ClassVar[int]
