@@ -720,12 +720,10 @@ async fn the_batch_stream_answers_each_call_by_its_id_and_refuses_a_message_past
         })
         .await
         .unwrap();
-    let refused = loop {
-        match answers.message().await {
-            Ok(Some(response)) => panic!("answered: {response:?}"),
-            Ok(None) => panic!("the stream ended without its refusal"),
-            Err(status) => break status,
-        }
+    let refused = match answers.message().await {
+        Ok(Some(response)) => panic!("answered: {response:?}"),
+        Ok(None) => panic!("the stream ended without its refusal"),
+        Err(status) => status,
     };
     assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
     assert!(
