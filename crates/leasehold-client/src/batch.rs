@@ -200,7 +200,7 @@ impl Batches {
         if call.encoded_len() + CALL_OVERHEAD_BYTES > MAX_BATCH_MESSAGE_BYTES {
             return Err(message);
         }
-        let (answer, mut answered) = oneshot::channel();
+        let (answer, answered) = oneshot::channel();
         let id = call.id;
         let mut call = Some(call);
         let mut answer = Some(answer);
@@ -238,25 +238,7 @@ impl Batches {
                 "the batch stream to the node ended twice before the call was sent",
             )));
         };
-        // No task reads the stream: a call waiting for its answer reads it while no other does,
-        // and hands every answer it reads to its call, its own among them. So a lone call is
-        // woken by the connection itself, not by a reader task between them.
-        let answered = loop {
-            tokio::select! {
-                biased;
-                answer = &mut answered => break answer,
-                mut answers = open.answers.lock() => {
-                    if let Ok(Some(response)) = answers.message().await {
-                        deliver(&open, response);
-                    } else {
-                        // The stream ended: every call on it lost its answer.
-                        let mut waiting = open.waiting();
-                        waiting.ended = true;
-                        waiting.calls.clear();
-                    }
-                }
-            }
-        };
+        let answered = wait(&open, answered).await;
         Ok(match answered {
             Ok(answer) => answered_as::<M>(answer),
             // The stream ended with the call on it: its answer was lost, as a reset unary
@@ -265,6 +247,32 @@ impl Batches {
                 "the batch stream to the node ended before the call was answered",
             )),
         })
+    }
+}
+
+/// The answer `answered` waits for, on `open`'s stream. No task reads the stream: a call waiting
+/// for its answer reads it while no other does, and hands every answer it reads to its call,
+/// its own among them. So a lone call is woken by the connection itself, not by a reader task
+/// between them.
+async fn wait(
+    open: &Open,
+    mut answered: oneshot::Receiver<Result<pb::batch_answer::Answer, Status>>,
+) -> Result<Result<pb::batch_answer::Answer, Status>, oneshot::error::RecvError> {
+    loop {
+        tokio::select! {
+            biased;
+            answer = &mut answered => return answer,
+            mut answers = open.answers.lock() => {
+                if let Ok(Some(response)) = answers.message().await {
+                    deliver(open, response);
+                } else {
+                    // The stream ended: every call on it lost its answer.
+                    let mut waiting = open.waiting();
+                    waiting.ended = true;
+                    waiting.calls.clear();
+                }
+            }
+        }
     }
 }
 

@@ -22,16 +22,26 @@
 //!   lanes that AppendEntries and forwarded writes take (framed messages on connections of
 //!   their own, not gRPC calls), the proposer that gathers concurrent writes into one entry,
 //!   and the reads that share one ReadIndex.
-//! - [`node`]: one running node. The one assembly (`node::start`, which `serve` and the
-//!   simulation both use), its two planes (clients; peers, behind the peer gate), each port
-//!   telling its lanes from gRPC and serving them (`node::lanes`; the client port's, without
-//!   TLS, in `node::client_lanes`), the
-//!   leader's clock (a new leader starts from the largest store time carried here or at a peer
-//!   that applied the newest stamp, so store time never gains on real time; a slow commit has a
-//!   fresh stamp logged after it), the gRPC services, forwarding to the leader (writes in
-//!   batches; one held by a leader that no longer leads goes on to the new one), a leader that
-//!   stops taking requests once its quorum is silent, when the node may campaign, bootstrap and
-//!   shutdown.
+//! - [`node`]: one running node, in rooms whose arrows point from the transports down to the
+//!   API and from the API down to the node itself:
+//!   - `node::grpc` (the `LeaseStore` and `Cluster` services, and the `Batch` stream),
+//!     `node::http` (HTTP/JSON) and `node::client_lanes` (the client port's lanes without TLS):
+//!     thin edges that find the caller's credentials and deadline, call the API, and map a
+//!     `NodeError` to their wire once each;
+//!   - `node::api`: the typed API, one plain async method per RPC, `(credentials, deadline,
+//!     request) -> Result<answer, NodeError>`: checks, admission, authorization, forwarding of
+//!     reads, metrics and the denial log, written once;
+//!   - `node::peer`: the peer plane (the gate that lets only members through, the Raft service,
+//!     the lanes that share its port with gRPC, and the calls this node makes to its peers);
+//!   - the node itself: the one assembly (`node::start`, which `serve` and the simulation both
+//!     use, and `serve`'s planes), writes (`write.rs`: proposed here or forwarded in batches;
+//!     one held by a leader that no longer leads goes on to the new one), reads (`read.rs`),
+//!     leadership (`leadership.rs`: a leader that stops taking requests once its quorum is
+//!     silent), the leader's stamps and clock (`stamps.rs`, `clock.rs`: a new leader starts
+//!     from the largest store time carried here or at a peer that applied the newest stamp, so
+//!     store time never gains on real time; a slow commit has a fresh stamp logged after it),
+//!     membership, when the node may campaign, bootstrap and shutdown. `node::error` is the one
+//!     place a `NodeError` becomes a gRPC status (and a `Batch` refusal).
 //! - [`tls`]: TLS for both planes: loading the files, the accept loop (a bounded number of
 //!   handshakes in flight) that logs refusals, which member a peer's certificate names, and
 //!   the certificates `cluster --tls` and `certs` make.
@@ -39,8 +49,9 @@
 //! - [`limits`]: every size, timeout and bound of a node, with their relations asserted when the
 //!   crate compiles.
 //! - `gather`: batching of concurrent requests, for the proposer, the reads and the forwarder.
-//! - [`proto`]: the public API's wire types (from `leasehold-proto`) and the peer plane's,
-//!   generated from `proto/` by `build.rs`.
+//! - [`proto`]: the public API's wire types (from `leasehold-proto`, whose `wire` names every
+//!   metadata key, greeting and ALPN name) and the peer plane's, generated from `proto/` by
+//!   `build.rs`.
 //! - `sim` (a test): the deterministic simulation of whole clusters on tokio's paused clock,
 //!   each node started by `node::start` as `serve` starts it, and judged by `leasehold-check`.
 

@@ -1,5 +1,8 @@
-//! One running node: the Raft instance, its applied state, the leader's clock, and the gRPC
-//! services that turn requests into proposals and linearizable reads.
+//! One running node, in rooms: the transports (`grpc`, `http`, `client_lanes`) call the typed
+//! API (`api`), which calls the node itself (this module: the Raft instance, its applied state,
+//! writes, reads, leadership, the leader's stamps and clock, membership, the assembly); the peer
+//! plane (`peer`) serves the other members and calls them. `error` maps a `NodeError` to a gRPC
+//! status, once.
 
 mod api;
 mod assembly;
