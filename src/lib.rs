@@ -82,3 +82,8 @@ const _: () = assert!(
         < limits::MAX_CLIENT_MESSAGE_BYTES,
     "a renewal of the most leases with the longest names fits a client's message"
 );
+const _: () = assert!(
+    leasehold_client::limits::MAX_BATCH_CALLS == limits::MAX_BATCH_CALLS_PER_MESSAGE
+        && leasehold_client::limits::MAX_BATCH_MESSAGE_BYTES == limits::MAX_CLIENT_MESSAGE_BYTES,
+    "a client's Batch messages are ones a node takes"
+);

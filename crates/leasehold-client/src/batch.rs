@@ -16,13 +16,14 @@ use std::time::Duration;
 
 use leasehold_proto::v1 as pb;
 use leasehold_proto::v1::lease_store_client::LeaseStoreClient;
-use leasehold_proto::{INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
+use leasehold_proto::wire::{DENIED_KEY, ERROR_DOMAIN, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_stream::Stream;
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Request, Response, Status, Streaming};
+use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::channel::NodeChannel;
 use crate::limits::{BATCH_UNSUPPORTED_RETRY, MAX_BATCH_CALLS, MAX_BATCH_MESSAGE_BYTES};
@@ -181,7 +182,10 @@ impl Batches {
     pub(crate) fn call_of<M: BatchMethod>(&self, message: M, timeout: Duration) -> pb::BatchCall {
         pb::BatchCall {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
+            // At least 1: 0 would be no deadline at all.
+            timeout_ms: u32::try_from(timeout.as_millis())
+                .unwrap_or(u32::MAX)
+                .max(1),
             request: Some(message.call()),
         }
     }
@@ -234,9 +238,13 @@ impl Batches {
             }
         }
         let Some(open) = on else {
-            return Ok(Err(Status::unavailable(
-                "the batch stream to the node ended twice before the call was sent",
-            )));
+            // Never sent: reported as a failed connect is, so that a write is not left in doubt.
+            let unsent = std::io::Error::other(
+                "the node's batch stream ended twice before the call was sent",
+            );
+            let mut status = Status::unavailable(unsent.to_string());
+            status.set_source(Arc::new(tonic::ConnectError(Box::new(unsent))));
+            return Ok(Err(status));
         };
         let answered = wait(&open, answered).await;
         Ok(match answered {
@@ -263,7 +271,14 @@ async fn wait(
             biased;
             answer = &mut answered => return answer,
             mut answers = open.answers.lock() => {
-                if let Ok(Some(response)) = answers.message().await {
+                // Another call may have handed this one its answer just before: raced, so
+                // that it is not held until the next message.
+                let read = tokio::select! {
+                    biased;
+                    answer = &mut answered => return answer,
+                    read = answers.message() => read,
+                };
+                if let Ok(Some(response)) = read {
                     deliver(open, response);
                 } else {
                     // The stream ended: every call on it lost its answer.
@@ -299,17 +314,26 @@ fn deliver(open: &Open, response: pb::BatchResponse) {
     }
 }
 
-/// A refusal on the stream (or a lane) as the unary call's status: the node's own, with its
-/// marks.
+/// A refusal on the stream (or a lane) as the unary call's status: the node's own, with the
+/// marks and the `ErrorInfo` (reason and facts) a node puts on its statuses.
 pub(crate) fn refusal(e: pb::BatchError) -> Status {
-    let mut status = Status::new(Code::from_i32(e.code), e.message);
+    let mut facts: std::collections::HashMap<_, _> = e.facts.into_iter().collect();
+    facts.insert("indeterminate".into(), e.indeterminate.to_string());
+    let details = ErrorDetails::with_error_info(e.reason.clone(), ERROR_DOMAIN, facts);
+    let mut status = Status::with_error_details(Code::from_i32(e.code), e.message, details);
     let metadata = status.metadata_mut();
     metadata.insert(ORIGIN_KEY, MetadataValue::from_static("node"));
     if e.indeterminate {
         metadata.insert(INDETERMINATE_KEY, MetadataValue::from_static("true"));
     }
-    if e.reason == "SESSION_UNKNOWN" {
-        metadata.insert(SESSION_KEY, MetadataValue::from_static("unknown"));
+    match e.reason.as_str() {
+        "SESSION_UNKNOWN" => {
+            metadata.insert(SESSION_KEY, MetadataValue::from_static("unknown"));
+        }
+        "DENIED" => {
+            metadata.insert(DENIED_KEY, MetadataValue::from_static("policy"));
+        }
+        _ => {}
     }
     status
 }

@@ -21,7 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::api::{Credentials, LeaseApi};
-use super::peer::lanes::{serve_lane, split_plain, LaneFrames};
+use super::lanes::{serve_lane, split_plain, LaneFrames};
 use super::NodeError;
 use crate::limits::MAX_CLIENT_LANES;
 use crate::proto::v1 as pb;

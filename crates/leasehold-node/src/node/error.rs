@@ -202,11 +202,17 @@ pub enum NodeError {
     ChangeDeposed,
     /// The caller's deadline passed before the call was answered: a write may still apply.
     #[error(
-        "the call's deadline ({} ms) passed before it was answered; a write may or may not have \
-         been applied",
-        .0.as_millis()
+        "the call's deadline ({} ms) passed before it was answered{}",
+        .after.as_millis(),
+        if *.write { "; it may or may not have been applied" } else { "" }
     )]
-    DeadlinePassed(Duration),
+    DeadlinePassed { after: Duration, write: bool },
+    /// The node failed while answering the call (its task panicked): a bug. A write may have
+    /// been proposed before it did.
+    #[error(
+        "this node failed while answering the call ({0}); it may or may not have been applied"
+    )]
+    CallFailed(String),
     /// The leader's own refusal of a request this node forwarded, passed on as it was made.
     #[error("{}", .0.message)]
     Leader(ForwardedError),
@@ -253,7 +259,8 @@ impl NodeError {
             NodeError::CatchUpTimeout { .. } => "CATCH_UP_TIMEOUT",
             NodeError::ChangeInProgress(_) => "CHANGE_IN_PROGRESS",
             NodeError::ChangeDeposed => "CHANGE_DEPOSED",
-            NodeError::DeadlinePassed(_) => "DEADLINE_PASSED",
+            NodeError::DeadlinePassed { .. } => "DEADLINE_PASSED",
+            NodeError::CallFailed(_) => "CALL_FAILED",
             NodeError::Leader(e) => &e.reason,
         }
     }
@@ -405,16 +412,17 @@ impl NodeError {
             | NodeError::TokenUnknownHere(_) => Code::Unavailable,
             NodeError::Forgotten | NodeError::UnknownSession => Code::Aborted,
             NodeError::Overloaded { .. } => Code::ResourceExhausted,
-            NodeError::Raft(_) | NodeError::Invariant(_) | NodeError::Encoding { .. } => {
-                Code::Internal
-            }
+            NodeError::Raft(_)
+            | NodeError::Invariant(_)
+            | NodeError::Encoding { .. }
+            | NodeError::CallFailed(_) => Code::Internal,
             NodeError::Refused(_)
             | NodeError::MemberUnreachable { .. }
             | NodeError::PolicyRefused(_) => Code::FailedPrecondition,
             NodeError::Forbidden(_) | NodeError::Denied(_) => Code::PermissionDenied,
             NodeError::Unauthenticated(_) => Code::Unauthenticated,
             NodeError::Compacted { .. } => Code::OutOfRange,
-            NodeError::CatchUpTimeout { .. } | NodeError::DeadlinePassed(_) => {
+            NodeError::CatchUpTimeout { .. } | NodeError::DeadlinePassed { .. } => {
                 Code::DeadlineExceeded
             }
             NodeError::Leader(e) => Code::from_i32(e.code),
@@ -439,7 +447,8 @@ impl NodeError {
             | NodeError::UnknownSession
             | NodeError::ChangeDeposed
             | NodeError::CatchUpTimeout { .. }
-            | NodeError::DeadlinePassed(_) => true,
+            | NodeError::DeadlinePassed { write: true, .. }
+            | NodeError::CallFailed(_) => true,
             NodeError::Leader(e) => e.indeterminate,
             _ => false,
         }

@@ -13,6 +13,7 @@ mod error;
 mod forwarder;
 mod grpc;
 mod http;
+mod lanes;
 mod leadership;
 mod link;
 mod membership;
@@ -78,7 +79,7 @@ pub struct NodeConfig {
     pub client_cert_auth: bool,
     /// With TLS, the identity that becomes the first admin when this node, leading, finds that
     /// the policy was never on (a new cluster). Until it is, the node serves no client (see
-    /// `authz`).
+    /// `api::caller`).
     pub auth_admin: Option<String>,
     /// Requests worked on at once; past it, RESOURCE_EXHAUSTED (see
     /// [`crate::limits::MAX_CONCURRENT_REQUESTS`]).

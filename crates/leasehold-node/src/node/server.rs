@@ -219,7 +219,7 @@ async fn serve(
     let api = super::api::Api::client(&node, &serving.metrics, stop.stopping());
     let (client, client_lanes) = planes::client_plane(&api, health_service, &stop)?;
     let raft = Arc::new(super::peer::raft_service::RaftService::new(node.clone()));
-    let lanes = super::peer::lanes::LaneServer {
+    let lanes = super::lanes::LaneServer {
         service: raft.clone(),
         gate: gate.clone(),
         stopping: stop.stopping(),
@@ -505,21 +505,25 @@ mod tests {
     use crate::proto::v1 as pb;
     use crate::proto::v1::lease_store_client::LeaseStoreClient;
 
-    /// A one-node cluster on listeners bound to port 0 by the test (as mini-redis's tests run
-    /// its server): the node serves on them, at the ports they got, and stops when told.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_node_serves_on_listeners_it_is_handed() {
+    /// A one-node cluster, started on listeners bound to port 0 by the test (as mini-redis's
+    /// tests run its server): its client address, its stop, and its task.
+    async fn one_node(
+        dir: &std::path::Path,
+    ) -> (
+        std::net::SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<Result<(), StartError>>,
+    ) {
         let client = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let peer = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (client_addr, peer_addr) = (client.local_addr().unwrap(), peer.local_addr().unwrap());
-        let dir = tempfile::tempdir().unwrap();
         let config = NodeConfig {
             id: 1,
             // Replaced by the listeners' own addresses.
             listen: "127.0.0.1:1".parse().unwrap(),
             peer_listen: "127.0.0.1:2".parse().unwrap(),
             advertise: client_addr.to_string(),
-            data_dir: dir.path().to_owned(),
+            data_dir: dir.to_owned(),
             peers: [(1, peer_addr.to_string())].into(),
             manual_clock: false,
             snapshot_every: 1_000,
@@ -542,7 +546,12 @@ mod tests {
         let node = tokio::spawn(run_on(config, listeners, async move {
             let _ = stopped.await;
         }));
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{client_addr}"))
+        (client_addr, stop, node)
+    }
+
+    /// The lease service of the node at `addr`, once it has elected itself and serves a put.
+    async fn serving(addr: std::net::SocketAddr) -> LeaseStoreClient<tonic::transport::Channel> {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
             .unwrap()
             .connect_lazy();
         let mut lease = LeaseStoreClient::new(channel);
@@ -552,7 +561,6 @@ mod tests {
             ..Default::default()
         };
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-        // Until the node has elected itself and serves.
         while let Err(e) = lease.put(put.clone()).await {
             assert!(
                 tokio::time::Instant::now() < deadline,
@@ -560,10 +568,51 @@ mod tests {
             );
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
+        lease
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_node_serves_on_listeners_it_is_handed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (addr, stop, node) = one_node(dir.path()).await;
+        let mut lease = serving(addr).await;
         let get = pb::GetRequest { key: "k".into() };
         let got = lease.get(get).await.unwrap().into_inner();
         assert_eq!(got.value, Some(b"v".to_vec()));
         stop.send(()).unwrap();
         node.await.unwrap().unwrap();
+    }
+
+    /// A client that keeps a `Batch` stream open (as `leasehold-client` does for as long as it
+    /// lives) does not hold the node's shutdown: the stream ends, refused as the node stops.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_node_stops_while_a_client_holds_a_batch_stream_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let (addr, stop, node) = one_node(dir.path()).await;
+        let mut lease = serving(addr).await;
+        let (calls, outgoing) = tokio::sync::mpsc::channel(1);
+        let get = pb::batch_call::Request::Get(pb::GetRequest { key: "k".into() });
+        let call = pb::BatchCall {
+            id: 1,
+            timeout_ms: 5_000,
+            request: Some(get),
+        };
+        calls
+            .send(pb::BatchRequest { calls: vec![call] })
+            .await
+            .unwrap();
+        let stream = tokio_stream::wrappers::ReceiverStream::new(outgoing);
+        let mut answers = lease.batch(stream).await.unwrap().into_inner();
+        let first = answers.message().await.unwrap().unwrap();
+        assert_eq!(first.answers[0].id, 1);
+        stop.send(()).unwrap();
+        let stopped = tokio::time::timeout(std::time::Duration::from_secs(10), node).await;
+        stopped
+            .expect("the node stopped within 10 s with a Batch stream open")
+            .unwrap()
+            .unwrap();
+        let ended = answers.message().await;
+        assert!(!matches!(ended, Ok(Some(_))), "{ended:?}");
+        drop(calls);
     }
 }

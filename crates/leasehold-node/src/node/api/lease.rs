@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::caller::{Caller, Credentials, DenialLog};
 use super::{convert, watch, Deadline, Plane};
+use crate::limits::MAX_BATCH_CALLS_PER_MESSAGE;
 use crate::metrics::Metrics;
 use crate::node::{Node, NodeError};
 use crate::proto::v1 as pb;
@@ -32,8 +33,10 @@ pub(crate) struct LeaseApi {
     metrics: Option<Arc<Metrics>>,
 }
 
-/// A typed refusal by the store in an answer, for `leasehold_refusals_total{reason}`.
+/// A typed refusal by the store in an answer, for `leasehold_refusals_total{reason}`; and
+/// whether the call changes the store (a read given up at its deadline changed nothing).
 trait Refusal {
+    const WRITES: bool = true;
     fn refusal(&self) -> Option<&'static str> {
         None
     }
@@ -82,9 +85,15 @@ impl Refusal for pb::DeleteResponse {
 }
 
 // Reads and the rest answer without refusing: a stale token checked is an answer.
-impl Refusal for pb::GetResponse {}
-impl Refusal for pb::GetLeaseResponse {}
-impl Refusal for pb::CheckTokenResponse {}
+impl Refusal for pb::GetResponse {
+    const WRITES: bool = false;
+}
+impl Refusal for pb::GetLeaseResponse {
+    const WRITES: bool = false;
+}
+impl Refusal for pb::CheckTokenResponse {
+    const WRITES: bool = false;
+}
 impl Refusal for pb::RegisterResponse {}
 impl Refusal for pb::AdvanceResponse {}
 
@@ -179,6 +188,24 @@ impl LeaseApi {
         }
     }
 
+    /// Where watches and `Batch` streams learn that the node stops.
+    pub fn stopping(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        self.stopping.clone()
+    }
+
+    /// Refuses a `Batch` message of more calls than [`MAX_BATCH_CALLS_PER_MESSAGE`]: none of them
+    /// is made.
+    pub fn check_batch(calls: usize) -> Result<(), NodeError> {
+        if calls <= MAX_BATCH_CALLS_PER_MESSAGE {
+            return Ok(());
+        }
+        let problem = format!(
+            "a BatchRequest carries at most {MAX_BATCH_CALLS_PER_MESSAGE} calls, not {calls}; none \
+             of its calls was made"
+        );
+        Err(NodeError::Invalid(InvalidInput::new("calls", problem)))
+    }
+
     /// One call of a `Batch` (gRPC's stream, HTTP's request), answered as its unary call, by
     /// its own timeout: its answer, or its refusal as the unary call's status would say it.
     pub async fn batch_call(
@@ -222,6 +249,13 @@ impl LeaseApi {
             Ok(caller) => deadline.bound(answer(caller)).await,
             Err(refused) => Err(refused),
         };
+        let result = result.map_err(|e| match e {
+            NodeError::DeadlinePassed { after, .. } => NodeError::DeadlinePassed {
+                after,
+                write: T::WRITES,
+            },
+            e => e,
+        });
         if let Err(e) = &result {
             if e.reason() == "DENIED" && self.plane == Plane::Client {
                 self.denials.denied(rpc, &e.to_string());

@@ -52,15 +52,19 @@ impl Deadline {
         Deadline(Some((Instant::now() + timeout, timeout)))
     }
 
-    /// `answer`, given up once the deadline passes: a write given up may still apply.
+    /// `answer`, given up once the deadline passes: a write given up may still apply (a read's
+    /// caller marks its own as a read's).
     pub async fn bound<T>(
         self,
         answer: impl std::future::Future<Output = Result<T, NodeError>>,
     ) -> Result<T, NodeError> {
         match self.0 {
-            Some((at, timeout)) => tokio::time::timeout_at(at, answer)
-                .await
-                .unwrap_or(Err(NodeError::DeadlinePassed(timeout))),
+            Some((at, timeout)) => tokio::time::timeout_at(at, answer).await.unwrap_or(Err(
+                NodeError::DeadlinePassed {
+                    after: timeout,
+                    write: true,
+                },
+            )),
             None => answer.await,
         }
     }

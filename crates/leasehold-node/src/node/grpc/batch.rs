@@ -25,7 +25,6 @@ use crate::limits::{MAX_BATCH_CALLS_PER_MESSAGE, MAX_BATCH_UNANSWERED};
 use crate::node::api::{Credentials, LeaseApi};
 use crate::node::NodeError;
 use crate::proto::v1 as pb;
-use leasehold_core::InvalidInput;
 
 /// One call being answered.
 type Answering = Pin<Box<dyn Future<Output = pb::BatchAnswer> + Send>>;
@@ -42,6 +41,12 @@ pub(crate) struct Answers {
     /// Calls read but not started: a message's past the bound.
     waiting: VecDeque<pb::BatchCall>,
     answering: FuturesUnordered<Answering>,
+    /// Resolves once the node stops: it reads no more calls, answers those it has, and ends
+    /// the stream, so that an open stream does not hold the node's shutdown.
+    stopped: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// Why the stream ends, once its calls are answered: the node stops, or the caller's side
+    /// failed (a message over the limit, say).
+    ending: Option<Status>,
     /// Set once the stream ended: nothing more comes.
     ended: bool,
 }
@@ -52,12 +57,20 @@ pub(crate) fn serve(
     credentials: Credentials,
     calls: Streaming<pb::BatchRequest>,
 ) -> Answers {
+    let stopped = api.stopping().map(|mut stopping| {
+        let stopped = async move {
+            let _ = stopping.wait_for(|stop| *stop).await;
+        };
+        Box::pin(stopped) as Pin<Box<dyn Future<Output = ()> + Send>>
+    });
     Answers {
         api,
         credentials: Arc::new(credentials),
         calls: Some(calls),
         waiting: VecDeque::new(),
         answering: FuturesUnordered::new(),
+        stopped,
+        ending: None,
         ended: false,
     }
 }
@@ -84,19 +97,19 @@ impl Answers {
             };
             match Pin::new(calls).poll_next(cx) {
                 Poll::Ready(Some(Ok(request))) => {
-                    if request.calls.len() > MAX_BATCH_CALLS_PER_MESSAGE {
-                        let problem = format!(
-                            "a BatchRequest carries at most {MAX_BATCH_CALLS_PER_MESSAGE} calls, \
-                             not {}; none of its calls was made",
-                            request.calls.len()
-                        );
-                        return Err(NodeError::Invalid(InvalidInput::new("calls", problem)));
-                    }
+                    LeaseApi::check_batch(request.calls.len())?;
                     self.waiting.extend(request.calls);
                 }
-                // The caller closed its side, or its stream failed: the calls read so far are
-                // still answered (a write among them may be applied).
-                Poll::Ready(Some(Err(_)) | None) => self.calls = None,
+                // The caller closed its side: the calls read so far are still answered (a
+                // write among them may be applied).
+                Poll::Ready(None) => self.calls = None,
+                // A message the node could not take (over the limit, or not a BatchRequest):
+                // its calls were never made; the stream ends with why, once the calls read
+                // before it are answered.
+                Poll::Ready(Some(Err(refused))) => {
+                    self.calls = None;
+                    self.ending = Some(refused);
+                }
                 Poll::Pending => return Ok(()),
             }
         }
@@ -109,6 +122,24 @@ impl Stream for Answers {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if self.ended {
             return Poll::Ready(None);
+        }
+        let stopping = self
+            .stopped
+            .as_mut()
+            .map(|s| s.as_mut().poll(cx).is_ready());
+        if stopping == Some(true) && self.calls.is_some() {
+            // Calls read but not started are refused, never made; those under way are answered.
+            self.calls = None;
+            for call in std::mem::take(&mut self.waiting) {
+                let refused = pb::BatchAnswer {
+                    id: call.id,
+                    answer: Some(pb::batch_answer::Answer::Error(
+                        NodeError::ShuttingDown.into(),
+                    )),
+                };
+                self.answering.push(Box::pin(std::future::ready(refused)));
+            }
+            self.ending = Some(Status::from(NodeError::ShuttingDown));
         }
         if let Err(refused) = self.take_calls(cx) {
             self.ended = true;
@@ -126,7 +157,7 @@ impl Stream for Answers {
         }
         if self.calls.is_none() && self.waiting.is_empty() && self.answering.is_empty() {
             self.ended = true;
-            return Poll::Ready(None);
+            return Poll::Ready(self.ending.take().map(Err));
         }
         Poll::Pending
     }

@@ -28,18 +28,19 @@ use crate::proto::v1::lease_store_server::LeaseStoreServer;
 
 /// The credentials `request` carries on `plane`.
 fn credentials<T>(request: &Request<T>, plane: Plane) -> Credentials {
-    let metadata = |key| {
-        let value = request.metadata().get(key)?;
-        // A header that is not ASCII is still a header sent: refused as no `Bearer TOKEN`.
-        Some(value.to_str().unwrap_or_default().to_owned())
-    };
+    let metadata = |key| Some(request.metadata().get(key)?.to_str().ok()?.to_owned());
     match plane {
         Plane::Client => {
             let certs = request.peer_certs();
             let first = certs.as_deref().and_then(|c| c.first());
             Credentials::Client {
                 certificate: first.and_then(certificate_name),
-                authorization: metadata(AUTHORIZATION_KEY),
+                // A header that is not ASCII is still a header sent: refused as no `Bearer
+                // TOKEN`, where a member's unreadable one names no identity.
+                authorization: request
+                    .metadata()
+                    .get(AUTHORIZATION_KEY)
+                    .map(|v| v.to_str().unwrap_or_default().to_owned()),
             }
         }
         // Believed only from a member the gate let through (with TLS): without TLS, anyone

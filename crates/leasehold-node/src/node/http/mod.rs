@@ -30,9 +30,9 @@ use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
-use super::api::{certificate_name, Api, Call, Credentials, Deadline};
+use super::api::{certificate_name, Api, Call, Credentials, Deadline, LeaseApi};
 use super::error::{Code, NodeError};
-use crate::limits::{MAX_BATCH_CALLS_PER_MESSAGE, MAX_HTTP_BODY_BYTES as MAX_BODY_BYTES};
+use crate::limits::MAX_HTTP_BODY_BYTES as MAX_BODY_BYTES;
 use crate::proto::v1 as pb;
 
 /// The RPCs served, for the error that names them (tests/http_api.rs checks each against the
@@ -244,23 +244,27 @@ async fn batch(
     credentials: &Credentials,
     request: pb::BatchRequest,
 ) -> Result<pb::BatchResponse, NodeError> {
-    if request.calls.len() > MAX_BATCH_CALLS_PER_MESSAGE {
-        let problem = format!(
-            "a BatchRequest carries at most {MAX_BATCH_CALLS_PER_MESSAGE} calls, not {}",
-            request.calls.len()
-        );
-        return Err(NodeError::Invalid(InvalidInput::new("calls", problem)));
-    }
+    LeaseApi::check_batch(request.calls.len())?;
     let mut calls = tokio::task::JoinSet::new();
+    let mut ids = std::collections::HashMap::new();
     for call in request.calls {
-        let (lease, credentials) = (api.lease.clone(), credentials.clone());
-        calls.spawn(async move { lease.batch_call(&credentials, call).await });
+        let (lease, credentials, id) = (api.lease.clone(), credentials.clone(), call.id);
+        let task = calls.spawn(async move { lease.batch_call(&credentials, call).await });
+        ids.insert(task.id(), id);
     }
     let mut answers = Vec::with_capacity(calls.len());
-    while let Some(answered) = calls.join_next().await {
-        // A call's task panicked: the node's own fault, and nothing to answer that call with.
-        let answer = answered.map_err(|e| NodeError::Invariant(e.to_string()))?;
-        answers.push(answer);
+    while let Some(answered) = calls.join_next_with_id().await {
+        answers.push(match answered {
+            Ok((_, answer)) => answer,
+            // That call's task panicked: the node's own fault. Its write may have been
+            // proposed; the others are answered as they were.
+            Err(e) => pb::BatchAnswer {
+                id: ids.get(&e.id()).copied().unwrap_or_default(),
+                answer: Some(pb::batch_answer::Answer::Error(
+                    NodeError::CallFailed(e.to_string()).into(),
+                )),
+            },
+        });
     }
     Ok(pb::BatchResponse { answers })
 }
@@ -284,7 +288,11 @@ fn lease_call(name: &str, body: &[u8]) -> Result<Option<Call>, NodeError> {
     ) {
         return Ok(None);
     }
-    let message: serde_json::Value = request(body)?;
+    // An empty body is the empty message, as `{}` is (a JSON null would name no call).
+    let message = match request::<serde_json::Value>(body)? {
+        serde_json::Value::Null => serde_json::json!({}),
+        message => message,
+    };
     let call = serde_json::from_value::<pb::BatchCall>(named(message)).map_err(not_json)?;
     Ok(call.request)
 }
@@ -450,6 +458,30 @@ fn http_status(code: Code) -> StatusCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lease_call_is_read_from_its_name_and_an_empty_body_is_its_empty_message() {
+        use pb::batch_call::Request;
+        let register = lease_call("Register", b"").unwrap();
+        assert!(
+            matches!(register, Some(Request::Register(_))),
+            "{register:?}"
+        );
+        let empty = lease_call("CheckToken", b"  {} ").unwrap();
+        assert!(matches!(empty, Some(Request::CheckToken(_))), "{empty:?}");
+        let put = lease_call("Put", br#"{"key": "k", "value": "dg=="}"#).unwrap();
+        let Some(Request::Put(put)) = put else {
+            panic!("{put:?}");
+        };
+        assert_eq!((put.key.as_str(), put.value.as_slice()), ("k", &b"v"[..]));
+        assert!(
+            lease_call("Status", b"").unwrap().is_none(),
+            "a cluster call"
+        );
+        assert!(lease_call("Explode", b"").unwrap().is_none());
+        let bad = lease_call("Put", br#"{"ttlMs": "#).unwrap_err();
+        assert_eq!(bad.reason(), "INVALID_INPUT");
+    }
 
     #[test]
     fn codes_are_named_as_grpc_names_them() {

@@ -16,8 +16,8 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
-use super::gate::PeerGate;
-use super::raft_service::RaftService;
+use super::peer::gate::PeerGate;
+use super::peer::raft_service::RaftService;
 use crate::limits::{ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES, MAX_PEER_LANES};
 use crate::node::NodeError;
 use crate::proto::raft_v1::raft_server::Raft as _;
