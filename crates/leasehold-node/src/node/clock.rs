@@ -225,8 +225,7 @@ impl LeaderClock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::api::{Call, Caller};
-    use crate::node::link::{Carried, ForwardAnswer, Forwarded, ReadAnswer};
+    use crate::node::link::{Carried, ForwardAnswer, Forwarded, OnBehalf, Read, ReadAnswer};
     use std::future::Future;
     use std::pin::Pin;
     use std::time::Duration;
@@ -257,7 +256,15 @@ mod tests {
             }
         }
 
-        fn read(&self, _: NodeId, _: String, _: Caller, _: Call) -> ReadAnswer {
+        fn read(&self, _: NodeId, _: String, _: OnBehalf, _: Read) -> ReadAnswer {
+            unreachable!("only carried times are asked")
+        }
+
+        fn status(
+            &self,
+            _: NodeId,
+            _: String,
+        ) -> Pin<Box<dyn Future<Output = crate::proto::v1::NodeStatus> + Send>> {
             unreachable!("only carried times are asked")
         }
     }

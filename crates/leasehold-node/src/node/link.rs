@@ -1,7 +1,7 @@
 //! How a node calls its peers outside openraft's own RPCs: forwarded writes and reads to the
-//! leader, and a new leader's question for the store time each peer carries (see `clock`). The
-//! calls as the node makes them; their transports are the peer plane's (`peer::link`, between
-//! processes) and the simulation's router.
+//! leader, a new leader's question for the store time each peer carries (see `clock`), and a
+//! member's own status. The calls as the node makes them; their transports are the peer plane's
+//! (`peer::link`, between processes) and the simulation's router.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::api::{Answer, Call, Caller};
 use super::NodeError;
+use crate::proto::v1 as pb;
 use crate::raft::{Applied, LogId, NodeId};
 use leasehold_core::{Op, RequestId};
 
@@ -28,8 +28,19 @@ pub type Forwarded = (Op, Option<RequestId>);
 /// What the leader answered one forwarded write, or why it could not.
 pub type ForwardAnswer = Result<Applied, NodeError>;
 
+/// A read forwarded to the leader: one of the `LeaseStore` service's calls.
+pub type Read = pb::batch_call::Request;
 /// What forwarding a read to the leader answers.
-pub type ReadAnswer = Pin<Box<dyn Future<Output = Result<Answer, NodeError>> + Send>>;
+pub type ReadAnswer =
+    Pin<Box<dyn Future<Output = Result<pb::batch_answer::Answer, NodeError>> + Send>>;
+
+/// Who a forwarded request is for, as the forwarding member found the caller: the identity, and
+/// the SHA-256 of the bearer token that gave it (checked again where the request is decided).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OnBehalf {
+    pub identity: Option<String>,
+    pub bearer: Option<String>,
+}
 
 pub trait PeerLink: Send + Sync + 'static {
     /// Sends a batch of forwarded writes to `leader` at `addr`. One answer per write, in order;
@@ -57,5 +68,13 @@ pub trait PeerLink: Send + Sync + 'static {
     /// Forwards `call`, a read this node could not answer as it does not lead, to `leader` at
     /// `addr` for `caller`: the leader's answer, its own refusal, or why it could not be had
     /// (then `LeaderUnreachable`: a read changes nothing).
-    fn read(&self, leader: NodeId, addr: String, caller: Caller, call: Call) -> ReadAnswer;
+    fn read(&self, leader: NodeId, addr: String, caller: OnBehalf, call: Read) -> ReadAnswer;
+
+    /// Member `id`'s own view of itself, asked at its peer address `addr`; a status of role
+    /// `Unreachable`, saying why, where it could not be had.
+    fn status(
+        &self,
+        id: NodeId,
+        addr: String,
+    ) -> Pin<Box<dyn Future<Output = pb::NodeStatus> + Send>>;
 }

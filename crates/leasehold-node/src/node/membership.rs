@@ -70,9 +70,7 @@ pub async fn list(node: &Node) -> Result<pb::MembersResponse, NodeError> {
             let client = if id == node.id() {
                 node.advertise().to_owned()
             } else {
-                super::peer::status::remote_status(node.channels().clone(), id, addr)
-                    .await
-                    .address
+                node.link().status(id, addr).await.address
             };
             (id, client)
         });
@@ -200,9 +198,7 @@ fn may_join(node: &Node, r: &pb::AddMemberRequest) -> Result<(), NodeError> {
 /// Whether the node at `r`'s peer address is there, serving as the id it is added under, at the
 /// client address given.
 async fn serves_as_named(node: &Node, r: &pb::AddMemberRequest) -> Result<(), NodeError> {
-    let status =
-        super::peer::status::remote_status(node.channels().clone(), r.id, r.peer_address.clone())
-            .await;
+    let status = node.link().status(r.id, r.peer_address.clone()).await;
     if status.role == pb::Role::Unreachable as i32 {
         return Err(NodeError::MemberUnreachable {
             id: r.id,

@@ -45,11 +45,11 @@ pub use server::{check_clock_mode, check_flags, run, run_on};
 // own transports, and reads the refusals' metadata and bounds.
 #[cfg(test)]
 pub(crate) use {
-    api::{Call, Caller, Credentials, Deadline, LeaseApi, Plane},
+    api::{ClusterApi, Credentials, Deadline, LeaseApi, Plane},
     assembly::{start, Storage, Transport},
     error::Code,
     error::INDETERMINATE_KEY,
-    link::{Carried, ForwardAnswer, Forwarded, ReadAnswer},
+    link::{Carried, ForwardAnswer, Forwarded, OnBehalf, Read, ReadAnswer},
 };
 
 use crate::raft::{BootLog, Channels, LogStore, NodeId, Proposer, Raft, Reads, SharedState};

@@ -9,9 +9,10 @@ use openraft::LogId;
 
 use super::router::{Router, Undelivered};
 use crate::node::{
-    Call, Caller, Carried, Credentials, Deadline, ForwardAnswer, Forwarded, LeaseApi, NodeError,
-    PeerLink, Plane, ReadAnswer,
+    Carried, ClusterApi, Credentials, Deadline, ForwardAnswer, Forwarded, LeaseApi, NodeError,
+    OnBehalf, PeerLink, Plane, Read, ReadAnswer,
 };
+use crate::proto::v1 as pb;
 
 pub(super) struct SimLink {
     pub(super) from: u64,
@@ -69,13 +70,12 @@ impl PeerLink for SimLink {
         })
     }
 
-    fn read(&self, leader: u64, addr: String, caller: Caller, call: Call) -> ReadAnswer {
+    fn read(&self, leader: u64, addr: String, caller: OnBehalf, call: Read) -> ReadAnswer {
         let (from, router) = (self.from, self.router.clone());
         Box::pin(async move {
-            let (identity, bearer) = caller.carried();
             let credentials = Credentials::Member {
-                identity: identity.map(str::to_owned),
-                bearer: bearer.map(str::to_owned),
+                identity: caller.identity,
+                bearer: caller.bearer,
             };
             // The leader's peer plane answers it, as a forwarded read reaches it between
             // processes.
@@ -93,5 +93,37 @@ impl PeerLink for SimLink {
                 }),
             }
         })
+    }
+
+    fn status(
+        &self,
+        id: u64,
+        addr: String,
+    ) -> Pin<Box<dyn Future<Output = pb::NodeStatus> + Send>> {
+        let (from, router) = (self.from, self.router.clone());
+        Box::pin(async move {
+            // The member's peer plane answers it, as between processes.
+            let asked = router.deliver(from, id, async move |node| {
+                let api = ClusterApi::new(node.clone(), Plane::Peer);
+                api.node_status(&Credentials::Anonymous, pb::NodeStatusRequest {})
+                    .await
+            });
+            match asked.await {
+                Ok(Ok(status)) => status,
+                Ok(Err(e)) => unreachable_status(id, addr, e.to_string()),
+                Err(e) => unreachable_status(id, addr, e.to_string()),
+            }
+        })
+    }
+}
+
+/// What a member that could not be asked is in a status: unreachable, and why.
+fn unreachable_status(id: u64, peer_address: String, error: String) -> pb::NodeStatus {
+    pb::NodeStatus {
+        id,
+        peer_address,
+        role: pb::Role::Unreachable as i32,
+        error,
+        ..Default::default()
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::limits::{DENIALS_LOGGED_PER_MINUTE, TICK_CHECK};
+use crate::node::link::OnBehalf;
 use crate::node::{Node, NodeError};
 use crate::raft::state_machine::Applying;
 use crate::raft::Applied;
@@ -82,8 +83,11 @@ impl Caller {
     }
 
     /// What a member forwarding this caller's request says of it (`Credentials::Member` there).
-    pub fn carried(&self) -> (Option<&str>, Option<&str>) {
-        (self.identity.as_deref(), self.bearer.as_deref())
+    pub fn on_behalf(&self) -> OnBehalf {
+        OnBehalf {
+            identity: self.identity.clone(),
+            bearer: self.bearer.clone(),
+        }
     }
 
     /// The identity, if the caller has one.

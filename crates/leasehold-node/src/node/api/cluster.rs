@@ -6,7 +6,6 @@ use tokio::sync::mpsc;
 use super::caller::{self, Caller, Credentials};
 use super::{convert, Plane};
 use crate::limits::{BACKUP_CHUNKS_QUEUED, BACKUP_CHUNK_BYTES};
-use crate::node::peer::status::remote_status;
 use crate::node::{membership, Node, NodeError};
 use crate::proto::v1 as pb;
 use leasehold_core::auth::{Action, AuthChange};
@@ -224,7 +223,7 @@ impl ClusterApi {
         let mut asks = tokio::task::JoinSet::new();
         for (id, addr) in self.node.members() {
             if id != self.node.id() {
-                asks.spawn(remote_status(self.node.channels().clone(), id, addr));
+                asks.spawn(self.node.link().status(id, addr));
             }
         }
         let mut nodes = vec![self.local()];

@@ -323,7 +323,7 @@ impl LeaseApi {
         let forwarded = self
             .node
             .link()
-            .read(*leader, addr.clone(), caller, m.call());
+            .read(*leader, addr.clone(), caller.on_behalf(), m.call());
         let answer = forwarded.await?;
         Req::answered(answer).ok_or_else(|| {
             NodeError::Invariant("the leader answered a forwarded read with another call's".into())

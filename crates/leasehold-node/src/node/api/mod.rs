@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 pub(crate) use caller::{certificate_name, set_up, Caller, Credentials, SetUp};
 pub(crate) use cluster::ClusterApi;
-pub(crate) use lease::{Answer, Call, LeaseApi};
+pub(crate) use lease::{Call, LeaseApi};
 
 use super::{Node, NodeError};
 use crate::metrics::Metrics;

@@ -10,11 +10,11 @@ use leasehold_proto::wire;
 use tonic::metadata::MetadataValue;
 
 use crate::limits::FORWARD_TIMEOUT;
-use crate::node::api::{Answer, Call, Caller};
 use crate::node::error::ForwardedError;
-use crate::node::link::{Carried, ForwardAnswer, Forwarded, PeerLink, ReadAnswer};
+use crate::node::link::{Carried, ForwardAnswer, Forwarded, OnBehalf, PeerLink, Read, ReadAnswer};
 use crate::node::NodeError;
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
+use crate::proto::v1::batch_answer::Answer as Answered;
 use crate::proto::v1::lease_store_client::LeaseStoreClient;
 use crate::raft::codec::{decode, encode};
 use crate::raft::lane::LaneRpc;
@@ -53,7 +53,15 @@ impl PeerLink for GrpcLink {
         })
     }
 
-    fn read(&self, leader: NodeId, addr: String, caller: Caller, call: Call) -> ReadAnswer {
+    fn status(
+        &self,
+        id: NodeId,
+        addr: String,
+    ) -> Pin<Box<dyn Future<Output = crate::proto::v1::NodeStatus> + Send>> {
+        Box::pin(super::status::remote_status(self.0.clone(), id, addr))
+    }
+
+    fn read(&self, leader: NodeId, addr: String, caller: OnBehalf, call: Read) -> ReadAnswer {
         let channels = self.0.clone();
         Box::pin(async move {
             let unreachable = |reason: String| NodeError::LeaderUnreachable {
@@ -66,18 +74,18 @@ impl PeerLink for GrpcLink {
                 .map_err(|e| unreachable(e.to_string()))?;
             let mut client = LeaseStoreClient::new(channel).max_decoding_message_size(usize::MAX);
             let answered = match call {
-                Call::Get(m) => client
+                Read::Get(m) => client
                     .get(forwarded(m, &caller))
                     .await
-                    .map(|r| Answer::Get(r.into_inner())),
-                Call::GetLease(m) => client
+                    .map(|r| Answered::Get(r.into_inner())),
+                Read::GetLease(m) => client
                     .get_lease(forwarded(m, &caller))
                     .await
-                    .map(|r| Answer::GetLease(r.into_inner())),
-                Call::CheckToken(m) => client
+                    .map(|r| Answered::GetLease(r.into_inner())),
+                Read::CheckToken(m) => client
                     .check_token(forwarded(m, &caller))
                     .await
-                    .map(|r| Answer::CheckToken(r.into_inner())),
+                    .map(|r| Answered::CheckToken(r.into_inner())),
                 _ => {
                     return Err(NodeError::Invariant(
                         "only reads are forwarded as calls".into(),
@@ -92,12 +100,12 @@ impl PeerLink for GrpcLink {
 /// `message` as a read forwarded to the leader: bounded by [`FORWARD_TIMEOUT`], marked as
 /// forwarded (so that a node that no longer leads answers instead of forwarding it again), and
 /// carrying the caller this node found.
-fn forwarded<T>(message: T, caller: &Caller) -> tonic::Request<T> {
+fn forwarded<T>(message: T, caller: &OnBehalf) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     request.set_timeout(FORWARD_TIMEOUT);
     let metadata = request.metadata_mut();
     metadata.insert(wire::FORWARDED_KEY, MetadataValue::from_static("1"));
-    let (identity, bearer) = caller.carried();
+    let (identity, bearer) = (caller.identity.as_deref(), caller.bearer.as_deref());
     for (key, value) in [(wire::IDENTITY_KEY, identity), (wire::BEARER_KEY, bearer)] {
         if let Some(value) = value.and_then(|v| MetadataValue::try_from(v).ok()) {
             metadata.insert(key, value);
