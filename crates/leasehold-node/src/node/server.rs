@@ -105,13 +105,8 @@ pub fn check_clock_mode(dir: &Path, clock: ClockMode) -> Result<(), StartError> 
     }
 }
 
-/// Runs one node until `shutdown` resolves, on the addresses its config names.
-pub async fn run(
-    config: NodeConfig,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), StartError> {
-    // Checked before binding: `--listen` and `--peer-listen` the same would fail to bind, with
-    // a less helpful message than the check's.
+/// [`check_flags`] on a node's config.
+fn checked(config: &NodeConfig) -> Result<(), StartError> {
     check_flags(
         config.id,
         &config.peers,
@@ -119,7 +114,17 @@ pub async fn run(
         &config.listen,
         &config.peer_listen,
     )
-    .map_err(StartError::Config)?;
+    .map_err(StartError::Config)
+}
+
+/// Runs one node until `shutdown` resolves, on the addresses its config names.
+pub async fn run(
+    config: NodeConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    // Checked before binding: `--listen` and `--peer-listen` the same would fail to bind, with
+    // a less helpful message than the check's.
+    checked(&config)?;
     let listeners = Listeners::bind(&config).await?;
     run_on(config, listeners, shutdown).await
 }
@@ -143,14 +148,7 @@ pub async fn run_on(
     config.peer_listen = bound(&listeners.peer)?;
     config.metrics_listen = listeners.metrics.as_ref().map(bound).transpose()?;
     config.http_listen = listeners.http.as_ref().map(bound).transpose()?;
-    check_flags(
-        config.id,
-        &config.peers,
-        config.join,
-        &config.listen,
-        &config.peer_listen,
-    )
-    .map_err(StartError::Config)?;
+    checked(&config)?;
     let clock = prepare_data_dir(&config)?;
     // TLS files are read and checked before the storage is opened: a wrong path or a key that
     // does not match its certificate stops the node before it starts Raft.
