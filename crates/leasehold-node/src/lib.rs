@@ -32,7 +32,8 @@
 //!     request) -> Result<answer, NodeError>`: checks, admission, authorization, forwarding of
 //!     reads, metrics and the denial log, written once;
 //!   - `node::peer`: the peer plane (the gate that lets only members through, the Raft service,
-//!     the lanes that share its port with gRPC, and the calls this node makes to its peers);
+//!     and the calls this node makes to its peers); `node::lanes`: the accept split and serve
+//!     loop of both ports' lanes (the peer's, and the client's without TLS);
 //!   - the node itself: the one assembly (`node::start`, which `serve` and the simulation both
 //!     use, and `serve`'s planes), writes (`write.rs`: proposed here or forwarded in batches;
 //!     one held by a leader that no longer leads goes on to the new one), reads (`read.rs`),

@@ -91,7 +91,7 @@ pub struct NodeConfig {
     pub join: bool,
     /// Where to serve `/metrics`, `/healthz` and `/readyz`, if anywhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
-    /// Where to serve the client API over HTTP/1.1 and JSON (`http_api`), if anywhere.
+    /// Where to serve the client API over HTTP/1.1 and JSON (`node::http`), if anywhere.
     pub http_listen: Option<std::net::SocketAddr>,
 }
 
