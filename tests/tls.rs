@@ -338,7 +338,10 @@ async fn a_members_raft_message_claiming_another_sender_is_refused() {
 
 /// A junk AppendEntries to node 1 on a peer lane, dialed with `identity`: its answer (which
 /// is never a success), or `None` if node 1 took no lane from it.
-async fn append_on_a_lane(h: &Harness, identity: &TlsFiles) -> Option<Result<(), tonic::Status>> {
+async fn append_on_a_lane(
+    h: &Harness,
+    identity: &TlsFiles,
+) -> Option<Result<(), leasehold::raft::lane::LaneFailure>> {
     use leasehold::raft::lane::{Dialer, LaneRpc, Lanes, ALPN};
     let tls = Tls::load(identity).unwrap().connector(ALPN).unwrap();
     let lanes = Lanes::new(Some(Dialer {

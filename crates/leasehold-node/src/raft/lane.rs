@@ -135,24 +135,62 @@ impl LaneReply {
         }
     }
 
-    /// The answer as a gRPC call would have given it.
-    fn into_response(self) -> Result<tonic::Response<RaftMessage>, tonic::Status> {
+    /// The answer as a gRPC call would have given it: the reply with its metadata, or the
+    /// handler's refusal.
+    fn into_response(self) -> Result<tonic::Response<RaftMessage>, LaneFailure> {
         match self {
             LaneReply::Ok { metadata, data } => {
-                let metadata = metadata_map(metadata).map_err(tonic::Status::internal)?;
+                let metadata = metadata_map(metadata).map_err(|why| {
+                    LaneFailure::Lost(format!("the peer's reply carried bad metadata: {why}"))
+                })?;
                 Ok(tonic::Response::from_parts(
                     metadata,
                     RaftMessage { data },
                     Default::default(),
                 ))
             }
-            LaneReply::Err {
-                code,
+            LaneReply::Err { code, message, .. } => Err(LaneFailure::Refused {
+                code: code.into(),
                 message,
-                metadata,
-            } => {
-                let metadata = metadata_map(metadata).map_err(tonic::Status::internal)?;
-                Err(tonic::Status::with_metadata(code.into(), message, metadata))
+            }),
+        }
+    }
+}
+
+/// Why a call on a lane has no reply: the peer's handler refused it, or the call did not get
+/// there and back. The peer plane's callers read it as they read a gRPC call's status, without
+/// making one (a status is the node's own words to a client: see `node::error`).
+#[derive(Debug)]
+pub enum LaneFailure {
+    /// The peer's handler refused it, as its gRPC call would have been refused.
+    Refused { code: tonic::Code, message: String },
+    /// No lane could be had: the call was not sent.
+    Unreachable(String),
+    /// The lane failed with the call on it: it may have been handled.
+    Lost(String),
+    /// The caller's time ran out with the call on it, as a gRPC call's timeout does
+    /// (`CANCELLED`, which the peer network does not take for an unreachable peer).
+    TimedOut(String),
+}
+
+impl LaneFailure {
+    /// The gRPC code the same failure of a gRPC call would have.
+    pub fn code(&self) -> tonic::Code {
+        match self {
+            LaneFailure::Refused { code, .. } => *code,
+            LaneFailure::Unreachable(_) => tonic::Code::Unavailable,
+            LaneFailure::Lost(_) => tonic::Code::Unavailable,
+            LaneFailure::TimedOut(_) => tonic::Code::Cancelled,
+        }
+    }
+}
+
+impl std::fmt::Display for LaneFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LaneFailure::Refused { message, .. } => f.write_str(message),
+            LaneFailure::Unreachable(why) | LaneFailure::Lost(why) | LaneFailure::TimedOut(why) => {
+                f.write_str(why)
             }
         }
     }
@@ -380,9 +418,9 @@ impl Lanes {
     }
 
     /// Sends `request` to `peer` at `addr` on a lane and returns its answer as the gRPC call
-    /// would have; `None` if the peer takes no lanes (the caller makes the gRPC call instead).
-    /// Within `timeout`, or the answer is a `Cancelled` status, as tonic's would be; a lane
-    /// that failed mid-call is dropped, never reused.
+    /// would have, or why it has none; `Err(request)` if the peer takes no lanes (the caller
+    /// makes the gRPC call instead). Within `timeout`, or the call is lost; a lane that failed
+    /// mid-call is dropped, never reused.
     pub async fn call(
         &self,
         peer: NodeId,
@@ -390,7 +428,7 @@ impl Lanes {
         rpc: LaneRpc,
         request: tonic::Request<RaftMessage>,
         timeout: Duration,
-    ) -> Result<Result<tonic::Response<RaftMessage>, tonic::Status>, tonic::Request<RaftMessage>>
+    ) -> Result<Result<tonic::Response<RaftMessage>, LaneFailure>, tonic::Request<RaftMessage>>
     {
         let Some(dialer) = &self.dialer else {
             return Err(request);
@@ -408,12 +446,12 @@ impl Lanes {
                     return Err(request);
                 }
                 Ok(Err(OpenError::Unreachable(e))) => {
-                    return Ok(Err(tonic::Status::unavailable(format!(
+                    return Ok(Err(LaneFailure::Unreachable(format!(
                         "cannot reach {addr}: {e}"
                     ))))
                 }
                 Err(_) => {
-                    return Ok(Err(tonic::Status::unavailable(format!(
+                    return Ok(Err(LaneFailure::Unreachable(format!(
                         "cannot reach {addr}: no lane within {timeout:?}"
                     ))))
                 }
@@ -430,10 +468,12 @@ impl Lanes {
                 self.put_back(key, lane);
                 Ok(reply.into_response())
             }
-            Ok(Err(e)) => Ok(Err(tonic::Status::unavailable(format!(
+            Ok(Err(e)) => Ok(Err(LaneFailure::Lost(format!(
                 "the lane to {addr} failed: {e}"
             )))),
-            Err(_) => Ok(Err(tonic::Status::cancelled("Timeout expired"))),
+            Err(_) => Ok(Err(LaneFailure::TimedOut(format!(
+                "no answer from {addr} within {timeout:?}"
+            )))),
         }
     }
 }
@@ -492,7 +532,7 @@ mod tests {
     }
 
     /// `reply` through a frame and back, as the caller gets it.
-    async fn carried(reply: LaneReply) -> Result<tonic::Response<RaftMessage>, tonic::Status> {
+    async fn carried(reply: LaneReply) -> Result<tonic::Response<RaftMessage>, LaneFailure> {
         let mut frame = Vec::new();
         write_frame(&mut frame, &reply).await.unwrap();
         let back: LaneReply = read_frame(&mut frame.as_slice()).await.unwrap().unwrap();
@@ -521,8 +561,7 @@ mod tests {
             tonic::Status::with_metadata(Code::PermissionDenied, "not a member", metadata);
         let back = carried(LaneReply::of(Err(refusal))).await.unwrap_err();
         assert_eq!(back.code(), Code::PermissionDenied);
-        assert_eq!(back.message(), "not a member");
-        assert_eq!(back.metadata().get("leasehold-origin").unwrap(), "node");
+        assert_eq!(back.to_string(), "not a member");
     }
 
     #[tokio::test]
@@ -635,7 +674,7 @@ mod tests {
         let answer = lanes.call(2, addr, LaneRpc::AppendEntries, request(data), second);
         match answer.await {
             Ok(Ok(reply)) => Some(Ok(reply.into_inner().data)),
-            Ok(Err(status)) => Some(Err(status.code())),
+            Ok(Err(failure)) => Some(Err(failure.code())),
             Err(_) => None,
         }
     }

@@ -276,6 +276,8 @@ impl PeerClient {
         if let Some(known) = incarnations.as_ref().and_then(|i| i.known(self.target)) {
             incarnation::write(message.metadata_mut(), incarnation::TO_KEY, known);
         }
+        // A failure as its code and words, whichever way the call went.
+        let failed = |status: tonic::Status| (status.code(), status.message().to_owned());
         let reply = match rpc {
             Rpc::AppendEntries => {
                 let (lanes, timeout) = (self.channels.lanes(), option.hard_ttl());
@@ -284,23 +286,21 @@ impl PeerClient {
                     .call(self.target, &self.addr, rpc, message, timeout)
                     .await
                 {
-                    Ok(reply) => reply,
-                    Err(message) => client.append_entries(message).await,
+                    Ok(reply) => reply.map_err(|failure| (failure.code(), failure.to_string())),
+                    Err(message) => client.append_entries(message).await.map_err(failed),
                 }
             }
-            Rpc::Vote => client.vote(message).await,
-            Rpc::PreVote => client.pre_vote(message).await,
-            Rpc::InstallSnapshot => client.install_snapshot(message).await,
+            Rpc::Vote => client.vote(message).await.map_err(failed),
+            Rpc::PreVote => client.pre_vote(message).await.map_err(failed),
+            Rpc::InstallSnapshot => client.install_snapshot(message).await.map_err(failed),
         };
         let reply = match (reply, older) {
-            (Err(status), Some(older)) if status.code() == tonic::Code::Unimplemented => {
-                return Ok(older)
-            }
+            (Err((tonic::Code::Unimplemented, _)), Some(older)) => return Ok(older),
             (reply, _) => reply,
         };
-        let reply = reply.map_err(|status| {
-            let failure = PeerFailure(format!("{}: {}", status.code(), status.message()));
-            if status.code() == tonic::Code::Unavailable {
+        let reply = reply.map_err(|(code, message)| {
+            let failure = PeerFailure(format!("{code}: {message}"));
+            if code == tonic::Code::Unavailable {
                 RPCError::Unreachable(Unreachable::new(&failure))
             } else {
                 RPCError::Network(NetworkError::new(&failure))

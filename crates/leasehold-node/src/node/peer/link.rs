@@ -152,12 +152,15 @@ async fn send(
         .call(leader, &addr, LaneRpc::Propose, request, FORWARD_TIMEOUT)
         .await
     {
-        Ok(reply) => reply,
-        Err(request) => RaftClient::new(channel).propose(request).await,
+        Ok(reply) => reply.map_err(|failure| failure.to_string()),
+        Err(request) => {
+            let reply = RaftClient::new(channel).propose(request).await;
+            reply.map_err(|status| status.message().to_owned())
+        }
     };
     let reply = match reply {
         Ok(reply) => reply.into_inner(),
-        Err(status) => return lost(status.message().to_owned()),
+        Err(reason) => return lost(reason),
     };
     match decode::<Vec<Result<Applied, ForwardedError>>>(&reply.data) {
         Ok(answers) if answers.len() == count => answers
