@@ -1,8 +1,10 @@
 //! Lanes beside gRPC on a node's ports: the peer port's (see `raft::lane`) and the client
 //! port's (see `client_lanes`). The accept loop tells a lane from a gRPC connection (by its
 //! greeting without TLS, by its ALPN protocol with it), hands gRPC ones on to tonic, and serves
-//! each lane in a task of its own: one request at a time, each answered by the same handler,
-//! behind the same checks, that the gRPC call would reach.
+//! each lane in a task of its own, one request at a time: a peer lane's by the Raft service's
+//! handler a gRPC call reaches, a client lane's by the typed API as a call on a `Batch` stream
+//! is; behind the same checks either way. A peer lane under TLS passes the peer gate before
+//! anything of it is read.
 
 use std::future::Future;
 use std::net::SocketAddr;
