@@ -503,10 +503,12 @@ mod tests {
     use crate::proto::v1 as pb;
     use crate::proto::v1::lease_store_client::LeaseStoreClient;
 
-    /// A one-node cluster, started on listeners bound to port 0 by the test (as mini-redis's
-    /// tests run its server): its client address, its stop, and its task.
+    /// Node 1 of `voters`, started on listeners bound to port 0 by the test (as mini-redis's
+    /// tests run its server), the others never started: its client address, its stop, and its
+    /// task.
     async fn one_node(
         dir: &std::path::Path,
+        voters: u64,
     ) -> (
         std::net::SocketAddr,
         tokio::sync::oneshot::Sender<()>,
@@ -522,7 +524,13 @@ mod tests {
             peer_listen: "127.0.0.1:2".parse().unwrap(),
             advertise: client_addr.to_string(),
             data_dir: dir.to_owned(),
-            peers: [(1, peer_addr.to_string())].into(),
+            // The absent voters' peer ports on loopback, where nothing listens.
+            peers: (1..=voters)
+                .map(|id| match id {
+                    1 => (1, peer_addr.to_string()),
+                    id => (id, format!("127.0.0.1:{id}")),
+                })
+                .collect(),
             manual_clock: false,
             snapshot_every: 1_000,
             tls: None,
@@ -572,7 +580,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_node_serves_on_listeners_it_is_handed() {
         let dir = tempfile::tempdir().unwrap();
-        let (addr, stop, node) = one_node(dir.path()).await;
+        let (addr, stop, node) = one_node(dir.path(), 1).await;
         let mut lease = serving(addr).await;
         let get = pb::GetRequest { key: "k".into() };
         let got = lease.get(get).await.unwrap().into_inner();
@@ -586,7 +594,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_node_stops_while_a_client_holds_a_batch_stream_open() {
         let dir = tempfile::tempdir().unwrap();
-        let (addr, stop, node) = one_node(dir.path()).await;
+        let (addr, stop, node) = one_node(dir.path(), 1).await;
         let mut lease = serving(addr).await;
         let (calls, outgoing) = tokio::sync::mpsc::channel(1);
         let get = pb::batch_call::Request::Get(pb::GetRequest { key: "k".into() });
@@ -611,6 +619,51 @@ mod tests {
             .unwrap();
         let ended = answers.message().await;
         assert!(!matches!(ended, Ok(Some(_))), "{ended:?}");
+        drop(calls);
+    }
+
+    /// A call still under way when the node stops is answered before its stream ends: node 1
+    /// of three, alone, has no leader, so a put waits out the election wait on it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_call_under_way_when_the_node_stops_is_answered_before_the_stream_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let (addr, stop, node) = one_node(dir.path(), 3).await;
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_lazy();
+        let mut lease = LeaseStoreClient::new(channel);
+        let (calls, outgoing) = tokio::sync::mpsc::channel(1);
+        let put = pb::batch_call::Request::Put(pb::PutRequest {
+            key: "k".into(),
+            value: b"v".to_vec(),
+            ..Default::default()
+        });
+        let call = pb::BatchCall {
+            id: 7,
+            timeout_ms: 10_000,
+            request: Some(put),
+        };
+        calls
+            .send(pb::BatchRequest { calls: vec![call] })
+            .await
+            .unwrap();
+        let stream = tokio_stream::wrappers::ReceiverStream::new(outgoing);
+        let mut answers = lease.batch(stream).await.unwrap().into_inner();
+        // The put is on its way once the node has read it; stop it then.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        stop.send(()).unwrap();
+        let answered = answers.message().await;
+        let answer = answered
+            .expect("the put's answer, not a reset")
+            .expect("an answer");
+        assert_eq!(answer.answers[0].id, 7, "{answer:?}");
+        let ended = answers.message().await;
+        assert!(!matches!(ended, Ok(Some(_))), "{ended:?}");
+        let stopped = tokio::time::timeout(std::time::Duration::from_secs(10), node).await;
+        stopped
+            .expect("the node stopped within 10 s")
+            .unwrap()
+            .unwrap();
         drop(calls);
     }
 }

@@ -42,7 +42,8 @@ pub(crate) struct Answers {
     waiting: VecDeque<pb::BatchCall>,
     answering: FuturesUnordered<Answering>,
     /// Resolves once the node stops: it reads no more calls, answers those it has, and ends
-    /// the stream, so that an open stream does not hold the node's shutdown.
+    /// the stream, so that an open stream does not hold the node's shutdown. `None` once it
+    /// has (or where the API has no stop to wait on).
     stopped: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// Why the stream ends, once its calls are answered: the node stops, or the caller's side
     /// failed (a message over the limit, say).
@@ -123,11 +124,15 @@ impl Stream for Answers {
         if self.ended {
             return Poll::Ready(None);
         }
+        // Polled until it fires, then dropped: a finished future is not polled again.
         let stopping = self
             .stopped
             .as_mut()
-            .map(|s| s.as_mut().poll(cx).is_ready());
-        if stopping == Some(true) && self.calls.is_some() {
+            .is_some_and(|s| s.as_mut().poll(cx).is_ready());
+        if stopping {
+            self.stopped = None;
+        }
+        if stopping && self.calls.is_some() {
             // Calls read but not started are refused, never made; those under way are answered.
             self.calls = None;
             for call in std::mem::take(&mut self.waiting) {
