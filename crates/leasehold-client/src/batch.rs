@@ -190,19 +190,17 @@ impl Batches {
         }
     }
 
-    /// `message` on the node's stream, answered within `timeout` as its unary call would be;
-    /// `Err(message)` where it goes as a unary call instead: a node that takes no stream, or a
-    /// request too big for a message. The caller bounds the call's time too.
-    pub(crate) async fn call<M: BatchMethod>(
+    /// `call` on the node's stream, answered as its unary call would be (by its `timeout_ms`;
+    /// the caller bounds the call's time too); `Err(call)` where it goes as a unary call
+    /// instead: a node that takes no stream, or a call too big for a message.
+    pub(crate) async fn call(
         &self,
         channel: &NodeChannel,
-        message: M,
-        timeout: Duration,
-    ) -> Result<Result<Response<M::Reply>, Status>, M> {
-        let call = self.call_of(message.clone(), timeout);
+        call: pb::BatchCall,
+    ) -> Result<Result<pb::batch_answer::Answer, Status>, pb::BatchCall> {
         // Room for the message's own fields beside the call.
         if call.encoded_len() + CALL_OVERHEAD_BYTES > MAX_BATCH_MESSAGE_BYTES {
-            return Err(message);
+            return Err(call);
         }
         let (answer, answered) = oneshot::channel();
         let id = call.id;
@@ -214,7 +212,11 @@ impl Batches {
         for _ in 0..2 {
             let open = match self.stream(channel).await {
                 Ok(Some(open)) => open,
-                Ok(None) => return Err(message),
+                // The node takes no stream: the call, still unsent, goes as a unary call.
+                Ok(None) => match call.take() {
+                    Some(call) => return Err(call),
+                    None => break,
+                },
                 Err(status) => return Ok(Err(status)),
             };
             let mut waiting = open.waiting();
@@ -248,7 +250,7 @@ impl Batches {
         };
         let answered = wait(&open, answered).await;
         Ok(match answered {
-            Ok(answer) => answered_as::<M>(answer),
+            Ok(answer) => answer,
             // The stream ended with the call on it: its answer was lost, as a reset unary
             // call's is (a write may have been applied).
             Err(_) => Err(Status::unavailable(

@@ -300,12 +300,13 @@ impl LeaseClient {
             let deadline = tokio::time::Instant::now() + timeout;
             async move {
                 let call = batches.call_of(message.clone(), timeout);
-                if let Ok(answer) = lanes.call(call, deadline).await {
-                    return answered_as::<M>(answer);
-                }
-                match batches.call(&channel, message, timeout).await {
-                    Ok(answer) => answer,
-                    Err(message) => M::unary(channel, attempt(message, timeout)).await,
+                let call = match lanes.call(call, deadline).await {
+                    Ok(answer) => return answered_as::<M>(answer),
+                    Err(call) => call,
+                };
+                match batches.call(&channel, call).await {
+                    Ok(answer) => answered_as::<M>(answer),
+                    Err(_) => M::unary(channel, attempt(message, timeout)).await,
                 }
             }
         })

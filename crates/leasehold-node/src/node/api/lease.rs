@@ -246,16 +246,9 @@ impl LeaseApi {
     {
         let started = std::time::Instant::now();
         let result = match Caller::of(&self.node, credentials) {
-            Ok(caller) => deadline.bound(answer(caller)).await,
+            Ok(caller) => deadline.bound(T::WRITES, answer(caller)).await,
             Err(refused) => Err(refused),
         };
-        let result = result.map_err(|e| match e {
-            NodeError::DeadlinePassed { after, .. } => NodeError::DeadlinePassed {
-                after,
-                write: T::WRITES,
-            },
-            e => e,
-        });
         if let Err(e) = &result {
             if e.reason() == "DENIED" && self.plane == Plane::Client {
                 self.denials.denied(rpc, &e.to_string());

@@ -52,17 +52,18 @@ impl Deadline {
         Deadline(Some((Instant::now() + timeout, timeout)))
     }
 
-    /// `answer`, given up once the deadline passes: a write given up may still apply (a read's
-    /// caller marks its own as a read's).
+    /// `answer`, given up once the deadline passes: a write (`write`) given up may still apply,
+    /// a read changed nothing.
     pub async fn bound<T>(
         self,
+        write: bool,
         answer: impl std::future::Future<Output = Result<T, NodeError>>,
     ) -> Result<T, NodeError> {
         match self.0 {
             Some((at, timeout)) => tokio::time::timeout_at(at, answer).await.unwrap_or(Err(
                 NodeError::DeadlinePassed {
                     after: timeout,
-                    write: true,
+                    write,
                 },
             )),
             None => answer.await,
