@@ -501,13 +501,15 @@ impl From<NodeError> for Status {
 
 /// A refusal on a `Batch` stream: what the unary call's status would say, in fields.
 impl From<NodeError> for crate::proto::v1::BatchError {
+    /// The same words a forwarded refusal carries between nodes, in the public message's fields.
     fn from(e: NodeError) -> Self {
+        let e = ForwardedError::from(e);
         crate::proto::v1::BatchError {
-            code: e.code() as i32,
-            message: e.to_string(),
-            reason: e.reason().to_owned(),
-            indeterminate: e.indeterminate(),
-            facts: e.facts().into_iter().collect(),
+            code: e.code,
+            message: e.message,
+            reason: e.reason,
+            indeterminate: e.indeterminate,
+            facts: e.facts.into_iter().collect(),
         }
     }
 }
