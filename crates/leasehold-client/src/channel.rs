@@ -30,18 +30,13 @@ impl Bearer {
     }
 }
 
-impl Bearer {
-    /// Adds the token, if any, to `metadata`: a gRPC call's (by the channel) or a lane's.
-    pub(crate) fn apply(&self, metadata: &mut tonic::metadata::MetadataMap) {
-        if let Some(value) = &self.0 {
-            metadata.insert("authorization", value.clone());
-        }
-    }
-}
-
 impl Interceptor for Bearer {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        self.apply(request.metadata_mut());
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert(leasehold_proto::wire::AUTHORIZATION_KEY, value.clone());
+        }
         Ok(request)
     }
 }
