@@ -6,6 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let file = root.join("leasehold/v1/leasehold.proto");
     let descriptors = protox::compile([&file], [root])?;
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(out_dir.join("rpcs.rs"), rpc_tables(&descriptors)?)?;
     // For gRPC reflection on the client port: generic tools work without the proto file.
     let encoded = prost::Message::encode_to_vec(&descriptors);
     std::fs::write(out_dir.join("leasehold_descriptor.bin"), &encoded)?;
@@ -20,4 +21,103 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build(&[".leasehold.v1"])?;
     println!("cargo:rerun-if-changed={}", file.display());
     Ok(())
+}
+
+/// The RPC tables of `src/rpcs.rs`, read from the proto's services: the one list of the RPCs
+/// that every table in Rust is written from.
+fn rpc_tables(descriptors: &prost_types::FileDescriptorSet) -> Result<String, String> {
+    use prost_types::method_options::IdempotencyLevel;
+    let services: Vec<_> = descriptors
+        .file
+        .iter()
+        .filter(|f| f.package() == "leasehold.v1")
+        .flat_map(|f| &f.service)
+        .collect();
+    let mut names = Vec::new();
+    let mut out = String::new();
+    for service in &services {
+        let mut rows = String::new();
+        for m in &service.method {
+            names.push(format!("{:?}", m.name()));
+            if m.client_streaming() || m.server_streaming() {
+                continue;
+            }
+            let reads = m
+                .options
+                .as_ref()
+                .is_some_and(|o| o.idempotency_level() == IdempotencyLevel::NoSideEffects);
+            rows.push_str(&format!(
+                "            {} {} {} {} {};\n",
+                m.name(),
+                snake(m.name()),
+                message(m.input_type()),
+                message(m.output_type()),
+                if reads { "read" } else { "write" },
+            ));
+        }
+        out.push_str(&format!(
+            "/// Calls `$callback!` with a row per unary RPC of the `{service}` service, in the\n\
+             /// proto's order: `Name method Request Response read|write` (`read` for an RPC\n\
+             /// marked `idempotency_level = NO_SIDE_EFFECTS`), each row ending in `;`. Any tokens\n\
+             /// after the callback's name come first, before a `;`.\n\
+             #[macro_export]\n\
+             macro_rules! {snake}_calls {{\n    \
+                 ($callback:ident $(, $($args:tt)*)?) => {{\n        \
+                     $callback! {{\n            $($($args)*)? ;\n{rows}        }}\n    \
+                 }};\n\
+             }}\n\n",
+            service = service.name(),
+            snake = snake(&service.name().replace("Store", "")),
+        ));
+    }
+    let batch = descriptors
+        .file
+        .iter()
+        .flat_map(|f| &f.message_type)
+        .find(|m| m.name() == "BatchCall")
+        .ok_or("no BatchCall message")?;
+    let lease = services
+        .iter()
+        .find(|s| s.name() == "LeaseStore")
+        .ok_or("no LeaseStore service")?;
+    // The BatchCall's oneof is the proto's second list of the lease calls: it must be the first.
+    let unary: Vec<String> = lease
+        .method
+        .iter()
+        .filter(|m| !m.client_streaming() && !m.server_streaming())
+        .map(|m| snake(m.name()))
+        .collect();
+    let carried: Vec<String> = batch
+        .field
+        .iter()
+        .filter(|f| f.oneof_index.is_some())
+        .map(|f| f.name().to_owned())
+        .collect();
+    if unary != carried {
+        return Err(format!(
+            "BatchCall's oneof {carried:?} must carry LeaseStore's unary calls {unary:?}, in order"
+        ));
+    }
+    out.push_str(&format!(
+        "/// Every RPC of both services, by its proto name.\npub const RPC_NAMES: &[&str] = &[{}];\n",
+        names.join(", ")
+    ));
+    Ok(out)
+}
+
+/// `CheckToken` -> `check_token`.
+fn snake(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
+/// `.leasehold.v1.GetRequest` -> `GetRequest`.
+fn message(name: &str) -> &str {
+    name.rsplit('.').next().unwrap_or(name)
 }

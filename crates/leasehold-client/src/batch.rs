@@ -42,7 +42,7 @@ pub(crate) type Answered<R> =
     Pin<Box<dyn std::future::Future<Output = Result<Response<R>, Status>> + Send>>;
 
 macro_rules! batch_methods {
-    ($($request:ident => $reply:ident, $variant:ident, $call:ident;)*) => {$(
+    (; $($variant:ident $call:ident $request:ident $reply:ident $kind:ident;)*) => {$(
         impl BatchMethod for pb::$request {
             type Reply = pb::$reply;
             fn call(self) -> pb::batch_call::Request {
@@ -61,18 +61,7 @@ macro_rules! batch_methods {
     )*};
 }
 
-batch_methods! {
-    AcquireRequest => AcquireResponse, Acquire, acquire;
-    ReleaseRequest => ReleaseResponse, Release, release;
-    RenewRequest => RenewResponse, Renew, renew;
-    PutRequest => PutResponse, Put, put;
-    DeleteRequest => DeleteResponse, Delete, delete;
-    CheckTokenRequest => CheckTokenResponse, CheckToken, check_token;
-    GetRequest => GetResponse, Get, get;
-    GetLeaseRequest => GetLeaseResponse, GetLease, get_lease;
-    AdvanceRequest => AdvanceResponse, Advance, advance;
-    RegisterRequest => RegisterResponse, Register, register;
-}
+leasehold_proto::lease_calls!(batch_methods);
 
 /// A call's tag and length in its message, at most.
 const CALL_OVERHEAD_BYTES: usize = 16;

@@ -168,19 +168,15 @@ impl Metrics {
     }
 }
 
-/// The client API's RPCs, as `rpc` labels.
-pub(crate) const RPCS: [&str; 10] = [
-    "acquire",
-    "release",
-    "renew",
-    "put",
-    "delete",
-    "get",
-    "get_lease",
-    "check_token",
-    "register",
-    "advance",
-];
+/// `RPCS`, the client API's unary RPCs as `rpc` labels, from the proto's table.
+macro_rules! rpc_labels {
+    (; $($name:ident $method:ident $request:ident $response:ident $kind:ident;)*) => {
+        /// The client API's unary RPCs, as `rpc` labels.
+        pub(crate) const RPCS: &[&str] = &[$(stringify!($method)),*];
+    };
+}
+
+leasehold_proto::lease_calls!(rpc_labels);
 
 /// Every `reason` of `leasehold_refusals_total`.
 pub(crate) const REASONS: [&str; 8] = [

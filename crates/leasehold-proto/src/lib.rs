@@ -30,6 +30,14 @@ pub mod v1 {
 
 pub mod lane;
 
+/// The RPCs as the proto lists them, for the tables written from that one list: the
+/// `lease_calls!` and `cluster_calls!` macros (a row per unary RPC, at the crate's root) and
+/// every RPC's name. `build.rs` writes them from the compiled proto and refuses a `BatchCall`
+/// whose oneof is not `LeaseStore`'s unary calls.
+pub mod rpcs {
+    include!(concat!(env!("OUT_DIR"), "/rpcs.rs"));
+}
+
 /// The public API's file descriptor set, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/leasehold_descriptor.bin"));

@@ -26,7 +26,9 @@ if _version_not_supported:
 
 
 class LeaseStoreStub(object):
-    """Missing associated documentation comment in .proto file."""
+    """A call that only reads is marked `idempotency_level = NO_SIDE_EFFECTS`: a follower forwards it
+    to the leader as the call it is, where a write goes through the log.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -97,7 +99,9 @@ class LeaseStoreStub(object):
 
 
 class LeaseStoreServicer(object):
-    """Missing associated documentation comment in .proto file."""
+    """A call that only reads is marked `idempotency_level = NO_SIDE_EFFECTS`: a follower forwards it
+    to the leader as the call it is, where a write goes through the log.
+    """
 
     def Acquire(self, request, context):
         """Grants a free or expired lease with the next fencing token, or renews it for its holder.
@@ -268,7 +272,9 @@ def add_LeaseStoreServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class LeaseStore(object):
-    """Missing associated documentation comment in .proto file."""
+    """A call that only reads is marked `idempotency_level = NO_SIDE_EFFECTS`: a follower forwards it
+    to the leader as the call it is, where a write goes through the log.
+    """
 
     @staticmethod
     def Acquire(request,

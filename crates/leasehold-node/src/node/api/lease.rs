@@ -33,10 +33,8 @@ pub(crate) struct LeaseApi {
     metrics: Option<Arc<Metrics>>,
 }
 
-/// A typed refusal by the store in an answer, for `leasehold_refusals_total{reason}`; and
-/// whether the call changes the store (a read given up at its deadline changed nothing).
+/// A typed refusal by the store in an answer, for `leasehold_refusals_total{reason}`.
 trait Refusal {
-    const WRITES: bool = true;
     fn refusal(&self) -> Option<&'static str> {
         None
     }
@@ -85,48 +83,72 @@ impl Refusal for pb::DeleteResponse {
 }
 
 // Reads and the rest answer without refusing: a stale token checked is an answer.
-impl Refusal for pb::GetResponse {
-    const WRITES: bool = false;
-}
-impl Refusal for pb::GetLeaseResponse {
-    const WRITES: bool = false;
-}
-impl Refusal for pb::CheckTokenResponse {
-    const WRITES: bool = false;
-}
+impl Refusal for pb::GetResponse {}
+impl Refusal for pb::GetLeaseResponse {}
+impl Refusal for pb::CheckTokenResponse {}
 impl Refusal for pb::RegisterResponse {}
 impl Refusal for pb::AdvanceResponse {}
 
-/// A read a follower forwards to the leader as a call of its own.
-trait Forwarded: Sized {
-    type Response;
+/// A unary call's request, as the proto's table (`lease_calls!`) describes it.
+trait Method: Sized {
+    type Response: Refusal;
+    /// The `rpc` label it is counted under.
+    const RPC: &'static str;
+    /// Whether the call changes the store: a read given up at its deadline changed nothing.
+    const WRITES: bool;
     fn call(self) -> Call;
-    /// The response, if `answer` is this read's.
+    /// The response, if `answer` is this call's.
     fn answered(answer: Answer) -> Option<Self::Response>;
 }
 
-macro_rules! forwarded {
-    ($($request:ident => $response:ident, $variant:ident;)*) => {$(
-        impl Forwarded for pb::$request {
-            type Response = pb::$response;
-            fn call(self) -> Call {
-                Call::$variant(self)
+/// `true` for a row the proto marks as a write.
+macro_rules! writes {
+    (write) => {
+        true
+    };
+    (read) => {
+        false
+    };
+}
+
+/// Each call's [`Method`], and [`LeaseApi::call`], the dispatch of the `Batch` stream's oneof
+/// to the methods below.
+macro_rules! methods {
+    (; $($name:ident $method:ident $request:ident $response:ident $kind:ident;)*) => {
+        $(
+            impl Method for pb::$request {
+                type Response = pb::$response;
+                const RPC: &'static str = stringify!($method);
+                const WRITES: bool = writes!($kind);
+                fn call(self) -> Call {
+                    Call::$name(self)
+                }
+                fn answered(answer: Answer) -> Option<pb::$response> {
+                    match answer {
+                        Answer::$name(response) => Some(response),
+                        _ => None,
+                    }
+                }
             }
-            fn answered(answer: Answer) -> Option<pb::$response> {
-                match answer {
-                    Answer::$variant(response) => Some(response),
-                    _ => None,
+        )*
+
+        impl LeaseApi {
+            /// Any unary call, answered by its method below.
+            pub async fn call(
+                &self,
+                credentials: &Credentials,
+                deadline: Deadline,
+                call: Call,
+            ) -> Result<Answer, NodeError> {
+                match call {
+                    $(Call::$name(m) => self.$method(credentials, deadline, m).await.map(Answer::$name),)*
                 }
             }
         }
-    )*};
+    };
 }
 
-forwarded! {
-    GetRequest => GetResponse, Get;
-    GetLeaseRequest => GetLeaseResponse, GetLease;
-    CheckTokenRequest => CheckTokenResponse, CheckToken;
-}
+leasehold_proto::lease_calls!(methods);
 
 /// A fence as the API carries it, as the log does.
 fn fence(f: pb::Fence) -> Fence {
@@ -164,28 +186,6 @@ impl LeaseApi {
     pub fn stopping_on(mut self, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
         self.stopping = Some(stopping);
         self
-    }
-
-    /// Any unary call, answered by its method below.
-    pub async fn call(
-        &self,
-        credentials: &Credentials,
-        deadline: Deadline,
-        call: Call,
-    ) -> Result<Answer, NodeError> {
-        let (c, d) = (credentials, deadline);
-        match call {
-            Call::Acquire(m) => self.acquire(c, d, m).await.map(Answer::Acquire),
-            Call::Release(m) => self.release(c, d, m).await.map(Answer::Release),
-            Call::Renew(m) => self.renew(c, d, m).await.map(Answer::Renew),
-            Call::Put(m) => self.put(c, d, m).await.map(Answer::Put),
-            Call::Delete(m) => self.delete(c, d, m).await.map(Answer::Delete),
-            Call::CheckToken(m) => self.check_token(c, d, m).await.map(Answer::CheckToken),
-            Call::Get(m) => self.get(c, d, m).await.map(Answer::Get),
-            Call::GetLease(m) => self.get_lease(c, d, m).await.map(Answer::GetLease),
-            Call::Advance(m) => self.advance(c, d, m).await.map(Answer::Advance),
-            Call::Register(m) => self.register(c, d, m).await.map(Answer::Register),
-        }
     }
 
     /// Where watches and `Batch` streams learn that the node stops.
@@ -232,21 +232,22 @@ impl LeaseApi {
         }
     }
 
-    /// Runs `answer` for the caller `credentials` name, until `deadline`, and counts it: its
-    /// outcome, its duration, its refusal if any.
-    async fn counted<T: Refusal, Fut>(
+    /// Answers `m` with `answer` for the caller `credentials` name, until `deadline`, and counts
+    /// it: its outcome, its duration, its refusal if any.
+    async fn counted<M: Method, Fut>(
         &self,
-        rpc: &'static str,
         credentials: &Credentials,
         deadline: Deadline,
-        answer: impl FnOnce(Caller) -> Fut,
-    ) -> Result<T, NodeError>
+        m: M,
+        answer: impl FnOnce(Caller, M) -> Fut,
+    ) -> Result<M::Response, NodeError>
     where
-        Fut: Future<Output = Result<T, NodeError>>,
+        Fut: Future<Output = Result<M::Response, NodeError>>,
     {
+        let rpc = M::RPC;
         let started = std::time::Instant::now();
         let result = match Caller::of(&self.node, credentials) {
-            Ok(caller) => deadline.bound(T::WRITES, answer(caller)).await,
+            Ok(caller) => deadline.bound(M::WRITES, answer(caller, m)).await,
             Err(refused) => Err(refused),
         };
         if let Err(e) = &result {
@@ -280,7 +281,7 @@ impl LeaseApi {
     /// Reads with `read` in a linearizable read on the leader, once the policy there lets the
     /// caller do `action`; a follower forwards the call to the leader with the caller, unless
     /// it was forwarded here (leadership moved: the client retries).
-    async fn read<Req: Forwarded, T>(
+    async fn read<Req: Method, T>(
         &self,
         caller: Caller,
         m: Req,
@@ -332,7 +333,7 @@ impl LeaseApi {
         deadline: Deadline,
         m: pb::AcquireRequest,
     ) -> Result<pb::AcquireResponse, NodeError> {
-        self.counted("acquire", credentials, deadline, |caller| async move {
+        self.counted(credentials, deadline, m, |caller, m| async move {
             let id = request_id(m.request_id.as_ref());
             let op = Op::Acquire {
                 lease: m.lease,
@@ -350,7 +351,7 @@ impl LeaseApi {
         deadline: Deadline,
         m: pb::ReleaseRequest,
     ) -> Result<pb::ReleaseResponse, NodeError> {
-        self.counted("release", credentials, deadline, |caller| async move {
+        self.counted(credentials, deadline, m, |caller, m| async move {
             let id = request_id(m.request_id.as_ref());
             let op = Op::Release {
                 lease: m.lease,
@@ -368,7 +369,7 @@ impl LeaseApi {
         deadline: Deadline,
         m: pb::RenewRequest,
     ) -> Result<pb::RenewResponse, NodeError> {
-        self.counted("renew", credentials, deadline, |caller| async move {
+        self.counted(credentials, deadline, m, |caller, m| async move {
             let id = request_id(m.request_id.as_ref());
             let leases = m.leases.into_iter().map(|r| Renewal {
                 lease: r.lease,
@@ -390,7 +391,7 @@ impl LeaseApi {
         deadline: Deadline,
         m: pb::PutRequest,
     ) -> Result<pb::PutResponse, NodeError> {
-        self.counted("put", credentials, deadline, |caller| async move {
+        self.counted(credentials, deadline, m, |caller, m| async move {
             let id = request_id(m.request_id.as_ref());
             let op = Op::Put {
                 key: m.key,
@@ -408,7 +409,7 @@ impl LeaseApi {
         deadline: Deadline,
         m: pb::DeleteRequest,
     ) -> Result<pb::DeleteResponse, NodeError> {
-        self.counted("delete", credentials, deadline, |caller| async move {
+        self.counted(credentials, deadline, m, |caller, m| async move {
             let id = request_id(m.request_id.as_ref());
             let op = Op::Delete {
                 key: m.key,
@@ -425,7 +426,7 @@ impl LeaseApi {
         deadline: Deadline,
         m: pb::GetRequest,
     ) -> Result<pb::GetResponse, NodeError> {
-        self.counted("get", credentials, deadline, |caller| async move {
+        self.counted(credentials, deadline, m, |caller, m| async move {
             name("key", &m.key, Limits::MAX_KEY_BYTES)?;
             self.read(
                 caller,
@@ -445,7 +446,7 @@ impl LeaseApi {
         deadline: Deadline,
         m: pb::GetLeaseRequest,
     ) -> Result<pb::GetLeaseResponse, NodeError> {
-        self.counted("get_lease", credentials, deadline, |caller| async move {
+        self.counted(credentials, deadline, m, |caller, m| async move {
             name("lease", &m.lease, Limits::MAX_NAME_BYTES)?;
             self.read(
                 caller,
@@ -465,7 +466,7 @@ impl LeaseApi {
         deadline: Deadline,
         m: pb::CheckTokenRequest,
     ) -> Result<pb::CheckTokenResponse, NodeError> {
-        self.counted("check_token", credentials, deadline, |caller| async move {
+        self.counted(credentials, deadline, m, |caller, m| async move {
             name("lease", &m.lease, Limits::MAX_NAME_BYTES)?;
             token_field(m.token)?;
             let lease = m.lease.clone();
@@ -485,11 +486,11 @@ impl LeaseApi {
         &self,
         credentials: &Credentials,
         deadline: Deadline,
-        _m: pb::RegisterRequest,
+        m: pb::RegisterRequest,
     ) -> Result<pb::RegisterResponse, NodeError> {
         // Any identity may open a session, which is then its own: what it asks under it is
         // what the policy decides.
-        self.counted("register", credentials, deadline, |caller| async move {
+        self.counted(credentials, deadline, m, |caller, _| async move {
             convert::register(self.write(caller, Op::Register, None).await?)
         })
         .await
@@ -501,7 +502,7 @@ impl LeaseApi {
         deadline: Deadline,
         m: pb::AdvanceRequest,
     ) -> Result<pb::AdvanceResponse, NodeError> {
-        self.counted("advance", credentials, deadline, |caller| async move {
+        self.counted(credentials, deadline, m, |caller, m| async move {
             let op = Op::Advance { by_ms: m.ms };
             let id = request_id(m.request_id.as_ref());
             convert::advance(self.write(caller, op, id).await?)

@@ -94,14 +94,14 @@ impl ClusterService {
     }
 }
 
-/// A service's impl: each unary call finds its credentials, calls the API's method of the same
-/// name (with the `args` before the request: a lease call's deadline), and answers; the
-/// streaming calls follow as written.
+/// A service's impl, called by `lease_calls!` or `cluster_calls!` with the service's unary
+/// RPCs: each finds its credentials, calls the API's method of the same name (with the `args`
+/// before the request: a lease call's deadline), and answers; the streaming calls follow as
+/// written.
 macro_rules! service {
     (
-        impl $service:ident for $type:ty, $args:tt;
-        unary { $($method:ident($request:ident) -> $response:ident;)* }
-        streams { $($streams:tt)* }
+        impl $service:ident for $type:ty, $args:tt, { $($streams:tt)* };
+        $($name:ident $method:ident $request:ident $response:ident $kind:ident;)*
     ) => {
         #[tonic::async_trait]
         impl $service for $type {
@@ -128,21 +128,8 @@ macro_rules! call {
 }
 
 // tonic applies the caller's `grpc-timeout` around each lease call: no deadline of the API's.
-service! {
-    impl LeaseStore for LeaseService, (Deadline::NONE,);
-    unary {
-        acquire(AcquireRequest) -> AcquireResponse;
-        release(ReleaseRequest) -> ReleaseResponse;
-        renew(RenewRequest) -> RenewResponse;
-        put(PutRequest) -> PutResponse;
-        delete(DeleteRequest) -> DeleteResponse;
-        check_token(CheckTokenRequest) -> CheckTokenResponse;
-        get(GetRequest) -> GetResponse;
-        get_lease(GetLeaseRequest) -> GetLeaseResponse;
-        advance(AdvanceRequest) -> AdvanceResponse;
-        register(RegisterRequest) -> RegisterResponse;
-    }
-    streams {
+leasehold_proto::lease_calls! {
+    service, impl LeaseStore for LeaseService, (Deadline::NONE,), {
         type WatchStream = Answers<pb::WatchResponse>;
 
         async fn watch(
@@ -167,19 +154,8 @@ service! {
     }
 }
 
-service! {
-    impl Cluster for ClusterService, ();
-    unary {
-        status(StatusRequest) -> StatusResponse;
-        node_status(NodeStatusRequest) -> NodeStatus;
-        add_member(AddMemberRequest) -> MembersResponse;
-        remove_member(RemoveMemberRequest) -> MembersResponse;
-        list_members(ListMembersRequest) -> MembersResponse;
-        change_policy(ChangePolicyRequest) -> ChangePolicyResponse;
-        get_policy(GetPolicyRequest) -> PolicyResponse;
-        who_am_i(WhoAmIRequest) -> WhoAmIResponse;
-    }
-    streams {
+leasehold_proto::cluster_calls! {
+    service, impl Cluster for ClusterService, (), {
         type SaveSnapshotStream = Answers<pb::SnapshotChunk>;
 
         async fn save_snapshot(

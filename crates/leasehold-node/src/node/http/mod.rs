@@ -35,31 +35,8 @@ use super::error::{Code, NodeError};
 use crate::limits::MAX_HTTP_BODY_BYTES as MAX_BODY_BYTES;
 use crate::proto::v1 as pb;
 
-/// The RPCs served, for the error that names them (tests/http_api.rs checks each against the
-/// proto's).
-const RPCS: &[&str] = &[
-    "Acquire",
-    "Release",
-    "Renew",
-    "Put",
-    "Delete",
-    "CheckToken",
-    "Get",
-    "GetLease",
-    "Advance",
-    "Register",
-    "Watch",
-    "Batch",
-    "Status",
-    "NodeStatus",
-    "SaveSnapshot",
-    "AddMember",
-    "RemoveMember",
-    "ListMembers",
-    "ChangePolicy",
-    "GetPolicy",
-    "WhoAmI",
-];
+/// The RPCs served, for the error that names them: every RPC of both services.
+use leasehold_proto::rpcs::RPC_NAMES as RPCS;
 
 /// What a call knows of its connection: the TCP peer, and the TLS session with the client's
 /// certificate, which gives the caller its identity as it does over gRPC.
@@ -208,6 +185,20 @@ async fn rpc(
     }
 }
 
+/// The answer to the unary `Cluster` call `name` names, if it names one: called by
+/// `cluster_calls!` with the service's table.
+macro_rules! cluster_call {
+    (
+        $cluster:ident, $c:ident, $name:ident, $body:ident;
+        $($rpc:ident $method:ident $request:ident $response:ident $kind:ident;)*
+    ) => {
+        match $name {
+            $(stringify!($rpc) => Some(ok($cluster.$method($c, request($body)?).await?)),)*
+            _ => None,
+        }
+    };
+}
+
 /// The answer to the call `name` names, with `body` its request.
 async fn answer(
     api: &Api,
@@ -221,18 +212,13 @@ async fn answer(
         return Ok(json(StatusCode::OK, &answer_json(answer)));
     }
     let (lease, cluster) = (&api.lease, &api.cluster);
+    if let Some(answered) = leasehold_proto::cluster_calls!(cluster_call, cluster, c, name, body) {
+        return Ok(answered);
+    }
     Ok(match name {
         "Batch" => ok(batch(api, c, request(body)?).await?),
         "Watch" => lines(lease.watch(c, request(body)?).await?),
         "SaveSnapshot" => lines(cluster.save_snapshot(c, request(body)?).await?),
-        "Status" => ok(cluster.status(c, request(body)?).await?),
-        "NodeStatus" => ok(cluster.node_status(c, request(body)?).await?),
-        "AddMember" => ok(cluster.add_member(c, request(body)?).await?),
-        "RemoveMember" => ok(cluster.remove_member(c, request(body)?).await?),
-        "ListMembers" => ok(cluster.list_members(c, request(body)?).await?),
-        "ChangePolicy" => ok(cluster.change_policy(c, request(body)?).await?),
-        "GetPolicy" => ok(cluster.get_policy(c, request(body)?).await?),
-        "WhoAmI" => ok(cluster.who_am_i(c, request(body)?).await?),
         _ => unknown(name),
     })
 }

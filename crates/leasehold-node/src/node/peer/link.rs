@@ -20,6 +20,22 @@ use crate::raft::codec::{decode, encode};
 use crate::raft::lane::LaneRpc;
 use crate::raft::{Applied, Channels, LogId, NodeId};
 
+/// `call` made as its unary `LeaseStore` call on `client`, forwarded for `caller`: called by
+/// `lease_calls!` with the service's table.
+macro_rules! unary {
+    (
+        $client:ident, $call:ident, $caller:ident;
+        $($name:ident $method:ident $request:ident $response:ident $kind:ident;)*
+    ) => {
+        match $call {
+            $(Read::$name(m) => $client
+                .$method(forwarded(m, &$caller))
+                .await
+                .map(|r| Answered::$name(r.into_inner())),)*
+        }
+    };
+}
+
 /// [`PeerLink`] over the peers' gRPC channels.
 pub struct GrpcLink(pub Channels);
 
@@ -73,25 +89,7 @@ impl PeerLink for GrpcLink {
                 .get(leader, &addr)
                 .map_err(|e| unreachable(e.to_string()))?;
             let mut client = LeaseStoreClient::new(channel).max_decoding_message_size(usize::MAX);
-            let answered = match call {
-                Read::Get(m) => client
-                    .get(forwarded(m, &caller))
-                    .await
-                    .map(|r| Answered::Get(r.into_inner())),
-                Read::GetLease(m) => client
-                    .get_lease(forwarded(m, &caller))
-                    .await
-                    .map(|r| Answered::GetLease(r.into_inner())),
-                Read::CheckToken(m) => client
-                    .check_token(forwarded(m, &caller))
-                    .await
-                    .map(|r| Answered::CheckToken(r.into_inner())),
-                _ => {
-                    return Err(NodeError::Invariant(
-                        "only reads are forwarded as calls".into(),
-                    ))
-                }
-            };
+            let answered = leasehold_proto::lease_calls!(unary, client, call, caller);
             answered.map_err(|status| NodeError::from_leader(status, unreachable))
         })
     }
