@@ -156,6 +156,87 @@ fn no_file_imports_a_file_that_imports_it_back() {
     assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
 }
 
+/// tonic's constructors of a `Status`.
+const STATUS_CONSTRUCTORS: &[&str] = &[
+    "new",
+    "with_details",
+    "with_metadata",
+    "with_details_and_metadata",
+    "from_error",
+    "ok",
+    "cancelled",
+    "unknown",
+    "invalid_argument",
+    "deadline_exceeded",
+    "not_found",
+    "already_exists",
+    "permission_denied",
+    "resource_exhausted",
+    "failed_precondition",
+    "aborted",
+    "out_of_range",
+    "unimplemented",
+    "internal",
+    "unavailable",
+    "data_loss",
+    "unauthenticated",
+];
+
+/// The node's error module, the one product file of the node that builds a `Status`.
+const NODE_ERRORS: &str = "crates/leasehold-node/src/node/error.rs";
+
+/// A client tells a node's refusal from a lost answer by the origin mark that only
+/// `node_status` in [`NODE_ERRORS`] sets: so no other product file of the node builds a
+/// `Status` (the CLI and the clients, which build their own, are other crates; tests are not
+/// product code).
+#[test]
+fn every_status_the_node_makes_is_built_in_its_error_module_so_it_carries_the_origin() {
+    let root = workspace();
+    let mut built = Vec::new();
+    for file in product_files(&root) {
+        if !file.krate.starts_with("crates/leasehold-node/") || file.path == NODE_ERRORS {
+            continue;
+        }
+        let scanned = Scanned::new(&read(&root, &file.path));
+        for (line, what) in statuses_built(&scanned) {
+            built.push(format!("{}:{line}: {what}", file.path));
+        }
+    }
+    assert!(
+        built.is_empty(),
+        "statuses built outside {NODE_ERRORS} carry no origin mark, so a client takes them for \
+         lost answers; make them NodeErrors:\n{}",
+        built.join("\n")
+    );
+    // The scan finds what it looks for, in code only.
+    let probe =
+        "fn f() { Err(tonic::Status::unavailable(\"Status::ok\")); g.map_err(Status::internal) }";
+    let found = statuses_built(&Scanned::new(probe));
+    assert_eq!(
+        found,
+        [
+            (1, "Status::unavailable".into()),
+            (1, "Status::internal".into())
+        ]
+    );
+}
+
+/// Where `scanned`'s product code calls or names a constructor of `Status`: `(line, what)`.
+fn statuses_built(scanned: &Scanned) -> Vec<(usize, String)> {
+    scanned
+        .product_tokens
+        .windows(4)
+        .filter(|w| w[0].is("Status") && w[1].is(":") && w[2].is(":"))
+        .filter(|w| STATUS_CONSTRUCTORS.contains(&w[3].text.as_str()))
+        .map(|w| {
+            (
+                line_of(&scanned.lines, w[0].pos),
+                format!("Status::{}", w[3].text),
+            )
+        })
+        .collect()
+}
+
 fn list(why: &BTreeSet<String>) -> String {
     why.iter().cloned().collect::<Vec<_>>().join(", ")
 }
