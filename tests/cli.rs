@@ -784,6 +784,71 @@ async fn a_node_past_its_request_limit_refuses_at_once_and_recovers() {
     ));
 }
 
+/// Safety review 161302a, finding 4: watches are held from a budget of their own, so readers
+/// holding watches starve no write. With `--max-requests 4` and four watches open on the
+/// leader, a put sent to the leader and one a follower forwards to it are both written (the
+/// leader refused both before: the first as over its limit, the second reported by the follower
+/// as a lost answer that may or may not have been applied).
+#[tokio::test(flavor = "multi_thread")]
+async fn watches_held_on_the_leader_starve_no_write_sent_to_it_or_forwarded() {
+    use leasehold_client::{WatchFrom, WatchSelect};
+    let h = Harness::start_with(3, false, &["--max-requests", "4"]).await;
+    let leader = h.leader().await;
+    let mut watches = Vec::new();
+    for _ in 0..4 {
+        let mut watch = h
+            .client_of(leader)
+            .watch(WatchSelect::Prefix(String::new()), WatchFrom::Now);
+        watch.started().await.unwrap();
+        watches.push(watch);
+    }
+    let to_leader = h.client_of(leader).put("to-leader", b"v", None).await;
+    assert!(harness::written(&to_leader.unwrap()));
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    let forwarded = h.client_of(follower).put("forwarded", b"v", None).await;
+    assert!(harness::written(&forwarded.unwrap()));
+    drop(watches);
+}
+
+/// Watches are bounded by `--max-watches`: past it a watch is refused at once with
+/// RESOURCE_EXHAUSTED naming the limit and the flag, and the node still serves calls.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_past_its_watch_limit_refuses_the_next_watch_at_once() {
+    let h = Harness::start_with(3, false, &["--max-watches", "2"]).await;
+    let every = || pb::WatchRequest {
+        select: Some(pb::watch_request::Select::Prefix(String::new())),
+        from_index: 0,
+    };
+    let channel = h.client_channel(1).await;
+    let mut streams = Vec::new();
+    for _ in 0..2 {
+        let mut store = pb::lease_store_client::LeaseStoreClient::new(channel.clone());
+        streams.push(store.watch(every()).await.unwrap().into_inner());
+    }
+    let mut store = pb::lease_store_client::LeaseStoreClient::new(channel.clone());
+    let refused = store.watch(every()).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains("limit of 2 watches"),
+        "{refused:?}"
+    );
+    assert!(refused.message().contains("--max-watches"), "{refused:?}");
+    assert!(harness::written(
+        &h.client_of(1).put("after", b"v", None).await.unwrap()
+    ));
+    // A watch that ends gives its place back.
+    drop(streams.pop());
+    wait_for("a watch's place back", Duration::from_secs(10), || {
+        let mut store = pb::lease_store_client::LeaseStoreClient::new(channel.clone());
+        async move { store.watch(every()).await.ok() }
+    })
+    .await;
+}
+
 /// Both planes keep TCP keepalive on every connection they accept, so that a dead client's or
 /// peer's connection is dropped instead of piling up; `ss` shows the kernel's keepalive timer.
 #[tokio::test(flavor = "multi_thread")]

@@ -94,11 +94,16 @@ pub struct ServeArgs {
         requires = "tls_cert"
     )]
     auth_admin: Option<String>,
-    /// Requests this node works on at once, client requests and forwarded writes alike;
-    /// past it a request is refused at once with RESOURCE_EXHAUSTED.
+    /// Requests this node's clients have it work on at once (writes other nodes forward here
+    /// were admitted by them); past it a request is refused at once with RESOURCE_EXHAUSTED.
     #[arg(long, env = "LEASEHOLD_MAX_REQUESTS", value_name = "N", default_value_t = crate::limits::MAX_CONCURRENT_REQUESTS as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_requests: u64,
+    /// Watches this node serves at once, a budget apart from requests so that readers never
+    /// take the places of writes; past it a watch is refused at once with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "LEASEHOLD_MAX_WATCHES", value_name = "N", default_value_t = crate::limits::MAX_WATCHES as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_watches: u64,
     /// Forget a lease once it has been free (released or expired) this long in store time;
     /// its tokens are never handed out again.
     #[arg(long, env = "LEASEHOLD_LEASE_RETENTION", value_name = "SECONDS",
@@ -312,6 +317,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         client_cert_auth: args.client_cert_auth,
         auth_admin: args.auth_admin,
         max_requests: args.max_requests as usize,
+        max_watches: args.max_watches as usize,
         lease_retention_ms: args.lease_retention,
         metrics_listen,
         http_listen,

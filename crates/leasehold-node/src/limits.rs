@@ -303,11 +303,16 @@ const _: () = {
 // ---------------------------------------------------------------------------------------------
 // Queues and what is kept in memory.
 
-/// Requests a node works on at once by default (`serve --max-requests`), client requests and
-/// forwarded writes counted alike; past it a request is refused at once (RESOURCE_EXHAUSTED)
+/// Requests a node works on at once by default (`serve --max-requests`), client calls only (a
+/// follower's forwarded writes were admitted there, and watches have their own budget); past it a request is refused at once (RESOURCE_EXHAUSTED)
 /// instead of queueing without bound. Far above what a node serves well: 64 clients keep a few
 /// hundred in flight.
 pub const MAX_CONCURRENT_REQUESTS: usize = 8_192;
+
+/// Watches a node serves at once by default (`serve --max-watches`), a budget apart from
+/// requests: a watch is held for as long as its reader stays, so charging it to requests let
+/// readers take every place a write needs (safety review 161302a, finding 4).
+pub const MAX_WATCHES: usize = 4_096;
 
 /// Events kept at most. A watcher further behind than this is told its start was compacted.
 pub(crate) const KEPT_EVENTS: usize = 65_536;

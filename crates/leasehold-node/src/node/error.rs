@@ -55,6 +55,17 @@ pub enum NodeError {
         addr: String,
         reason: String,
     },
+    /// The leader's node refused forwarded writes before proposing them (its peer gate, or a
+    /// message it could not read): none was applied.
+    #[error(
+        "the write was forwarded to leader node {leader} at {addr}, which refused it before \
+         proposing it, so it was not applied: {reason}"
+    )]
+    ForwardRefused {
+        leader: NodeId,
+        addr: String,
+        reason: String,
+    },
     /// A retry so late that the store no longer keeps its answer: not applied now.
     #[error(
         "this request is older than every answer the store keeps for its client, so it was not \
@@ -113,10 +124,10 @@ pub enum NodeError {
     ShuttingDown,
     /// Refused before anything was queued: nothing was applied.
     #[error(
-        "this node is working on its limit of {limit} requests at once; retry shortly, or on \
-         another node"
+        "this node is working on its limit of {limit} {of} at once (serve --max-{of}); retry \
+         shortly, or on another node"
     )]
-    Overloaded { limit: usize },
+    Overloaded { limit: usize, of: Budget },
     #[error("raft failed: {0}")]
     Raft(String),
     #[error("invariant broken: {0}")]
@@ -218,6 +229,25 @@ pub enum NodeError {
     Leader(ForwardedError),
 }
 
+/// What a node bounds at once, each with its own budget: calls, and the watches readers hold
+/// open (which would otherwise starve writes of their places).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Budget {
+    /// Calls being worked on (`serve --max-requests`).
+    Requests,
+    /// Watch streams open (`serve --max-watches`).
+    Watches,
+}
+
+impl std::fmt::Display for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Budget::Requests => "requests",
+            Budget::Watches => "watches",
+        })
+    }
+}
+
 impl NodeError {
     /// The refusal's name in `google.rpc.ErrorInfo.reason`: stable, for programs to match on
     /// where the message is for people.
@@ -230,6 +260,7 @@ impl NodeError {
             NodeError::ReadUnconfirmed(_) => "READ_UNCONFIRMED",
             NodeError::LeaderUnreachable { .. } => "LEADER_UNREACHABLE",
             NodeError::ForwardLost { .. } => "FORWARD_LOST",
+            NodeError::ForwardRefused { .. } => "FORWARD_REFUSED",
             NodeError::Forgotten => "REQUEST_FORGOTTEN",
             NodeError::UnknownSession => "SESSION_UNKNOWN",
             NodeError::Unanswered => "NODE_STOPPED",
@@ -398,6 +429,7 @@ impl NodeError {
             | NodeError::ReadUnconfirmed(_)
             | NodeError::LeaderUnreachable { .. }
             | NodeError::ForwardLost { .. }
+            | NodeError::ForwardRefused { .. }
             | NodeError::Unanswered
             | NodeError::Deposed
             | NodeError::ProposalFailed(_)

@@ -35,7 +35,7 @@ pub(crate) use assembly::Running;
 pub use assembly::StartError;
 pub(crate) use clock::LeaderClock;
 use election_watch::watch_elections;
-pub(crate) use error::NodeError;
+pub(crate) use error::{Budget, NodeError};
 pub(crate) use link::PeerLink;
 pub(crate) use peer::link::GrpcLink;
 pub use planes::Listeners;
@@ -84,6 +84,9 @@ pub struct NodeConfig {
     /// Requests worked on at once; past it, RESOURCE_EXHAUSTED (see
     /// [`crate::limits::MAX_CONCURRENT_REQUESTS`]).
     pub max_requests: usize,
+    /// Watches served at once; past it, RESOURCE_EXHAUSTED (see
+    /// [`crate::limits::MAX_WATCHES`]).
+    pub max_watches: usize,
     /// Store time a lease stays free before this node, leading, has it forgotten.
     pub lease_retention_ms: u64,
     /// Wait to be added to a running cluster (`leasehold member add`) instead of forming one
@@ -133,6 +136,9 @@ struct NodeInner {
     auth_set_up: api::SetUp,
     /// One permit per request being worked on, up to `NodeConfig::max_requests`.
     requests: RequestSlots,
+    /// One permit per open watch, up to `NodeConfig::max_watches`: a budget apart, so that
+    /// readers holding watches never take the places of writes.
+    watches: RequestSlots,
     /// Whether this node may campaign, as [`Node::set_elections`] last said (at first, the
     /// config's `enable_elect`): openraft's own switch cannot be read back from a running Raft.
     elections: std::sync::atomic::AtomicBool,
@@ -140,17 +146,19 @@ struct NodeInner {
     quorum: QuorumWatch,
 }
 
-/// A bound on the requests a node works on at once.
+/// A bound on what a node works on at once: its requests, or its watches.
 struct RequestSlots {
     permits: Arc<tokio::sync::Semaphore>,
     limit: usize,
+    of: Budget,
 }
 
 impl RequestSlots {
-    fn new(limit: usize) -> Self {
+    fn new(limit: usize, of: Budget) -> Self {
         RequestSlots {
             permits: Arc::new(tokio::sync::Semaphore::new(limit)),
             limit,
+            of,
         }
     }
 
@@ -160,7 +168,10 @@ impl RequestSlots {
         u32::try_from(count)
             .ok()
             .and_then(|n| self.permits.clone().try_acquire_many_owned(n).ok())
-            .ok_or(NodeError::Overloaded { limit: self.limit })
+            .ok_or(NodeError::Overloaded {
+                limit: self.limit,
+                of: self.of,
+            })
     }
 }
 
@@ -203,7 +214,8 @@ impl Node {
                 tls: config.tls.is_some(),
                 client_certificates: config.tls.is_some() && config.client_cert_auth,
                 auth_set_up: api::SetUp::default(),
-                requests: RequestSlots::new(config.max_requests),
+                requests: RequestSlots::new(config.max_requests, Budget::Requests),
+                watches: RequestSlots::new(config.max_watches, Budget::Watches),
             }),
         }
     }
@@ -212,6 +224,12 @@ impl Node {
     /// the node already works on `NodeConfig::max_requests`.
     pub fn admit(&self, count: usize) -> Result<tokio::sync::OwnedSemaphorePermit, NodeError> {
         self.inner.requests.admit(count)
+    }
+
+    /// Room for one more watch, held for as long as it runs; refused at once when the node
+    /// already serves `NodeConfig::max_watches`.
+    pub fn admit_watch(&self) -> Result<tokio::sync::OwnedSemaphorePermit, NodeError> {
+        self.inner.watches.admit(1)
     }
 
     pub fn id(&self) -> NodeId {
@@ -356,11 +374,17 @@ mod tests {
 
     #[test]
     fn requests_past_the_limit_are_refused_at_once_and_admitted_again_once_room_is_made() {
-        let admission = RequestSlots::new(3);
+        let admission = RequestSlots::new(3, Budget::Requests);
         let first = admission.admit(2).unwrap();
         let refused = admission.admit(2).unwrap_err();
         assert!(
-            matches!(refused, NodeError::Overloaded { limit: 3 }),
+            matches!(
+                refused,
+                NodeError::Overloaded {
+                    limit: 3,
+                    of: Budget::Requests
+                }
+            ),
             "{refused}"
         );
         let status = tonic::Status::from(refused);

@@ -537,6 +537,7 @@ mod tests {
             client_cert_auth: false,
             auth_admin: None,
             max_requests: crate::limits::MAX_CONCURRENT_REQUESTS,
+            max_watches: crate::limits::MAX_WATCHES,
             lease_retention_ms: 3_600_000,
             join: false,
             metrics_listen: None,

@@ -31,6 +31,7 @@ fn node_config(id: u64, count: u64) -> NodeConfig {
         client_cert_auth: false,
         auth_admin: None,
         max_requests: crate::limits::MAX_CONCURRENT_REQUESTS,
+        max_watches: crate::limits::MAX_WATCHES,
         // Short, so that the schedules forget leases too.
         lease_retention_ms: 2_000,
         metrics_listen: None,

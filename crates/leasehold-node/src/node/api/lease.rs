@@ -511,13 +511,13 @@ impl LeaseApi {
     }
 
     /// Starts a watch; its events come until the client goes or the node stops. Admitted as
-    /// one request for as long as it runs.
+    /// one watch, of the watches' own budget, for as long as it runs.
     pub async fn watch(
         &self,
         credentials: &Credentials,
         m: pb::WatchRequest,
     ) -> Result<watch::Events, NodeError> {
-        let working = self.node.admit(1)?;
+        let working = self.node.admit_watch()?;
         self.node.auth_set_up()?;
         let caller = Caller::of(&self.node, credentials)?;
         watch::start(self.node.clone(), caller, m, self.stopping.clone(), working)

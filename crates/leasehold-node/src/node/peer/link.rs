@@ -17,7 +17,7 @@ use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use crate::proto::v1::batch_answer::Answer as Answered;
 use crate::proto::v1::lease_store_client::LeaseStoreClient;
 use crate::raft::codec::{decode, encode};
-use crate::raft::lane::LaneRpc;
+use crate::raft::lane::{LaneFailure, LaneRpc};
 use crate::raft::{Applied, Channels, LogId, NodeId};
 
 /// `call` made as its unary `LeaseStore` call on `client`, forwarded for `caller`: called by
@@ -146,20 +146,32 @@ async fn send(
     };
     let request = channels.peer_request(RaftMessage { data }, FORWARD_TIMEOUT);
     let lanes = channels.lanes();
+    // The leader's handler refuses only before it proposes (its gate, a message it cannot
+    // read): such a refusal is determinate, where a call that failed on its way may have been
+    // handled.
+    let refused = |reason: String| {
+        fail(NodeError::ForwardRefused {
+            leader,
+            addr: addr.clone(),
+            reason,
+        })
+    };
     let reply = match lanes
         .call(leader, &addr, LaneRpc::Propose, request, FORWARD_TIMEOUT)
         .await
     {
-        Ok(reply) => reply.map_err(|failure| failure.to_string()),
-        Err(request) => {
-            let reply = RaftClient::new(channel).propose(request).await;
-            reply.map_err(|status| status.message().to_owned())
-        }
+        Ok(Ok(reply)) => reply,
+        Ok(Err(failure @ LaneFailure::Refused { .. })) => return refused(failure.to_string()),
+        Ok(Err(failure)) => return lost(failure.to_string()),
+        Err(request) => match RaftClient::new(channel).propose(request).await {
+            Ok(reply) => reply,
+            Err(status) if status.metadata().get(wire::ORIGIN_KEY).is_some() => {
+                return refused(status.message().to_owned())
+            }
+            Err(status) => return lost(status.message().to_owned()),
+        },
     };
-    let reply = match reply {
-        Ok(reply) => reply.into_inner(),
-        Err(reason) => return lost(reason),
-    };
+    let reply = reply.into_inner();
     match decode::<Vec<Result<Applied, ForwardedError>>>(&reply.data) {
         Ok(answers) if answers.len() == count => answers
             .into_iter()
