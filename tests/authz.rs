@@ -351,6 +351,50 @@ async fn a_holders_lease_is_not_releasable_by_another_identity_that_knows_its_to
     assert_eq!(released, Released::Released { token });
 }
 
+/// Safety review 161302a, finding 7: a fence names a lease, so a fenced put or delete needs
+/// `check` on that lease besides `write` (`delete`) on its key. Before, an identity with write
+/// on `out/a/` learned another team's lease's grant count from the refusal, and moved its fence
+/// by putting with the current token.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fenced_write_needs_check_on_the_fences_lease() {
+    let h = Harness::start_authorized(3, false).await;
+    let admin = &h.client;
+    role_for(admin, "holder", vec![grant("hold", "jobs/b/")]).await;
+    let acquired = h
+        .client_as("holder")
+        .acquire("jobs/b/secret", "holder/w", 60_000)
+        .await;
+    let token = match acquired.unwrap().outcome {
+        Acquired::Granted { token, .. } => token,
+        other => panic!("{other:?}"),
+    };
+    let mine = vec![
+        grant("write", "out/a/"),
+        grant("delete", "out/a/"),
+        grant("read-keys", "out/a/"),
+    ];
+    role_for(admin, "writer", mine.clone()).await;
+    let writer = h.client_as("writer");
+    let naming = ["writer", "check", "\"jobs/b/secret\""];
+    for guess in [u64::MAX, token] {
+        let fence = Some(("jobs/b/secret", guess));
+        assert_denied(writer.put("out/a/x", b"v", fence).await, &naming);
+        assert_denied(writer.delete("out/a/x", fence).await, &naming);
+    }
+    // Nothing was written; unfenced writes under its prefix are its own.
+    assert_eq!(writer.get("out/a/x").await.unwrap().outcome, None);
+    assert!(harness::written(
+        &writer.put("out/a/y", b"v", None).await.unwrap()
+    ));
+    // With check on the lease, the fenced put is the writer's to make.
+    let with_check = [mine, vec![grant("check", "jobs/b/")]].concat();
+    role_for(admin, "writer", with_check).await;
+    let fenced = writer
+        .put("out/a/x", b"v", Some(("jobs/b/secret", token)))
+        .await;
+    assert!(harness::written(&fenced.unwrap()));
+}
+
 /// A watch needs read-leases on every lease it follows, and ends with PERMISSION_DENIED once
 /// the grant is taken away.
 #[tokio::test(flavor = "multi_thread")]

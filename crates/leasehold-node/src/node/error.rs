@@ -151,6 +151,16 @@ pub enum NodeError {
          the leader"
     )]
     TokenUnknownHere(NodeId),
+    /// A follower's policy denies what the leader's, which may be newer, could allow: the
+    /// client asks another node, and the leader has the last word.
+    #[error(
+        "node {me}, which does not lead, finds this denied by the policy it has applied, which \
+         may be behind the leader's; ask the leader ({denied})"
+    )]
+    DeniedHere {
+        me: NodeId,
+        denied: leasehold_core::auth::Denied,
+    },
     /// A bearer token the node cannot take: unknown, malformed, or sent without TLS.
     #[error("{0}")]
     Unauthenticated(&'static str),
@@ -279,6 +289,7 @@ impl NodeError {
             NodeError::Denied(_) => "DENIED",
             NodeError::PolicyRefused(_) => "POLICY_REFUSED",
             NodeError::TokenUnknownHere(_) => "TOKEN_UNKNOWN_HERE",
+            NodeError::DeniedHere { .. } => "DENIED_HERE",
             NodeError::Unauthenticated(_) => "UNAUTHENTICATED",
             NodeError::AuthSettingUp => "AUTH_SETTING_UP",
             NodeError::Encoding { .. } => "ENCODING_FAILED",
@@ -441,7 +452,8 @@ impl NodeError {
             | NodeError::ChangeInProgress(_)
             | NodeError::ChangeDeposed
             | NodeError::AuthSettingUp
-            | NodeError::TokenUnknownHere(_) => Code::Unavailable,
+            | NodeError::TokenUnknownHere(_)
+            | NodeError::DeniedHere { .. } => Code::Unavailable,
             NodeError::Forgotten | NodeError::UnknownSession => Code::Aborted,
             NodeError::Overloaded { .. } => Code::ResourceExhausted,
             NodeError::Raft(_)

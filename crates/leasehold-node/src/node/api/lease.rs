@@ -278,6 +278,26 @@ impl LeaseApi {
         self.node.write_or_forward(op, request).await
     }
 
+    /// A fence names a lease, so a fenced write needs `check` on it besides the write's own
+    /// permission (safety review 161302a, finding 7): judged here, by the policy this node
+    /// applied, and by the leader's where this node's denies. The log's check stays the key's
+    /// alone, so that entries logged before this rule replay as they were acknowledged.
+    fn may_fence(&self, caller: &Caller, fence: Option<&pb::Fence>) -> Result<(), NodeError> {
+        let Some(fence) = fence else {
+            return Ok(());
+        };
+        let state = self.node.state().read();
+        match caller.may(state.table.policy(), &Action::Check(&fence.lease)) {
+            Err(NodeError::Denied(denied)) if !self.node.is_leader() => {
+                Err(NodeError::DeniedHere {
+                    me: self.node.id(),
+                    denied,
+                })
+            }
+            checked => checked,
+        }
+    }
+
     /// Reads with `read` in a linearizable read on the leader, once the policy there lets the
     /// caller do `action`; a follower forwards the call to the leader with the caller, unless
     /// it was forwarded here (leadership moved: the client retries).
@@ -392,6 +412,7 @@ impl LeaseApi {
         m: pb::PutRequest,
     ) -> Result<pb::PutResponse, NodeError> {
         self.counted(credentials, deadline, m, |caller, m| async move {
+            self.may_fence(&caller, m.fence.as_ref())?;
             let id = request_id(m.request_id.as_ref());
             let op = Op::Put {
                 key: m.key,
@@ -410,6 +431,7 @@ impl LeaseApi {
         m: pb::DeleteRequest,
     ) -> Result<pb::DeleteResponse, NodeError> {
         self.counted(credentials, deadline, m, |caller, m| async move {
+            self.may_fence(&caller, m.fence.as_ref())?;
             let id = request_id(m.request_id.as_ref());
             let op = Op::Delete {
                 key: m.key,
