@@ -589,12 +589,20 @@ async fn a_bearer_token_gives_a_client_without_a_certificate_its_identity_until_
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bearer_token_sent_without_tls_is_refused() {
     let h = Harness::start(1, false).await;
+    // A node without TLS refuses a token that a program of its own sent in clear ...
+    let mut raw = LeaseStoreClient::new(h.client_channel(1).await);
+    let mut request = tonic::Request::new(pb::GetRequest { key: "k".into() });
+    let bearer = "Bearer lh_anything".parse().unwrap();
+    request.metadata_mut().insert("authorization", bearer);
+    let refused = raw.get(request).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+    assert!(refused.message().contains("TLS only"), "{refused:?}");
+    // ... and the Rust client will not send one without TLS at all (review finding 8).
     let client = LeaseClient::new(&h.endpoints)
         .unwrap()
         .with_bearer_token("lh_anything")
         .unwrap();
     let refused = client.put("k", b"v", None).await.unwrap_err();
-    assert_eq!(refused.code(), Code::Unauthenticated, "{refused}");
     assert!(refused.to_string().contains("TLS only"), "{refused}");
     // The CLI will not send one without TLS at all.
     let out = harness::cli(&h.endpoints, &["--bearer-token", "lh_anything", "get", "k"]);

@@ -19,7 +19,7 @@ use crate::answers::{
 };
 use crate::attempts::{Attempts, Effect, Next};
 use crate::batch::{answered_as, BatchMethod, Batches};
-use crate::channel::{Bearer, NodeChannel};
+use crate::channel::{Bearer, NodeChannel, TOKEN_WITHOUT_TLS};
 use crate::error::ClientError;
 use crate::lane::Lanes;
 use crate::limits::{
@@ -167,7 +167,7 @@ impl LeaseClient {
         let lanes = |target: &Endpoint| {
             // `host:port`, the port gRPC's channel would take too (80 without one).
             let uri = target.uri();
-            let plain = uri.scheme_str() == Some("http") && self.bearer.0.is_none();
+            let plain = uri.scheme_str() == Some("http") && self.bearer.token.is_none();
             let address = uri
                 .host()
                 .map(|host| format!("{host}:{}", uri.port_u16().unwrap_or(80)));
@@ -175,6 +175,20 @@ impl LeaseClient {
         };
         self.lanes = self.targets.iter().map(lanes).collect();
         self
+    }
+
+    /// The refusal of every call while this client has a bearer token and a plain endpoint:
+    /// the token would go out in clear (safety review 161302a, finding 8).
+    fn token_without_tls(&self) -> Option<ClientError> {
+        self.bearer.token.as_ref()?;
+        let plain = self
+            .targets
+            .iter()
+            .position(|t| t.uri().scheme_str() != Some("https"))?;
+        Some(ClientError::Endpoint {
+            endpoint: self.endpoints[plain].clone(),
+            reason: TOKEN_WITHOUT_TLS.into(),
+        })
     }
 
     /// Talks TLS to every endpoint, checking the nodes' certificates (and showing this client's,
@@ -200,7 +214,7 @@ impl LeaseClient {
         })?;
         // Never shown by Debug, nor kept in HTTP/2's shared header table.
         value.set_sensitive(true);
-        self.bearer = Bearer(Some(value));
+        self.bearer = Bearer::new(value);
         Ok(self.connected())
     }
 
@@ -320,6 +334,9 @@ impl LeaseClient {
         F: FnMut(usize, Duration) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
+        if let Some(refused) = self.token_without_tls() {
+            return Err(refused);
+        }
         let started = tokio::time::Instant::now();
         let count = self.channels.len();
         let first = self.preferred.load(Ordering::Relaxed);
@@ -681,6 +698,46 @@ mod tests {
     use super::*;
     use crate::attempts::statuses::*;
     use crate::fake::{fake_node, Reply};
+
+    /// Safety review 161302a, finding 8: a bearer token never travels without TLS. A client
+    /// given one but no TLS (in either order of the builder) refuses every call at once,
+    /// naming the fix, and sends nothing: before, its token went out in clear and only then
+    /// was refused by the node.
+    #[tokio::test]
+    async fn a_bearer_token_is_never_sent_without_tls() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let heard = tokio::spawn(async move {
+            let mut bytes = Vec::new();
+            while let Ok(Ok((mut tcp, _))) =
+                tokio::time::timeout(Duration::from_millis(500), listener.accept()).await
+            {
+                use tokio::io::AsyncReadExt;
+                let mut buf = vec![0; 4096];
+                while let Ok(Ok(n @ 1..)) =
+                    tokio::time::timeout(Duration::from_millis(200), tcp.read(&mut buf)).await
+                {
+                    bytes.extend_from_slice(&buf[..n]);
+                }
+            }
+            bytes
+        });
+        let client = LeaseClient::new(&[addr.as_str()])
+            .unwrap()
+            .with_bearer_token("s3cret-token")
+            .unwrap()
+            .with_deadline(Duration::from_secs(1));
+        let started = std::time::Instant::now();
+        let refused = client.put("k", b"v", None).await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_millis(500), "{refused}");
+        assert!(refused.to_string().contains("with_tls"), "{refused}");
+        let bytes = heard.await.unwrap();
+        let sent = String::from_utf8_lossy(&bytes);
+        assert!(
+            !sent.contains("s3cret-token"),
+            "the token went out in clear"
+        );
+    }
 
     #[tokio::test]
     async fn a_write_refused_for_an_expired_session_opens_a_new_one_and_is_sent_again() {
