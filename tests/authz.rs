@@ -395,6 +395,38 @@ async fn a_fenced_write_needs_check_on_the_fences_lease() {
     assert!(harness::written(&fenced.unwrap()));
 }
 
+/// Safety review 161302a, finding 2: while authorization is on, a caller with neither a
+/// certificate nor a bearer token opens no session (each one is replicated state kept an hour,
+/// so anonymous `Register`s grew every node's state without bound). Before, the anonymous
+/// client's session was opened and only its put was denied.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_caller_without_an_identity_opens_no_session_while_authorization_is_on() {
+    let h = Harness::start_authorized_for_tokens(3).await;
+    // The leader's count: it applied every acknowledged write.
+    let sessions = || async {
+        let all = h.client.status().await.unwrap();
+        let leader = all.iter().find(|n| n.role == pb::Role::Leader as i32);
+        leader.expect("a leader").sessions
+    };
+    let before = sessions().await;
+    let ca = std::fs::read(h.identity_files(leasehold::tls::certs::ADMIN_NAME).ca).unwrap();
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca));
+    let anonymous = LeaseClient::new(&h.endpoints)
+        .unwrap()
+        .with_tls(tls)
+        .unwrap();
+    let refused = anonymous.put("k", b"v", None).await;
+    assert_denied(refused, &["no identity", "session"]);
+    // Another identity's session, opened after it, is the only one more.
+    let _ = h.client_as("team-a").put("x", b"v", None).await;
+    assert_eq!(
+        sessions().await,
+        before + 1,
+        "only team-a's session was opened"
+    );
+}
+
 /// A watch needs read-leases on every lease it follows, and ends with PERMISSION_DENIED once
 /// the grant is taken away.
 #[tokio::test(flavor = "multi_thread")]

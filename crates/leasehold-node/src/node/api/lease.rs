@@ -13,7 +13,7 @@ use crate::node::{Node, NodeError};
 use crate::proto::v1 as pb;
 use crate::raft::state_machine::Applying;
 use crate::raft::Applied;
-use leasehold_core::auth::Action;
+use leasehold_core::auth::{Action, Denied};
 use leasehold_core::limits::{name, token_field};
 use leasehold_core::{Fence, InvalidInput, Limits, Op, Renewal, RequestId};
 
@@ -511,8 +511,22 @@ impl LeaseApi {
         m: pb::RegisterRequest,
     ) -> Result<pb::RegisterResponse, NodeError> {
         // Any identity may open a session, which is then its own: what it asks under it is
-        // what the policy decides.
+        // what the policy decides. A caller with no identity opens none while the policy is
+        // on: a session is replicated state, kept an hour (safety review 161302a, finding 2).
         self.counted(credentials, deadline, m, |caller, _| async move {
+            let on = self.node.state().read().table.policy().enabled();
+            if on && caller.identity().is_none() {
+                return Err(NodeError::Denied(Denied {
+                    identity: "anonymous".into(),
+                    action: "open a session".into(),
+                    resource: String::new(),
+                    reason: Some(
+                        "authorization is on, and a caller with neither a client certificate \
+                         nor a bearer token has no identity to open it under"
+                            .into(),
+                    ),
+                }));
+            }
             convert::register(self.write(caller, Op::Register, None).await?)
         })
         .await
