@@ -58,7 +58,7 @@ def main() -> int:
         nodes = []
         for i in (1, 2, 3):
             tls = ["--tls-cert", f"{tls_dir}/node-{i}.pem", "--tls-key", f"{tls_dir}/node-{i}-key.pem",
-                   "--tls-ca", f"{tls_dir}/ca.pem", "--client-cert-auth"]
+                   "--tls-ca", f"{tls_dir}/ca.pem", "--client-cert-auth", "--no-authorization"]
             nodes.append(subprocess.Popen(
                 [BIN, "serve", "--id", str(i), "--listen", ENDPOINTS[i - 1], "--peer-listen", f"127.0.0.1:772{i}",
                  "--data-dir", f"{root}/node-{i}", "--peers", PEERS, *tls],

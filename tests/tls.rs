@@ -292,6 +292,7 @@ fn serve_with_a_missing_tls_file_exits_naming_it() {
         .arg(&files.cert)
         .arg("--tls-key")
         .arg(&files.key)
+        .arg("--no-authorization")
         .env("RUST_LOG", "off")
         .output()
         .unwrap();
@@ -302,6 +303,74 @@ fn serve_with_a_missing_tls_file_exits_naming_it() {
     assert!(
         !dir.path().join("data").join("raft-log").exists(),
         "no storage was opened"
+    );
+}
+
+/// Secure by default (issue "A door no one can wedge", item 7): a node with TLS starts only
+/// once the operator has chosen, `--auth-admin NAME` or `--no-authorization`; without either it
+/// exits at once with one line naming both, before it opens its storage. Before, it started
+/// with authorization off, and any client certificate could remove a voter.
+#[test]
+fn serve_with_tls_but_no_choice_of_authorization_exits_naming_both_flags() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let own = certs::ensure(dir.path(), 1).unwrap();
+    let files = own.node(1);
+    let addrs = leasehold::cli::local::local_addrs(1).unwrap();
+    let out = std::process::Command::new(harness::binary())
+        .args(["serve", "--id", "1", "--listen", &addrs[0].client])
+        .args(["--peer-listen", &addrs[0].peer, "--peers"])
+        .arg(format!("1={}", addrs[0].peer))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--tls-ca")
+        .arg(&files.ca)
+        .arg("--tls-cert")
+        .arg(&files.cert)
+        .arg("--tls-key")
+        .arg(&files.key)
+        .arg("--client-cert-auth")
+        .env("RUST_LOG", "off")
+        .env_remove("LEASEHOLD_AUTH_ADMIN")
+        .env_remove("LEASEHOLD_NO_AUTHORIZATION")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A node that starts anyway is stopped, and the test fails, rather than waited on.
+    let mut out = out;
+    let exited = (0..600).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        matches!(out.try_wait(), Ok(Some(_)))
+    });
+    if !exited {
+        let _ = out.kill();
+    }
+    let out = out.wait_with_output().unwrap();
+    assert!(exited, "the node started: {out:?}");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("--auth-admin NAME"), "{stderr}");
+    assert!(stderr.contains("--no-authorization"), "{stderr}");
+    assert!(
+        !dir.path().join("data").join("raft-log").exists(),
+        "no storage was opened"
+    );
+}
+
+/// A cluster started with `--no-authorization` says so where people look: its `status` names
+/// the admin calls every certificate may make, and each node's start log warns of it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_with_authorization_off_says_that_admin_calls_are_open() {
+    let h = Harness::start_tls(3, false).await;
+    let out = h.cli_as(certs::CLIENT_NAME, &["status"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("authorization off"), "{stdout}");
+    assert!(stdout.contains("`member remove`"), "{stdout}");
+    let log = std::fs::read_to_string(&h.cluster.nodes()[0].log).unwrap();
+    assert!(
+        log.contains("authorization is off (--no-authorization)"),
+        "{log}"
     );
 }
 

@@ -336,11 +336,11 @@ fn security(nodes: &[pb::NodeStatus]) -> String {
         "TLS; authorization on, identities from client certificates or bearer tokens \
          (`leasehold auth whoami`)"
     } else if up.iter().all(|n| n.client_certificates) {
-        "TLS with client certificates; authorization off: every certificate may do anything \
-         (`leasehold auth enable`)"
+        "TLS with client certificates; authorization off: every certificate may do anything, \
+         admin calls (`member remove`, `snapshot save`) included (`leasehold auth enable`)"
     } else {
-        "TLS; authorization off: anyone who reaches a client port may do anything \
-         (`leasehold auth enable`)"
+        "TLS; authorization off: anyone who reaches a client port may do anything, admin \
+         calls (`member remove`, `snapshot save`) included (`leasehold auth enable`)"
     };
     format!("security: {line}\n")
 }

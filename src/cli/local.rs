@@ -91,6 +91,9 @@ pub fn local_addrs(count: usize) -> std::io::Result<Vec<PlaneAddrs>> {
         .collect())
 }
 
+/// `serve`'s flag for a node with TLS and authorization off.
+const NO_AUTHORIZATION: &str = "--no-authorization";
+
 /// One node of a [`LocalCluster`]: its addresses, files and process.
 pub struct LocalNode {
     /// Its id in the cluster.
@@ -175,6 +178,8 @@ impl LocalCluster {
         let ca = certs.node(1).ca.display().to_string();
         self.extra_args
             .extend(["--tls-ca".to_owned(), ca, "--client-cert-auth".to_owned()]);
+        // A node with TLS needs a choice of authorization: off, until `with_auth` turns it on.
+        self.extra_args.push(NO_AUTHORIZATION.to_owned());
         for id in 1..=self.nodes.len() as u64 {
             let files = certs.node(id);
             self.node_args.entry(id).or_default().extend([
@@ -197,6 +202,7 @@ impl LocalCluster {
     /// Every node turns authorization on for a new cluster with `admin` its first admin
     /// (`serve --auth-admin`); needs [`with_tls`](Self::with_tls).
     pub fn with_auth(mut self, admin: &str) -> Self {
+        self.extra_args.retain(|arg| arg != NO_AUTHORIZATION);
         self.extra_args
             .extend(["--auth-admin".to_owned(), admin.to_owned()]);
         self

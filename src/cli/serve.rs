@@ -94,6 +94,17 @@ pub struct ServeArgs {
         requires = "tls_cert"
     )]
     auth_admin: Option<String>,
+    /// With TLS, start with authorization off: every client that reaches the client port may
+    /// make admin calls (`member remove`, `snapshot save`, `auth enable` naming itself) until
+    /// someone turns it on. A node with TLS needs this or --auth-admin: the choice is the
+    /// operator's to make, not a default's.
+    #[arg(
+        long,
+        env = "LEASEHOLD_NO_AUTHORIZATION",
+        conflicts_with = "auth_admin",
+        requires = "tls_cert"
+    )]
+    no_authorization: bool,
     /// Requests this node's clients have it work on at once (writes other nodes forward here
     /// were admitted by them); past it a request is refused at once with RESOURCE_EXHAUSTED.
     #[arg(long, env = "LEASEHOLD_MAX_REQUESTS", value_name = "N", default_value_t = crate::limits::MAX_CONCURRENT_REQUESTS as u64,
@@ -237,6 +248,13 @@ fn check_config(args: &ServeArgs, id: u64) -> anyhow::Result<Vec<String>> {
     let peers = peers(args, id);
     node::check_flags(id, &peers, args.join, &args.listen, &args.peer_listen)
         .map_err(anyhow::Error::msg)?;
+    if args.tls_cert.is_some() && args.auth_admin.is_none() && !args.no_authorization {
+        anyhow::bail!(
+            "a node with TLS starts once authorization is chosen: --auth-admin NAME (on from \
+             the start, NAME its first admin) or --no-authorization (off: every client may make \
+             admin calls, `member remove` included, until it is turned on)"
+        );
+    }
     Ok(vec![
         format!("id {id}"),
         format!("listen {}", args.listen),
@@ -261,6 +279,14 @@ fn check_config(args: &ServeArgs, id: u64) -> anyhow::Result<Vec<String>> {
         format!(
             "http-listen {}",
             args.http_listen.as_deref().unwrap_or("(none)")
+        ),
+        format!(
+            "authorization {}",
+            match (&args.auth_admin, args.no_authorization) {
+                (Some(admin), _) => format!("on, first admin {admin}"),
+                (None, true) => "off (--no-authorization)".to_owned(),
+                (None, false) => "off (no TLS)".to_owned(),
+            }
         ),
     ])
 }

@@ -241,6 +241,14 @@ async fn serve(
         runtime_threads = tokio::runtime::Handle::current().metrics().num_workers(),
         "node started"
     );
+    let off = !node.state().read().table.policy().enabled();
+    if config.tls.is_some() && config.auth_admin.is_none() && off {
+        tracing::warn!(
+            "authorization is off (--no-authorization): every client that reaches the client \
+             port may make admin calls, `member remove` and `snapshot save` included, until it \
+             is turned on (`leasehold auth enable`)"
+        );
+    }
     let served = server.await.map_err(|e| StartError::Raft(e.to_string()))?;
     for task in background {
         task.abort();
