@@ -227,6 +227,37 @@ async fn bad_calls_get_an_http_status_and_the_grpc_error_as_json() {
     let (_, lease) = call(node, "GetLease", json!({"lease": "x"}));
     assert!(lease.get("token").is_none(), "nothing was granted: {lease}");
 
+    // A bad number names its field as gRPC's validation does, and says what it takes
+    // (issue "A door no one can wedge", item 10: it was "data did not match any variant of
+    // untagged enum Content" with field "body").
+    for bad in [
+        json!(-5),
+        json!("soon"),
+        json!(1.5),
+        json!("99999999999999999999"),
+    ] {
+        let (status, e) = call(
+            node,
+            "Acquire",
+            json!({"lease": "x", "holder": "h", "ttlMs": bad}),
+        );
+        assert_eq!(
+            (status, e["metadata"]["field"].as_str()),
+            (400, Some("ttl_ms")),
+            "{e}"
+        );
+        let message = e["message"].as_str().unwrap();
+        assert!(!message.contains("untagged"), "{e}");
+        assert!(message.contains("integer"), "{e}");
+    }
+    let renewal = json!({"lease": "x", "holder": "h", "token": "1", "ttlMs": -1});
+    let (status, e) = call(node, "Renew", json!({"leases": [renewal]}));
+    assert_eq!(
+        (status, e["metadata"]["field"].as_str()),
+        (400, Some("leases[0].ttl_ms")),
+        "{e}"
+    );
+
     let (status, e) = post::<&str>(&format!("http://{node}/v1/Acquire"), "{not json", &[]);
     assert_eq!(
         (status, e["metadata"]["field"].as_str()),

@@ -62,17 +62,21 @@ const _: () = {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {problem}")]
 pub struct InvalidInput {
-    /// The field at fault, by the name the client knows it by (`lease`, `ttl_ms`, ...).
-    pub field: &'static str,
+    /// The field at fault, by the name the client knows it by (`lease`, `ttl_ms`, ...; a path
+    /// such as `leases[0].ttl_ms` for a field inside a list).
+    pub field: std::borrow::Cow<'static, str>,
     /// What is wrong with it, naming the limit.
     pub problem: String,
 }
 
 impl InvalidInput {
     /// Bad input in `field`, described by `problem`.
-    pub fn new(field: &'static str, problem: impl Into<String>) -> Self {
+    pub fn new(
+        field: impl Into<std::borrow::Cow<'static, str>>,
+        problem: impl Into<String>,
+    ) -> Self {
         InvalidInput {
-            field,
+            field: field.into(),
             problem: problem.into(),
         }
     }

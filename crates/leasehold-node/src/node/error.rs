@@ -312,7 +312,7 @@ impl NodeError {
         let fact = |k: &str, v: String| (k.to_owned(), v);
         match self {
             NodeError::Leader(e) => e.facts.clone(),
-            NodeError::Invalid(e) => vec![fact("field", e.field.to_owned())],
+            NodeError::Invalid(e) => vec![fact("field", e.field.to_string())],
             NodeError::NotLeader {
                 leader: Some((id, addr)),
                 ..

@@ -279,7 +279,7 @@ fn lease_call(name: &str, body: &[u8]) -> Result<Option<Call>, NodeError> {
         serde_json::Value::Null => serde_json::json!({}),
         message => message,
     };
-    let call = serde_json::from_value::<pb::BatchCall>(named(message)).map_err(not_json)?;
+    let call: pb::BatchCall = decode(named(message), 1)?;
     Ok(call.request)
 }
 
@@ -297,6 +297,52 @@ fn answer_json(answer: pb::batch_answer::Answer) -> serde_json::Value {
     .unwrap_or_default()
 }
 
+/// `value` decoded as `T`, refused naming the field that failed (its proto name, as gRPC's
+/// validation names it: `leases[0].ttl_ms`), past the first `skip` segments of its path (the
+/// `Batch` call's name around a lease call's message).
+fn decode<T: DeserializeOwned>(value: serde_json::Value, skip: usize) -> Result<T, NodeError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let field = path
+            .split('.')
+            .skip(skip)
+            .map(proto_name)
+            .collect::<Vec<_>>();
+        let e = e.into_inner();
+        // A name the message does not have is no field of it: the body is at fault.
+        if field.is_empty() || path == "." || e.to_string().starts_with("unknown field") {
+            return not_json(e);
+        }
+        // pbjson reads an integer from a number or a string, so serde's own words are about
+        // the two ("did not match any variant of untagged enum") or the string's digits:
+        // say what the field takes.
+        const INTEGER: &str = "takes an integer in the field's range, as a JSON number or a string";
+        let problem = match e.to_string() {
+            m if m.contains("untagged enum") => INTEGER.to_owned(),
+            m if ["digit", "number too large", "out of range"]
+                .iter()
+                .any(|w| m.contains(w)) =>
+            {
+                format!("{INTEGER} ({m})")
+            }
+            m => m,
+        };
+        NodeError::Invalid(InvalidInput::new(field.join("."), problem))
+    })
+}
+
+/// A JSON name as the proto names it: `ttlMs` -> `ttl_ms`, `leases[0]` kept.
+fn proto_name(json: &str) -> String {
+    let mut out = String::new();
+    for c in json.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
 fn not_json(e: serde_json::Error) -> NodeError {
     let problem = format!(
         "not the request message in proto3 JSON: {e} (names are lowerCamelCase, 64-bit \
@@ -310,7 +356,8 @@ fn request<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, NodeError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(body).map_err(not_json)
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(not_json)?;
+    decode(value, 0)
 }
 
 fn ok<T: Serialize>(message: T) -> Response {
