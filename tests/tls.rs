@@ -374,6 +374,35 @@ async fn a_node_with_authorization_off_says_that_admin_calls_are_open() {
     );
 }
 
+/// A client without the certificate a node demands (`--client-cert-auth`) fails at once,
+/// saying a client certificate is required, with or without a bearer token (issue "A door no
+/// one can wedge", item 10). Before, it retried for 10 s and reported "unavailable ... received
+/// fatal alert: CertificateRequired".
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_without_the_certificate_a_node_demands_is_told_at_once() {
+    let h = Harness::start_tls(3, false).await;
+    let ca = h.identity_files(certs::CLIENT_NAME).ca;
+    for token in [None, Some("lh_anything")] {
+        let mut command = harness::command(&h.endpoints);
+        command.arg("--tls-ca").arg(&ca).args(["get", "k"]);
+        command
+            .env_remove("LEASEHOLD_TLS_CERT")
+            .env_remove("LEASEHOLD_TLS_KEY");
+        match token {
+            Some(token) => command.env("LEASEHOLD_BEARER_TOKEN", token),
+            None => command.env_remove("LEASEHOLD_BEARER_TOKEN"),
+        };
+        let started = std::time::Instant::now();
+        let out = command.output().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(3), "{out:?}");
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("demands a client certificate"), "{stderr}");
+        assert!(stderr.contains("--tls-cert"), "{stderr}");
+    }
+}
+
 /// A member's certificate lets its holder speak only as that member: a vote or a pre-vote that
 /// claims another candidate is refused before Raft sees it, one in its own name goes through.
 #[tokio::test(flavor = "multi_thread")]

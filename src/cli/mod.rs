@@ -71,9 +71,10 @@ pub struct ClientOpts {
         env = "LEASEHOLD_BEARER_TOKEN",
         value_name = "TOKEN",
         global = true,
-        hide_env_values = true,
-        requires = "tls_ca"
+        hide_env_values = true
     )]
+    // Checked in `lease_client`, not by clap's `requires`: with the token from the environment
+    // and --tls-ca given as a flag before the command, clap reported --tls-ca missing.
     bearer_token: Option<String>,
 }
 
@@ -117,6 +118,10 @@ impl ClientOpts {
             None => client,
         };
         Ok(match &self.bearer_token {
+            Some(_) if self.tls_ca.is_none() => anyhow::bail!(
+                "a bearer token is sent over TLS only, and no --tls-ca (LEASEHOLD_TLS_CA) is \
+                 given: pass the CA of the nodes' certificates"
+            ),
             Some(token) => client.with_bearer_token(token)?,
             None => client,
         })

@@ -361,8 +361,12 @@ fn load_tls(config: &NodeConfig) -> Result<(Option<Tls>, Option<PlanesTls>), Sta
     };
     let setup = |e: crate::tls::TlsError| StartError::Config(e.to_string());
     let tls = Tls::load(files).map_err(setup)?;
+    // The client plane takes a client without a certificate through the handshake even with
+    // `--client-cert-auth`, which the API enforces (`Caller::of`): refused there, the client
+    // is told why at once, where a refused handshake reached it as a closed connection that
+    // it retried for its whole deadline. A certificate it does show is checked here.
     let planes = (
-        tls.server_config(config.client_cert_auth).map_err(setup)?,
+        tls.server_config(false).map_err(setup)?,
         tls.server_config(true).map_err(setup)?,
     );
     Ok((Some(tls), Some(planes)))

@@ -144,8 +144,9 @@ impl Tls {
     }
 
     /// A server's TLS settings; `client_certs` demands a certificate from this CA of every
-    /// client. Without it a client may still show one, checked the same way, to have an
-    /// identity; one without a certificate may bring a bearer token instead.
+    /// client at the handshake (the peer plane). Without it a client may still show one,
+    /// checked the same way, to have an identity; one without a certificate may bring a bearer
+    /// token instead, or is refused by the API where the node demands certificates.
     pub fn server_config(&self, client_certs: bool) -> Result<Arc<rustls::ServerConfig>, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())

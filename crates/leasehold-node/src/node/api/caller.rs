@@ -76,6 +76,13 @@ impl Caller {
                 bearer: None,
             });
         }
+        if node.client_certificates() {
+            return Err(NodeError::Unauthenticated(
+                "this node demands a client certificate (serve --client-cert-auth): show one \
+                 from the cluster's CA (--tls-cert and --tls-key, or LEASEHOLD_TLS_CERT and \
+                 LEASEHOLD_TLS_KEY); a bearer token alone is not taken here",
+            ));
+        }
         match authorization {
             Some(header) => bearer(node, header),
             None => Ok(Caller::default()),

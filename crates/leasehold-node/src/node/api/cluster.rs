@@ -213,6 +213,8 @@ impl ClusterApi {
         credentials: &Credentials,
         _m: pb::StatusRequest,
     ) -> Result<pb::StatusResponse, NodeError> {
+        // Any caller may ask, but one a node demanding certificates refuses (`Caller::of`).
+        Caller::of(&self.node, credentials)?;
         let inside = self.sees_inside(credentials);
         // Admitted like every request: a client looping status must not outrun the node.
         let _working = self.node.admit(1)?;
@@ -304,6 +306,7 @@ impl ClusterApi {
         credentials: &Credentials,
         _m: pb::NodeStatusRequest,
     ) -> Result<pb::NodeStatus, NodeError> {
+        Caller::of(&self.node, credentials)?;
         let _working = self.node.admit(1)?;
         let mut local = self.local();
         // Members ask each other on the peer plane, for `Status`, which hides what it must.
