@@ -878,6 +878,54 @@ async fn a_daemon_left_behind_by_its_command_is_dead_before_hold_releases_the_le
     assert!(!stray.runs(), "the daemon still runs");
 }
 
+/// Safety review 161302a, finding 6: a guard killed by a signal (kill -9, the OOM killer)
+/// leaves nothing of its command running, and the lease to expire: `hold` is a child
+/// subreaper too, so the daemon the command left becomes its own, and it kills that daemon
+/// rather than release the lease. Before, the daemon ran on, adopted by init, and `hold`
+/// released the lease at once, so a rival could be granted it while the daemon still ran.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guard_killed_by_a_signal_leaves_the_lease_to_expire_after_killing_what_it_left() {
+    let h = Harness::start(3, false).await;
+    let beats = h.dir().join("beats");
+    let stray = Stray {
+        pid_file: h.dir().join("daemon.pid"),
+        dir: h.dir().to_owned(),
+    };
+    let script = daemonizing(&beats, &stray.pid_file, "exec sleep 600");
+    let mut running = Running::start(hold(
+        &h,
+        &[
+            "job", "--holder", "w", "--ttl", "5", "--", "sh", "-c", &script,
+        ],
+    ));
+    wait_for("the daemon to beat", Duration::from_secs(10), || {
+        let ready = last_beat(&beats).is_some() && stray.runs();
+        async move { ready.then_some(()) }
+    })
+    .await;
+    // The guard is `hold`'s one child.
+    let children = format!("/proc/{0}/task/{0}/children", running.child.id());
+    let guard: i32 = std::fs::read_to_string(children)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: kill(2) of the guard, a process of this test's `hold`.
+    unsafe {
+        libc::kill(guard, libc::SIGKILL);
+    }
+    let status = running.exit(Duration::from_secs(10)).await;
+    let stderr = running.stderr();
+    assert_eq!(status.code(), Some(137), "{stderr}");
+    assert!(!stray.runs(), "the daemon outlived its guard: {stderr}");
+    let lease = h.client.get_lease("job").await.unwrap().outcome;
+    assert!(
+        lease.holder.is_some(),
+        "released while what the command started may have run: {stderr}"
+    );
+    assert!(stderr.contains("expires by itself"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn hold_does_not_start_its_command_when_the_grant_came_after_the_safe_deadline() {
     let h = Harness::start(3, false).await;

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use leasehold_client::{default_margin, HoldError, Holder, Lost};
+use leasehold_client::{clock, default_margin, HoldError, Holder, Lost};
 use tokio::time::Instant;
 
 use super::hold_guard::{self, CONT, LOST, STOP};
@@ -54,9 +54,9 @@ pub struct HoldArgs {
     command: Vec<String>,
 }
 
-/// Milliseconds since the Unix epoch of `at`, an instant of the monotonic clock.
+/// Milliseconds since the Unix epoch of `at`, an instant of the holders' clock.
 fn unix_ms(at: Instant) -> u128 {
-    let now = Instant::now();
+    let now = clock::now();
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
@@ -76,11 +76,12 @@ fn signal_group(pgid: i32, signal: libc::c_int) {
     }
 }
 
-/// `at`, an instant of the monotonic clock, in CLOCK_MONOTONIC nanoseconds: the clock the guard
-/// reads. Read before `Instant::now()`, the clock makes the result a little early, never late.
-fn monotonic_ns(at: Instant) -> u64 {
-    let clock = hold_guard::monotonic_ns();
-    let now = Instant::now();
+/// `at`, an instant of the holders' clock, in CLOCK_BOOTTIME nanoseconds: the clock the guard
+/// reads, which counts a suspended host as the holders' does. Read before `clock::now()`, it
+/// makes the result a little early, never late.
+fn boot_ns(at: Instant) -> u64 {
+    let clock = hold_guard::boot_ns();
+    let now = clock::now();
     if at >= now {
         clock.saturating_add((at - now).as_nanos() as u64)
     } else {
@@ -174,7 +175,7 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
     let mut standing = holder.standing();
     let start = standing.borrow_and_update().clone();
     // An acquire answered after its safe deadline (its retries took the TTL) starts nothing.
-    let too_late = (Instant::now() >= start.safe_until).then_some(Lost::Unrenewed);
+    let too_late = (clock::now() >= start.safe_until).then_some(Lost::Unrenewed);
     if let Some(lost) = start.lost.clone().or(too_late) {
         eprintln!(
             "leasehold hold: lease {} lost ({lost}) before the command started; it was not run",
@@ -182,6 +183,7 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
         );
         return Ok(Exit::Code(LOST_EXIT));
     }
+    become_subreaper();
     let (deadlines, writer) = pipe()?;
     let guard = Guard(writer);
     let deadlines_fd = std::os::fd::AsRawFd::as_raw_fd(&deadlines);
@@ -195,7 +197,7 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
         .arg(format!("--fd={deadlines_fd}"))
         .arg(format!("--hold-pid={hold_pid}"))
         .arg(format!("--grace-ms={}", grace.as_millis()))
-        .arg(format!("--until-ns={}", monotonic_ns(start.safe_until)))
+        .arg(format!("--until-ns={}", boot_ns(start.safe_until)))
         .arg("--")
         .args(&args.command)
         // Through the guard to the command.
@@ -228,17 +230,7 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
     drop(deadlines);
     let pgid = child.id().map_or(0, |pid| pid as i32);
     if args.verbose {
-        let granted = &start;
-        eprintln!(
-            "leasehold hold: {} granted to {} with token {}; sent at unix ms {}, safe until unix \
-             ms {}; running {:?} as process group {pgid}",
-            holder.lease(),
-            holder.holder(),
-            holder.token(),
-            unix_ms(granted.sent),
-            unix_ms(granted.safe_until),
-            args.command
-        );
+        print_granted(&holder, &start, &args.command, pgid);
     }
     let mut terminated = false;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
@@ -257,18 +249,21 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
         if let Some(lost) = now.lost {
             break lost;
         }
-        if Instant::now() >= now.safe_until {
+        if clock::now() >= now.safe_until {
             break Lost::Unrenewed;
         }
         let term_at = now.safe_until.checked_sub(grace).unwrap_or(now.safe_until);
-        if terminated && Instant::now() < term_at {
+        if terminated && clock::now() < term_at {
             // A renewal came through after all; the command got SIGTERM and decides itself.
             terminated = false;
         }
         tokio::select! {
             status = child.wait() => {
                 let status = status?;
-                if terminated || Instant::now() >= term_at {
+                if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&status) {
+                    return Ok(guard_killed(holder, signal));
+                }
+                if terminated || clock::now() >= term_at {
                     // It ended on the guard's SIGTERM of a failing lease, not by itself.
                     break Lost::Unrenewed;
                 }
@@ -276,7 +271,7 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
                 // can go.
                 // Past the deadline a release is moot: the lease is expiring anyway.
                 let safe_until = holder.safe_until();
-                match tokio::time::timeout_at(safe_until, holder.release()).await {
+                match tokio::time::timeout_at(clock::timer(safe_until), holder.release()).await {
                     Ok(Ok(_)) => {}
                     Ok(Err(e)) => eprintln!(
                         "leasehold hold: the lease was not released ({e}); it expires by itself"
@@ -291,7 +286,7 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
                 if changed.is_err() {
                     break Lost::Unrenewed;
                 }
-                guard.tell(monotonic_ns(standing.borrow().safe_until));
+                guard.tell(boot_ns(standing.borrow().safe_until));
                 if args.verbose {
                     let renewed = standing.borrow().clone();
                     eprintln!(
@@ -301,7 +296,7 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
                     );
                 }
             }
-            () = tokio::time::sleep_until(term_at), if !terminated => {
+            () = clock::sleep_until(term_at), if !terminated => {
                 eprintln!(
                     "leasehold hold: renewals of {} failing; SIGTERM to the command, SIGKILL in {} ms",
                     holder.lease(),
@@ -310,7 +305,7 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
                 // Sent by the guard, to everything the command started, at this same time.
                 terminated = true;
             }
-            () = tokio::time::sleep_until(now.safe_until) => {}
+            () = clock::sleep_until(now.safe_until) => {}
             _ = interrupt.recv() => signal_group(pgid, libc::SIGINT),
             _ = suspend.recv() => {
                 guard.tell(STOP);
@@ -318,7 +313,7 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
                 unsafe {
                     libc::raise(libc::SIGSTOP);
                 }
-                if Instant::now() < holder.safe_until() {
+                if clock::now() < holder.safe_until() {
                     guard.tell(CONT);
                 }
                 // Past the deadline the guard has killed it, still stopped.
@@ -340,6 +335,48 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
         holder.lease()
     );
     Ok(Exit::Code(LOST_EXIT))
+}
+
+/// Like the guard, `hold` adopts what is orphaned under it: should the guard be killed (kill -9,
+/// the OOM killer), what the command started becomes ours to kill, not init's.
+fn become_subreaper() {
+    // SAFETY: prctl(2) on this process; nothing is shared.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+    }
+}
+
+/// `-v`'s line for the grant: who holds it, until when, and what runs under it.
+fn print_granted(
+    holder: &Holder,
+    granted: &leasehold_client::Standing,
+    command: &[String],
+    pgid: i32,
+) {
+    eprintln!(
+        "leasehold hold: {} granted to {} with token {}; sent at unix ms {}, safe until unix ms \
+         {}; running {command:?} as process group {pgid}",
+        holder.lease(),
+        holder.holder(),
+        holder.token(),
+        unix_ms(granted.sent),
+        unix_ms(granted.safe_until),
+    );
+}
+
+/// The guard was killed by `signal` (it exits by itself otherwise, with the command's code):
+/// what the command started may run on, adopted by `hold`. It is killed, and the lease is left
+/// to expire: released now, a rival could be granted it while something of ours still ran
+/// (safety review 161302a, finding 6).
+fn guard_killed(holder: Holder, signal: i32) -> Exit {
+    hold_guard::kill_all();
+    eprintln!(
+        "leasehold hold: the guard of the command was killed by signal {signal}; what the \
+         command left running was killed, and lease {} expires by itself",
+        holder.lease()
+    );
+    holder.abandon();
+    Exit::Code(u8::try_from(128 + signal).unwrap_or(1))
 }
 
 /// The command's exit, as `hold`'s: its code, or 128 + the signal that ended it.

@@ -17,8 +17,9 @@
 
 use std::os::unix::process::CommandExt;
 
-/// A message of `hold` on the pipe: a new safe deadline, in CLOCK_MONOTONIC nanoseconds (the
-/// one clock every process of a machine shares), or one of these.
+/// A message of `hold` on the pipe: a new safe deadline, in CLOCK_BOOTTIME nanoseconds (a clock
+/// every process of a machine shares, which counts the time the host was suspended, as the
+/// store's clock does: safety review 161302a, finding 5), or one of these.
 pub const LOST: u64 = 0;
 /// Stop everything the command started (Ctrl-Z on `hold`).
 pub const STOP: u64 = u64::MAX;
@@ -36,22 +37,98 @@ pub struct GuardArgs {
     /// SIGTERM this long before the deadline.
     #[arg(long)]
     grace_ms: u64,
-    /// The first safe deadline (CLOCK_MONOTONIC ns).
+    /// The first safe deadline (CLOCK_BOOTTIME ns).
     #[arg(long)]
     until_ns: u64,
     #[arg(last = true, required = true)]
     command: Vec<String>,
 }
 
-/// CLOCK_MONOTONIC now, in nanoseconds.
-pub fn monotonic_ns() -> u64 {
+/// CLOCK_BOOTTIME now, in nanoseconds: CLOCK_MONOTONIC plus the time the host was suspended.
+pub fn boot_ns() -> u64 {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) };
     now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// What the guard does about its deadline at `now`, all in CLOCK_BOOTTIME ns.
+#[derive(Debug, PartialEq, Eq)]
+struct Step {
+    /// The deadline has passed: kill everything, now.
+    kill: bool,
+    /// Send SIGTERM now (the grace period before the deadline began).
+    term: bool,
+    /// Whether the command has had its SIGTERM for this deadline.
+    terminated: bool,
+    /// When to look again, at the latest.
+    wake_at: u64,
+}
+
+/// The guard's step at `now` toward deadline `until`, SIGTERM `grace_ns` before it;
+/// `terminated` whether that SIGTERM was sent. A pure function of the clock's reading, so that
+/// a reading that jumps (a resume from suspend) past the deadline kills at once.
+fn step(now: u64, until: u64, grace_ns: u64, terminated: bool) -> Step {
+    let term_at = until.saturating_sub(grace_ns);
+    let kill = now >= until;
+    // Before the grace period, a renewal came after all: the SIGTERM was sent, the command
+    // decides.
+    let terminated = terminated && now >= term_at;
+    let term = !kill && !terminated && now >= term_at;
+    let terminated = terminated || term;
+    let wake_at = if terminated { until } else { term_at };
+    Step {
+        kill,
+        term,
+        terminated,
+        wake_at,
+    }
+}
+
+/// A timer on CLOCK_BOOTTIME, polled beside the pipe: `ppoll`'s own timeout runs on
+/// CLOCK_MONOTONIC, which stops while the host is suspended, so after a resume it would wait
+/// out the rest of its time however late the deadline had become.
+struct BootTimer(libc::c_int);
+
+impl BootTimer {
+    fn new() -> Self {
+        // SAFETY: timerfd_create returns a new descriptor or -1; nothing is shared.
+        BootTimer(unsafe {
+            libc::timerfd_create(libc::CLOCK_BOOTTIME, libc::TFD_CLOEXEC | libc::TFD_NONBLOCK)
+        })
+    }
+
+    /// Fires at `at` (CLOCK_BOOTTIME ns), or at once if that has passed.
+    fn set(&self, at: u64) {
+        let at = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            // Zero would disarm it: a nanosecond is as good as "passed".
+            it_value: libc::timespec {
+                tv_sec: (at / 1_000_000_000) as libc::time_t,
+                tv_nsec: (at % 1_000_000_000).max(1) as libc::c_long,
+            },
+        };
+        // SAFETY: timerfd_settime on our own descriptor with a value we own; a failed timer
+        // (-1) leaves ppoll's own timeout, which still bounds the wait.
+        unsafe {
+            libc::timerfd_settime(self.0, libc::TFD_TIMER_ABSTIME, &at, std::ptr::null_mut());
+        }
+    }
+
+    /// Drains the expiry count, so that the timer can fire again.
+    fn drain(&self) {
+        let mut count = [0u8; 8];
+        // SAFETY: read(2) of 8 bytes into a buffer we own from a non-blocking descriptor.
+        unsafe {
+            libc::read(self.0, count.as_mut_ptr().cast(), count.len());
+        }
+    }
 }
 
 /// The guard's exit code when it killed the command (as a SIGKILL would show).
@@ -110,7 +187,7 @@ pub fn run(args: GuardArgs) -> u8 {
     // The deadline is checked once more, and a loss `hold` already sent read, before anything
     // starts.
     pipe.read();
-    if pipe.gone || pipe.until <= monotonic_ns() || parent() != args.hold_pid {
+    if pipe.gone || pipe.until <= boot_ns() || parent() != args.hold_pid {
         return KILLED;
     }
     let mut command = std::process::Command::new(&args.command[0]);
@@ -138,24 +215,22 @@ pub fn run(args: GuardArgs) -> u8 {
     };
     let mut status = None;
     let mut terminated = false;
+    let timer = BootTimer::new();
     // Once the command has ended: until when what it left running may take its SIGTERM.
     let mut finish_by = None;
     loop {
         reap(child, &mut status);
-        let now = monotonic_ns();
-        if pipe.gone || parent() != args.hold_pid || now >= pipe.until {
+        let now = boot_ns();
+        let due = step(now, pipe.until, grace_ns, terminated);
+        if pipe.gone || parent() != args.hold_pid || due.kill {
             kill_all();
             return status.map_or(KILLED, exit_code);
         }
-        let term_at = pipe.until.saturating_sub(grace_ns);
-        if now < term_at {
-            // A renewal came after all; the SIGTERM was sent, the command decides.
-            terminated = false;
-        } else if !terminated {
+        if due.term {
             signal_all(libc::SIGTERM);
-            terminated = true;
         }
-        let mut wake_at = if terminated { pipe.until } else { term_at };
+        terminated = due.terminated;
+        let mut wake_at = due.wake_at;
         if let Some(status) = status {
             let by = *finish_by.get_or_insert_with(|| {
                 signal_all(libc::SIGTERM);
@@ -180,28 +255,24 @@ pub fn run(args: GuardArgs) -> u8 {
             tv_sec: (wait / 1_000_000_000) as libc::time_t,
             tv_nsec: (wait % 1_000_000_000) as libc::c_long,
         };
-        let mut fds = [
-            libc::pollfd {
-                fd: pipe.fd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: signals,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
+        timer.set(wake_at);
+        let polled = |fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut fds = [polled(pipe.fd), polled(signals), polled(timer.0)];
         // SAFETY: ppoll on our own array; the signalfd is drained into a buffer we own.
         unsafe {
-            libc::ppoll(fds.as_mut_ptr(), 2, &timeout, std::ptr::null());
+            libc::ppoll(fds.as_mut_ptr(), 3, &timeout, std::ptr::null());
+            timer.drain();
             let mut info = [0u8; 128 * 8];
             while libc::read(signals, info.as_mut_ptr().cast(), info.len()) > 0 {}
         }
         for message in pipe.read() {
             match message {
                 STOP => signal_all(libc::SIGSTOP),
-                CONT if monotonic_ns() < pipe.until => signal_all(libc::SIGCONT),
+                CONT if boot_ns() < pipe.until => signal_all(libc::SIGCONT),
                 _ => {}
             }
         }
@@ -273,8 +344,8 @@ fn reap(command: libc::pid_t, status: &mut Option<libc::c_int>) {
     }
 }
 
-/// Every live process under the guard, whatever its process group or session, from the parent
-/// links in /proc.
+/// Every live process under this one (the guard, or `hold`), whatever its process group or
+/// session, from the parent links in /proc.
 fn descendants() -> Vec<libc::pid_t> {
     let mut children: std::collections::HashMap<libc::pid_t, Vec<libc::pid_t>> =
         std::collections::HashMap::new();
@@ -325,7 +396,7 @@ fn signal_all(signal: libc::c_int) {
 /// SIGKILLs every descendant and reaps ours, again and again until none is left: one that
 /// forked between the walk and the kill is found on the next walk (its parent's death makes it
 /// ours).
-fn kill_all() {
+pub(super) fn kill_all() {
     let mut ignored = None;
     loop {
         let left = descendants();
@@ -362,4 +433,61 @@ pub(super) unsafe fn signalled_when_parent_dies(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    /// Safety review 161302a, finding 5: the guard's clock counts a suspension, so a reading
+    /// that jumps past the deadline, as one does on resume, kills at once; before it, the
+    /// guard waits for the grace period, then SIGTERMs once.
+    #[test]
+    fn a_guard_whose_clock_jumps_past_the_deadline_on_resume_kills_at_once() {
+        let (until, grace) = (100 * S, 2 * S);
+        let before = step(73 * S, until, grace, false);
+        assert_eq!(
+            before,
+            Step {
+                kill: false,
+                term: false,
+                terminated: false,
+                wake_at: 98 * S
+            }
+        );
+        // The host slept a minute: CLOCK_BOOTTIME moved, CLOCK_MONOTONIC did not.
+        let resumed = step(133 * S, until, grace, false);
+        assert!(resumed.kill, "{resumed:?}");
+        let graced = step(99 * S, until, grace, false);
+        assert_eq!(
+            graced,
+            Step {
+                kill: false,
+                term: true,
+                terminated: true,
+                wake_at: until
+            }
+        );
+        let again = step(99 * S + 1, until, grace, true);
+        assert!(!again.term && again.terminated, "one SIGTERM: {again:?}");
+        // A renewal moved the deadline: out of the grace period, terminated no more.
+        let renewed = step(99 * S, 130 * S, grace, true);
+        assert!(!renewed.terminated && !renewed.kill, "{renewed:?}");
+    }
+
+    /// The clock the guard and `hold` share is CLOCK_BOOTTIME, which never runs behind
+    /// CLOCK_MONOTONIC (it is ahead by the time the host was suspended).
+    #[test]
+    fn the_guards_clock_is_boottime() {
+        let mut monotonic = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes into the timespec we own.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut monotonic) };
+        let monotonic = monotonic.tv_sec as u64 * S + monotonic.tv_nsec as u64;
+        assert!(boot_ns() >= monotonic);
+    }
 }

@@ -114,6 +114,24 @@ def test_a_holder_stopped_past_its_ttl_is_refused_when_it_wakes(fresh_cluster):
         proc.wait()
 
 
+def test_a_holder_counts_the_time_its_host_was_suspended(client, monkeypatch):
+    """Safety review 161302a, finding 5: the Holder's clock counts a suspended host, as the
+    store's does. Its clock jumps as a resume makes CLOCK_BOOTTIME jump (a minute asleep,
+    twenty TTLs) while time.monotonic() does not: the holding is unsafe at once and a fenced
+    write is refused without being sent. Before, the Holder read time.monotonic()."""
+    from leasehold import _holder
+
+    with leasehold.Holder(client, "h/suspended", holder="sleeper", ttl=3) as held:
+        assert held.is_safe()
+        real = _holder.now
+        monkeypatch.setattr(_holder, "now", lambda: real() + 60)
+        assert not held.is_safe(), "safe after a minute asleep"
+        with pytest.raises(leasehold.NotSafeError):
+            held.fenced_put("h/suspended-row", b"late")
+        assert held.wait_lost(timeout=1) is not None
+    assert client.get("h/suspended-row") is None
+
+
 def test_fenced_put_is_refused_locally_once_released(client):
     held = leasehold.Holder(client, "h/lost", holder="loser", ttl=1.0).acquire()
     assert isinstance(held.release(), leasehold.Released)

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::answers::{Acquired, Answer, HeldBy, Released, Renewal, Renewed, Written};
 use crate::client::LeaseClient;
+use crate::clock;
 use crate::error::ClientError;
 use crate::renewals::{self, Failed};
 use crate::watch::{WatchFrom, WatchSelect};
@@ -64,7 +65,9 @@ impl std::fmt::Display for Lost {
     }
 }
 
-/// Where a holding stands: until when it is safe, or why it was lost.
+/// Where a holding stands: until when it is safe, or why it was lost. Its instants are of
+/// [`clock`](crate::clock), which counts the time the host was suspended: compare them with
+/// `clock::now()`, and sleep until them with `clock::sleep_until`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Standing {
     /// When the request that set `safe_until` (the grant, or the last renewal) was sent.
@@ -259,7 +262,8 @@ impl Holder {
         self.ttl
     }
 
-    /// Until when the holding is safe: no other holder can be granted the lease before it.
+    /// Until when the holding is safe: no other holder can be granted the lease before it. An
+    /// instant of [`clock`](crate::clock).
     pub fn safe_until(&self) -> Instant {
         self.watcher.borrow().safe_until
     }
@@ -267,7 +271,7 @@ impl Holder {
     /// Whether the holding is safe now.
     pub fn is_safe(&self) -> bool {
         let standing = self.watcher.borrow();
-        standing.lost.is_none() && Instant::now() < standing.safe_until
+        standing.lost.is_none() && clock::now() < standing.safe_until
     }
 
     /// The holding's standing, updated on every renewal: for code that acts ahead of the
@@ -288,8 +292,8 @@ impl Holder {
                 changed = watcher.changed() => if changed.is_err() {
                     return watcher.borrow().lost.clone().unwrap_or(Lost::Unrenewed);
                 },
-                () = tokio::time::sleep_until(standing.safe_until) => {
-                    if watcher.borrow().safe_until <= Instant::now() {
+                () = clock::sleep_until(standing.safe_until) => {
+                    if watcher.borrow().safe_until <= clock::now() {
                         return Lost::Unrenewed;
                     }
                 }
@@ -302,7 +306,7 @@ impl Holder {
         let standing = self.watcher.borrow();
         match &standing.lost {
             Some(lost) => Some(lost.clone()),
-            None if Instant::now() >= standing.safe_until => Some(Lost::Unrenewed),
+            None if clock::now() >= standing.safe_until => Some(Lost::Unrenewed),
             None => None,
         }
     }
@@ -318,6 +322,13 @@ impl Holder {
             .client
             .put(key, value, Some((&self.lease, self.token)))
             .await?)
+    }
+
+    /// Stops renewing without releasing: the lease expires by itself at its TTL. For a holder
+    /// whose work may still run where it cannot stop it: a release would let a rival in while
+    /// that work ran on.
+    pub fn abandon(mut self) {
+        self.released = true;
     }
 
     /// Stops renewing and gives the lease up, so a standby gets it at once.
@@ -342,7 +353,7 @@ async fn stop_renewing(
     let _ = stop.send(true);
     if let Some(task) = task {
         // Past the deadline a renewal no longer matters: no need to wait longer.
-        let _ = tokio::time::timeout_at(safe_until, task).await;
+        let _ = tokio::time::timeout_at(clock::timer(safe_until), task).await;
     }
 }
 
@@ -400,7 +411,7 @@ async fn grant(
 ) -> Result<(u64, Instant), HoldError> {
     let mut watch = None;
     loop {
-        let sent = Instant::now();
+        let sent = clock::now();
         let answer = client.acquire(lease, holder, ttl_ms).await?;
         let held = match answer.outcome {
             Acquired::Granted { token, .. } => return Ok((token, sent)),
@@ -457,9 +468,12 @@ impl Keeper {
     /// other holders once a sixth has passed, until the holding is lost.
     async fn run(mut self, mut last_sent: Instant) {
         let lost = loop {
-            let joinable = renewals::next_round_after(&*self.client, last_sent + self.ttl / 6);
+            // Tokio's timers: a suspension makes them late, and `renew` finds the deadline
+            // passed then.
+            let eligible = clock::timer(last_sent + self.ttl / 6);
+            let joinable = renewals::next_round_after(&*self.client, eligible);
             tokio::select! {
-                () = tokio::time::sleep_until(last_sent + self.ttl / 3) => {}
+                () = tokio::time::sleep_until(clock::timer(last_sent + self.ttl / 3)) => {}
                 () = joinable => {}
                 _ = self.stop.wait_for(|stop| *stop) => break Lost::Released,
             }
@@ -480,7 +494,7 @@ impl Keeper {
             if *self.stop.borrow() {
                 return Err(Lost::Released);
             }
-            let sent = Instant::now();
+            let sent = clock::now();
             let safe_until = self.standing.borrow().safe_until;
             if sent >= safe_until {
                 return Err(Lost::Unrenewed);
@@ -492,7 +506,7 @@ impl Keeper {
                 ttl_ms: self.ttl_ms,
             };
             let attempt = renewals::renew(&self.client, renewal);
-            let renewed = match tokio::time::timeout_at(safe_until, attempt).await {
+            let renewed = match tokio::time::timeout_at(clock::timer(safe_until), attempt).await {
                 Err(_) => return Err(Lost::Unrenewed),
                 Ok(Err(Failed::Refused(why))) => return Err(Lost::Refused(why)),
                 // Unavailable, indeterminate: the next attempt settles it, in time or not.
@@ -539,6 +553,28 @@ mod tests {
 
     const TTL: Duration = Duration::from_millis(600);
     const MARGIN: Duration = Duration::from_millis(100);
+
+    /// Safety review 161302a, finding 5: a holder counts the time its host was suspended,
+    /// as the store's clock does. The clock jumps as a resume makes it jump (the host slept a
+    /// minute, a hundred TTLs) while tokio's does not move: the holding is unsafe at once,
+    /// refuses a fenced write without sending it, and is lost within a slice.
+    #[tokio::test]
+    async fn a_holder_counts_the_time_its_host_was_suspended() {
+        let (_node, client) = fake_node(vec![granted(1, false), Reply::Hang]).await;
+        let holder = Holder::options("l", "me", TTL)
+            .acquire(Arc::new(client))
+            .await
+            .unwrap();
+        assert!(holder.is_safe());
+        clock::test_jump::suspend(Duration::from_secs(60));
+        assert!(!holder.is_safe(), "safe after a minute asleep");
+        assert!(matches!(
+            holder.fenced_put("k", b"v").await,
+            Err(HoldError::NotSafe(Lost::Unrenewed))
+        ));
+        let lost = tokio::time::timeout(clock::SLICE * 2, holder.lost()).await;
+        assert_eq!(lost.expect("lost within two slices"), Lost::Unrenewed);
+    }
 
     #[tokio::test]
     async fn a_renewal_answered_held_by_another_is_a_loss_at_once() {
@@ -648,7 +684,7 @@ mod tests {
             renewed: false,
         });
         let (_node, client) = fake_node(vec![Reply::SlowAcquire(slow, grant), Reply::Hang]).await;
-        let before = Instant::now();
+        let before = clock::now();
         let holder = Holder::options("l", "me", TTL)
             .margin(MARGIN)
             .acquire(Arc::new(client))
@@ -662,7 +698,7 @@ mod tests {
             (deadline - before).as_millis()
         );
         assert_eq!(holder.lost().await, Lost::Unrenewed);
-        let at = Instant::now();
+        let at = clock::now();
         assert!(at >= deadline, "lost before its deadline");
         assert!(
             at < deadline + Duration::from_millis(100),

@@ -6,7 +6,8 @@
 //! - [`answers`]: what the store answered, as Rust values: [`Acquired::Granted`],
 //!   [`Acquired::HeldBy`], [`Written::StaleToken`], ...
 //! - [`Holder`] (`holder`): holds a lease: waits for it if asked, renews it, knows until when
-//!   holding it is safe, refuses fenced writes locally past that, releases it on drop.
+//!   holding it is safe, refuses fenced writes locally past that, releases it on drop. Its
+//!   instants are of [`clock`], which counts the time the host was suspended.
 //! - `renewals`: the holders of one client renew together, one request for all those due.
 //! - [`Watch`] (`watch`): lease events (granted, renewed, released, expired) in log order,
 //!   resumed on another node when the one streaming fails.
@@ -24,6 +25,7 @@ mod attempts;
 mod batch;
 mod channel;
 mod client;
+pub mod clock;
 mod error;
 #[cfg(test)]
 mod fake;

@@ -26,6 +26,23 @@ from leasehold import _answers as a
 from leasehold._client import Client
 from leasehold._errors import LeaseholdError
 
+# CLOCK_BOOTTIME keeps counting while the host is suspended, as the store's clock does;
+# time.monotonic() (CLOCK_MONOTONIC on Linux) stops, so a holder that read it would believe
+# itself safe after a resume for as long as the host slept. Elsewhere time.monotonic() is
+# what there is (macOS's counts a sleep already).
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
+
+# How long a wait for the deadline sleeps at most before it looks at the clock again: the
+# waits themselves run on CLOCK_MONOTONIC, which a suspension stops.
+_SLICE = 0.1
+
+
+def now() -> float:
+    """Now on the holders' clock, in seconds: every ``Holder`` instant (``safe_until``) is one."""
+    if _BOOTTIME is not None:
+        return time.clock_gettime(_BOOTTIME)
+    return time.monotonic()
+
 
 class HeldError(Exception):
     """The lease is held by another, and the holder was not asked to wait."""
@@ -115,37 +132,38 @@ class Holder:
 
     @property
     def safe_until(self) -> float:
-        """A ``time.monotonic()`` instant before which the store grants the lease to nobody else."""
+        """An instant of :func:`now` (CLOCK_BOOTTIME on Linux) before which the store grants
+        the lease to nobody else."""
         with self._state:
             return self._safe_until
 
     def is_safe(self) -> bool:
         """Whether the holding is safe now."""
-        return not self.lost.is_set() and time.monotonic() < self.safe_until
+        return not self.lost.is_set() and now() < self.safe_until
 
     def unsafe_reason(self) -> Optional[str]:
         """Why the holding is not safe now, if it is not."""
         if self.lost.is_set():
             return self.lost_reason
-        if time.monotonic() >= self.safe_until:
+        if now() >= self.safe_until:
             return "no renewal succeeded before the safe deadline"
         return None
 
     def wait_lost(self, timeout: Optional[float] = None) -> Optional[str]:
         """Blocks until the holding is lost (or its safe deadline passes without a renewal), up
         to ``timeout``; returns why, or None if it is still held."""
-        give_up = None if timeout is None else time.monotonic() + timeout
+        give_up = None if timeout is None else now() + timeout
         while True:
             why = self.unsafe_reason()
             if why is not None:
                 return why
-            now = time.monotonic()
-            wait = self.safe_until - now
+            at = now()
+            wait = self.safe_until - at
             if give_up is not None:
-                if now >= give_up:
+                if at >= give_up:
                     return None
-                wait = min(wait, give_up - now)
-            self.lost.wait(max(wait, 0))
+                wait = min(wait, give_up - at)
+            self.lost.wait(min(max(wait, 0), _SLICE))
 
     # -- acquiring and releasing ------------------------------------------------------------
 
@@ -167,7 +185,7 @@ class Holder:
             return None
         self._stop.set()
         # A renewal in flight ends by itself, at the latest at the safe deadline.
-        self._thread.join(max(self.safe_until - time.monotonic(), 0) + 0.1)
+        self._thread.join(max(self.safe_until - now(), 0) + 0.1)
         was_lost = self.lost.is_set() and self.lost_reason != "released"
         self._lose("released")
         if was_lost:
@@ -200,7 +218,7 @@ class Holder:
         woken = threading.Event()
         try:
             while True:
-                sent = time.monotonic()
+                sent = now()
                 answer = self.client.acquire(self.lease, holder=self.holder, ttl=self.ttl)
                 if isinstance(answer, a.Granted):
                     self.waiting.clear()
@@ -222,7 +240,7 @@ class Holder:
 
     def _keep(self, last_sent: float) -> None:
         """Renews every third of the TTL from the last successful send until the holding ends."""
-        while not self._stop.wait(max(last_sent + self.ttl / 3 - time.monotonic(), 0)):
+        while not self._stop.wait(max(last_sent + self.ttl / 3 - now(), 0)):
             sent, why = self._renew()
             if why is not None:
                 self._lose(why)
@@ -235,7 +253,7 @@ class Holder:
         while True:
             if self._stop.is_set():
                 return 0.0, "released"
-            sent, safe_until = time.monotonic(), self.safe_until
+            sent, safe_until = now(), self.safe_until
             if sent >= safe_until:
                 return sent, "no renewal succeeded before the safe deadline"
             try:
@@ -246,7 +264,7 @@ class Holder:
                 # Unavailable, indeterminate: the next attempt settles it, in time or not.
                 self._stop.wait(0.02)
                 continue
-            if time.monotonic() >= safe_until:
+            if now() >= safe_until:
                 # Answered too late: the holding was not safe for a while, so it is over, as
                 # the Rust Holder's attempt is cut off at the deadline.
                 return sent, "no renewal succeeded before the safe deadline"

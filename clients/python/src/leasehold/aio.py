@@ -8,11 +8,11 @@ worker thread, so an event loop never waits on the network::
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Optional, Union
 
 from leasehold import _answers as a
 from leasehold._client import Client
+from leasehold import _holder
 from leasehold._holder import Holder
 
 
@@ -60,7 +60,7 @@ class AsyncHolder:
                 why = self.sync.unsafe_reason()
                 if why is not None:
                     return why
-                wait = self.sync.safe_until - time.monotonic()
+                wait = min(self.sync.safe_until - _holder.now(), _holder._SLICE)
                 if give_up is not None:
                     if loop.time() >= give_up:
                         return None

@@ -233,22 +233,7 @@ async fn serve(
         stop.clone(),
     );
     form_cluster(&node, config).await?;
-    tracing::info!(
-        id = config.id,
-        listen = %config.listen,
-        peer_listen = %config.peer_listen,
-        manual_clock = config.manual_clock,
-        runtime_threads = tokio::runtime::Handle::current().metrics().num_workers(),
-        "node started"
-    );
-    let off = !node.state().read().table.policy().enabled();
-    if config.tls.is_some() && config.auth_admin.is_none() && off {
-        tracing::warn!(
-            "authorization is off (--no-authorization): every client that reaches the client \
-             port may make admin calls, `member remove` and `snapshot save` included, until it \
-             is turned on (`leasehold auth enable`)"
-        );
-    }
+    log_started(config, &node);
     let served = server.await.map_err(|e| StartError::Raft(e.to_string()))?;
     for task in background {
         task.abort();
@@ -274,6 +259,26 @@ async fn serve(
     }
     tracing::info!(id = config.id, "node stopped");
     Ok(())
+}
+
+/// The start's log line, and a warning when a node with TLS serves with authorization off.
+fn log_started(config: &NodeConfig, node: &Node) {
+    tracing::info!(
+        id = config.id,
+        listen = %config.listen,
+        peer_listen = %config.peer_listen,
+        manual_clock = config.manual_clock,
+        runtime_threads = tokio::runtime::Handle::current().metrics().num_workers(),
+        "node started"
+    );
+    let off = !node.state().read().table.policy().enabled();
+    if config.tls.is_some() && config.auth_admin.is_none() && off {
+        tracing::warn!(
+            "authorization is off (--no-authorization): every client that reaches the client \
+             port may make admin calls, `member remove` and `snapshot save` included, until it \
+             is turned on (`leasehold auth enable`)"
+        );
+    }
 }
 
 /// The servers beside the two planes, those asked for: the metrics endpoint and the HTTP API.

@@ -120,67 +120,79 @@ async fn send(
     writes: Vec<Forwarded>,
 ) -> Vec<ForwardAnswer> {
     let count = writes.len();
-    let fail = |error: NodeError| -> Vec<ForwardAnswer> { vec![Err(error); count] };
-    // Before the call the writes certainly did not apply; after it, they may have.
-    let unreachable = |reason: String| {
-        fail(NodeError::LeaderUnreachable {
-            leader,
-            addr: addr.clone(),
-            reason,
-        })
+    let lost = |reason: String| NodeError::ForwardLost {
+        leader,
+        addr: addr.clone(),
+        reason,
     };
-    let lost = |reason: String| {
-        fail(NodeError::ForwardLost {
-            leader,
-            addr: addr.clone(),
-            reason,
-        })
-    };
-    let data = match encode(&writes) {
-        Ok(data) => data,
-        Err(e) => return unreachable(format!("encoding the forwarded writes: {e}")),
-    };
-    let channel = match channels.get(leader, &addr) {
-        Ok(channel) => channel,
-        Err(e) => return unreachable(e.to_string()),
-    };
-    let request = channels.peer_request(RaftMessage { data }, FORWARD_TIMEOUT);
-    let lanes = channels.lanes();
-    // The leader's handler refuses only before it proposes (its gate, a message it cannot
-    // read): such a refusal is determinate, where a call that failed on its way may have been
-    // handled.
-    let refused = |reason: String| {
-        fail(NodeError::ForwardRefused {
-            leader,
-            addr: addr.clone(),
-            reason,
-        })
-    };
-    let reply = match lanes
-        .call(leader, &addr, LaneRpc::Propose, request, FORWARD_TIMEOUT)
+    let answered = propose(&channels, leader, &addr, &writes)
         .await
-    {
-        Ok(Ok(reply)) => reply,
-        Ok(Err(failure @ LaneFailure::Refused { .. })) => return refused(failure.to_string()),
-        Ok(Err(failure)) => return lost(failure.to_string()),
-        Err(request) => match RaftClient::new(channel).propose(request).await {
-            Ok(reply) => reply,
-            Err(status) if status.metadata().get(wire::ORIGIN_KEY).is_some() => {
-                return refused(status.message().to_owned())
-            }
-            Err(status) => return lost(status.message().to_owned()),
-        },
-    };
-    let reply = reply.into_inner();
-    match decode::<Vec<Result<Applied, ForwardedError>>>(&reply.data) {
-        Ok(answers) if answers.len() == count => answers
+        .and_then(
+            |data| match decode::<Vec<Result<Applied, ForwardedError>>>(&data) {
+                Ok(answers) if answers.len() == count => Ok(answers),
+                Ok(answers) => Err(lost(format!(
+                    "the leader answered {} of {count} forwarded writes",
+                    answers.len()
+                ))),
+                Err(e) => Err(lost(format!("decoding the leader's answers: {e}"))),
+            },
+        );
+    match answered {
+        Ok(answers) => answers
             .into_iter()
             .map(|a| a.map_err(NodeError::Leader))
             .collect(),
-        Ok(answers) => lost(format!(
-            "the leader answered {} of {count} forwarded writes",
-            answers.len()
-        )),
-        Err(e) => lost(format!("decoding the leader's answers: {e}")),
+        Err(error) => vec![Err(error); count],
     }
+}
+
+/// The leader's reply to `writes`, or why there is none: the leader unreachable before the
+/// call (they certainly did not apply), its handler's refusal, which comes only before it
+/// proposes (its gate, a message it cannot read: determinate too), or the call lost on its way
+/// (they may have applied).
+async fn propose(
+    channels: &Channels,
+    leader: NodeId,
+    addr: &str,
+    writes: &Vec<Forwarded>,
+) -> Result<Vec<u8>, NodeError> {
+    let addr_ = || addr.to_owned();
+    let unreachable = |reason: String| NodeError::LeaderUnreachable {
+        leader,
+        addr: addr_(),
+        reason,
+    };
+    let refused = |reason: String| NodeError::ForwardRefused {
+        leader,
+        addr: addr_(),
+        reason,
+    };
+    let lost = |reason: String| NodeError::ForwardLost {
+        leader,
+        addr: addr_(),
+        reason,
+    };
+    let data =
+        encode(writes).map_err(|e| unreachable(format!("encoding the forwarded writes: {e}")))?;
+    let channel = channels
+        .get(leader, addr)
+        .map_err(|e| unreachable(e.to_string()))?;
+    let request = channels.peer_request(RaftMessage { data }, FORWARD_TIMEOUT);
+    let lanes = channels.lanes();
+    let reply = match lanes
+        .call(leader, addr, LaneRpc::Propose, request, FORWARD_TIMEOUT)
+        .await
+    {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(failure @ LaneFailure::Refused { .. })) => return Err(refused(failure.to_string())),
+        Ok(Err(failure)) => return Err(lost(failure.to_string())),
+        Err(request) => match RaftClient::new(channel).propose(request).await {
+            Ok(reply) => reply,
+            Err(status) if status.metadata().get(wire::ORIGIN_KEY).is_some() => {
+                return Err(refused(status.message().to_owned()))
+            }
+            Err(status) => return Err(lost(status.message().to_owned())),
+        },
+    };
+    Ok(reply.into_inner().data)
 }

@@ -1,0 +1,115 @@
+//! The holders' clock: tokio's, plus the time the host spent suspended.
+//!
+//! A lease's TTL runs on the store's clock, which keeps counting while this host is suspended
+//! (a closed laptop lid, `systemctl suspend`, a hibernated VM); `CLOCK_MONOTONIC`, which tokio's
+//! `Instant` reads, stops. A holder that measured its safe deadline on it would, after a
+//! resume, believe itself safe for as long as the host slept, while the store has granted the
+//! lease to another (safety review 161302a, finding 5). So a holder's instants are of this
+//! clock: tokio's, plus how far `CLOCK_BOOTTIME` (which counts a suspension) has run ahead of
+//! `CLOCK_MONOTONIC` since boot. On a host that never slept the two are tokio's own, so tokio's
+//! paused time in tests still drives them.
+//!
+//! Elsewhere than Linux the offset is zero: macOS's `CLOCK_MONOTONIC`, which tokio reads there,
+//! counts a sleep already.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Now, on the holders' clock.
+pub fn now() -> Instant {
+    Instant::now() + suspended()
+}
+
+/// `at`, an instant of the holders' clock, as tokio's timers take it: what to sleep until.
+/// A suspension after this call makes the timer fire late (tokio's clock stops with the host),
+/// so a deadline that must be noticed soon after a resume is slept in slices ([`sleep_until`]).
+pub fn timer(at: Instant) -> Instant {
+    at.checked_sub(suspended()).unwrap_or_else(Instant::now)
+}
+
+/// Sleeps until `at` on the holders' clock, waking at least every [`SLICE`] to look, so that a
+/// deadline that passed while the host was suspended is noticed within a slice of the resume.
+pub async fn sleep_until(at: Instant) {
+    loop {
+        let left = at.saturating_duration_since(now());
+        if left.is_zero() {
+            return;
+        }
+        tokio::time::sleep(left.min(SLICE)).await;
+    }
+}
+
+/// How long [`sleep_until`] sleeps at most before it looks at the clock again.
+pub const SLICE: Duration = Duration::from_millis(100);
+
+/// How much longer `CLOCK_BOOTTIME` has run than `CLOCK_MONOTONIC`: the time this host spent
+/// suspended since it booted.
+pub fn suspended() -> Duration {
+    measured() + test_jump::get()
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn measured() -> Duration {
+    use rustix::time::{clock_gettime, clock_gettime_dynamic, ClockId, DynamicClockId};
+    // Monotonic first: read in this order, the difference comes out larger by the time between
+    // the reads, never smaller, so a holder errs toward an early deadline.
+    let monotonic = clock_gettime(ClockId::Monotonic);
+    let Ok(boot) = clock_gettime_dynamic(DynamicClockId::Boottime) else {
+        return Duration::ZERO;
+    };
+    let nanos = |t: rustix::time::Timespec| t.tv_sec as i128 * 1_000_000_000 + t.tv_nsec as i128;
+    let ahead = nanos(boot) - nanos(monotonic);
+    Duration::from_nanos(u64::try_from(ahead).unwrap_or(0))
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn measured() -> Duration {
+    Duration::ZERO
+}
+
+/// A suspension tests make on their own thread: the clock jumps as a resume makes it jump.
+#[cfg(test)]
+pub(crate) mod test_jump {
+    use std::cell::Cell;
+    use std::time::Duration;
+
+    thread_local! {
+        static JUMPED: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+    }
+
+    /// This thread's host "was suspended" `by` more.
+    pub(crate) fn suspend(by: Duration) {
+        JUMPED.with(|j| j.set(j.get() + by));
+    }
+
+    pub(super) fn get() -> Duration {
+        JUMPED.with(Cell::get)
+    }
+}
+
+#[cfg(not(test))]
+mod test_jump {
+    pub(super) fn get() -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clock_is_tokios_on_a_host_that_did_not_sleep_and_jumps_with_a_suspension() {
+        let before = suspended();
+        assert!(before < Duration::from_secs(365 * 24 * 3600), "{before:?}");
+        test_jump::suspend(Duration::from_secs(60));
+        let after = suspended();
+        // Each reading is off by the time between its two clock reads: well under a millisecond.
+        let slack = Duration::from_millis(1);
+        assert!(
+            after + slack >= before + Duration::from_secs(60),
+            "{before:?} {after:?}"
+        );
+    }
+}
