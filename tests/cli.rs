@@ -810,6 +810,80 @@ async fn watches_held_on_the_leader_starve_no_write_sent_to_it_or_forwarded() {
     drop(watches);
 }
 
+/// Safety review 161302a, finding 3: each listener holds at most its share of the open-files
+/// limit, so a flood of connections cannot take the descriptors the node's storage needs.
+/// Node 1, limited to 1,024 descriptors, gets 3,000 idle connections and 200 watches on its
+/// client port, then an election makes it write its vote to a new file: it stays up, and
+/// writes through it are served. Before, it took connections until it ran out of descriptors,
+/// and its vote's write failed and stopped it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_of_idle_connections_and_watches_leaves_writes_served_and_no_node_stopped() {
+    raise_own_open_files_limit();
+    let limited = ["prlimit", "--nofile=1024:1024", "--"];
+    let mut h = Harness::start_configured(3, |c| c.with_node_wrapper(1, &limited)).await;
+    if h.leader().await == 1 {
+        h.make_leader(2).await;
+    }
+    // A client of node 1 connected before the flood, and 200 watches on one connection.
+    let client = h.client_of(1);
+    assert!(harness::written(
+        &client.put("before", b"v", None).await.unwrap()
+    ));
+    let channel = h.client_channel(1).await;
+    let mut watches = Vec::new();
+    for _ in 0..200 {
+        let mut store = pb::lease_store_client::LeaseStoreClient::new(channel.clone());
+        let every = pb::WatchRequest {
+            select: Some(pb::watch_request::Select::Prefix(String::new())),
+            from_index: 0,
+        };
+        watches.push(store.watch(every).await.unwrap().into_inner());
+    }
+    // The flood: what connects of 3,000 (past the node's bound and the kernel's backlog, the
+    // rest wait for their SYN's answer, and are given up).
+    let addr = h.cluster.nodes()[0].addr.clone();
+    let mut connecting = tokio::task::JoinSet::new();
+    for _ in 0..3_000 {
+        let connect = tokio::net::TcpStream::connect(addr.clone());
+        connecting.spawn(tokio::time::timeout(Duration::from_secs(2), connect));
+    }
+    let mut flood = Vec::new();
+    while let Some(connected) = connecting.join_next().await {
+        if let Ok(Ok(Ok(tcp))) = connected {
+            flood.push(tcp);
+        }
+    }
+    // Under the bound (96 for 1,024 descriptors) the node takes fewer; the kernel's backlog
+    // holds some more. Without it, the node took them until it had no descriptor left.
+    assert!(flood.len() > 96, "only {} connected", flood.len());
+    assert!(harness::written(
+        &client.put("during", b"v", None).await.unwrap()
+    ));
+    // An election: node 1 votes, writing its vote to a new file.
+    let leader = h.leader().await;
+    h.kill(leader);
+    h.new_leader(leader).await;
+    assert!(harness::written(
+        &client.put("after", b"v", None).await.unwrap()
+    ));
+    assert!(h.cluster.try_reap(1).is_none(), "node 1 stopped");
+    drop((flood, watches));
+}
+
+/// This test process's soft limit on descriptors raised to its hard one, for the flood.
+fn raise_own_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit on a struct we own.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+}
+
 /// Watches are bounded by `--max-watches`: past it a watch is refused at once with
 /// RESOURCE_EXHAUSTED naming the limit and the flag, and the node still serves calls.
 #[tokio::test(flavor = "multi_thread")]

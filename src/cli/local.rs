@@ -119,6 +119,8 @@ pub struct LocalCluster {
     extra_args: Vec<String>,
     /// More `serve` flags for one node only, by id.
     node_args: std::collections::BTreeMap<u64, Vec<String>>,
+    /// A command that runs one node's `serve` (`prlimit --nofile=N --`), by id.
+    node_wrappers: std::collections::BTreeMap<u64, Vec<String>>,
     /// Nodes started with `--join`, to be added with `member add`: not in `--peers`.
     joining: std::collections::BTreeSet<u64>,
 }
@@ -148,6 +150,7 @@ impl LocalCluster {
             manual_clock,
             extra_args: Vec::new(),
             node_args: Default::default(),
+            node_wrappers: Default::default(),
             joining: Default::default(),
         }
     }
@@ -211,6 +214,14 @@ impl LocalCluster {
     /// Starts nodes `ids` with `serve --join` instead of `--peers`: they wait to be added.
     pub fn with_joining(mut self, ids: &[u64]) -> Self {
         self.joining.extend(ids);
+        self
+    }
+
+    /// Runs node `id`'s `serve` under `wrapper`, a command that takes the node's command line
+    /// as its last arguments (`prlimit --nofile=1024:1024 --`).
+    pub fn with_node_wrapper(mut self, id: u64, wrapper: &[&str]) -> Self {
+        let wrapper = wrapper.iter().map(|a| (*a).to_owned()).collect();
+        self.node_wrappers.insert(id, wrapper);
         self
     }
 
@@ -300,7 +311,14 @@ impl LocalCluster {
             .create(true)
             .append(true)
             .open(&self.node(id).log)?;
-        let mut command = Command::new(&self.binary);
+        let mut command = match self.node_wrappers.get(&id).map(Vec::as_slice) {
+            Some([wrapper, wrapper_args @ ..]) => {
+                let mut command = Command::new(wrapper);
+                command.args(wrapper_args).arg(&self.binary);
+                command
+            }
+            _ => Command::new(&self.binary),
+        };
         // The nodes take their settings from the flags above only: a `LEASEHOLD_*` variable
         // of the caller's (a client's TLS files, say) would otherwise set a `serve` flag.
         for (name, _) in std::env::vars_os() {

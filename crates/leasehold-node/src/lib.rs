@@ -43,6 +43,8 @@
 //!     store time never gains on real time; a slow commit has a fresh stamp logged after it),
 //!     membership, when the node may campaign, bootstrap and shutdown. `node::error` is the one
 //!     place a `NodeError` becomes a gRPC status (and a `Batch` refusal).
+//! - `connections`: each listener's bound on its established connections, its share of the
+//!   open-files limit, so that clients cannot take the descriptors the log needs.
 //! - [`tls`]: TLS for both planes: loading the files, the accept loop (a bounded number of
 //!   handshakes in flight) that logs refusals, which member a peer's certificate names, and
 //!   the certificates `cluster --tls` and `certs` make.
@@ -58,6 +60,7 @@
 
 #![warn(missing_docs)]
 
+mod connections;
 mod gather;
 pub mod limits;
 pub mod metrics;

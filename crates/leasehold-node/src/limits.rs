@@ -309,6 +309,18 @@ const _: () = {
 /// hundred in flight.
 pub const MAX_CONCURRENT_REQUESTS: usize = 8_192;
 
+/// The most connections one listener holds at once (see `connections`): its share of the
+/// open-files limit, up to this.
+pub const MAX_CONNECTIONS: usize = 16_384;
+
+/// Descriptors kept out of the listeners' shares (or a quarter of the limit, if more): the
+/// log's segments, the state and snapshot files, the peers' channels and lanes, the runtime's.
+pub const FDS_KEPT: u64 = 256;
+
+/// The listeners that share the open-files limit: the client and peer planes, the HTTP API and
+/// the metrics endpoint.
+pub const LISTENERS: u64 = 4;
+
 /// Watches a node serves at once by default (`serve --max-watches`), a budget apart from
 /// requests: a watch is held for as long as its reader stays, so charging it to requests let
 /// readers take every place a write needs (safety review 161302a, finding 4).

@@ -23,6 +23,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::api::{Credentials, LeaseApi};
 use super::lanes::{serve_lane, split_plain, LaneFrames};
 use super::NodeError;
+use crate::connections::{Connections, Counted};
 use crate::limits::MAX_CLIENT_LANES;
 use crate::proto::v1 as pb;
 use crate::tls::KeepAlive;
@@ -69,10 +70,12 @@ impl ClientLaneServer {
     pub fn split_plain(
         self,
         listener: TcpListener,
+        connections: Connections,
         keepalive: KeepAlive,
-    ) -> ReceiverStream<std::io::Result<TcpStream>> {
+    ) -> ReceiverStream<std::io::Result<Counted<TcpStream>>> {
         let serve = move |tcp, fd, from| self.clone().serve(tcp, fd, from);
-        split_plain::<ClientFrames, _, _>(listener, "client", keepalive, MAX_CLIENT_LANES, serve)
+        let bounds = (connections, MAX_CLIENT_LANES);
+        split_plain::<ClientFrames, _, _>(listener, bounds, keepalive, serve)
     }
 
     async fn serve(self, tcp: TcpStream, fd: OwnedFd, from: SocketAddr) {

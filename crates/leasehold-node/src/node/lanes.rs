@@ -20,6 +20,7 @@ use tokio_stream::StreamExt;
 
 use super::peer::gate::PeerGate;
 use super::peer::raft_service::RaftService;
+use crate::connections::{Connections, Counted};
 use crate::limits::{ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES, MAX_PEER_LANES};
 use crate::node::NodeError;
 use crate::proto::raft_v1::raft_server::Raft as _;
@@ -29,6 +30,9 @@ use crate::raft::lane::{
     Peeked, ALPN, GREETING,
 };
 use crate::tls::KeepAlive;
+
+/// A TLS connection as the listener counted it.
+type TlsStream = tokio_rustls::server::TlsStream<Counted<TcpStream>>;
 use leasehold_core::InvalidInput;
 
 /// What serves a lane: the peer plane's Raft service, behind its gate, until the node stops.
@@ -46,23 +50,19 @@ impl LaneServer {
     pub fn split_plain(
         self,
         listener: TcpListener,
+        connections: Connections,
         keepalive: KeepAlive,
-    ) -> ReceiverStream<std::io::Result<TcpStream>> {
+    ) -> ReceiverStream<std::io::Result<Counted<TcpStream>>> {
         let serve = move |tcp, fd, from| self.clone().serve(tcp, fd, None, from);
-        split_plain::<PeerFrames, _, _>(listener, "peer", keepalive, MAX_PEER_LANES, serve)
+        let bounds = (connections, MAX_PEER_LANES);
+        split_plain::<PeerFrames, _, _>(listener, bounds, keepalive, serve)
     }
 
     /// The TLS connections of `incoming` that are not lanes (by their ALPN protocol), for
     /// tonic; lanes are served here, with the certificate their caller showed.
-    pub fn split_tls<S>(
-        self,
-        incoming: S,
-    ) -> ReceiverStream<std::io::Result<tokio_rustls::server::TlsStream<TcpStream>>>
+    pub fn split_tls<S>(self, incoming: S) -> ReceiverStream<std::io::Result<TlsStream>>
     where
-        S: tokio_stream::Stream<Item = std::io::Result<tokio_rustls::server::TlsStream<TcpStream>>>
-            + Send
-            + Unpin
-            + 'static,
+        S: tokio_stream::Stream<Item = std::io::Result<TlsStream>> + Send + Unpin + 'static,
     {
         let (grpc, stream) = mpsc::channel(ACCEPTED_QUEUE);
         let mut incoming = incoming;
@@ -176,11 +176,10 @@ impl LaneServer {
 /// while `max_lanes` lanes are open: each holds a task and two descriptors.
 pub(crate) fn split_plain<L, S, F>(
     listener: TcpListener,
-    plane: &'static str,
+    (connections, max_lanes): (Connections, usize),
     keepalive: KeepAlive,
-    max_lanes: usize,
     serve: S,
-) -> ReceiverStream<std::io::Result<TcpStream>>
+) -> ReceiverStream<std::io::Result<Counted<TcpStream>>>
 where
     L: LaneFrames,
     S: Fn(TcpStream, OwnedFd, SocketAddr) -> F + Clone + Send + 'static,
@@ -192,7 +191,7 @@ where
     tokio::spawn(async move {
         loop {
             let (tcp, from) = tokio::select! {
-                conn = crate::tls::accept(&listener, plane, keepalive) => conn,
+                conn = connections.accept(&listener, keepalive) => conn,
                 () = grpc.closed() => return,
             };
             let Ok(permit) = looking.clone().try_acquire_owned() else {
@@ -201,7 +200,9 @@ where
             };
             let (grpc, serve, open) = (grpc.clone(), serve.clone(), open.clone());
             tokio::spawn(async move {
-                let mut tcp = tcp;
+                // The connection's place under the listener's bound goes with it: to tonic,
+                // or held here while its lane is served.
+                let (mut tcp, place) = tcp.into_parts();
                 let offered = offers(&mut tcp, L::GREETING);
                 let offered = tokio::time::timeout(HANDSHAKE_TIMEOUT, offered).await;
                 drop(permit);
@@ -212,7 +213,7 @@ where
                     _ => None,
                 };
                 let Some(lane) = lane else {
-                    let _ = grpc.send(Ok(tcp)).await;
+                    let _ = grpc.send(Ok(Counted::holding(tcp, place))).await;
                     return;
                 };
                 let mut greeting = [0; 8];
@@ -221,7 +222,7 @@ where
                         serve(tcp, fd, from).await;
                     }
                 }
-                drop(lane);
+                drop((lane, place));
             });
         }
     });

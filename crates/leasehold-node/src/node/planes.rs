@@ -19,6 +19,7 @@ use super::lanes::LaneServer;
 use super::peer::gate::PeerGate;
 use super::peer::raft_service::RaftService;
 use super::{Node, NodeConfig, StartError};
+use crate::connections::{self, Connections};
 use crate::limits::MAX_PEER_MESSAGE_BYTES;
 use crate::proto::raft_v1::raft_server::RaftServer;
 use crate::tls::RefusalLog;
@@ -148,17 +149,19 @@ pub(super) fn serve_http(
     refusals: RefusalLog,
 ) -> tokio::task::JoinHandle<std::io::Result<()>> {
     let until = stop.until_stopped();
+    let connections = Connections::new("http", connections::bound(connections::open_files_limit()));
     match tls {
         Some((client_tls, _)) => {
             let mut config = (**client_tls).clone();
             config.alpn_protocols = vec![leasehold_proto::wire::HTTP_ALPN.to_vec()];
-            let incoming =
-                crate::tls::incoming(listener, Arc::new(config), "http", refusals, KEEPALIVE);
+            let config = Arc::new(config);
+            let incoming = crate::tls::incoming(listener, config, connections, refusals, KEEPALIVE);
             tokio::spawn(http::serve(http::Tls(incoming), api, until))
         }
         None => {
             let plain = http::Plain {
                 listener,
+                connections,
                 keepalive: KEEPALIVE,
             };
             tokio::spawn(http::serve(plain, api, until))
@@ -207,13 +210,15 @@ pub(super) fn serve(
     refusals: RefusalLog,
     stop: Stop,
 ) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>> {
+    // Each listener's share of the open-files limit (see `connections`).
+    let bound = connections::bound(connections::open_files_limit());
     let (client, peer): (ServerFuture, ServerFuture) = match tls {
         Some((client_tls, peer_tls)) => (
             Box::pin(client.serve_with_incoming_shutdown(
                 crate::tls::incoming(
                     client_listener,
                     client_tls,
-                    "client",
+                    Connections::new("client", bound),
                     refusals.clone(),
                     KEEPALIVE,
                 ),
@@ -223,7 +228,7 @@ pub(super) fn serve(
                 lanes.split_tls(crate::tls::incoming(
                     peer_listener,
                     with_lane_alpn(&peer_tls),
-                    "peer",
+                    Connections::new("peer", bound),
                     refusals,
                     KEEPALIVE,
                 )),
@@ -232,11 +237,15 @@ pub(super) fn serve(
         ),
         None => (
             Box::pin(client.serve_with_incoming_shutdown(
-                client_lanes.split_plain(client_listener, KEEPALIVE),
+                client_lanes.split_plain(
+                    client_listener,
+                    Connections::new("client", bound),
+                    KEEPALIVE,
+                ),
                 stop.until_stopped(),
             )),
             Box::pin(peer.serve_with_incoming_shutdown(
-                lanes.split_plain(peer_listener, KEEPALIVE),
+                lanes.split_plain(peer_listener, Connections::new("peer", bound), KEEPALIVE),
                 stop.until_stopped(),
             )),
         ),

@@ -2,6 +2,7 @@
 //! orchestrators ask: `/healthz` (the process and its Raft run: restart it if not) and
 //! `/readyz` (it serves: send it traffic), each 200 or 503 with the reason in the body.
 
+use crate::connections;
 use std::sync::Arc;
 
 use axum::http::{header, StatusCode};
@@ -39,6 +40,12 @@ pub async fn serve(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(probes);
+    let bound = connections::bound(connections::open_files_limit());
+    let listener = connections::Bounded {
+        listener,
+        connections: connections::Connections::new("metrics", bound),
+        keepalive: crate::tls::KEEPALIVE,
+    };
     axum::serve(listener, router)
         .with_graceful_shutdown(stop)
         .await

@@ -22,6 +22,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::connections::{Connections, Counted};
+
 use crate::limits::{
     ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES,
     MAX_HANDSHAKES, MAX_REFUSALS_REMEMBERED,
@@ -240,44 +242,23 @@ impl RefusalLog {
     }
 }
 
-/// The next connection on `listener`, without Nagle's delay, with `keepalive`. A failed accept
-/// (out of file descriptors and the like) is logged, and accepting goes on after a pause.
-pub(crate) async fn accept(
-    listener: &TcpListener,
-    plane: &'static str,
-    keepalive: KeepAlive,
-) -> (TcpStream, SocketAddr) {
-    loop {
-        match listener.accept().await {
-            Ok((tcp, from)) => {
-                let _ = tcp.set_nodelay(true);
-                let _ = socket2::SockRef::from(&tcp).set_tcp_keepalive(&keepalive.to_socket2());
-                return (tcp, from);
-            }
-            Err(e) => {
-                tracing::warn!(plane, error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
-}
-
 /// TLS connections accepted on `listener`, handshaken with `config`; refused handshakes are
 /// logged to `refusals` and never reach the server. Runs until the stream is dropped.
 pub(crate) fn incoming(
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
-    plane: &'static str,
+    connections: Connections,
     refusals: RefusalLog,
     keepalive: KeepAlive,
-) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
+) -> ReceiverStream<std::io::Result<TlsStream<Counted<TcpStream>>>> {
+    let plane = connections.plane();
     let (accepted, stream) = tokio::sync::mpsc::channel(ACCEPTED_QUEUE);
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
     tokio::spawn(async move {
         loop {
             let (tcp, from) = tokio::select! {
-                conn = accept(&listener, plane, keepalive) => conn,
+                conn = connections.accept(&listener, keepalive) => conn,
                 () = accepted.closed() => return,
             };
             let Ok(handshaking) = handshakes.clone().try_acquire_owned() else {
@@ -341,7 +322,8 @@ mod tests {
         let _incoming = incoming(
             listener,
             tls.server_config(false).unwrap(),
-            "client",
+            // Room for every connection here: the handshakes' bound is under test.
+            crate::connections::Connections::new("client", 2 * MAX_HANDSHAKES),
             RefusalLog::default(),
             keepalive,
         );

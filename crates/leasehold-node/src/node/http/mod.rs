@@ -32,6 +32,7 @@ use tokio_stream::StreamExt;
 
 use super::api::{certificate_name, Api, Call, Credentials, Deadline, LeaseApi};
 use super::error::{Code, NodeError};
+use crate::connections::{Connections, Counted};
 use crate::limits::MAX_HTTP_BODY_BYTES as MAX_BODY_BYTES;
 use crate::proto::v1 as pb;
 
@@ -46,24 +47,26 @@ pub(super) struct Peer {
     certificate: Option<String>,
 }
 
-/// Plain connections on the HTTP listener, with TCP keepalive.
+/// Plain connections on the HTTP listener, with TCP keepalive (a client that vanished
+/// mid-watch is noticed), under the listener's bound.
 pub(super) struct Plain {
     pub listener: TcpListener,
+    pub connections: Connections,
     pub keepalive: crate::tls::KeepAlive,
 }
 
 /// TLS connections, handshaken by the node's own accept loop (`tls::incoming`).
-pub(super) struct Tls(pub ReceiverStream<std::io::Result<TlsStream<TcpStream>>>);
+pub(super) struct Tls(pub ReceiverStream<std::io::Result<TlsStream<Counted<TcpStream>>>>);
 
 impl Listener for Plain {
-    type Io = TcpStream;
+    type Io = Counted<TcpStream>;
     type Addr = Peer;
 
-    async fn accept(&mut self) -> (TcpStream, Peer) {
-        let (stream, _) = Listener::accept(&mut self.listener).await;
-        let _ = stream.set_nodelay(true);
-        // As on the gRPC planes: a client that vanished mid-watch is noticed.
-        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&self.keepalive.to_socket2());
+    async fn accept(&mut self) -> (Counted<TcpStream>, Peer) {
+        let (stream, _) = self
+            .connections
+            .accept(&self.listener, self.keepalive)
+            .await;
         (stream, Peer { certificate: None })
     }
 
@@ -75,10 +78,10 @@ impl Listener for Plain {
 }
 
 impl Listener for Tls {
-    type Io = TlsStream<TcpStream>;
+    type Io = TlsStream<Counted<TcpStream>>;
     type Addr = Peer;
 
-    async fn accept(&mut self) -> (TlsStream<TcpStream>, Peer) {
+    async fn accept(&mut self) -> (TlsStream<Counted<TcpStream>>, Peer) {
         loop {
             match self.0.next().await {
                 Some(Ok(stream)) => {
