@@ -813,9 +813,11 @@ async fn watches_held_on_the_leader_starve_no_write_sent_to_it_or_forwarded() {
 /// Safety review 161302a, finding 3: each listener holds at most its share of the open-files
 /// limit, so a flood of connections cannot take the descriptors the node's storage needs.
 /// Node 1, limited to 1,024 descriptors, gets 3,000 idle connections and 200 watches on its
-/// client port, then an election makes it write its vote to a new file: it stays up, and
-/// writes through it are served. Before, it took connections until it ran out of descriptors,
-/// and its vote's write failed and stopped it.
+/// client port, then an election makes it write its vote to a new file: it stays up, writes
+/// through it are served, and a new client reaches it while the flood's sockets are still
+/// open. Before, it took connections until it ran out of descriptors, and its vote's write
+/// failed and stopped it; with the bound alone, the flood's silent connections held every
+/// place and a new client's connection waited for good.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_flood_of_idle_connections_and_watches_leaves_writes_served_and_no_node_stopped() {
     raise_own_open_files_limit();
@@ -867,6 +869,14 @@ async fn a_flood_of_idle_connections_and_watches_leaves_writes_served_and_no_nod
         &client.put("after", b"v", None).await.unwrap()
     ));
     assert!(h.cluster.try_reap(1).is_none(), "node 1 stopped");
+    // The flood's connections say nothing, and a silent connection is closed after the
+    // handshake's time: node 1 takes new clients again while the flood's sockets are still open
+    // on this side.
+    let fresh = LeaseClient::new(&[addr.as_str()]).unwrap();
+    let fresh = fresh.with_deadline(Duration::from_secs(30));
+    assert!(harness::written(
+        &fresh.put("fresh", b"v", None).await.unwrap()
+    ));
     drop((flood, watches));
 }
 

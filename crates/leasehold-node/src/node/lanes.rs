@@ -170,10 +170,13 @@ impl LaneServer {
 
 /// The connections on `listener` (no TLS) that are not lanes, for tonic; lanes go to `serve`,
 /// their greeting read. A connection is told by its first bytes: a lane's greeting, or
-/// anything else (an HTTP/2 preface). One that sends nothing within [`HANDSHAKE_TIMEOUT`]
-/// goes to tonic, and at most [`MAX_HANDSHAKES`] are looked at at once; the rest go to tonic
-/// unseen, where a lane's greeting is refused and its caller uses gRPC. So do connections
-/// while `max_lanes` lanes are open: each holds a task and two descriptors.
+/// anything else (an HTTP/2 preface). One that sends nothing within [`HANDSHAKE_TIMEOUT`] is
+/// closed, as a TLS connection that does not finish its handshake is: every client speaks
+/// first, and a silent connection would hold its place under the listener's bound for as long
+/// as its caller liked (a flood of them took every place). At most [`MAX_HANDSHAKES`] are
+/// looked at at once; accepting waits for one of them to end. Past `max_lanes` open lanes, a
+/// lane's greeting goes to tonic, which refuses it, and its caller uses gRPC: each lane holds a
+/// task and two descriptors.
 pub(crate) fn split_plain<L, S, F>(
     listener: TcpListener,
     (connections, max_lanes): (Connections, usize),
@@ -194,10 +197,8 @@ where
                 conn = connections.accept(&listener, keepalive) => conn,
                 () = grpc.closed() => return,
             };
-            let Ok(permit) = looking.clone().try_acquire_owned() else {
-                let _ = grpc.send(Ok(tcp)).await;
-                continue;
-            };
+            let permit = looking.clone().acquire_owned().await;
+            let permit = permit.expect("the semaphore is never closed");
             let (grpc, serve, open) = (grpc.clone(), serve.clone(), open.clone());
             tokio::spawn(async move {
                 // The connection's place under the listener's bound goes with it: to tonic,
@@ -210,7 +211,9 @@ where
                 // is looked at (gRPC's, a health check's) holds none.
                 let lane = match offered {
                     Ok(true) => open.try_acquire_owned().ok(),
-                    _ => None,
+                    Ok(false) => None,
+                    // Silent: closed, its place given back.
+                    Err(_) => return,
                 };
                 let Some(lane) = lane else {
                     let _ = grpc.send(Ok(Counted::holding(tcp, place))).await;
