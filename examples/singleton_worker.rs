@@ -23,7 +23,7 @@ fn unix_ms(at: Instant) -> u128 {
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    let now = Instant::now();
+    let now = leasehold_client::clock::now();
     if at <= now {
         wall.saturating_sub(now - at).as_millis()
     } else {
@@ -69,7 +69,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 async fn work(holder: &Holder) {
     let token = holder.token();
     for seq in 1.. {
-        let decided = Instant::now();
+        let decided = leasehold_client::clock::now();
         let safe_until = holder.safe_until();
         let value = format!("{}:{token}:{seq}", holder.holder());
         match holder

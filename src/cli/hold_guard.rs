@@ -476,18 +476,4 @@ mod tests {
         let renewed = step(99 * S, 130 * S, grace, true);
         assert!(!renewed.terminated && !renewed.kill, "{renewed:?}");
     }
-
-    /// The clock the guard and `hold` share is CLOCK_BOOTTIME, which never runs behind
-    /// CLOCK_MONOTONIC (it is ahead by the time the host was suspended).
-    #[test]
-    fn the_guards_clock_is_boottime() {
-        let mut monotonic = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes into the timespec we own.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut monotonic) };
-        let monotonic = monotonic.tv_sec as u64 * S + monotonic.tv_nsec as u64;
-        assert!(boot_ns() >= monotonic);
-    }
 }

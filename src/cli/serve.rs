@@ -284,7 +284,9 @@ fn check_config(args: &ServeArgs, id: u64) -> anyhow::Result<Vec<String>> {
             "authorization {}",
             match (&args.auth_admin, args.no_authorization) {
                 (Some(admin), _) => format!("on, first admin {admin}"),
-                (None, true) => "off (--no-authorization)".to_owned(),
+                (None, true) => "not set up by this node (--no-authorization): off on a new \
+                                 cluster, as the replicated policy says on an existing one"
+                    .to_owned(),
                 (None, false) => "off (no TLS)".to_owned(),
             }
         ),

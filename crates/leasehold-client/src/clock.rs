@@ -9,8 +9,9 @@
 //! `CLOCK_MONOTONIC` since boot. On a host that never slept the two are tokio's own, so tokio's
 //! paused time in tests still drives them.
 //!
-//! Elsewhere than Linux the offset is zero: macOS's `CLOCK_MONOTONIC`, which tokio reads there,
-//! counts a sleep already.
+//! Elsewhere than Linux (and Android) the offset is zero, and a suspension is not counted: on
+//! macOS tokio's clock (`mach_absolute_time`) stops while the machine sleeps, as
+//! `CLOCK_MONOTONIC` does on Linux. There a holder's margin must cover a sleep, as before.
 
 use std::time::Duration;
 
@@ -99,8 +100,10 @@ mod test_jump {
 mod tests {
     use super::*;
 
+    /// The measured part is what the host slept since boot (under a year here), and a
+    /// suspension a test makes adds to it.
     #[test]
-    fn the_clock_is_tokios_on_a_host_that_did_not_sleep_and_jumps_with_a_suspension() {
+    fn the_suspension_is_measured_and_a_tests_jump_adds_to_it() {
         let before = suspended();
         assert!(before < Duration::from_secs(365 * 24 * 3600), "{before:?}");
         test_jump::suspend(Duration::from_secs(60));

@@ -44,7 +44,8 @@
 //!     membership, when the node may campaign, bootstrap and shutdown. `node::error` is the one
 //!     place a `NodeError` becomes a gRPC status (and a `Batch` refusal).
 //! - `connections`: each listener's bound on its established connections, its share of the
-//!   open-files limit, so that clients cannot take the descriptors the log needs.
+//!   open-files limit, so that clients cannot take the descriptors the log needs; the TCP
+//!   keepalive every accepted connection gets.
 //! - [`tls`]: TLS for both planes: loading the files, the accept loop (a bounded number of
 //!   handshakes in flight) that logs refusals, which member a peer's certificate names, and
 //!   the certificates `cluster --tls` and `certs` make.

@@ -23,10 +23,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::api::{Credentials, LeaseApi};
 use super::lanes::{serve_lane, split_plain, LaneFrames};
 use super::NodeError;
+use crate::connections::KeepAlive;
 use crate::connections::{Connections, Counted};
 use crate::limits::MAX_CLIENT_LANES;
 use crate::proto::v1 as pb;
-use crate::tls::KeepAlive;
 
 /// What serves client lanes: the client plane's lease API, until the node stops.
 #[derive(Clone)]

@@ -20,6 +20,7 @@ use tokio_stream::StreamExt;
 
 use super::peer::gate::PeerGate;
 use super::peer::raft_service::RaftService;
+use crate::connections::KeepAlive;
 use crate::connections::{Connections, Counted};
 use crate::limits::{ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES, MAX_PEER_LANES};
 use crate::node::NodeError;
@@ -29,7 +30,6 @@ use crate::raft::lane::{
     dup_fd, metadata_map, peek, read_frame, write_frame, LaneIo, LaneReply, LaneRequest, LaneRpc,
     Peeked, ALPN, GREETING,
 };
-use crate::tls::KeepAlive;
 
 /// A TLS connection as the listener counted it.
 type TlsStream = tokio_rustls::server::TlsStream<Counted<TcpStream>>;

@@ -24,7 +24,7 @@ use crate::limits::MAX_PEER_MESSAGE_BYTES;
 use crate::proto::raft_v1::raft_server::RaftServer;
 use crate::tls::RefusalLog;
 
-use crate::tls::KEEPALIVE;
+use crate::connections::KEEPALIVE;
 
 /// The sockets a node serves on: bound by [`Listeners::bind`] from its config, or by whoever
 /// starts it ([`super::run_on`]), so that a test binds port 0 and knows the port it got.
@@ -149,7 +149,7 @@ pub(super) fn serve_http(
     refusals: RefusalLog,
 ) -> tokio::task::JoinHandle<std::io::Result<()>> {
     let until = stop.until_stopped();
-    let connections = Connections::new("http", connections::bound(connections::open_files_limit()));
+    let connections = Connections::new("http", connections::listener_bound());
     match tls {
         Some((client_tls, _)) => {
             let mut config = (**client_tls).clone();
@@ -210,8 +210,7 @@ pub(super) fn serve(
     refusals: RefusalLog,
     stop: Stop,
 ) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>> {
-    // Each listener's share of the open-files limit (see `connections`).
-    let bound = connections::bound(connections::open_files_limit());
+    let bound = connections::listener_bound();
     let (client, peer): (ServerFuture, ServerFuture) = match tls {
         Some((client_tls, peer_tls)) => (
             Box::pin(client.serve_with_incoming_shutdown(

@@ -40,11 +40,11 @@ pub async fn serve(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(probes);
-    let bound = connections::bound(connections::open_files_limit());
+    let bound = connections::listener_bound();
     let listener = connections::Bounded {
         listener,
         connections: connections::Connections::new("metrics", bound),
-        keepalive: crate::tls::KEEPALIVE,
+        keepalive: crate::connections::KEEPALIVE,
     };
     axum::serve(listener, router)
         .with_graceful_shutdown(stop)

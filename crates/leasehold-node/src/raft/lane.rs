@@ -262,7 +262,7 @@ impl Dialer {
             }
             socket.set_nodelay(true)?;
             // As the servers' connections: a lane idle in the pool to a host that died is found.
-            let keepalive = crate::tls::KEEPALIVE.to_socket2();
+            let keepalive = crate::connections::KEEPALIVE.to_socket2();
             socket2::SockRef::from(&socket).set_tcp_keepalive(&keepalive)?;
             socket.connect(to).await
         };

@@ -12,7 +12,6 @@ use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -22,12 +21,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::connections::{Connections, Counted};
+use crate::connections::{Connections, Counted, KeepAlive};
 
-use crate::limits::{
-    ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES,
-    MAX_HANDSHAKES, MAX_REFUSALS_REMEMBERED,
-};
+use crate::limits::{ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES, MAX_REFUSALS_REMEMBERED};
 use crate::raft::NodeId;
 
 /// The name a node's certificate carries, and peers check for when they dial it.
@@ -193,35 +189,6 @@ pub(crate) fn member_named(
     })
 }
 
-/// TCP keepalive for accepted connections, so that the connections of peers and clients that
-/// died without closing them are found and dropped instead of piling up. (Not HTTP/2 pings:
-/// those cost the peer plane 12 to 20 % of its throughput here.)
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct KeepAlive {
-    /// Silence before the first probe.
-    pub idle: Duration,
-    /// Between probes.
-    pub interval: Duration,
-    /// Unanswered probes before the connection is dropped.
-    pub retries: u32,
-}
-
-/// TCP keepalive on both planes' connections and on the peer lanes a node dials, from the limits.
-pub(crate) const KEEPALIVE: KeepAlive = KeepAlive {
-    idle: KEEPALIVE_IDLE,
-    interval: KEEPALIVE_INTERVAL,
-    retries: KEEPALIVE_PROBES,
-};
-
-impl KeepAlive {
-    pub(crate) fn to_socket2(self) -> socket2::TcpKeepalive {
-        socket2::TcpKeepalive::new()
-            .with_time(self.idle)
-            .with_interval(self.interval)
-            .with_retries(self.retries)
-    }
-}
-
 /// Logs a refusal the first time its reason is seen from an address.
 #[derive(Clone, Default)]
 pub(crate) struct RefusalLog(Arc<Mutex<HashSet<(IpAddr, String)>>>);
@@ -288,6 +255,8 @@ pub(crate) fn incoming(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use tokio::io::AsyncReadExt;
 

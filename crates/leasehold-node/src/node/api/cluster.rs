@@ -197,6 +197,7 @@ impl ClusterApi {
         credentials: &Credentials,
         _m: pb::ListMembersRequest,
     ) -> Result<pb::MembersResponse, NodeError> {
+        Caller::of(&self.node, credentials)?;
         let _working = self.node.admit(1)?;
         let inside = self.sees_inside(credentials);
         let mut members = membership::list(&self.node).await?;

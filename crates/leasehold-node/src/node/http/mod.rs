@@ -52,7 +52,7 @@ pub(super) struct Peer {
 pub(super) struct Plain {
     pub listener: TcpListener,
     pub connections: Connections,
-    pub keepalive: crate::tls::KeepAlive,
+    pub keepalive: crate::connections::KeepAlive,
 }
 
 /// TLS connections, handshaken by the node's own accept loop (`tls::incoming`).

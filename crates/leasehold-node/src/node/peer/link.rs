@@ -22,17 +22,34 @@ use crate::raft::{Applied, Channels, LogId, NodeId};
 
 /// `call` made as its unary `LeaseStore` call on `client`, forwarded for `caller`: called by
 /// `lease_calls!` with the service's table.
+/// Only a read: a write goes to the leader through the log's forwarder, with its request id.
 macro_rules! unary {
     (
         $client:ident, $call:ident, $caller:ident;
         $($name:ident $method:ident $request:ident $response:ident $kind:ident;)*
-    ) => {
+    ) => {{
+        let reads = match &$call {
+            $(Read::$name(_) => reads!($kind),)*
+        };
+        if !reads {
+            return Err(NodeError::Invariant("only reads are forwarded as calls".into()));
+        }
         match $call {
             $(Read::$name(m) => $client
                 .$method(forwarded(m, &$caller))
                 .await
                 .map(|r| Answered::$name(r.into_inner())),)*
         }
+    }};
+}
+
+/// Whether a row of `lease_calls!` only reads.
+macro_rules! reads {
+    (read) => {
+        true
+    };
+    (write) => {
+        false
     };
 }
 
@@ -95,6 +112,29 @@ impl PeerLink for GrpcLink {
     }
 }
 
+/// Forwarded writes that reached the leader, or may have, without an answer back.
+fn lost(leader: NodeId, addr: &str, reason: String) -> NodeError {
+    NodeError::ForwardLost {
+        leader,
+        addr: addr.to_owned(),
+        reason,
+    }
+}
+
+/// Whether a failed `Propose` was refused by the leader's handler before it proposed anything:
+/// its gate (PERMISSION_DENIED) or the message's decoding (INVALID_ARGUMENT, OUT_OF_RANGE), the
+/// node's own words (the origin mark, on gRPC; a lane's refusal is its handler's always). Any
+/// other failure, an answer that could not be encoded after the writes were made included, may
+/// follow a write that applied.
+fn refused_before_proposing(
+    code: tonic::Code,
+    metadata: Option<&tonic::metadata::MetadataMap>,
+) -> bool {
+    use tonic::Code::{InvalidArgument, OutOfRange, PermissionDenied};
+    let the_nodes = metadata.is_none_or(|m| m.get(wire::ORIGIN_KEY).is_some());
+    the_nodes && matches!(code, PermissionDenied | InvalidArgument | OutOfRange)
+}
+
 /// `message` as a read forwarded to the leader: bounded by [`FORWARD_TIMEOUT`], marked as
 /// forwarded (so that a node that no longer leads answers instead of forwarding it again), and
 /// carrying the caller this node found.
@@ -120,11 +160,7 @@ async fn send(
     writes: Vec<Forwarded>,
 ) -> Vec<ForwardAnswer> {
     let count = writes.len();
-    let lost = |reason: String| NodeError::ForwardLost {
-        leader,
-        addr: addr.clone(),
-        reason,
-    };
+    let lost = |reason: String| lost(leader, &addr, reason);
     let answered = propose(&channels, leader, &addr, &writes)
         .await
         .and_then(
@@ -147,9 +183,9 @@ async fn send(
 }
 
 /// The leader's reply to `writes`, or why there is none: the leader unreachable before the
-/// call (they certainly did not apply), its handler's refusal, which comes only before it
-/// proposes (its gate, a message it cannot read: determinate too), or the call lost on its way
-/// (they may have applied).
+/// call (they certainly did not apply), its handler's refusal before it proposed (its gate, a
+/// message it cannot read: determinate too), or the call lost on its way or failed after the
+/// writes were made (they may have applied).
 async fn propose(
     channels: &Channels,
     leader: NodeId,
@@ -167,11 +203,7 @@ async fn propose(
         addr: addr_(),
         reason,
     };
-    let lost = |reason: String| NodeError::ForwardLost {
-        leader,
-        addr: addr_(),
-        reason,
-    };
+    let lost = |reason: String| lost(leader, addr, reason);
     let data =
         encode(writes).map_err(|e| unreachable(format!("encoding the forwarded writes: {e}")))?;
     let channel = channels
@@ -184,11 +216,13 @@ async fn propose(
         .await
     {
         Ok(Ok(reply)) => reply,
-        Ok(Err(failure @ LaneFailure::Refused { .. })) => return Err(refused(failure.to_string())),
+        Ok(Err(LaneFailure::Refused { code, message })) if refused_before_proposing(code, None) => {
+            return Err(refused(message))
+        }
         Ok(Err(failure)) => return Err(lost(failure.to_string())),
         Err(request) => match RaftClient::new(channel).propose(request).await {
             Ok(reply) => reply,
-            Err(status) if status.metadata().get(wire::ORIGIN_KEY).is_some() => {
+            Err(status) if refused_before_proposing(status.code(), Some(status.metadata())) => {
                 return Err(refused(status.message().to_owned()))
             }
             Err(status) => return Err(lost(status.message().to_owned())),
