@@ -277,33 +277,9 @@ fn certs_makes_a_set_for_named_hosts_and_refuses_a_host_for_no_node() {
 #[test]
 fn serve_with_a_missing_tls_file_exits_naming_it() {
     let dir = tempfile::TempDir::new().unwrap();
-    let own = certs::ensure(dir.path(), 1).unwrap();
-    let files = own.node(1);
-    let addrs = leasehold::cli::local::local_addrs(1).unwrap();
-    let out = std::process::Command::new(harness::binary())
-        .args(["serve", "--id", "1", "--listen", &addrs[0].client])
-        .args(["--peer-listen", &addrs[0].peer, "--peers"])
-        .arg(format!("1={}", addrs[0].peer))
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .arg("--tls-ca")
-        .arg(dir.path().join("missing-ca.pem"))
-        .arg("--tls-cert")
-        .arg(&files.cert)
-        .arg("--tls-key")
-        .arg(&files.key)
-        .arg("--no-authorization")
-        .env("RUST_LOG", "off")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    let missing = dir.path().join("missing-ca.pem");
+    let stderr = serve_refused_at_start(&dir, &missing, &["--no-authorization"]);
     assert!(stderr.contains("missing-ca.pem"), "{stderr}");
-    assert!(
-        !dir.path().join("data").join("raft-log").exists(),
-        "no storage was opened"
-    );
 }
 
 /// Secure by default (issue "A door no one can wedge", item 7): a node with TLS starts only
@@ -313,22 +289,32 @@ fn serve_with_a_missing_tls_file_exits_naming_it() {
 #[test]
 fn serve_with_tls_but_no_choice_of_authorization_exits_naming_both_flags() {
     let dir = tempfile::TempDir::new().unwrap();
-    let own = certs::ensure(dir.path(), 1).unwrap();
-    let files = own.node(1);
+    let ca = certs::ensure(dir.path(), 1).unwrap().node(1).ca;
+    let stderr = serve_refused_at_start(&dir, &ca, &["--client-cert-auth"]);
+    assert!(stderr.contains("--auth-admin NAME"), "{stderr}");
+    assert!(stderr.contains("--no-authorization"), "{stderr}");
+}
+
+/// Runs node 1 of a one-node cluster in `dir` with TLS (its own certificate, `ca` as the CA)
+/// and `more` flags, and checks that it refused to start: exit 1, one line on stderr, which it
+/// returns, and no storage opened. A node that starts anyway is killed, and the check fails,
+/// rather than waited on.
+fn serve_refused_at_start(dir: &tempfile::TempDir, ca: &std::path::Path, more: &[&str]) -> String {
+    let files = certs::ensure(dir.path(), 1).unwrap().node(1);
     let addrs = leasehold::cli::local::local_addrs(1).unwrap();
-    let out = std::process::Command::new(harness::binary())
+    let mut node = std::process::Command::new(harness::binary())
         .args(["serve", "--id", "1", "--listen", &addrs[0].client])
         .args(["--peer-listen", &addrs[0].peer, "--peers"])
         .arg(format!("1={}", addrs[0].peer))
         .arg("--data-dir")
         .arg(dir.path().join("data"))
         .arg("--tls-ca")
-        .arg(&files.ca)
+        .arg(ca)
         .arg("--tls-cert")
         .arg(&files.cert)
         .arg("--tls-key")
         .arg(&files.key)
-        .arg("--client-cert-auth")
+        .args(more)
         .env("RUST_LOG", "off")
         .env_remove("LEASEHOLD_AUTH_ADMIN")
         .env_remove("LEASEHOLD_NO_AUTHORIZATION")
@@ -336,26 +322,23 @@ fn serve_with_tls_but_no_choice_of_authorization_exits_naming_both_flags() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // A node that starts anyway is stopped, and the test fails, rather than waited on.
-    let mut out = out;
     let exited = (0..600).any(|_| {
         std::thread::sleep(Duration::from_millis(50));
-        matches!(out.try_wait(), Ok(Some(_)))
+        matches!(node.try_wait(), Ok(Some(_)))
     });
     if !exited {
-        let _ = out.kill();
+        let _ = node.kill();
     }
-    let out = out.wait_with_output().unwrap();
+    let out = node.wait_with_output().unwrap();
     assert!(exited, "the node started: {out:?}");
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("--auth-admin NAME"), "{stderr}");
-    assert!(stderr.contains("--no-authorization"), "{stderr}");
     assert!(
         !dir.path().join("data").join("raft-log").exists(),
         "no storage was opened"
     );
+    stderr
 }
 
 /// A cluster started with `--no-authorization` says so where people look: its `status` names

@@ -44,15 +44,10 @@ pub struct GuardArgs {
     command: Vec<String>,
 }
 
-/// CLOCK_BOOTTIME now, in nanoseconds: CLOCK_MONOTONIC plus the time the host was suspended.
+/// CLOCK_BOOTTIME now, in nanoseconds: CLOCK_MONOTONIC plus the time the host was suspended,
+/// as the holders' clock reads it.
 pub fn boot_ns() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) };
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    leasehold_client::clock::boottime().as_nanos() as u64
 }
 
 /// What the guard does about its deadline at `now`, all in CLOCK_BOOTTIME ns.

@@ -52,16 +52,31 @@ pub fn suspended() -> Duration {
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn measured() -> Duration {
-    use rustix::time::{clock_gettime, clock_gettime_dynamic, ClockId, DynamicClockId};
+    use rustix::time::{clock_gettime, ClockId};
     // Monotonic first: read in this order, the difference comes out larger by the time between
     // the reads, never smaller, so a holder errs toward an early deadline.
-    let monotonic = clock_gettime(ClockId::Monotonic);
-    let Ok(boot) = clock_gettime_dynamic(DynamicClockId::Boottime) else {
-        return Duration::ZERO;
-    };
-    let nanos = |t: rustix::time::Timespec| t.tv_sec as i128 * 1_000_000_000 + t.tv_nsec as i128;
-    let ahead = nanos(boot) - nanos(monotonic);
-    Duration::from_nanos(u64::try_from(ahead).unwrap_or(0))
+    let monotonic = duration(clock_gettime(ClockId::Monotonic));
+    boottime().saturating_sub(monotonic)
+}
+
+/// `CLOCK_BOOTTIME` now: `CLOCK_MONOTONIC` plus the time the host was suspended, the clock
+/// `leasehold hold`'s guard keeps its deadlines on too; `CLOCK_MONOTONIC` where the kernel has
+/// no such clock (then no suspension is counted).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub fn boottime() -> Duration {
+    use rustix::time::{clock_gettime, clock_gettime_dynamic, ClockId, DynamicClockId};
+    match clock_gettime_dynamic(DynamicClockId::Boottime) {
+        Ok(boot) => duration(boot),
+        Err(_) => duration(clock_gettime(ClockId::Monotonic)),
+    }
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn duration(t: rustix::time::Timespec) -> Duration {
+    Duration::new(
+        t.tv_sec.max(0) as u64,
+        t.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]

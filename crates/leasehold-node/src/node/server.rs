@@ -607,6 +607,32 @@ mod tests {
         node.await.unwrap().unwrap();
     }
 
+    /// A `Batch` stream opened with one call, `request` as `id` with its timeout: the sender
+    /// that keeps the stream's request side open, and its answers.
+    async fn batch_of_one(
+        lease: &mut LeaseStoreClient<tonic::transport::Channel>,
+        id: u64,
+        timeout_ms: u32,
+        request: pb::batch_call::Request,
+    ) -> (
+        tokio::sync::mpsc::Sender<pb::BatchRequest>,
+        tonic::Streaming<pb::BatchResponse>,
+    ) {
+        let (calls, outgoing) = tokio::sync::mpsc::channel(1);
+        let call = pb::BatchCall {
+            id,
+            timeout_ms,
+            request: Some(request),
+        };
+        calls
+            .send(pb::BatchRequest { calls: vec![call] })
+            .await
+            .unwrap();
+        let stream = tokio_stream::wrappers::ReceiverStream::new(outgoing);
+        let answers = lease.batch(stream).await.unwrap().into_inner();
+        (calls, answers)
+    }
+
     /// A client that keeps a `Batch` stream open (as `leasehold-client` does for as long as it
     /// lives) does not hold the node's shutdown: the stream ends, refused as the node stops.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -614,19 +640,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (addr, stop, node) = one_node(dir.path(), 1).await;
         let mut lease = serving(addr).await;
-        let (calls, outgoing) = tokio::sync::mpsc::channel(1);
         let get = pb::batch_call::Request::Get(pb::GetRequest { key: "k".into() });
-        let call = pb::BatchCall {
-            id: 1,
-            timeout_ms: 5_000,
-            request: Some(get),
-        };
-        calls
-            .send(pb::BatchRequest { calls: vec![call] })
-            .await
-            .unwrap();
-        let stream = tokio_stream::wrappers::ReceiverStream::new(outgoing);
-        let mut answers = lease.batch(stream).await.unwrap().into_inner();
+        let (calls, mut answers) = batch_of_one(&mut lease, 1, 5_000, get).await;
         let first = answers.message().await.unwrap().unwrap();
         assert_eq!(first.answers[0].id, 1);
         stop.send(()).unwrap();
@@ -650,23 +665,12 @@ mod tests {
             .unwrap()
             .connect_lazy();
         let mut lease = LeaseStoreClient::new(channel);
-        let (calls, outgoing) = tokio::sync::mpsc::channel(1);
         let put = pb::batch_call::Request::Put(pb::PutRequest {
             key: "k".into(),
             value: b"v".to_vec(),
             ..Default::default()
         });
-        let call = pb::BatchCall {
-            id: 7,
-            timeout_ms: 10_000,
-            request: Some(put),
-        };
-        calls
-            .send(pb::BatchRequest { calls: vec![call] })
-            .await
-            .unwrap();
-        let stream = tokio_stream::wrappers::ReceiverStream::new(outgoing);
-        let mut answers = lease.batch(stream).await.unwrap().into_inner();
+        let (calls, mut answers) = batch_of_one(&mut lease, 7, 10_000, put).await;
         // The put is on its way once the node has read it; stop it then.
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         stop.send(()).unwrap();
