@@ -429,3 +429,85 @@ async fn a_joined_node_restarted_with_join_starts_on_its_own_data_dir() {
     })
     .await;
 }
+
+/// Issue 41, item 10: `member remove` of the leader on a local cluster left the removed node
+/// reporting itself leader 25 s later, and serving clients who waited 10 s. The two left elect
+/// a leader within an election, the removed node stops leading and says at once that it was
+/// removed, and writes go on through the others.
+#[tokio::test(flavor = "multi_thread")]
+async fn removing_the_leader_hands_leadership_to_the_others_and_the_removed_node_says_so() {
+    let (h, metrics) = harness::with_metrics().await;
+    let via = h.endpoints.clone();
+    let leader = h.leader().await;
+    let (code, out, err) = leasehold(&via, &["member", "remove", &leader.to_string()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let started = Instant::now();
+    let new = wait_for(
+        "one of the two left to lead",
+        Duration::from_secs(10),
+        || async {
+            for id in &others {
+                let s = h.client_of(*id).node_status().await.ok()?;
+                if s.role == leasehold::proto::v1::Role::Leader as i32 {
+                    return Some(*id);
+                }
+            }
+            None
+        },
+    )
+    .await;
+    wait_for(
+        "the removed node to stop leading",
+        Duration::from_secs(10),
+        || async {
+            let s = h.client_of(leader).node_status().await.ok()?;
+            (s.role != leasehold::proto::v1::Role::Leader as i32).then_some(())
+        },
+    )
+    .await;
+    // Its metrics say so too (they said it led 25 s on).
+    wait_for(
+        "the removed node's metrics to stop saying it leads",
+        Duration::from_secs(10),
+        || async {
+            let (_, text) = harness::http_get(&metrics[(leader - 1) as usize], "/metrics").ok()?;
+            (harness::sample(&text, "leasehold_raft_is_leader") == Some(0.0)).then_some(())
+        },
+    )
+    .await;
+    let handed_over = started.elapsed();
+    eprintln!(
+        "node {new} leads {} ms after the removal",
+        handed_over.as_millis()
+    );
+    assert!(
+        handed_over < Duration::from_millis(2 * leasehold::limits::LONGEST_ELECTION_MS),
+        "leadership took {} ms to move",
+        handed_over.as_millis()
+    );
+    let others_endpoints: Vec<String> = others
+        .iter()
+        .map(|id| h.endpoints[(*id - 1) as usize].clone())
+        .collect();
+    let written = LeaseClient::new(&others_endpoints)
+        .unwrap()
+        .put("after", b"v", None)
+        .await
+        .unwrap();
+    assert_eq!(written.outcome, Written::Written);
+    // Asked alone, the removed node refuses at once and names why.
+    let asked = Instant::now();
+    let refused = h
+        .client_of(leader)
+        .with_deadline(Duration::from_secs(10))
+        .put("to-removed", b"v", None)
+        .await
+        .expect_err("the removed node took a write");
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "the removed node took {} ms to refuse: {refused}",
+        asked.elapsed().as_millis()
+    );
+    assert!(refused.to_string().contains("removed"), "{refused}");
+}

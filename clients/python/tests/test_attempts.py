@@ -28,6 +28,21 @@ def node_says(code, indeterminate=False, session_unknown=False):
     return answer
 
 
+def removed(request, context):
+    """What a node the cluster removed answers: UNAVAILABLE, with the REMOVED reason."""
+    from google.protobuf import any_pb2
+    from google.rpc import error_details_pb2, status_pb2
+
+    info = any_pb2.Any()
+    info.Pack(error_details_pb2.ErrorInfo(reason="REMOVED", domain="leasehold"))
+    message = "node 3 was removed from the cluster"
+    details = status_pb2.Status(code=grpc.StatusCode.UNAVAILABLE.value[0], message=message, details=[info])
+    context.set_trailing_metadata(
+        [("leasehold-origin", "node"), ("grpc-status-details-bin", details.SerializeToString())]
+    )
+    context.abort(grpc.StatusCode.UNAVAILABLE, message)
+
+
 def hangs(seconds):
     def answer(request, context):
         time.sleep(seconds)
@@ -158,3 +173,19 @@ def test_a_forked_child_names_its_holders_apart_from_its_parents():
     child.join(10)
     assert parent.split("~")[0] == child_name.split("~")[0] == "w"
     assert parent.split("~")[1].split(".")[0] != child_name.split("~")[1].split(".")[0]
+
+
+def test_a_node_that_says_it_was_removed_is_asked_no_more(stand_in):
+    gone, gone_at = stand_in([removed])
+    node, endpoint = stand_in([written])
+    with leasehold.Client([gone_at, endpoint], deadline=5.0) as client:
+        for _ in range(3):
+            client.put("k", b"v")
+    assert len(node.puts) == 3 and len(gone.puts) <= 1, (len(gone.puts), len(node.puts))
+    # Alone, it ends the call at once: no other node is left to ask.
+    started = time.monotonic()
+    with leasehold.Client([gone_at], deadline=5.0) as client:
+        with pytest.raises(leasehold.LeaseholdError) as failed:
+            client.put("k", b"v")
+    assert time.monotonic() - started < 1.0, failed.value
+    assert "was removed from its cluster" in failed.value.message, failed.value

@@ -1,8 +1,10 @@
 //! One call's attempts: which failures are worth another node, and whether a write that got no
 //! answer may have been applied.
 
+use leasehold_proto::wire::REMOVED_REASON;
 use leasehold_proto::{INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 use tonic::{Code, Status};
+use tonic_types::StatusExt;
 
 use crate::error::{describe, message_with_cause, ClientError};
 
@@ -19,6 +21,15 @@ fn retryable(status: &Status) -> bool {
             | Code::Unknown
             | Code::ResourceExhausted
     )
+}
+
+/// Whether `status` is a node's word that the cluster removed it: it never serves again, so
+/// the call asks it no more.
+pub(crate) fn removed(status: &Status) -> bool {
+    status.metadata().get(ORIGIN_KEY).is_some()
+        && status
+            .get_details_error_info()
+            .is_some_and(|info| info.reason == REMOVED_REASON)
 }
 
 /// Whether a call changes the store: only a write can be left indeterminate.

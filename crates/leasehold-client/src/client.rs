@@ -17,7 +17,7 @@ use crate::answers::{
     Acquired, Answer, Applied, Deleted, LeaseState, Members, Released, Renewal, Renewed,
     TokenStatus, Written,
 };
-use crate::attempts::{Attempts, Effect, Next};
+use crate::attempts::{removed, Attempts, Effect, Next};
 use crate::batch::{answered_as, BatchMethod, Batches};
 use crate::channel::{Bearer, NodeChannel, TOKEN_WITHOUT_TLS};
 use crate::error::ClientError;
@@ -341,6 +341,8 @@ impl LeaseClient {
         let count = self.channels.len();
         let first = self.preferred.load(Ordering::Relaxed);
         let mut attempts = Attempts::new(effect);
+        // Nodes that said the cluster removed them: not asked again by this call.
+        let mut gone = vec![false; count];
         let mut attempt = 0;
         loop {
             let index = (first + attempt) % count;
@@ -361,21 +363,32 @@ impl LeaseClient {
                     return Ok(response.into_inner());
                 }
                 Err(status) => {
-                    let gave_up = (started.elapsed() >= self.deadline).then(|| {
-                        format!(
-                            "no node of {} answered within {} ms",
-                            self.endpoints.join(","),
-                            self.deadline.as_millis()
-                        )
-                    });
+                    gone[index] |= removed(&status);
+                    let gave_up = if gone.iter().all(|g| *g) {
+                        Some(format!(
+                            "every node of {} was removed from its cluster",
+                            self.endpoints.join(",")
+                        ))
+                    } else {
+                        (started.elapsed() >= self.deadline).then(|| {
+                            format!(
+                                "no node of {} answered within {} ms",
+                                self.endpoints.join(","),
+                                self.deadline.as_millis()
+                            )
+                        })
+                    };
                     match attempts.failed(status, gave_up) {
                         Next::Stop(error) => return Err(error),
-                        Next::Retry => {
+                        Next::Retry => loop {
                             attempt += 1;
                             if attempt % count == 0 {
                                 tokio::time::sleep(ROUND_PAUSE).await;
                             }
-                        }
+                            if !gone[(first + attempt) % count] {
+                                break;
+                            }
+                        },
                     }
                 }
             }

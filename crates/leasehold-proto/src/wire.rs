@@ -29,6 +29,10 @@ pub const DENIED_KEY: &str = "leasehold-denied";
 /// The `google.rpc.ErrorInfo.domain` of every refusal a node makes.
 pub const ERROR_DOMAIN: &str = "leasehold";
 
+/// The `ErrorInfo.reason` of a node that the cluster removed: it never serves again, so a
+/// client stops asking it.
+pub const REMOVED_REASON: &str = "REMOVED";
+
 // What a client sends.
 
 /// Where a client without a certificate sends its bearer token: `authorization: Bearer TOKEN`.

@@ -20,7 +20,7 @@ from typing import Callable, List, Optional, Sequence, Union
 import grpc
 
 from leasehold import _answers as a
-from leasehold._errors import IndeterminateError, LeaseholdError
+from leasehold._errors import REMOVED_REASON, IndeterminateError, LeaseholdError
 from leasehold._watch import Watch
 from leasehold.v1 import leasehold_pb2 as pb
 from leasehold.v1 import leasehold_pb2_grpc as stubs
@@ -198,8 +198,12 @@ class Client:
         until = until or self._until(None)
         first, count = self._preferred, len(self.endpoints)
         maybe: Optional[str] = None
+        # Nodes that said the cluster removed them: not asked again by this call.
+        gone: set = set()
         for attempt in itertools.count():
             index = (first + attempt) % count
+            if index in gone:
+                continue
             timeout = until.attempt_timeout()
             if timeout <= 0:
                 # Only a caller's deadline ends a call before its first attempt.
@@ -213,18 +217,25 @@ class Client:
                 details = error.debug_error_string() if hasattr(error, "debug_error_string") else ""
                 if effect is Effect.WRITE and maybe is None:
                     maybe = applied_maybe(failure, f"{failure.message} {details}")
-                gave_up = until.left() <= 0
-                if failure.code in RETRYABLE and not gave_up:
+                if failure.from_node and failure.reason == REMOVED_REASON:
+                    gone.add(index)
+                gave_up: Optional[str] = None
+                if len(gone) == count:
+                    gave_up = f"every node of {','.join(self.endpoints)} was removed from its cluster"
+                elif until.left() <= 0:
+                    gave_up = f"no node of {','.join(self.endpoints)} answered within {until.span:.3g} s"
+                if failure.code in RETRYABLE and gave_up is None:
                     if (attempt + 1) % count == 0:
                         time.sleep(min(ROUND_PAUSE, max(until.left(), 0)))
                     continue
-                raise self._final(effect, failure, maybe, gave_up, until.span) from error
+                raise self._final(effect, failure, maybe, gave_up) from error
         raise AssertionError("unreachable")
 
-    def _final(self, effect, failure, maybe, gave_up, deadline) -> LeaseholdError:
+    def _final(self, effect, failure, maybe, gave_up: Optional[str]) -> LeaseholdError:
+        """``gave_up`` says why the call stopped asking while ``failure`` was worth a retry."""
         message = failure.message
         if gave_up and failure.code in RETRYABLE:
-            message = f"no node of {','.join(self.endpoints)} answered within {deadline:.3g} s; last: {message}"
+            message = f"{gave_up}; last: {message}"
         if effect is Effect.WRITE and maybe is not None:
             if not failure.indeterminate or failure.session_unknown:
                 message = f"{message}; the write may have been applied by an attempt: {maybe}"

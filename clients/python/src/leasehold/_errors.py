@@ -14,6 +14,8 @@ INDETERMINATE_KEY = "leasehold-indeterminate"
 SESSION_KEY = "leasehold-session"
 DETAILS_KEY = "grpc-status-details-bin"
 ERROR_DOMAIN = "leasehold"
+# The ErrorInfo reason of a node the cluster removed: it never serves again.
+REMOVED_REASON = "REMOVED"
 
 
 class LeaseholdError(Exception):

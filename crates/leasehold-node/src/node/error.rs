@@ -15,7 +15,7 @@ use crate::raft::{NodeId, WriteError};
 
 use crate::limits::QUORUM_SILENCE;
 pub use leasehold_proto::wire::{
-    DENIED_KEY, ERROR_DOMAIN, INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY,
+    DENIED_KEY, ERROR_DOMAIN, INDETERMINATE_KEY, ORIGIN_KEY, REMOVED_REASON, SESSION_KEY,
 };
 
 #[derive(Clone, Debug, thiserror::Error)]
@@ -181,6 +181,12 @@ pub enum NodeError {
          add`); ask a member"
     )]
     NotMember(NodeId),
+    /// `member remove` took this node out of the cluster: it serves nothing again.
+    #[error(
+        "node {0} was removed from the cluster (`leasehold member remove {0}`) and serves no \
+         calls; ask another member"
+    )]
+    Removed(NodeId),
     /// A watch from before the first entry whose events this node keeps.
     #[error(
         "from_index: node {node} keeps events from log index {first_kept} on, not {from}; read \
@@ -295,6 +301,7 @@ impl NodeError {
             NodeError::Encoding { .. } => "ENCODING_FAILED",
             NodeError::NothingApplied => "NOTHING_APPLIED",
             NodeError::NotMember(_) => "NOT_MEMBER",
+            NodeError::Removed(_) => REMOVED_REASON,
             NodeError::Compacted { .. } => "WATCH_COMPACTED",
             NodeError::WatchLeaderless { .. } => "WATCH_LEADERLESS",
             NodeError::MemberUnreachable { .. } => "MEMBER_UNREACHABLE",
@@ -448,6 +455,7 @@ impl NodeError {
             | NodeError::ShuttingDown
             | NodeError::NothingApplied
             | NodeError::NotMember(_)
+            | NodeError::Removed(_)
             | NodeError::WatchLeaderless { .. }
             | NodeError::ChangeInProgress(_)
             | NodeError::ChangeDeposed
@@ -665,6 +673,7 @@ mod tests {
             NodeError::Forbidden("the caller showed no certificate".into()),
             NodeError::Invalid(InvalidInput::new("id", "node ids start at 1")),
             NodeError::NotMember(4),
+            NodeError::Removed(4),
             NodeError::QuorumSilent { me: 1 },
         ];
         for e in refusals {

@@ -3,7 +3,7 @@
 //! confirmation that it still leads.
 
 use openraft::error::{CheckIsLeaderError, ForwardToLeader, RaftError};
-use openraft::{BasicNode, ServerState};
+use openraft::{BasicNode, ServerState, StoredMembership};
 
 use super::{Node, NodeError};
 use crate::limits::{LEADER_WAIT, QUORUM_WAIT};
@@ -43,17 +43,23 @@ impl Node {
             // and taking it again below (`not_leader` reads the membership) while openraft waits
             // to publish new metrics deadlocks the runtime's threads. The fault suite and the
             // etcd comparison each found a node hung exactly so, after a leader change.
-            let (running, leader, state, term) = {
+            let (running, leader, state, term, standing) = {
                 let m = metrics.borrow_and_update();
                 (
                     m.running_state.clone(),
                     m.current_leader,
                     m.state,
                     m.current_term,
+                    standing(self.inner.id, &m.membership_config),
                 )
             };
             if let Err(fatal) = running {
                 return Err(NodeError::RaftStopped(fatal.to_string()));
+            }
+            // A removed node hears from no leader again: waiting out an election would only
+            // make its callers wait, and one that led keeps its own id as the leader it knew.
+            if let Err(removed @ NodeError::Removed(_)) = standing {
+                return Err(removed);
             }
             match leader {
                 Some(leader) if leader == self.inner.id && state == ServerState::Leader => {
@@ -130,5 +136,19 @@ impl Node {
             // Raft stopped: the forwarded call ends by itself then.
             std::future::pending::<()>().await;
         }
+    }
+}
+
+/// Whether node `me` is a member under `config`: not yet, while it waits to be added (started
+/// with `--join`, it knows no membership), or no longer, once a membership without it is
+/// applied (it was removed).
+pub(super) fn standing(
+    me: NodeId,
+    config: &StoredMembership<NodeId, BasicNode>,
+) -> Result<(), NodeError> {
+    match (config.membership().get_node(&me), config.log_id()) {
+        (Some(_), _) => Ok(()),
+        (None, None) => Err(NodeError::NotMember(me)),
+        (None, Some(_)) => Err(NodeError::Removed(me)),
     }
 }

@@ -36,6 +36,7 @@ pub use assembly::StartError;
 pub(crate) use clock::LeaderClock;
 use election_watch::watch_elections;
 pub(crate) use error::{Budget, NodeError};
+use leadership::standing;
 pub(crate) use link::PeerLink;
 pub(crate) use peer::link::GrpcLink;
 pub use planes::Listeners;
@@ -264,13 +265,12 @@ impl Node {
 
     /// Whether this node is in a membership yet (a node started with `--join` is not, until it
     /// is added).
-    pub fn is_member(&self) -> bool {
+    /// Ok while this node is a member; otherwise why not: it waits to be added (`--join`), or
+    /// the cluster removed it.
+    pub fn membership_standing(&self) -> Result<(), NodeError> {
         let metrics = self.inner.raft.metrics();
         let m = metrics.borrow();
-        m.membership_config
-            .membership()
-            .get_node(&self.inner.id)
-            .is_some()
+        standing(self.inner.id, &m.membership_config)
     }
 
     /// Every member's id, voters and learners: [`members`](Self::members) without the

@@ -3,6 +3,7 @@
 //! `/readyz` (it serves: send it traffic), each 200 or 503 with the reason in the body.
 
 use crate::connections;
+use openraft::ServerState;
 use std::sync::Arc;
 
 use axum::http::{header, StatusCode};
@@ -117,9 +118,9 @@ pub async fn follow_raft(raft: crate::raft::Raft, metrics: Arc<Metrics>) {
                 membership = Some(now);
             }
             metrics.raft_term.set(m.current_term as i64);
-            metrics
-                .raft_is_leader
-                .set(i64::from(m.current_leader == Some(m.id)));
+            metrics.raft_is_leader.set(i64::from(
+                m.state == ServerState::Leader && m.current_leader == Some(m.id),
+            ));
             metrics
                 .raft_last_log_index
                 .set(m.last_log_index.unwrap_or(0) as i64);

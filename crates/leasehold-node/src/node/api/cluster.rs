@@ -219,9 +219,7 @@ impl ClusterApi {
         let inside = self.sees_inside(credentials);
         // Admitted like every request: a client looping status must not outrun the node.
         let _working = self.node.admit(1)?;
-        if !self.node.is_member() {
-            return Err(NodeError::NotMember(self.node.id()));
-        }
+        self.node.membership_standing()?;
         // Ask every member at once, so one dead member costs one timeout, not one each.
         let mut asks = tokio::task::JoinSet::new();
         for (id, addr) in self.node.members() {
