@@ -317,6 +317,19 @@ pub const MAX_CONNECTIONS: usize = 16_384;
 /// log's segments, the state and snapshot files, the peers' channels and lanes, the runtime's.
 pub const FDS_KEPT: u64 = 256;
 
+/// Descriptors held open in reserve for the data dir (`raft::descriptors`): an open of a log
+/// segment, the state file or a snapshot that finds the process out of descriptors gives one
+/// back and tries again.
+pub const SPARE_DESCRIPTORS: usize = 4;
+
+/// How long such an open waits for a descriptor once the spares are gone, before the node
+/// gives up (openraft stops on a storage error): connections close, or an operator raises the
+/// limit.
+pub const DESCRIPTOR_WAIT: Duration = Duration::from_secs(30);
+
+/// How often it tries again meanwhile.
+pub const DESCRIPTOR_RETRY: Duration = Duration::from_millis(50);
+
 /// The listeners that share the open-files limit: the client and peer planes, the HTTP API and
 /// the metrics endpoint.
 pub const LISTENERS: u64 = 4;

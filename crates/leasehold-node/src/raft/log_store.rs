@@ -107,7 +107,7 @@ use super::snapshot_file::DurableSnapshot;
 use super::AppendTimes;
 use super::{LogId, NodeId, StorageError, TypeConfig};
 use crate::limits::{PREALLOCATE_BYTES, SEGMENT_BYTES};
-use disk::{Disk, DiskFile, Open, StdDisk};
+use disk::{Disk, DiskFile, Open, Spared, StdDisk};
 use segment::{encode_record, parse_segment, End, Parsed, HEADER, MAGIC};
 
 type Entry = openraft::Entry<TypeConfig>;
@@ -299,6 +299,7 @@ impl LogStore {
     }
 
     fn open_on(disk: Arc<dyn Disk>, dir: &Path, preallocate: u64) -> Result<Self, StorageError> {
+        let disk: Arc<dyn Disk> = Arc::new(Spared(disk));
         let names = list_or_create(disk.as_ref(), dir)?;
         let state = read_state(disk.as_ref(), dir, &names)?;
         let mut firsts: Vec<u64> = names
@@ -1259,6 +1260,73 @@ pub(crate) mod tests {
     /// Where the active segment's records end.
     fn records_end(log: &LogStore) -> u64 {
         lock(&log.shared.writer).active.as_ref().unwrap().len
+    }
+
+    /// The real disk, but its next `short` opens (files and the directory's) fail as they do
+    /// when the process is out of descriptors.
+    struct ShortOfDescriptors {
+        short: std::sync::atomic::AtomicUsize,
+    }
+
+    impl ShortOfDescriptors {
+        fn spend(&self) -> io::Result<()> {
+            use std::sync::atomic::Ordering::SeqCst;
+            match self
+                .short
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            {
+                Ok(_) => Err(io::Error::from_raw_os_error(
+                    rustix::io::Errno::MFILE.raw_os_error(),
+                )),
+                Err(_) => Ok(()),
+            }
+        }
+    }
+
+    impl Disk for ShortOfDescriptors {
+        fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+            StdDisk.create_dir_all(dir)
+        }
+        fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+            self.spend()?;
+            StdDisk.sync_dir(dir)
+        }
+        fn read_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+            StdDisk.read_dir(dir)
+        }
+        fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+            StdDisk.read(path)
+        }
+        fn open(&self, path: &Path, how: Open) -> io::Result<Arc<dyn DiskFile>> {
+            self.spend()?;
+            StdDisk.open(path, how)
+        }
+        fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+            StdDisk.rename(from, to)
+        }
+        fn remove_file(&self, path: &Path) -> io::Result<()> {
+            StdDisk.remove_file(path)
+        }
+    }
+
+    /// Safety review 161302a, finding 3: an `EMFILE` on a new segment or the state file was a
+    /// storage error, which stops openraft for good.
+    #[tokio::test]
+    async fn opens_short_of_descriptors_are_retried_and_the_log_goes_on() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let disk = Arc::new(ShortOfDescriptors { short: 0.into() });
+        let mut log = LogStore::open_on(disk.clone(), dir.path(), PREALLOCATE_BYTES).unwrap();
+        log.blocking_append((1..=3).map(entry)).await.unwrap();
+        fill_active_segment(&log);
+        disk.short.store(3, std::sync::atomic::Ordering::SeqCst);
+        log.blocking_append([entry(4)]).await.unwrap();
+        assert!(segment_path(dir.path(), 4).exists(), "a new segment");
+        disk.short.store(3, std::sync::atomic::Ordering::SeqCst);
+        log.save_vote(&Vote::new(2, 1)).await.unwrap();
+        drop(log);
+        let mut log = LogStore::open(dir.path()).unwrap();
+        assert_eq!(indexes(&mut log).await, vec![1, 2, 3, 4]);
+        assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new(2, 1)));
     }
 
     #[tokio::test]

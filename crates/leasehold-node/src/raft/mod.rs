@@ -10,6 +10,7 @@ mod apply_thread;
 pub mod codec;
 #[cfg(test)]
 mod decoding_tests;
+pub(crate) mod descriptors;
 pub(crate) mod events;
 pub(crate) mod incarnation;
 // Public for the TLS tests that dial a lane as a peer would; not an API.
@@ -165,6 +166,8 @@ pub fn open_storage(
     data_dir: &std::path::Path,
     metrics: Arc<crate::metrics::Metrics>,
 ) -> Result<(LogStore, StateMachineStore), StorageError> {
+    // Held from now on, for an open that finds the process out of descriptors.
+    descriptors::keep_spares();
     let appends = AppendTimes::default();
     // The snapshot and the log are read side by side: they share nothing until both are open,
     // and at a million leases reading them back is most of a restart.

@@ -24,6 +24,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::storage::SnapshotMeta;
+
+use super::descriptors::retrying;
 use openraft::{AnyError, BasicNode, ErrorSubject, ErrorVerb, StorageIOError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -249,7 +251,7 @@ impl SnapshotFiles {
     fn stage(&self, id: u64, file: &SnapshotFile) -> Result<Staged, StorageError> {
         let tmp = self.inner.dir.join(format!("snapshot.{id}.tmp"));
         let write = || -> std::io::Result<()> {
-            let out = std::fs::File::create(&tmp)?;
+            let out = retrying(&tmp.display(), || std::fs::File::create(&tmp))?;
             file.write_to(&mut SyncedEvery::new(&out, SNAPSHOT_SYNC_BYTES))?;
             out.sync_all()
         };
@@ -274,7 +276,8 @@ impl SnapshotFiles {
         }
         let rename = || -> std::io::Result<()> {
             std::fs::rename(&staged.tmp, snapshot_path(&self.inner.dir))?;
-            std::fs::File::open(&self.inner.dir)?.sync_all()
+            let dir = &self.inner.dir;
+            retrying(&dir.display(), || std::fs::File::open(dir))?.sync_all()
         };
         rename().map_err(|e| snapshot_error(ErrorVerb::Write, e))?;
         *durable = staged.last_log_id;

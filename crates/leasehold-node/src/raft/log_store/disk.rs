@@ -9,6 +9,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::raft::descriptors::retrying;
+
 /// How to open a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Open {
@@ -45,6 +47,41 @@ pub(super) trait DiskFile: Send + Sync {
     fn sync_data(&self) -> io::Result<()>;
     /// Makes the bytes and all metadata durable (`fsync`).
     fn sync_all(&self) -> io::Result<()>;
+}
+
+/// `Spared(disk)`: `disk`, with every call that opens a descriptor tried again while the
+/// process is short of them (`raft::descriptors`), so that a passing `EMFILE` never becomes
+/// the storage error that stops openraft. The log store wraps whatever disk it is given.
+pub(super) struct Spared(pub Arc<dyn Disk>);
+
+impl Disk for Spared {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.0.create_dir_all(dir)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        retrying(&dir.display(), || self.0.sync_dir(dir))
+    }
+
+    fn read_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        retrying(&dir.display(), || self.0.read_dir(dir))
+    }
+
+    fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
+        retrying(&path.display(), || self.0.read(path))
+    }
+
+    fn open(&self, path: &Path, how: Open) -> io::Result<Arc<dyn DiskFile>> {
+        retrying(&path.display(), || self.0.open(path, how))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.0.rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.0.remove_file(path)
+    }
 }
 
 /// The real file system.
