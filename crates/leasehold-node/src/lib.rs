@@ -13,7 +13,8 @@
 //! files and certificates, and the wire types. The rest is the crate's own.
 //!
 //! - [`raft`]: openraft glue. Type config and its runtime (tokio, with a seedable generator), the
-//!   segment-file log store (behind a file-system seam its crash tests replace; a purge waits
+//!   segment-file log store (behind a file-system seam its crash tests replace, whose opens a
+//!   shortage of descriptors delays but never fails, `raft::descriptors`; a purge waits
 //!   for the snapshot covering it in a task of its own, not in openraft's core loop, unless an
 //!   append would leave a hole behind it), the state machine adapter and the snapshot file
 //!   (never behind the purged log), the peer network (votes, and the pre-votes asked before a
