@@ -1221,3 +1221,47 @@ async fn health_becomes(
     })
     .await;
 }
+
+/// Issue 41, item 1: idle timeouts. A connection that says nothing useful gives back its place
+/// under its listener's bound: on the client port one that sends a byte and stops (before, tonic
+/// held it for good, waiting for HTTP/2's preface); on the HTTP and metrics ports one that
+/// sends a byte and stops, and one kept alive after a request (before, axum held both for good).
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_that_go_quiet_are_closed_on_the_client_http_and_metrics_ports() {
+    use std::io::Write;
+    let ports = leasehold::cli::local::free_ports(2).unwrap();
+    let http = format!("127.0.0.1:{}", ports[0]);
+    let metrics = format!("127.0.0.1:{}", ports[1]);
+    let h = Harness::start_configured(3, |c| {
+        c.with_node_args(1, &["--http-listen", &http, "--metrics-listen", &metrics])
+    })
+    .await;
+    let client = h.endpoints[0].clone();
+    let handshake = Duration::from_secs(5);
+    let http_idle = Duration::from_secs(15);
+    let slack = Duration::from_secs(5);
+    let quiet = |addr: String, sent: Vec<u8>, limit: Duration| {
+        std::thread::spawn(move || {
+            let mut tcp = std::net::TcpStream::connect(&addr).unwrap();
+            tcp.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            tcp.write_all(&sent).unwrap();
+            let started = Instant::now();
+            (addr, harness::closed_within(tcp, started, limit))
+        })
+    };
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: {metrics}\r\n\r\n").into_bytes();
+    let checks = [
+        quiet(client, b"P".to_vec(), handshake + slack),
+        quiet(http.clone(), b"P".to_vec(), http_idle + slack),
+        quiet(metrics.clone(), b"G".to_vec(), http_idle + slack),
+        quiet(metrics.clone(), request, http_idle + slack),
+    ];
+    for check in checks {
+        let (addr, closed) = check.join().unwrap();
+        let after = closed.unwrap_or_else(|e| panic!("{addr}: {e}"));
+        eprintln!("{addr}: closed after {} ms", after.as_millis());
+    }
+    // The node serves on: a new client is answered.
+    h.client_of(1).node_status().await.unwrap();
+}

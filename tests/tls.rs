@@ -3,7 +3,7 @@
 
 mod harness;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use harness::{granted, wait_for, written, Harness};
 use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
@@ -533,4 +533,34 @@ async fn a_node_added_at_a_removed_members_peer_address_is_reached_under_its_new
         four.last_log_index >= after.applied.log_index,
         "node 4 holds the write in its log"
     );
+}
+
+/// Issue 41, item 1: a client that finishes its TLS handshake on the client port and then says
+/// nothing is closed within the handshake's time, giving back its place under the listener's
+/// bound. Before, tonic held it for good, waiting for HTTP/2's preface.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tls_connection_silent_after_its_handshake_is_closed() {
+    let h = Harness::start_tls(3, false).await;
+    let connector = Tls::load(&h.identity_files(leasehold::tls::certs::CLIENT_NAME))
+        .unwrap()
+        .connector(b"h2")
+        .unwrap();
+    let tcp = tokio::net::TcpStream::connect(&h.endpoints[0])
+        .await
+        .unwrap();
+    let name = rustls::pki_types::ServerName::try_from(leasehold::tls::node_name(1)).unwrap();
+    let mut tls = connector.connect(name, tcp).await.unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 1024];
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match tokio::io::AsyncReadExt::read(&mut tls, &mut buf).await {
+                Ok(0) | Err(_) => return started.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    let after = closed.expect("still open 10 s after its handshake");
+    eprintln!("closed {} ms after the handshake", after.as_millis());
 }

@@ -614,3 +614,31 @@ fn alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// How long `stream` stays open once the test stops writing to it: read until the node closes
+/// it (end of stream, or reset), ignoring what it sends. `Err` with what it sent if it is still
+/// open after `limit`.
+pub fn closed_within(
+    mut stream: impl std::io::Read,
+    started: std::time::Instant,
+    limit: Duration,
+) -> Result<Duration, String> {
+    let mut buf = [0u8; 4096];
+    let mut seen = 0usize;
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return Ok(started.elapsed()),
+            Ok(n) => seen += n,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => return Ok(started.elapsed()),
+        }
+        if started.elapsed() > limit {
+            return Err(format!(
+                "still open after {} ms ({seen} bytes received)",
+                started.elapsed().as_millis()
+            ));
+        }
+    }
+}

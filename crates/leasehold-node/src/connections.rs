@@ -8,6 +8,7 @@
 //! the node nothing, and are taken as places free up. A connection holds its place for as
 //! long as it lives: [`Counted`] gives it back when dropped.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -20,7 +21,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::limits::{
-    FDS_KEPT, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES, LISTENERS, MAX_CONNECTIONS,
+    FDS_KEPT, GREETING_BYTES, HANDSHAKE_TIMEOUT, KEEPALIVE_IDLE, KEEPALIVE_INTERVAL,
+    KEEPALIVE_PROBES, LISTENERS, MAX_CONNECTIONS,
 };
 
 /// One listener's bound, shared by its accept loop and the connections it accepted.
@@ -236,6 +238,108 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
 
 impl tonic::transport::server::Connected for Counted<TcpStream> {
     type ConnectInfo = <TcpStream as tonic::transport::server::Connected>::ConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+/// A connection that must send its first [`GREETING_BYTES`] within [`HANDSHAKE_TIMEOUT`] of
+/// being handed to its server, or be closed: a client that connects (or finishes a TLS
+/// handshake) and then says nothing, or one byte, would otherwise hold its place under the
+/// listener's bound for as long as it likes, since nothing in tonic times out an HTTP/2
+/// connection before its preface. (Once greeted, a gRPC connection is kept honest by HTTP/2
+/// pings: one whose peer stops answering them is closed.)
+pub(crate) struct Greeted<T> {
+    io: T,
+    /// Bytes still to come before the connection counts as greeted.
+    want: usize,
+    /// Until then, when it is closed.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> Greeted<T> {
+    pub fn new(io: T) -> Self {
+        Greeted {
+            io,
+            want: GREETING_BYTES,
+            deadline: Some(Box::pin(tokio::time::sleep(HANDSHAKE_TIMEOUT))),
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Greeted<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.io
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Greeted<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.io).poll_read(cx, buf);
+        let Some(deadline) = this.deadline.as_mut() else {
+            return read;
+        };
+        match read {
+            Poll::Ready(Ok(())) => {
+                this.want = this.want.saturating_sub(buf.filled().len() - before);
+                if this.want == 0 {
+                    this.deadline = None;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if deadline.as_mut().poll(cx).is_ready() => {
+                Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "no request within {} s of connecting",
+                        HANDSHAKE_TIMEOUT.as_secs()
+                    ),
+                )))
+            }
+            other => other,
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Greeted<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+impl<T: tonic::transport::server::Connected> tonic::transport::server::Connected for Greeted<T> {
+    type ConnectInfo = T::ConnectInfo;
     fn connect_info(&self) -> Self::ConnectInfo {
         self.io.connect_info()
     }

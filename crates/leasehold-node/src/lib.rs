@@ -64,6 +64,7 @@
 
 mod connections;
 mod gather;
+mod http1;
 pub mod limits;
 pub mod metrics;
 pub mod node;

@@ -360,6 +360,23 @@ pub(crate) const WATCH_IDLE_CHECK: Duration = Duration::from_secs(1);
 /// pile up.
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What a client connection must send within [`HANDSHAKE_TIMEOUT`] of reaching gRPC (after
+/// its TLS handshake, if any): HTTP/2's connection preface is 24 bytes.
+pub(crate) const GREETING_BYTES: usize = 24;
+
+/// A client-plane HTTP/2 connection silent this long is sent a ping (hyper sends none while
+/// frames arrive, so a busy connection pays nothing)...
+pub(crate) const CLIENT_PING_INTERVAL: Duration = Duration::from_secs(30);
+
+/// ...and closed if it is not answered within this: its client is gone, or holds the
+/// connection without speaking HTTP/2.
+pub(crate) const CLIENT_PING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An HTTP/JSON (or metrics) connection closes when it sends no complete request head for
+/// this long: a new one, or a kept-alive one between requests. (A watch's answer streams a
+/// line every [`WATCH_IDLE_CHECK`], and its request head was read long before.)
+pub(crate) const HTTP_IDLE: Duration = Duration::from_secs(15);
+
 /// Handshaken connections waiting for the gRPC server to take them.
 pub(crate) const ACCEPTED_QUEUE: usize = 64;
 

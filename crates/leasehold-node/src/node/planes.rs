@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_stream::StreamExt;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::Router;
 
@@ -19,8 +20,8 @@ use super::lanes::LaneServer;
 use super::peer::gate::PeerGate;
 use super::peer::raft_service::RaftService;
 use super::{Node, NodeConfig, StartError};
-use crate::connections::{self, Connections};
-use crate::limits::MAX_PEER_MESSAGE_BYTES;
+use crate::connections::{self, Connections, Greeted};
+use crate::limits::{CLIENT_PING_INTERVAL, CLIENT_PING_TIMEOUT, MAX_PEER_MESSAGE_BYTES};
 use crate::proto::raft_v1::raft_server::RaftServer;
 use crate::tls::RefusalLog;
 
@@ -131,6 +132,8 @@ pub(super) fn client_plane(
     };
     let refused = |e: tonic_reflection::server::Error| StartError::Config(e.to_string());
     let router = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(CLIENT_PING_INTERVAL))
+        .http2_keepalive_timeout(Some(CLIENT_PING_TIMEOUT))
         .add_service(LeaseService::server(lease))
         .add_service(ClusterService::server(api.cluster.clone(), Plane::Client))
         .add_service(health)
@@ -213,16 +216,19 @@ pub(super) fn serve(
     let bound = connections::listener_bound();
     let (client, peer): (ServerFuture, ServerFuture) = match tls {
         Some((client_tls, peer_tls)) => (
-            Box::pin(client.serve_with_incoming_shutdown(
-                crate::tls::incoming(
-                    client_listener,
-                    client_tls,
-                    Connections::new("client", bound),
-                    refusals.clone(),
-                    KEEPALIVE,
+            Box::pin(
+                client.serve_with_incoming_shutdown(
+                    crate::tls::incoming(
+                        client_listener,
+                        client_tls,
+                        Connections::new("client", bound),
+                        refusals.clone(),
+                        KEEPALIVE,
+                    )
+                    .map(|tls| tls.map(Greeted::new)),
+                    stop.until_stopped(),
                 ),
-                stop.until_stopped(),
-            )),
+            ),
             Box::pin(peer.serve_with_incoming_shutdown(
                 lanes.split_tls(crate::tls::incoming(
                     peer_listener,
@@ -235,14 +241,18 @@ pub(super) fn serve(
             )),
         ),
         None => (
-            Box::pin(client.serve_with_incoming_shutdown(
-                client_lanes.split_plain(
-                    client_listener,
-                    Connections::new("client", bound),
-                    KEEPALIVE,
+            Box::pin(
+                client.serve_with_incoming_shutdown(
+                    client_lanes
+                        .split_plain(
+                            client_listener,
+                            Connections::new("client", bound),
+                            KEEPALIVE,
+                        )
+                        .map(|tcp| tcp.map(Greeted::new)),
+                    stop.until_stopped(),
                 ),
-                stop.until_stopped(),
-            )),
+            ),
             Box::pin(peer.serve_with_incoming_shutdown(
                 lanes.split_plain(peer_listener, Connections::new("peer", bound), KEEPALIVE),
                 stop.until_stopped(),

@@ -47,9 +47,7 @@ pub async fn serve(
         connections: connections::Connections::new("metrics", bound),
         keepalive: crate::connections::KEEPALIVE,
     };
-    axum::serve(listener, router)
-        .with_graceful_shutdown(stop)
-        .await
+    crate::http1::serve(listener, router, stop).await
 }
 
 async fn metrics_text(axum::extract::State(p): axum::extract::State<Probes>) -> impl IntoResponse {

@@ -20,7 +20,7 @@ use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::serve::{IncomingStream, Listener};
+use axum::serve::Listener;
 use leasehold_core::InvalidInput;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -104,27 +104,11 @@ impl Listener for Tls {
     }
 }
 
-impl axum::extract::connect_info::Connected<IncomingStream<'_, Plain>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, Plain>) -> Self {
-        stream.remote_addr().clone()
-    }
-}
-
-impl axum::extract::connect_info::Connected<IncomingStream<'_, Tls>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, Tls>) -> Self {
-        stream.remote_addr().clone()
-    }
-}
-
-type App = axum::extract::connect_info::IntoMakeServiceWithConnectInfo<axum::Router, Peer>;
-
-/// The routes, each call told its connection.
-fn app(api: Api) -> App {
+fn app(api: Api) -> axum::Router {
     axum::Router::new()
         .route("/v1/{rpc}", post(rpc))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(api)
-        .into_make_service_with_connect_info::<Peer>()
 }
 
 /// Serves `api` on `listener`'s connections until `stop` resolves.
@@ -135,11 +119,8 @@ pub(super) async fn serve<L>(
 ) -> std::io::Result<()>
 where
     L: Listener<Addr = Peer>,
-    for<'a> Peer: axum::extract::connect_info::Connected<IncomingStream<'a, L>>,
 {
-    axum::serve(listener, app(api))
-        .with_graceful_shutdown(stop)
-        .await
+    crate::http1::serve(listener, app(api), stop).await
 }
 
 async fn rpc(
