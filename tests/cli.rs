@@ -1265,3 +1265,54 @@ async fn connections_that_go_quiet_are_closed_on_the_client_http_and_metrics_por
     // The node serves on: a new client is answered.
     h.client_of(1).node_status().await.unwrap();
 }
+
+/// Issue 41, item 8: the peer handshake. Every node's status names what it runs (its version,
+/// protocol 2 and the newest log format it reads), each node notes what its peers announce,
+/// and a peer message marked with a log format this build does not read is refused, naming
+/// the format and what to do, before anything of it is decoded; the node keeps serving.
+#[tokio::test(flavor = "multi_thread")]
+async fn nodes_announce_their_protocol_and_refuse_a_log_format_they_do_not_read() {
+    use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
+    let h = Harness::start(3, false).await;
+    let leader = h.leader().await;
+    let out = expect(&h, &["status", "-o", "json"], 0);
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for node in status["nodes"].as_array().unwrap() {
+        assert_eq!(node["protocol"], 2, "{node}");
+        assert_eq!(node["version"], env!("CARGO_PKG_VERSION"), "{node}");
+        assert_eq!(node["log_format"], 1, "{node}");
+    }
+    let table = expect(&h, &["status"], 0);
+    assert!(
+        table.contains(&format!(
+            "version: {} (protocol 2, log format 1) on every node",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{table}"
+    );
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let mut request = tonic::Request::new(RaftMessage { data: vec![0; 16] });
+    request.metadata_mut().insert(
+        leasehold::raft::CLOCK_KEY,
+        tonic::metadata::MetadataValue::from_static("leader"),
+    );
+    request.metadata_mut().insert(
+        leasehold::raft::protocol::FORMAT_KEY,
+        tonic::metadata::MetadataValue::from_static("9"),
+    );
+    let mut peer = RaftClient::new(h.peer_channel(follower).await);
+    let refused = peer.append_entries(request).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert!(
+        refused.message().contains("log format 9") && refused.message().contains("Upgrade"),
+        "{}",
+        refused.message()
+    );
+    assert!(harness::written(
+        &h.client.put("after", b"v", None).await.unwrap()
+    ));
+}

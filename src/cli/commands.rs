@@ -315,7 +315,37 @@ pub fn status_table(nodes: &[pb::NodeStatus]) -> String {
             bytes(n.snapshot_bytes)
         );
     }
-    out + &security(nodes)
+    out + &security(nodes) + &versions(nodes)
+}
+
+/// What the nodes that answered run: one line when they agree, one per node mid-upgrade.
+fn versions(nodes: &[pb::NodeStatus]) -> String {
+    let up: Vec<_> = nodes
+        .iter()
+        .filter(|n| n.role != pb::Role::Unreachable as i32)
+        .collect();
+    let of = |n: &pb::NodeStatus| {
+        format!(
+            "{} (protocol {}, log format {})",
+            n.version, n.protocol, n.log_format
+        )
+    };
+    match up.first() {
+        None => String::new(),
+        Some(first) if up.iter().all(|n| of(n) == of(first)) => {
+            format!("version: {} on every node\n", of(first))
+        }
+        Some(_) => {
+            let each: Vec<String> = up
+                .iter()
+                .map(|n| format!("node {}: {}", n.id, of(n)))
+                .collect();
+            format!(
+                "versions (mixed: an upgrade in progress): {}\n",
+                each.join("; ")
+            )
+        }
+    }
 }
 
 /// The last line of the status table: how the nodes that answered authenticate and authorize
@@ -365,7 +395,8 @@ fn status_json(nodes: &[pb::NodeStatus]) -> Value {
                 "manual_clock": n.manual_clock, "error": n.error, "leases": n.leases,
                 "rows": n.rows, "sessions": n.sessions, "snapshot_bytes": n.snapshot_bytes,
                 "tls": n.tls, "client_certificates": n.client_certificates,
-                "authorization": n.authorization,
+                "authorization": n.authorization, "version": n.version,
+                "protocol": n.protocol, "log_format": n.log_format,
             })
         })
         .collect();

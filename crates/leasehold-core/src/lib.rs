@@ -8,6 +8,8 @@
 //!
 //! - `command`: what is logged (commands with their stamped store time) and what a command
 //!   answers ([`Outcome`]).
+//! - [`format`]: log formats, numbered: which operations an entry may hold, so that a leader
+//!   logs nothing a voter of an older build cannot read.
 //! - `table`: [`LeaseTable::apply`], leases, tokens, fences, rows, and the digest kept along.
 //! - [`limits`]: sizes, TTL bounds and names, validated before a command reaches the log.
 //! - `session`: client sessions, so a retried request is answered, never applied twice.
@@ -25,6 +27,7 @@ pub mod auth;
 mod authorized;
 mod command;
 mod event;
+pub mod format;
 mod holder_names;
 mod kept_answers;
 pub mod limits;

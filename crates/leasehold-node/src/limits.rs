@@ -267,8 +267,10 @@ pub(crate) const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 pub(crate) const PREALLOCATE_BYTES: u64 = 4 * 1024 * 1024;
 
 /// No entry comes near this (the proposer keeps entries to about 128 KiB, or one command), and
-/// no writer writes a longer one: a header that checks but says more is corruption.
-pub(crate) const MAX_RECORD_BYTES: u64 = 64 * 1024 * 1024;
+/// no writer writes a longer one: a header that checks but says more is corruption. Half of
+/// what a record's length field holds beside the record's log format (64 MiB), so that a
+/// longer length still reads as the corruption it is.
+pub(crate) const MAX_RECORD_BYTES: u64 = 32 * 1024 * 1024;
 
 const _: () = {
     let replication = MAX_PAYLOAD_ENTRIES as usize * MAX_ENTRY_BYTES;

@@ -64,6 +64,16 @@ pub const INCARNATION_KEY: &str = "leasehold-incarnation";
 /// On a Raft message: the incarnation the sender knows for the receiver, when it knows one.
 pub const TO_INCARNATION_KEY: &str = "leasehold-to-incarnation";
 
+/// On every peer message and reply since 0.2.0: what its sender speaks (protocol version, the
+/// newest log format it reads, its features, its build's version), so that a leader sends only
+/// what every voter reads (leasehold-node's `raft::protocol`).
+pub const PROTOCOL_KEY: &str = "leasehold-protocol";
+
+/// On a peer message or reply that carries log data (entries, forwarded operations) of a
+/// format newer than 1, since 0.2.0: that format (leasehold-core's `format`). A node refuses
+/// one it does not read, saying so, instead of guessing at its bytes.
+pub const FORMAT_KEY: &str = "leasehold-format";
+
 // Greetings and ALPN names: how a connection says what it speaks.
 
 /// What a client lane's caller sends first, and a node that speaks lanes answers back. Any other

@@ -181,6 +181,17 @@ pub enum NodeError {
          add`); ask a member"
     )]
     NotMember(NodeId),
+    /// An operation of a log format that a member does not read yet: logged, it would stop
+    /// that member (see `raft::protocol`).
+    #[error(
+        "this request needs log format {format}, which not every member reads yet ({}): \
+         upgrade every node to this version, then retry",
+        behind_list(behind)
+    )]
+    FormatNotAgreed {
+        format: leasehold_core::format::Format,
+        behind: Vec<(NodeId, leasehold_core::format::Format)>,
+    },
     /// `member remove` took this node out of the cluster: it serves nothing again.
     #[error(
         "node {0} was removed from the cluster (`leasehold member remove {0}`) and serves no \
@@ -302,6 +313,7 @@ impl NodeError {
             NodeError::NothingApplied => "NOTHING_APPLIED",
             NodeError::NotMember(_) => "NOT_MEMBER",
             NodeError::Removed(_) => REMOVED_REASON,
+            NodeError::FormatNotAgreed { .. } => "FORMAT_NOT_AGREED",
             NodeError::Compacted { .. } => "WATCH_COMPACTED",
             NodeError::WatchLeaderless { .. } => "WATCH_LEADERLESS",
             NodeError::MemberUnreachable { .. } => "MEMBER_UNREACHABLE",
@@ -354,6 +366,19 @@ impl NodeError {
             // Storage failed, Raft panicked or stopped: after the append, for all we know.
             other => NodeError::ProposalFailed(other.to_string()),
         }
+    }
+}
+
+/// "node 3 reads up to format 1, node 4 has not been heard from": the members a refusal
+/// names.
+fn behind_list(behind: &[(NodeId, leasehold_core::format::Format)]) -> String {
+    let named: Vec<String> = behind
+        .iter()
+        .map(|(id, format)| format!("node {id} reads up to format {format}"))
+        .collect();
+    match named.is_empty() {
+        true => "a member has not been heard from since this node led".to_owned(),
+        false => named.join(", "),
     }
 }
 
@@ -469,6 +494,7 @@ impl NodeError {
             | NodeError::Encoding { .. }
             | NodeError::CallFailed(_) => Code::Internal,
             NodeError::Refused(_)
+            | NodeError::FormatNotAgreed { .. }
             | NodeError::MemberUnreachable { .. }
             | NodeError::PolicyRefused(_) => Code::FailedPrecondition,
             NodeError::Forbidden(_) | NodeError::Denied(_) => Code::PermissionDenied,

@@ -4,6 +4,7 @@
 use super::{Node, NodeError};
 use crate::limits::{CARRY_REFRESH_AFTER, LEADERS_FOLLOWED, QUORUM_WAIT};
 use crate::raft::Applied;
+use leasehold_core::format::FORMAT_1;
 use leasehold_core::{validate, Command, Op, RequestId};
 
 /// Whether a write slow to commit has a tick logged after it.
@@ -163,9 +164,19 @@ impl Node {
         results
     }
 
-    /// Refuses what no node would propose: bad input, or an op for the other clock.
+    /// Refuses what no node would propose: bad input, an op for the other clock, or one of a
+    /// log format that not every voter reads yet (see `raft::protocol`).
     pub(super) fn check_write(&self, op: &Op) -> Result<(), NodeError> {
         validate(op)?;
+        let format = op.format();
+        if format > FORMAT_1 {
+            // Learners too: they apply the log as voters do.
+            let protocols = self.inner.channels.protocols();
+            let (agreed, behind) = protocols.agreed_format(self.inner.id, self.member_ids());
+            if format > agreed {
+                return Err(NodeError::FormatNotAgreed { format, behind });
+            }
+        }
         match (op.bare(), self.inner.manual_clock) {
             (Op::Advance { .. }, false) => Err(NodeError::WrongClock(
                 "advance is refused: this cluster runs the default clock; \

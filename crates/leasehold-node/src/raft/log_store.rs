@@ -41,6 +41,7 @@
 //! | checks                      | checks, decodes       |       | an entry; read on    |
 //! | checks                      | checks, doesn't decode|       | corrupt              |
 //! | checks, length > MAX_RECORD |                       |       | corrupt              |
+//! | checks, a newer log format  | checks                |       | refused: newer build |
 //! | zeros to the end of the file|                       | no    | the end: allocated   |
 //! | cut short or fails          |                       | no    | torn: cut from here  |
 //! | checks                      | cut short or fails    | no    | torn: cut from here  |
@@ -560,6 +561,17 @@ fn recover_segment(
         }
         End::Torn(at) => Some((at, "a torn record before the last segment".to_owned())),
         End::Corrupt(at, ref why) => Some((at, why.to_string())),
+        End::Newer(at, format) => {
+            return Err(read_error(format!(
+                "{} holds, at byte {at}, an entry of log format {format}, newer than this build \
+                 ({}) reads (up to {}): a newer Leasehold wrote this data dir. Run that version \
+                 on it (a node goes back to an older version only while the cluster uses nothing \
+                 newer)",
+                path.display(),
+                env!("CARGO_PKG_VERSION"),
+                leasehold_core::format::LOG_FORMAT,
+            )));
+        }
         End::OldFormat => {
             return Err(read_error(format!(
                 "{} is a log segment of format 1 (no header checksum), written by an older \

@@ -19,6 +19,7 @@ pub mod lane;
 mod log_store;
 mod network;
 mod proposer;
+pub mod protocol;
 mod reads;
 mod restore;
 pub(crate) mod runtime;

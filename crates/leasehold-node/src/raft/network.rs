@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use leasehold_core::format::{Format, FORMAT_1, LOG_FORMAT};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
@@ -20,6 +21,7 @@ use tonic::transport::{Channel, Endpoint};
 use super::codec::{decode, encode};
 use super::incarnation::{self, Incarnations};
 use super::lane::{Dialer, LaneRpc, Lanes};
+use super::protocol::{self, Protocols};
 use super::{NodeId, TypeConfig, VotePenalty};
 use crate::limits::{CONNECT_TIMEOUT, UNREACHABLE_RETRY};
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
@@ -97,6 +99,8 @@ pub struct Channels {
     /// The lanes that AppendEntries and forwarded writes take (see `lane`), dialed from
     /// `local_address` with `tls`.
     lanes: Lanes,
+    /// What each peer last announced of its protocol (see `protocol`).
+    protocols: Protocols,
 }
 
 impl Channels {
@@ -137,6 +141,11 @@ impl Channels {
         &self.lanes
     }
 
+    /// What each peer last announced of its protocol.
+    pub fn protocols(&self) -> &Protocols {
+        &self.protocols
+    }
+
     /// A peer message, carrying what its receiver checks before it looks inside.
     pub fn peer_request<T>(&self, message: T, timeout: Duration) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
@@ -145,6 +154,7 @@ impl Channels {
             CLOCK_KEY,
             tonic::metadata::MetadataValue::from_static(self.clock.name()),
         );
+        protocol::announce(request.metadata_mut());
         if let Some(incarnations) = &self.incarnations {
             incarnation::write(
                 request.metadata_mut(),
@@ -248,12 +258,16 @@ struct PeerFailure(String);
 impl PeerClient {
     /// `rpc` to the target. `older` is the answer that a peer of the version before stands for
     /// when it does not know `rpc` (it answers UNIMPLEMENTED); `None` where every version does.
+    /// `format` is the newest log format among what `request` carries, marked on the message;
+    /// the reply's announcement is noted, and a reply of a format this build cannot read is
+    /// refused.
     async fn call<Req, Resp, E>(
         &mut self,
         rpc: Rpc,
         request: &Req,
         option: &RPCOption,
         older: Option<Resp>,
+        format: Format,
     ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
     where
         Req: Serialize,
@@ -272,6 +286,7 @@ impl PeerClient {
         let mut message = self
             .channels
             .peer_request(RaftMessage { data }, option.hard_ttl());
+        protocol::mark_format(message.metadata_mut(), format);
         let incarnations = self.channels.incarnations.clone();
         if let Some(known) = incarnations.as_ref().and_then(|i| i.known(self.target)) {
             incarnation::write(message.metadata_mut(), incarnation::TO_KEY, known);
@@ -306,6 +321,10 @@ impl PeerClient {
                 RPCError::Network(NetworkError::new(&failure))
             }
         })?;
+        self.channels.protocols.heard(self.target, reply.metadata());
+        if let Err(why) = protocol::check_format(reply.metadata()) {
+            return Err(RPCError::Network(NetworkError::new(&PeerFailure(why))));
+        }
         if let Some(incarnations) = &incarnations {
             let theirs = incarnation::read(reply.metadata(), incarnation::FROM_KEY);
             if let Err(why) = incarnations.check_peer(self.target, theirs) {
@@ -336,7 +355,15 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.call(Rpc::AppendEntries, &rpc, &option, None).await
+        let format = (rpc.entries.iter())
+            .map(|entry| match &entry.payload {
+                openraft::EntryPayload::Normal(batch) => batch.format(),
+                _ => FORMAT_1,
+            })
+            .max()
+            .unwrap_or(FORMAT_1);
+        self.call(Rpc::AppendEntries, &rpc, &option, None, format)
+            .await
     }
 
     async fn install_snapshot(
@@ -347,7 +374,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        self.call(Rpc::InstallSnapshot, &rpc, &option, None).await
+        // A snapshot's table is laid out as this build lays it out: of its newest format.
+        self.call(Rpc::InstallSnapshot, &rpc, &option, None, LOG_FORMAT)
+            .await
     }
 
     async fn vote(
@@ -355,7 +384,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        let mut answer = self.call(Rpc::Vote, &rpc, &option, None).await?;
+        let mut answer = self.call(Rpc::Vote, &rpc, &option, None, FORMAT_1).await?;
         self.penalty.answered(&rpc, &mut answer);
         Ok(answer)
     }
@@ -371,7 +400,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         let older = VoteResponse::new(rpc.vote, rpc.last_log_id, true);
-        self.call(Rpc::PreVote, &rpc, &option, Some(older)).await
+        self.call(Rpc::PreVote, &rpc, &option, Some(older), FORMAT_1)
+            .await
     }
 }
 

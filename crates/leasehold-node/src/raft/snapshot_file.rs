@@ -33,11 +33,34 @@ use tokio::sync::watch;
 use super::codec::encode;
 use super::{LogId, NodeId, StorageError};
 use crate::limits::{PURGE_WAIT, SNAPSHOT_SYNC_BYTES};
+use leasehold_core::format::{Format, FORMAT_1, LOG_FORMAT};
 
 type Meta = SnapshotMeta<NodeId, BasicNode>;
 
+/// What a snapshot file of a log format newer than 1 starts with, followed by its format's
+/// byte (issue 41, item 8). A file of format 1 is as every build before 0.2.0 wrote it, with
+/// nothing before the meta (whose first byte, an option's tag, is 0 or 1: never these bytes).
+const FORMAT_MAGIC: &[u8; 7] = b"LHSNAP\0";
+
+/// The log format of the table this build writes into a snapshot: its layout is this build's.
+const SNAPSHOT_FORMAT: Format = LOG_FORMAT;
+
+/// A snapshot file this build does not read.
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    #[error("{0}")]
+    Bytes(#[from] postcard::Error),
+    #[error(
+        "the snapshot is of log format {0}, newer than this build ({v}) reads (up to \
+         {LOG_FORMAT}): a newer Leasehold wrote this data dir; run that version on it",
+        v = env!("CARGO_PKG_VERSION")
+    )]
+    Newer(Format),
+}
+
 /// What the snapshot file holds: openraft's meta and the encoded table. The file's bytes are
-/// postcard's encoding of this struct: the meta, the data's length, the data.
+/// postcard's encoding of this struct: the meta, the data's length, the data; after
+/// [`FORMAT_MAGIC`] and the format's byte if the table's format is newer than 1.
 #[derive(Serialize, Deserialize)]
 pub(super) struct SnapshotFile {
     pub meta: Meta,
@@ -48,6 +71,10 @@ impl SnapshotFile {
     /// Writes the file's bytes in its parts, the data as it is: encoding the whole struct would
     /// copy the data (tens of megabytes at a million leases) into a second buffer first.
     fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
+        if SNAPSHOT_FORMAT > FORMAT_1 {
+            out.write_all(FORMAT_MAGIC)?;
+            out.write_all(&[SNAPSHOT_FORMAT])?;
+        }
         let header = encode(&(&self.meta, self.data.len())).map_err(std::io::Error::other)?;
         out.write_all(&header)?;
         out.write_all(&self.data)
@@ -56,10 +83,17 @@ impl SnapshotFile {
     /// The file from its bytes, read in its parts: the data is what follows the header, kept
     /// in the same buffer, neither copied nor decoded byte by byte. Bytes after the data are
     /// ignored, as postcard's decoding of the whole struct ignores them.
-    fn from_bytes(mut bytes: Vec<u8>) -> Result<SnapshotFile, postcard::Error> {
+    fn from_bytes(mut bytes: Vec<u8>) -> Result<SnapshotFile, Unreadable> {
+        if bytes.starts_with(FORMAT_MAGIC) {
+            match bytes.get(FORMAT_MAGIC.len()) {
+                Some(&format) if format > LOG_FORMAT => return Err(Unreadable::Newer(format)),
+                Some(_) => drop(bytes.drain(..=FORMAT_MAGIC.len())),
+                None => return Err(postcard::Error::DeserializeUnexpectedEnd.into()),
+            }
+        }
         let ((meta, len), rest): ((Meta, usize), &[u8]) = postcard::take_from_bytes(&bytes)?;
         if rest.len() < len {
-            return Err(postcard::Error::DeserializeUnexpectedEnd);
+            return Err(postcard::Error::DeserializeUnexpectedEnd.into());
         }
         let header = bytes.len() - rest.len();
         bytes.truncate(header + len);
@@ -414,5 +448,20 @@ mod tests {
         assert_eq!(SnapshotFile::from_bytes(trailing).unwrap().data, file.data);
         let cut = whole[..whole.len() - 1].to_vec();
         assert!(SnapshotFile::from_bytes(cut).is_err(), "a file cut short");
+
+        // Issue 41, item 8: a file marked with a format this build reads reads as the same
+        // file; one of a newer format is named so.
+        let mut marked = FORMAT_MAGIC.to_vec();
+        marked.push(LOG_FORMAT);
+        marked.extend_from_slice(&whole);
+        assert_eq!(SnapshotFile::from_bytes(marked).unwrap().data, file.data);
+        let mut newer = FORMAT_MAGIC.to_vec();
+        newer.push(LOG_FORMAT + 1);
+        newer.extend_from_slice(&whole);
+        let refused = SnapshotFile::from_bytes(newer).err().unwrap().to_string();
+        assert!(
+            refused.contains(&format!("log format {}", LOG_FORMAT + 1)),
+            "{refused}"
+        );
     }
 }

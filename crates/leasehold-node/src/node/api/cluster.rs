@@ -91,6 +91,9 @@ impl ClusterApi {
             tls: self.node.tls(),
             client_certificates: self.node.client_certificates(),
             authorization,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            protocol: crate::raft::protocol::PROTOCOL,
+            log_format: u32::from(leasehold_core::format::LOG_FORMAT),
         }
     }
 }

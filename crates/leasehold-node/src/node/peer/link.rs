@@ -18,7 +18,8 @@ use crate::proto::v1::batch_answer::Answer as Answered;
 use crate::proto::v1::lease_store_client::LeaseStoreClient;
 use crate::raft::codec::{decode, encode};
 use crate::raft::lane::{LaneFailure, LaneRpc};
-use crate::raft::{Applied, Channels, LogId, NodeId};
+use crate::raft::{protocol, Applied, Channels, LogId, NodeId};
+use leasehold_core::format::FORMAT_1;
 
 /// `call` made as its unary `LeaseStore` call on `client`, forwarded for `caller`: called by
 /// `lease_calls!` with the service's table.
@@ -209,7 +210,9 @@ async fn propose(
     let channel = channels
         .get(leader, addr)
         .map_err(|e| unreachable(e.to_string()))?;
-    let request = channels.peer_request(RaftMessage { data }, FORWARD_TIMEOUT);
+    let mut request = channels.peer_request(RaftMessage { data }, FORWARD_TIMEOUT);
+    let format = writes.iter().map(|(op, _)| op.format()).max();
+    protocol::mark_format(request.metadata_mut(), format.unwrap_or(FORMAT_1));
     let lanes = channels.lanes();
     let reply = match lanes
         .call(leader, addr, LaneRpc::Propose, request, FORWARD_TIMEOUT)

@@ -12,7 +12,7 @@ use crate::node::link::Forwarded;
 use crate::node::Node;
 use crate::proto::raft_v1::{raft_server, RaftMessage};
 use crate::raft::codec::{decode, encode};
-use crate::raft::incarnation;
+use crate::raft::{incarnation, protocol};
 use crate::raft::{Applied, ClockMode, LogId, TypeConfig};
 use leasehold_core::InvalidInput;
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
@@ -126,10 +126,14 @@ impl RaftService {
     ) -> Result<T, Status> {
         let member = self.admit(&request)?;
         let shown = Shown::of(&request);
+        let metadata = request.metadata().clone();
         let rpc: T = decode_request(request)?;
         let sender = vote(&rpc).leader_id().voted_for();
         sender_is(member, sender)?;
         self.check_incarnations(sender, shown)?;
+        if let Some(sender) = sender {
+            self.node.channels().protocols().heard(sender, &metadata);
+        }
         Ok(rpc)
     }
 
@@ -140,7 +144,12 @@ impl RaftService {
     /// Checks what a peer message carries outside its body before the body is decoded; the
     /// member the caller's certificate names, if TLS is on (see [`sender_is`]).
     fn admit<T>(&self, request: &Request<T>) -> Result<Option<PeerMember>, Status> {
-        if let Err(why) = self.clock.check_peer(request.metadata()) {
+        // A format this build cannot read is never guessed at: the leader (or the follower
+        // forwarding) sent what this node cannot apply, and every such message is refused
+        // until this node is upgraded.
+        let checked = (self.clock.check_peer(request.metadata()))
+            .and_then(|()| protocol::check_format(request.metadata()));
+        if let Err(why) = checked {
             let mut logged = self
                 .refusal_logged
                 .lock()
@@ -199,7 +208,9 @@ fn encode_reply<T: serde::Serialize>(result: &T) -> Result<Response<RaftMessage>
         what: "raft reply",
         reason: e.to_string(),
     })?;
-    Ok(Response::new(RaftMessage { data }))
+    let mut reply = Response::new(RaftMessage { data });
+    protocol::announce(reply.metadata_mut());
+    Ok(reply)
 }
 
 #[tonic::async_trait]

@@ -4,12 +4,38 @@
 use super::Entry;
 use crate::limits::MAX_RECORD_BYTES;
 use crate::raft::codec::{decode, encode};
+use leasehold_core::format::{Format, FORMAT_1, LOG_FORMAT};
 
 /// Every segment file starts with these bytes, the format's name and version (2). Version 1
 /// had no magic and no header checksum; its segments are refused, never misread.
 pub(super) const MAGIC: &[u8; 8] = b"LHSEG\x00\x00\x02";
-/// `[header crc32 u32][length u32][payload crc32 u32]` before each entry.
+/// `[header crc32 u32][length u32][payload crc32 u32]` before each entry. The length word's top
+/// [`FORMAT_BITS`] hold the entry's log format when it is newer than 1 (0 for format 1, as in
+/// every record before 0.2.0), so that a build meets a newer entry as such, not as corruption.
 pub(super) const HEADER: u64 = 12;
+
+/// Bits of the length word that hold the record's log format, above [`LENGTH_BITS`].
+const FORMAT_BITS: u32 = 6;
+/// Bits of the length word that hold the payload's length: 64 MiB, past [`MAX_RECORD_BYTES`].
+const LENGTH_BITS: u32 = 32 - FORMAT_BITS;
+
+/// The length word of a record: `len`, and `format` above it unless it is format 1.
+fn length_word(len: u32, format: Format) -> u32 {
+    let code = match format {
+        FORMAT_1 => 0,
+        newer => u32::from(newer),
+    };
+    len | (code << LENGTH_BITS)
+}
+
+/// A length word's payload length and log format.
+fn from_length_word(word: u32) -> (u32, Format) {
+    let len = word & ((1 << LENGTH_BITS) - 1);
+    match (word >> LENGTH_BITS) as u8 {
+        0 => (len, FORMAT_1),
+        newer => (len, newer),
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub(super) enum EncodeError {
@@ -35,6 +61,9 @@ pub(super) enum End {
     Corrupt(u64, Corruption),
     /// A segment of format 1, written before records had a header checksum.
     OldFormat,
+    /// At this offset, a good record of a log format newer than this build reads: written by
+    /// a newer Leasehold.
+    Newer(u64, Format),
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -75,10 +104,10 @@ pub(super) struct Parsed {
 /// a record is good only where it was written. Recovery looks for good records at every byte
 /// after a damaged one, and a client's value inside a payload can hold any bytes, a whole
 /// record's included; without the offset, such a value could pass for a record.
-fn header_crc(offset: u64, len: u32, payload_crc: u32) -> u32 {
+fn header_crc(offset: u64, length_word: u32, payload_crc: u32) -> u32 {
     let mut hasher = crc32fast::Hasher::new();
     hasher.update(&offset.to_le_bytes());
-    hasher.update(&len.to_le_bytes());
+    hasher.update(&length_word.to_le_bytes());
     hasher.update(&payload_crc.to_le_bytes());
     hasher.finalize()
 }
@@ -91,6 +120,10 @@ pub(super) fn encode_record(
     into: &mut Vec<u8>,
 ) -> Result<u32, EncodeError> {
     let index = entry.log_id.index;
+    let format = match &entry.payload {
+        openraft::EntryPayload::Normal(batch) => batch.format(),
+        _ => FORMAT_1,
+    };
     let payload = encode(entry).map_err(|source| EncodeError::Encode { index, source })?;
     let len = payload.len();
     let len = u32::try_from(len)
@@ -98,8 +131,9 @@ pub(super) fn encode_record(
         .filter(|l| u64::from(*l) <= MAX_RECORD_BYTES)
         .ok_or(EncodeError::TooLong { index, len })?;
     let payload_crc = crc32fast::hash(&payload);
-    into.extend_from_slice(&header_crc(offset, len, payload_crc).to_le_bytes());
-    into.extend_from_slice(&len.to_le_bytes());
+    let word = length_word(len, format);
+    into.extend_from_slice(&header_crc(offset, word, payload_crc).to_le_bytes());
+    into.extend_from_slice(&word.to_le_bytes());
     into.extend_from_slice(&payload_crc.to_le_bytes());
     into.extend_from_slice(&payload);
     Ok(len)
@@ -107,7 +141,11 @@ pub(super) fn encode_record(
 
 /// What the bytes at one offset hold.
 enum Slot<'a> {
-    Good { payload: &'a [u8], end: usize },
+    Good {
+        payload: &'a [u8],
+        end: usize,
+        format: Format,
+    },
     Damaged(Damage),
     OverLimit(u32),
 }
@@ -123,12 +161,13 @@ fn slot(bytes: &[u8], at: usize) -> Slot<'_> {
         u32_at(bytes, at + 4),
         u32_at(bytes, at + 8),
     );
-    let (Some(crc), Some(len), Some(payload_crc)) = header else {
+    let (Some(crc), Some(word), Some(payload_crc)) = header else {
         return Slot::Damaged(Damage::HeaderShort);
     };
+    let (len, format) = from_length_word(word);
     // No writer writes an empty payload; refusing a zero length also keeps a run of zeros
     // from ever passing for a record, whatever its offset hashes to.
-    if len == 0 || header_crc(at as u64, len, payload_crc) != crc {
+    if len == 0 || header_crc(at as u64, word, payload_crc) != crc {
         return Slot::Damaged(Damage::HeaderChecksum);
     }
     if u64::from(len) > MAX_RECORD_BYTES {
@@ -142,7 +181,11 @@ fn slot(bytes: &[u8], at: usize) -> Slot<'_> {
     if crc32fast::hash(payload) != payload_crc {
         return Slot::Damaged(Damage::PayloadChecksum);
     }
-    Slot::Good { payload, end }
+    Slot::Good {
+        payload,
+        end,
+        format,
+    }
 }
 
 /// The first offset from `from` on where a whole good record starts (header and payload both
@@ -150,7 +193,8 @@ fn slot(bytes: &[u8], at: usize) -> Slot<'_> {
 /// record is. Costs a pass over the rest of the segment, only when a record is damaged.
 fn first_good_from(bytes: &[u8], from: usize) -> Option<u64> {
     let fits = |at: usize| {
-        u32_at(bytes, at + 4).is_some_and(|len| {
+        u32_at(bytes, at + 4).is_some_and(|word| {
+            let (len, _) = from_length_word(word);
             len != 0
                 && u64::from(len) <= MAX_RECORD_BYTES
                 && at + HEADER as usize + len as usize <= bytes.len()
@@ -210,7 +254,11 @@ pub(super) fn parse_segment(bytes: &[u8]) -> Parsed {
     let mut at = MAGIC.len();
     while at < bytes.len() {
         match slot(bytes, at) {
-            Slot::Good { payload, end } => {
+            Slot::Good { format, .. } if format > LOG_FORMAT => {
+                let end = End::Newer(at as u64, format);
+                return Parsed { entries, end };
+            }
+            Slot::Good { payload, end, .. } => {
                 let Ok(entry) = decode::<Entry>(payload) else {
                     let end = End::Corrupt(at as u64, Corruption::Undecodable);
                     return Parsed { entries, end };
@@ -274,6 +322,33 @@ mod tests {
             encode_record(&entry(i), bytes.len() as u64, &mut bytes).unwrap();
         }
         (bytes, offsets)
+    }
+
+    /// Issue 41, item 8: a record says its log format, and one newer than this build reads is
+    /// named as such (a newer Leasehold wrote it), not taken for corruption; a record of format
+    /// 1 is, byte for byte, what every build before 0.2.0 wrote, so their data dirs read as
+    /// they are.
+    #[test]
+    fn a_record_of_a_newer_log_format_is_named_so_and_format_1_records_are_as_before() {
+        let (mut bytes, offsets) = segment(2);
+        let payload = encode(&entry(3)).unwrap();
+        let at = bytes.len() as u64;
+        let word = length_word(payload.len() as u32, LOG_FORMAT + 1);
+        let payload_crc = crc32fast::hash(&payload);
+        bytes.extend_from_slice(&header_crc(at, word, payload_crc).to_le_bytes());
+        bytes.extend_from_slice(&word.to_le_bytes());
+        bytes.extend_from_slice(&payload_crc.to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        let parsed = parse_segment(&bytes);
+        assert_eq!(indexes(&parsed), [1, 2]);
+        assert_eq!(parsed.end, End::Newer(at, LOG_FORMAT + 1));
+        let first = offsets[0] as usize;
+        let len = u32_at(&bytes, first + 4).unwrap();
+        assert_eq!(
+            len as usize,
+            encode(&entry(1)).unwrap().len(),
+            "format 1: the length word is the length alone"
+        );
     }
 
     fn indexes(parsed: &Parsed) -> Vec<u64> {

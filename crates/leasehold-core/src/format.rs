@@ -1,0 +1,87 @@
+//! Log formats: which operations a log entry may hold, numbered.
+//!
+//! A build reads and writes every format up to [`LOG_FORMAT`]. An operation belongs to the
+//! format that introduced it, and an entry's format is that of its newest operation. A leader
+//! logs an operation only once every voter has announced that it reads the operation's format
+//! (the peer handshake, `leasehold-node`'s `raft::protocol`): during a rolling upgrade no voter
+//! is ever sent an entry it cannot apply, and a node that meets one anyway (a bug, or a
+//! downgrade past a feature in use) says which format it met and stops, never guesses. Log
+//! records, peer messages and snapshots carry their format for that.
+
+use crate::command::{Batch, Op};
+
+/// A log format's number.
+pub type Format = u8;
+
+/// Format 1: every operation up to 0.2.0, the first build that announces its formats
+/// (acquire, release, renew, put, delete, advance, tick, register, forget, `As`, policy
+/// changes). A data dir or a peer that says nothing of its format is of format 1.
+pub const FORMAT_1: Format = 1;
+
+/// The newest format this build reads and writes.
+pub const LOG_FORMAT: Format = FORMAT_1;
+
+impl Op {
+    /// The log format that introduced this operation (the newest of an `As` and what it
+    /// wraps). Every variant is named: a new one must choose its format.
+    pub fn format(&self) -> Format {
+        match self {
+            Op::As { op, .. } => op.format(),
+            Op::Acquire { .. }
+            | Op::Release { .. }
+            | Op::Put { .. }
+            | Op::Advance { .. }
+            | Op::Tick
+            | Op::Register
+            | Op::Delete { .. }
+            | Op::Forget { .. }
+            | Op::Auth(_)
+            | Op::Renew { .. } => FORMAT_1,
+        }
+    }
+}
+
+impl Batch {
+    /// The newest format among the entry's operations: what a voter must read to apply it.
+    pub fn format(&self) -> Format {
+        self.0
+            .iter()
+            .map(|command| command.op.format())
+            .max()
+            .unwrap_or(FORMAT_1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::Command;
+
+    #[test]
+    fn every_operation_of_this_build_is_of_a_format_it_reads() {
+        let ops = [
+            Op::Tick,
+            Op::Register,
+            Op::As {
+                identity: "a".into(),
+                bearer: None,
+                op: Box::new(Op::Put {
+                    key: "k".into(),
+                    value: vec![],
+                    fence: None,
+                }),
+            },
+        ];
+        let batch = Batch(
+            ops.into_iter()
+                .map(|op| Command {
+                    at_ms: None,
+                    request: None,
+                    op,
+                })
+                .collect(),
+        );
+        assert!(batch.format() <= LOG_FORMAT);
+        assert_eq!(Batch::default().format(), FORMAT_1);
+    }
+}

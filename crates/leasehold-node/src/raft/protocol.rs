@@ -1,0 +1,297 @@
+//! The peer handshake (issue 41, item 8): what a node speaks, announced on every peer message
+//! it sends and every reply it gives, so that a cluster can be upgraded one node at a time.
+//!
+//! Each node names, under [`PROTOCOL_KEY`], its protocol version, the newest log format it
+//! reads (`leasehold_core::format`), the features it serves beyond its protocol's, and its
+//! build's version. Every node notes what each peer last announced ([`Protocols`]). From that:
+//!
+//! - a leader logs an operation only once every voter reads its format
+//!   ([`Protocols::agreed_format`]), and uses a new peer message only once every voter names
+//!   its feature ([`Protocols::all_announce`]): new kinds stay off until the last voter is
+//!   upgraded;
+//! - a peer message says the format of the log data it carries, under [`FORMAT_KEY`] when it
+//!   is newer than 1, and a node that receives one of a format it does not read refuses it,
+//!   saying which format it met and what to do ([`check_format`]), instead of guessing at bytes
+//!   it cannot read;
+//! - a node answers in what its asker reads: so far every answer is of format 1.
+//!
+//! Protocol 2 is 0.2.0, the first build that announces itself. A peer that announces nothing
+//! is older: protocol 1, format 1, which 0.2.0 still speaks to for a data dir's sake but not
+//! in a mixed cluster (upgrading from before 0.2.0 takes a full restart; the data dir is kept).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use leasehold_core::format::{Format, FORMAT_1, LOG_FORMAT};
+pub use leasehold_proto::wire::{FORMAT_KEY, PROTOCOL_KEY};
+use tonic::metadata::{MetadataMap, MetadataValue};
+
+use super::NodeId;
+
+/// This build's protocol version: 2 since 0.2.0, the first with the handshake.
+pub const PROTOCOL: u32 = 2;
+
+/// The features this build serves beyond its protocol's: none yet. A feature is named here
+/// when it adds a peer message, and used toward a peer only once every voter names it.
+pub const FEATURES: &[&str] = &[];
+
+/// The most features an announcement is read with; the rest are ignored.
+const MAX_FEATURES: usize = 32;
+
+/// What a node announced of itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Announced {
+    /// Its protocol version ([`PROTOCOL`] for this build).
+    pub protocol: u32,
+    /// The newest log format it reads.
+    pub format: Format,
+    /// The features it serves beyond its protocol's ([`FEATURES`] for this build).
+    pub features: Vec<String>,
+    /// Its build's version, for people (`status`, the log); nothing is decided on it.
+    pub version: String,
+}
+
+impl Announced {
+    /// This build's announcement.
+    pub fn ours() -> Announced {
+        Announced {
+            protocol: PROTOCOL,
+            format: LOG_FORMAT,
+            features: FEATURES.iter().map(|f| f.to_string()).collect(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        }
+    }
+
+    /// What a peer that announces nothing speaks: a build from before 0.2.0.
+    pub fn before_handshake() -> Announced {
+        Announced {
+            protocol: 1,
+            format: FORMAT_1,
+            features: Vec::new(),
+            version: "before 0.2.0".to_owned(),
+        }
+    }
+
+    /// As it travels: `protocol=2; format=1; version=0.2.0; features=a,b`.
+    pub fn to_header(&self) -> String {
+        format!(
+            "protocol={}; format={}; version={}; features={}",
+            self.protocol,
+            self.format,
+            self.version,
+            self.features.join(",")
+        )
+    }
+
+    /// An announcement from its header: unknown keys are skipped (a later build may say more),
+    /// a missing or unreadable protocol or format refused.
+    pub fn parse(header: &str) -> Result<Announced, String> {
+        let mut protocol = None;
+        let mut format = None;
+        let mut features = Vec::new();
+        let mut version = String::new();
+        for part in header.split(';') {
+            let Some((key, value)) = part.trim().split_once('=') else {
+                continue;
+            };
+            match key {
+                "protocol" => protocol = value.parse().ok(),
+                "format" => format = value.parse().ok(),
+                "version" => version = value.chars().take(64).collect(),
+                "features" => {
+                    features = (value.split(','))
+                        .filter(|f| !f.is_empty())
+                        .take(MAX_FEATURES)
+                        .map(|f| f.chars().take(64).collect())
+                        .collect()
+                }
+                _ => {}
+            }
+        }
+        match (protocol, format) {
+            (Some(protocol), Some(format)) => Ok(Announced {
+                protocol,
+                format,
+                features,
+                version,
+            }),
+            _ => Err(format!("an unreadable {PROTOCOL_KEY}: {header:?}")),
+        }
+    }
+}
+
+/// This build's announcement, on a message or a reply.
+pub fn announce(metadata: &mut MetadataMap) {
+    static OURS: OnceLock<MetadataValue<tonic::metadata::Ascii>> = OnceLock::new();
+    let value = OURS.get_or_init(|| {
+        MetadataValue::try_from(Announced::ours().to_header()).expect("the announcement is ASCII")
+    });
+    metadata.insert(PROTOCOL_KEY, value.clone());
+}
+
+/// What `metadata` announces; a build from before 0.2.0 if nothing.
+pub fn announced(metadata: &MetadataMap) -> Result<Announced, String> {
+    match metadata.get(PROTOCOL_KEY).map(|v| v.to_str()) {
+        None => Ok(Announced::before_handshake()),
+        Some(Ok(header)) => Announced::parse(header),
+        Some(Err(_)) => Err(format!("a {PROTOCOL_KEY} that is not ASCII")),
+    }
+}
+
+/// Marks a message as carrying log data of `format`; nothing for format 1, which every build
+/// reads.
+pub fn mark_format(metadata: &mut MetadataMap, format: Format) {
+    if format > FORMAT_1 {
+        metadata.insert(FORMAT_KEY, MetadataValue::from(u32::from(format)));
+    }
+}
+
+/// Refuses a peer message whose log data is of a format this build does not read: why, and
+/// what to do.
+pub fn check_format(metadata: &MetadataMap) -> Result<(), String> {
+    let format = match metadata.get(FORMAT_KEY).map(|v| v.to_str()) {
+        None => return Ok(()),
+        Some(Ok(value)) => value
+            .parse::<u32>()
+            .map_err(|_| format!("a peer sent an unreadable {FORMAT_KEY}: {value:?}"))?,
+        Some(Err(_)) => return Err(format!("a peer sent a {FORMAT_KEY} that is not ASCII")),
+    };
+    if format <= u32::from(LOG_FORMAT) {
+        return Ok(());
+    }
+    Err(format!(
+        "a peer sent log format {format}, and this build ({}) reads formats up to \
+         {LOG_FORMAT}: this node cannot apply what the cluster logs. Upgrade it to the \
+         cluster's version (a leader sends a format only once every voter announced it, so a \
+         node was downgraded after the cluster began to use it)",
+        env!("CARGO_PKG_VERSION"),
+    ))
+}
+
+/// What this node last heard each peer announce.
+#[derive(Clone, Default)]
+pub struct Protocols {
+    heard: Arc<Mutex<BTreeMap<NodeId, Announced>>>,
+}
+
+impl Protocols {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, Announced>> {
+        self.heard.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes what `metadata`, from node `id`, announces; a change is logged.
+    pub fn heard(&self, id: NodeId, metadata: &MetadataMap) {
+        let Ok(announced) = announced(metadata) else {
+            return;
+        };
+        let mut heard = self.lock();
+        if heard.get(&id) != Some(&announced) {
+            tracing::info!(
+                peer = id,
+                protocol = announced.protocol,
+                format = announced.format,
+                version = %announced.version,
+                "peer announced its protocol"
+            );
+            heard.insert(id, announced);
+        }
+    }
+
+    /// What node `id` last announced, if it was heard from.
+    pub fn of(&self, id: NodeId) -> Option<Announced> {
+        self.lock().get(&id).cloned()
+    }
+
+    /// The newest log format every one of `voters` reads: this build's for `me`, what each
+    /// other voter announced, format 1 for one not heard from yet (every build reads it). With
+    /// it, the voters that hold it below this build's, for the refusal to name.
+    pub fn agreed_format(
+        &self,
+        me: NodeId,
+        voters: impl IntoIterator<Item = NodeId>,
+    ) -> (Format, Vec<(NodeId, Format)>) {
+        let heard = self.lock();
+        let mut agreed = LOG_FORMAT;
+        let mut behind = Vec::new();
+        for id in voters.into_iter().filter(|id| *id != me) {
+            let format = heard.get(&id).map_or(FORMAT_1, |a| a.format);
+            agreed = agreed.min(format);
+            if format < LOG_FORMAT {
+                behind.push((id, format));
+            }
+        }
+        (agreed, behind)
+    }
+
+    /// Whether every one of `voters` but `me` announced `feature`.
+    pub fn all_announce(
+        &self,
+        me: NodeId,
+        voters: impl IntoIterator<Item = NodeId>,
+        feature: &str,
+    ) -> bool {
+        let heard = self.lock();
+        voters.into_iter().filter(|id| *id != me).all(|id| {
+            heard
+                .get(&id)
+                .is_some_and(|a| a.features.iter().any(|f| f == feature))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from(header: &str) -> MetadataMap {
+        let mut metadata = MetadataMap::new();
+        metadata.insert(PROTOCOL_KEY, MetadataValue::try_from(header).unwrap());
+        metadata
+    }
+
+    #[test]
+    fn an_announcement_reads_back_as_it_was_made_and_a_later_builds_extra_keys_are_skipped() {
+        let mut metadata = MetadataMap::new();
+        announce(&mut metadata);
+        assert_eq!(announced(&metadata).unwrap(), Announced::ours());
+        let later = "protocol=3; format=2; version=0.3.0; features=a,b; quorum_clock=yes";
+        let read = announced(&from(later)).unwrap();
+        assert_eq!((read.protocol, read.format), (3, 2));
+        assert_eq!(read.features, ["a", "b"]);
+        assert!(announced(&from("format=1")).is_err(), "no protocol");
+        assert_eq!(
+            announced(&MetadataMap::new()).unwrap(),
+            Announced::before_handshake()
+        );
+    }
+
+    #[test]
+    fn the_agreed_format_is_the_oldest_a_voter_reads_and_a_silent_voter_counts_as_format_1() {
+        let protocols = Protocols::default();
+        protocols.heard(2, &from("protocol=3; format=9; version=9"));
+        let (agreed, behind) = protocols.agreed_format(1, [1, 2]);
+        assert_eq!((agreed, behind), (LOG_FORMAT, vec![]));
+        // Node 3 has not been heard from: only format 1 is safe to send it.
+        let (agreed, _) = protocols.agreed_format(1, [1, 2, 3]);
+        assert_eq!(agreed, FORMAT_1);
+        assert!(!protocols.all_announce(1, [1, 2], "x"));
+        protocols.heard(2, &from("protocol=3; format=9; version=9; features=x"));
+        assert!(protocols.all_announce(1, [1, 2], "x"));
+        assert!(!protocols.all_announce(1, [1, 2, 3], "x"));
+    }
+
+    #[test]
+    fn a_message_of_a_newer_format_is_refused_naming_it() {
+        let mut metadata = MetadataMap::new();
+        assert!(check_format(&metadata).is_ok(), "unmarked: format 1");
+        mark_format(&mut metadata, LOG_FORMAT);
+        assert!(check_format(&metadata).is_ok());
+        mark_format(&mut metadata, LOG_FORMAT + 1);
+        let refused = check_format(&metadata).unwrap_err();
+        assert!(
+            refused.contains(&format!("log format {}", LOG_FORMAT + 1)),
+            "{refused}"
+        );
+        assert!(refused.contains("Upgrade"), "{refused}");
+    }
+}
