@@ -176,12 +176,24 @@ struct Cluster {
     endpoints: Vec<String>,
     /// With TLS on: the certificates, under the cluster's dir.
     certs: Option<certs::ClusterCerts>,
+    /// A rolling upgrade's builds, and how far it has gone (see `Fault::Upgrade`).
+    upgrade: Option<Upgrade>,
     _dir: tempfile::TempDir,
 }
 
+/// A rolling upgrade between two builds: the cluster starts on the older, and each step
+/// replaces one node's build, in turn, with the newer; once every node runs it, the steps
+/// take them back to the older one by one (a downgrade), and so on.
+struct Upgrade {
+    older: std::path::PathBuf,
+    newer: std::path::PathBuf,
+    steps: usize,
+}
+
 impl Cluster {
-    /// `count` nodes, with TLS on both planes (and client certificates demanded) if `tls`.
-    fn start(count: usize, tls: bool) -> Cluster {
+    /// `count` nodes, with TLS on both planes (and client certificates demanded) if `tls`; of
+    /// the `older` build, to be upgraded to this one, if given.
+    fn start(count: usize, tls: bool, older: Option<std::path::PathBuf>) -> Cluster {
         let dir = tempfile::TempDir::new().unwrap();
         let ips: Vec<IpAddr> = (1..=count)
             .map(|i| format!("127.0.0.{i}").parse().unwrap())
@@ -196,7 +208,14 @@ impl Cluster {
         // Snapshots often, so that building, installing and purging happen under the faults;
         // the log is archived as the run goes, before it is purged (see `archive_log`).
         let snapshot_every = snapshot_every().to_string();
-        let mut nodes = LocalCluster::new(harness::binary().as_ref(), dir.path(), &addrs, false)
+        let upgrade = older.map(|older| Upgrade {
+            older,
+            newer: harness::binary().into(),
+            steps: 0,
+        });
+        let this_build = std::path::Path::new(harness::binary());
+        let binary = upgrade.as_ref().map_or(this_build, |u| u.older.as_path());
+        let mut nodes = LocalCluster::new(binary, dir.path(), &addrs, false)
             // Leases free for two seconds are forgotten, so forgetting happens under the faults.
             .with_serve_args(&[
                 "--snapshot-every",
@@ -217,8 +236,26 @@ impl Cluster {
             ips,
             endpoints,
             certs,
+            upgrade,
             _dir: dir,
         }
+    }
+
+    /// The next step of the rolling upgrade: one node stopped and started on the other build.
+    fn upgrade_step(&mut self) {
+        let count = self.ips.len();
+        let upgrade = self.upgrade.as_mut().expect("a run with two builds");
+        let id = (upgrade.steps % count) as u64 + 1;
+        let to_newer = (upgrade.steps / count).is_multiple_of(2);
+        upgrade.steps += 1;
+        let (binary, which) = match to_newer {
+            true => (upgrade.newer.clone(), "this build"),
+            false => (upgrade.older.clone(), "the older build"),
+        };
+        self.nodes.kill(id);
+        self.nodes.set_binary(id, &binary);
+        self.nodes.start(id).unwrap();
+        println!("node {id} now runs {which}");
     }
 
     fn ids(&self) -> Vec<u64> {
@@ -923,6 +960,9 @@ enum Fault {
     /// follower's end, so that it catches up by a snapshot install, and the leader killed as
     /// the install begins.
     KillLeaderDuringInstall,
+    /// The next step of a rolling upgrade (a run with two builds): one node, in turn, stopped
+    /// and started on the other build.
+    Upgrade,
 }
 
 impl Fault {
@@ -1095,6 +1135,7 @@ async fn inject(fault: Fault, cluster: &mut Cluster, rng: &mut Rng) -> Heal {
         }
     };
     match fault {
+        Fault::Upgrade => cluster.upgrade_step(),
         Fault::KillLeader | Fault::KillFollower | Fault::KillMajority => {
             let victims: Vec<u64> = match fault {
                 Fault::KillLeader => vec![leader],
@@ -1279,13 +1320,25 @@ async fn fault_run(
     seed: u64,
     tls: bool,
 ) -> Report {
+    fault_run_from(nodes, faults, duration, seed, tls, None).await
+}
+
+/// [`fault_run`], on the `older` build to begin with, if given (the rolling upgrade).
+async fn fault_run_from(
+    nodes: usize,
+    faults: &[Fault],
+    duration: Duration,
+    seed: u64,
+    tls: bool,
+    older: Option<std::path::PathBuf>,
+) -> Report {
     println!(
         "fault run: {nodes} nodes, seed {seed}, {} s, faults {faults:?}, TLS {}",
         duration.as_secs(),
         if tls { "on" } else { "off" }
     );
     let mut rng = Rng(seed);
-    let mut cluster = Cluster::start(nodes, tls);
+    let mut cluster = Cluster::start(nodes, tls, older);
     cluster.wait_leader().await;
     cluster.authorize().await;
 
@@ -1717,4 +1770,35 @@ async fn long_fault_run() {
     )
     .await;
     assert_clean(&report, 1_000);
+}
+
+/// `cluster/rolling-upgrade.sh REV`, on demand: a three-node cluster of an older build
+/// (`LEASEHOLD_UPGRADE_FROM`, its binary) under the workload and its checkers, its nodes
+/// replaced one at a time with this build, then taken back to the older one, and so on, for
+/// `LEASEHOLD_FAULT_SECS` (default 120): no anomaly, and the longest unavailability of a step
+/// in the report (`Upgrade`). `LEASEHOLD_FAULT_TLS=1` runs it with TLS.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs an older build: run cluster/rolling-upgrade.sh REV"]
+async fn a_rolling_upgrade_and_back_under_load_loses_nothing() {
+    if !in_private_netns("a_rolling_upgrade_and_back_under_load_loses_nothing") {
+        return;
+    }
+    let older = std::env::var_os("LEASEHOLD_UPGRADE_FROM").expect(
+        "LEASEHOLD_UPGRADE_FROM names the older build's binary (cluster/rolling-upgrade.sh)",
+    );
+    let secs = std::env::var("LEASEHOLD_FAULT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    let tls = std::env::var("LEASEHOLD_FAULT_TLS").is_ok_and(|v| v == "1");
+    let report = fault_run_from(
+        3,
+        &[Fault::Upgrade],
+        Duration::from_secs(secs),
+        seed_from_env_or_clock(),
+        tls,
+        Some(older.into()),
+    )
+    .await;
+    assert_clean(&report, 100);
 }

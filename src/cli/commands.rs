@@ -391,7 +391,8 @@ fn status_json(nodes: &[pb::NodeStatus]) -> Value {
             json!({
                 "id": n.id, "address": n.address, "peer_address": n.peer_address, "pid": n.pid, "role": role_name(n.role),
                 "term": n.term, "leader": n.leader, "last_log_index": n.last_log_index,
-                "applied_index": n.applied_index, "store_time_ms": n.store_time_ms,
+                "applied_index": n.applied_index, "state_digest": n.state_digest,
+                "store_time_ms": n.store_time_ms,
                 "manual_clock": n.manual_clock, "error": n.error, "leases": n.leases,
                 "rows": n.rows, "sessions": n.sessions, "snapshot_bytes": n.snapshot_bytes,
                 "tls": n.tls, "client_certificates": n.client_certificates,

@@ -121,6 +121,8 @@ pub struct LocalCluster {
     node_args: std::collections::BTreeMap<u64, Vec<String>>,
     /// A command that runs one node's `serve` (`prlimit --nofile=N --`), by id.
     node_wrappers: std::collections::BTreeMap<u64, Vec<String>>,
+    /// Another build one node runs from its next start (a rolling upgrade), by id.
+    node_binaries: std::collections::BTreeMap<u64, PathBuf>,
     /// Nodes started with `--join`, to be added with `member add`: not in `--peers`.
     joining: std::collections::BTreeSet<u64>,
 }
@@ -151,6 +153,7 @@ impl LocalCluster {
             extra_args: Vec::new(),
             node_args: Default::default(),
             node_wrappers: Default::default(),
+            node_binaries: Default::default(),
             joining: Default::default(),
         }
     }
@@ -223,6 +226,17 @@ impl LocalCluster {
         let wrapper = wrapper.iter().map(|a| (*a).to_owned()).collect();
         self.node_wrappers.insert(id, wrapper);
         self
+    }
+
+    /// Runs node `id` from `binary` from its next start on: another build, as a rolling upgrade
+    /// (or its undoing) replaces one node's.
+    pub fn set_binary(&mut self, id: u64, binary: &Path) {
+        self.node_binaries.insert(id, binary.to_owned());
+    }
+
+    /// The build node `id` runs.
+    fn binary(&self, id: u64) -> &Path {
+        self.node_binaries.get(&id).unwrap_or(&self.binary)
     }
 
     /// Passes `args` to node `id`'s `serve` only (a node configured unlike the others), after
@@ -299,7 +313,7 @@ impl LocalCluster {
     pub fn restart_command(&self, id: u64) -> String {
         format!(
             "{} {} 2>>{}",
-            self.binary.display(),
+            self.binary(id).display(),
             self.serve_args(id).join(" "),
             self.node(id).log.display()
         )
@@ -314,10 +328,10 @@ impl LocalCluster {
         let mut command = match self.node_wrappers.get(&id).map(Vec::as_slice) {
             Some([wrapper, wrapper_args @ ..]) => {
                 let mut command = Command::new(wrapper);
-                command.args(wrapper_args).arg(&self.binary);
+                command.args(wrapper_args).arg(self.binary(id));
                 command
             }
-            _ => Command::new(&self.binary),
+            _ => Command::new(self.binary(id)),
         };
         // The nodes take their settings from the flags above only: a `LEASEHOLD_*` variable
         // of the caller's (a client's TLS files, say) would otherwise set a `serve` flag.
