@@ -1410,6 +1410,12 @@ async fn fault_run_from(
             _ => None,
         };
         let heal = inject(fault, &mut cluster, &mut rng).await;
+        // An upgrade step has nothing to heal: its unavailability runs from the node's stop (a
+        // leader's costs an election), so it is measured now, before the pause.
+        let stepped = match fault {
+            Fault::Upgrade => time_to_serve(&cluster, &recorder, &mut probe).await,
+            _ => Duration::ZERO,
+        };
         if let Some(lease_probe) = lease_probe {
             probing = Some((
                 fault,
@@ -1439,7 +1445,9 @@ async fn fault_run_from(
                 cluster.nodes.start(id).unwrap();
             }
         }
-        let took = time_to_serve(&cluster, &recorder, &mut probe).await;
+        let took = time_to_serve(&cluster, &recorder, &mut probe)
+            .await
+            .max(stepped);
         windows.push((label.clone(), from, recorder.now_ns()));
         let longest = unavailable.entry(label).or_default();
         *longest = (*longest).max(took);

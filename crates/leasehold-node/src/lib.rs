@@ -22,7 +22,9 @@
 //!   election penalty short, where openraft 0.9 keeps it until the next campaign), the peer
 //!   lanes that AppendEntries and forwarded writes take (framed messages on connections of
 //!   their own, not gRPC calls), the proposer that gathers concurrent writes into one entry,
-//!   and the reads that share one ReadIndex.
+//!   the reads that share one ReadIndex, and the peer handshake (`raft::protocol`: what each
+//!   node announces of its protocol and log formats on every peer message, so that a leader
+//!   sends nothing a member cannot read and a rolling upgrade needs no downtime).
 //! - [`node`]: one running node, in rooms whose arrows point from the transports down to the
 //!   API and from the API down to the node itself:
 //!   - `node::grpc` (the `LeaseStore` and `Cluster` services, and the `Batch` stream),
@@ -46,7 +48,9 @@
 //!     place a `NodeError` becomes a gRPC status (and a `Batch` refusal).
 //! - `connections`: each listener's bound on its established connections, its share of the
 //!   open-files limit, so that clients cannot take the descriptors the log needs; the TCP
-//!   keepalive every accepted connection gets.
+//!   keepalive every accepted connection gets; a client connection's deadline for its first
+//!   bytes. `http1`: the HTTP and metrics listeners' HTTP/1 server, which closes a connection
+//!   idle between requests.
 //! - [`tls`]: TLS for both planes: loading the files, the accept loop (a bounded number of
 //!   handshakes in flight) that logs refusals, which member a peer's certificate names, and
 //!   the certificates `cluster --tls` and `certs` make.

@@ -1,3 +1,7 @@
+// Leasehold patch: rustfmt leaves this crate as upstream formatted it (see PATCH.md).
+#![cfg_attr(rustfmt, rustfmt::skip)]
+// Leasehold patch: a workspace member, but not linted as Leasehold's code (see PATCH.md).
+#![allow(warnings, clippy::all, clippy::pedantic)]
 #![doc = include_str!("lib_readme.md")]
 #![doc = include_str!("docs/docs.md")]
 #![cfg_attr(feature = "bt", feature(error_generic_member_access))]
@@ -25,46 +29,82 @@ macro_rules! func_name {
 
 pub extern crate openraft_macros;
 
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod change_members;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod config;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod core;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod defensive;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod display_ext;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod membership;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod node;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod progress;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod quorum;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod raft_types;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod replication;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod runtime;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod storage_error;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod summary;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod try_as_ref;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod vote;
 
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub(crate) mod engine;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub(crate) mod log_id_range;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub(crate) mod proposer;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub(crate) mod raft_state;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub(crate) mod utime;
 
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub mod async_runtime;
 #[cfg(feature = "compat")]
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub mod compat;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub mod docs;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub mod entry;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub mod error;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub mod impls;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub mod instant;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub mod log_id;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub mod metrics;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub mod network;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub mod raft;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub mod storage;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub mod testing;
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 pub mod type_config;
 
 #[cfg(test)]
+#[rustfmt::skip] // Leasehold patch: formatted as upstream, not as Leasehold.
 mod feature_serde_test;
 
 pub use anyerror;

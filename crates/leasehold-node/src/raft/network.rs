@@ -321,21 +321,33 @@ impl PeerClient {
                 RPCError::Network(NetworkError::new(&failure))
             }
         })?;
-        self.channels.protocols.heard(self.target, reply.metadata());
-        if let Err(why) = protocol::check_format(reply.metadata()) {
+        self.check_reply(reply.metadata(), incarnations.as_ref())?;
+        let result: Result<Resp, RaftError<NodeId, E>> = decode(&reply.into_inner().data)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+
+    /// What a reply carries outside its body: the target's announcement, noted; the format of
+    /// what it holds, refused if this build cannot read it; the target's incarnation, refused if
+    /// it is not the one it showed first.
+    fn check_reply<E: std::error::Error>(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+        incarnations: Option<&Incarnations>,
+    ) -> Result<(), RPCError<NodeId, BasicNode, RaftError<NodeId, E>>> {
+        self.channels.protocols.heard(self.target, metadata);
+        if let Err(why) = protocol::check_format(metadata) {
             return Err(RPCError::Network(NetworkError::new(&PeerFailure(why))));
         }
-        if let Some(incarnations) = &incarnations {
-            let theirs = incarnation::read(reply.metadata(), incarnation::FROM_KEY);
+        if let Some(incarnations) = incarnations {
+            let theirs = incarnation::read(metadata, incarnation::FROM_KEY);
             if let Err(why) = incarnations.check_peer(self.target, theirs) {
                 // Its vote or its ack would count a disk that forgot what it promised.
                 incarnations.log_refusal(&why);
                 return Err(RPCError::Unreachable(Unreachable::new(&PeerFailure(why))));
             }
         }
-        let result: Result<Resp, RaftError<NodeId, E>> = decode(&reply.into_inner().data)
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+        Ok(())
     }
 }
 
