@@ -2,8 +2,8 @@
 //!
 //! A build reads and writes every format up to [`LOG_FORMAT`]. An operation belongs to the
 //! format that introduced it, and an entry's format is that of its newest operation. A leader
-//! logs an operation only once every voter has announced that it reads the operation's format
-//! (the peer handshake, `leasehold-node`'s `raft::protocol`): during a rolling upgrade no voter
+//! logs an operation only once every member has announced that it reads the operation's format
+//! (the peer handshake, `leasehold-node`'s `raft::protocol`): during a rolling upgrade no member
 //! is ever sent an entry it cannot apply, and a node that meets one anyway (a bug, or a
 //! downgrade past a feature in use) says which format it met and stops, never guesses. Log
 //! records, peer messages and snapshots carry their format for that.
@@ -20,6 +20,15 @@ pub const FORMAT_1: Format = 1;
 
 /// The newest format this build reads and writes.
 pub const LOG_FORMAT: Format = FORMAT_1;
+
+/// The layout of the table a snapshot holds (`LeaseTable`'s encoding), numbered apart from the
+/// log's formats: an operation that changes no table field adds a log format and leaves the
+/// snapshots as they were, so that an older build still installs them. 1: every build up to
+/// 0.2.0, and since. Never past [`LOG_FORMAT`]: a new layout comes with the log format whose
+/// operations need it.
+pub const TABLE_FORMAT: Format = FORMAT_1;
+
+const _: () = assert!(TABLE_FORMAT <= LOG_FORMAT);
 
 impl Op {
     /// The log format that introduced this operation (the newest of an `As` and what it
@@ -42,7 +51,7 @@ impl Op {
 }
 
 impl Batch {
-    /// The newest format among the entry's operations: what a voter must read to apply it.
+    /// The newest format among the entry's operations: what a member must read to apply it.
     pub fn format(&self) -> Format {
         self.0
             .iter()

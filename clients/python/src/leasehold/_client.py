@@ -202,6 +202,9 @@ class Client:
         gone: set = set()
         for attempt in itertools.count():
             index = (first + attempt) % count
+            if attempt and attempt % count == 0:
+                # A round of every node asked: pause before the next.
+                time.sleep(min(ROUND_PAUSE, max(until.left(), 0)))
             if index in gone:
                 continue
             timeout = until.attempt_timeout()
@@ -225,8 +228,6 @@ class Client:
                 elif until.left() <= 0:
                     gave_up = f"no node of {','.join(self.endpoints)} answered within {until.span:.3g} s"
                 if failure.code in RETRYABLE and gave_up is None:
-                    if (attempt + 1) % count == 0:
-                        time.sleep(min(ROUND_PAUSE, max(until.left(), 0)))
                     continue
                 raise self._final(effect, failure, maybe, gave_up) from error
         raise AssertionError("unreachable")

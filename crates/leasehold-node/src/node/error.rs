@@ -192,6 +192,13 @@ pub enum NodeError {
         format: leasehold_core::format::Format,
         behind: Vec<(NodeId, leasehold_core::format::Format)>,
     },
+    /// The leader this node forwarded to says the cluster removed it: the others are electing
+    /// another. Not the client's node's own removal, so not [`NodeError::Removed`].
+    #[error(
+        "leader node {0}, which this node forwarded to, was removed from the cluster; the other \
+         members are electing a new leader: retry"
+    )]
+    LeaderRemoved(NodeId),
     /// `member remove` took this node out of the cluster: it serves nothing again.
     #[error(
         "node {0} was removed from the cluster (`leasehold member remove {0}`) and serves no \
@@ -314,6 +321,7 @@ impl NodeError {
             NodeError::NotMember(_) => "NOT_MEMBER",
             NodeError::Removed(_) => REMOVED_REASON,
             NodeError::FormatNotAgreed { .. } => "FORMAT_NOT_AGREED",
+            NodeError::LeaderRemoved(_) => "LEADER_REMOVED",
             NodeError::Compacted { .. } => "WATCH_COMPACTED",
             NodeError::WatchLeaderless { .. } => "WATCH_LEADERLESS",
             NodeError::MemberUnreachable { .. } => "MEMBER_UNREACHABLE",
@@ -481,6 +489,7 @@ impl NodeError {
             | NodeError::NothingApplied
             | NodeError::NotMember(_)
             | NodeError::Removed(_)
+            | NodeError::LeaderRemoved(_)
             | NodeError::WatchLeaderless { .. }
             | NodeError::ChangeInProgress(_)
             | NodeError::ChangeDeposed
@@ -532,11 +541,25 @@ impl NodeError {
         }
     }
 
+    /// The leader's refusal `e`, passed on to this node's client as the leader's: but for the
+    /// leader's word that it was removed, which is about the leader, not this node, and would
+    /// make the client stop asking this node.
+    pub fn passed_on(leader: NodeId, e: ForwardedError) -> Self {
+        match e.reason == REMOVED_REASON {
+            true => NodeError::LeaderRemoved(leader),
+            false => NodeError::Leader(e),
+        }
+    }
+
     /// The leader's answer to a read this node forwarded, as its gRPC client got it: the
     /// leader's own refusal passes through (its policy's among them); anything else failed on
     /// the way there, and so did a refusal by the leader's peer gate (PERMISSION_DENIED without
     /// the policy's mark), which refused this node, not the client's request.
-    pub fn from_leader(status: Status, unreachable: impl FnOnce(String) -> NodeError) -> Self {
+    pub fn from_leader(
+        leader: NodeId,
+        status: Status,
+        unreachable: impl FnOnce(String) -> NodeError,
+    ) -> Self {
         let info = status.get_details_error_info();
         let gate_refused =
             status.code() == Code::PermissionDenied && status.metadata().get(DENIED_KEY).is_none();
@@ -552,13 +575,16 @@ impl NodeError {
                     .any(|(k, v)| k == "indeterminate" && v == "true");
                 facts.retain(|(k, _)| k != "indeterminate");
                 facts.sort();
-                NodeError::Leader(ForwardedError {
-                    code: status.code() as i32,
-                    message: status.message().to_owned(),
-                    indeterminate,
-                    reason: info.reason,
-                    facts,
-                })
+                NodeError::passed_on(
+                    leader,
+                    ForwardedError {
+                        code: status.code() as i32,
+                        message: status.message().to_owned(),
+                        indeterminate,
+                        reason: info.reason,
+                        facts,
+                    },
+                )
             }
             _ => unreachable(status.message().to_owned()),
         }
@@ -685,6 +711,23 @@ mod tests {
                 "{e}: {status:?}"
             );
         }
+    }
+
+    /// Review of this session's diff, 1: a leader removed mid-forward answered REMOVED, which
+    /// passed on as the forwarding node's own would make its clients stop asking it.
+    #[test]
+    fn a_removed_leaders_word_is_not_passed_on_as_the_forwarding_nodes_removal() {
+        let removed = ForwardedError::from(NodeError::Removed(3));
+        let passed = NodeError::passed_on(3, removed);
+        assert!(matches!(passed, NodeError::LeaderRemoved(3)), "{passed}");
+        assert_ne!(passed.reason(), REMOVED_REASON);
+        assert_eq!(passed.code(), Code::Unavailable);
+        assert!(!passed.indeterminate());
+        let other = ForwardedError::from(NodeError::NotMember(3));
+        assert!(matches!(
+            NodeError::passed_on(3, other),
+            NodeError::Leader(_)
+        ));
     }
 
     #[test]

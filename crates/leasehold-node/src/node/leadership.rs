@@ -50,7 +50,7 @@ impl Node {
                     m.current_leader,
                     m.state,
                     m.current_term,
-                    standing(self.inner.id, &m.membership_config),
+                    self.standing_in(&m.membership_config),
                 )
             };
             if let Err(fatal) = running {
@@ -88,6 +88,25 @@ impl Node {
             return Err(NodeError::QuorumSilent { me: self.inner.id });
         }
         Ok(term)
+    }
+
+    /// [`standing`] under `config`, noting that this node has been a member: a joining node
+    /// that has never found itself in a membership is not yet a member, not a removed one.
+    pub(super) fn standing_in(
+        &self,
+        config: &StoredMembership<NodeId, BasicNode>,
+    ) -> Result<(), NodeError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        match standing(self.inner.id, config) {
+            Ok(()) => {
+                self.inner.was_member.store(true, Relaxed);
+                Ok(())
+            }
+            Err(NodeError::Removed(me)) if !self.inner.was_member.load(Relaxed) => {
+                Err(NodeError::NotMember(me))
+            }
+            other => other,
+        }
     }
 
     pub(super) fn is_leader(&self) -> bool {
@@ -142,10 +161,7 @@ impl Node {
 /// Whether node `me` is a member under `config`: not yet, while it waits to be added (started
 /// with `--join`, it knows no membership), or no longer, once a membership without it is
 /// applied (it was removed).
-pub(super) fn standing(
-    me: NodeId,
-    config: &StoredMembership<NodeId, BasicNode>,
-) -> Result<(), NodeError> {
+fn standing(me: NodeId, config: &StoredMembership<NodeId, BasicNode>) -> Result<(), NodeError> {
     match (config.membership().get_node(&me), config.log_id()) {
         (Some(_), _) => Ok(()),
         (None, None) => Err(NodeError::NotMember(me)),

@@ -36,7 +36,6 @@ pub use assembly::StartError;
 pub(crate) use clock::LeaderClock;
 use election_watch::watch_elections;
 pub(crate) use error::{Budget, NodeError};
-use leadership::standing;
 pub(crate) use link::PeerLink;
 pub(crate) use peer::link::GrpcLink;
 pub use planes::Listeners;
@@ -145,6 +144,11 @@ struct NodeInner {
     elections: std::sync::atomic::AtomicBool,
     /// Whether this node leads a quorum that stopped answering it.
     quorum: QuorumWatch,
+    /// Whether this node has been a member: from the start, unless it was started with
+    /// `--join`, when it is once it first finds itself in a membership. Until then a
+    /// membership without it is one from before its addition, which a joining node applies on
+    /// its way to the one that adds it, not its removal.
+    was_member: std::sync::atomic::AtomicBool,
 }
 
 /// A bound on what a node works on at once: its requests, or its watches.
@@ -200,6 +204,7 @@ impl Node {
                 forwarder: forwarder::Forwarder::new(link.clone()),
                 elections: std::sync::atomic::AtomicBool::new(raft.config().enable_elect),
                 quorum: QuorumWatch::start(raft.clone()),
+                was_member: std::sync::atomic::AtomicBool::new(!config.join),
                 link,
                 raft,
                 log,
@@ -270,7 +275,7 @@ impl Node {
     pub fn membership_standing(&self) -> Result<(), NodeError> {
         let metrics = self.inner.raft.metrics();
         let m = metrics.borrow();
-        standing(self.inner.id, &m.membership_config)
+        self.standing_in(&m.membership_config)
     }
 
     /// Every member's id, voters and learners: [`members`](Self::members) without the

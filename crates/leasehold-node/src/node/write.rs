@@ -169,7 +169,9 @@ impl Node {
     pub(super) fn check_write(&self, op: &Op) -> Result<(), NodeError> {
         validate(op)?;
         let format = op.format();
-        if format > FORMAT_1 {
+        // Judged by the leader alone, which hears every member (a follower hears only the
+        // leader): a follower forwards, and the leader refuses or proposes.
+        if format > FORMAT_1 && self.is_leader() {
             // Learners too: they apply the log as voters do.
             let protocols = self.inner.channels.protocols();
             let (agreed, behind) = protocols.agreed_format(self.inner.id, self.member_ids());

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold_core::format::{Format, FORMAT_1, LOG_FORMAT};
+use leasehold_core::format::{Format, FORMAT_1, LOG_FORMAT, TABLE_FORMAT};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
@@ -336,7 +336,7 @@ impl PeerClient {
         incarnations: Option<&Incarnations>,
     ) -> Result<(), RPCError<NodeId, BasicNode, RaftError<NodeId, E>>> {
         self.channels.protocols.heard(self.target, metadata);
-        if let Err(why) = protocol::check_format(metadata) {
+        if let Err(why) = protocol::check_format(metadata, LOG_FORMAT) {
             return Err(RPCError::Network(NetworkError::new(&PeerFailure(why))));
         }
         if let Some(incarnations) = incarnations {
@@ -368,10 +368,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         let format = (rpc.entries.iter())
-            .map(|entry| match &entry.payload {
-                openraft::EntryPayload::Normal(batch) => batch.format(),
-                _ => FORMAT_1,
-            })
+            .map(protocol::entry_format)
             .max()
             .unwrap_or(FORMAT_1);
         self.call(Rpc::AppendEntries, &rpc, &option, None, format)
@@ -386,8 +383,8 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        // A snapshot's table is laid out as this build lays it out: of its newest format.
-        self.call(Rpc::InstallSnapshot, &rpc, &option, None, LOG_FORMAT)
+        // A snapshot is of its table's layout, numbered apart from the log's formats.
+        self.call(Rpc::InstallSnapshot, &rpc, &option, None, TABLE_FORMAT)
             .await
     }
 

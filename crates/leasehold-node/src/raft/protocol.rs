@@ -5,9 +5,9 @@
 //! reads (`leasehold_core::format`), the features it serves beyond its protocol's, and its
 //! build's version. Every node notes what each peer last announced ([`Protocols`]). From that:
 //!
-//! - a leader logs an operation only once every voter reads its format
-//!   ([`Protocols::agreed_format`]), and uses a new peer message only once every voter names
-//!   its feature ([`Protocols::all_announce`]): new kinds stay off until the last voter is
+//! - a leader logs an operation only once every member (voters and learners) reads its format
+//!   ([`Protocols::agreed_format`]), and uses a new peer message only once every member names
+//!   its feature ([`Protocols::all_announce`]): new kinds stay off until the last member is
 //!   upgraded;
 //! - a peer message says the format of the log data it carries, under [`FORMAT_KEY`] when it
 //!   is newer than 1, and a node that receives one of a format it does not read refuses it,
@@ -32,11 +32,14 @@ use super::NodeId;
 pub const PROTOCOL: u32 = 2;
 
 /// The features this build serves beyond its protocol's: none yet. A feature is named here
-/// when it adds a peer message, and used toward a peer only once every voter names it.
+/// when it adds a peer message, and used toward a peer only once every member names it.
 pub const FEATURES: &[&str] = &[];
 
 /// The most features an announcement is read with; the rest are ignored.
 const MAX_FEATURES: usize = 32;
+
+/// The most peers whose announcements a node keeps: more than any cluster's members.
+const MAX_PEERS_HEARD: usize = 64;
 
 /// What a node announced of itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,6 +141,14 @@ pub fn announced(metadata: &MetadataMap) -> Result<Announced, String> {
     }
 }
 
+/// The log format of `entry`: its operations' newest; format 1 for Raft's own entries.
+pub fn entry_format(entry: &openraft::Entry<super::TypeConfig>) -> Format {
+    match &entry.payload {
+        openraft::EntryPayload::Normal(batch) => batch.format(),
+        _ => FORMAT_1,
+    }
+}
+
 /// Marks a message as carrying log data of `format`; nothing for format 1, which every build
 /// reads.
 pub fn mark_format(metadata: &mut MetadataMap, format: Format) {
@@ -146,9 +157,10 @@ pub fn mark_format(metadata: &mut MetadataMap, format: Format) {
     }
 }
 
-/// Refuses a peer message whose log data is of a format this build does not read: why, and
-/// what to do.
-pub fn check_format(metadata: &MetadataMap) -> Result<(), String> {
+/// Refuses a peer message whose data is of a format newer than `readable` (this build's
+/// [`LOG_FORMAT`] for entries and operations, its `TABLE_FORMAT` for a snapshot's table): why,
+/// and what to do.
+pub fn check_format(metadata: &MetadataMap, readable: Format) -> Result<(), String> {
     let format = match metadata.get(FORMAT_KEY).map(|v| v.to_str()) {
         None => return Ok(()),
         Some(Ok(value)) => value
@@ -156,13 +168,13 @@ pub fn check_format(metadata: &MetadataMap) -> Result<(), String> {
             .map_err(|_| format!("a peer sent an unreadable {FORMAT_KEY}: {value:?}"))?,
         Some(Err(_)) => return Err(format!("a peer sent a {FORMAT_KEY} that is not ASCII")),
     };
-    if format <= u32::from(LOG_FORMAT) {
+    if format <= u32::from(readable) {
         return Ok(());
     }
     Err(format!(
         "a peer sent log format {format}, and this build ({}) reads formats up to \
-         {LOG_FORMAT}: this node cannot apply what the cluster logs. Upgrade it to the \
-         cluster's version (a leader sends a format only once every voter announced it, so a \
+         {readable}: this node cannot apply what the cluster logs. Upgrade it to the \
+         cluster's version (a leader sends a format only once every member announced it, so a \
          node was downgraded after the cluster began to use it)",
         env!("CARGO_PKG_VERSION"),
     ))
@@ -185,6 +197,10 @@ impl Protocols {
             return;
         };
         let mut heard = self.lock();
+        // Without TLS any caller may claim an id: only so many are kept.
+        if !heard.contains_key(&id) && heard.len() >= MAX_PEERS_HEARD {
+            return;
+        }
         if heard.get(&id) != Some(&announced) {
             tracing::info!(
                 peer = id,
@@ -202,18 +218,19 @@ impl Protocols {
         self.lock().get(&id).cloned()
     }
 
-    /// The newest log format every one of `voters` reads: this build's for `me`, what each
-    /// other voter announced, format 1 for one not heard from yet (every build reads it). With
-    /// it, the voters that hold it below this build's, for the refusal to name.
+    /// The newest log format every one of `members` reads (voters and learners: both apply the
+    /// log): this build's for `me`, what each other member announced, format 1 for one not
+    /// heard from yet (every build reads it). With it, the members that hold it below this
+    /// build's, for the refusal to name.
     pub fn agreed_format(
         &self,
         me: NodeId,
-        voters: impl IntoIterator<Item = NodeId>,
+        members: impl IntoIterator<Item = NodeId>,
     ) -> (Format, Vec<(NodeId, Format)>) {
         let heard = self.lock();
         let mut agreed = LOG_FORMAT;
         let mut behind = Vec::new();
-        for id in voters.into_iter().filter(|id| *id != me) {
+        for id in members.into_iter().filter(|id| *id != me) {
             let format = heard.get(&id).map_or(FORMAT_1, |a| a.format);
             agreed = agreed.min(format);
             if format < LOG_FORMAT {
@@ -223,15 +240,15 @@ impl Protocols {
         (agreed, behind)
     }
 
-    /// Whether every one of `voters` but `me` announced `feature`.
+    /// Whether every one of `members` but `me` announced `feature`.
     pub fn all_announce(
         &self,
         me: NodeId,
-        voters: impl IntoIterator<Item = NodeId>,
+        members: impl IntoIterator<Item = NodeId>,
         feature: &str,
     ) -> bool {
         let heard = self.lock();
-        voters.into_iter().filter(|id| *id != me).all(|id| {
+        members.into_iter().filter(|id| *id != me).all(|id| {
             heard
                 .get(&id)
                 .is_some_and(|a| a.features.iter().any(|f| f == feature))
@@ -266,7 +283,7 @@ mod tests {
     }
 
     #[test]
-    fn the_agreed_format_is_the_oldest_a_voter_reads_and_a_silent_voter_counts_as_format_1() {
+    fn the_agreed_format_is_the_oldest_a_member_reads_and_a_silent_member_counts_as_format_1() {
         let protocols = Protocols::default();
         protocols.heard(2, &from("protocol=3; format=9; version=9"));
         let (agreed, behind) = protocols.agreed_format(1, [1, 2]);
@@ -283,11 +300,14 @@ mod tests {
     #[test]
     fn a_message_of_a_newer_format_is_refused_naming_it() {
         let mut metadata = MetadataMap::new();
-        assert!(check_format(&metadata).is_ok(), "unmarked: format 1");
+        assert!(
+            check_format(&metadata, LOG_FORMAT).is_ok(),
+            "unmarked: format 1"
+        );
         mark_format(&mut metadata, LOG_FORMAT);
-        assert!(check_format(&metadata).is_ok());
+        assert!(check_format(&metadata, LOG_FORMAT).is_ok());
         mark_format(&mut metadata, LOG_FORMAT + 1);
-        let refused = check_format(&metadata).unwrap_err();
+        let refused = check_format(&metadata, LOG_FORMAT).unwrap_err();
         assert!(
             refused.contains(&format!("log format {}", LOG_FORMAT + 1)),
             "{refused}"

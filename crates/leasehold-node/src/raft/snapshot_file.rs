@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use super::codec::encode;
 use super::{LogId, NodeId, StorageError};
 use crate::limits::{PURGE_WAIT, SNAPSHOT_SYNC_BYTES};
-use leasehold_core::format::{Format, FORMAT_1, LOG_FORMAT};
+use leasehold_core::format::{Format, FORMAT_1, TABLE_FORMAT};
 
 type Meta = SnapshotMeta<NodeId, BasicNode>;
 
@@ -42,8 +42,8 @@ type Meta = SnapshotMeta<NodeId, BasicNode>;
 /// nothing before the meta (whose first byte, an option's tag, is 0 or 1: never these bytes).
 const FORMAT_MAGIC: &[u8; 7] = b"LHSNAP\0";
 
-/// The log format of the table this build writes into a snapshot: its layout is this build's.
-const SNAPSHOT_FORMAT: Format = LOG_FORMAT;
+/// The layout of the table this build writes into a snapshot.
+const SNAPSHOT_FORMAT: Format = TABLE_FORMAT;
 
 /// A snapshot file this build does not read.
 #[derive(Debug, thiserror::Error)]
@@ -51,8 +51,8 @@ enum Unreadable {
     #[error("{0}")]
     Bytes(#[from] postcard::Error),
     #[error(
-        "the snapshot is of log format {0}, newer than this build ({v}) reads (up to \
-         {LOG_FORMAT}): a newer Leasehold wrote this data dir; run that version on it",
+        "the snapshot's table is of format {0}, newer than this build ({v}) reads (up to \
+         {TABLE_FORMAT}): a newer Leasehold wrote this data dir; run that version on it",
         v = env!("CARGO_PKG_VERSION")
     )]
     Newer(Format),
@@ -86,7 +86,7 @@ impl SnapshotFile {
     fn from_bytes(mut bytes: Vec<u8>) -> Result<SnapshotFile, Unreadable> {
         if bytes.starts_with(FORMAT_MAGIC) {
             match bytes.get(FORMAT_MAGIC.len()) {
-                Some(&format) if format > LOG_FORMAT => return Err(Unreadable::Newer(format)),
+                Some(&format) if format > TABLE_FORMAT => return Err(Unreadable::Newer(format)),
                 Some(_) => drop(bytes.drain(..=FORMAT_MAGIC.len())),
                 None => return Err(postcard::Error::DeserializeUnexpectedEnd.into()),
             }
@@ -321,7 +321,8 @@ impl SnapshotFiles {
 }
 
 fn read_snapshot(dir: &Path) -> Result<Option<SnapshotFile>, StorageError> {
-    match std::fs::read(snapshot_path(dir)) {
+    let path = snapshot_path(dir);
+    match retrying(&path.display(), || std::fs::read(&path)) {
         Ok(bytes) => Ok(Some(
             SnapshotFile::from_bytes(bytes).map_err(|e| snapshot_error(ErrorVerb::Read, e))?,
         )),
@@ -452,15 +453,15 @@ mod tests {
         // Issue 41, item 8: a file marked with a format this build reads reads as the same
         // file; one of a newer format is named so.
         let mut marked = FORMAT_MAGIC.to_vec();
-        marked.push(LOG_FORMAT);
+        marked.push(TABLE_FORMAT);
         marked.extend_from_slice(&whole);
         assert_eq!(SnapshotFile::from_bytes(marked).unwrap().data, file.data);
         let mut newer = FORMAT_MAGIC.to_vec();
-        newer.push(LOG_FORMAT + 1);
+        newer.push(TABLE_FORMAT + 1);
         newer.extend_from_slice(&whole);
         let refused = SnapshotFile::from_bytes(newer).err().unwrap().to_string();
         assert!(
-            refused.contains(&format!("log format {}", LOG_FORMAT + 1)),
+            refused.contains(&format!("of format {}", TABLE_FORMAT + 1)),
             "{refused}"
         );
     }

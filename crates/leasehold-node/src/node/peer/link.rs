@@ -108,7 +108,7 @@ impl PeerLink for GrpcLink {
                 .map_err(|e| unreachable(e.to_string()))?;
             let mut client = LeaseStoreClient::new(channel).max_decoding_message_size(usize::MAX);
             let answered = leasehold_proto::lease_calls!(unary, client, call, caller);
-            answered.map_err(|status| NodeError::from_leader(status, unreachable))
+            answered.map_err(|status| NodeError::from_leader(leader, status, unreachable))
         })
     }
 }
@@ -177,7 +177,7 @@ async fn send(
     match answered {
         Ok(answers) => answers
             .into_iter()
-            .map(|a| a.map_err(NodeError::Leader))
+            .map(|a| a.map_err(|e| NodeError::passed_on(leader, e)))
             .collect(),
         Err(error) => vec![Err(error); count],
     }

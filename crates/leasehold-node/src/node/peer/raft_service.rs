@@ -14,6 +14,7 @@ use crate::proto::raft_v1::{raft_server, RaftMessage};
 use crate::raft::codec::{decode, encode};
 use crate::raft::{incarnation, protocol};
 use crate::raft::{Applied, ClockMode, LogId, TypeConfig};
+use leasehold_core::format::{LOG_FORMAT, TABLE_FORMAT};
 use leasehold_core::InvalidInput;
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use openraft::Vote;
@@ -148,7 +149,7 @@ impl RaftService {
         // forwarding) sent what this node cannot apply, and every such message is refused
         // until this node is upgraded.
         let checked = (self.clock.check_peer(request.metadata()))
-            .and_then(|()| protocol::check_format(request.metadata()));
+            .and_then(|()| protocol::check_format(request.metadata(), LOG_FORMAT));
         if let Err(why) = checked {
             let mut logged = self
                 .refusal_logged
@@ -240,6 +241,9 @@ impl raft_server::Raft for RaftService {
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftMessage>, Status> {
+        // A snapshot is marked with its table's layout, numbered apart from the log's formats.
+        protocol::check_format(request.metadata(), TABLE_FORMAT)
+            .map_err(|why| Status::from(NodeError::Refused(why)))?;
         let rpc = self.checked(request, |rpc: &InstallSnapshotRequest<TypeConfig>| {
             &rpc.vote
         })?;

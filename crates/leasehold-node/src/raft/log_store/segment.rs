@@ -4,6 +4,7 @@
 use super::Entry;
 use crate::limits::MAX_RECORD_BYTES;
 use crate::raft::codec::{decode, encode};
+use crate::raft::protocol;
 use leasehold_core::format::{Format, FORMAT_1, LOG_FORMAT};
 
 /// Every segment file starts with these bytes, the format's name and version (2). Version 1
@@ -18,6 +19,10 @@ pub(super) const HEADER: u64 = 12;
 const FORMAT_BITS: u32 = 6;
 /// Bits of the length word that hold the payload's length: 64 MiB, past [`MAX_RECORD_BYTES`].
 const LENGTH_BITS: u32 = 32 - FORMAT_BITS;
+
+// Every format this build writes fits its bits, and every length under the limit its own.
+const _: () = assert!((LOG_FORMAT as u32) < 1 << FORMAT_BITS);
+const _: () = assert!(MAX_RECORD_BYTES < 1 << LENGTH_BITS);
 
 /// The length word of a record: `len`, and `format` above it unless it is format 1.
 fn length_word(len: u32, format: Format) -> u32 {
@@ -120,10 +125,7 @@ pub(super) fn encode_record(
     into: &mut Vec<u8>,
 ) -> Result<u32, EncodeError> {
     let index = entry.log_id.index;
-    let format = match &entry.payload {
-        openraft::EntryPayload::Normal(batch) => batch.format(),
-        _ => FORMAT_1,
-    };
+    let format = protocol::entry_format(entry);
     let payload = encode(entry).map_err(|source| EncodeError::Encode { index, source })?;
     let len = payload.len();
     let len = u32::try_from(len)
