@@ -974,6 +974,8 @@ async fn status_shows_the_size_of_each_nodes_state() {
     for i in 0..12 {
         expect(&h, &["put", &format!("k{i}"), "v"], 0);
     }
+    // The CLI closes the session each run opens; a client that stays keeps its own.
+    h.client.put("kept", b"v", None).await.unwrap();
     let sizes = wait_for(
         "every node to apply it all",
         Duration::from_secs(10),
@@ -984,15 +986,13 @@ async fn status_shows_the_size_of_each_nodes_state() {
                 let nodes = status["nodes"].as_array().unwrap().clone();
                 nodes
                     .iter()
-                    .all(|n| n["leases"] == 1 && n["rows"] == 12)
+                    .all(|n| n["leases"] == 1 && n["rows"] == 13 && n["sessions"] == 1)
                     .then_some(nodes)
             }
         },
     )
     .await;
     for node in &sizes {
-        // Each CLI run opened a session of its own.
-        assert!(node["sessions"].as_u64().unwrap() >= 13, "{node}");
         assert!(node["snapshot_bytes"].as_u64().unwrap() > 0, "{node}");
     }
     let table = expect(&h, &["status"], 0);
@@ -1272,6 +1272,7 @@ async fn connections_that_go_quiet_are_closed_on_the_client_http_and_metrics_por
 /// the format and what to do, before anything of it is decoded; the node keeps serving.
 #[tokio::test(flavor = "multi_thread")]
 async fn nodes_announce_their_protocol_and_refuse_a_log_format_they_do_not_read() {
+    use leasehold::lease::format::LOG_FORMAT;
     use leasehold::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
     let h = Harness::start(3, false).await;
     let leader = h.leader().await;
@@ -1280,12 +1281,12 @@ async fn nodes_announce_their_protocol_and_refuse_a_log_format_they_do_not_read(
     for node in status["nodes"].as_array().unwrap() {
         assert_eq!(node["protocol"], 2, "{node}");
         assert_eq!(node["version"], env!("CARGO_PKG_VERSION"), "{node}");
-        assert_eq!(node["log_format"], 1, "{node}");
+        assert_eq!(node["log_format"], LOG_FORMAT, "{node}");
     }
     let table = expect(&h, &["status"], 0);
     assert!(
         table.contains(&format!(
-            "version: {} (protocol 2, log format 1) on every node",
+            "version: {} (protocol 2, log format {LOG_FORMAT}) on every node",
             env!("CARGO_PKG_VERSION")
         )),
         "{table}"
@@ -1315,4 +1316,34 @@ async fn nodes_announce_their_protocol_and_refuse_a_log_format_they_do_not_read(
     assert!(harness::written(
         &h.client.put("after", b"v", None).await.unwrap()
     ));
+}
+
+/// Issue 41, item 3: a CLI call closes the session it opened (`CloseSession`, log format 2), so
+/// that scripts calling the CLI in a loop leave no sessions in the store for their idle hour.
+/// Before, every call left one.
+#[tokio::test(flavor = "multi_thread")]
+async fn cli_calls_close_the_sessions_they_open() {
+    let h = Harness::start(3, false).await;
+    for i in 0..3 {
+        expect(&h, &["put", &format!("k{i}"), "v"], 0);
+    }
+    let token = expect(
+        &h,
+        &["-o", "json", "acquire", "l", "--holder", "a", "--ttl", "30"],
+        0,
+    );
+    let token: serde_json::Value = serde_json::from_str(&token).unwrap();
+    let token = token["token"].as_u64().unwrap().to_string();
+    expect(&h, &["release", "l", "--holder", "a", "--token", &token], 0);
+    let leader = h.leader().await;
+    let status = wait_for(
+        "the leader to apply every close",
+        Duration::from_secs(5),
+        || async {
+            let s = h.client_of(leader).node_status().await.ok()?;
+            (s.sessions == 0).then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(status.sessions, 0);
 }

@@ -684,7 +684,8 @@ async fn write(client: &LeaseClient, recorder: &Recorder, id: u32, op: Op) -> Op
         | Op::Register
         | Op::Forget { .. }
         | Op::As { .. }
-        | Op::Auth(_) => {
+        | Op::Auth(_)
+        | Op::Close => {
             unreachable!("the workload sends none of these")
         }
     };
@@ -854,6 +855,9 @@ async fn client_loop(
             }
         }
     }
+    // Done: its session closed, through the log, so that the checkers replay closes too (or
+    // refused, while a node of an older build reads no log format 2).
+    let _ = client.close_session().await;
 }
 
 /// The identity with no role that, in runs with authorization on, keeps trying what the

@@ -473,7 +473,7 @@ async fn every_rpc_of_the_proto_is_served_and_browsers_are_refused() {
         .filter_map(|l| l.trim().strip_prefix("rpc "))
         .map(|l| l.split('(').next().unwrap().trim())
         .collect();
-    assert_eq!(rpcs.len(), 21, "{rpcs:?}");
+    assert_eq!(rpcs.len(), 22, "{rpcs:?}");
     for &rpc in &rpcs {
         // Each answers something of its own (Watch streams until curl's time runs out).
         let output = Command::new("curl")

@@ -308,6 +308,18 @@ impl Backend {
         }
     }
 
+    /// Unmeasured, at the end: a Leasehold client's session closed, so that a run leaves none
+    /// in the store for its idle hour.
+    async fn finish(&self) {
+        match self {
+            Backend::Leasehold { client, .. } => {
+                let _ = client.close_session().await;
+            }
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => {}
+        }
+    }
+
     /// Unmeasured: the client's own lease and key.
     async fn setup(&mut self, ctx: &ClientCtx, names: &Names) -> anyhow::Result<()> {
         match self {
@@ -542,6 +554,7 @@ async fn client_loop(
             }
         }
     }
+    backend.finish().await;
     Ok(tally)
 }
 

@@ -38,6 +38,19 @@ fn client(opts: &ClientOpts) -> anyhow::Result<LeaseClient> {
     opts.client()
 }
 
+/// Runs one write with a client of `opts`, then closes the session it opened, so that a CLI
+/// call leaves no session in the store for its idle hour. A close the cluster refuses (while a
+/// node runs 0.2.0, which reads no log format 2) leaves the session to expire, as before.
+async fn once<T>(
+    opts: &ClientOpts,
+    write: impl AsyncFnOnce(&LeaseClient) -> Result<T, leasehold_client::ClientError>,
+) -> anyhow::Result<T> {
+    let client = client(opts)?;
+    let answer = write(&client).await?;
+    let _ = client.close_session().await;
+    Ok(answer)
+}
+
 /// Prints `text` or `fields` (plus where it was applied) and returns the exit status.
 fn emit(opts: &ClientOpts, applied: Applied, text: String, mut fields: Value, exit: Exit) -> Exit {
     match opts.output {
@@ -63,7 +76,7 @@ pub async fn acquire(
     holder: &str,
     ttl_ms: u64,
 ) -> anyhow::Result<Exit> {
-    let r = client(opts)?.acquire(lease, holder, ttl_ms).await?;
+    let r = once(opts, async |c| c.acquire(lease, holder, ttl_ms).await).await?;
     Ok(match &r.outcome {
         Acquired::Granted {
             token,
@@ -101,7 +114,7 @@ pub async fn release(
     holder: &str,
     token: u64,
 ) -> anyhow::Result<Exit> {
-    let r = client(opts)?.release(lease, holder, token).await?;
+    let r = once(opts, async |c| c.release(lease, holder, token).await).await?;
     let (text, fields, exit) = match &r.outcome {
         Released::Released { token } => (
             format!("released, token: {token}"),
@@ -133,7 +146,7 @@ pub async fn put(
     value: &str,
     fence: Option<(&str, u64)>,
 ) -> anyhow::Result<Exit> {
-    let r = client(opts)?.put(key, value.as_bytes(), fence).await?;
+    let r = once(opts, async |c| c.put(key, value.as_bytes(), fence).await).await?;
     let (text, fields, exit) = match r.outcome {
         Written::Written => ("ok".to_owned(), json!({"outcome": "ok"}), Exit::Ok),
         Written::StaleToken { fence } => (
@@ -150,7 +163,7 @@ pub async fn delete(
     key: &str,
     fence: Option<(&str, u64)>,
 ) -> anyhow::Result<Exit> {
-    let r = client(opts)?.delete(key, fence).await?;
+    let r = once(opts, async |c| c.delete(key, fence).await).await?;
     let (text, fields, exit) = match r.outcome {
         Deleted::Deleted { existed: true } => (
             "deleted".to_owned(),
@@ -240,7 +253,7 @@ pub async fn lease(opts: &ClientOpts, name: &str) -> anyhow::Result<Exit> {
 }
 
 pub async fn advance(opts: &ClientOpts, by_ms: u64) -> anyhow::Result<Exit> {
-    let applied = client(opts)?.advance(by_ms).await?;
+    let applied = once(opts, async |c| c.advance(by_ms).await).await?;
     Ok(emit(
         opts,
         applied,

@@ -123,6 +123,9 @@ fn pipe() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
     }
 }
 
+/// How long `hold` waits to close its session once the lease is released.
+const SESSION_CLOSE_WAIT: Duration = Duration::from_secs(1);
+
 pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
     // A background `hold` that writes to the terminal (under `stty tostop`) or reads from it
     // would be stopped, and its renewals with it. The guard and the command get the
@@ -161,7 +164,7 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
     if args.exact_holder {
         options = options.exact_name();
     }
-    let holder = match options.acquire(client).await {
+    let holder = match options.acquire(client.clone()).await {
         Ok(holder) => holder,
         Err(HoldError::Held(held)) => {
             eprintln!(
@@ -280,6 +283,8 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
                         "leasehold hold: the lease was not released in time; it expires by itself"
                     ),
                 }
+                // Its session too, briefly: one not closed expires by itself.
+                let _ = tokio::time::timeout(SESSION_CLOSE_WAIT, client.close_session()).await;
                 return Ok(exit_of(status));
             }
             changed = standing.changed() => {

@@ -225,7 +225,12 @@ fn applied_at_most_once(history: &[Operation], applied: &[Replayed]) -> Vec<Anom
     for a in applied.iter().filter(|a| !a.retry) {
         if matches!(
             a.op,
-            Op::Tick | Op::Advance { .. } | Op::Register | Op::Forget { .. } | Op::Auth(_)
+            Op::Tick
+                | Op::Advance { .. }
+                | Op::Register
+                | Op::Close
+                | Op::Forget { .. }
+                | Op::Auth(_)
         ) || matches!(a.outcome, Outcome::Denied(_))
         {
             // The leader's own ticks and forgets; advances are not part of fault runs; registrations are

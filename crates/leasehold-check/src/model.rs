@@ -131,6 +131,16 @@ impl Model {
         if let Some(refused) = self.foreign(request, command.op.identity()) {
             return refused;
         }
+        if *command.op.bare() == Op::Close {
+            // Closed as if expired, whatever its state; answered Closed every time.
+            if let Some(session) = self
+                .sessions
+                .get_mut(request.client.wrapping_sub(1) as usize)
+            {
+                session.expired = true;
+            }
+            return Outcome::Closed;
+        }
         match self.admit(request, &command.op) {
             Some(answer) => answer,
             None => {
@@ -240,6 +250,7 @@ impl Model {
             Op::Tick => Outcome::Ticked,
             Op::Delete { key, fence } => self.delete(key, fence.as_ref()),
             Op::Forget { retention_ms } => self.forget(*retention_ms),
+            Op::Close => Outcome::Closed,
             Op::Register => {
                 self.sessions.push(ClientSession {
                     last_heard_ms: self.now_ms,
@@ -474,6 +485,7 @@ mod tests {
             (1u64..2_000).prop_map(|by_ms| Op::Advance { by_ms }),
             Just(Op::Tick),
             Just(Op::Register),
+            Just(Op::Close),
             (0u64..3_000).prop_map(|retention_ms| Op::Forget { retention_ms }),
             // The policy: `a` an admin, `b` holding l1 and writing k1 once bound.
             Just(Op::Auth(AuthChange::Enable { admin: "a".into() })),

@@ -148,6 +148,12 @@ impl Canned for pb::AdvanceResponse {
     }
 }
 
+impl Canned for pb::CloseSessionResponse {
+    fn canned() -> Self {
+        Self::default()
+    }
+}
+
 /// The fake node as the server holds it (the trait is another crate's, so is `Arc`).
 struct Handle(Arc<FakeNode>);
 
@@ -300,6 +306,12 @@ impl LeaseStore for Handle {
     ) -> Result<Response<pb::AdvanceResponse>, Status> {
         self.answer(r.into_inner().request_id).await
     }
+    async fn close_session(
+        &self,
+        r: Request<pb::CloseSessionRequest>,
+    ) -> Result<Response<pb::CloseSessionResponse>, Status> {
+        self.answer(r.into_inner().request_id).await
+    }
     async fn register(
         &self,
         _: Request<pb::RegisterRequest>,
@@ -359,6 +371,10 @@ impl Handle {
                 .register(Request::new(m))
                 .await
                 .map(|r| A::Register(r.into_inner())),
+            Some(C::CloseSession(m)) => self
+                .close_session(Request::new(m))
+                .await
+                .map(|r| A::CloseSession(r.into_inner())),
             None => Err(Status::invalid_argument("no call")),
         };
         answered.unwrap_or_else(|status| {

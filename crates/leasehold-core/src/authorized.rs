@@ -498,3 +498,34 @@ fn the_last_admin_cannot_be_unbound_while_the_policy_is_off_either() {
         Outcome::PolicyChanged
     );
 }
+
+/// Issue 41, item 3: a client closes its session when it is done, so that sessions do not
+/// linger for their idle hour. Only its owner closes it; closed, it takes no request, and the
+/// close answers every retry of itself the same.
+#[test]
+fn a_closed_session_is_gone_its_owner_alone_closes_it_and_a_retried_close_is_answered_alike() {
+    let mut t = LeaseTable::default();
+    let a = registered(&mut t, by("team-a", Op::Register));
+    assert!(t.apply(&request(a, 1, by("team-a", put("k")))).accepted());
+    let refused = t.apply(&request(a, 2, by("team-b", Op::Close)));
+    assert!(denied(&refused).starts_with("team-b may not use session"));
+    assert_eq!(t.session_count(), 1, "another identity closes nothing");
+    assert_eq!(
+        t.apply(&request(a, 2, by("team-a", Op::Close))),
+        Outcome::Closed
+    );
+    assert_eq!(t.session_count(), 0);
+    assert_eq!(
+        t.apply(&request(a, 2, by("team-a", Op::Close))),
+        Outcome::Closed
+    );
+    assert_eq!(
+        t.apply(&request(a, 3, by("team-a", put("j")))),
+        Outcome::UnknownSession
+    );
+    assert_eq!(t.row("k"), Some(&b"v"[..]), "what it wrote stays");
+    // A session opened without an identity takes anyone's requests, its close too.
+    let open = registered(&mut t, Op::Register);
+    assert_eq!(t.apply(&request(open, 1, Op::Close)), Outcome::Closed);
+    assert_eq!(t.session_count(), 0);
+}

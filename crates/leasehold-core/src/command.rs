@@ -117,6 +117,12 @@ pub enum Op {
         /// The leases, in the order their answers come back.
         leases: Vec<Renewal>,
     },
+    /// Closes the session its request names (log format 2): its kept answers go, and its id
+    /// serves no request again, as if it had expired. A client closes its session when it is
+    /// done, so that sessions do not linger for their idle hour. Answered [`Outcome::Closed`],
+    /// also when the session was closed or expired already; only the identity that opened a
+    /// session may close it.
+    Close,
 }
 
 std::thread_local! {
@@ -190,7 +196,7 @@ impl Op {
             Op::Auth(_) => Some(Action::Admin("change the policy")),
             // Acting as another identity is an admin's (a node never logs one inside another).
             Op::As { .. } => Some(Action::Admin("act as another identity")),
-            Op::Register | Op::Tick | Op::Forget { .. } | Op::Renew { .. } => None,
+            Op::Register | Op::Tick | Op::Forget { .. } | Op::Renew { .. } | Op::Close => None,
         }
     }
 }
@@ -325,6 +331,8 @@ pub enum Outcome {
     // New variants go last: session answers in snapshots name variants by their index.
     /// What a renewal did to each of its leases, in the order it named them.
     Renewed(Vec<Renewed>),
+    /// The session is closed.
+    Closed,
 }
 
 impl Outcome {

@@ -18,8 +18,11 @@ pub type Format = u8;
 /// changes). A data dir or a peer that says nothing of its format is of format 1.
 pub const FORMAT_1: Format = 1;
 
+/// Format 2: closing a session ([`Op::Close`]).
+pub const FORMAT_2: Format = 2;
+
 /// The newest format this build reads and writes.
-pub const LOG_FORMAT: Format = FORMAT_1;
+pub const LOG_FORMAT: Format = FORMAT_2;
 
 /// The layout of the table a snapshot holds (`LeaseTable`'s encoding), numbered apart from the
 /// log's formats: an operation that changes no table field adds a log format and leaves the
@@ -46,6 +49,7 @@ impl Op {
             | Op::Forget { .. }
             | Op::Auth(_)
             | Op::Renew { .. } => FORMAT_1,
+            Op::Close => FORMAT_2,
         }
     }
 }

@@ -155,7 +155,7 @@ pub fn validate(op: &Op) -> Result<(), InvalidInput> {
             op,
         } => as_fields(identity, bearer.as_deref(), op),
         Op::Auth(change) => change.validate(),
-        Op::Tick | Op::Register | Op::Forget { .. } => Ok(()),
+        Op::Tick | Op::Register | Op::Forget { .. } | Op::Close => Ok(()),
     }
 }
 

@@ -149,6 +149,16 @@ impl Sessions {
         }
     }
 
+    /// Closes session `client`, as its expiry would: false if it was not open.
+    pub fn close(&mut self, client: u64) -> bool {
+        let Some(session) = self.by_client.remove(&client) else {
+            return false;
+        };
+        self.idle.remove(&(session.last_seen_ms, client));
+        self.sum = self.sum.wrapping_sub(session_hash(client, &session));
+        true
+    }
+
     /// Decides what `request` for the operation with `fingerprint` gets, and marks its session
     /// seen at `now_ms`. Call [`Sessions::expire`] first.
     pub fn admit(&mut self, request: RequestId, fingerprint: u64, now_ms: u64) -> Admission {

@@ -549,6 +549,11 @@ impl LeaseTable {
         if let Some(refused) = self.foreign_session(request, command.op.identity()) {
             return refused;
         }
+        if *command.op.bare() == Op::Close {
+            // Not admitted as a request: a closed session keeps no answer, so a retry of the
+            // close finds none and is answered as the first was.
+            return self.close_session(request.client);
+        }
         let print = fingerprint(&command.op);
         match self.sessions.admit(request, print, self.now_ms) {
             Admission::Answer(outcome) => outcome,
@@ -567,6 +572,16 @@ impl LeaseTable {
         let owner = self.session_owners.get(&request.client)?;
         (Some(owner.as_str()) != asker)
             .then(|| Outcome::Denied(Box::new(Denied::foreign_session(asker, request.client))))
+    }
+
+    /// Closes session `client` and forgets its owner, as its expiry would.
+    fn close_session(&mut self, client: u64) -> Outcome {
+        if self.sessions.close(client) {
+            if let Some(owner) = self.session_owners.remove(&client) {
+                self.owners_sum = self.owners_sum.wrapping_sub(owner_hash(client, &owner));
+            }
+        }
+        Outcome::Closed
     }
 
     /// Moves store time to `to_ms` if that is later, noting the leases held until then whose
@@ -637,6 +652,8 @@ impl LeaseTable {
             }
             Op::Delete { key, fence } => self.delete(key, fence.as_ref()),
             Op::Forget { retention_ms } => self.forget(*retention_ms),
+            // Outside any session (a close names its session in its request): nothing to close.
+            Op::Close => Outcome::Closed,
             // An admin acting as another identity: that identity's operation, checked as its.
             Op::As { .. } => return self.apply_op(op, events),
             Op::Auth(change) => match self

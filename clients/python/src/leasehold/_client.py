@@ -31,6 +31,9 @@ ATTEMPT_TIMEOUT = 9.0
 MIN_ATTEMPT = 0.2
 ROUND_PAUSE = 0.05
 
+# How long ``close`` waits for the session's close before it closes the channels anyway.
+SESSION_CLOSE_WAIT = 1.0
+
 # Worth another node: it did not answer in time, had no leader or quorum, or the connection
 # failed. Safe for writes too, under their one request id. Anything else is final.
 RETRYABLE = frozenset(
@@ -175,8 +178,30 @@ class Client:
         return grpc.secure_channel(address, credentials, options=CHANNEL_OPTIONS)
 
     def close(self) -> None:
+        """Closes this client's session in the store, if it opened one (within a second; one
+        not closed expires after an idle hour), then its channels."""
+        try:
+            self.close_session(deadline=SESSION_CLOSE_WAIT)
+        except LeaseholdError:
+            pass  # Refused while a node runs 0.2.0 (log format 1), or no node answered.
         for channel in self._channels:
             channel.close()
+
+    def close_session(self, *, deadline: Optional[float] = None) -> None:
+        """Closes this client's session, if it opened one, so that the store does not keep it
+        for its idle hour; the next write opens a new one. A write of log format 2: while some
+        node runs 0.2.0 the leader refuses it (FAILED_PRECONDITION, ``FORMAT_NOT_AGREED``)."""
+        with self._opening:
+            client_id = self._session if self._pid == os.getpid() else None
+        if client_id is None:
+            return
+        with self._sequence_lock:
+            sequence = next(self._sequence)
+        request = pb.CloseSessionRequest(request_id=pb.RequestId(client_id=client_id, sequence=sequence))
+        self._call(Effect.WRITE, lambda i: self._lease[i].CloseSession, request, self._until(deadline))
+        with self._opening:
+            if self._session == client_id:
+                self._session = None
 
     def __enter__(self) -> "Client":
         return self

@@ -174,8 +174,7 @@ impl Node {
         if format > FORMAT_1 && self.is_leader() {
             // Learners too: they apply the log as voters do.
             let protocols = self.inner.channels.protocols();
-            let (agreed, behind) = protocols.agreed_format(self.inner.id, self.member_ids());
-            if format > agreed {
+            if let Some(behind) = protocols.behind_for(self.inner.id, self.member_ids(), format) {
                 return Err(NodeError::FormatNotAgreed { format, behind });
             }
         }

@@ -61,7 +61,7 @@ pub fn weight(op: &Op) -> usize {
                 key.len() + value.len() + fence.as_ref().map_or(0, |f| f.lease.len())
             }
             Op::Delete { key, fence } => key.len() + fence.as_ref().map_or(0, |f| f.lease.len()),
-            Op::Advance { .. } | Op::Tick | Op::Register | Op::Forget { .. } => 0,
+            Op::Advance { .. } | Op::Tick | Op::Register | Op::Forget { .. } | Op::Close => 0,
             Op::Renew { leases } => leases
                 .iter()
                 .map(|r| 16 + r.lease.len() + r.holder.len())

@@ -240,6 +240,18 @@ impl Protocols {
         (agreed, behind)
     }
 
+    /// The members that do not read `format` yet, if some do not: what refuses an operation
+    /// of that format (`FORMAT_NOT_AGREED`). `None` when every member reads it.
+    pub fn behind_for(
+        &self,
+        me: NodeId,
+        members: impl IntoIterator<Item = NodeId>,
+        format: Format,
+    ) -> Option<Vec<(NodeId, Format)>> {
+        let (agreed, behind) = self.agreed_format(me, members);
+        (format > agreed).then_some(behind)
+    }
+
     /// Whether every one of `members` but `me` announced `feature`.
     pub fn all_announce(
         &self,
@@ -291,6 +303,17 @@ mod tests {
         // Node 3 has not been heard from: only format 1 is safe to send it.
         let (agreed, _) = protocols.agreed_format(1, [1, 2, 3]);
         assert_eq!(agreed, FORMAT_1);
+        // Format 1 is never refused; a newer one is, until every member announces it.
+        assert_eq!(protocols.behind_for(1, [1, 2, 3], FORMAT_1), None);
+        protocols.heard(3, &from("protocol=2; format=1; version=0.2.0"));
+        let behind = protocols.behind_for(1, [1, 2, 3], LOG_FORMAT).unwrap();
+        assert_eq!(
+            behind,
+            vec![(3, FORMAT_1)],
+            "node 3 named, as it reads format 1"
+        );
+        protocols.heard(3, &from(&Announced::ours().to_header()));
+        assert_eq!(protocols.behind_for(1, [1, 2, 3], LOG_FORMAT), None);
         assert!(!protocols.all_announce(1, [1, 2], "x"));
         protocols.heard(2, &from("protocol=3; format=9; version=9; features=x"));
         assert!(protocols.all_announce(1, [1, 2], "x"));

@@ -74,6 +74,18 @@ class RegisterResponse(_message.Message):
     client_id: int
     def __init__(self, applied: _Optional[_Union[Applied, _Mapping]] = ..., client_id: _Optional[int] = ...) -> None: ...
 
+class CloseSessionRequest(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: RequestId
+    def __init__(self, request_id: _Optional[_Union[RequestId, _Mapping]] = ...) -> None: ...
+
+class CloseSessionResponse(_message.Message):
+    __slots__ = ("applied",)
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    applied: Applied
+    def __init__(self, applied: _Optional[_Union[Applied, _Mapping]] = ...) -> None: ...
+
 class AcquireRequest(_message.Message):
     __slots__ = ("lease", "holder", "ttl_ms", "request_id")
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -477,7 +489,7 @@ class NodeStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("id", "address", "pid", "role", "term", "leader", "last_log_index", "applied_index", "store_time_ms", "manual_clock", "error", "snapshot_index", "purged_index", "state_digest", "peer_address", "leases", "rows", "sessions", "snapshot_bytes", "tls", "client_certificates", "authorization")
+    __slots__ = ("id", "address", "pid", "role", "term", "leader", "last_log_index", "applied_index", "store_time_ms", "manual_clock", "error", "snapshot_index", "purged_index", "state_digest", "peer_address", "leases", "rows", "sessions", "snapshot_bytes", "tls", "client_certificates", "authorization", "version", "protocol", "log_format")
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -500,6 +512,9 @@ class NodeStatus(_message.Message):
     TLS_FIELD_NUMBER: _ClassVar[int]
     CLIENT_CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
     AUTHORIZATION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    LOG_FORMAT_FIELD_NUMBER: _ClassVar[int]
     id: int
     address: str
     pid: int
@@ -522,7 +537,10 @@ class NodeStatus(_message.Message):
     tls: bool
     client_certificates: bool
     authorization: bool
-    def __init__(self, id: _Optional[int] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., term: _Optional[int] = ..., leader: _Optional[int] = ..., last_log_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., store_time_ms: _Optional[int] = ..., manual_clock: bool = ..., error: _Optional[str] = ..., snapshot_index: _Optional[int] = ..., purged_index: _Optional[int] = ..., state_digest: _Optional[int] = ..., peer_address: _Optional[str] = ..., leases: _Optional[int] = ..., rows: _Optional[int] = ..., sessions: _Optional[int] = ..., snapshot_bytes: _Optional[int] = ..., tls: bool = ..., client_certificates: bool = ..., authorization: bool = ...) -> None: ...
+    version: str
+    protocol: int
+    log_format: int
+    def __init__(self, id: _Optional[int] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., term: _Optional[int] = ..., leader: _Optional[int] = ..., last_log_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., store_time_ms: _Optional[int] = ..., manual_clock: bool = ..., error: _Optional[str] = ..., snapshot_index: _Optional[int] = ..., purged_index: _Optional[int] = ..., state_digest: _Optional[int] = ..., peer_address: _Optional[str] = ..., leases: _Optional[int] = ..., rows: _Optional[int] = ..., sessions: _Optional[int] = ..., snapshot_bytes: _Optional[int] = ..., tls: bool = ..., client_certificates: bool = ..., authorization: bool = ..., version: _Optional[str] = ..., protocol: _Optional[int] = ..., log_format: _Optional[int] = ...) -> None: ...
 
 class Grant(_message.Message):
     __slots__ = ("permission", "prefix")
@@ -621,7 +639,7 @@ class BatchRequest(_message.Message):
     def __init__(self, calls: _Optional[_Iterable[_Union[BatchCall, _Mapping]]] = ...) -> None: ...
 
 class BatchCall(_message.Message):
-    __slots__ = ("id", "timeout_ms", "acquire", "release", "renew", "put", "delete", "check_token", "get", "get_lease", "advance", "register")
+    __slots__ = ("id", "timeout_ms", "acquire", "release", "renew", "put", "delete", "check_token", "get", "get_lease", "advance", "register", "close_session")
     ID_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     ACQUIRE_FIELD_NUMBER: _ClassVar[int]
@@ -634,6 +652,7 @@ class BatchCall(_message.Message):
     GET_LEASE_FIELD_NUMBER: _ClassVar[int]
     ADVANCE_FIELD_NUMBER: _ClassVar[int]
     REGISTER_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_SESSION_FIELD_NUMBER: _ClassVar[int]
     id: int
     timeout_ms: int
     acquire: AcquireRequest
@@ -646,7 +665,8 @@ class BatchCall(_message.Message):
     get_lease: GetLeaseRequest
     advance: AdvanceRequest
     register: RegisterRequest
-    def __init__(self, id: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., acquire: _Optional[_Union[AcquireRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewRequest, _Mapping]] = ..., put: _Optional[_Union[PutRequest, _Mapping]] = ..., delete: _Optional[_Union[DeleteRequest, _Mapping]] = ..., check_token: _Optional[_Union[CheckTokenRequest, _Mapping]] = ..., get: _Optional[_Union[GetRequest, _Mapping]] = ..., get_lease: _Optional[_Union[GetLeaseRequest, _Mapping]] = ..., advance: _Optional[_Union[AdvanceRequest, _Mapping]] = ..., register: _Optional[_Union[RegisterRequest, _Mapping]] = ...) -> None: ...
+    close_session: CloseSessionRequest
+    def __init__(self, id: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., acquire: _Optional[_Union[AcquireRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewRequest, _Mapping]] = ..., put: _Optional[_Union[PutRequest, _Mapping]] = ..., delete: _Optional[_Union[DeleteRequest, _Mapping]] = ..., check_token: _Optional[_Union[CheckTokenRequest, _Mapping]] = ..., get: _Optional[_Union[GetRequest, _Mapping]] = ..., get_lease: _Optional[_Union[GetLeaseRequest, _Mapping]] = ..., advance: _Optional[_Union[AdvanceRequest, _Mapping]] = ..., register: _Optional[_Union[RegisterRequest, _Mapping]] = ..., close_session: _Optional[_Union[CloseSessionRequest, _Mapping]] = ...) -> None: ...
 
 class BatchResponse(_message.Message):
     __slots__ = ("answers",)
@@ -655,7 +675,7 @@ class BatchResponse(_message.Message):
     def __init__(self, answers: _Optional[_Iterable[_Union[BatchAnswer, _Mapping]]] = ...) -> None: ...
 
 class BatchAnswer(_message.Message):
-    __slots__ = ("id", "error", "acquire", "release", "renew", "put", "delete", "check_token", "get", "get_lease", "advance", "register")
+    __slots__ = ("id", "error", "acquire", "release", "renew", "put", "delete", "check_token", "get", "get_lease", "advance", "register", "close_session")
     ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ACQUIRE_FIELD_NUMBER: _ClassVar[int]
@@ -668,6 +688,7 @@ class BatchAnswer(_message.Message):
     GET_LEASE_FIELD_NUMBER: _ClassVar[int]
     ADVANCE_FIELD_NUMBER: _ClassVar[int]
     REGISTER_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_SESSION_FIELD_NUMBER: _ClassVar[int]
     id: int
     error: BatchError
     acquire: AcquireResponse
@@ -680,7 +701,8 @@ class BatchAnswer(_message.Message):
     get_lease: GetLeaseResponse
     advance: AdvanceResponse
     register: RegisterResponse
-    def __init__(self, id: _Optional[int] = ..., error: _Optional[_Union[BatchError, _Mapping]] = ..., acquire: _Optional[_Union[AcquireResponse, _Mapping]] = ..., release: _Optional[_Union[ReleaseResponse, _Mapping]] = ..., renew: _Optional[_Union[RenewResponse, _Mapping]] = ..., put: _Optional[_Union[PutResponse, _Mapping]] = ..., delete: _Optional[_Union[DeleteResponse, _Mapping]] = ..., check_token: _Optional[_Union[CheckTokenResponse, _Mapping]] = ..., get: _Optional[_Union[GetResponse, _Mapping]] = ..., get_lease: _Optional[_Union[GetLeaseResponse, _Mapping]] = ..., advance: _Optional[_Union[AdvanceResponse, _Mapping]] = ..., register: _Optional[_Union[RegisterResponse, _Mapping]] = ...) -> None: ...
+    close_session: CloseSessionResponse
+    def __init__(self, id: _Optional[int] = ..., error: _Optional[_Union[BatchError, _Mapping]] = ..., acquire: _Optional[_Union[AcquireResponse, _Mapping]] = ..., release: _Optional[_Union[ReleaseResponse, _Mapping]] = ..., renew: _Optional[_Union[RenewResponse, _Mapping]] = ..., put: _Optional[_Union[PutResponse, _Mapping]] = ..., delete: _Optional[_Union[DeleteResponse, _Mapping]] = ..., check_token: _Optional[_Union[CheckTokenResponse, _Mapping]] = ..., get: _Optional[_Union[GetResponse, _Mapping]] = ..., get_lease: _Optional[_Union[GetLeaseResponse, _Mapping]] = ..., advance: _Optional[_Union[AdvanceResponse, _Mapping]] = ..., register: _Optional[_Union[RegisterResponse, _Mapping]] = ..., close_session: _Optional[_Union[CloseSessionResponse, _Mapping]] = ...) -> None: ...
 
 class BatchError(_message.Message):
     __slots__ = ("code", "message", "reason", "indeterminate", "facts")

@@ -86,6 +86,11 @@ class LeaseStoreStub(object):
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.RegisterRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.RegisterResponse.FromString,
                 _registered_method=True)
+        self.CloseSession = channel.unary_unary(
+                '/leasehold.v1.LeaseStore/CloseSession',
+                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.CloseSessionRequest.SerializeToString,
+                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.CloseSessionResponse.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/leasehold.v1.LeaseStore/Watch',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.WatchRequest.SerializeToString,
@@ -176,6 +181,16 @@ class LeaseStoreServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CloseSession(self, request, context):
+        """Closes the session `request_id` names, through the log, so that it does not linger for its
+        idle hour: a client calls it when it is done. Answered also when the session was closed or
+        had expired already. Log format 2: while some node runs 0.2.0 (format 1), the leader
+        refuses it with FAILED_PRECONDITION (FORMAT_NOT_AGREED), and the session expires as before.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Watch(self, request, context):
         """Lease events in log order (granted, renewed, released, expired) for one lease or every lease
         whose name starts with a prefix, from a log index on. Any node serves it from the entries it
@@ -252,6 +267,11 @@ def add_LeaseStoreServicer_to_server(servicer, server):
                     servicer.Register,
                     request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.RegisterRequest.FromString,
                     response_serializer=leasehold_dot_v1_dot_leasehold__pb2.RegisterResponse.SerializeToString,
+            ),
+            'CloseSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseSession,
+                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.CloseSessionRequest.FromString,
+                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.CloseSessionResponse.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
@@ -536,6 +556,33 @@ class LeaseStore(object):
             '/leasehold.v1.LeaseStore/Register',
             leasehold_dot_v1_dot_leasehold__pb2.RegisterRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.RegisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloseSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.v1.LeaseStore/CloseSession',
+            leasehold_dot_v1_dot_leasehold__pb2.CloseSessionRequest.SerializeToString,
+            leasehold_dot_v1_dot_leasehold__pb2.CloseSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -178,6 +178,15 @@ pub(super) fn register(a: Applied) -> Result<pb::RegisterResponse, NodeError> {
     }
 }
 
+pub(super) fn close_session(a: Applied) -> Result<pb::CloseSessionResponse, NodeError> {
+    match &a.outcome {
+        Outcome::Closed => Ok(pb::CloseSessionResponse {
+            applied: applied(&a),
+        }),
+        other => Err(mismatch("close_session", other)),
+    }
+}
+
 pub(super) fn advance(a: Applied) -> Result<pb::AdvanceResponse, NodeError> {
     match &a.outcome {
         Outcome::Advanced => Ok(pb::AdvanceResponse {

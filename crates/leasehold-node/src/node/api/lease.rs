@@ -87,6 +87,7 @@ impl Refusal for pb::GetResponse {}
 impl Refusal for pb::GetLeaseResponse {}
 impl Refusal for pb::CheckTokenResponse {}
 impl Refusal for pb::RegisterResponse {}
+impl Refusal for pb::CloseSessionResponse {}
 impl Refusal for pb::AdvanceResponse {}
 
 /// A unary call's request, as the proto's table (`lease_calls!`) describes it.
@@ -531,6 +532,26 @@ impl LeaseApi {
                 }));
             }
             convert::register(self.write(caller, Op::Register, None).await?)
+        })
+        .await
+    }
+
+    /// Closes the session the request names (log format 2: refused while a member does not
+    /// read it). Under the caller's identity, so that only the session's owner closes it.
+    pub async fn close_session(
+        &self,
+        credentials: &Credentials,
+        deadline: Deadline,
+        m: pb::CloseSessionRequest,
+    ) -> Result<pb::CloseSessionResponse, NodeError> {
+        self.counted(credentials, deadline, m, |caller, m| async move {
+            let Some(id) = request_id(m.request_id.as_ref()) else {
+                return Err(NodeError::Invalid(InvalidInput::new(
+                    "request_id",
+                    "names the session to close: the client id Register gave, and a sequence",
+                )));
+            };
+            convert::close_session(self.write(caller, Op::Close, Some(id)).await?)
         })
         .await
     }
