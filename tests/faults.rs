@@ -188,6 +188,8 @@ struct Upgrade {
     older: std::path::PathBuf,
     newer: std::path::PathBuf,
     steps: usize,
+    /// Whether the last step took a node to the newer build.
+    upgraded_last: bool,
 }
 
 impl Cluster {
@@ -212,6 +214,7 @@ impl Cluster {
             older,
             newer: harness::binary().into(),
             steps: 0,
+            upgraded_last: false,
         });
         let this_build = std::path::Path::new(harness::binary());
         let binary = upgrade.as_ref().map_or(this_build, |u| u.older.as_path());
@@ -256,6 +259,7 @@ impl Cluster {
         self.nodes.set_binary(id, &binary);
         self.nodes.start(id).unwrap();
         println!("node {id} now runs {which}");
+        upgrade.upgraded_last = to_newer;
     }
 
     fn ids(&self) -> Vec<u64> {
@@ -1017,6 +1021,50 @@ const PROBE_SLACK: Duration = Duration::from_millis(500);
 /// The history's client ids of the lease probe and its rival.
 const PROBE_CLIENT: u32 = 200;
 
+/// The history's client id of the rolling upgrade's probe (`new_kinds_stay_off`).
+const UPGRADE_PROBE_CLIENT: u32 = 210;
+
+/// While some member runs a build that reads only log format 1 (0.2.0), a session's close
+/// (format 2) is never applied, whichever node the client asks: refused by a leader that knows
+/// it, by a follower whose leader does not read it, or unknown to an older node. Probed after
+/// each step that upgrades a node, while older ones still run (they have run the older build
+/// since their last step, so every member has heard what they read). Returns how many probes
+/// were refused.
+async fn new_kinds_stay_off(cluster: &Cluster, recorder: &Recorder) -> usize {
+    let mut older = Vec::new();
+    for id in cluster.ids() {
+        match cluster.node_status(id).await {
+            Some(s) if s.log_format < u32::from(leasehold::lease::format::LOG_FORMAT) => {
+                older.push(id)
+            }
+            _ => {}
+        }
+    }
+    if older.is_empty() {
+        return 0;
+    }
+    let client = cluster.client(&cluster.endpoints, Duration::from_secs(3));
+    let key = "upgrade-probe".to_owned();
+    let put = Op::Put {
+        key,
+        value: b"v".to_vec(),
+        fence: None,
+    };
+    // A write first, for a session to close; without a quorum now, nothing to probe.
+    if write(&client, recorder, UPGRADE_PROBE_CLIENT, put)
+        .await
+        .is_none()
+    {
+        return 0;
+    }
+    let closed = client.close_session().await;
+    assert!(
+        closed.is_err(),
+        "a session's close (log format 2) was applied while nodes {older:?} read only format 1"
+    );
+    1
+}
+
 /// A lease acquired just before a leader fault, and when its acquire was sent and answered:
 /// its grant was stamped between the two.
 struct LeaseProbe {
@@ -1390,6 +1438,8 @@ async fn fault_run_from(
     let mut probing: Option<(Fault, tokio::task::JoinHandle<Option<ProbeLife>>)> = None;
     let mut lives = Vec::new();
     let mut self_exits: Vec<(u64, Duration, String)> = Vec::new();
+    // Sessions' closes refused while a node of the older build ran (`new_kinds_stay_off`).
+    let mut closes_refused = 0;
     let began = Instant::now();
     while began.elapsed() < duration {
         tokio::time::sleep(Duration::from_millis(rng.between(300, 1_200))).await;
@@ -1420,6 +1470,9 @@ async fn fault_run_from(
             Fault::Upgrade => time_to_serve(&cluster, &recorder, &mut probe).await,
             _ => Duration::ZERO,
         };
+        if cluster.upgrade.as_ref().is_some_and(|u| u.upgraded_last) {
+            closes_refused += new_kinds_stay_off(&cluster, &recorder).await;
+        }
         if let Some(lease_probe) = lease_probe {
             probing = Some((
                 fault,
@@ -1457,6 +1510,12 @@ async fn fault_run_from(
         *longest = (*longest).max(took);
     }
     stop.store(true, Ordering::Relaxed);
+    if cluster.upgrade.is_some() {
+        println!(
+            "sessions' closes (log format 2) refused while a node read only format 1: \
+             {closes_refused}, none applied"
+        );
+    }
     for client in clients {
         client.await.unwrap();
     }

@@ -164,19 +164,36 @@ impl Node {
         results
     }
 
+    /// Refuses an operation of log format `format` that not every member reads yet. Judged by
+    /// the leader, which hears every member (learners too: they apply the log); a follower
+    /// hears only the leader, and refuses only what the leader itself would not read (forwarded,
+    /// it would fail to decode there, and with it every write forwarded in the same batch).
+    fn check_format(&self, format: leasehold_core::format::Format) -> Result<(), NodeError> {
+        let protocols = self.inner.channels.protocols();
+        let behind = match self.is_leader() {
+            true => protocols.behind_for(self.inner.id, self.member_ids(), format),
+            false => {
+                let leader = self.inner.raft.metrics().borrow().current_leader;
+                let read = |id| protocols.of(id).map_or(FORMAT_1, |a| a.format);
+                leader
+                    .map(|id| (id, read(id)))
+                    .filter(|(_, read)| *read < format)
+                    .map(|behind| vec![behind])
+            }
+        };
+        match behind {
+            Some(behind) => Err(NodeError::FormatNotAgreed { format, behind }),
+            None => Ok(()),
+        }
+    }
+
     /// Refuses what no node would propose: bad input, an op for the other clock, or one of a
     /// log format that not every voter reads yet (see `raft::protocol`).
     pub(super) fn check_write(&self, op: &Op) -> Result<(), NodeError> {
         validate(op)?;
         let format = op.format();
-        // Judged by the leader alone, which hears every member (a follower hears only the
-        // leader): a follower forwards, and the leader refuses or proposes.
-        if format > FORMAT_1 && self.is_leader() {
-            // Learners too: they apply the log as voters do.
-            let protocols = self.inner.channels.protocols();
-            if let Some(behind) = protocols.behind_for(self.inner.id, self.member_ids(), format) {
-                return Err(NodeError::FormatNotAgreed { format, behind });
-            }
+        if format > FORMAT_1 {
+            self.check_format(format)?;
         }
         match (op.bare(), self.inner.manual_clock) {
             (Op::Advance { .. }, false) => Err(NodeError::WrongClock(

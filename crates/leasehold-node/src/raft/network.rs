@@ -314,6 +314,8 @@ impl PeerClient {
             (reply, _) => reply,
         };
         let reply = reply.map_err(|(code, message)| {
+            // It may come back as another build: what it announced no longer holds.
+            self.channels.protocols.forget(self.target);
             let failure = PeerFailure(format!("{code}: {message}"));
             if code == tonic::Code::Unavailable {
                 RPCError::Unreachable(Unreachable::new(&failure))

@@ -213,6 +213,13 @@ impl Protocols {
         }
     }
 
+    /// Forgets what node `id` announced: it failed to answer, and may come back as another
+    /// build (a downgrade). Until it answers again it counts as format 1, which every build
+    /// reads.
+    pub fn forget(&self, id: NodeId) {
+        self.lock().remove(&id);
+    }
+
     /// What node `id` last announced, if it was heard from.
     pub fn of(&self, id: NodeId) -> Option<Announced> {
         self.lock().get(&id).cloned()
