@@ -183,34 +183,44 @@ pub fn check_format(metadata: &MetadataMap, readable: Format) -> Result<(), Stri
 /// What this node last heard each peer announce.
 #[derive(Clone, Default)]
 pub struct Protocols {
-    heard: Arc<Mutex<BTreeMap<NodeId, Announced>>>,
+    heard: Arc<Mutex<BTreeMap<NodeId, Heard>>>,
+}
+
+/// One peer's announcement, and its header as it came: every message repeats it, and an
+/// unchanged header is compared, not parsed again, on the replication path.
+struct Heard {
+    header: Vec<u8>,
+    announced: Announced,
 }
 
 impl Protocols {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, Announced>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, Heard>> {
         self.heard.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Notes what `metadata`, from node `id`, announces; a change is logged.
     pub fn heard(&self, id: NodeId, metadata: &MetadataMap) {
-        let Ok(announced) = announced(metadata) else {
-            return;
-        };
+        let header = metadata.get(PROTOCOL_KEY).map_or(&[][..], |v| v.as_bytes());
         let mut heard = self.lock();
+        if heard.get(&id).is_some_and(|h| h.header == header) {
+            return;
+        }
         // Without TLS any caller may claim an id: only so many are kept.
         if !heard.contains_key(&id) && heard.len() >= MAX_PEERS_HEARD {
             return;
         }
-        if heard.get(&id) != Some(&announced) {
-            tracing::info!(
-                peer = id,
-                protocol = announced.protocol,
-                format = announced.format,
-                version = %announced.version,
-                "peer announced its protocol"
-            );
-            heard.insert(id, announced);
-        }
+        let Ok(announced) = announced(metadata) else {
+            return;
+        };
+        tracing::info!(
+            peer = id,
+            protocol = announced.protocol,
+            format = announced.format,
+            version = %announced.version,
+            "peer announced its protocol"
+        );
+        let header = header.to_vec();
+        heard.insert(id, Heard { header, announced });
     }
 
     /// Forgets what node `id` announced: it failed to answer, and may come back as another
@@ -222,7 +232,7 @@ impl Protocols {
 
     /// What node `id` last announced, if it was heard from.
     pub fn of(&self, id: NodeId) -> Option<Announced> {
-        self.lock().get(&id).cloned()
+        self.lock().get(&id).map(|h| h.announced.clone())
     }
 
     /// The newest log format every one of `members` reads (voters and learners: both apply the
@@ -238,7 +248,7 @@ impl Protocols {
         let mut agreed = LOG_FORMAT;
         let mut behind = Vec::new();
         for id in members.into_iter().filter(|id| *id != me) {
-            let format = heard.get(&id).map_or(FORMAT_1, |a| a.format);
+            let format = heard.get(&id).map_or(FORMAT_1, |h| h.announced.format);
             agreed = agreed.min(format);
             if format < LOG_FORMAT {
                 behind.push((id, format));
@@ -270,7 +280,7 @@ impl Protocols {
         members.into_iter().filter(|id| *id != me).all(|id| {
             heard
                 .get(&id)
-                .is_some_and(|a| a.features.iter().any(|f| f == feature))
+                .is_some_and(|h| h.announced.features.iter().any(|f| f == feature))
         })
     }
 }

@@ -127,8 +127,8 @@ impl RaftService {
     ) -> Result<T, Status> {
         let member = self.admit(&request)?;
         let shown = Shown::of(&request);
-        let metadata = request.metadata().clone();
-        let rpc: T = decode_request(request)?;
+        let (metadata, _, message) = request.into_parts();
+        let rpc: T = decoded(&message)?;
         let sender = vote(&rpc).leader_id().voted_for();
         sender_is(member, sender)?;
         self.check_incarnations(sender, shown)?;
@@ -199,7 +199,11 @@ fn sender_is(member: Option<PeerMember>, claimed: Option<u64>) -> Result<(), Sta
 fn decode_request<T: serde::de::DeserializeOwned>(
     request: Request<RaftMessage>,
 ) -> Result<T, Status> {
-    decode(&request.into_inner().data)
+    decoded(&request.into_inner())
+}
+
+fn decoded<T: serde::de::DeserializeOwned>(message: &RaftMessage) -> Result<T, Status> {
+    decode(&message.data)
         .map_err(|e| NodeError::Invalid(InvalidInput::new("raft message", e.to_string())).into())
 }
 
