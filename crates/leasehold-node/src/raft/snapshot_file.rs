@@ -42,9 +42,6 @@ type Meta = SnapshotMeta<NodeId, BasicNode>;
 /// nothing before the meta (whose first byte, an option's tag, is 0 or 1: never these bytes).
 const FORMAT_MAGIC: &[u8; 7] = b"LHSNAP\0";
 
-/// The layout of the table this build writes into a snapshot.
-const SNAPSHOT_FORMAT: Format = TABLE_FORMAT;
-
 /// A snapshot file this build does not read.
 #[derive(Debug, thiserror::Error)]
 enum Unreadable {
@@ -71,9 +68,10 @@ impl SnapshotFile {
     /// Writes the file's bytes in its parts, the data as it is: encoding the whole struct would
     /// copy the data (tens of megabytes at a million leases) into a second buffer first.
     fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
-        if SNAPSHOT_FORMAT > FORMAT_1 {
+        // The table is laid out as this build lays it out.
+        if TABLE_FORMAT > FORMAT_1 {
             out.write_all(FORMAT_MAGIC)?;
-            out.write_all(&[SNAPSHOT_FORMAT])?;
+            out.write_all(&[TABLE_FORMAT])?;
         }
         let header = encode(&(&self.meta, self.data.len())).map_err(std::io::Error::other)?;
         out.write_all(&header)?;
