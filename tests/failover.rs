@@ -60,6 +60,67 @@ async fn leader_killed_new_leader_serves_with_lease_token_and_rows_intact() {
     );
 }
 
+/// A leader stopped with SIGTERM (a rolling restart, a service manager's stop) hands leadership
+/// to an up-to-date voter before it exits, as etcd's does: when its process has exited another
+/// node already leads, where an election would only begin once the followers' leader lease ran
+/// out, and no write of a client writing throughout fails.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_stopped_by_sigterm_hands_leadership_over_before_it_exits() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut h = Harness::start(3, false).await;
+    let old = h.leader().await;
+    let writer = {
+        let client = h.client_of_nodes(&[1, 2, 3]);
+        tokio::spawn(async move {
+            let mut failed = Vec::new();
+            for i in 0..400 {
+                match client.put("rolling", format!("{i}").as_bytes(), None).await {
+                    Ok(answer) if written(&answer) => {}
+                    other => failed.push(format!("{i}: {other:?}")),
+                }
+            }
+            failed
+        })
+    };
+    // Writes flowing before the stop.
+    wait_for("writes", Duration::from_secs(10), || async {
+        let row = h.client.get("rolling").await.ok()?.outcome?;
+        (String::from_utf8_lossy(&row).parse::<u32>().ok()? >= 20).then_some(())
+    })
+    .await;
+    let exited = h.stop(old).await;
+    assert!(exited.success(), "node {old} exited with {exited}");
+    // Asked the moment the old leader is gone: one of the two others leads already.
+    let mut leaders = Vec::new();
+    for id in (1..=3).filter(|id| *id != old) {
+        let status = h.client_of(id).node_status().await.unwrap();
+        if status.role == pb::Role::Leader as i32 {
+            leaders.push(id);
+        }
+    }
+    let log = h.log_of(old);
+    assert_eq!(
+        leaders.len(),
+        1,
+        "no node led when node {old} exited on SIGTERM; its last lines:\n{}",
+        log.lines()
+            .skip(log.lines().count().saturating_sub(8))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        (log.lines())
+            .any(|l| l.contains("leadership handed over")
+                && l.contains(&format!("to={}", leaders[0]))),
+        "node {old}'s log does not name its successor"
+    );
+    let failed = writer.await.unwrap();
+    assert!(
+        failed.is_empty(),
+        "writes failed across the hand-over: {failed:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_node_restarted_catches_up_and_answers_reads() {
     let _one = ONE_AT_A_TIME.lock().await;

@@ -461,6 +461,23 @@ impl Harness {
         self.cluster.kill(id);
     }
 
+    /// Stops node `id` as a service manager does, with SIGTERM, and reaps it once it exits.
+    pub async fn stop(&mut self, id: u64) -> std::process::ExitStatus {
+        self.cluster.signal(id, libc::SIGTERM);
+        wait_for(
+            &format!("node {id} to exit on SIGTERM"),
+            Duration::from_secs(10),
+            || std::future::ready(self.cluster.try_reap(id)),
+        )
+        .await
+    }
+
+    /// Everything node `id` has logged so far.
+    pub fn log_of(&self, id: u64) -> String {
+        let node = self.cluster.nodes().iter().find(|n| n.id == id).unwrap();
+        std::fs::read_to_string(&node.log).unwrap_or_default()
+    }
+
     pub fn restart(&mut self, id: u64) {
         self.cluster.start(id).expect("restart node");
     }

@@ -105,6 +105,14 @@ pub(crate) const READ_QUORUM_TRIES: usize = 3;
 /// election, so a client's deadline runs out long before this bound matters.
 pub(crate) const LEADERS_FOLLOWED: u32 = 3;
 
+/// How long a leader stopping on request (SIGTERM) works at handing leadership over (see
+/// `node::hand_over`) before it stops anyway and leaves the others to elect a leader: well
+/// inside a service manager's stop timeout (systemd's 90 s, Kubernetes' 30 s).
+pub(crate) const HAND_OVER_WAIT: Duration = Duration::from_millis(2_000);
+
+/// How long a voter is given to take a hand-over's message.
+pub(crate) const HAND_OVER_CALL: Duration = Duration::from_millis(500);
+
 /// A member that does not answer in this time is reported unreachable, not waited for.
 pub(crate) const PEER_STATUS_TIMEOUT: Duration = Duration::from_millis(1_000);
 

@@ -260,6 +260,17 @@ mod tests {
             unreachable!("only carried times are asked")
         }
 
+        fn hand_over(
+            &self,
+            _: NodeId,
+            _: String,
+            _: openraft::Vote<NodeId>,
+            _: NodeId,
+            _: Duration,
+        ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+            unreachable!("only carried times are asked")
+        }
+
         fn status(
             &self,
             _: NodeId,

@@ -61,8 +61,12 @@ impl Node {
             if let Err(removed @ NodeError::Removed(_)) = standing {
                 return Err(removed);
             }
+            // A leader handing over waits, as during an election, for the leader it hands to.
+            let handing_over = self.inner.proposals.is_closed();
             match leader {
-                Some(leader) if leader == self.inner.id && state == ServerState::Leader => {
+                Some(leader)
+                    if leader == self.inner.id && state == ServerState::Leader && !handing_over =>
+                {
                     return Ok(term)
                 }
                 Some(leader) if leader != self.inner.id => {

@@ -13,6 +13,7 @@ use super::NodeError;
 use crate::proto::v1 as pb;
 use crate::raft::{Applied, LogId, NodeId};
 use leasehold_core::{Op, RequestId};
+use openraft::Vote;
 
 /// The store time a node carries now, and the entry it counts from: its answer to a new leader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +65,17 @@ pub trait PeerLink: Send + Sync + 'static {
         oldest: Option<LogId>,
         timeout: Duration,
     ) -> Pin<Box<dyn Future<Output = Result<Carried, String>> + Send>>;
+
+    /// Tells voter `peer` at `addr` that this leader, of vote `from`, hands leadership over to
+    /// `to` (see `hand_over`), or why it could not within `timeout`.
+    fn hand_over(
+        &self,
+        peer: NodeId,
+        addr: String,
+        from: Vote<NodeId>,
+        to: NodeId,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
     /// Forwards `call`, a read this node could not answer as it does not lead, to `leader` at
     /// `addr` for `caller`: the leader's answer, its own refusal, or why it could not be had

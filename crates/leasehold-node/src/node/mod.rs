@@ -12,6 +12,7 @@ mod election_watch;
 mod error;
 mod forwarder;
 mod grpc;
+mod hand_over;
 mod http;
 mod lanes;
 mod leadership;
@@ -36,6 +37,7 @@ pub use assembly::StartError;
 pub(crate) use clock::LeaderClock;
 use election_watch::watch_elections;
 pub(crate) use error::{Budget, NodeError};
+pub(crate) use hand_over::{HandedOver, FEATURE as HAND_OVER};
 pub(crate) use link::PeerLink;
 pub(crate) use peer::link::GrpcLink;
 pub use planes::Listeners;
@@ -149,6 +151,9 @@ struct NodeInner {
     /// membership without it is one from before its addition, which a joining node applies on
     /// its way to the one that adds it, not its removal.
     was_member: std::sync::atomic::AtomicBool,
+    /// Closed while this node, leading, hands leadership over before it stops (see
+    /// `hand_over`): proposals then wait for the next leader.
+    proposals: hand_over::ProposalGate,
 }
 
 /// A bound on what a node works on at once: its requests, or its watches.
@@ -205,6 +210,7 @@ impl Node {
                 elections: std::sync::atomic::AtomicBool::new(raft.config().enable_elect),
                 quorum: QuorumWatch::start(raft.clone()),
                 was_member: std::sync::atomic::AtomicBool::new(!config.join),
+                proposals: hand_over::ProposalGate::default(),
                 link,
                 raft,
                 log,

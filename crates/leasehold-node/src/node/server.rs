@@ -281,6 +281,20 @@ fn log_started(config: &NodeConfig, node: &Node) {
     }
 }
 
+/// What a node stopping on request did with its leadership.
+fn log_hand_over(handed: super::HandedOver) {
+    match handed {
+        super::HandedOver::NotLeading => {}
+        super::HandedOver::To { to, ms } => {
+            tracing::info!(to, ms, "stopping: leadership handed over")
+        }
+        super::HandedOver::Not(why) => tracing::warn!(
+            "stopping without handing leadership over ({why}): the others elect a leader once \
+             this node is gone"
+        ),
+    }
+}
+
 /// The servers beside the two planes, those asked for: the metrics endpoint and the HTTP API.
 fn side_servers(
     (metrics, http): (Option<TcpListener>, Option<TcpListener>),
@@ -305,7 +319,8 @@ fn side_servers(
 }
 
 /// The node's work beside its servers, until they end: health reports, the watch that stops
-/// them on a fatal Raft error, their stop on `shutdown`, and the Raft gauges.
+/// them on a fatal Raft error, their stop on `shutdown` (a leader hands leadership over first),
+/// and the Raft gauges.
 fn background(
     node: &Node,
     health: tonic_health::server::HealthReporter,
@@ -316,10 +331,10 @@ fn background(
     let raft = node.raft().clone();
     let fatal = Arc::new(tokio::sync::Notify::new());
     let stop_on = {
-        let (stop, fatal) = (stop.clone(), fatal.clone());
+        let (stop, fatal, node) = (stop.clone(), fatal.clone(), node.clone());
         async move {
             tokio::select! {
-                () = shutdown => {}
+                () = shutdown => log_hand_over(node.hand_over().await),
                 () = fatal.notified() => {}
             }
             stop.stop();

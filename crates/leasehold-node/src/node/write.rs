@@ -49,7 +49,8 @@ impl Node {
         loop {
             // Only a follower needs the op after a refusal, to forward it: the leader copies
             // nothing.
-            let spare = (!self.is_leader()).then(|| op.clone());
+            let leads = self.is_leader() && !self.inner.proposals.is_closed();
+            let spare = (!leads).then(|| op.clone());
             let (leader, addr, spare) = match (self.write(op, request).await, spare) {
                 (Ok(applied), _) => return Ok(applied),
                 (
@@ -119,9 +120,16 @@ impl Node {
                 .map(Err)
                 .collect();
         }
-        let (term, at_ms) = match self.leader_stamp().await {
-            Ok(stamped) => stamped,
-            Err(e) => return checked.into_iter().map(|w| w.and(Err(e.clone()))).collect(),
+        // Counted until answered, so that a leader handing over knows when its log is whole; a
+        // leader that began handing over meanwhile waits, as for an election, for its successor.
+        let (term, at_ms, _pass) = loop {
+            let (term, at_ms) = match self.leader_stamp().await {
+                Ok(stamped) => stamped,
+                Err(e) => return checked.into_iter().map(|w| w.and(Err(e.clone()))).collect(),
+            };
+            if let Some(pass) = self.inner.proposals.enter() {
+                break (term, at_ms, pass);
+            }
         };
         let stamped = tokio::time::Instant::now();
         let deadline = tokio::time::Instant::now() + QUORUM_WAIT;

@@ -31,9 +31,9 @@ use super::NodeId;
 /// This build's protocol version: 2 since 0.2.0, the first with the handshake.
 pub const PROTOCOL: u32 = 2;
 
-/// The features this build serves beyond its protocol's: none yet. A feature is named here
-/// when it adds a peer message, and used toward a peer only once every member names it.
-pub const FEATURES: &[&str] = &[];
+/// The features this build serves beyond its protocol's. A feature is named here when it adds
+/// a peer message, and used toward a peer only once every member names it.
+pub const FEATURES: &[&str] = &[crate::node::HAND_OVER];
 
 /// The most features an announcement is read with; the rest are ignored.
 const MAX_FEATURES: usize = 32;

@@ -70,6 +70,28 @@ impl PeerLink for SimLink {
         })
     }
 
+    fn hand_over(
+        &self,
+        peer: u64,
+        _addr: String,
+        from: openraft::Vote<u64>,
+        to: u64,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+        let (me, router) = (self.from, self.router.clone());
+        Box::pin(async move {
+            let told = router.deliver(me, peer, async move |node| {
+                node.raft().trigger().hand_over(from, to).await
+            });
+            match tokio::time::timeout(timeout, told).await {
+                Ok(Ok(Ok(()))) => Ok(()),
+                Ok(Ok(Err(fatal))) => Err(fatal.to_string()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err("timed out".into()),
+            }
+        })
+    }
+
     fn read(&self, leader: u64, addr: String, caller: OnBehalf, call: Read) -> ReadAnswer {
         let (from, router) = (self.from, self.router.clone());
         Box::pin(async move {

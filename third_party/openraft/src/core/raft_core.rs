@@ -1297,6 +1297,9 @@ where
                     ExternalCommand::PurgeLog { upto } => {
                         self.engine.trigger_purge_log(upto);
                     }
+                    ExternalCommand::HandOver { from, to } => {
+                        self.engine.hand_over(from, to, self.id.clone());
+                    }
                 }
             }
         };

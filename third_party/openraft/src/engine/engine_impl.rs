@@ -92,13 +92,61 @@ where C: RaftTypeConfig
     /// Leasehold patch: the pre-vote round this node started last (see `engine/pre_vote.rs`).
     pub(crate) pre_vote: Option<crate::engine::pre_vote::PreVote<C>>,
 
+    /// Leasehold patch: the leader this node follows (or is) handed leadership over to a
+    /// candidate, whose vote request is then granted within the leader lease (see
+    /// [`HandedOver`]).
+    pub(crate) handed_over: Option<HandedOver<C>>,
+
     /// Output entry for the runtime.
     pub(crate) output: EngineOutput<C>,
+}
+
+/// Leasehold patch: a leader handing leadership over (before it stops, so that its successor
+/// need not wait out an election timeout) to `to`, a voter whose log it knows to be as long as
+/// its own. The leader lease that makes a voter refuse a vote while its leader is alive would
+/// refuse `to`'s campaign too; so the leader tells each voter first, and a voter that still
+/// holds that leader's vote lets `to`'s vote request past the lease, and only `to`'s, for one
+/// lease at most. The vote itself is judged as every vote is (a higher term, a log at least as
+/// long), so a hand-over can never elect what an election could not.
+#[derive(Debug, Clone)]
+pub(crate) struct HandedOver<C: RaftTypeConfig> {
+    pub(crate) from: Vote<C::NodeId>,
+    pub(crate) to: C::NodeId,
+    pub(crate) until: <C::AsyncRuntime as AsyncRuntime>::Instant,
+}
+
+impl<C: RaftTypeConfig> HandedOver<C> {
+    /// Whether `req` is the hand-over's campaign, reaching a voter whose vote is still `from`.
+    fn lets_through(
+        &self,
+        vote: &Vote<C::NodeId>,
+        req: &VoteRequest<C::NodeId>,
+        now: <C::AsyncRuntime as AsyncRuntime>::Instant,
+    ) -> bool {
+        *vote == self.from && req.vote.leader_id().voted_for().as_ref() == Some(&self.to) && now <= self.until
+    }
 }
 
 impl<C> Engine<C>
 where C: RaftTypeConfig
 {
+    /// Leasehold patch: `from`, the leader this node holds the vote of, hands leadership over
+    /// to `to` (see [`HandedOver`]); `to` campaigns at once. Ignored when this node's vote is
+    /// no longer `from`: the hand-over came too late, or from a leader it no longer follows.
+    pub(crate) fn hand_over(&mut self, from: Vote<C::NodeId>, to: C::NodeId, me: C::NodeId) {
+        if self.state.vote_ref() != &from || !from.is_committed() {
+            tracing::info!(from = display(&from), "hand-over ignored: this node's vote has moved on");
+            return;
+        }
+        tracing::info!(from = display(&from), to = display(&to), "leadership handed over");
+        let until = C::now() + self.config.timer_config.leader_lease;
+        let campaigns = to == me;
+        self.handed_over = Some(HandedOver { from, to, until });
+        if campaigns && self.leader.is_none() && self.state.membership_state.effective().is_voter(&me) {
+            self.elect();
+        }
+    }
+
     pub(crate) fn new(
         init_state: RaftState<C::NodeId, C::Node, <C::AsyncRuntime as AsyncRuntime>::Instant>,
         config: EngineConfig<C::NodeId>,
@@ -110,6 +158,7 @@ where C: RaftTypeConfig
             leader: None,
             candidate: None,
             pre_vote: None,
+            handed_over: None,
             output: EngineOutput::new(4096),
         }
     }
@@ -316,7 +365,9 @@ where C: RaftTypeConfig
             vote_utime + lease - now
         );
 
-        if vote.is_committed() {
+        // Leasehold patch: the leader's own hand-over lets its chosen candidate through.
+        let handed_over = self.handed_over.as_ref().is_some_and(|h| h.lets_through(vote, &req, now));
+        if vote.is_committed() && !handed_over {
             // Current leader lease has not yet expired, reject voting request
             if now <= vote_utime + lease {
                 tracing::info!(

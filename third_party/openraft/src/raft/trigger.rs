@@ -46,6 +46,14 @@ where C: RaftTypeConfig
         self.raft_inner.send_external_command(ExternalCommand::Elect, "trigger_elect").await
     }
 
+    /// Leasehold patch: `from`, the leader's vote, hands leadership over to voter `to`: told
+    /// to every voter (the leader included) before `to`, it lets `to`'s campaign past the
+    /// leader lease; told to `to`, it campaigns at once. Ignored by a node whose vote is no
+    /// longer `from`. Returns at once; messages this node receives later are handled after it.
+    pub async fn hand_over(&self, from: crate::Vote<C::NodeId>, to: C::NodeId) -> Result<(), Fatal<C::NodeId>> {
+        self.raft_inner.send_external_command(ExternalCommand::HandOver { from, to }, "trigger_hand_over").await
+    }
+
     /// Trigger a heartbeat at once and return at once.
     ///
     /// Returns error when RaftCore has [`Fatal`] error, e.g. shut down or having storage error.

@@ -20,6 +20,7 @@ use crate::raft::codec::{decode, encode};
 use crate::raft::lane::{LaneFailure, LaneRpc};
 use crate::raft::{protocol, Applied, Channels, LogId, NodeId};
 use leasehold_core::format::FORMAT_1;
+use openraft::Vote;
 
 /// `call` made as its unary `LeaseStore` call on `client`, forwarded for `caller`: called by
 /// `lease_calls!` with the service's table.
@@ -84,6 +85,24 @@ impl PeerLink for GrpcLink {
                 .await
                 .map_err(|status| status.message().to_owned())?;
             decode::<Carried>(&reply.into_inner().data).map_err(|e| e.to_string())
+        })
+    }
+
+    fn hand_over(
+        &self,
+        peer: NodeId,
+        addr: String,
+        from: Vote<NodeId>,
+        to: NodeId,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+        let channels = self.0.clone();
+        Box::pin(async move {
+            let channel = channels.get(peer, &addr).map_err(|e| e.to_string())?;
+            let data = encode(&(from, to)).map_err(|e| e.to_string())?;
+            let request = channels.peer_request(RaftMessage { data }, timeout);
+            let told = RaftClient::new(channel).hand_over(request).await;
+            told.map(drop).map_err(|status| status.message().to_owned())
         })
     }
 

@@ -293,6 +293,18 @@ impl raft_server::Raft for RaftService {
         encode_reply(&self.node.carried_time_from(oldest).await)
     }
 
+    async fn hand_over(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        // From the leader the vote names, as its certificate shows: no other member may move
+        // this node's vote.
+        let (from, to) = self.checked(request, |(vote, _): &(Vote<u64>, u64)| vote)?;
+        let told = self.node.raft().trigger().hand_over(from, to).await;
+        told.map_err(|fatal| NodeError::RaftStopped(fatal.to_string()))?;
+        self.reply(&())
+    }
+
     async fn propose(
         &self,
         request: Request<RaftMessage>,

@@ -31,6 +31,10 @@ pub(crate) enum ExternalCommand<C: RaftTypeConfig> {
     ///
     /// [`max_in_snapshot_log_to_keep`]: `crate::Config::max_in_snapshot_log_to_keep`
     PurgeLog { upto: u64 },
+
+    /// Leasehold patch: the leader `from` hands leadership over to `to` (see
+    /// `engine::engine_impl::HandedOver`).
+    HandOver { from: crate::Vote<C::NodeId>, to: C::NodeId },
 }
 
 impl<C> fmt::Debug for ExternalCommand<C>
@@ -60,6 +64,9 @@ where C: RaftTypeConfig
             }
             ExternalCommand::PurgeLog { upto } => {
                 write!(f, "PurgeLog[..={}]", upto)
+            }
+            ExternalCommand::HandOver { from, to } => {
+                write!(f, "HandOver[from {} to {}]", from, to)
             }
         }
     }

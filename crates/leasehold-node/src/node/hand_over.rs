@@ -1,0 +1,218 @@
+//! Leadership handed over before a leader stops (issue 41, item 9), as etcd's leader does on
+//! SIGTERM: a rolling restart then costs no election timeout.
+//!
+//! Without it the followers of a leader that exits wait out their leader lease and an election
+//! timeout before one campaigns: a second or so in which no write commits. With it the leader
+//! first stops proposing (new writes wait for the next leader, as during an election, and are
+//! then forwarded to it), waits for a voter whose log matches its own, and tells every voter
+//! that it hands leadership to that one, the chosen voter last. The others then grant its vote
+//! within the leader lease (third_party/openraft/PATCH.md, change 5), and it campaigns at once.
+//! The vote is judged as any vote is: a hand-over can elect nobody an election could not.
+//!
+//! A new peer message, so used only once every voter announces [`FEATURE`]; a hand-over that
+//! does not finish within [`HAND_OVER_WAIT`] leaves the others to elect a leader as before.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+
+use openraft::ServerState;
+use tokio::sync::Notify;
+
+use super::Node;
+use crate::limits::{HAND_OVER_CALL, HAND_OVER_WAIT};
+use crate::raft::NodeId;
+
+/// The feature a node announces when it takes the `HandOver` peer message.
+pub const FEATURE: &str = "hand-over";
+
+/// Closes the leader's proposals for a hand-over and counts those already past it: the chosen
+/// voter must hold every entry the leader will append, or the others' longer logs refuse it.
+#[derive(Default)]
+pub(super) struct ProposalGate {
+    closed: AtomicBool,
+    in_flight: AtomicUsize,
+    drained: Notify,
+}
+
+/// A proposal past the gate; the gate counts it until it is dropped.
+pub(super) struct InFlight<'a>(&'a ProposalGate);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, SeqCst) == 1 {
+            self.0.drained.notify_waiters();
+        }
+    }
+}
+
+impl ProposalGate {
+    /// Whether proposals wait for the next leader.
+    pub(super) fn is_closed(&self) -> bool {
+        self.closed.load(SeqCst)
+    }
+
+    /// A proposal's pass, unless the gate is closed. Counted before the second look, so that
+    /// [`ProposalGate::drain`] either sees it counted or it sees the gate closed.
+    pub(super) fn enter(&self) -> Option<InFlight<'_>> {
+        if self.is_closed() {
+            return None;
+        }
+        self.in_flight.fetch_add(1, SeqCst);
+        let pass = InFlight(self);
+        (!self.is_closed()).then_some(pass)
+    }
+
+    /// Closes the gate and waits until every proposal past it has been answered.
+    async fn drain(&self) {
+        self.closed.store(true, SeqCst);
+        loop {
+            let drained = self.drained.notified();
+            if self.in_flight.load(SeqCst) == 0 {
+                return;
+            }
+            drained.await;
+        }
+    }
+}
+
+/// How a hand-over went, for the node's last log lines.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum HandedOver {
+    /// This node did not lead: nothing to hand over.
+    NotLeading,
+    /// Node `to` leads now, `ms` after the hand-over began.
+    To { to: NodeId, ms: u128 },
+    /// Not handed over; the others elect a leader once this one is gone.
+    Not(String),
+}
+
+impl Node {
+    /// Hands leadership to an up-to-date voter if this node leads: what a node stopping on
+    /// request does first. Bounded by [`HAND_OVER_WAIT`]; proposals stay closed afterwards,
+    /// as the node is stopping.
+    pub(crate) async fn hand_over(&self) -> HandedOver {
+        if !self.is_leader() {
+            return HandedOver::NotLeading;
+        }
+        let started = tokio::time::Instant::now();
+        let me = self.inner.id;
+        let (voters, vote) = {
+            let metrics = self.inner.raft.metrics();
+            let m = metrics.borrow();
+            let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+            (voters, m.vote)
+        };
+        let others: Vec<NodeId> = voters.iter().copied().filter(|id| *id != me).collect();
+        if others.is_empty() {
+            return HandedOver::Not("no other voter to hand leadership to".into());
+        }
+        let protocols = self.inner.channels.protocols();
+        if !protocols.all_announce(me, voters.iter().copied(), FEATURE) {
+            return HandedOver::Not(format!(
+                "a voter does not announce {FEATURE:?} (a build from before it)"
+            ));
+        }
+        let deadline = started + HAND_OVER_WAIT;
+        let prepared = tokio::time::timeout_at(deadline, async {
+            self.inner.proposals.drain().await;
+            self.caught_up_voter(&others).await
+        });
+        let Ok(to) = prepared.await else {
+            return HandedOver::Not(format!(
+                "no voter caught up with this node's log within {HAND_OVER_WAIT:?}"
+            ));
+        };
+        // This node and the other voters first, so that each lets `to`'s campaign through
+        // before it starts; then `to`, which campaigns.
+        if let Err(fatal) = self.inner.raft.trigger().hand_over(vote, to).await {
+            return HandedOver::Not(format!("raft stopped: {fatal}"));
+        }
+        let told = others
+            .iter()
+            .filter(|id| **id != to)
+            .map(|id| self.tell(*id, vote, to));
+        futures_util::future::join_all(told).await;
+        if let Err(why) = self.tell(to, vote, to).await {
+            return HandedOver::Not(format!("node {to} could not be told: {why}"));
+        }
+        match tokio::time::timeout_at(deadline, self.led_by_another()).await {
+            Ok(()) => HandedOver::To {
+                to,
+                ms: started.elapsed().as_millis(),
+            },
+            Err(_) => HandedOver::Not(format!("node {to} did not win within {HAND_OVER_WAIT:?}")),
+        }
+    }
+
+    /// Tells voter `peer` that leadership `vote` is handed over to `to`.
+    async fn tell(
+        &self,
+        peer: NodeId,
+        vote: openraft::Vote<NodeId>,
+        to: NodeId,
+    ) -> Result<(), String> {
+        let addr = (self.address_of(peer))
+            .ok_or_else(|| format!("node {peer} has no known peer address"))?;
+        let told = self
+            .inner
+            .link
+            .hand_over(peer, addr, vote, to, HAND_OVER_CALL);
+        told.await
+    }
+
+    /// A voter among `others` whose log matches this leader's last entry, once one does.
+    async fn caught_up_voter(&self, others: &[NodeId]) -> NodeId {
+        let mut metrics = self.inner.raft.metrics();
+        loop {
+            let caught_up = {
+                let m = metrics.borrow_and_update();
+                let matched = |id: &NodeId| {
+                    let replication = m.replication.as_ref()?;
+                    replication.get(id)?.as_ref().map(|log_id| log_id.index)
+                };
+                (others.iter())
+                    .find(|id| m.last_log_index.is_some() && matched(id) == m.last_log_index)
+                    .copied()
+            };
+            if let Some(id) = caught_up {
+                return id;
+            }
+            if metrics.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+
+    /// Once another node leads (or this one no longer does and names another).
+    async fn led_by_another(&self) {
+        let me = self.inner.id;
+        let mut metrics = self.inner.raft.metrics();
+        let _ = metrics
+            .wait_for(|m| {
+                m.state != ServerState::Leader && m.current_leader.is_some_and(|l| l != me)
+            })
+            .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use futures_util::FutureExt;
+
+    #[tokio::test]
+    async fn a_closed_gate_admits_nothing_and_drains_once_every_pass_is_dropped() {
+        let gate = ProposalGate::default();
+        let first = gate.enter().expect("open");
+        let second = gate.enter().expect("open");
+        let drain = gate.drain();
+        tokio::pin!(drain);
+        // Closed at the first poll: no new pass, and the two outstanding hold the drain.
+        assert!((&mut drain).now_or_never().is_none());
+        assert!(gate.enter().is_none(), "a closed gate admitted a proposal");
+        drop(first);
+        assert!((&mut drain).now_or_never().is_none());
+        drop(second);
+        assert!((&mut drain).now_or_never().is_some(), "drained");
+    }
+}
