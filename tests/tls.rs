@@ -423,8 +423,8 @@ async fn append_on_a_lane(
     h: &Harness,
     identity: &TlsFiles,
 ) -> Option<Result<(), leasehold::raft::lane::LaneFailure>> {
-    use leasehold::raft::lane::{Dialer, LaneRpc, Lanes, ALPN};
-    let tls = Tls::load(identity).unwrap().connector(ALPN).unwrap();
+    use leasehold::raft::lane::{Dialer, LaneRpc, Lanes};
+    let tls = leasehold::tls::Reloading::load(identity).unwrap();
     let lanes = Lanes::new(Some(Dialer {
         local_address: None,
         tls: Some(tls),
@@ -563,4 +563,97 @@ async fn a_tls_connection_silent_after_its_handshake_is_closed() {
     .await;
     let after = closed.expect("still open 10 s after its handshake");
     eprintln!("closed {} ms after the handshake", after.as_millis());
+}
+
+/// The certificate node `id` serves on its client plane, as a client that trusts the cluster's
+/// CA sees it in the handshake.
+fn served_certificate(h: &Harness, id: u64) -> Result<Vec<u8>, String> {
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let ca =
+        CertificateDer::from_pem_file(h.dir().join("tls/ca.pem")).map_err(|e| e.to_string())?;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca).map_err(|e| e.to_string())?;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
+        .map_err(|e| e.to_string())?;
+    let mut tcp =
+        std::net::TcpStream::connect(&h.endpoints[id as usize - 1]).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    while tls.is_handshaking() {
+        tls.complete_io(&mut tcp).map_err(|e| e.to_string())?;
+    }
+    let served = tls.peer_certificates().ok_or("no certificate served")?;
+    Ok(served[0].to_vec())
+}
+
+/// A node serves renewed TLS files without a restart: at once on SIGHUP, and by itself when
+/// the files change. A key that is not its certificate's leaves the node serving what it had,
+/// saying which file is wrong; the cluster works throughout.
+#[tokio::test(flavor = "multi_thread")]
+async fn renewed_certificates_are_served_without_a_restart() {
+    use rustls::pki_types::CertificateDer;
+    let h = Harness::start_tls(3, false).await;
+    let set = certs::ClusterCerts::open(&h.dir().join("tls"));
+    let on_disk = |id: u64| {
+        CertificateDer::from_pem_file(set.node(id).cert)
+            .unwrap()
+            .to_vec()
+    };
+    let first = on_disk(1);
+    assert_eq!(served_certificate(&h, 1).unwrap(), first);
+
+    std::fs::copy(set.node(2).key, set.node(1).key).unwrap();
+    h.cluster.signal(1, libc::SIGHUP);
+    wait_for(
+        "node 1 to refuse the mismatched key",
+        Duration::from_secs(10),
+        || {
+            let log = h.log_of(1);
+            std::future::ready(
+                (log.lines())
+                    .any(|l| {
+                        l.contains("TLS files not loaded again (SIGHUP)")
+                            && l.contains("do not match")
+                    })
+                    .then_some(()),
+            )
+        },
+    )
+    .await;
+    assert_eq!(
+        served_certificate(&h, 1).unwrap(),
+        first,
+        "node 1 serves what it had"
+    );
+
+    set.issue_node(1, None).unwrap();
+    h.cluster.signal(1, libc::SIGHUP);
+    let renewed = on_disk(1);
+    assert_ne!(renewed, first);
+    wait_for(
+        "node 1 to serve its renewed certificate",
+        Duration::from_secs(10),
+        || std::future::ready((served_certificate(&h, 1).ok() == Some(renewed.clone())).then_some(())),
+    )
+    .await;
+
+    // No signal: node 2 notices the change itself.
+    set.issue_node(2, None).unwrap();
+    let renewed = on_disk(2);
+    wait_for(
+        "node 2 to serve its renewed certificate",
+        Duration::from_secs(20),
+        || std::future::ready((served_certificate(&h, 2).ok() == Some(renewed.clone())).then_some(())),
+    )
+    .await;
+    assert!(written(
+        &h.client.put("after", b"renewal", None).await.unwrap()
+    ));
+    assert_eq!(h.status().await.len(), 3, "every node answers");
 }

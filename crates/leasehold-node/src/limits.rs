@@ -110,6 +110,10 @@ pub(crate) const LEADERS_FOLLOWED: u32 = 3;
 /// inside a service manager's stop timeout (systemd's 90 s, Kubernetes' 30 s).
 pub(crate) const HAND_OVER_WAIT: Duration = Duration::from_millis(2_000);
 
+/// How often a node with TLS looks at its certificate, key and CA files for a change, which it
+/// then loads (as it does at once on SIGHUP; see `tls::reload`).
+pub(crate) const TLS_RELOAD_CHECK: Duration = Duration::from_secs(5);
+
 /// How long a voter is given to take a hand-over's message.
 pub(crate) const HAND_OVER_CALL: Duration = Duration::from_millis(500);
 

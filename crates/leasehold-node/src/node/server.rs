@@ -19,7 +19,7 @@ use super::{Node, NodeConfig};
 use crate::limits::{HEALTH_CHECK, HEALTH_MIN_GAP, SIDE_SERVER_STOP};
 use crate::metrics::Metrics;
 use crate::raft::{self, Channels, ClockMode, NodeId, PeerNetwork};
-use crate::tls::{RefusalLog, Tls};
+use crate::tls::{RefusalLog, Reloading};
 
 /// A node started with `--join` waits to be added, so its data dir must be empty, or hold the
 /// state of the cluster it joined before: a membership, in its log or snapshot, that names it.
@@ -179,6 +179,7 @@ pub async fn run_on(
     let running = super::assembly::start(&config, raft_config, storage, transport).await?;
     let serving = Serving {
         tls: planes_tls,
+        reloading: tls.clone(),
         peers_tls: tls.is_some(),
         metrics,
         boot,
@@ -189,6 +190,8 @@ pub async fn run_on(
 /// What the planes are served with.
 struct Serving {
     tls: Option<PlanesTls>,
+    /// The TLS files, loaded again on SIGHUP or a change (see `tls::reload`).
+    reloading: Option<Arc<Reloading>>,
     /// Whether peers show certificates, for the gate.
     peers_tls: bool,
     metrics: Arc<Metrics>,
@@ -320,14 +323,14 @@ fn side_servers(
 
 /// The node's work beside its servers, until they end: health reports, the watch that stops
 /// them on a fatal Raft error, their stop on `shutdown` (a leader hands leadership over first),
-/// and the Raft gauges.
+/// the Raft gauges, and TLS files loaded again on SIGHUP or a change.
 fn background(
     node: &Node,
     health: tonic_health::server::HealthReporter,
     stop: &Stop,
     shutdown: impl Future<Output = ()> + Send + 'static,
     serving: &Serving,
-) -> [tokio::task::JoinHandle<()>; 4] {
+) -> [tokio::task::JoinHandle<()>; 5] {
     let raft = node.raft().clone();
     let fatal = Arc::new(tokio::sync::Notify::new());
     let stop_on = {
@@ -345,7 +348,38 @@ fn background(
         tokio::spawn(watch_for_fatal(raft.clone(), fatal)),
         tokio::spawn(stop_on),
         tokio::spawn(super::probes::follow_raft(raft, serving.metrics.clone())),
+        tokio::spawn(reload_tls(serving.reloading.clone())),
     ]
+}
+
+/// Loads the TLS files again on SIGHUP and whenever they change (see `tls::reload`). Without
+/// TLS, SIGHUP is only logged: its default action would end the node.
+async fn reload_tls(tls: Option<Arc<Reloading>>) {
+    let changes = async {
+        match &tls {
+            Some(tls) => tls.clone().on_change().await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(hangups) => hangups,
+        Err(e) => {
+            tracing::warn!(
+                "SIGHUP cannot be caught ({e}); TLS files are still loaded again when they change"
+            );
+            return changes.await;
+        }
+    };
+    tokio::pin!(changes);
+    loop {
+        tokio::select! {
+            () = &mut changes => return,
+            Some(()) = hangups.recv() => match &tls {
+                Some(tls) => tls.reload_logged("SIGHUP"),
+                None => tracing::info!("SIGHUP: nothing to load again (no TLS)"),
+            },
+        }
+    }
 }
 
 fn data_dir_error(dir: &Path, source: std::io::Error) -> StartError {
@@ -375,12 +409,14 @@ fn prepare_data_dir(config: &NodeConfig) -> Result<ClockMode, StartError> {
 
 /// The node's TLS files, read and checked, and the server TLS of its two planes; none without
 /// `--tls`.
-fn load_tls(config: &NodeConfig) -> Result<(Option<Tls>, Option<PlanesTls>), StartError> {
+fn load_tls(
+    config: &NodeConfig,
+) -> Result<(Option<Arc<Reloading>>, Option<PlanesTls>), StartError> {
     let Some(files) = &config.tls else {
         return Ok((None, None));
     };
     let setup = |e: crate::tls::TlsError| StartError::Config(e.to_string());
-    let tls = Tls::load(files).map_err(setup)?;
+    let tls = Reloading::load(files).map_err(setup)?;
     // The client plane takes a client without a certificate through the handshake even with
     // `--client-cert-auth`, which the API enforces (`Caller::of`): refused there, the client
     // is told why at once, where a refused handshake reached it as a closed connection that

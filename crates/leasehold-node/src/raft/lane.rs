@@ -225,9 +225,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> LaneIo for T {}
 pub struct Dialer {
     /// The address to dial from (see `Channels`).
     pub local_address: Option<IpAddr>,
-    /// TLS with this node's identity, asking for [`ALPN`] (see `Tls::connector`); `None`
-    /// without TLS.
-    pub tls: Option<tokio_rustls::TlsConnector>,
+    /// TLS with this node's identity as last loaded, asking for [`ALPN`] (see
+    /// `Tls::connector`); `None` without TLS.
+    pub tls: Option<Arc<crate::tls::Reloading>>,
 }
 
 /// One open lane to a peer.
@@ -271,12 +271,22 @@ impl Dialer {
             .map_err(|_| OpenError::Unreachable(io::ErrorKind::TimedOut.into()))?
             .map_err(OpenError::Unreachable)?;
         let fd = dup_fd(&tcp).map_err(OpenError::Unreachable)?;
+        // With TLS on, a lane dials with TLS or not at all: were rustls to refuse this identity
+        // for a client (it took it for the servers), the call goes by gRPC.
+        let connector = match &self.tls {
+            Some(tls) => Some(
+                tls.tls()
+                    .connector(ALPN)
+                    .map_err(|_| OpenError::Unsupported)?,
+            ),
+            None => None,
+        };
         let greet = async {
-            let mut io: Box<dyn LaneIo> = match &self.tls {
-                Some(tls) => {
+            let mut io: Box<dyn LaneIo> = match connector {
+                Some(connector) => {
                     let name = rustls::pki_types::ServerName::try_from(crate::tls::node_name(peer))
                         .map_err(io::Error::other)?;
-                    Box::new(tls.connect(name, tcp).await?)
+                    Box::new(connector.connect(name, tcp).await?)
                 }
                 None => Box::new(tcp),
             };

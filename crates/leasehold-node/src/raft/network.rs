@@ -83,16 +83,18 @@ pub struct Channels {
     /// Keyed by id as well as address: with TLS a channel checks the certificate name of the
     /// id it was made for, and a node added under a new id at a removed member's address shows
     /// its own.
-    by_peer: Arc<Mutex<HashMap<(NodeId, String), Channel>>>,
+    /// Each made with the TLS material of a generation (see `tls::Reloading`): one made
+    /// before a reload is made anew, to show the renewed certificate.
+    by_peer: Arc<Mutex<HashMap<(NodeId, String), Made>>>,
     /// The address outgoing connections start from: a node listening on one address of
     /// several talks from it, so a firewall rule (or the fault suite's partitions) can tell
     /// nodes apart by source address.
     local_address: Option<IpAddr>,
     /// This node's clock, named on every peer message it sends.
     clock: ClockMode,
-    /// With TLS, peers are dialed with this node's certificate, and each must show one that
-    /// names the node it was dialed as.
-    tls: Option<crate::tls::Tls>,
+    /// With TLS, peers are dialed with this node's certificate (as last loaded), and each
+    /// must show one that names the node it was dialed as.
+    tls: Option<Arc<crate::tls::Reloading>>,
     /// This node's data dir's incarnation and its peers' (see `incarnation`); unset in tests
     /// that run no data dir.
     incarnations: Option<Incarnations>,
@@ -103,24 +105,24 @@ pub struct Channels {
     protocols: Protocols,
 }
 
+/// A channel, and the generation of the TLS material it was made with (0 without TLS).
+type Made = (u64, Channel);
+
 impl Channels {
     pub fn new(
         local_address: Option<IpAddr>,
         clock: ClockMode,
-        tls: Option<crate::tls::Tls>,
+        tls: Option<Arc<crate::tls::Reloading>>,
     ) -> Self {
-        // With TLS on, a lane dials with TLS or not at all: were rustls to refuse this
-        // identity for a client (it took it for the servers), every call goes by gRPC.
-        let dialer = match &tls {
-            Some(tls) => tls.connector(super::lane::ALPN).ok().map(Some),
-            None => Some(None),
+        let dialer = Dialer {
+            local_address,
+            tls: tls.clone(),
         };
-        let dialer = dialer.map(|tls| Dialer { local_address, tls });
         Channels {
             local_address,
             clock,
             tls,
-            lanes: Lanes::new(dialer),
+            lanes: Lanes::new(Some(dialer)),
             ..Channels::default()
         }
     }
@@ -169,12 +171,14 @@ impl Channels {
     pub fn get(&self, id: NodeId, addr: &str) -> Result<Channel, tonic::transport::Error> {
         let mut by_peer = self.by_peer.lock().unwrap_or_else(|p| p.into_inner());
         let key = (id, addr.to_owned());
-        if let Some(channel) = by_peer.get(&key) {
-            return Ok(channel.clone());
+        let generation = self.tls.as_ref().map_or(0, |tls| tls.generation());
+        match by_peer.get(&key) {
+            Some((made, channel)) if *made == generation => return Ok(channel.clone()),
+            _ => {}
         }
         let endpoint = match &self.tls {
             Some(tls) => Endpoint::from_shared(format!("https://{addr}"))?
-                .tls_config(tls.client_config(Some(&crate::tls::node_name(id))))?,
+                .tls_config(tls.tls().client_config(Some(&crate::tls::node_name(id))))?,
             None => Endpoint::from_shared(format!("http://{addr}"))?,
         };
         let channel = endpoint
@@ -187,7 +191,7 @@ impl Channels {
         // Two members never share an address, so another id's channel here is a removed
         // member's: dropped from the cache (a client that holds it keeps its clone).
         by_peer.retain(|(_, at), _| at != addr);
-        by_peer.insert(key, channel.clone());
+        by_peer.insert(key, (generation, channel.clone()));
         Ok(channel)
     }
 
@@ -225,11 +229,6 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             addr: node.addr.clone(),
             channels: self.channels.clone(),
             penalty: self.penalty.clone(),
-            client: self
-                .channels
-                .get(target, &node.addr)
-                .map(RaftClient::new)
-                .map_err(|e| e.to_string()),
         }
     }
 }
@@ -239,8 +238,6 @@ pub struct PeerClient {
     addr: String,
     channels: Channels,
     penalty: Arc<VotePenalty>,
-    /// An address that does not parse stays an error, reported as unreachable on every call.
-    client: Result<RaftClient<Channel>, String>,
 }
 
 #[derive(Clone, Copy)]
@@ -274,11 +271,13 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let client = match &mut self.client {
-            Ok(client) => client,
+        // Asked for each call, so that a channel made before the TLS files were loaded again
+        // is made anew; an address that does not parse is unreachable on every call.
+        let mut client = match self.channels.get(self.target, &self.addr) {
+            Ok(channel) => RaftClient::new(channel),
             Err(e) => {
                 return Err(RPCError::Unreachable(Unreachable::new(&PeerFailure(
-                    e.clone(),
+                    e.to_string(),
                 ))))
             }
         };

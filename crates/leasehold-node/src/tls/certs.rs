@@ -136,12 +136,7 @@ impl ClusterCerts {
     /// as `name.pem` and `name-key.pem`, replacing one there.
     pub fn issue_client(&self, name: &str) -> Result<TlsFiles, CertError> {
         client_name(name)?;
-        let key_path = self.ca_key();
-        let pem = std::fs::read_to_string(&key_path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => CertError::NoCaKey(key_path.clone()),
-            _ => CertError::io(&key_path, e),
-        })?;
-        let issuer = Issuer::new(ca_params()?, KeyPair::from_pem(&pem)?);
+        let issuer = self.issuer()?;
         let dns = name.try_into().map_err(|why| CertError::Name {
             name: name.to_owned(),
             why,
@@ -150,6 +145,53 @@ impl ClusterCerts {
         issue_to(&files, &issuer, vec![SanType::DnsName(dns)], name)?;
         Ok(files)
     }
+}
+
+impl ClusterCerts {
+    /// Renews node `id`'s certificate: a new key and certificate from this set's CA, naming
+    /// `host` too if given, written over the node's (which a running node then loads; see
+    /// `tls::reload`).
+    pub fn issue_node(&self, id: u64, host: Option<&str>) -> Result<TlsFiles, CertError> {
+        let files = self.node(id);
+        issue_to(
+            &files,
+            &self.issuer()?,
+            node_names(id, host)?,
+            &node_name(id),
+        )?;
+        Ok(files)
+    }
+
+    /// The CA, from its kept key.
+    fn issuer(&self) -> Result<Issuer<'static, KeyPair>, CertError> {
+        let key_path = self.ca_key();
+        let pem = std::fs::read_to_string(&key_path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => CertError::NoCaKey(key_path.clone()),
+            _ => CertError::io(&key_path, e),
+        })?;
+        Ok(Issuer::new(ca_params()?, KeyPair::from_pem(&pem)?))
+    }
+}
+
+/// What node `id`'s certificate names: the node, for its peers; the local host's names and
+/// `host` (an IP address or a DNS name), for clients.
+fn node_names(id: u64, host: Option<&str>) -> Result<Vec<SanType>, CertError> {
+    let mut names = vec![
+        SanType::DnsName(node_name(id).try_into()?),
+        SanType::DnsName("localhost".try_into()?),
+        SanType::IpAddress([127, 0, 0, 1].into()),
+    ];
+    match host {
+        None | Some("") => {}
+        Some(host) => names.push(match host.parse::<IpAddr>() {
+            Ok(ip) => SanType::IpAddress(ip),
+            Err(_) => SanType::DnsName(host.try_into().map_err(|e| CertError::Host {
+                host: host.to_owned(),
+                why: e,
+            })?),
+        }),
+    }
+    Ok(names)
 }
 
 /// Whether `name` may name a client certificate: an identity (a DNS name: letters, digits,
@@ -257,22 +299,7 @@ pub fn write_set(dir: &Path, nodes: u64, hosts: &[String]) -> Result<ClusterCert
     let issuer = Issuer::new(ca_params()?, ca_key);
 
     for id in 1..=nodes {
-        // The node's own name, for its peers; the local host's names, for clients.
-        let mut names = vec![
-            SanType::DnsName(node_name(id).try_into()?),
-            SanType::DnsName("localhost".try_into()?),
-            SanType::IpAddress([127, 0, 0, 1].into()),
-        ];
-        match hosts.get(id as usize - 1).map(String::as_str) {
-            None | Some("") => {}
-            Some(host) => names.push(match host.parse::<IpAddr>() {
-                Ok(ip) => SanType::IpAddress(ip),
-                Err(_) => SanType::DnsName(host.try_into().map_err(|e| CertError::Host {
-                    host: host.to_owned(),
-                    why: e,
-                })?),
-            }),
-        }
+        let names = node_names(id, hosts.get(id as usize - 1).map(String::as_str))?;
         issue_to(&certs.node(id), &issuer, names, &node_name(id))?;
     }
     let client = vec![SanType::DnsName(CLIENT_NAME.try_into()?)];

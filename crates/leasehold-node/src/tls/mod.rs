@@ -7,15 +7,17 @@
 
 pub mod bearer;
 pub mod certs;
+mod reload;
+
+pub use reload::Reloading;
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::server::WebPkiClientVerifier;
 use rustls::RootCertStore;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::server::TlsStream;
@@ -145,26 +147,30 @@ impl Tls {
     /// client at the handshake (the peer plane). Without it a client may still show one,
     /// checked the same way, to have an identity; one without a certificate may bring a bearer
     /// token instead, or is refused by the API where the node demands certificates.
+    /// A node serves with [`Reloading::server_config`], which takes renewed files.
     pub fn server_config(&self, client_certs: bool) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError::Setup(e.to_string()))?;
-        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots.clone(), provider);
-        let verifier = match client_certs {
-            true => verifier,
-            false => verifier.allow_unauthenticated(),
-        };
-        let verifier = verifier
-            .build()
-            .map_err(|e| TlsError::Setup(e.to_string()))?;
-        let builder = builder.with_client_cert_verifier(verifier);
-        let mut config = builder
-            .with_single_cert(self.chain.clone(), self.key.clone_key())
-            .map_err(|e| TlsError::Setup(format!("the certificate and key do not match: {e}")))?;
-        config.alpn_protocols = vec![leasehold_proto::wire::GRPC_ALPN.to_vec()];
-        Ok(Arc::new(config))
+        let loaded = reload::Loaded::of(self.clone())?;
+        server_config_on(&Arc::new(RwLock::new(Arc::new(loaded))), client_certs)
     }
+}
+
+/// A server's TLS settings that take the certificate and CA in `slot` at each handshake.
+fn server_config_on(
+    slot: &reload::Slot,
+    client_certs: bool,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = reload::CurrentVerifier {
+        slot: slot.clone(),
+        client_certs,
+    };
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Setup(e.to_string()))?
+        .with_client_cert_verifier(Arc::new(verifier))
+        .with_cert_resolver(Arc::new(reload::CurrentCert(slot.clone())));
+    config.alpn_protocols = vec![leasehold_proto::wire::GRPC_ALPN.to_vec()];
+    Ok(Arc::new(config))
 }
 
 /// Which of `members` the certificate names, by [`node_name`]; `None` for a certificate of
