@@ -6,7 +6,7 @@
 
 mod harness;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use harness::{wait_for, Harness};
 use leasehold::proto::v1 as pb;
@@ -672,4 +672,63 @@ fn certs_for_a_client_refuse_names_of_the_sets_own_files_and_members() {
     assert_eq!(std::fs::read(&set.node(1).ca).unwrap(), ca);
     let issued = set.issue_client("team-a.prod").unwrap();
     assert!(issued.cert.ends_with("team-a.prod.pem"));
+}
+
+/// A write under `team`'s prefix, which opens `c`'s session if it has none.
+async fn writes(c: &LeaseClient, team: &str) -> Result<(), ClientError> {
+    c.put(&format!("{team}/k"), b"v", None).await.map(drop)
+}
+
+/// Sessions are replicated state kept for an hour: past `--max-sessions-per-identity` an
+/// identity opens no more, and past `--max-sessions` nobody does, each refused at once
+/// (RESOURCE_EXHAUSTED, SESSIONS_EXHAUSTED) naming the limit and the flag; a closed session
+/// makes room again.
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_past_their_caps_are_refused_at_once_naming_the_limit() {
+    let caps = ["--max-sessions-per-identity", "2", "--max-sessions", "4"];
+    let h = Harness::start_authorized_with(3, false, |c| c.with_serve_args(&caps)).await;
+    for team in ["team-a", "team-b"] {
+        role_for(&h.client, team, vec![grant("write", &format!("{team}/"))]).await;
+    }
+    let (a1, a2, a3) = (
+        h.client_as("team-a"),
+        h.client_as("team-a"),
+        h.client_as("team-a"),
+    );
+    writes(&a1, "team-a").await.unwrap();
+    writes(&a2, "team-a").await.unwrap();
+    let started = Instant::now();
+    let refused = writes(&a3, "team-a").await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused}");
+    for part in ["team-a", "2 open sessions", "--max-sessions-per-identity"] {
+        assert!(
+            refused.to_string().contains(part),
+            "{refused} should name {part}"
+        );
+    }
+    // Another identity still may, until the cluster's cap.
+    let open = h.status().await.iter().map(|n| n.sessions).max().unwrap();
+    let room = 4 - open as usize;
+    assert!(room >= 1, "{open} sessions open");
+    let mut team_b = Vec::new();
+    for _ in 0..room {
+        let b = h.client_as("team-b");
+        writes(&b, "team-b").await.unwrap();
+        team_b.push(b);
+    }
+    let refused = writes(&h.client_as("team-b"), "team-b").await.unwrap_err();
+    for part in ["the cluster", "4 open sessions", "--max-sessions"] {
+        assert!(
+            refused.to_string().contains(part),
+            "{refused} should name {part}"
+        );
+    }
+    // A session closed makes room for another of its identity.
+    a1.close_session().await.unwrap();
+    writes(&a3, "team-a").await.unwrap();
 }

@@ -639,7 +639,11 @@ async fn renewed_certificates_are_served_without_a_restart() {
     wait_for(
         "node 1 to serve its renewed certificate",
         Duration::from_secs(10),
-        || std::future::ready((served_certificate(&h, 1).ok() == Some(renewed.clone())).then_some(())),
+        || {
+            std::future::ready(
+                (served_certificate(&h, 1).ok() == Some(renewed.clone())).then_some(()),
+            )
+        },
     )
     .await;
 
@@ -649,7 +653,11 @@ async fn renewed_certificates_are_served_without_a_restart() {
     wait_for(
         "node 2 to serve its renewed certificate",
         Duration::from_secs(20),
-        || std::future::ready((served_certificate(&h, 2).ok() == Some(renewed.clone())).then_some(())),
+        || {
+            std::future::ready(
+                (served_certificate(&h, 2).ok() == Some(renewed.clone())).then_some(()),
+            )
+        },
     )
     .await;
     assert!(written(

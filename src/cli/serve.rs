@@ -115,6 +115,17 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_MAX_WATCHES", value_name = "N", default_value_t = crate::limits::MAX_WATCHES as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_watches: u64,
+    /// Sessions open in the whole cluster (each client holds one until it closes it or leaves
+    /// it idle for an hour); past it the leader refuses a registration with RESOURCE_EXHAUSTED
+    /// (SESSIONS_EXHAUSTED). Give every node the same.
+    #[arg(long, env = "LEASEHOLD_MAX_SESSIONS", value_name = "N", default_value_t = crate::limits::MAX_SESSIONS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    max_sessions: u64,
+    /// Sessions one identity (a client certificate's or bearer token's name) may hold open;
+    /// past it, as --max-sessions. Give every node the same.
+    #[arg(long, env = "LEASEHOLD_MAX_SESSIONS_PER_IDENTITY", value_name = "N", default_value_t = crate::limits::MAX_SESSIONS_PER_IDENTITY as u64,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    max_sessions_per_identity: u64,
     /// Forget a lease once it has been free (released or expired) this long in store time;
     /// its tokens are never handed out again.
     #[arg(long, env = "LEASEHOLD_LEASE_RETENTION", value_name = "SECONDS",
@@ -346,6 +357,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         auth_admin: args.auth_admin,
         max_requests: args.max_requests as usize,
         max_watches: args.max_watches as usize,
+        max_sessions: args.max_sessions as usize,
+        max_sessions_per_identity: args.max_sessions_per_identity as usize,
         lease_retention_ms: args.lease_retention,
         metrics_listen,
         http_listen,

@@ -28,19 +28,24 @@ def node_says(code, indeterminate=False, session_unknown=False):
     return answer
 
 
-def removed(request, context):
-    """What a node the cluster removed answers: UNAVAILABLE, with the REMOVED reason."""
-    from google.protobuf import any_pb2
-    from google.rpc import error_details_pb2, status_pb2
+def refused(code, reason, message):
+    """A node's refusal for ``reason``, as its ErrorInfo carries it."""
+    def answer(request, context):
+        from google.protobuf import any_pb2
+        from google.rpc import error_details_pb2, status_pb2
 
-    info = any_pb2.Any()
-    info.Pack(error_details_pb2.ErrorInfo(reason="REMOVED", domain="leasehold"))
-    message = "node 3 was removed from the cluster"
-    details = status_pb2.Status(code=grpc.StatusCode.UNAVAILABLE.value[0], message=message, details=[info])
-    context.set_trailing_metadata(
-        [("leasehold-origin", "node"), ("grpc-status-details-bin", details.SerializeToString())]
-    )
-    context.abort(grpc.StatusCode.UNAVAILABLE, message)
+        info = any_pb2.Any()
+        info.Pack(error_details_pb2.ErrorInfo(reason=reason, domain="leasehold"))
+        details = status_pb2.Status(code=code.value[0], message=message, details=[info])
+        context.set_trailing_metadata(
+            [("leasehold-origin", "node"), ("grpc-status-details-bin", details.SerializeToString())]
+        )
+        context.abort(code, message)
+    return answer
+
+
+# What a node the cluster removed answers: UNAVAILABLE, with the REMOVED reason.
+removed = refused(grpc.StatusCode.UNAVAILABLE, "REMOVED", "node 3 was removed from the cluster")
 
 
 def hangs(seconds):
@@ -79,12 +84,22 @@ class StandIn(stubs.LeaseStoreServicer):
         return pb.GetResponse()
 
 
+class SessionsExhausted(StandIn):
+    """A node whose cluster has no room for another session."""
+
+    def Register(self, request, context):
+        with self.lock:
+            self.registered += 1
+        message = 'identity "team-a" holds 2 open sessions, the most per identity'
+        refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "SESSIONS_EXHAUSTED", message)(request, context)
+
+
 @pytest.fixture
 def stand_in():
     servers = []
 
-    def start(script):
-        node = StandIn(script)
+    def start(script, kind=StandIn):
+        node = kind(script)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         stubs.add_LeaseStoreServicer_to_server(node, server)
         port = server.add_insecure_port("127.0.0.1:0")
@@ -189,3 +204,14 @@ def test_a_node_that_says_it_was_removed_is_asked_no_more(stand_in):
             client.put("k", b"v")
     assert time.monotonic() - started < 1.0, failed.value
     assert "was removed from its cluster" in failed.value.message, failed.value
+
+
+def test_a_registration_past_the_session_caps_fails_at_once_without_a_retry(stand_in):
+    node, endpoint = stand_in([written], kind=SessionsExhausted)
+    started = time.monotonic()
+    with leasehold.Client([endpoint], deadline=5.0) as client:
+        with pytest.raises(leasehold.LeaseholdError) as failed:
+            client.put("k", b"v")
+    assert time.monotonic() - started < 1.0, failed.value
+    assert failed.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED, failed.value
+    assert "2 open sessions" in failed.value.message and node.registered == 1, node.registered

@@ -1,7 +1,7 @@
 //! One call's attempts: which failures are worth another node, and whether a write that got no
 //! answer may have been applied.
 
-use leasehold_proto::wire::REMOVED_REASON;
+use leasehold_proto::wire::{REMOVED_REASON, SESSIONS_EXHAUSTED};
 use leasehold_proto::{INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
@@ -13,23 +13,30 @@ use crate::error::{describe, message_with_cause, ClientError};
 /// store answers a retry of an applied request with its first answer instead of applying it
 /// again. Bad input, a wrong clock and broken invariants are final.
 fn retryable(status: &Status) -> bool {
-    matches!(
+    let worth = matches!(
         status.code(),
         Code::Unavailable
             | Code::DeadlineExceeded
             | Code::Cancelled
             | Code::Unknown
             | Code::ResourceExhausted
-    )
+    );
+    // Past a cap on open sessions a registration is refused at once by every node alike.
+    worth && !refused_for(status, SESSIONS_EXHAUSTED)
+}
+
+/// Whether `status` is a node's refusal for `reason`.
+fn refused_for(status: &Status, reason: &str) -> bool {
+    status.metadata().get(ORIGIN_KEY).is_some()
+        && status
+            .get_details_error_info()
+            .is_some_and(|info| info.reason == reason)
 }
 
 /// Whether `status` is a node's word that the cluster removed it: it never serves again, so
 /// the call asks it no more.
 pub(crate) fn removed(status: &Status) -> bool {
-    status.metadata().get(ORIGIN_KEY).is_some()
-        && status
-            .get_details_error_info()
-            .is_some_and(|info| info.reason == REMOVED_REASON)
+    refused_for(status, REMOVED_REASON)
 }
 
 /// Whether a call changes the store: only a write can be left indeterminate.
@@ -232,6 +239,31 @@ pub(crate) mod statuses {
 mod tests {
     use super::statuses::*;
     use super::*;
+
+    /// A registration past a cap on open sessions is refused alike by every node: the call
+    /// gives it back at once, where a node's other RESOURCE_EXHAUSTED (its requests at their
+    /// limit) is worth another node.
+    #[test]
+    fn a_registration_past_the_session_caps_is_not_retried() {
+        let details = tonic_types::ErrorDetails::with_error_info(
+            SESSIONS_EXHAUSTED,
+            leasehold_proto::wire::ERROR_DOMAIN,
+            std::collections::HashMap::new(),
+        );
+        let mut exhausted =
+            Status::with_error_details(Code::ResourceExhausted, "2 open sessions", details);
+        assert!(
+            retryable(&exhausted),
+            "not a node's word without its origin mark"
+        );
+        exhausted.metadata_mut().insert(
+            ORIGIN_KEY,
+            tonic::metadata::MetadataValue::from_static("node"),
+        );
+        assert!(!retryable(&exhausted));
+        let busy = node_says(Code::ResourceExhausted, "working on its limit", false);
+        assert!(retryable(&busy));
+    }
 
     /// Feeds `failures` to a fresh call's attempts, the last one at its deadline.
     fn outcome(effect: Effect, failures: Vec<Status>) -> ClientError {

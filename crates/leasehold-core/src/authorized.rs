@@ -395,6 +395,30 @@ fn a_sessions_owner_goes_with_it_and_is_kept_in_the_encoding_and_the_digest() {
     assert_eq!(loaded.digest(), t.digest());
 }
 
+/// The count of each identity's sessions, which the leader caps, follows every way a session
+/// opens and ends (registration, close, expiry) and is rebuilt alike from the encoding.
+#[test]
+fn each_identitys_open_sessions_are_counted_through_close_expiry_and_reload() {
+    let mut t = LeaseTable::default();
+    let a1 = registered(&mut t, by("team-a", Op::Register));
+    registered(&mut t, by("team-a", Op::Register));
+    registered(&mut t, by("team-b", Op::Register));
+    registered(&mut t, Op::Register);
+    assert_eq!((t.sessions_of("team-a"), t.sessions_of("team-b")), (2, 1));
+    assert_eq!((t.sessions_of("nobody"), t.session_count()), (0, 4));
+    assert_eq!(
+        t.apply(&request(a1, 1, by("team-a", Op::Close))),
+        Outcome::Closed
+    );
+    assert_eq!(t.sessions_of("team-a"), 1);
+    let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
+    assert_eq!(loaded.sessions_of("team-a"), 1);
+    assert_eq!(loaded, t);
+    t.apply(&at(2 + crate::SESSION_IDLE_MS, Op::Tick));
+    assert_eq!((t.sessions_of("team-a"), t.sessions_of("team-b")), (0, 0));
+    assert_eq!(t.session_count(), 0);
+}
+
 /// An identity a bearer token gave is checked against the policy in force where the write
 /// applies: a write logged after the token's revocation is denied, though the node that took
 /// it had not applied the revocation yet.

@@ -72,10 +72,44 @@ pub struct LeaseTable {
     /// the digest earlier builds gave it. Derived: rebuilt on load and on every change.
     #[serde(skip)]
     policy_hash: u64,
-    /// The sum (wrapping) of every session owner's hash, for the digest as `lease_sum` is.
-    /// Derived: rebuilt on load.
+    /// What `session_owners` adds up to: the digest's sum and each identity's count. Derived:
+    /// rebuilt on load.
     #[serde(skip)]
-    owners_sum: u64,
+    owners: OwnerIndex,
+}
+
+/// The derived side of `session_owners`: the sum (wrapping) of every owner's hash, for the
+/// digest as `lease_sum` is, and how many sessions each identity holds, for the leader's cap
+/// on them (see the node's `sessions`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct OwnerIndex {
+    sum: u64,
+    counts: Map<String, usize>,
+}
+
+impl OwnerIndex {
+    fn of(owners: &Map<u64, String>) -> OwnerIndex {
+        let mut index = OwnerIndex::default();
+        for (client, identity) in owners {
+            index.add(*client, identity);
+        }
+        index
+    }
+
+    fn add(&mut self, client: u64, identity: &str) {
+        self.sum = self.sum.wrapping_add(owner_hash(client, identity));
+        *self.counts.entry(identity.to_owned()).or_default() += 1;
+    }
+
+    fn remove(&mut self, client: u64, identity: &str) {
+        self.sum = self.sum.wrapping_sub(owner_hash(client, identity));
+        if let Some(count) = self.counts.get_mut(identity) {
+            *count -= 1;
+            if *count == 0 {
+                self.counts.remove(identity);
+            }
+        }
+    }
 }
 
 fn owner_hash(client: u64, identity: &str) -> u64 {
@@ -210,12 +244,7 @@ impl From<Stored> for LeaseTable {
             forgotten_floor: stored.forgotten_floor,
             policy_hash: policy_hash(&stored.policy),
             policy: stored.policy,
-            owners_sum: stored
-                .session_owners
-                .iter()
-                .fold(0u64, |sum, (client, owner)| {
-                    sum.wrapping_add(owner_hash(*client, owner))
-                }),
+            owners: OwnerIndex::of(&stored.session_owners),
             session_owners: stored.session_owners,
             expiries,
             holders: RecentHolders::default(),
@@ -384,7 +413,7 @@ impl LeaseTable {
             // was before there were either.
             (0, 0) => digest,
             (policy, owners) => {
-                let parts = (digest, policy, owners, self.owners_sum);
+                let parts = (digest, policy, owners, self.owners.sum);
                 super::fnv1a_of(&parts)
             }
         }
@@ -452,6 +481,11 @@ impl LeaseTable {
     /// How many client sessions are open.
     pub fn session_count(&self) -> usize {
         self.sessions.len()
+    }
+
+    /// How many of them `identity` opened.
+    pub fn sessions_of(&self, identity: &str) -> usize {
+        self.owners.counts.get(identity).copied().unwrap_or(0)
     }
 
     /// How many leases the table keeps, free ones included.
@@ -537,10 +571,10 @@ impl LeaseTable {
         }
         // Sessions expire by store time on every command, lease or not: state stays the size
         // of the clients seen in the last hour.
-        let (owners, owners_sum) = (&mut self.session_owners, &mut self.owners_sum);
+        let (owners, index) = (&mut self.session_owners, &mut self.owners);
         self.sessions.expire(self.now_ms, |client| {
             if let Some(owner) = owners.remove(&client) {
-                *owners_sum = owners_sum.wrapping_sub(owner_hash(client, &owner));
+                index.remove(client, &owner);
             }
         });
         let Some(request) = command.request else {
@@ -578,7 +612,7 @@ impl LeaseTable {
     fn close_session(&mut self, client: u64) -> Outcome {
         if self.sessions.close(client) {
             if let Some(owner) = self.session_owners.remove(&client) {
-                self.owners_sum = self.owners_sum.wrapping_sub(owner_hash(client, &owner));
+                self.owners.remove(client, &owner);
             }
         }
         Outcome::Closed
@@ -645,7 +679,7 @@ impl LeaseTable {
             Op::Register => {
                 let client = self.sessions.register(self.now_ms);
                 if let Some(identity) = identity {
-                    self.owners_sum = self.owners_sum.wrapping_add(owner_hash(client, identity));
+                    self.owners.add(client, identity);
                     self.session_owners.insert(client, identity.to_owned());
                 }
                 Outcome::Registered { client }

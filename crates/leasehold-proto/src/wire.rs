@@ -33,6 +33,11 @@ pub const ERROR_DOMAIN: &str = "leasehold";
 /// client stops asking it.
 pub const REMOVED_REASON: &str = "REMOVED";
 
+/// The `ErrorInfo.reason` of a registration past a cap on open sessions: retrying at once
+/// opens none, so a client gives the error back (RESOURCE_EXHAUSTED is otherwise worth a
+/// retry: a node's requests at their limit).
+pub const SESSIONS_EXHAUSTED: &str = "SESSIONS_EXHAUSTED";
+
 // What a client sends.
 
 /// Where a client without a certificate sends its bearer token: `authorization: Bearer TOKEN`.

@@ -16,6 +16,8 @@ DETAILS_KEY = "grpc-status-details-bin"
 ERROR_DOMAIN = "leasehold"
 # The ErrorInfo reason of a node the cluster removed: it never serves again.
 REMOVED_REASON = "REMOVED"
+# A registration past a cap on open sessions: asking again at once opens none.
+SESSIONS_EXHAUSTED = "SESSIONS_EXHAUSTED"
 
 
 class LeaseholdError(Exception):

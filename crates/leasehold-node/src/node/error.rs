@@ -15,7 +15,8 @@ use crate::raft::{NodeId, WriteError};
 
 use crate::limits::QUORUM_SILENCE;
 pub use leasehold_proto::wire::{
-    DENIED_KEY, ERROR_DOMAIN, INDETERMINATE_KEY, ORIGIN_KEY, REMOVED_REASON, SESSION_KEY,
+    DENIED_KEY, ERROR_DOMAIN, INDETERMINATE_KEY, ORIGIN_KEY, REMOVED_REASON, SESSIONS_EXHAUSTED,
+    SESSION_KEY,
 };
 
 #[derive(Clone, Debug, thiserror::Error)]
@@ -128,6 +129,19 @@ pub enum NodeError {
          shortly, or on another node"
     )]
     Overloaded { limit: usize, of: Budget },
+    /// A registration past a cap on open sessions (see `node::sessions`): nothing was
+    /// proposed.
+    #[error(
+        "{holder} holds {limit} open sessions, the most {per} (serve {flag}); close the \
+         sessions no longer used (the clients' close_session; a session left idle expires after \
+         an hour), then retry"
+    )]
+    TooManySessions {
+        holder: String,
+        limit: usize,
+        per: &'static str,
+        flag: &'static str,
+    },
     #[error("raft failed: {0}")]
     Raft(String),
     #[error("invariant broken: {0}")]
@@ -306,6 +320,7 @@ impl NodeError {
             NodeError::WrongClock(_) => "WRONG_CLOCK",
             NodeError::ShuttingDown => "SHUTTING_DOWN",
             NodeError::Overloaded { .. } => "OVERLOADED",
+            NodeError::TooManySessions { .. } => SESSIONS_EXHAUSTED,
             NodeError::Raft(_) => "RAFT_FAILED",
             NodeError::Invariant(_) => "INVARIANT_BROKEN",
             NodeError::Refused(_) => "REFUSED",
@@ -497,7 +512,9 @@ impl NodeError {
             | NodeError::TokenUnknownHere(_)
             | NodeError::DeniedHere { .. } => Code::Unavailable,
             NodeError::Forgotten | NodeError::UnknownSession => Code::Aborted,
-            NodeError::Overloaded { .. } => Code::ResourceExhausted,
+            NodeError::Overloaded { .. } | NodeError::TooManySessions { .. } => {
+                Code::ResourceExhausted
+            }
             NodeError::Raft(_)
             | NodeError::Invariant(_)
             | NodeError::Encoding { .. }

@@ -24,6 +24,7 @@ mod probes;
 mod quorum_watch;
 mod read;
 mod server;
+mod sessions;
 mod stamps;
 mod ticker;
 mod write;
@@ -89,6 +90,11 @@ pub struct NodeConfig {
     /// Watches served at once; past it, RESOURCE_EXHAUSTED (see
     /// [`crate::limits::MAX_WATCHES`]).
     pub max_watches: usize,
+    /// Sessions open in the whole cluster, past which this node, leading, refuses a
+    /// registration (see `sessions`).
+    pub max_sessions: usize,
+    /// Sessions one identity may hold open, likewise.
+    pub max_sessions_per_identity: usize,
     /// Store time a lease stays free before this node, leading, has it forgotten.
     pub lease_retention_ms: u64,
     /// Wait to be added to a running cluster (`leasehold member add`) instead of forming one
@@ -154,6 +160,10 @@ struct NodeInner {
     /// Closed while this node, leading, hands leadership over before it stops (see
     /// `hand_over`): proposals then wait for the next leader.
     proposals: hand_over::ProposalGate,
+    /// The caps on open sessions, and the registrations this node, leading, has proposed
+    /// and not yet seen answered (see `sessions`).
+    session_caps: sessions::Caps,
+    opening: sessions::Opening,
 }
 
 /// A bound on what a node works on at once: its requests, or its watches.
@@ -211,6 +221,11 @@ impl Node {
                 quorum: QuorumWatch::start(raft.clone()),
                 was_member: std::sync::atomic::AtomicBool::new(!config.join),
                 proposals: hand_over::ProposalGate::default(),
+                session_caps: sessions::Caps {
+                    total: config.max_sessions,
+                    per_identity: config.max_sessions_per_identity,
+                },
+                opening: sessions::Opening::default(),
                 link,
                 raft,
                 log,

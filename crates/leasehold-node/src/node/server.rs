@@ -606,6 +606,8 @@ mod tests {
             auth_admin: None,
             max_requests: crate::limits::MAX_CONCURRENT_REQUESTS,
             max_watches: crate::limits::MAX_WATCHES,
+            max_sessions: crate::limits::MAX_SESSIONS,
+            max_sessions_per_identity: crate::limits::MAX_SESSIONS_PER_IDENTITY,
             lease_retention_ms: 3_600_000,
             join: false,
             metrics_listen: None,

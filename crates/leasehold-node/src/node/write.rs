@@ -120,23 +120,20 @@ impl Node {
                 .map(Err)
                 .collect();
         }
-        // Counted until answered, so that a leader handing over knows when its log is whole; a
-        // leader that began handing over meanwhile waits, as for an election, for its successor.
-        let (term, at_ms, _pass) = loop {
-            let (term, at_ms) = match self.leader_stamp().await {
-                Ok(stamped) => stamped,
-                Err(e) => return checked.into_iter().map(|w| w.and(Err(e.clone()))).collect(),
-            };
-            if let Some(pass) = self.inner.proposals.enter() {
-                break (term, at_ms, pass);
-            }
+        let (term, at_ms, _pass) = match self.stamped_pass().await {
+            Ok(stamped) => stamped,
+            Err(e) => return checked.into_iter().map(|w| w.and(Err(e.clone()))).collect(),
         };
         let stamped = tokio::time::Instant::now();
         let deadline = tokio::time::Instant::now() + QUORUM_WAIT;
+        // Registrations hold their seats under the session caps until answered.
+        let mut seats = Vec::new();
         let answers: Vec<_> = checked
             .into_iter()
             .map(|w| {
-                w.map(|(op, request)| self.inner.proposer.submit(Command { at_ms, request, op }))
+                let (op, request) = w?;
+                seats.extend(self.open_session(&op)?);
+                Ok(self.inner.proposer.submit(Command { at_ms, request, op }))
             })
             .collect();
         let mut silent = std::pin::pin!(self.inner.quorum.until_silent(term));
@@ -170,6 +167,20 @@ impl Node {
             self.refresh_carried_time();
         }
         results
+    }
+
+    /// The term and stamp to propose under, with a pass counted until the proposals are
+    /// answered, so that a leader handing over knows when its log is whole; a leader that began
+    /// handing over meanwhile waits, as for an election, for its successor.
+    async fn stamped_pass(
+        &self,
+    ) -> Result<(u64, Option<u64>, super::hand_over::InFlight<'_>), NodeError> {
+        loop {
+            let (term, at_ms) = self.leader_stamp().await?;
+            if let Some(pass) = self.inner.proposals.enter() {
+                return Ok((term, at_ms, pass));
+            }
+        }
     }
 
     /// Refuses an operation of log format `format` that not every member reads yet. Judged by
