@@ -255,7 +255,8 @@ impl Cluster {
             true => (upgrade.newer.clone(), "this build"),
             false => (upgrade.older.clone(), "the older build"),
         };
-        self.nodes.kill(id);
+        // Stopped as an operator's rolling upgrade stops it: a leader hands over first.
+        self.nodes.stop(id, STOP_GRACE);
         self.nodes.set_binary(id, &binary);
         self.nodes.start(id).unwrap();
         println!("node {id} now runs {which}");
@@ -971,6 +972,9 @@ enum Fault {
     /// The next step of a rolling upgrade (a run with two builds): one node, in turn, stopped
     /// and started on the other build.
     Upgrade,
+    /// The leader stopped as a rolling restart stops it (SIGTERM: it hands leadership over
+    /// first), and started again.
+    StopLeader,
 }
 
 impl Fault {
@@ -983,6 +987,7 @@ impl Fault {
             PauseLeader,
             PauseFollower,
             RestartAll,
+            StopLeader,
         ]
     }
     fn all(nodes: usize) -> Vec<Fault> {
@@ -1010,6 +1015,10 @@ struct Heal {
     resume: Vec<u64>,
     network: bool,
 }
+
+/// How long a node stopped with SIGTERM has before SIGKILL: its hand-over's bound (2 s), and
+/// room to exit.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// The TTL of the lease a leader fault is probed with.
 const PROBE_TTL: Duration = Duration::from_secs(2);
@@ -1202,6 +1211,10 @@ async fn inject(fault: Fault, cluster: &mut Cluster, rng: &mut Rng) -> Heal {
                 cluster.nodes.kill(id);
             }
             heal.restart = victims;
+        }
+        Fault::StopLeader => {
+            cluster.nodes.stop(leader, STOP_GRACE);
+            heal.restart = vec![leader];
         }
         Fault::PauseLeader | Fault::PauseFollower => {
             let id = if fault == Fault::PauseLeader {
@@ -1456,6 +1469,7 @@ async fn fault_run_from(
         // must stay within the carried time's bound across the fault.
         let lease_probe = match fault {
             Fault::KillLeader
+            | Fault::StopLeader
             | Fault::PauseLeader
             | Fault::IsolateLeader
             | Fault::OneWayFromLeader => {

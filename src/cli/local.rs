@@ -372,6 +372,21 @@ impl LocalCluster {
         }
     }
 
+    /// Stops node `id` as a service manager does: SIGTERM (a leader hands its leadership over
+    /// first), then SIGKILL if it still runs after `grace`; reaped either way.
+    pub fn stop(&mut self, id: u64, grace: std::time::Duration) {
+        self.signal(id, libc::SIGCONT);
+        self.signal(id, libc::SIGTERM);
+        let deadline = std::time::Instant::now() + grace;
+        while std::time::Instant::now() < deadline && self.try_reap(id).is_none() {
+            if self.pid(id).is_none() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        self.kill(id);
+    }
+
     /// Sends `signal` to node `id` without reaping it (SIGSTOP, SIGCONT, SIGTERM).
     pub fn signal(&self, id: u64, signal: i32) {
         if let Some(pid) = self.pid(id) {
