@@ -721,7 +721,14 @@ async fn sessions_past_their_caps_are_refused_at_once_naming_the_limit() {
         writes(&b, "team-b").await.unwrap();
         team_b.push(b);
     }
+    let started = Instant::now();
     let refused = writes(&h.client_as("team-b"), "team-b").await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused}");
     for part in ["the cluster", "4 open sessions", "--max-sessions"] {
         assert!(
             refused.to_string().contains(part),

@@ -109,9 +109,8 @@ async fn a_leader_stopped_by_sigterm_hands_leadership_over_before_it_exits() {
             .join("\n")
     );
     assert!(
-        (log.lines())
-            .any(|l| l.contains("leadership handed over")
-                && l.contains(&format!("to={}", leaders[0]))),
+        (log.lines()).any(|l| l.contains("stopping: leadership handed over")
+            && l.contains(&format!("to={}", leaders[0]))),
         "node {old}'s log does not name its successor"
     );
     let failed = writer.await.unwrap();

@@ -255,8 +255,10 @@ impl Cluster {
             true => (upgrade.newer.clone(), "this build"),
             false => (upgrade.older.clone(), "the older build"),
         };
-        // Stopped as an operator's rolling upgrade stops it: a leader hands over first.
-        self.nodes.stop(id, STOP_GRACE);
+        // Stopped as an operator's rolling upgrade stops it: a leader hands over first. The
+        // wait blocks this worker thread, which the runtime is told, so that it moves the
+        // probes' tasks elsewhere meanwhile.
+        tokio::task::block_in_place(|| self.nodes.stop(id, STOP_GRACE));
         self.nodes.set_binary(id, &binary);
         self.nodes.start(id).unwrap();
         println!("node {id} now runs {which}");
@@ -1213,7 +1215,7 @@ async fn inject(fault: Fault, cluster: &mut Cluster, rng: &mut Rng) -> Heal {
             heal.restart = victims;
         }
         Fault::StopLeader => {
-            cluster.nodes.stop(leader, STOP_GRACE);
+            tokio::task::block_in_place(|| cluster.nodes.stop(leader, STOP_GRACE));
             heal.restart = vec![leader];
         }
         Fault::PauseLeader | Fault::PauseFollower => {

@@ -424,7 +424,7 @@ async fn append_on_a_lane(
     identity: &TlsFiles,
 ) -> Option<Result<(), leasehold::raft::lane::LaneFailure>> {
     use leasehold::raft::lane::{Dialer, LaneRpc, Lanes};
-    let tls = leasehold::tls::Reloading::load(identity).unwrap();
+    let tls = leasehold::tls::Reloading::load(identity, None).unwrap();
     let lanes = Lanes::new(Some(Dialer {
         local_address: None,
         tls: Some(tls),
@@ -565,12 +565,15 @@ async fn a_tls_connection_silent_after_its_handshake_is_closed() {
     eprintln!("closed {} ms after the handshake", after.as_millis());
 }
 
-/// The certificate node `id` serves on its client plane, as a client that trusts the cluster's
-/// CA sees it in the handshake.
-fn served_certificate(h: &Harness, id: u64) -> Result<Vec<u8>, String> {
-    use rustls::pki_types::{CertificateDer, ServerName};
-    let ca =
-        CertificateDer::from_pem_file(h.dir().join("tls/ca.pem")).map_err(|e| e.to_string())?;
+/// The certificate served at `addr`, as a client that trusts the cluster's CA sees it in the
+/// handshake, showing the cluster's client certificate (which the peer plane demands).
+fn served_certificate_at(h: &Harness, addr: &str) -> Result<Vec<u8>, String> {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let tls = h.dir().join("tls");
+    let ca = CertificateDer::from_pem_file(tls.join("ca.pem")).map_err(|e| e.to_string())?;
+    let cert = CertificateDer::from_pem_file(tls.join("client.pem")).map_err(|e| e.to_string())?;
+    let key =
+        PrivateKeyDer::from_pem_file(tls.join("client-key.pem")).map_err(|e| e.to_string())?;
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca).map_err(|e| e.to_string())?;
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
@@ -578,18 +581,23 @@ fn served_certificate(h: &Harness, id: u64) -> Result<Vec<u8>, String> {
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_client_auth_cert(vec![cert], key)
+        .map_err(|e| e.to_string())?;
     let name = ServerName::try_from("127.0.0.1").unwrap();
     let mut tls = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
         .map_err(|e| e.to_string())?;
-    let mut tcp =
-        std::net::TcpStream::connect(&h.endpoints[id as usize - 1]).map_err(|e| e.to_string())?;
+    let mut tcp = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
     tcp.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     while tls.is_handshaking() {
         tls.complete_io(&mut tcp).map_err(|e| e.to_string())?;
     }
     let served = tls.peer_certificates().ok_or("no certificate served")?;
     Ok(served[0].to_vec())
+}
+
+/// The certificate node `id` serves on its client plane.
+fn served_certificate(h: &Harness, id: u64) -> Result<Vec<u8>, String> {
+    served_certificate_at(h, &h.endpoints[id as usize - 1])
 }
 
 /// A node serves renewed TLS files without a restart: at once on SIGHUP, and by itself when

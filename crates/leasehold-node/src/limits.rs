@@ -353,7 +353,6 @@ pub const LISTENERS: u64 = 4;
 /// readers take every place a write needs (safety review 161302a, finding 4).
 pub const MAX_WATCHES: usize = 4_096;
 
-/// Events kept at most. A watcher further behind than this is told its start was compacted.
 /// Sessions open in the whole cluster, past which the leader refuses a registration (`serve
 /// --max-sessions`): a session is replicated state kept until closed or idle for an hour, at
 /// most a few KiB with its kept answers.
@@ -363,6 +362,7 @@ pub const MAX_SESSIONS: usize = 100_000;
 /// tenant's leak cannot take every session.
 pub const MAX_SESSIONS_PER_IDENTITY: usize = 10_000;
 
+/// Events kept at most. A watcher further behind than this is told its start was compacted.
 pub(crate) const KEPT_EVENTS: usize = 65_536;
 
 /// Entries remembered; older ones are dropped (their stamp then counts from when it was applied,

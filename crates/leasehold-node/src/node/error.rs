@@ -371,6 +371,10 @@ impl NodeError {
                 vec![fact("first_kept_index", first_kept.to_string())]
             }
             NodeError::WatchLeaderless { next, .. } => vec![fact("next_index", next.to_string())],
+            NodeError::TooManySessions { limit, flag, .. } => vec![
+                fact("limit", limit.to_string()),
+                fact("flag", flag.to_string()),
+            ],
             _ => Vec::new(),
         }
     }

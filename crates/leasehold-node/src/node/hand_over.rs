@@ -4,13 +4,16 @@
 //! Without it the followers of a leader that exits wait out their leader lease and an election
 //! timeout before one campaigns: a second or so in which no write commits. With it the leader
 //! first stops proposing (new writes wait for the next leader, as during an election, and are
-//! then forwarded to it), waits for a voter whose log matches its own, and tells every voter
+//! then forwarded to it; one caught at the instant the gate closes is answered NOT_LEADER
+//! naming its successor, where the clients retry it), waits for a voter whose log matches its own, and tells every voter
 //! that it hands leadership to that one, the chosen voter last. The others then grant its vote
 //! within the leader lease (third_party/openraft/PATCH.md, change 5), and it campaigns at once.
 //! The vote is judged as any vote is: a hand-over can elect nobody an election could not.
 //!
-//! A new peer message, so used only once every voter announces [`FEATURE`]; a hand-over that
-//! does not finish within [`HAND_OVER_WAIT`] leaves the others to elect a leader as before.
+//! A new peer message, so used only once every voter announces [`FEATURE`]. A hand-over that
+//! does not finish within [`HAND_OVER_WAIT`] leaves the others to elect a leader as before:
+//! the node then stops its heartbeats, so that their leader lease runs out while it finishes
+//! stopping, and what waited for its successor is told that it shuts down.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 
@@ -26,11 +29,23 @@ pub const FEATURE: &str = "hand-over";
 
 /// Closes the leader's proposals for a hand-over and counts those already past it: the chosen
 /// voter must hold every entry the leader will append, or the others' longer logs refuse it.
-#[derive(Default)]
 pub(super) struct ProposalGate {
     closed: AtomicBool,
     in_flight: AtomicUsize,
     drained: Notify,
+    /// Set once a hand-over failed: nothing waits for a successor any longer.
+    given_up: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for ProposalGate {
+    fn default() -> Self {
+        ProposalGate {
+            closed: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            drained: Notify::new(),
+            given_up: tokio::sync::watch::Sender::new(false),
+        }
+    }
 }
 
 /// A proposal past the gate; the gate counts it until it is dropped.
@@ -61,6 +76,17 @@ impl ProposalGate {
         (!self.is_closed()).then_some(pass)
     }
 
+    /// Whether the hand-over failed, and when it does: what waits for a successor stops.
+    pub(super) fn given_up(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.given_up.subscribe()
+    }
+
+    /// The hand-over failed: the gate stays closed, and nothing waits for a successor.
+    fn give_up(&self) {
+        self.closed.store(true, SeqCst);
+        self.given_up.send_replace(true);
+    }
+
     /// Closes the gate and waits until every proposal past it has been answered.
     async fn drain(&self) {
         self.closed.store(true, SeqCst);
@@ -88,11 +114,22 @@ pub(crate) enum HandedOver {
 impl Node {
     /// Hands leadership to an up-to-date voter if this node leads: what a node stopping on
     /// request does first. Bounded by [`HAND_OVER_WAIT`]; proposals stay closed afterwards,
-    /// as the node is stopping.
+    /// as the node is stopping. If it could not hand over, it stops heartbeats (they would
+    /// keep the followers' leader lease alive, and so keep them from electing a successor
+    /// while it finishes stopping) and tells what waited for a successor that it shuts down.
     pub(crate) async fn hand_over(&self) -> HandedOver {
         if !self.is_leader() {
             return HandedOver::NotLeading;
         }
+        let handed = self.try_hand_over().await;
+        if let HandedOver::Not(_) = &handed {
+            self.inner.raft.runtime_config().heartbeat(false);
+            self.inner.proposals.give_up();
+        }
+        handed
+    }
+
+    async fn try_hand_over(&self) -> HandedOver {
         let started = tokio::time::Instant::now();
         let me = self.inner.id;
         let (voters, vote) = {
@@ -111,36 +148,69 @@ impl Node {
                 "a voter does not announce {FEATURE:?} (a build from before it)"
             ));
         }
-        let deadline = started + HAND_OVER_WAIT;
-        let prepared = tokio::time::timeout_at(deadline, async {
+        let stage = std::sync::Mutex::new("no voter caught up with this node's log");
+        let at = |now| *stage.lock().unwrap_or_else(|p| p.into_inner()) = now;
+        let handed = tokio::time::timeout_at(started + HAND_OVER_WAIT, async {
             self.inner.proposals.drain().await;
-            self.caught_up_voter(&others).await
+            let to = self.caught_up_voter(&others).await;
+            at("the voters could not be told");
+            self.tell_voters(vote, to, &others).await?;
+            at("the chosen voter did not win");
+            self.led_by_another().await;
+            Ok::<_, String>(to)
         });
-        let Ok(to) = prepared.await else {
-            return HandedOver::Not(format!(
-                "no voter caught up with this node's log within {HAND_OVER_WAIT:?}"
-            ));
-        };
-        // This node and the other voters first, so that each lets `to`'s campaign through
-        // before it starts; then `to`, which campaigns.
-        if let Err(fatal) = self.inner.raft.trigger().hand_over(vote, to).await {
-            return HandedOver::Not(format!("raft stopped: {fatal}"));
-        }
-        let told = others
-            .iter()
-            .filter(|id| **id != to)
-            .map(|id| self.tell(*id, vote, to));
-        futures_util::future::join_all(told).await;
-        if let Err(why) = self.tell(to, vote, to).await {
-            return HandedOver::Not(format!("node {to} could not be told: {why}"));
-        }
-        match tokio::time::timeout_at(deadline, self.led_by_another()).await {
-            Ok(()) => HandedOver::To {
+        match handed.await {
+            Ok(Ok(to)) => HandedOver::To {
                 to,
                 ms: started.elapsed().as_millis(),
             },
-            Err(_) => HandedOver::Not(format!("node {to} did not win within {HAND_OVER_WAIT:?}")),
+            Ok(Err(why)) => HandedOver::Not(why),
+            Err(_) => {
+                let stage = *stage.lock().unwrap_or_else(|p| p.into_inner());
+                HandedOver::Not(format!("{stage} within {HAND_OVER_WAIT:?}"))
+            }
         }
+    }
+
+    /// Tells this node, then the other voters, that leadership `vote` goes to `to`, and `to`
+    /// last, as soon as enough of the others have it that `to`'s campaign can win: `to`
+    /// needs a majority of the voters, counting itself and this node. The rest are told
+    /// alongside, not waited for, so that a paused voter delays nothing.
+    async fn tell_voters(
+        &self,
+        vote: openraft::Vote<NodeId>,
+        to: NodeId,
+        others: &[NodeId],
+    ) -> Result<(), String> {
+        use futures_util::StreamExt;
+        let trigger = self.inner.raft.trigger().hand_over(vote, to).await;
+        trigger.map_err(|fatal| format!("raft stopped: {fatal}"))?;
+        let voters = others.len() + 1;
+        let majority = voters / 2 + 1;
+        let needed = majority.saturating_sub(2);
+        let mut telling: futures_util::stream::FuturesUnordered<_> = (others.iter())
+            .filter(|id| **id != to)
+            .map(|id| {
+                let (node, id) = (self.clone(), *id);
+                tokio::spawn(async move { node.tell(id, vote, to).await })
+            })
+            .collect();
+        let mut told = 0;
+        while told < needed {
+            match telling.next().await {
+                Some(Ok(Ok(()))) => told += 1,
+                Some(_) => {}
+                None => {
+                    return Err(format!(
+                        "{told} of the {needed} other voters that must let node {to} through \
+                         could be told"
+                    ))
+                }
+            }
+        }
+        self.tell(to, vote, to)
+            .await
+            .map_err(|why| format!("node {to} could not be told: {why}"))
     }
 
     /// Tells voter `peer` that leadership `vote` is handed over to `to`.

@@ -37,6 +37,7 @@ impl Node {
     /// Ok when this node leads; the leader to forward to otherwise. Waits out an election.
     pub(super) async fn ensure_leader(&self) -> Result<u64, NodeError> {
         let mut metrics = self.inner.raft.metrics();
+        let mut given_up = self.inner.proposals.given_up();
         let deadline = tokio::time::Instant::now() + LEADER_WAIT;
         loop {
             // Copy out and drop the borrow at once: it holds the metrics channel's read lock,
@@ -56,6 +57,10 @@ impl Node {
             if let Err(fatal) = running {
                 return Err(NodeError::RaftStopped(fatal.to_string()));
             }
+            // A leader that could not hand over before it stops: no successor is coming.
+            if *given_up.borrow_and_update() {
+                return Err(NodeError::ShuttingDown);
+            }
             // A removed node hears from no leader again: waiting out an election would only
             // make its callers wait, and one that led keeps its own id as the leader it knew.
             if let Err(removed @ NodeError::Removed(_)) = standing {
@@ -74,7 +79,11 @@ impl Node {
                 }
                 _ => {}
             }
-            match tokio::time::timeout_at(deadline, metrics.changed()).await {
+            let changed = tokio::select! {
+                changed = tokio::time::timeout_at(deadline, metrics.changed()) => changed,
+                _ = given_up.changed() => continue,
+            };
+            match changed {
                 Err(_) => return Err(NodeError::NoLeader(LEADER_WAIT)),
                 Ok(Err(_)) => return Err(NodeError::ShuttingDown),
                 Ok(Ok(())) => {}

@@ -149,6 +149,8 @@ pub async fn run_on(
     config.metrics_listen = listeners.metrics.as_ref().map(bound).transpose()?;
     config.http_listen = listeners.http.as_ref().map(bound).transpose()?;
     checked(&config)?;
+    // Caught from the start: SIGHUP's default action would end a node replaying its log.
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
     let clock = prepare_data_dir(&config)?;
     // TLS files are read and checked before the storage is opened: a wrong path or a key that
     // does not match its certificate stops the node before it starts Raft.
@@ -180,6 +182,7 @@ pub async fn run_on(
     let serving = Serving {
         tls: planes_tls,
         reloading: tls.clone(),
+        hangups: std::sync::Mutex::new(Some(hangups)),
         peers_tls: tls.is_some(),
         metrics,
         boot,
@@ -192,6 +195,8 @@ struct Serving {
     tls: Option<PlanesTls>,
     /// The TLS files, loaded again on SIGHUP or a change (see `tls::reload`).
     reloading: Option<Arc<Reloading>>,
+    /// SIGHUPs, caught since the node's start; taken by the task that reloads.
+    hangups: std::sync::Mutex<Option<std::io::Result<tokio::signal::unix::Signal>>>,
     /// Whether peers show certificates, for the gate.
     peers_tls: bool,
     metrics: Arc<Metrics>,
@@ -348,27 +353,34 @@ fn background(
         tokio::spawn(watch_for_fatal(raft.clone(), fatal)),
         tokio::spawn(stop_on),
         tokio::spawn(super::probes::follow_raft(raft, serving.metrics.clone())),
-        tokio::spawn(reload_tls(serving.reloading.clone())),
+        tokio::spawn(reload_tls(
+            serving.reloading.clone(),
+            (serving.hangups.lock().unwrap_or_else(|p| p.into_inner())).take(),
+        )),
     ]
 }
 
 /// Loads the TLS files again on SIGHUP and whenever they change (see `tls::reload`). Without
 /// TLS, SIGHUP is only logged: its default action would end the node.
-async fn reload_tls(tls: Option<Arc<Reloading>>) {
+async fn reload_tls(
+    tls: Option<Arc<Reloading>>,
+    hangups: Option<std::io::Result<tokio::signal::unix::Signal>>,
+) {
     let changes = async {
         match &tls {
             Some(tls) => tls.clone().on_change().await,
             None => std::future::pending().await,
         }
     };
-    let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        Ok(hangups) => hangups,
-        Err(e) => {
+    let mut hangups = match hangups {
+        Some(Ok(hangups)) => hangups,
+        Some(Err(e)) => {
             tracing::warn!(
                 "SIGHUP cannot be caught ({e}); TLS files are still loaded again when they change"
             );
             return changes.await;
         }
+        None => return changes.await,
     };
     tokio::pin!(changes);
     loop {
@@ -416,7 +428,7 @@ fn load_tls(
         return Ok((None, None));
     };
     let setup = |e: crate::tls::TlsError| StartError::Config(e.to_string());
-    let tls = Reloading::load(files).map_err(setup)?;
+    let tls = Reloading::load(files, Some(config.id)).map_err(setup)?;
     // The client plane takes a client without a certificate through the handshake even with
     // `--client-cert-auth`, which the API enforces (`Caller::of`): refused there, the client
     // is told why at once, where a refused handshake reached it as a closed connection that

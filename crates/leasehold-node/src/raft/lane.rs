@@ -235,6 +235,9 @@ struct Lane {
     io: BufReader<Box<dyn LaneIo>>,
     /// The TCP stream's own handle, to see while the lane is idle whether the peer closed it.
     tcp: OwnedFd,
+    /// The generation of the TLS material it was dialed with (see `tls::Reloading`); 0
+    /// without TLS. An idle lane of an older one is closed, not reused.
+    generation: u64,
 }
 
 /// Why a lane could not be opened.
@@ -246,33 +249,41 @@ enum OpenError {
 }
 
 impl Dialer {
-    async fn open(&self, peer: NodeId, addr: &str) -> Result<Lane, OpenError> {
-        let connect = async {
-            let to: SocketAddr = tokio::net::lookup_host(addr)
-                .await?
-                .next()
-                .ok_or_else(|| io::Error::other(format!("{addr} resolves to no address")))?;
-            let socket = if to.is_ipv4() {
-                TcpSocket::new_v4()?
-            } else {
-                TcpSocket::new_v6()?
-            };
-            if let Some(ip) = self.local_address {
-                socket.bind(SocketAddr::new(ip, 0))?;
-            }
-            socket.set_nodelay(true)?;
-            // As the servers' connections: a lane idle in the pool to a host that died is found.
-            let keepalive = crate::connections::KEEPALIVE.to_socket2();
-            socket2::SockRef::from(&socket).set_tcp_keepalive(&keepalive)?;
-            socket.connect(to).await
+    /// The generation of the TLS material new lanes are dialed with.
+    fn generation(&self) -> u64 {
+        self.tls.as_ref().map_or(0, |tls| tls.generation())
+    }
+
+    /// A TCP connection to `addr`, from this node's address.
+    async fn connect(&self, addr: &str) -> io::Result<TcpStream> {
+        let to: SocketAddr = tokio::net::lookup_host(addr)
+            .await?
+            .next()
+            .ok_or_else(|| io::Error::other(format!("{addr} resolves to no address")))?;
+        let socket = if to.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
         };
-        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+        if let Some(ip) = self.local_address {
+            socket.bind(SocketAddr::new(ip, 0))?;
+        }
+        socket.set_nodelay(true)?;
+        // As the servers' connections: a lane idle in the pool to a host that died is found.
+        let keepalive = crate::connections::KEEPALIVE.to_socket2();
+        socket2::SockRef::from(&socket).set_tcp_keepalive(&keepalive)?;
+        socket.connect(to).await
+    }
+
+    async fn open(&self, peer: NodeId, addr: &str) -> Result<Lane, OpenError> {
+        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, self.connect(addr))
             .await
             .map_err(|_| OpenError::Unreachable(io::ErrorKind::TimedOut.into()))?
             .map_err(OpenError::Unreachable)?;
         let fd = dup_fd(&tcp).map_err(OpenError::Unreachable)?;
         // With TLS on, a lane dials with TLS or not at all: were rustls to refuse this identity
         // for a client (it took it for the servers), the call goes by gRPC.
+        let generation = self.generation();
         let connector = match &self.tls {
             Some(tls) => Some(
                 tls.tls()
@@ -304,6 +315,7 @@ impl Dialer {
             Ok(Ok((io, true))) => Ok(Lane {
                 io: BufReader::new(io),
                 tcp: fd,
+                generation,
             }),
             // Answered otherwise or closed at the greeting, or, under TLS, its ALPN protocol
             // refused: not a lane server.
@@ -405,8 +417,10 @@ impl Lanes {
         {
             return Err(());
         }
+        // A lane dialed before the TLS files were loaded again shows the old certificate.
+        let generation = self.dialer.as_ref().map_or(0, Dialer::generation);
         while let Some(lane) = pool.idle.pop() {
-            if !lane.is_closed() {
+            if !lane.is_closed() && lane.generation == generation {
                 return Ok(Some(lane));
             }
         }

@@ -447,3 +447,113 @@ fn a_node_once_outvoted_for_its_log_still_campaigns_in_time() {
         );
     }
 }
+
+/// Makes every node of `sim` hear every other announce this build's protocol, as the peer
+/// plane's messages would tell them (the simulation's router carries no metadata).
+fn announce_everywhere(sim: &Sim) {
+    let mut metadata = tonic::metadata::MetadataMap::new();
+    crate::raft::protocol::announce(&mut metadata);
+    for a in sim.up() {
+        let protocols = sim.node(a).unwrap().channels().protocols().clone();
+        for b in sim.up().into_iter().filter(|b| *b != a) {
+            protocols.heard(b, &metadata);
+        }
+    }
+}
+
+/// A leader stopping on request names an up-to-date voter, which leads at once: no election
+/// timeout, no leader lease waited out. What was acknowledged before stays.
+async fn leader_hands_over(seed: u64) {
+    let sim = Sim::start(3, seed).await;
+    let old = any_leader(&sim, Duration::from_secs(5))
+        .await
+        .expect("a leader");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let before = write(&sim, old, plain_put("before").op, None, deadline).await;
+    assert!(matches!(before, Completion::Ok { .. }), "{before:?}");
+    announce_everywhere(&sim);
+    let term = sim.raft(old).unwrap().metrics().borrow().current_term;
+    let started = Instant::now();
+    let handed = sim.node(old).unwrap().hand_over().await;
+    let crate::node::HandedOver::To { to, .. } = handed else {
+        panic!("seed {seed}: not handed over: {handed:?}");
+    };
+    assert!(
+        started.elapsed() < Duration::from_millis(crate::limits::ELECTION_TIMEOUT_MIN_MS),
+        "seed {seed}: took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        until_leader(&sim, to, Duration::ZERO).await,
+        "seed {seed}: node {to} leads"
+    );
+    let new_term = sim.raft(to).unwrap().metrics().borrow().current_term;
+    assert_eq!(new_term, term + 1, "seed {seed}: one election, won at once");
+    // Applied once the new leader commits an entry of its term.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while sim.state(to).read().table.row("before").is_none() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let kept = sim.state(to).read().table.row("before").is_some();
+    assert!(
+        kept,
+        "seed {seed}: the new leader holds the acknowledged write"
+    );
+}
+
+#[test]
+fn a_leader_handing_over_is_succeeded_at_once_by_the_voter_it_names() {
+    for seed in 1..=10 {
+        paused_runtime().block_on(leader_hands_over(seed));
+    }
+}
+
+/// A leader that cannot hand over (here its peers never announced the feature, as a build from
+/// before it would not) still runs while it stops. Its heartbeats must not keep the followers'
+/// lease alive meanwhile, nor may its writes wait for a successor that is not coming: the
+/// others elect a leader while it runs, and it refuses a write at once as shutting down.
+async fn leader_that_cannot_hand_over(seed: u64) {
+    let sim = Sim::start(3, seed).await;
+    let old = any_leader(&sim, Duration::from_secs(5))
+        .await
+        .expect("a leader");
+    let node = sim.node(old).unwrap();
+    let handed = node.hand_over().await;
+    assert!(
+        matches!(&handed, crate::node::HandedOver::Not(why) if why.contains("hand-over")),
+        "seed {seed}: {handed:?}"
+    );
+    let started = Instant::now();
+    let refused = node.write(plain_put("after").op, None).await;
+    assert!(
+        matches!(refused, Err(crate::node::NodeError::ShuttingDown)),
+        "seed {seed}: {refused:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(10),
+        "seed {seed}: {:?}",
+        started.elapsed()
+    );
+    let others: Vec<u64> = sim.up().into_iter().filter(|id| *id != old).collect();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut elected = None;
+    while elected.is_none() && Instant::now() < deadline {
+        for &id in &others {
+            if until_leader(&sim, id, Duration::ZERO).await {
+                elected = Some(id);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        elected.is_some(),
+        "seed {seed}: no other node was elected while node {old} ran"
+    );
+}
+
+#[test]
+fn a_leader_that_cannot_hand_over_lets_the_others_elect_while_it_still_runs() {
+    for seed in 1..=10 {
+        paused_runtime().block_on(leader_that_cannot_hand_over(seed));
+    }
+}

@@ -113,6 +113,12 @@ impl Tls {
         })
     }
 
+    /// Whether `other` was loaded from files with the same contents.
+    fn same_files_as(&self, other: &Tls) -> bool {
+        (&self.ca_pem, &self.cert_pem, &self.key_pem)
+            == (&other.ca_pem, &other.cert_pem, &other.key_pem)
+    }
+
     /// What a client of either plane dials with: this CA to check the server, this identity to
     /// show it, and the name the server's certificate must carry (a node's, on the peer
     /// plane; the endpoint's host, when `None`).
@@ -170,6 +176,11 @@ fn server_config_on(
         .with_client_cert_verifier(Arc::new(verifier))
         .with_cert_resolver(Arc::new(reload::CurrentCert(slot.clone())));
     config.alpn_protocols = vec![leasehold_proto::wire::GRPC_ALPN.to_vec()];
+    // No session resumption: a resumed session skips the client verifier, so a client whose
+    // CA was dropped by a reload would still be let in. Clients keep their connections open,
+    // so a full handshake per connection costs little.
+    config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    config.send_tls13_tickets = 0;
     Ok(Arc::new(config))
 }
 

@@ -23,6 +23,7 @@ use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
 use super::{Tls, TlsError, TlsFiles};
 use crate::limits::TLS_RELOAD_CHECK;
+use crate::raft::NodeId;
 
 /// A loaded [`Tls`] with what a server needs of it, checked: the certificate with its key, and
 /// the client verifiers of its CA (one that demands a certificate, one that takes a client
@@ -162,6 +163,9 @@ fn stamp(path: &Path) -> Stamp {
 /// A node's TLS files and the material last loaded from them.
 pub struct Reloading {
     files: TlsFiles,
+    /// The node whose certificate the files must hold: another node's would cut it off from
+    /// its peers, which check the name.
+    node: Option<NodeId>,
     slot: Slot,
     /// The files' stamps at the last load tried, successful or not: a bad file is reported
     /// once, and tried again once it changes.
@@ -171,16 +175,36 @@ pub struct Reloading {
 }
 
 impl Reloading {
-    /// Loads `files` at start; any problem refuses the start, naming the file.
-    pub fn load(files: &TlsFiles) -> Result<Arc<Reloading>, TlsError> {
+    /// Loads `files` at start, for `node` if given (its certificate must name it); any
+    /// problem refuses the start, naming the file.
+    pub fn load(files: &TlsFiles, node: Option<NodeId>) -> Result<Arc<Reloading>, TlsError> {
         let seen = Mutex::new(Reloading::stamps(files));
-        let loaded = Loaded::of(Tls::load(files)?)?;
+        let loaded = Reloading::loaded(files, node)?;
         Ok(Arc::new(Reloading {
             files: files.clone(),
+            node,
             slot: Arc::new(RwLock::new(Arc::new(loaded))),
             seen,
             generation: AtomicU64::new(0),
         }))
+    }
+
+    /// The files' material, checked whole: for `node`, a certificate that names it.
+    fn loaded(files: &TlsFiles, node: Option<NodeId>) -> Result<Loaded, TlsError> {
+        let tls = Tls::load(files)?;
+        if let Some(id) = node {
+            if super::member_named(&tls.chain[0], [id]).is_none() {
+                return Err(super::file_error(
+                    &files.cert,
+                    format!(
+                        "the certificate does not name {}, this node (its peers check the \
+                         name): give node {id} its own certificate",
+                        super::node_name(id)
+                    ),
+                ));
+            }
+        }
+        Loaded::of(tls)
     }
 
     fn stamps(files: &TlsFiles) -> [Stamp; 3] {
@@ -203,14 +227,19 @@ impl Reloading {
         super::server_config_on(&self.slot, client_certs)
     }
 
-    /// Loads the files again and puts them in use if they are whole; `Err` naming the file
-    /// that is not, and what is in use stays.
-    pub fn reload(&self) -> Result<(), TlsError> {
+    /// Loads the files again and puts them in use if they are whole and new (`Ok(false)`
+    /// when they hold what is in use already); `Err` naming the file that is not whole, and
+    /// what is in use stays.
+    pub fn reload(&self) -> Result<bool, TlsError> {
         *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Reloading::stamps(&self.files);
-        let loaded = Loaded::of(Tls::load(&self.files)?)?;
+        let loaded = Reloading::loaded(&self.files, self.node)?;
+        let current = current(&self.slot);
+        if loaded.tls.same_files_as(&current.tls) {
+            return Ok(false);
+        }
         *self.slot.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(loaded);
         self.generation.fetch_add(1, Relaxed);
-        Ok(())
+        Ok(true)
     }
 
     /// Whether a file changed since the last load tried.
@@ -221,9 +250,10 @@ impl Reloading {
     /// [`Reloading::reload`], logged: `why` it was asked.
     pub fn reload_logged(&self, why: &str) {
         match self.reload() {
-            Ok(()) => {
+            Ok(true) => {
                 tracing::info!(cert = %self.files.cert.display(), "TLS files loaded again ({why}): new connections use them")
             }
+            Ok(false) => tracing::info!("TLS files read again ({why}): unchanged"),
             Err(e) => tracing::error!(
                 "TLS files not loaded again ({why}): {e}; the node goes on with those it had"
             ),
@@ -252,9 +282,14 @@ mod tests {
         let dir = tempfile::TempDir::new().unwrap();
         let set = super::super::certs::ensure(dir.path(), 2).unwrap();
         let files = set.node(1);
-        let tls = Reloading::load(&files).unwrap();
+        let tls = Reloading::load(&files, Some(1)).unwrap();
         let first = tls.tls().chain[0].clone();
         assert!(!tls.changed_on_disk());
+        assert!(
+            !tls.reload().unwrap(),
+            "unchanged files are not put in use again"
+        );
+        assert_eq!(tls.generation(), 0);
 
         // Node 2's key under node 1's certificate: refused, node 1's material stays.
         std::fs::copy(set.node(2).key, &files.key).unwrap();
@@ -262,13 +297,24 @@ mod tests {
         let refused = tls.reload().unwrap_err().to_string();
         assert!(refused.contains("do not match"), "{refused}");
         assert_eq!(tls.tls().chain[0], first);
-        assert_eq!(tls.generation(), 0);
         assert!(!tls.changed_on_disk(), "a bad file is tried once");
 
-        // Node 2's certificate with its key: in use.
+        // Node 2's certificate with its key: whole, but not node 1's.
         std::fs::copy(set.node(2).cert, &files.cert).unwrap();
+        let refused = tls.reload().unwrap_err().to_string();
+        assert!(
+            refused.contains("does not name leasehold-node-1"),
+            "{refused}"
+        );
+        assert_eq!(
+            (tls.tls().chain[0].clone(), tls.generation()),
+            (first.clone(), 0)
+        );
+
+        // Node 1's renewed certificate: in use.
+        set.issue_node(1, None).unwrap();
         assert!(tls.changed_on_disk());
-        tls.reload().unwrap();
+        assert!(tls.reload().unwrap());
         assert_ne!(tls.tls().chain[0], first);
         assert_eq!(tls.generation(), 1);
     }
