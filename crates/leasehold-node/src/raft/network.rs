@@ -240,6 +240,28 @@ pub struct PeerClient {
     penalty: Arc<VotePenalty>,
 }
 
+impl PeerClient {
+    /// `rpc` as a gRPC call, on the channel asked for now: one made before the TLS files were
+    /// loaded again is made anew (a lane's call needs none). A failure as its code and words;
+    /// an address that does not parse is unreachable on every call.
+    async fn by_grpc(
+        &self,
+        rpc: Rpc,
+        message: tonic::Request<RaftMessage>,
+    ) -> Result<tonic::Response<RaftMessage>, (tonic::Code, String)> {
+        let channel = self.channels.get(self.target, &self.addr);
+        let mut client =
+            RaftClient::new(channel.map_err(|e| (tonic::Code::Unavailable, e.to_string()))?);
+        let reply = match rpc {
+            Rpc::AppendEntries => client.append_entries(message).await,
+            Rpc::Vote => client.vote(message).await,
+            Rpc::PreVote => client.pre_vote(message).await,
+            Rpc::InstallSnapshot => client.install_snapshot(message).await,
+        };
+        reply.map_err(|status| (status.code(), status.message().to_owned()))
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Rpc {
     AppendEntries,
@@ -271,16 +293,6 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        // Asked for each call, so that a channel made before the TLS files were loaded again
-        // is made anew; an address that does not parse is unreachable on every call.
-        let mut client = match self.channels.get(self.target, &self.addr) {
-            Ok(channel) => RaftClient::new(channel),
-            Err(e) => {
-                return Err(RPCError::Unreachable(Unreachable::new(&PeerFailure(
-                    e.to_string(),
-                ))))
-            }
-        };
         let data = encode(request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let mut message = self
             .channels
@@ -290,23 +302,19 @@ impl PeerClient {
         if let Some(known) = incarnations.as_ref().and_then(|i| i.known(self.target)) {
             incarnation::write(message.metadata_mut(), incarnation::TO_KEY, known);
         }
-        // A failure as its code and words, whichever way the call went.
-        let failed = |status: tonic::Status| (status.code(), status.message().to_owned());
         let reply = match rpc {
             Rpc::AppendEntries => {
                 let (lanes, timeout) = (self.channels.lanes(), option.hard_ttl());
-                let rpc = LaneRpc::AppendEntries;
+                let lane = LaneRpc::AppendEntries;
                 match lanes
-                    .call(self.target, &self.addr, rpc, message, timeout)
+                    .call(self.target, &self.addr, lane, message, timeout)
                     .await
                 {
                     Ok(reply) => reply.map_err(|failure| (failure.code(), failure.to_string())),
-                    Err(message) => client.append_entries(message).await.map_err(failed),
+                    Err(message) => self.by_grpc(rpc, message).await,
                 }
             }
-            Rpc::Vote => client.vote(message).await.map_err(failed),
-            Rpc::PreVote => client.pre_vote(message).await.map_err(failed),
-            Rpc::InstallSnapshot => client.install_snapshot(message).await.map_err(failed),
+            _ => self.by_grpc(rpc, message).await,
         };
         let reply = match (reply, older) {
             (Err((tonic::Code::Unimplemented, _)), Some(older)) => return Ok(older),
