@@ -5,7 +5,8 @@
 # ratio per row: one client twice, talking to the leader and to a follower of each (spread over
 # the nodes, it would talk to the first endpoint, whichever role each system's election gave it),
 # more clients spread over the nodes (client i to node i mod 3); then failover both ways (a writer on the followers, kill -9 of the leader, time to
-# the next acknowledged write); then resident memory per node, idle and under 64-client load.
+# the next acknowledged write), and the same with SIGTERM, where each leader hands leadership over
+# first (a rolling restart); then resident memory per node, idle and under 64-client load.
 # Each one-client row of this build's also measures the floor under its latency in the same run
 # (the data dirs' disk's fdatasync p50 plus two loopback round trips) and sets its p50 beside it.
 # It installs etcd-server from Debian if missing and stops everything it started.
@@ -219,40 +220,57 @@ printf '%-24s leasehold %s MiB, etcd %s MiB\n' "64-client fenced-put" "$lh_loade
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
-echo
-echo "Failover: kill -9 of the leader, time to the next acknowledged write from a writer on the followers:"
-lh_times=()
-for t in $(seq "$tries"); do
-  leader=$("$bin" status -o json --endpoints "$lh_endpoints" | python3 -c 'import json,sys; print([n["id"] for n in json.load(sys.stdin)["nodes"] if n["role"]=="leader"][0])')
-  followers=$(for i in 1 2 3; do if [ "$i" != "$leader" ]; then echo -n "127.0.0.1:730$i,"; fi; done)
-  t0=$(now_ms)
-  kill -9 "${lh_pid[$leader]}"
-  until "$bin" put failover "$t" --endpoints "${followers%,}" >/dev/null 2>&1; do :; done
-  lh_times+=($(($(now_ms) - t0)))
-  wait "${lh_pid[$leader]}" 2>/dev/null || true
-  start_lh "$leader"
-  wait_until "leasehold to recover" lh_ready
-  sleep 1
-done
-et_times=()
-for t in $(seq "$tries"); do
-  leader=$(etcd_ctl --endpoints "$etcd_endpoints" endpoint status -w json | python3 -c '
+lh_leader() {
+  "$bin" status -o json --endpoints "$lh_endpoints" | python3 -c 'import json,sys; print([n["id"] for n in json.load(sys.stdin)["nodes"] if n["role"]=="leader"][0])'
+}
+et_leader() {
+  etcd_ctl --endpoints "$etcd_endpoints" endpoint status -w json | python3 -c '
 import json, sys
 s = json.load(sys.stdin)
 lead = s[0]["Status"]["leader"]
-print([e["Endpoint"] for e in s if e["Status"]["header"]["member_id"] == lead][0].split(":")[-1][0])')
-  followers=$(for i in 1 2 3; do if [ "$i" != "$leader" ]; then echo -n "127.0.0.1:${i}2379,"; fi; done)
-  t0=$(now_ms)
-  kill -9 "${etcd_pid[$leader]}"
-  until etcd_ctl --endpoints "${followers%,}" put failover "$t" >/dev/null 2>&1; do :; done
-  et_times+=($(($(now_ms) - t0)))
-  wait "${etcd_pid[$leader]}" 2>/dev/null || true
-  start_etcd "$leader"
-  wait_until "etcd to recover" etcd_ready
-  sleep 2
-done
-echo "leasehold: ${lh_times[*]} ms; median $(printf '%s\n' "${lh_times[@]}" | median) ms, longest $(printf '%s\n' "${lh_times[@]}" | sort -n | tail -1) ms"
-echo "etcd:      ${et_times[*]} ms; median $(printf '%s\n' "${et_times[@]}" | median) ms, longest $(printf '%s\n' "${et_times[@]}" | sort -n | tail -1) ms"
+print([e["Endpoint"] for e in s if e["Status"]["header"]["member_id"] == lead][0].split(":")[-1][0])'
+}
+# failover SYSTEM SIGNAL: the leader sent SIGNAL, the time to the next acknowledged write from
+# a writer on the followers, FAILOVER_TRIES times; the node restarted and caught up after each.
+failover() {
+  local system=$1 signal=$2 times=() t leader followers t0
+  for t in $(seq "$tries"); do
+    if [ "$system" = leasehold ]; then
+      leader=$(lh_leader)
+      followers=$(for i in 1 2 3; do if [ "$i" != "$leader" ]; then echo -n "127.0.0.1:730$i,"; fi; done)
+      t0=$(now_ms)
+      kill -s "$signal" "${lh_pid[$leader]}"
+      until "$bin" put failover "$t" --endpoints "${followers%,}" >/dev/null 2>&1; do :; done
+      times+=($(($(now_ms) - t0)))
+      wait "${lh_pid[$leader]}" 2>/dev/null || true
+      start_lh "$leader"
+      wait_until "leasehold to recover" lh_ready
+      sleep 1
+    else
+      leader=$(et_leader)
+      followers=$(for i in 1 2 3; do if [ "$i" != "$leader" ]; then echo -n "127.0.0.1:${i}2379,"; fi; done)
+      t0=$(now_ms)
+      kill -s "$signal" "${etcd_pid[$leader]}"
+      until etcd_ctl --endpoints "${followers%,}" put failover "$t" >/dev/null 2>&1; do :; done
+      times+=($(($(now_ms) - t0)))
+      wait "${etcd_pid[$leader]}" 2>/dev/null || true
+      start_etcd "$leader"
+      wait_until "etcd to recover" etcd_ready
+      sleep 2
+    fi
+  done
+  printf '%-10s %s ms; median %s ms, longest %s ms\n' "$system:" "${times[*]}" \
+    "$(printf '%s\n' "${times[@]}" | median)" "$(printf '%s\n' "${times[@]}" | sort -n | tail -1)"
+}
+
+echo
+echo "Failover: kill -9 of the leader, time to the next acknowledged write from a writer on the followers:"
+failover leasehold KILL
+failover etcd KILL
+echo
+echo "Rolling restart: SIGTERM to the leader (each hands leadership over before it exits), time to the next acknowledged write from a writer on the followers:"
+failover leasehold TERM
+failover etcd TERM
 
 if [ "$churn" = 1 ]; then
   # The largest resident memory of one node of each, sampled every half second.
