@@ -5,10 +5,11 @@
 //! timeout before one campaigns: a second or so in which no write commits. With it the leader
 //! first stops proposing (new writes wait for the next leader, as during an election, and are
 //! then forwarded to it; one caught at the instant the gate closes is answered NOT_LEADER
-//! naming its successor, where the clients retry it), waits for a voter whose log matches its own, and tells every voter
-//! that it hands leadership to that one, the chosen voter last. The others then grant its vote
-//! within the leader lease (third_party/openraft/PATCH.md, change 5), and it campaigns at once.
-//! The vote is judged as any vote is: a hand-over can elect nobody an election could not.
+//! naming its successor, where the clients retry it), waits for a voter whose log matches its
+//! own, and tells every voter that it hands leadership to that one, the chosen voter last. The
+//! others then grant its vote within the leader lease (third_party/openraft/PATCH.md, change
+//! 5), and it campaigns at once. The vote is judged as any vote is: a hand-over can elect
+//! nobody an election could not.
 //!
 //! A new peer message, so used only once every voter announces [`FEATURE`]. A hand-over that
 //! does not finish within [`HAND_OVER_WAIT`] leaves the others to elect a leader as before:

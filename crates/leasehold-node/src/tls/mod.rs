@@ -153,6 +153,7 @@ impl Tls {
     /// client at the handshake (the peer plane). Without it a client may still show one,
     /// checked the same way, to have an identity; one without a certificate may bring a bearer
     /// token instead, or is refused by the API where the node demands certificates.
+    ///
     /// A node serves with [`Reloading::server_config`], which takes renewed files.
     pub fn server_config(&self, client_certs: bool) -> Result<Arc<rustls::ServerConfig>, TlsError> {
         let loaded = reload::Loaded::of(self.clone())?;
