@@ -679,6 +679,25 @@ async fn writes(c: &LeaseClient, team: &str) -> Result<(), ClientError> {
     c.put(&format!("{team}/k"), b"v", None).await.map(drop)
 }
 
+/// Asserts that `c`'s write under `team`'s prefix, which opens a session, is refused within
+/// 2 s with RESOURCE_EXHAUSTED, its message naming each of `naming`.
+async fn refused_at_once(c: &LeaseClient, team: &str, naming: &[&str]) {
+    let started = Instant::now();
+    let refused = writes(c, team).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused}");
+    for part in naming {
+        assert!(
+            refused.to_string().contains(part),
+            "{refused} should name {part}"
+        );
+    }
+}
+
 /// Sessions are replicated state kept for an hour: past `--max-sessions-per-identity` an
 /// identity opens no more, and past `--max-sessions` nobody does, each refused at once
 /// (RESOURCE_EXHAUSTED, SESSIONS_EXHAUSTED) naming the limit and the flag; a closed session
@@ -697,20 +716,8 @@ async fn sessions_past_their_caps_are_refused_at_once_naming_the_limit() {
     );
     writes(&a1, "team-a").await.unwrap();
     writes(&a2, "team-a").await.unwrap();
-    let started = Instant::now();
-    let refused = writes(&a3, "team-a").await.unwrap_err();
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "refused after {:?}",
-        started.elapsed()
-    );
-    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused}");
-    for part in ["team-a", "2 open sessions", "--max-sessions-per-identity"] {
-        assert!(
-            refused.to_string().contains(part),
-            "{refused} should name {part}"
-        );
-    }
+    let naming = ["team-a", "2 open sessions", "--max-sessions-per-identity"];
+    refused_at_once(&a3, "team-a", &naming).await;
     // Another identity still may, until the cluster's cap.
     let open = h.status().await.iter().map(|n| n.sessions).max().unwrap();
     let room = 4 - open as usize;
@@ -721,20 +728,8 @@ async fn sessions_past_their_caps_are_refused_at_once_naming_the_limit() {
         writes(&b, "team-b").await.unwrap();
         team_b.push(b);
     }
-    let started = Instant::now();
-    let refused = writes(&h.client_as("team-b"), "team-b").await.unwrap_err();
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "refused after {:?}",
-        started.elapsed()
-    );
-    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused}");
-    for part in ["the cluster", "4 open sessions", "--max-sessions"] {
-        assert!(
-            refused.to_string().contains(part),
-            "{refused} should name {part}"
-        );
-    }
+    let naming = ["the cluster", "4 open sessions", "--max-sessions"];
+    refused_at_once(&h.client_as("team-b"), "team-b", &naming).await;
     // A session closed makes room for another of its identity.
     a1.close_session().await.unwrap();
     writes(&a3, "team-a").await.unwrap();

@@ -600,6 +600,15 @@ fn served_certificate(h: &Harness, id: u64) -> Result<Vec<u8>, String> {
     served_certificate_at(h, &h.endpoints[id as usize - 1])
 }
 
+/// Waits up to `limit` until node `id`'s client plane serves `cert`.
+async fn until_served(h: &Harness, id: u64, cert: &[u8], limit: Duration) {
+    let what = format!("node {id} to serve its renewed certificate");
+    wait_for(&what, limit, || {
+        std::future::ready((served_certificate(h, id).ok().as_deref() == Some(cert)).then_some(()))
+    })
+    .await;
+}
+
 /// A node serves renewed TLS files without a restart: at once on SIGHUP, and by itself when
 /// the files change. A key that is not its certificate's leaves the node serving what it had,
 /// saying which file is wrong; the cluster works throughout.
@@ -644,30 +653,12 @@ async fn renewed_certificates_are_served_without_a_restart() {
     h.cluster.signal(1, libc::SIGHUP);
     let renewed = on_disk(1);
     assert_ne!(renewed, first);
-    wait_for(
-        "node 1 to serve its renewed certificate",
-        Duration::from_secs(10),
-        || {
-            std::future::ready(
-                (served_certificate(&h, 1).ok() == Some(renewed.clone())).then_some(()),
-            )
-        },
-    )
-    .await;
+    until_served(&h, 1, &renewed, Duration::from_secs(10)).await;
 
     // No signal: node 2 notices the change itself.
     set.issue_node(2, None).unwrap();
     let renewed = on_disk(2);
-    wait_for(
-        "node 2 to serve its renewed certificate",
-        Duration::from_secs(20),
-        || {
-            std::future::ready(
-                (served_certificate(&h, 2).ok() == Some(renewed.clone())).then_some(()),
-            )
-        },
-    )
-    .await;
+    until_served(&h, 2, &renewed, Duration::from_secs(20)).await;
     assert!(written(
         &h.client.put("after", b"renewal", None).await.unwrap()
     ));

@@ -182,7 +182,7 @@ pub async fn run_on(
     let serving = Serving {
         tls: planes_tls,
         reloading: tls.clone(),
-        hangups: std::sync::Mutex::new(Some(hangups)),
+        hangups: Some(hangups),
         peers_tls: tls.is_some(),
         metrics,
         boot,
@@ -196,7 +196,7 @@ struct Serving {
     /// The TLS files, loaded again on SIGHUP or a change (see `tls::reload`).
     reloading: Option<Arc<Reloading>>,
     /// SIGHUPs, caught since the node's start; taken by the task that reloads.
-    hangups: std::sync::Mutex<Option<std::io::Result<tokio::signal::unix::Signal>>>,
+    hangups: Option<std::io::Result<tokio::signal::unix::Signal>>,
     /// Whether peers show certificates, for the gate.
     peers_tls: bool,
     metrics: Arc<Metrics>,
@@ -209,7 +209,7 @@ async fn serve(
     config: &NodeConfig,
     running: super::Running,
     listeners: Listeners,
-    serving: Serving,
+    mut serving: Serving,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     let node = running.node().clone();
@@ -221,7 +221,7 @@ async fn serve(
     let gate = PeerGate::new(config.id, members, serving.peers_tls, refusals.clone());
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let stop = Stop::new();
-    let background = background(&node, health_reporter, &stop, shutdown, &serving);
+    let background = background(&node, health_reporter, &stop, shutdown, &mut serving);
     let api = super::api::Api::client(&node, &serving.metrics, stop.stopping());
     let (client, client_lanes) = planes::client_plane(&api, health_service, &stop)?;
     let raft = Arc::new(super::peer::raft_service::RaftService::new(node.clone()));
@@ -334,7 +334,7 @@ fn background(
     health: tonic_health::server::HealthReporter,
     stop: &Stop,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    serving: &Serving,
+    serving: &mut Serving,
 ) -> [tokio::task::JoinHandle<()>; 5] {
     let raft = node.raft().clone();
     let fatal = Arc::new(tokio::sync::Notify::new());
@@ -355,7 +355,7 @@ fn background(
         tokio::spawn(super::probes::follow_raft(raft, serving.metrics.clone())),
         tokio::spawn(reload_tls(
             serving.reloading.clone(),
-            (serving.hangups.lock().unwrap_or_else(|p| p.into_inner())).take(),
+            serving.hangups.take(),
         )),
     ]
 }
