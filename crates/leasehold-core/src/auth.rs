@@ -552,6 +552,16 @@ fn owns(identity: &str, holder: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/'))
 }
 
+/// Every identity that may act as `holder` ([`owns`] it): the holder's own name and each of its
+/// parts up to a `/`. The table counts a held lease toward each, for the leader's cap on the
+/// leases one identity holds.
+pub(crate) fn owners_of(holder: &str) -> impl Iterator<Item = &str> {
+    holder
+        .match_indices('/')
+        .map(|(at, _)| &holder[..at])
+        .chain(std::iter::once(holder))
+}
+
 fn verb(action: &Action) -> &'static str {
     match action {
         Action::ReadLease(_) => "read lease",
@@ -660,6 +670,29 @@ mod tests {
         assert!(p
             .check(Some("stranger"), &Action::ReadKey("a/row"))
             .is_err());
+    }
+
+    #[test]
+    fn the_owners_of_a_holder_are_the_identities_that_own_it() {
+        for holder in [
+            "team-a",
+            "team-a/x",
+            "team-a/x/y",
+            "a//b",
+            "/lead",
+            "trail/",
+        ] {
+            let owners: Vec<&str> = owners_of(holder).collect();
+            for end in 0..=holder.len() {
+                let candidate = &holder[..end];
+                assert_eq!(
+                    owns(candidate, holder),
+                    owners.contains(&candidate),
+                    "{candidate:?} of {holder:?}"
+                );
+            }
+            assert_eq!(owners.len(), holder.matches('/').count() + 1, "{holder:?}");
+        }
     }
 
     #[test]

@@ -282,9 +282,11 @@ fn a_table_stored_before_the_policy_loads_with_its_floor() {
     t.apply(&at(9_000, Op::Forget { retention_ms: 1 }));
     assert_eq!(t.forgotten_floor(), 1);
     let mut bytes = postcard::to_allocvec(&t).unwrap();
-    // What a table without a policy stored: all but the policy and the session owners.
+    // What a table without a policy stored: all but the policy, the session owners and the
+    // row owners.
     let owners = std::collections::BTreeMap::<u64, String>::new();
-    let added = postcard::to_allocvec(&(t.policy(), owners)).unwrap();
+    let row_owners = std::collections::BTreeMap::<String, String>::new();
+    let added = postcard::to_allocvec(&(t.policy(), owners, row_owners)).unwrap();
     bytes.truncate(bytes.len() - added.len());
     assert!(postcard::from_bytes::<LeaseTable>(&bytes).is_err());
     let loaded = LeaseTable::from_older_bytes(&bytes).unwrap();
@@ -552,4 +554,71 @@ fn a_closed_session_is_gone_its_owner_alone_closes_it_and_a_retried_close_is_ans
     let open = registered(&mut t, Op::Register);
     assert_eq!(t.apply(&request(open, 1, Op::Close)), Outcome::Closed);
     assert_eq!(t.session_count(), 0);
+}
+
+/// The leases each identity holds, which the leader caps, are those its holders hold (itself
+/// and the names under `identity/`), counted through grant, release, expiry and reload.
+#[test]
+fn the_leases_each_identity_holds_are_counted_through_release_expiry_and_reload() {
+    let mut t = LeaseTable::default();
+    t.apply(&at(1, by("team-a", acquire("l1", "team-a"))));
+    t.apply(&at(1, by("team-a", acquire("l2", "team-a/worker-1"))));
+    t.apply(&at(1, by("team-a", acquire("l3", "team-a/worker-1/x"))));
+    t.apply(&at(1, acquire("l4", "team-ab")));
+    let held = |t: &LeaseTable| {
+        ["team-a", "team-a/worker-1", "team-ab", "team"].map(|id| t.leases_held_by(id))
+    };
+    assert_eq!(held(&t), [3, 2, 1, 0]);
+    // Acquired again by its holder: renewed, not held twice.
+    t.apply(&at(2, acquire("l2", "team-a/worker-1")));
+    assert_eq!(held(&t), [3, 2, 1, 0]);
+    let token = |t: &LeaseTable, lease: &str| t.lease(lease).unwrap().token;
+    let release = Op::Release {
+        lease: "l3".into(),
+        holder: "team-a/worker-1/x".into(),
+        token: token(&t, "l3"),
+    };
+    t.apply(&at(3, release));
+    assert_eq!(held(&t), [2, 1, 1, 0]);
+    let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
+    assert_eq!(held(&loaded), held(&t));
+    // l1 and l4 run out at 10,001; l2, renewed at 2, at 10,002.
+    t.apply(&at(10_001, Op::Tick));
+    assert_eq!(held(&t), [1, 1, 0, 0]);
+    t.apply(&at(10_002, Op::Tick));
+    assert_eq!(held(&t), [0, 0, 0, 0]);
+    // Taken again once it ran out: held again, counted once.
+    t.apply(&at(10_003, acquire("l1", "team-a")));
+    assert_eq!(held(&t), [1, 0, 0, 0]);
+}
+
+/// The rows each identity created, which the leader caps, are counted from the put that
+/// creates a row to the delete that removes it, whoever overwrites it between; they are kept
+/// in the table's encoding, and a row written without an identity counts toward none.
+#[test]
+fn the_rows_each_identity_created_are_counted_until_deleted_and_across_a_reload() {
+    let mut t = LeaseTable::default();
+    for key in ["a/1", "a/2", "a/3"] {
+        t.apply(&at(1, by("team-a", put(key))));
+    }
+    t.apply(&at(1, by("team-b", put("b/1"))));
+    t.apply(&at(1, put("plain")));
+    let created = |t: &LeaseTable| ["team-a", "team-b"].map(|id| t.rows_created_by(id));
+    assert_eq!(created(&t), [3, 1]);
+    // Overwritten by another identity: still its creator's.
+    t.apply(&at(2, by("team-b", put("a/1"))));
+    assert_eq!(created(&t), [3, 1]);
+    let delete = |key: &str| Op::Delete {
+        key: key.into(),
+        fence: None,
+    };
+    t.apply(&at(3, by("team-b", delete("a/2"))));
+    t.apply(&at(3, delete("plain")));
+    assert_eq!(created(&t), [2, 1]);
+    let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
+    assert_eq!(created(&loaded), [2, 1]);
+    assert_eq!(loaded, t);
+    // Created again after its delete: its new creator's.
+    t.apply(&at(4, by("team-b", put("a/2"))));
+    assert_eq!(created(&t), [2, 2]);
 }

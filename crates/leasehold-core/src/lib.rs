@@ -16,6 +16,8 @@
 //! - `kept_answers`: the answers a session keeps for its retries, in one array.
 //! - `event`: what a command did to leases, for watches.
 //! - `holder_names`: holder names shared between the leases that name the same holder.
+//! - `tally`: counts by identity (sessions, held leases, rows created) kept along with the
+//!   table, for the leader's caps.
 //! - [`auth`]: who may do what: roles on lease and key prefixes, the admin permission, and
 //!   holders bound to the identity that owns them; a pure policy, changed only by
 //!   [`auth::AuthChange`].
@@ -33,6 +35,7 @@ mod kept_answers;
 pub mod limits;
 pub(crate) mod session;
 mod table;
+mod tally;
 
 pub use command::{
     Batch, Command, Fence, Op, Outcome, ReleaseRefusal, Renewal, Renewed, RequestId,

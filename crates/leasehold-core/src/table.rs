@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use super::limits::FORGET_BATCH;
 use super::session::{fingerprint, Admission, Sessions};
+use super::tally::Tally;
 use super::{Encoded, Map, Name, Set};
-use crate::auth::{Denied, Policy};
+use crate::auth::{owners_of, Denied, Policy};
 use crate::holder_names::RecentHolders;
 use crate::{
     Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal, Renewal, Renewed, RequestId,
@@ -46,6 +47,13 @@ pub struct LeaseTable {
     /// sequence numbers. Kept while the session lives.
     #[serde(serialize_with = "crate::encode_map")]
     session_owners: Map<u64, String>,
+    /// The identity that created each row created with one, kept until the row is deleted:
+    /// what the leader's cap on the rows one identity created counts. Advisory, as the cap is
+    /// the leader's: outside the digest, and encoded last, where builds before 0.5.0 stop
+    /// reading a table (they install a snapshot that has it and drop it, and the rows they
+    /// hand on count toward no identity; see [`StoredBeforeRowOwners`]).
+    #[serde(serialize_with = "crate::encode_map")]
+    row_owners: Map<String, Name>,
     /// `(expires_at_ms, name)` of every lease: the next expiry of a held lease (those after
     /// now) and the longest-free leases (a free lease's `expires_at_ms` is when it became
     /// free), without a scan. Derived from `leases`, so not stored: rebuilt on load.
@@ -76,6 +84,14 @@ pub struct LeaseTable {
     /// rebuilt on load.
     #[serde(skip)]
     owners: OwnerIndex,
+    /// How many leases each identity holds now through the holders it owns (see
+    /// [`crate::auth::owners_of`]), kept at every grant, release and expiry. Derived: rebuilt
+    /// on load.
+    #[serde(skip)]
+    holdings: Tally,
+    /// How many rows each identity in `row_owners` created. Derived: rebuilt on load.
+    #[serde(skip)]
+    rows_created: Tally,
 }
 
 /// The derived side of `session_owners`: the sum (wrapping) of every owner's hash, for the
@@ -84,7 +100,7 @@ pub struct LeaseTable {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct OwnerIndex {
     sum: u64,
-    counts: Map<String, usize>,
+    counts: Tally,
 }
 
 impl OwnerIndex {
@@ -98,17 +114,12 @@ impl OwnerIndex {
 
     fn add(&mut self, client: u64, identity: &str) {
         self.sum = self.sum.wrapping_add(owner_hash(client, identity));
-        *self.counts.entry(identity.to_owned()).or_default() += 1;
+        self.counts.add(identity);
     }
 
     fn remove(&mut self, client: u64, identity: &str) {
         self.sum = self.sum.wrapping_sub(owner_hash(client, identity));
-        if let Some(count) = self.counts.get_mut(identity) {
-            *count -= 1;
-            if *count == 0 {
-                self.counts.remove(identity);
-            }
-        }
+        self.counts.remove(identity);
     }
 }
 
@@ -156,6 +167,23 @@ struct Stored {
     policy: Policy,
     #[serde(deserialize_with = "crate::decode_map")]
     session_owners: Map<u64, String>,
+    #[serde(deserialize_with = "decode_row_owners")]
+    row_owners: Map<String, Name>,
+}
+
+/// What a table stored before rows had owners (every build before 0.5.0): none has one.
+#[derive(Deserialize)]
+struct StoredBeforeRowOwners {
+    now_ms: u64,
+    #[serde(deserialize_with = "decode_leases")]
+    leases: Map<Name, Lease>,
+    #[serde(deserialize_with = "crate::decode_map")]
+    rows: Map<String, Row>,
+    sessions: Sessions,
+    forgotten_floor: u64,
+    policy: Policy,
+    #[serde(deserialize_with = "crate::decode_map")]
+    session_owners: Map<u64, String>,
 }
 
 /// What a table stored before it had a policy: the default policy, which is off.
@@ -193,6 +221,32 @@ fn decode_leases<'de, D: serde::Deserializer<'de>>(
     })
 }
 
+/// Decodes the rows' owners, each identity's name shared by the rows it created.
+fn decode_row_owners<'de, D: serde::Deserializer<'de>>(
+    decoder: D,
+) -> Result<Map<String, Name>, D::Error> {
+    let mut identities = RecentHolders::default();
+    crate::decode_map_with(decoder, |key, owner: Name| (key, identities.share(owner)))
+}
+
+/// How many leases each identity holds at `now_ms` in `leases`: counted by holder first, as a
+/// holder of many leases is named by each.
+fn holdings_of(leases: &Map<Name, Lease>, now_ms: u64) -> Tally {
+    let mut by_holder: std::collections::HashMap<&str, usize> = Default::default();
+    for lease in leases.values() {
+        if let Some(holder) = lease.holder_at(now_ms) {
+            *by_holder.entry(holder.as_str()).or_default() += 1;
+        }
+    }
+    let mut holdings = Tally::default();
+    for (holder, held) in by_holder {
+        for owner in owners_of(holder) {
+            holdings.add_many(owner, held);
+        }
+    }
+    holdings
+}
+
 /// Leases from which a load derives the expiry index on a thread of its own: below, a thread
 /// would cost more than it saves.
 const DERIVE_BESIDE_FROM: usize = 10_000;
@@ -213,14 +267,16 @@ fn expiry_index(leases: &Map<Name, Lease>) -> Set<(u64, Name)> {
 impl From<Stored> for LeaseTable {
     fn from(stored: Stored) -> Self {
         let leases = stored.leases;
+        let now_ms = stored.now_ms;
         let lease_sum = || {
-            leases.iter().fold(0u64, |sum, (name, lease)| {
+            let sum = leases.iter().fold(0u64, |sum, (name, lease)| {
                 sum.wrapping_add(entry_hash(name, lease))
-            })
+            });
+            (sum, holdings_of(&leases, now_ms))
         };
         // The expiry index, the longer to derive (0.4 s of a 715,000-lease snapshot's load, the
-        // sum 0.06 s), is built beside the digest's sum in a large table.
-        let (expiries, lease_sum) = if leases.len() < DERIVE_BESIDE_FROM {
+        // sum 0.06 s), is built beside the digest's sum and the holdings in a large table.
+        let (expiries, (lease_sum, holdings)) = if leases.len() < DERIVE_BESIDE_FROM {
             (expiry_index(&leases), lease_sum())
         } else {
             std::thread::scope(|both| {
@@ -246,6 +302,15 @@ impl From<Stored> for LeaseTable {
             policy: stored.policy,
             owners: OwnerIndex::of(&stored.session_owners),
             session_owners: stored.session_owners,
+            rows_created: stored
+                .row_owners
+                .values()
+                .fold(Tally::default(), |mut tally, owner| {
+                    tally.add(owner);
+                    tally
+                }),
+            row_owners: stored.row_owners,
+            holdings,
             expiries,
             holders: RecentHolders::default(),
             held,
@@ -256,8 +321,8 @@ impl From<Stored> for LeaseTable {
 }
 
 impl LeaseTable {
-    /// A table stored by an earlier version (a snapshot it left): before the policy, or before
-    /// leases could be forgotten.
+    /// A table stored by an earlier version (a snapshot it left): before rows had owners,
+    /// before the policy, or before leases could be forgotten.
     pub fn from_older_bytes(bytes: &[u8]) -> Result<LeaseTable, postcard::Error> {
         // Whole or not at all: a layout that reads part of the bytes is not theirs (a newer
         // build's table, or a damaged one), and loading it would drop what it does not know.
@@ -266,6 +331,18 @@ impl LeaseTable {
                 (stored, []) => Ok(stored),
                 _ => Err(postcard::Error::DeserializeBadEncoding),
             }
+        }
+        if let Ok(old) = whole::<StoredBeforeRowOwners>(bytes) {
+            return Ok(LeaseTable::from(Stored {
+                now_ms: old.now_ms,
+                leases: old.leases,
+                rows: old.rows,
+                sessions: old.sessions,
+                forgotten_floor: old.forgotten_floor,
+                policy: old.policy,
+                session_owners: old.session_owners,
+                row_owners: Map::new(),
+            }));
         }
         if let Ok(old) = whole::<StoredBeforePolicy>(bytes) {
             return Ok(LeaseTable::from(Stored {
@@ -276,6 +353,7 @@ impl LeaseTable {
                 forgotten_floor: old.forgotten_floor,
                 policy: Policy::default(),
                 session_owners: Map::new(),
+                row_owners: Map::new(),
             }));
         }
         let old: StoredBeforeForgetting = whole(bytes)?;
@@ -287,6 +365,7 @@ impl LeaseTable {
             forgotten_floor: 0,
             policy: Policy::default(),
             session_owners: Map::new(),
+            row_owners: Map::new(),
         }))
     }
 }
@@ -473,6 +552,7 @@ impl LeaseTable {
             policy: self.policy,
             // No session goes on, so neither does any owner.
             session_owners: Map::new(),
+            row_owners: self.row_owners,
         };
         // Rebuilt as a load would: the digest's sums follow the new tokens.
         LeaseTable::from(stored)
@@ -485,7 +565,18 @@ impl LeaseTable {
 
     /// How many of them `identity` opened.
     pub fn sessions_of(&self, identity: &str) -> usize {
-        self.owners.counts.get(identity).copied().unwrap_or(0)
+        self.owners.counts.of(identity)
+    }
+
+    /// How many leases `identity` holds now: those held by itself or by holders under
+    /// `identity/`, the only holders it may act as.
+    pub fn leases_held_by(&self, identity: &str) -> usize {
+        self.holdings.of(identity)
+    }
+
+    /// How many of the rows kept now `identity` created (see `row_owners`).
+    pub fn rows_created_by(&self, identity: &str) -> usize {
+        self.rows_created.of(identity)
     }
 
     /// How many leases the table keeps, free ones included.
@@ -634,6 +725,7 @@ impl LeaseTable {
                 ..
             }) = self.leases.get(name)
             {
+                owners_of(holder).for_each(|owner| self.holdings.remove(owner));
                 events.push(Event {
                     kind: EventKind::Expired,
                     lease: name.clone(),
@@ -669,7 +761,7 @@ impl LeaseTable {
             Op::Renew { leases } => {
                 Outcome::Renewed(leases.iter().map(|r| self.renew(r, events)).collect())
             }
-            Op::Put { key, value, fence } => self.put(key, value, fence.as_ref()),
+            Op::Put { key, value, fence } => self.put(key, value, fence.as_ref(), identity),
             Op::Advance { by_ms } => {
                 self.pass_time(self.now_ms.saturating_add(*by_ms), events);
                 Outcome::Advanced
@@ -836,6 +928,7 @@ impl LeaseTable {
         reindex(&mut self.expiries, &key, before, Some(expires_at_ms));
         // Granted only when not held, so one more is.
         self.held += 1;
+        owners_of(holder).for_each(|owner| self.holdings.add(owner));
         Outcome::Granted {
             token,
             expires_at_ms,
@@ -854,6 +947,7 @@ impl LeaseTable {
             lease.expires_at_ms = now_ms;
         });
         self.held -= 1;
+        owners_of(holder).for_each(|owner| self.holdings.remove(owner));
         Outcome::Released { token }
     }
 
@@ -915,11 +1009,23 @@ impl LeaseTable {
         rehash(&mut self.lease_sum, Some(hashed), Some(rehashed));
     }
 
-    fn put(&mut self, key: &str, value: &[u8], fence: Option<&Fence>) -> Outcome {
+    /// Writes row `key`; a row `identity` creates is counted as its until deleted.
+    fn put(
+        &mut self,
+        key: &str,
+        value: &[u8],
+        fence: Option<&Fence>,
+        identity: Option<&str>,
+    ) -> Outcome {
         if let Err(refusal) = self.pass_fence(fence) {
             return refusal;
         }
         let replaced = self.rows.insert(key.to_owned(), Row::from(value));
+        if let (None, Some(identity)) = (&replaced, identity) {
+            self.rows_created.add(identity);
+            let owner = self.holders.name(identity);
+            self.row_owners.insert(key.to_owned(), owner);
+        }
         let hashed = replaced.map(|old| entry_hash(key, &old));
         rehash(&mut self.row_sum, hashed, Some(entry_hash(key, &value)));
         Outcome::Written
@@ -930,6 +1036,9 @@ impl LeaseTable {
             return refusal;
         }
         let removed = self.rows.remove(key);
+        if let Some(owner) = self.row_owners.remove(key) {
+            self.rows_created.remove(&owner);
+        }
         let hashed = removed.as_ref().map(|old| entry_hash(key, old));
         rehash(&mut self.row_sum, hashed, None);
         Outcome::Deleted {
@@ -1341,6 +1450,45 @@ mod tests {
         };
         let as_strings = postcard::to_allocvec(&(Some("h".to_string()), 7u64, 9u64, 8u64));
         assert_eq!(postcard::to_allocvec(&lease).unwrap(), as_strings.unwrap());
+    }
+
+    /// Row owners are the table's last part: a table stored before them loads with none, and
+    /// a build before them (whose layout reads up to the session owners and stops) loads a
+    /// table that has them, as the same table without.
+    #[test]
+    fn row_owners_ride_at_the_end_of_the_table_where_earlier_builds_stop_reading() {
+        let mut t = LeaseTable::default();
+        let by_a = Op::As {
+            identity: "team-a".into(),
+            bearer: None,
+            op: Box::new(plain("k", "v")),
+        };
+        t.apply(&at(1, by_a));
+        t.apply(&at(1, acquire("l", "team-a", 1_000)));
+        assert_eq!(t.rows_created_by("team-a"), 1);
+        let bytes = postcard::to_allocvec(&t).unwrap();
+        let earlier: StoredBeforeRowOwners = postcard::from_bytes(&bytes).unwrap();
+        let without = LeaseTable::from(Stored {
+            now_ms: earlier.now_ms,
+            leases: earlier.leases,
+            rows: earlier.rows,
+            sessions: earlier.sessions,
+            forgotten_floor: earlier.forgotten_floor,
+            policy: earlier.policy,
+            session_owners: earlier.session_owners,
+            row_owners: Map::new(),
+        });
+        assert_eq!(without.rows_created_by("team-a"), 0);
+        assert_eq!(without.leases_held_by("team-a"), 1);
+        // Advisory: the digest is the table's without them.
+        assert_eq!(without.digest(), t.digest());
+        let earlier_bytes = postcard::to_allocvec(&without).unwrap();
+        let stored_earlier = &earlier_bytes[..earlier_bytes.len() - 1];
+        assert!(postcard::from_bytes::<LeaseTable>(stored_earlier).is_err());
+        assert_eq!(
+            LeaseTable::from_older_bytes(stored_earlier).unwrap(),
+            without
+        );
     }
 
     #[test]
@@ -1922,8 +2070,10 @@ mod tests {
         let mut now = 0;
         // Each registered client and its last sequence.
         let mut clients: Vec<(u64, u64)> = Vec::new();
-        // The most leases, rows and sessions the table held at once.
-        let mut most = (0, 0, 0);
+        // The most leases, rows and sessions the table held at once, and of one identity's.
+        let mut most = (0, 0, 0, 0);
+        // Holders owned by identity `i` (two) and by `j`.
+        let holder = |n: u64| ["i", "i/h1", "j/h2"][n as usize].to_string();
         for step in 0..3_000 {
             // Now and then a jump past the sessions' idle time, so that sessions expire.
             now += if step % 1_000 == 499 {
@@ -1935,13 +2085,13 @@ mod tests {
             let op = match next(8) {
                 // A session at least every 500 commands, one just after each expiry.
                 _ if step % 500 == 0 => Op::Register,
-                0 | 1 => acquire(&name, &format!("h{}", next(3)), 200 + next(800)),
+                0 | 1 => acquire(&name, &holder(next(3)), 200 + next(800)),
                 2 => {
                     let token = t
                         .lease(&name)
                         .map_or(1, |l| l.token)
                         .saturating_sub(next(2));
-                    release(&name, &format!("h{}", next(3)), token)
+                    release(&name, &holder(next(3)), token)
                 }
                 3 => {
                     // The current token, or one before it: accepted, raising the fence, or stale.
@@ -1958,7 +2108,12 @@ mod tests {
                 },
                 // Rarely, so that the newest sessions fill past their window of answers.
                 6 if next(32) == 0 => Op::Register,
-                6 if next(2) == 0 => plain(&format!("k{}", next(5)), "w"),
+                // Rows an identity creates, and deletes as any other.
+                6 if next(2) == 0 => Op::As {
+                    identity: "i".into(),
+                    bearer: None,
+                    op: Box::new(plain(&format!("k{}", next(5)), "w")),
+                },
                 // Two leases at their current tokens, or one before: renewed or refused.
                 6 => renew(&[0, 1].map(|i| {
                     let lease = format!("l{}", (next(8) + i) % 8);
@@ -1966,7 +2121,7 @@ mod tests {
                         .lease(&lease)
                         .map_or(1, |l| l.token)
                         .saturating_sub(next(2));
-                    (lease, format!("h{}", next(3)), token.max(1))
+                    (lease, holder(next(3)), token.max(1))
                 })),
                 // Now and then a policy change (off: it decides nothing, but is state).
                 // Now and then a session of an identity's own, which takes none of the bare
@@ -2025,8 +2180,18 @@ mod tests {
                 loaded.held_count(),
                 "step {step}: held, kept and counted"
             );
+            let per_identity =
+                |t: &LeaseTable| ["i", "j"].map(|id| (t.leases_held_by(id), t.rows_created_by(id)));
+            assert_eq!(per_identity(&t), per_identity(&loaded), "step {step}");
+            most.3 = most
+                .3
+                .max(t.leases_held_by("i"))
+                .max(t.rows_created_by("i"));
         }
-        assert!(most.0 > 0 && most.1 > 0 && most.2 > 0, "{most:?}");
+        assert!(
+            most.0 > 0 && most.1 > 0 && most.2 > 0 && most.3 > 0,
+            "{most:?}"
+        );
     }
 
     /// A backup's header names the digest of the build that saved it, so `snapshot restore`
