@@ -8,7 +8,7 @@ mod harness;
 
 use std::time::{Duration, Instant};
 
-use harness::{wait_for, Harness};
+use harness::{granted, wait_for, written, Harness};
 use leasehold::proto::v1 as pb;
 use leasehold::proto::v1::change_policy_request::Change;
 use leasehold::proto::v1::lease_store_client::LeaseStoreClient;
@@ -733,4 +733,87 @@ async fn sessions_past_their_caps_are_refused_at_once_naming_the_limit() {
     // A session closed makes room for another of its identity.
     a1.close_session().await.unwrap();
     writes(&a3, "team-a").await.unwrap();
+}
+
+/// Held leases and rows are replicated state too: past `--max-leases-per-identity` an identity
+/// acquires no more (through any holder it owns) and past `--max-rows-per-identity` creates no
+/// more rows, each refused at once (RESOURCE_EXHAUSTED, LEASES_EXHAUSTED or ROWS_EXHAUSTED) by
+/// the leader, through a follower too, naming the limit and the flag, and never as a write that
+/// may have been applied. What adds nothing (a lease acquired again by its holder, a row
+/// overwritten) still goes through, another identity is not held back, and a release or a
+/// delete makes room again.
+#[tokio::test(flavor = "multi_thread")]
+async fn leases_and_rows_past_an_identitys_caps_are_refused_at_once_naming_the_limit() {
+    let caps = [
+        "--max-leases-per-identity",
+        "2",
+        "--max-rows-per-identity",
+        "2",
+    ];
+    let h = Harness::start_authorized_with(3, false, |c| c.with_serve_args(&caps)).await;
+    for team in ["team-a", "team-b"] {
+        let prefix = format!("{team}/");
+        let grants = ["hold", "write", "delete"].map(|p| grant(p, &prefix));
+        role_for(&h.client, team, grants.to_vec()).await;
+    }
+    let leader = h.leader().await;
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let (a, a_by_follower) = (
+        h.client_as("team-a"),
+        h.client_of_nodes_as(&[follower], "team-a"),
+    );
+    let ttl = 60_000;
+    let l1 = granted(&a.acquire("team-a/l1", "team-a", ttl).await.unwrap()).unwrap();
+    granted(&a.acquire("team-a/l2", "team-a/worker", ttl).await.unwrap()).unwrap();
+    let leases = ["team-a", "2 leases", "--max-leases-per-identity", "release"];
+    for c in [&a, &a_by_follower] {
+        at_cap(c.acquire("team-a/l3", "team-a/other", ttl), &leases).await;
+    }
+    // Acquired again by its holder: renewed, not one more.
+    granted(&a.acquire("team-a/l1", "team-a", ttl).await.unwrap()).unwrap();
+    let b = h.client_as("team-b");
+    granted(&b.acquire("team-b/l1", "team-b", ttl).await.unwrap()).unwrap();
+    a.release("team-a/l1", "team-a", l1).await.unwrap();
+    granted(&a.acquire("team-a/l3", "team-a/other", ttl).await.unwrap()).unwrap();
+
+    for key in ["team-a/k1", "team-a/k2"] {
+        assert!(written(&a.put(key, b"v", None).await.unwrap()));
+    }
+    let rows = [
+        "team-a",
+        "2 rows it created",
+        "--max-rows-per-identity",
+        "delete",
+    ];
+    for c in [&a, &a_by_follower] {
+        at_cap(c.put("team-a/k3", b"v", None), &rows).await;
+    }
+    assert!(written(&a.put("team-a/k1", b"again", None).await.unwrap()));
+    assert!(written(&b.put("team-b/k1", b"v", None).await.unwrap()));
+    a.delete("team-a/k2", None).await.unwrap();
+    assert!(written(&a.put("team-a/k3", b"v", None).await.unwrap()));
+}
+
+/// Asserts that `call` is refused at a cap within 2 s (not retried): RESOURCE_EXHAUSTED,
+/// determinate, its message naming each of `naming`. (Its reason, which the clients read to
+/// give it back at once, is the node's error.rs's to test.)
+async fn at_cap<T: std::fmt::Debug>(
+    call: impl std::future::Future<Output = Result<T, ClientError>>,
+    naming: &[&str],
+) {
+    let started = Instant::now();
+    let refused = call.await.expect_err("refused at its cap");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused}");
+    assert!(!refused.is_indeterminate(), "{refused}");
+    for part in naming {
+        assert!(
+            refused.to_string().contains(part),
+            "{refused} should name {part}"
+        );
+    }
 }

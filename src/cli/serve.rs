@@ -126,6 +126,17 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_MAX_SESSIONS_PER_IDENTITY", value_name = "N", default_value_t = crate::limits::MAX_SESSIONS_PER_IDENTITY as u64,
           value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     max_sessions_per_identity: u64,
+    /// Leases one identity may hold at once, through the holders it owns (itself and names
+    /// under IDENTITY/); past it the leader refuses an acquire with RESOURCE_EXHAUSTED
+    /// (LEASES_EXHAUSTED). Give every node the same.
+    #[arg(long, env = "LEASEHOLD_MAX_LEASES_PER_IDENTITY", value_name = "N", default_value_t = crate::limits::MAX_LEASES_PER_IDENTITY as u64,
+          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    max_leases_per_identity: u64,
+    /// Rows one identity may have created and not deleted; past it the leader refuses a put
+    /// that creates one with RESOURCE_EXHAUSTED (ROWS_EXHAUSTED). Give every node the same.
+    #[arg(long, env = "LEASEHOLD_MAX_ROWS_PER_IDENTITY", value_name = "N", default_value_t = crate::limits::MAX_ROWS_PER_IDENTITY as u64,
+          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    max_rows_per_identity: u64,
     /// Forget a lease once it has been free (released or expired) this long in store time;
     /// its tokens are never handed out again.
     #[arg(long, env = "LEASEHOLD_LEASE_RETENTION", value_name = "SECONDS",
@@ -357,8 +368,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         auth_admin: args.auth_admin,
         max_requests: args.max_requests as usize,
         max_watches: args.max_watches as usize,
-        max_sessions: args.max_sessions as usize,
-        max_sessions_per_identity: args.max_sessions_per_identity as usize,
+        caps: node::Caps {
+            sessions: args.max_sessions as usize,
+            sessions_per_identity: args.max_sessions_per_identity as usize,
+            leases_per_identity: args.max_leases_per_identity as usize,
+            rows_per_identity: args.max_rows_per_identity as usize,
+        },
         lease_retention_ms: args.lease_retention,
         metrics_listen,
         http_listen,

@@ -1,7 +1,7 @@
 //! One call's attempts: which failures are worth another node, and whether a write that got no
 //! answer may have been applied.
 
-use leasehold_proto::wire::{REMOVED_REASON, SESSIONS_EXHAUSTED};
+use leasehold_proto::wire::{CAPS_REACHED, REMOVED_REASON};
 use leasehold_proto::{INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
@@ -21,8 +21,11 @@ fn retryable(status: &Status) -> bool {
             | Code::Unknown
             | Code::ResourceExhausted
     );
-    // Past a cap on open sessions a registration is refused at once by every node alike.
-    worth && !refused_for(status, SESSIONS_EXHAUSTED)
+    // Past a cap (sessions, leases, rows) a write is refused at once by every node alike.
+    worth
+        && !CAPS_REACHED
+            .iter()
+            .any(|reason| refused_for(status, reason))
 }
 
 /// Whether `status` is a node's refusal for `reason`.
@@ -240,27 +243,29 @@ mod tests {
     use super::statuses::*;
     use super::*;
 
-    /// A registration past a cap on open sessions is refused alike by every node: the call
+    /// A write past a cap (sessions, leases, rows) is refused alike by every node: the call
     /// gives it back at once, where a node's other RESOURCE_EXHAUSTED (its requests at their
     /// limit) is worth another node.
     #[test]
-    fn a_registration_past_the_session_caps_is_not_retried() {
-        let details = tonic_types::ErrorDetails::with_error_info(
-            SESSIONS_EXHAUSTED,
-            leasehold_proto::wire::ERROR_DOMAIN,
-            std::collections::HashMap::new(),
-        );
-        let mut exhausted =
-            Status::with_error_details(Code::ResourceExhausted, "2 open sessions", details);
-        assert!(
-            retryable(&exhausted),
-            "not a node's word without its origin mark"
-        );
-        exhausted.metadata_mut().insert(
-            ORIGIN_KEY,
-            tonic::metadata::MetadataValue::from_static("node"),
-        );
-        assert!(!retryable(&exhausted));
+    fn a_write_past_a_cap_is_not_retried() {
+        for reason in CAPS_REACHED {
+            let details = tonic_types::ErrorDetails::with_error_info(
+                reason,
+                leasehold_proto::wire::ERROR_DOMAIN,
+                std::collections::HashMap::new(),
+            );
+            let mut exhausted =
+                Status::with_error_details(Code::ResourceExhausted, "at its cap", details);
+            assert!(
+                retryable(&exhausted),
+                "{reason}: not a node's word without its origin mark"
+            );
+            exhausted.metadata_mut().insert(
+                ORIGIN_KEY,
+                tonic::metadata::MetadataValue::from_static("node"),
+            );
+            assert!(!retryable(&exhausted), "{reason}");
+        }
         let busy = node_says(Code::ResourceExhausted, "working on its limit", false);
         assert!(retryable(&busy));
     }

@@ -96,7 +96,7 @@ pub struct LeaseTable {
 
 /// The derived side of `session_owners`: the sum (wrapping) of every owner's hash, for the
 /// digest as `lease_sum` is, and how many sessions each identity holds, for the leader's cap
-/// on them (see the node's `sessions`).
+/// on them (see the node's `caps`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct OwnerIndex {
     sum: u64,

@@ -362,6 +362,15 @@ pub const MAX_SESSIONS: usize = 100_000;
 /// tenant's leak cannot take every session.
 pub const MAX_SESSIONS_PER_IDENTITY: usize = 10_000;
 
+/// Leases one identity may hold at once through the holders it owns (`serve
+/// --max-leases-per-identity`): about 200 bytes each on every replica, so a million is some
+/// 200 MB, and one tenant's leak of them cannot take a node's memory.
+pub const MAX_LEASES_PER_IDENTITY: usize = 1_000_000;
+
+/// Rows one identity may have created and not deleted (`serve --max-rows-per-identity`): each
+/// up to 64 KiB of value beside its key on every replica.
+pub const MAX_ROWS_PER_IDENTITY: usize = 100_000;
+
 /// Events kept at most. A watcher further behind than this is told its start was compacted.
 pub(crate) const KEPT_EVENTS: usize = 65_536;
 

@@ -38,6 +38,17 @@ pub const REMOVED_REASON: &str = "REMOVED";
 /// retry: a node's requests at their limit).
 pub const SESSIONS_EXHAUSTED: &str = "SESSIONS_EXHAUSTED";
 
+/// The `ErrorInfo.reason` of an acquire past the cap on the leases one identity holds: not
+/// retried either, as nothing frees one but the identity's own release or expiry.
+pub const LEASES_EXHAUSTED: &str = "LEASES_EXHAUSTED";
+
+/// The `ErrorInfo.reason` of a put past the cap on the rows one identity created: not retried,
+/// as nothing frees one but a delete.
+pub const ROWS_EXHAUSTED: &str = "ROWS_EXHAUSTED";
+
+/// Every reason a client gives back at once, never retrying: a cap the caller is at.
+pub const CAPS_REACHED: [&str; 3] = [SESSIONS_EXHAUSTED, LEASES_EXHAUSTED, ROWS_EXHAUSTED];
+
 // What a client sends.
 
 /// Where a client without a certificate sends its bearer token: `authorization: Bearer TOKEN`.

@@ -35,4 +35,4 @@ __all__ = [
     "Released", "Renewal", "Renewed", "StaleToken", "TLS", "TokenCurrent", "TokenStale", "Watch", "Written",
     "WrongToken", "default_margin",
 ]
-__version__ = "0.4.0"
+__version__ = "0.5.0"

@@ -20,7 +20,7 @@ from typing import Callable, List, Optional, Sequence, Union
 import grpc
 
 from leasehold import _answers as a
-from leasehold._errors import REMOVED_REASON, SESSIONS_EXHAUSTED, IndeterminateError, LeaseholdError
+from leasehold._errors import CAPS_REACHED, REMOVED_REASON, IndeterminateError, LeaseholdError
 from leasehold._watch import Watch
 from leasehold.v1 import leasehold_pb2 as pb
 from leasehold.v1 import leasehold_pb2_grpc as stubs
@@ -252,7 +252,7 @@ class Client:
                     gave_up = f"every node of {','.join(self.endpoints)} was removed from its cluster"
                 elif until.left() <= 0:
                     gave_up = f"no node of {','.join(self.endpoints)} answered within {until.span:.3g} s"
-                final = failure.from_node and failure.reason == SESSIONS_EXHAUSTED
+                final = failure.from_node and failure.reason in CAPS_REACHED
                 if failure.code in RETRYABLE and gave_up is None and not final:
                     continue
                 raise self._final(effect, failure, maybe, gave_up) from error

@@ -13,10 +13,11 @@ use openraft::error::{ClientWriteError, RaftError};
 
 use crate::raft::{NodeId, WriteError};
 
+use super::Capped;
 use crate::limits::QUORUM_SILENCE;
 pub use leasehold_proto::wire::{
-    DENIED_KEY, ERROR_DOMAIN, INDETERMINATE_KEY, ORIGIN_KEY, REMOVED_REASON, SESSIONS_EXHAUSTED,
-    SESSION_KEY,
+    DENIED_KEY, ERROR_DOMAIN, INDETERMINATE_KEY, LEASES_EXHAUSTED, ORIGIN_KEY, REMOVED_REASON,
+    ROWS_EXHAUSTED, SESSIONS_EXHAUSTED, SESSION_KEY,
 };
 
 #[derive(Clone, Debug, thiserror::Error)]
@@ -129,14 +130,15 @@ pub enum NodeError {
          shortly, or on another node"
     )]
     Overloaded { limit: usize, of: Budget },
-    /// A registration past a cap on open sessions (see `node::sessions`): nothing was
+    /// A write past a cap on sessions, leases or rows (see `node::caps`): nothing was
     /// proposed.
     #[error(
-        "{holder} holds {limit} open sessions, the most {per} (serve {flag}); close the \
-         sessions no longer used (the clients' close_session; a session left idle expires after \
-         an hour), then retry"
+        "{holder} holds {limit} {what}, the most {per} (serve {flag}); {remedy}, then retry",
+        what = capped.what(),
+        remedy = capped.remedy()
     )]
-    TooManySessions {
+    AtCap {
+        capped: super::Capped,
         holder: String,
         limit: usize,
         per: &'static str,
@@ -320,7 +322,11 @@ impl NodeError {
             NodeError::WrongClock(_) => "WRONG_CLOCK",
             NodeError::ShuttingDown => "SHUTTING_DOWN",
             NodeError::Overloaded { .. } => "OVERLOADED",
-            NodeError::TooManySessions { .. } => SESSIONS_EXHAUSTED,
+            NodeError::AtCap { capped, .. } => match capped {
+                Capped::Sessions => SESSIONS_EXHAUSTED,
+                Capped::Leases => LEASES_EXHAUSTED,
+                Capped::Rows => ROWS_EXHAUSTED,
+            },
             NodeError::Raft(_) => "RAFT_FAILED",
             NodeError::Invariant(_) => "INVARIANT_BROKEN",
             NodeError::Refused(_) => "REFUSED",
@@ -371,7 +377,7 @@ impl NodeError {
                 vec![fact("first_kept_index", first_kept.to_string())]
             }
             NodeError::WatchLeaderless { next, .. } => vec![fact("next_index", next.to_string())],
-            NodeError::TooManySessions { limit, flag, .. } => vec![
+            NodeError::AtCap { limit, flag, .. } => vec![
                 fact("limit", limit.to_string()),
                 fact("flag", flag.to_string()),
             ],
@@ -516,9 +522,7 @@ impl NodeError {
             | NodeError::TokenUnknownHere(_)
             | NodeError::DeniedHere { .. } => Code::Unavailable,
             NodeError::Forgotten | NodeError::UnknownSession => Code::Aborted,
-            NodeError::Overloaded { .. } | NodeError::TooManySessions { .. } => {
-                Code::ResourceExhausted
-            }
+            NodeError::Overloaded { .. } | NodeError::AtCap { .. } => Code::ResourceExhausted,
             NodeError::Raft(_)
             | NodeError::Invariant(_)
             | NodeError::Encoding { .. }
@@ -702,6 +706,38 @@ mod tests {
         let (reason, facts) = error_info(&crossed(NodeError::Deposed));
         assert_eq!(reason, "DEPOSED");
         assert_eq!(facts["indeterminate"], "true");
+    }
+
+    /// The clients give back at once what carries a cap's reason, from the leader or through
+    /// a follower.
+    #[test]
+    fn a_write_at_a_cap_is_refused_for_its_reason_naming_its_limit_and_flag() {
+        for (capped, named) in [
+            (Capped::Sessions, SESSIONS_EXHAUSTED),
+            (Capped::Leases, LEASES_EXHAUSTED),
+            (Capped::Rows, ROWS_EXHAUSTED),
+        ] {
+            let at_cap = || NodeError::AtCap {
+                capped,
+                holder: "identity \"team-a\"".into(),
+                limit: 2,
+                per: "per identity",
+                flag: "--max-them",
+            };
+            for status in [Status::from(at_cap()), crossed(at_cap())] {
+                assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                let (reason, facts) = error_info(&status);
+                assert_eq!(reason, named);
+                assert_eq!((&*facts["limit"], &*facts["flag"]), ("2", "--max-them"));
+                assert_eq!(facts["indeterminate"], "false");
+                let wanted = format!("identity \"team-a\" holds 2 {}", capped.what());
+                assert!(
+                    status.message().starts_with(&wanted),
+                    "{}",
+                    status.message()
+                );
+            }
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 mod api;
 mod assembly;
+mod caps;
 mod client_lanes;
 mod clock;
 mod election_watch;
@@ -24,7 +25,6 @@ mod probes;
 mod quorum_watch;
 mod read;
 mod server;
-mod sessions;
 mod stamps;
 mod ticker;
 mod write;
@@ -35,6 +35,7 @@ use std::sync::Arc;
 
 pub(crate) use assembly::Running;
 pub use assembly::StartError;
+pub use caps::{Capped, Caps};
 pub(crate) use clock::LeaderClock;
 use election_watch::watch_elections;
 pub(crate) use error::{Budget, NodeError};
@@ -90,11 +91,9 @@ pub struct NodeConfig {
     /// Watches served at once; past it, RESOURCE_EXHAUSTED (see
     /// [`crate::limits::MAX_WATCHES`]).
     pub max_watches: usize,
-    /// Sessions open in the whole cluster, past which this node, leading, refuses a
-    /// registration (see `sessions`).
-    pub max_sessions: usize,
-    /// Sessions one identity may hold open, likewise.
-    pub max_sessions_per_identity: usize,
+    /// The caps on sessions, leases and rows past which this node, leading, refuses a write
+    /// (see `caps`).
+    pub caps: Caps,
     /// Store time a lease stays free before this node, leading, has it forgotten.
     pub lease_retention_ms: u64,
     /// Wait to be added to a running cluster (`leasehold member add`) instead of forming one
@@ -160,10 +159,10 @@ struct NodeInner {
     /// Closed while this node, leading, hands leadership over before it stops (see
     /// `hand_over`): proposals then wait for the next leader.
     proposals: hand_over::ProposalGate,
-    /// The caps on open sessions, and the registrations this node, leading, has proposed
-    /// and not yet seen answered (see `sessions`).
-    session_caps: sessions::Caps,
-    opening: sessions::Opening,
+    /// The caps on what one client keeps in the state, and the writes this node, leading,
+    /// has proposed under them and not yet seen answered (see `caps`).
+    caps: Caps,
+    opening: caps::Opening,
 }
 
 /// A bound on what a node works on at once: its requests, or its watches.
@@ -221,11 +220,8 @@ impl Node {
                 quorum: QuorumWatch::start(raft.clone()),
                 was_member: std::sync::atomic::AtomicBool::new(!config.join),
                 proposals: hand_over::ProposalGate::default(),
-                session_caps: sessions::Caps {
-                    total: config.max_sessions,
-                    per_identity: config.max_sessions_per_identity,
-                },
-                opening: sessions::Opening::default(),
+                caps: config.caps,
+                opening: caps::Opening::default(),
                 link,
                 raft,
                 log,

@@ -126,13 +126,13 @@ impl Node {
         };
         let stamped = tokio::time::Instant::now();
         let deadline = tokio::time::Instant::now() + QUORUM_WAIT;
-        // Registrations hold their seats under the session caps until answered.
+        // Writes under a cap (see `caps`) hold their seats until answered.
         let mut seats = Vec::new();
         let answers: Vec<_> = checked
             .into_iter()
             .map(|w| {
                 let (op, request) = w?;
-                seats.extend(self.open_session(&op)?);
+                seats.extend(self.take_seat(&op)?);
                 Ok(self.inner.proposer.submit(Command { at_ms, request, op }))
             })
             .collect();

@@ -32,8 +32,7 @@ fn node_config(id: u64, count: u64) -> NodeConfig {
         auth_admin: None,
         max_requests: crate::limits::MAX_CONCURRENT_REQUESTS,
         max_watches: crate::limits::MAX_WATCHES,
-        max_sessions: crate::limits::MAX_SESSIONS,
-        max_sessions_per_identity: crate::limits::MAX_SESSIONS_PER_IDENTITY,
+        caps: crate::node::Caps::default(),
         // Short, so that the schedules forget leases too.
         lease_retention_ms: 2_000,
         metrics_listen: None,
