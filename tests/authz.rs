@@ -739,8 +739,8 @@ async fn sessions_past_their_caps_are_refused_at_once_naming_the_limit() {
 /// acquires no more (through any holder it owns) and past `--max-rows-per-identity` creates no
 /// more rows, each refused at once (RESOURCE_EXHAUSTED, LEASES_EXHAUSTED or ROWS_EXHAUSTED) by
 /// the leader, through a follower too, naming the limit and the flag, and never as a write that
-/// may have been applied. What adds nothing (a lease acquired again by its holder, a row
-/// overwritten) still goes through, another identity is not held back, and a release or a
+/// may have been applied. What adds nothing (a lease acquired again by its holder or held by
+/// another, a row overwritten) is answered as ever, another identity is not held back, and a release or a
 /// delete makes room again.
 #[tokio::test(flavor = "multi_thread")]
 async fn leases_and_rows_past_an_identitys_caps_are_refused_at_once_naming_the_limit() {
@@ -769,8 +769,11 @@ async fn leases_and_rows_past_an_identitys_caps_are_refused_at_once_naming_the_l
     for c in [&a, &a_by_follower] {
         at_cap(c.acquire("team-a/l3", "team-a/other", ttl), &leases).await;
     }
-    // Acquired again by its holder: renewed, not one more.
+    // Acquired again by its holder: renewed, not one more; held by another holder: answered
+    // as held, not refused at the cap.
     granted(&a.acquire("team-a/l1", "team-a", ttl).await.unwrap()).unwrap();
+    let held = a.acquire("team-a/l2", "team-a/other", ttl).await.unwrap();
+    assert_eq!(granted(&held), None, "{held:?}");
     let b = h.client_as("team-b");
     granted(&b.acquire("team-b/l1", "team-b", ttl).await.unwrap()).unwrap();
     a.release("team-a/l1", "team-a", l1).await.unwrap();

@@ -8,7 +8,7 @@ use super::limits::FORGET_BATCH;
 use super::session::{fingerprint, Admission, Sessions};
 use super::tally::Tally;
 use super::{Encoded, Map, Name, Set};
-use crate::auth::{owners_of, Denied, Policy};
+use crate::auth::{owner_of, Denied, Policy};
 use crate::holder_names::RecentHolders;
 use crate::{
     Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal, Renewal, Renewed, RequestId,
@@ -85,7 +85,7 @@ pub struct LeaseTable {
     #[serde(skip)]
     owners: OwnerIndex,
     /// How many leases each identity holds now through the holders it owns (see
-    /// [`crate::auth::owners_of`]), kept at every grant, release and expiry. Derived: rebuilt
+    /// [`crate::auth::owner_of`]), kept at every grant, release and expiry. Derived: rebuilt
     /// on load.
     #[serde(skip)]
     holdings: Tally,
@@ -229,20 +229,18 @@ fn decode_row_owners<'de, D: serde::Deserializer<'de>>(
     crate::decode_map_with(decoder, |key, owner: Name| (key, identities.share(owner)))
 }
 
-/// How many leases each identity holds at `now_ms` in `leases`: counted by holder first, as a
-/// holder of many leases is named by each.
+/// How many leases each identity holds at `now_ms` in `leases`: counted in a hash map first,
+/// cheaper than the tally's B-tree a lease at a time.
 fn holdings_of(leases: &Map<Name, Lease>, now_ms: u64) -> Tally {
-    let mut by_holder: std::collections::HashMap<&str, usize> = Default::default();
+    let mut by_owner: std::collections::HashMap<&str, usize> = Default::default();
     for lease in leases.values() {
         if let Some(holder) = lease.holder_at(now_ms) {
-            *by_holder.entry(holder.as_str()).or_default() += 1;
+            *by_owner.entry(owner_of(holder)).or_default() += 1;
         }
     }
     let mut holdings = Tally::default();
-    for (holder, held) in by_holder {
-        for owner in owners_of(holder) {
-            holdings.add_many(owner, held);
-        }
+    for (owner, held) in by_owner {
+        holdings.add_many(owner, held);
     }
     holdings
 }
@@ -725,7 +723,7 @@ impl LeaseTable {
                 ..
             }) = self.leases.get(name)
             {
-                owners_of(holder).for_each(|owner| self.holdings.remove(owner));
+                self.holdings.remove(owner_of(holder));
                 events.push(Event {
                     kind: EventKind::Expired,
                     lease: name.clone(),
@@ -928,7 +926,7 @@ impl LeaseTable {
         reindex(&mut self.expiries, &key, before, Some(expires_at_ms));
         // Granted only when not held, so one more is.
         self.held += 1;
-        owners_of(holder).for_each(|owner| self.holdings.add(owner));
+        self.holdings.add(owner_of(holder));
         Outcome::Granted {
             token,
             expires_at_ms,
@@ -947,7 +945,7 @@ impl LeaseTable {
             lease.expires_at_ms = now_ms;
         });
         self.held -= 1;
-        owners_of(holder).for_each(|owner| self.holdings.remove(owner));
+        self.holdings.remove(owner_of(holder));
         Outcome::Released { token }
     }
 
@@ -2070,8 +2068,9 @@ mod tests {
         let mut now = 0;
         // Each registered client and its last sequence.
         let mut clients: Vec<(u64, u64)> = Vec::new();
-        // The most leases, rows and sessions the table held at once, and of one identity's.
-        let mut most = (0, 0, 0, 0);
+        // The most leases, rows and sessions the table held at once, and of one identity's
+        // leases and rows.
+        let mut most = (0, 0, 0, 0, 0);
         // Holders owned by identity `i` (two) and by `j`.
         let holder = |n: u64| ["i", "i/h1", "j/h2"][n as usize].to_string();
         for step in 0..3_000 {
@@ -2183,15 +2182,16 @@ mod tests {
             let per_identity =
                 |t: &LeaseTable| ["i", "j"].map(|id| (t.leases_held_by(id), t.rows_created_by(id)));
             assert_eq!(per_identity(&t), per_identity(&loaded), "step {step}");
-            most.3 = most
-                .3
-                .max(t.leases_held_by("i"))
-                .max(t.rows_created_by("i"));
+            most.3 = most.3.max(t.leases_held_by("i"));
+            most.4 = most.4.max(t.rows_created_by("i"));
+            // A row's owner is kept while the row is, no longer.
+            assert!(
+                t.row_owners.keys().all(|key| t.rows.contains_key(key)),
+                "step {step}: an owner outlived its row"
+            );
         }
-        assert!(
-            most.0 > 0 && most.1 > 0 && most.2 > 0 && most.3 > 0,
-            "{most:?}"
-        );
+        assert!(most.0 > 0 && most.1 > 0 && most.2 > 0, "{most:?}");
+        assert!(most.3 > 0 && most.4 > 0, "{most:?}");
     }
 
     /// A backup's header names the digest of the build that saved it, so `snapshot restore`

@@ -6,23 +6,27 @@
 //! take what the other clients need. The leader, which proposes every write, refuses one past a
 //! cap: a registration past [`Caps::sessions`] open in all or [`Caps::sessions_per_identity`]
 //! opened by the caller's identity (a session opened without an identity counts toward the
-//! first only); an acquire that would give the caller's identity more than
-//! [`Caps::leases_per_identity`] leases (through the holders it owns: itself and the names under
-//! `identity/`); a put that would make it the creator of more than [`Caps::rows_per_identity`]
-//! rows. A write without an identity (authorization off, no client certificate) is capped by
-//! the session caps alone.
+//! first only); an acquire of a free lease that would give an identity more than
+//! [`Caps::leases_per_identity`] leases; a put that would make the caller's identity the creator
+//! of more than [`Caps::rows_per_identity`] rows. A lease counts toward the identity its holder
+//! names (`auth::owner_of`: `team-a` for `team-a/worker-1`), which with authorization on is the
+//! caller's, as an identity holds only as holders it owns. Only a caller with an identity (a
+//! client certificate or a bearer token) is capped on leases and rows: without one, the session
+//! caps alone apply.
 //!
-//! The leader counts what its table has applied and what it has proposed but not yet applied,
-//! so writes that arrive together cannot pass a cap together. The decision is the leader's,
-//! made before anything is logged, so it is a determinate refusal and replicas apply the log as
-//! before: a rule in the state machine would have to wait for a log format that every member
-//! reads. A new leader counts from its own table: what its predecessor had in flight may pass a
-//! cap by as many.
+//! The leader counts what its table has applied and what it has proposed but not yet seen
+//! answered, so writes that arrive together cannot pass a cap together; it judges a lease free
+//! or held at the store time the write will carry. The decision is the leader's, made before
+//! anything is logged, so it is a determinate refusal and replicas apply the log as before: a
+//! rule in the state machine would have to wait for a log format that every member reads. What
+//! it cannot see may pass a cap by as many writes: those a predecessor had in flight, for a new
+//! leader, and those given up on (a deadline, a silent quorum) that are applied after all.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use super::{Node, NodeError};
+use leasehold_core::auth::owner_of;
 use leasehold_core::{LeaseTable, Op};
 
 /// The caps, as a node is started with them (`serve --max-sessions` and the rest).
@@ -145,74 +149,110 @@ struct Bound {
     flag: &'static str,
 }
 
-/// What `op` may add to, and the caps it must stay under, judged on `table`; `None` for a
-/// write that adds to nothing capped (a renewal, an overwrite, a write without an identity).
-fn bounds(op: &Op, table: &LeaseTable, caps: &Caps) -> Option<(Capped, Vec<Bound>)> {
+/// What a write may add to: the count, for whom it counts (`None`: no identity), and the caps
+/// it must stay under.
+struct Adds {
+    capped: Capped,
+    toward: Option<String>,
+    bounds: Vec<Bound>,
+}
+
+/// What `op`, stamped `at_ms`, may add to, judged on `table`; `None` for a write that adds to
+/// nothing capped (an acquire of a lease held already, an overwrite, an acquire or a put
+/// without an identity).
+fn adds(op: &Op, table: &LeaseTable, caps: &Caps, at_ms: u64) -> Option<Adds> {
     let identity = op.identity();
-    let per_identity = |id: &str, counted, limit, flag| Bound {
-        identity: Some(id.to_owned()),
-        counted,
-        limit,
-        per: "per identity",
-        flag,
+    let per_identity = |capped, id: &str, counted, limit, flag| Adds {
+        capped,
+        toward: Some(id.to_owned()),
+        bounds: vec![Bound {
+            identity: Some(id.to_owned()),
+            counted,
+            limit,
+            per: "per identity",
+            flag,
+        }],
     };
     match (op.bare(), identity) {
         (Op::Register, _) => {
-            let mut bounds = vec![Bound {
+            let in_all = Bound {
                 identity: None,
                 counted: table.session_count(),
                 limit: caps.sessions,
                 per: "in all",
                 flag: "--max-sessions",
-            }];
-            bounds.extend(identity.map(|id| {
-                let counted = table.sessions_of(id);
-                per_identity(
+            };
+            let flag = "--max-sessions-per-identity";
+            let mut adds = match identity {
+                Some(id) => per_identity(
+                    Capped::Sessions,
                     id,
-                    counted,
+                    table.sessions_of(id),
                     caps.sessions_per_identity,
-                    "--max-sessions-per-identity",
-                )
-            }));
-            Some((Capped::Sessions, bounds))
+                    flag,
+                ),
+                None => Adds {
+                    capped: Capped::Sessions,
+                    toward: None,
+                    bounds: Vec::new(),
+                },
+            };
+            adds.bounds.insert(0, in_all);
+            Some(adds)
         }
-        // Acquired again by the holder that holds it: a renewal, which adds nothing.
-        (Op::Acquire { lease, holder, .. }, Some(id))
+        // A lease held adds nothing: renewed for its holder, refused to any other.
+        (Op::Acquire { lease, holder, .. }, Some(_))
             if table
                 .lease(lease)
-                .and_then(|l| l.holder_at(table.now_ms()))
-                .is_none_or(|current| current != holder) =>
+                .and_then(|l| l.holder_at(at_ms))
+                .is_none() =>
         {
-            let counted = table.leases_held_by(id);
-            let bound = per_identity(
-                id,
-                counted,
+            let owner = owner_of(holder);
+            let held = table.leases_held_by(owner);
+            let flag = "--max-leases-per-identity";
+            Some(per_identity(
+                Capped::Leases,
+                owner,
+                held,
                 caps.leases_per_identity,
-                "--max-leases-per-identity",
-            );
-            Some((Capped::Leases, vec![bound]))
+                flag,
+            ))
         }
         (Op::Put { key, .. }, Some(id)) if table.row(key).is_none() => {
-            let counted = table.rows_created_by(id);
-            let bound = per_identity(
+            let created = table.rows_created_by(id);
+            let flag = "--max-rows-per-identity";
+            Some(per_identity(
+                Capped::Rows,
                 id,
-                counted,
+                created,
                 caps.rows_per_identity,
-                "--max-rows-per-identity",
-            );
-            Some((Capped::Rows, vec![bound]))
+                flag,
+            ))
         }
         _ => None,
     }
 }
 
 impl Node {
-    /// A seat for `op` if it adds to something capped and the caps leave room for it; `None`
-    /// for any other op. Asked by the leader as it proposes.
-    pub(super) fn take_seat(&self, op: &Op) -> Result<Option<Seat<'_>>, NodeError> {
+    /// A seat for `op`, to be stamped `at_ms` (`None`: the manual clock, which stamps
+    /// nothing), if it adds to something capped and the caps leave room for it; `None` for
+    /// any other op. Asked by the leader as it proposes.
+    pub(super) fn take_seat(
+        &self,
+        op: &Op,
+        at_ms: Option<u64>,
+    ) -> Result<Option<Seat<'_>>, NodeError> {
         let opening = &self.inner.opening;
         let mut pending = opening.lock();
-        let Some((capped, bounds)) = bounds(op, &self.inner.state.read().table, &self.inner.caps)
+        let judged = {
+            let table = &self.inner.state.read().table;
+            adds(op, table, &self.inner.caps, at_ms.unwrap_or(table.now_ms()))
+        };
+        let Some(Adds {
+            capped,
+            toward,
+            bounds,
+        }) = judged
         else {
             return Ok(None);
         };
@@ -231,7 +271,7 @@ impl Node {
                 });
             }
         }
-        let counted = (capped, op.identity().map(str::to_owned));
+        let counted = (capped, toward);
         *pending.entry(counted.clone()).or_default() += 1;
         Ok(Some(Seat { opening, counted }))
     }
