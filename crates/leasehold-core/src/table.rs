@@ -154,24 +154,28 @@ fn rehash(sum: &mut u64, before: Option<u64>, after: Option<u64>) {
         .wrapping_add(after.unwrap_or(0));
 }
 
-/// What a table stores: everything but what is derived. Same fields, same order.
+/// What a table stores: everything but what is derived. Same fields, same order (the first
+/// seven within `earlier`).
 #[derive(Deserialize)]
 struct Stored {
-    now_ms: u64,
-    #[serde(deserialize_with = "decode_leases")]
-    leases: Map<Name, Lease>,
-    #[serde(deserialize_with = "crate::decode_map")]
-    rows: Map<String, Row>,
-    sessions: Sessions,
-    forgotten_floor: u64,
-    policy: Policy,
-    #[serde(deserialize_with = "crate::decode_map")]
-    session_owners: Map<u64, String>,
+    /// Every field up to the rows' owners, in a struct of their own, which postcard encodes as
+    /// the same fields in line.
+    earlier: StoredBeforeRowOwners,
     #[serde(deserialize_with = "decode_row_owners")]
     row_owners: Map<String, Name>,
 }
 
-/// What a table stored before rows had owners (every build before 0.5.0): none has one.
+impl Stored {
+    /// A table stored before rows had owners: none has one.
+    fn without_row_owners(earlier: StoredBeforeRowOwners) -> Stored {
+        Stored {
+            earlier,
+            row_owners: Map::new(),
+        }
+    }
+}
+
+/// What a table stored before rows had owners (every build before 0.5.0).
 #[derive(Deserialize)]
 struct StoredBeforeRowOwners {
     now_ms: u64,
@@ -264,8 +268,19 @@ fn expiry_index(leases: &Map<Name, Lease>) -> Set<(u64, Name)> {
 
 impl From<Stored> for LeaseTable {
     fn from(stored: Stored) -> Self {
-        let leases = stored.leases;
-        let now_ms = stored.now_ms;
+        let Stored {
+            earlier:
+                StoredBeforeRowOwners {
+                    now_ms,
+                    leases,
+                    rows,
+                    sessions,
+                    forgotten_floor,
+                    policy,
+                    session_owners,
+                },
+            row_owners,
+        } = stored;
         let lease_sum = || {
             let sum = leases.iter().fold(0u64, |sum, (name, lease)| {
                 sum.wrapping_add(entry_hash(name, lease))
@@ -286,28 +301,26 @@ impl From<Stored> for LeaseTable {
                 (expiries, lease_sum)
             })
         };
-        let held = held_after(&expiries, stored.now_ms);
-        let row_sum = stored.rows.iter().fold(0u64, |sum, (key, value)| {
+        let held = held_after(&expiries, now_ms);
+        let row_sum = rows.iter().fold(0u64, |sum, (key, value)| {
             sum.wrapping_add(entry_hash(key, value))
         });
+        let mut rows_created = Tally::default();
+        row_owners
+            .values()
+            .for_each(|owner| rows_created.add(owner));
         LeaseTable {
-            now_ms: stored.now_ms,
+            now_ms,
             leases,
-            rows: stored.rows,
-            sessions: stored.sessions,
-            forgotten_floor: stored.forgotten_floor,
-            policy_hash: policy_hash(&stored.policy),
-            policy: stored.policy,
-            owners: OwnerIndex::of(&stored.session_owners),
-            session_owners: stored.session_owners,
-            rows_created: stored
-                .row_owners
-                .values()
-                .fold(Tally::default(), |mut tally, owner| {
-                    tally.add(owner);
-                    tally
-                }),
-            row_owners: stored.row_owners,
+            rows,
+            sessions,
+            forgotten_floor,
+            policy_hash: policy_hash(&policy),
+            policy,
+            owners: OwnerIndex::of(&session_owners),
+            session_owners,
+            rows_created,
+            row_owners,
             holdings,
             expiries,
             holders: RecentHolders::default(),
@@ -330,20 +343,10 @@ impl LeaseTable {
                 _ => Err(postcard::Error::DeserializeBadEncoding),
             }
         }
-        if let Ok(old) = whole::<StoredBeforeRowOwners>(bytes) {
-            return Ok(LeaseTable::from(Stored {
-                now_ms: old.now_ms,
-                leases: old.leases,
-                rows: old.rows,
-                sessions: old.sessions,
-                forgotten_floor: old.forgotten_floor,
-                policy: old.policy,
-                session_owners: old.session_owners,
-                row_owners: Map::new(),
-            }));
-        }
-        if let Ok(old) = whole::<StoredBeforePolicy>(bytes) {
-            return Ok(LeaseTable::from(Stored {
+        let earlier = if let Ok(old) = whole::<StoredBeforeRowOwners>(bytes) {
+            old
+        } else if let Ok(old) = whole::<StoredBeforePolicy>(bytes) {
+            StoredBeforeRowOwners {
                 now_ms: old.now_ms,
                 leases: old.leases,
                 rows: old.rows,
@@ -351,20 +354,20 @@ impl LeaseTable {
                 forgotten_floor: old.forgotten_floor,
                 policy: Policy::default(),
                 session_owners: Map::new(),
-                row_owners: Map::new(),
-            }));
-        }
-        let old: StoredBeforeForgetting = whole(bytes)?;
-        Ok(LeaseTable::from(Stored {
-            now_ms: old.now_ms,
-            leases: old.leases,
-            rows: old.rows,
-            sessions: old.sessions,
-            forgotten_floor: 0,
-            policy: Policy::default(),
-            session_owners: Map::new(),
-            row_owners: Map::new(),
-        }))
+            }
+        } else {
+            let old: StoredBeforeForgetting = whole(bytes)?;
+            StoredBeforeRowOwners {
+                now_ms: old.now_ms,
+                leases: old.leases,
+                rows: old.rows,
+                sessions: old.sessions,
+                forgotten_floor: 0,
+                policy: Policy::default(),
+                session_owners: Map::new(),
+            }
+        };
+        Ok(LeaseTable::from(Stored::without_row_owners(earlier)))
     }
 }
 
@@ -542,14 +545,16 @@ impl LeaseTable {
         self.forgotten_floor = self.forgotten_floor.saturating_add(gap);
         self.sessions.restored(gap);
         let stored = Stored {
-            now_ms: self.now_ms,
-            leases: self.leases,
-            rows: self.rows,
-            sessions: self.sessions,
-            forgotten_floor: self.forgotten_floor,
-            policy: self.policy,
-            // No session goes on, so neither does any owner.
-            session_owners: Map::new(),
+            earlier: StoredBeforeRowOwners {
+                now_ms: self.now_ms,
+                leases: self.leases,
+                rows: self.rows,
+                sessions: self.sessions,
+                forgotten_floor: self.forgotten_floor,
+                policy: self.policy,
+                // No session goes on, so neither does any owner.
+                session_owners: Map::new(),
+            },
             row_owners: self.row_owners,
         };
         // Rebuilt as a load would: the digest's sums follow the new tokens.
@@ -1466,16 +1471,7 @@ mod tests {
         assert_eq!(t.rows_created_by("team-a"), 1);
         let bytes = postcard::to_allocvec(&t).unwrap();
         let earlier: StoredBeforeRowOwners = postcard::from_bytes(&bytes).unwrap();
-        let without = LeaseTable::from(Stored {
-            now_ms: earlier.now_ms,
-            leases: earlier.leases,
-            rows: earlier.rows,
-            sessions: earlier.sessions,
-            forgotten_floor: earlier.forgotten_floor,
-            policy: earlier.policy,
-            session_owners: earlier.session_owners,
-            row_owners: Map::new(),
-        });
+        let without = LeaseTable::from(Stored::without_row_owners(earlier));
         assert_eq!(without.rows_created_by("team-a"), 0);
         assert_eq!(without.leases_held_by("team-a"), 1);
         // Advisory: the digest is the table's without them.

@@ -242,6 +242,15 @@ impl Node {
         op: &Op,
         at_ms: Option<u64>,
     ) -> Result<Option<Seat<'_>>, NodeError> {
+        // Most writes add to nothing capped: they take neither lock.
+        let may_add = match op.bare() {
+            Op::Register => true,
+            Op::Acquire { .. } | Op::Put { .. } => op.identity().is_some(),
+            _ => false,
+        };
+        if !may_add {
+            return Ok(None);
+        }
         let opening = &self.inner.opening;
         let mut pending = opening.lock();
         let judged = {
