@@ -25,6 +25,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+use super::error::Capped;
 use super::{Node, NodeError};
 use leasehold_core::auth::owner_of;
 use leasehold_core::{LeaseTable, Op};
@@ -50,40 +51,6 @@ impl Default for Caps {
             sessions_per_identity: MAX_SESSIONS_PER_IDENTITY,
             leases_per_identity: MAX_LEASES_PER_IDENTITY,
             rows_per_identity: MAX_ROWS_PER_IDENTITY,
-        }
-    }
-}
-
-/// What a cap bounds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Capped {
-    /// Open sessions.
-    Sessions,
-    /// Held leases.
-    Leases,
-    /// Rows created and not deleted.
-    Rows,
-}
-
-impl Capped {
-    /// What the holder of the cap holds, as the refusal says it.
-    pub fn what(self) -> &'static str {
-        match self {
-            Capped::Sessions => "open sessions",
-            Capped::Leases => "leases",
-            Capped::Rows => "rows it created",
-        }
-    }
-
-    /// How to get under the cap again.
-    pub fn remedy(self) -> &'static str {
-        match self {
-            Capped::Sessions => {
-                "close the sessions no longer used (the clients' close_session; a session left \
-                 idle expires after an hour)"
-            }
-            Capped::Leases => "release the leases no longer used (or let them expire)",
-            Capped::Rows => "delete the rows no longer used",
         }
     }
 }
@@ -174,32 +141,7 @@ fn adds(op: &Op, table: &LeaseTable, caps: &Caps, at_ms: u64) -> Option<Adds> {
         }],
     };
     match (op.bare(), identity) {
-        (Op::Register, _) => {
-            let in_all = Bound {
-                identity: None,
-                counted: table.session_count(),
-                limit: caps.sessions,
-                per: "in all",
-                flag: "--max-sessions",
-            };
-            let flag = "--max-sessions-per-identity";
-            let mut adds = match identity {
-                Some(id) => per_identity(
-                    Capped::Sessions,
-                    id,
-                    table.sessions_of(id),
-                    caps.sessions_per_identity,
-                    flag,
-                ),
-                None => Adds {
-                    capped: Capped::Sessions,
-                    toward: None,
-                    bounds: Vec::new(),
-                },
-            };
-            adds.bounds.insert(0, in_all);
-            Some(adds)
-        }
+        (Op::Register, _) => Some(opens_a_session(identity, table, caps)),
         // A lease held adds nothing: renewed for its holder, refused to any other.
         (Op::Acquire { lease, holder, .. }, Some(_))
             if table
@@ -230,6 +172,29 @@ fn adds(op: &Op, table: &LeaseTable, caps: &Caps, at_ms: u64) -> Option<Adds> {
             ))
         }
         _ => None,
+    }
+}
+
+/// What a registration adds to: the sessions open in all, and its identity's if it has one.
+fn opens_a_session(identity: Option<&str>, table: &LeaseTable, caps: &Caps) -> Adds {
+    let mut bounds = vec![Bound {
+        identity: None,
+        counted: table.session_count(),
+        limit: caps.sessions,
+        per: "in all",
+        flag: "--max-sessions",
+    }];
+    bounds.extend(identity.map(|id| Bound {
+        identity: Some(id.to_owned()),
+        counted: table.sessions_of(id),
+        limit: caps.sessions_per_identity,
+        per: "per identity",
+        flag: "--max-sessions-per-identity",
+    }));
+    Adds {
+        capped: Capped::Sessions,
+        toward: identity.map(str::to_owned),
+        bounds,
     }
 }
 

@@ -13,7 +13,6 @@ use openraft::error::{ClientWriteError, RaftError};
 
 use crate::raft::{NodeId, WriteError};
 
-use super::Capped;
 use crate::limits::QUORUM_SILENCE;
 pub use leasehold_proto::wire::{
     DENIED_KEY, ERROR_DOMAIN, INDETERMINATE_KEY, LEASES_EXHAUSTED, ORIGIN_KEY, REMOVED_REASON,
@@ -639,6 +638,40 @@ impl From<NodeError> for crate::proto::v1::BatchError {
             reason: e.reason,
             indeterminate: e.indeterminate,
             facts: e.facts.into_iter().collect(),
+        }
+    }
+}
+
+/// What a cap bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Capped {
+    /// Open sessions.
+    Sessions,
+    /// Held leases.
+    Leases,
+    /// Rows created and not deleted.
+    Rows,
+}
+
+impl Capped {
+    /// What the holder of the cap holds, as the refusal says it.
+    pub fn what(self) -> &'static str {
+        match self {
+            Capped::Sessions => "open sessions",
+            Capped::Leases => "leases",
+            Capped::Rows => "rows it created",
+        }
+    }
+
+    /// How to get under the cap again.
+    pub fn remedy(self) -> &'static str {
+        match self {
+            Capped::Sessions => {
+                "close the sessions no longer used (the clients' close_session; a session left \
+                 idle expires after an hour)"
+            }
+            Capped::Leases => "release the leases no longer used (or let them expire)",
+            Capped::Rows => "delete the rows no longer used",
         }
     }
 }

@@ -35,9 +35,10 @@ use std::sync::Arc;
 
 pub(crate) use assembly::Running;
 pub use assembly::StartError;
-pub use caps::{Capped, Caps};
+pub use caps::Caps;
 pub(crate) use clock::LeaderClock;
 use election_watch::watch_elections;
+pub use error::Capped;
 pub(crate) use error::{Budget, NodeError};
 pub(crate) use hand_over::{HandedOver, FEATURE as HAND_OVER};
 pub(crate) use link::PeerLink;
