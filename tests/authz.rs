@@ -735,13 +735,14 @@ async fn sessions_past_their_caps_are_refused_at_once_naming_the_limit() {
     writes(&a3, "team-a").await.unwrap();
 }
 
-/// Held leases and rows are replicated state too: past `--max-leases-per-identity` an identity
-/// acquires no more (through any holder it owns) and past `--max-rows-per-identity` creates no
-/// more rows, each refused at once (RESOURCE_EXHAUSTED, LEASES_EXHAUSTED or ROWS_EXHAUSTED) by
-/// the leader, through a follower too, naming the limit and the flag, and never as a write that
-/// may have been applied. What adds nothing (a lease acquired again by its holder or held by
-/// another, a row overwritten) is answered as ever, another identity is not held back, and a release or a
-/// delete makes room again.
+/// Leases and rows are replicated state too: past `--max-leases-per-identity` an identity
+/// brings no more lease names into the table (a lease is kept until forgotten, after
+/// `--lease-retention` free) and past `--max-rows-per-identity` no more row keys, each refused
+/// at once (RESOURCE_EXHAUSTED, LEASES_EXHAUSTED or ROWS_EXHAUSTED) by the leader, through a
+/// follower too, naming the limit and the flag, and never as a write that may have been
+/// applied. What adds nothing (a name the table keeps, acquired by any holder; a row
+/// overwritten) is answered as ever, another identity is not held back, and a lease forgotten
+/// or a row deleted makes room again.
 #[tokio::test(flavor = "multi_thread")]
 async fn leases_and_rows_past_an_identitys_caps_are_refused_at_once_naming_the_limit() {
     let caps = [
@@ -749,6 +750,8 @@ async fn leases_and_rows_past_an_identitys_caps_are_refused_at_once_naming_the_l
         "2",
         "--max-rows-per-identity",
         "2",
+        "--lease-retention",
+        "1",
     ];
     let h = Harness::start_authorized_with(3, false, |c| c.with_serve_args(&caps)).await;
     for team in ["team-a", "team-b"] {
@@ -758,26 +761,40 @@ async fn leases_and_rows_past_an_identitys_caps_are_refused_at_once_naming_the_l
     }
     let leader = h.leader().await;
     let follower = (1..=3).find(|id| *id != leader).unwrap();
-    let (a, a_by_follower) = (
-        h.client_as("team-a"),
-        h.client_of_nodes_as(&[follower], "team-a"),
-    );
+    let a = h.client_as("team-a");
+    let a_by_follower = h.client_of_nodes_as(&[follower], "team-a");
     let ttl = 60_000;
     let l1 = granted(&a.acquire("team-a/l1", "team-a", ttl).await.unwrap()).unwrap();
     granted(&a.acquire("team-a/l2", "team-a/worker", ttl).await.unwrap()).unwrap();
-    let leases = ["team-a", "2 leases", "--max-leases-per-identity", "release"];
+    let leases = [
+        "team-a",
+        "2 leases it created",
+        "--max-leases-per-identity",
+        "release",
+    ];
     for c in [&a, &a_by_follower] {
         at_cap(c.acquire("team-a/l3", "team-a/other", ttl), &leases).await;
     }
-    // Acquired again by its holder: renewed, not one more; held by another holder: answered
-    // as held, not refused at the cap.
+    // Names the table keeps add nothing: renewed for their holder, answered as held to another,
+    // granted again once released.
     granted(&a.acquire("team-a/l1", "team-a", ttl).await.unwrap()).unwrap();
     let held = a.acquire("team-a/l2", "team-a/other", ttl).await.unwrap();
     assert_eq!(granted(&held), None, "{held:?}");
+    a.release("team-a/l1", "team-a", l1).await.unwrap();
+    let l1 = granted(&a.acquire("team-a/l1", "team-a/other", ttl).await.unwrap()).unwrap();
     let b = h.client_as("team-b");
     granted(&b.acquire("team-b/l1", "team-b", ttl).await.unwrap()).unwrap();
-    a.release("team-a/l1", "team-a", l1).await.unwrap();
-    granted(&a.acquire("team-a/l3", "team-a/other", ttl).await.unwrap()).unwrap();
+    // Released and forgotten a second later: room for a new name.
+    a.release("team-a/l1", "team-a/other", l1).await.unwrap();
+    wait_for(
+        "the released lease to be forgotten",
+        Duration::from_secs(10),
+        || async {
+            let acquired = a.acquire("team-a/l3", "team-a/other", ttl).await;
+            acquired.ok().and_then(|answer| granted(&answer))
+        },
+    )
+    .await;
 
     for key in ["team-a/k1", "team-a/k2"] {
         assert!(written(&a.put(key, b"v", None).await.unwrap()));

@@ -126,9 +126,9 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_MAX_SESSIONS_PER_IDENTITY", value_name = "N", default_value_t = crate::limits::MAX_SESSIONS_PER_IDENTITY as u64,
           value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     max_sessions_per_identity: u64,
-    /// Leases one identity may hold at once, through the holders it owns (itself and names
-    /// under IDENTITY/); past it the leader refuses an acquire with RESOURCE_EXHAUSTED
-    /// (LEASES_EXHAUSTED). Give every node the same.
+    /// Leases one identity may have created that the store still keeps (held, or free until
+    /// forgotten after --lease-retention); past it the leader refuses an acquire of a new name
+    /// with RESOURCE_EXHAUSTED (LEASES_EXHAUSTED). Give every node the same.
     #[arg(long, env = "LEASEHOLD_MAX_LEASES_PER_IDENTITY", value_name = "N", default_value_t = crate::limits::MAX_LEASES_PER_IDENTITY as u64,
           value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     max_leases_per_identity: u64,

@@ -90,7 +90,7 @@ class SessionsExhausted(StandIn):
     def Register(self, request, context):
         with self.lock:
             self.registered += 1
-        message = 'identity "team-a" holds 2 open sessions, the most per identity'
+        message = 'identity "team-a" has 2 open sessions, the most per identity'
         refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "SESSIONS_EXHAUSTED", message)(request, context)
 
 
@@ -224,7 +224,7 @@ def test_a_registration_past_the_session_caps_fails_at_once_without_a_retry(stan
 
 
 def test_a_put_past_the_rows_cap_fails_at_once_without_a_retry(stand_in):
-    message = 'identity "team-a" holds 2 rows it created, the most per identity'
+    message = 'identity "team-a" has 2 rows it created, the most per identity'
     node, endpoint = stand_in([refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "ROWS_EXHAUSTED", message)])
     failed = put_refused_at_once(endpoint)
     assert "2 rows it created" in failed.message and len(node.puts) == 1, node.puts

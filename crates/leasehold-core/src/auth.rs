@@ -552,13 +552,6 @@ fn owns(identity: &str, holder: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/'))
 }
 
-/// The one identity that may act as `holder` ([`owns`] it): the holder's name up to its first
-/// `/`, or the whole name. One, as an identity holds no `/` (`limits::identity_field`). The
-/// table counts a held lease toward it, for the leader's cap on the leases one identity holds.
-pub fn owner_of(holder: &str) -> &str {
-    holder.split('/').next().unwrap_or(holder)
-}
-
 fn verb(action: &Action) -> &'static str {
     match action {
         Action::ReadLease(_) => "read lease",
@@ -667,29 +660,6 @@ mod tests {
         assert!(p
             .check(Some("stranger"), &Action::ReadKey("a/row"))
             .is_err());
-    }
-
-    #[test]
-    fn the_owner_of_a_holder_is_the_one_identity_that_owns_it() {
-        for holder in [
-            "team-a",
-            "team-a/x",
-            "team-a/x/y",
-            "a//b",
-            "/lead",
-            "trail/",
-        ] {
-            for end in 0..=holder.len() {
-                let candidate = &holder[..end];
-                if crate::limits::identity_field(candidate).is_ok() {
-                    assert_eq!(
-                        owns(candidate, holder),
-                        candidate == owner_of(holder),
-                        "{candidate:?} of {holder:?}"
-                    );
-                }
-            }
-        }
     }
 
     #[test]

@@ -283,10 +283,10 @@ fn a_table_stored_before_the_policy_loads_with_its_floor() {
     assert_eq!(t.forgotten_floor(), 1);
     let mut bytes = postcard::to_allocvec(&t).unwrap();
     // What a table without a policy stored: all but the policy, the session owners and the
-    // row owners.
+    // creators of rows and leases.
     let owners = std::collections::BTreeMap::<u64, String>::new();
-    let row_owners = std::collections::BTreeMap::<String, String>::new();
-    let added = postcard::to_allocvec(&(t.policy(), owners, row_owners)).unwrap();
+    let creators = std::collections::BTreeMap::<String, String>::new();
+    let added = postcard::to_allocvec(&(t.policy(), owners, &creators, &creators)).unwrap();
     bytes.truncate(bytes.len() - added.len());
     assert!(postcard::from_bytes::<LeaseTable>(&bytes).is_err());
     let loaded = LeaseTable::from_older_bytes(&bytes).unwrap();
@@ -556,39 +556,45 @@ fn a_closed_session_is_gone_its_owner_alone_closes_it_and_a_retried_close_is_ans
     assert_eq!(t.session_count(), 0);
 }
 
-/// The leases each identity holds, which the leader caps, are those its holders hold (itself
-/// and the names under `identity/`, however deep), counted through grant, release, expiry and
-/// reload.
+/// The leases each identity created, which the leader caps, are counted from the acquire that
+/// brings a lease into the table to the forget that drops it, whoever holds it between; they
+/// are kept in the table's encoding, and a lease acquired without an identity counts toward
+/// none.
 #[test]
-fn the_leases_each_identity_holds_are_counted_through_release_expiry_and_reload() {
+fn the_leases_each_identity_created_are_counted_until_forgotten_and_across_a_reload() {
     let mut t = LeaseTable::default();
     t.apply(&at(1, by("team-a", acquire("l1", "team-a"))));
     t.apply(&at(1, by("team-a", acquire("l2", "team-a/worker-1"))));
-    t.apply(&at(1, by("team-a", acquire("l3", "team-a/worker-1/x"))));
-    t.apply(&at(1, acquire("l4", "team-ab")));
-    let held = |t: &LeaseTable| ["team-a", "team-ab", "team"].map(|id| t.leases_held_by(id));
-    assert_eq!(held(&t), [3, 1, 0]);
-    // Acquired again by its holder: renewed, not held twice.
-    t.apply(&at(2, acquire("l2", "team-a/worker-1")));
-    assert_eq!(held(&t), [3, 1, 0]);
-    let token = |t: &LeaseTable, lease: &str| t.lease(lease).unwrap().token;
+    t.apply(&at(1, by("team-b", acquire("l3", "team-b"))));
+    t.apply(&at(1, acquire("l4", "x")));
+    let created = |t: &LeaseTable| ["team-a", "team-b"].map(|id| t.leases_created_by(id));
+    assert_eq!(created(&t), [2, 1]);
+    // Renewed, released, expired and taken by another: still its creator's while kept.
+    t.apply(&at(2, by("team-a", acquire("l1", "team-a"))));
     let release = Op::Release {
-        lease: "l3".into(),
-        holder: "team-a/worker-1/x".into(),
-        token: token(&t, "l3"),
+        lease: "l2".into(),
+        holder: "team-a/worker-1".into(),
+        token: t.lease("l2").unwrap().token,
     };
-    t.apply(&at(3, release));
-    assert_eq!(held(&t), [2, 1, 0]);
+    assert!(t.apply(&at(3, by("team-a", release))).accepted());
+    t.apply(&at(10_002, by("team-a", acquire("l3", "team-a"))));
+    assert_eq!(t.lease("l3").unwrap().holder.as_deref(), Some("team-a"));
+    assert_eq!(created(&t), [2, 1]);
     let loaded: LeaseTable = postcard::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
-    assert_eq!(held(&loaded), held(&t));
-    // l1 and l4 run out at 10,001; l2, renewed at 2, at 10,002.
-    t.apply(&at(10_001, Op::Tick));
-    assert_eq!(held(&t), [1, 0, 0]);
-    t.apply(&at(10_002, Op::Tick));
-    assert_eq!(held(&t), [0, 0, 0]);
-    // Taken again once it ran out: held again, counted once.
-    t.apply(&at(10_003, acquire("l1", "team-a")));
-    assert_eq!(held(&t), [1, 0, 0]);
+    assert_eq!(created(&loaded), [2, 1]);
+    assert_eq!(loaded, t);
+    // Forgotten once free for the retention: counted no more.
+    t.apply(&at(
+        30_000,
+        Op::Forget {
+            retention_ms: 1_000,
+        },
+    ));
+    assert_eq!(t.lease_count(), 0);
+    assert_eq!(created(&t), [0, 0]);
+    // Brought in again once forgotten: its new creator's.
+    t.apply(&at(30_001, by("team-b", acquire("l1", "team-b"))));
+    assert_eq!(created(&t), [0, 1]);
 }
 
 /// The rows each identity created, which the leader caps, are counted from the put that

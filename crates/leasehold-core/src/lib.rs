@@ -16,7 +16,8 @@
 //! - `kept_answers`: the answers a session keeps for its retries, in one array.
 //! - `event`: what a command did to leases, for watches.
 //! - `holder_names`: holder names shared between the leases that name the same holder.
-//! - `tally`: counts by identity (sessions, held leases, rows created) kept along with the
+//! - `creators`: the identity that created each row and lease, for the leader's caps.
+//! - `tally`: counts by identity (sessions, rows and leases created) kept along with the
 //!   table, for the leader's caps.
 //! - [`auth`]: who may do what: roles on lease and key prefixes, the admin permission, and
 //!   holders bound to the identity that owns them; a pure policy, changed only by
@@ -28,6 +29,7 @@ pub mod auth;
 #[cfg(test)]
 mod authorized;
 mod command;
+mod creators;
 mod event;
 pub mod format;
 mod holder_names;

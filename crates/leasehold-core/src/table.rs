@@ -4,11 +4,12 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::creators::Creators;
 use super::limits::FORGET_BATCH;
 use super::session::{fingerprint, Admission, Sessions};
 use super::tally::Tally;
 use super::{Encoded, Map, Name, Set};
-use crate::auth::{owner_of, Denied, Policy};
+use crate::auth::{Denied, Policy};
 use crate::holder_names::RecentHolders;
 use crate::{
     Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal, Renewal, Renewed, RequestId,
@@ -47,13 +48,15 @@ pub struct LeaseTable {
     /// sequence numbers. Kept while the session lives.
     #[serde(serialize_with = "crate::encode_map")]
     session_owners: Map<u64, String>,
-    /// The identity that created each row created with one, kept until the row is deleted:
-    /// what the leader's cap on the rows one identity created counts. Advisory, as the cap is
-    /// the leader's: outside the digest, and encoded last, where builds before 0.5.0 stop
-    /// reading a table (they install a snapshot that has it and drop it, and the rows they
-    /// hand on count toward no identity; see [`StoredBeforeRowOwners`]).
-    #[serde(serialize_with = "crate::encode_map")]
-    row_owners: Map<String, Name>,
+    /// The identity that created each row, and each lease, created by a caller with one, kept
+    /// until the row is deleted or the lease forgotten, and counted per identity: what the
+    /// leader's caps on the rows and leases one identity keeps count (see `creators`).
+    /// Advisory: outside the digest, and encoded last, where builds before 0.5.0 stop reading
+    /// (see [`StoredBeforeCreators`]).
+    #[serde(serialize_with = "encode_creators")]
+    row_creators: Creators<String>,
+    #[serde(serialize_with = "encode_creators")]
+    lease_creators: Creators<Name>,
     /// `(expires_at_ms, name)` of every lease: the next expiry of a held lease (those after
     /// now) and the longest-free leases (a free lease's `expires_at_ms` is when it became
     /// free), without a scan. Derived from `leases`, so not stored: rebuilt on load.
@@ -84,14 +87,6 @@ pub struct LeaseTable {
     /// rebuilt on load.
     #[serde(skip)]
     owners: OwnerIndex,
-    /// How many leases each identity holds now through the holders it owns (see
-    /// [`crate::auth::owner_of`]), kept at every grant, release and expiry. Derived: rebuilt
-    /// on load.
-    #[serde(skip)]
-    holdings: Tally,
-    /// How many rows each identity in `row_owners` created. Derived: rebuilt on load.
-    #[serde(skip)]
-    rows_created: Tally,
 }
 
 /// The derived side of `session_owners`: the sum (wrapping) of every owner's hash, for the
@@ -158,26 +153,29 @@ fn rehash(sum: &mut u64, before: Option<u64>, after: Option<u64>) {
 /// seven within `earlier`).
 #[derive(Deserialize)]
 struct Stored {
-    /// Every field up to the rows' owners, in a struct of their own, which postcard encodes as
-    /// the same fields in line.
-    earlier: StoredBeforeRowOwners,
-    #[serde(deserialize_with = "decode_row_owners")]
-    row_owners: Map<String, Name>,
+    /// Every field up to the creators, in a struct of their own, which postcard encodes as the
+    /// same fields in line.
+    earlier: StoredBeforeCreators,
+    #[serde(deserialize_with = "decode_creators")]
+    row_creators: Map<String, Name>,
+    #[serde(deserialize_with = "decode_creators")]
+    lease_creators: Map<Name, Name>,
 }
 
 impl Stored {
-    /// A table stored before rows had owners: none has one.
-    fn without_row_owners(earlier: StoredBeforeRowOwners) -> Stored {
+    /// A table stored before rows and leases had creators: none has one.
+    fn without_creators(earlier: StoredBeforeCreators) -> Stored {
         Stored {
             earlier,
-            row_owners: Map::new(),
+            row_creators: Map::new(),
+            lease_creators: Map::new(),
         }
     }
 }
 
-/// What a table stored before rows had owners (every build before 0.5.0).
+/// What a table stored before rows and leases had creators (every build before 0.5.0).
 #[derive(Deserialize)]
-struct StoredBeforeRowOwners {
+struct StoredBeforeCreators {
     now_ms: u64,
     #[serde(deserialize_with = "decode_leases")]
     leases: Map<Name, Lease>,
@@ -225,28 +223,25 @@ fn decode_leases<'de, D: serde::Deserializer<'de>>(
     })
 }
 
-/// Decodes the rows' owners, each identity's name shared by the rows it created.
-fn decode_row_owners<'de, D: serde::Deserializer<'de>>(
-    decoder: D,
-) -> Result<Map<String, Name>, D::Error> {
-    let mut identities = RecentHolders::default();
-    crate::decode_map_with(decoder, |key, owner: Name| (key, identities.share(owner)))
+/// Encodes creators as their map.
+fn encode_creators<S, K>(creators: &Creators<K>, encoder: S) -> Result<S::Ok, S::Error>
+where
+    S: serde::Serializer,
+    K: Serialize + Ord + Clone + std::borrow::Borrow<str>,
+{
+    crate::encode_map(creators.map(), encoder)
 }
 
-/// How many leases each identity holds at `now_ms` in `leases`: counted in a hash map first,
-/// cheaper than the tally's B-tree a lease at a time.
-fn holdings_of(leases: &Map<Name, Lease>, now_ms: u64) -> Tally {
-    let mut by_owner: std::collections::HashMap<&str, usize> = Default::default();
-    for lease in leases.values() {
-        if let Some(holder) = lease.holder_at(now_ms) {
-            *by_owner.entry(owner_of(holder)).or_default() += 1;
-        }
-    }
-    let mut holdings = Tally::default();
-    for (owner, held) in by_owner {
-        holdings.add_many(owner, held);
-    }
-    holdings
+/// Decodes creators, each identity's name shared by what it created.
+fn decode_creators<'de, D, K>(decoder: D) -> Result<Map<K, Name>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    K: Deserialize<'de> + Ord + Clone,
+{
+    let mut identities = RecentHolders::default();
+    crate::decode_map_with(decoder, |key, creator: Name| {
+        (key, identities.share(creator))
+    })
 }
 
 /// Leases from which a load derives the expiry index on a thread of its own: below, a thread
@@ -270,7 +265,7 @@ impl From<Stored> for LeaseTable {
     fn from(stored: Stored) -> Self {
         let Stored {
             earlier:
-                StoredBeforeRowOwners {
+                StoredBeforeCreators {
                     now_ms,
                     leases,
                     rows,
@@ -279,17 +274,17 @@ impl From<Stored> for LeaseTable {
                     policy,
                     session_owners,
                 },
-            row_owners,
+            row_creators,
+            lease_creators,
         } = stored;
         let lease_sum = || {
-            let sum = leases.iter().fold(0u64, |sum, (name, lease)| {
+            leases.iter().fold(0u64, |sum, (name, lease)| {
                 sum.wrapping_add(entry_hash(name, lease))
-            });
-            (sum, holdings_of(&leases, now_ms))
+            })
         };
         // The expiry index, the longer to derive (0.4 s of a 715,000-lease snapshot's load, the
-        // sum 0.06 s), is built beside the digest's sum and the holdings in a large table.
-        let (expiries, (lease_sum, holdings)) = if leases.len() < DERIVE_BESIDE_FROM {
+        // sum 0.06 s), is built beside the digest's sum in a large table.
+        let (expiries, lease_sum) = if leases.len() < DERIVE_BESIDE_FROM {
             (expiry_index(&leases), lease_sum())
         } else {
             std::thread::scope(|both| {
@@ -305,10 +300,14 @@ impl From<Stored> for LeaseTable {
         let row_sum = rows.iter().fold(0u64, |sum, (key, value)| {
             sum.wrapping_add(entry_hash(key, value))
         });
-        let mut rows_created = Tally::default();
-        row_owners
-            .values()
-            .for_each(|owner| rows_created.add(owner));
+        // A lease's creator under the name the lease map stores, so that the two share it.
+        let lease_creators = lease_creators
+            .into_iter()
+            .filter_map(|(name, creator)| {
+                let (name, _) = leases.get_key_value(&name)?;
+                Some((name.clone(), creator))
+            })
+            .collect();
         LeaseTable {
             now_ms,
             leases,
@@ -319,9 +318,8 @@ impl From<Stored> for LeaseTable {
             policy,
             owners: OwnerIndex::of(&session_owners),
             session_owners,
-            rows_created,
-            row_owners,
-            holdings,
+            row_creators: Creators::from_map(row_creators),
+            lease_creators: Creators::from_map(lease_creators),
             expiries,
             holders: RecentHolders::default(),
             held,
@@ -343,10 +341,10 @@ impl LeaseTable {
                 _ => Err(postcard::Error::DeserializeBadEncoding),
             }
         }
-        let earlier = if let Ok(old) = whole::<StoredBeforeRowOwners>(bytes) {
+        let earlier = if let Ok(old) = whole::<StoredBeforeCreators>(bytes) {
             old
         } else if let Ok(old) = whole::<StoredBeforePolicy>(bytes) {
-            StoredBeforeRowOwners {
+            StoredBeforeCreators {
                 now_ms: old.now_ms,
                 leases: old.leases,
                 rows: old.rows,
@@ -357,7 +355,7 @@ impl LeaseTable {
             }
         } else {
             let old: StoredBeforeForgetting = whole(bytes)?;
-            StoredBeforeRowOwners {
+            StoredBeforeCreators {
                 now_ms: old.now_ms,
                 leases: old.leases,
                 rows: old.rows,
@@ -367,7 +365,7 @@ impl LeaseTable {
                 session_owners: Map::new(),
             }
         };
-        Ok(LeaseTable::from(Stored::without_row_owners(earlier)))
+        Ok(LeaseTable::from(Stored::without_creators(earlier)))
     }
 }
 
@@ -545,7 +543,7 @@ impl LeaseTable {
         self.forgotten_floor = self.forgotten_floor.saturating_add(gap);
         self.sessions.restored(gap);
         let stored = Stored {
-            earlier: StoredBeforeRowOwners {
+            earlier: StoredBeforeCreators {
                 now_ms: self.now_ms,
                 leases: self.leases,
                 rows: self.rows,
@@ -555,7 +553,8 @@ impl LeaseTable {
                 // No session goes on, so neither does any owner.
                 session_owners: Map::new(),
             },
-            row_owners: self.row_owners,
+            row_creators: self.row_creators.map().clone(),
+            lease_creators: self.lease_creators.map().clone(),
         };
         // Rebuilt as a load would: the digest's sums follow the new tokens.
         LeaseTable::from(stored)
@@ -571,15 +570,15 @@ impl LeaseTable {
         self.owners.counts.of(identity)
     }
 
-    /// How many leases `identity` holds now: those held by itself or by holders under
-    /// `identity/`, the only holders it may act as.
-    pub fn leases_held_by(&self, identity: &str) -> usize {
-        self.holdings.of(identity)
+    /// How many of the leases kept now (held, or free until forgotten) `identity` created:
+    /// acquired first, or again once forgotten.
+    pub fn leases_created_by(&self, identity: &str) -> usize {
+        self.lease_creators.of(identity)
     }
 
-    /// How many of the rows kept now `identity` created (see `row_owners`).
+    /// How many of the rows kept now `identity` created.
     pub fn rows_created_by(&self, identity: &str) -> usize {
-        self.rows_created.of(identity)
+        self.row_creators.of(identity)
     }
 
     /// How many leases the table keeps, free ones included.
@@ -728,7 +727,6 @@ impl LeaseTable {
                 ..
             }) = self.leases.get(name)
             {
-                self.holdings.remove(owner_of(holder));
                 events.push(Event {
                     kind: EventKind::Expired,
                     lease: name.clone(),
@@ -755,7 +753,7 @@ impl LeaseTable {
                 lease,
                 holder,
                 ttl_ms,
-            } => self.acquire(lease, holder, *ttl_ms),
+            } => self.acquire(lease, holder, *ttl_ms, identity),
             Op::Release {
                 lease,
                 holder,
@@ -870,6 +868,7 @@ impl LeaseTable {
             }
             self.expiries.remove_min();
             if let Some(lease) = self.leases.remove(&*name) {
+                self.lease_creators.removed(&name);
                 rehash(&mut self.lease_sum, Some(entry_hash(&name, &lease)), None);
                 self.forgotten_floor = self.forgotten_floor.max(lease.token).max(lease.fence);
             }
@@ -878,7 +877,15 @@ impl LeaseTable {
         Outcome::Forgot { leases: forgotten }
     }
 
-    fn acquire(&mut self, name: &str, holder: &str, ttl_ms: u64) -> Outcome {
+    /// Grants `name` to `holder` if it is free, renews it if `holder` holds it; a lease
+    /// `identity` brings into the table is counted as its until forgotten.
+    fn acquire(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl_ms: u64,
+        identity: Option<&str>,
+    ) -> Outcome {
         let now_ms = self.now_ms;
         let expires_at_ms = now_ms.saturating_add(ttl_ms);
         if let Some(lease) = self.leases.get_mut(name) {
@@ -907,6 +914,10 @@ impl LeaseTable {
         let before = stored.map(|(_, lease)| lease.expires_at_ms);
         let hashed = stored.map(|(_, lease)| entry_hash(name, lease));
         let key = stored.map_or_else(|| Name::from(name), |(key, _)| key.clone());
+        if let (None, Some(identity)) = (stored, identity) {
+            let creator = self.holders.name(identity);
+            self.lease_creators.created(key.clone(), creator);
+        }
         let floor = self.forgotten_floor;
         let lease = self.leases.entry(key.clone()).or_insert_with(|| Lease {
             // A name not in the table (never seen, or forgotten) starts above every token a
@@ -931,7 +942,6 @@ impl LeaseTable {
         reindex(&mut self.expiries, &key, before, Some(expires_at_ms));
         // Granted only when not held, so one more is.
         self.held += 1;
-        self.holdings.add(owner_of(holder));
         Outcome::Granted {
             token,
             expires_at_ms,
@@ -950,7 +960,6 @@ impl LeaseTable {
             lease.expires_at_ms = now_ms;
         });
         self.held -= 1;
-        self.holdings.remove(owner_of(holder));
         Outcome::Released { token }
     }
 
@@ -1025,9 +1034,8 @@ impl LeaseTable {
         }
         let replaced = self.rows.insert(key.to_owned(), Row::from(value));
         if let (None, Some(identity)) = (&replaced, identity) {
-            self.rows_created.add(identity);
-            let owner = self.holders.name(identity);
-            self.row_owners.insert(key.to_owned(), owner);
+            let creator = self.holders.name(identity);
+            self.row_creators.created(key.to_owned(), creator);
         }
         let hashed = replaced.map(|old| entry_hash(key, &old));
         rehash(&mut self.row_sum, hashed, Some(entry_hash(key, &value)));
@@ -1039,9 +1047,7 @@ impl LeaseTable {
             return refusal;
         }
         let removed = self.rows.remove(key);
-        if let Some(owner) = self.row_owners.remove(key) {
-            self.rows_created.remove(&owner);
-        }
+        self.row_creators.removed(key);
         let hashed = removed.as_ref().map(|old| entry_hash(key, old));
         rehash(&mut self.row_sum, hashed, None);
         Outcome::Deleted {
@@ -1455,29 +1461,31 @@ mod tests {
         assert_eq!(postcard::to_allocvec(&lease).unwrap(), as_strings.unwrap());
     }
 
-    /// Row owners are the table's last part: a table stored before them loads with none, and
-    /// a build before them (whose layout reads up to the session owners and stops) loads a
-    /// table that has them, as the same table without.
+    /// Creators are the table's last part: a table stored before them loads with none, and a
+    /// build before them (whose layout reads up to the session owners and stops) loads a table
+    /// that has them, as the same table without.
     #[test]
-    fn row_owners_ride_at_the_end_of_the_table_where_earlier_builds_stop_reading() {
+    fn creators_ride_at_the_end_of_the_table_where_earlier_builds_stop_reading() {
         let mut t = LeaseTable::default();
-        let by_a = Op::As {
+        let by_a = |op| Op::As {
             identity: "team-a".into(),
             bearer: None,
-            op: Box::new(plain("k", "v")),
+            op: Box::new(op),
         };
-        t.apply(&at(1, by_a));
-        t.apply(&at(1, acquire("l", "team-a", 1_000)));
-        assert_eq!(t.rows_created_by("team-a"), 1);
+        t.apply(&at(1, by_a(plain("k", "v"))));
+        t.apply(&at(1, by_a(acquire("l", "team-a", 1_000))));
+        let created = |t: &LeaseTable| (t.rows_created_by("team-a"), t.leases_created_by("team-a"));
+        assert_eq!(created(&t), (1, 1));
         let bytes = postcard::to_allocvec(&t).unwrap();
-        let earlier: StoredBeforeRowOwners = postcard::from_bytes(&bytes).unwrap();
-        let without = LeaseTable::from(Stored::without_row_owners(earlier));
-        assert_eq!(without.rows_created_by("team-a"), 0);
-        assert_eq!(without.leases_held_by("team-a"), 1);
+        let earlier: StoredBeforeCreators = postcard::from_bytes(&bytes).unwrap();
+        let without = LeaseTable::from(Stored::without_creators(earlier));
+        assert_eq!(created(&without), (0, 0));
+        assert_eq!(without.row("k"), t.row("k"));
         // Advisory: the digest is the table's without them.
         assert_eq!(without.digest(), t.digest());
+        // Two empty maps, a byte each, end a table without creators.
         let earlier_bytes = postcard::to_allocvec(&without).unwrap();
-        let stored_earlier = &earlier_bytes[..earlier_bytes.len() - 1];
+        let stored_earlier = &earlier_bytes[..earlier_bytes.len() - 2];
         assert!(postcard::from_bytes::<LeaseTable>(stored_earlier).is_err());
         assert_eq!(
             LeaseTable::from_older_bytes(stored_earlier).unwrap(),
@@ -2080,7 +2088,15 @@ mod tests {
             let op = match next(8) {
                 // A session at least every 500 commands, one just after each expiry.
                 _ if step % 500 == 0 => Op::Register,
-                0 | 1 => acquire(&name, &holder(next(3)), 200 + next(800)),
+                // By the identity that owns the holder, which counts as its creator.
+                0 | 1 => {
+                    let holder = holder(next(3));
+                    Op::As {
+                        identity: holder[..1].into(),
+                        bearer: None,
+                        op: Box::new(acquire(&name, &holder, 200 + next(800))),
+                    }
+                }
                 2 => {
                     let token = t
                         .lease(&name)
@@ -2175,15 +2191,26 @@ mod tests {
                 loaded.held_count(),
                 "step {step}: held, kept and counted"
             );
-            let per_identity =
-                |t: &LeaseTable| ["i", "j"].map(|id| (t.leases_held_by(id), t.rows_created_by(id)));
+            let per_identity = |t: &LeaseTable| {
+                ["i", "j"].map(|id| (t.leases_created_by(id), t.rows_created_by(id)))
+            };
             assert_eq!(per_identity(&t), per_identity(&loaded), "step {step}");
-            most.3 = most.3.max(t.leases_held_by("i"));
+            most.3 = most.3.max(t.leases_created_by("i"));
             most.4 = most.4.max(t.rows_created_by("i"));
-            // A row's owner is kept while the row is, no longer.
+            // A creator is kept while what it created is, no longer.
             assert!(
-                t.row_owners.keys().all(|key| t.rows.contains_key(key)),
-                "step {step}: an owner outlived its row"
+                t.row_creators
+                    .map()
+                    .keys()
+                    .all(|key| t.rows.contains_key(key)),
+                "step {step}: a creator outlived its row"
+            );
+            assert!(
+                t.lease_creators
+                    .map()
+                    .keys()
+                    .all(|name| t.leases.contains_key(name)),
+                "step {step}: a creator outlived its lease"
             );
         }
         assert!(most.0 > 0 && most.1 > 0 && most.2 > 0, "{most:?}");

@@ -362,9 +362,9 @@ pub const MAX_SESSIONS: usize = 100_000;
 /// tenant's leak cannot take every session.
 pub const MAX_SESSIONS_PER_IDENTITY: usize = 10_000;
 
-/// Leases one identity may hold at once through the holders it owns (`serve
-/// --max-leases-per-identity`): about 200 bytes each on every replica, so a million is some
-/// 200 MB, and one tenant's leak of them cannot take a node's memory.
+/// Leases one identity may have created and the table still keep, held or free until forgotten
+/// (`serve --max-leases-per-identity`): about 200 bytes each on every replica, so a million is
+/// some 200 MB, and one tenant's leak of them cannot take a node's memory.
 pub const MAX_LEASES_PER_IDENTITY: usize = 1_000_000;
 
 /// Rows one identity may have created and not deleted (`serve --max-rows-per-identity`): each

@@ -38,8 +38,8 @@ pub const REMOVED_REASON: &str = "REMOVED";
 /// retry: a node's requests at their limit).
 pub const SESSIONS_EXHAUSTED: &str = "SESSIONS_EXHAUSTED";
 
-/// The `ErrorInfo.reason` of an acquire past the cap on the leases one identity holds: not
-/// retried either, as nothing frees one but the identity's own release or expiry.
+/// The `ErrorInfo.reason` of an acquire past the cap on the leases one identity created: not
+/// retried either, as nothing makes room but a lease of its forgotten.
 pub const LEASES_EXHAUSTED: &str = "LEASES_EXHAUSTED";
 
 /// The `ErrorInfo.reason` of a put past the cap on the rows one identity created: not retried,

@@ -18,8 +18,8 @@ ERROR_DOMAIN = "leasehold"
 REMOVED_REASON = "REMOVED"
 # A registration past a cap on open sessions: asking again at once opens none.
 SESSIONS_EXHAUSTED = "SESSIONS_EXHAUSTED"
-# An acquire past the cap on the leases one identity holds, a put past the cap on the rows it
-# created: nothing frees one but the identity's own release, expiry or delete.
+# An acquire past the cap on the leases one identity created, a put past the cap on the rows it
+# created: nothing makes room but a lease of its forgotten or a row of its deleted.
 LEASES_EXHAUSTED = "LEASES_EXHAUSTED"
 ROWS_EXHAUSTED = "ROWS_EXHAUSTED"
 # Every reason given back at once, never retried: a cap the caller is at.

@@ -1,33 +1,34 @@
 //! Caps on what one client keeps in the replicated state (issue 41, item 3; safety review
-//! 161302a, finding 2): open sessions, in all and per identity; the leases an identity holds;
-//! the rows it created. Each is state every replica keeps, snapshots and digests (a session until
-//! closed or idle for an hour, a lease until released or expired, a row until deleted), so one
-//! client acquiring or writing in a loop would grow every replica's memory without bound and
-//! take what the other clients need. The leader, which proposes every write, refuses one past a
-//! cap: a registration past [`Caps::sessions`] open in all or [`Caps::sessions_per_identity`]
-//! opened by the caller's identity (a session opened without an identity counts toward the
-//! first only); an acquire of a free lease that would give an identity more than
-//! [`Caps::leases_per_identity`] leases; a put that would make the caller's identity the creator
-//! of more than [`Caps::rows_per_identity`] rows. A lease counts toward the identity its holder
-//! names (`auth::owner_of`: `team-a` for `team-a/worker-1`), which with authorization on is the
-//! caller's, as an identity holds only as holders it owns. Only a caller with an identity (a
-//! client certificate or a bearer token) is capped on leases and rows: without one, the session
-//! caps alone apply.
+//! 161302a, finding 2): open sessions, in all and per identity; the leases and the rows an
+//! identity created. Each is state every replica keeps, snapshots and digests (a session until
+//! closed or idle for an hour, a lease until forgotten after `--lease-retention` free, a row
+//! until deleted), so one client registering, acquiring new names or writing new keys in a loop
+//! would grow every replica's memory without bound and take what the other clients need. The
+//! leader, which proposes every write, refuses one past a cap: a registration past
+//! [`Caps::sessions`] open in all or [`Caps::sessions_per_identity`] opened by the caller's
+//! identity (a session opened without an identity counts toward the first only); an acquire
+//! of a name the table does not keep that would make the caller's identity the creator of more
+//! than [`Caps::leases_per_identity`] leases; a put of a new key past
+//! [`Caps::rows_per_identity`] rows. The creators are the table's (`LeaseTable::
+//! leases_created_by`, `rows_created_by`): the identity a lease or row was first written by,
+//! until it is forgotten or deleted, whoever holds or overwrites it between. Only a caller with
+//! an identity (a client certificate or a bearer token) is capped on leases and rows: without
+//! one, the session caps alone apply.
 //!
 //! The leader counts what its table has applied and what it has proposed but not yet seen
-//! answered, so writes that arrive together cannot pass a cap together; it judges a lease free
-//! or held at the store time the write will carry. The decision is the leader's, made before
-//! anything is logged, so it is a determinate refusal and replicas apply the log as before: a
-//! rule in the state machine would have to wait for a log format that every member reads. What
-//! it cannot see may pass a cap by as many writes: those a predecessor had in flight, for a new
-//! leader, and those given up on (a deadline, a silent quorum) that are applied after all.
+//! answered, so writes that arrive together cannot pass a cap together. The decision is the
+//! leader's, made before anything is logged, so it is a determinate refusal and replicas apply
+//! the log as before: a rule in the state machine would have to wait for a log format that
+//! every member reads. What it cannot see may pass a cap by as many writes: those a
+//! predecessor had in flight, for a new leader; those given up on (a deadline, a silent quorum)
+//! that are applied after all; and a name forgotten or a key deleted between the judgement and
+//! the write, which then creates it anew.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use super::error::Capped;
 use super::{Node, NodeError};
-use leasehold_core::auth::owner_of;
 use leasehold_core::{LeaseTable, Op};
 
 /// The caps, as a node is started with them (`serve --max-sessions` and the rest).
@@ -124,10 +125,9 @@ struct Adds {
     bounds: Vec<Bound>,
 }
 
-/// What `op`, stamped `at_ms`, may add to, judged on `table`; `None` for a write that adds to
-/// nothing capped (an acquire of a lease held already, an overwrite, an acquire or a put
-/// without an identity).
-fn adds(op: &Op, table: &LeaseTable, caps: &Caps, at_ms: u64) -> Option<Adds> {
+/// What `op` may add to, judged on `table`; `None` for a write that adds to nothing capped (an
+/// acquire of a lease the table keeps, an overwrite, an acquire or a put without an identity).
+fn adds(op: &Op, table: &LeaseTable, caps: &Caps) -> Option<Adds> {
     let identity = op.identity();
     let per_identity = |capped, id: &str, counted, limit, flag| Adds {
         capped,
@@ -142,20 +142,14 @@ fn adds(op: &Op, table: &LeaseTable, caps: &Caps, at_ms: u64) -> Option<Adds> {
     };
     match (op.bare(), identity) {
         (Op::Register, _) => Some(opens_a_session(identity, table, caps)),
-        // A lease held adds nothing: renewed for its holder, refused to any other.
-        (Op::Acquire { lease, holder, .. }, Some(_))
-            if table
-                .lease(lease)
-                .and_then(|l| l.holder_at(at_ms))
-                .is_none() =>
-        {
-            let owner = owner_of(holder);
-            let held = table.leases_held_by(owner);
+        // A lease the table keeps (held or free) adds nothing: only a new name is created.
+        (Op::Acquire { lease, .. }, Some(id)) if table.lease(lease).is_none() => {
+            let created = table.leases_created_by(id);
             let flag = "--max-leases-per-identity";
             Some(per_identity(
                 Capped::Leases,
-                owner,
-                held,
+                id,
+                created,
                 caps.leases_per_identity,
                 flag,
             ))
@@ -199,14 +193,9 @@ fn opens_a_session(identity: Option<&str>, table: &LeaseTable, caps: &Caps) -> A
 }
 
 impl Node {
-    /// A seat for `op`, to be stamped `at_ms` (`None`: the manual clock, which stamps
-    /// nothing), if it adds to something capped and the caps leave room for it; `None` for
-    /// any other op. Asked by the leader as it proposes.
-    pub(super) fn take_seat(
-        &self,
-        op: &Op,
-        at_ms: Option<u64>,
-    ) -> Result<Option<Seat<'_>>, NodeError> {
+    /// A seat for `op` if it adds to something capped and the caps leave room for it; `None`
+    /// for any other op. Asked by the leader as it proposes.
+    pub(super) fn take_seat(&self, op: &Op) -> Result<Option<Seat<'_>>, NodeError> {
         // Most writes add to nothing capped: they take neither lock.
         let may_add = match op.bare() {
             Op::Register => true,
@@ -220,7 +209,7 @@ impl Node {
         let mut pending = opening.lock();
         let judged = {
             let table = &self.inner.state.read().table;
-            adds(op, table, &self.inner.caps, at_ms.unwrap_or(table.now_ms()))
+            adds(op, table, &self.inner.caps)
         };
         let Some(Adds {
             capped,

@@ -132,7 +132,7 @@ pub enum NodeError {
     /// A write past a cap on sessions, leases or rows (see `node::caps`): nothing was
     /// proposed.
     #[error(
-        "{holder} holds {limit} {what}, the most {per} (serve {flag}); {remedy}, then retry",
+        "{holder} has {limit} {what}, the most {per} (serve {flag}); {remedy}, then retry",
         what = capped.what(),
         remedy = capped.remedy()
     )]
@@ -647,18 +647,18 @@ impl From<NodeError> for crate::proto::v1::BatchError {
 pub enum Capped {
     /// Open sessions.
     Sessions,
-    /// Held leases.
+    /// Leases created and not forgotten.
     Leases,
     /// Rows created and not deleted.
     Rows,
 }
 
 impl Capped {
-    /// What the holder of the cap holds, as the refusal says it.
+    /// What the holder of the cap has, as the refusal says it.
     pub fn what(self) -> &'static str {
         match self {
             Capped::Sessions => "open sessions",
-            Capped::Leases => "leases",
+            Capped::Leases => "leases it created",
             Capped::Rows => "rows it created",
         }
     }
@@ -670,7 +670,10 @@ impl Capped {
                 "close the sessions no longer used (the clients' close_session; a session left \
                  idle expires after an hour)"
             }
-            Capped::Leases => "release the leases no longer used (or let them expire)",
+            Capped::Leases => {
+                "acquire the names it has again, or release the leases no longer used: a free \
+                 lease is forgotten, and counted no more, --lease-retention after it was freed"
+            }
             Capped::Rows => "delete the rows no longer used",
         }
     }
@@ -763,7 +766,7 @@ mod tests {
                 assert_eq!(reason, named);
                 assert_eq!((&*facts["limit"], &*facts["flag"]), ("2", "--max-them"));
                 assert_eq!(facts["indeterminate"], "false");
-                let wanted = format!("identity \"team-a\" holds 2 {}", capped.what());
+                let wanted = format!("identity \"team-a\" has 2 {}", capped.what());
                 assert!(
                     status.message().starts_with(&wanted),
                     "{}",

@@ -132,7 +132,7 @@ impl Node {
             .into_iter()
             .map(|w| {
                 let (op, request) = w?;
-                seats.extend(self.take_seat(&op, at_ms)?);
+                seats.extend(self.take_seat(&op)?);
                 Ok(self.inner.proposer.submit(Command { at_ms, request, op }))
             })
             .collect();
