@@ -751,7 +751,7 @@ async fn leases_and_rows_past_an_identitys_caps_are_refused_at_once_naming_the_l
         "--max-rows-per-identity",
         "2",
         "--lease-retention",
-        "1",
+        "2",
     ];
     let h = Harness::start_authorized_with(3, false, |c| c.with_serve_args(&caps)).await;
     for team in ["team-a", "team-b"] {
@@ -784,11 +784,13 @@ async fn leases_and_rows_past_an_identitys_caps_are_refused_at_once_naming_the_l
     let l1 = granted(&a.acquire("team-a/l1", "team-a/other", ttl).await.unwrap()).unwrap();
     let b = h.client_as("team-b");
     granted(&b.acquire("team-b/l1", "team-b", ttl).await.unwrap()).unwrap();
-    // Released and forgotten a second later: room for a new name.
+    // Released, still kept (free) and counted; forgotten two seconds later: room for a new
+    // name.
     a.release("team-a/l1", "team-a/other", l1).await.unwrap();
+    at_cap(a.acquire("team-a/l3", "team-a/other", ttl), &leases).await;
     wait_for(
         "the released lease to be forgotten",
-        Duration::from_secs(10),
+        Duration::from_secs(15),
         || async {
             let acquired = a.acquire("team-a/l3", "team-a/other", ttl).await;
             acquired.ok().and_then(|answer| granted(&answer))

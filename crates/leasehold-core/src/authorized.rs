@@ -597,6 +597,40 @@ fn the_leases_each_identity_created_are_counted_until_forgotten_and_across_a_rel
     assert_eq!(created(&t), [0, 1]);
 }
 
+/// An acquire or a put that changes nothing (denied by the policy, answered as held, refused
+/// as fenced with a stale token) records no creator either.
+#[test]
+fn a_refused_acquire_or_put_records_no_creator() {
+    let mut t = with_policy();
+    t.apply(&at(1, by("team-a", acquire("a/l", "team-a"))));
+    let before = t.clone();
+    let refused = [
+        by("team-a", put("b/k")),
+        by("team-a", acquire("b/l", "team-a")),
+        by("root", acquire("a/l", "root")),
+        by(
+            "team-a",
+            Op::Put {
+                key: "a/k".into(),
+                value: b"v".to_vec(),
+                fence: Some(crate::Fence {
+                    lease: "a/l".into(),
+                    token: 0,
+                }),
+            },
+        ),
+    ];
+    for op in refused {
+        assert!(!t.apply(&at(1, op.clone())).accepted(), "{op:?}");
+    }
+    assert_eq!(
+        (t.rows_created_by("team-a"), t.leases_created_by("team-a")),
+        (0, 1)
+    );
+    assert_eq!(t.leases_created_by("root"), 0);
+    assert_eq!(t, before, "nothing changed");
+}
+
 /// The rows each identity created, which the leader caps, are counted from the put that
 /// creates a row to the delete that removes it, whoever overwrites it between; they are kept
 /// in the table's encoding, and a row written without an identity counts toward none.

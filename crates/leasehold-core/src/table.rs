@@ -300,13 +300,18 @@ impl From<Stored> for LeaseTable {
         let row_sum = rows.iter().fold(0u64, |sum, (key, value)| {
             sum.wrapping_add(entry_hash(key, value))
         });
-        // A lease's creator under the name the lease map stores, so that the two share it.
+        // A lease's creator under the name the lease map stores, so that the two share it; a
+        // creator of what the table does not keep (none, unless a bug left it) is dropped.
         let lease_creators = lease_creators
             .into_iter()
             .filter_map(|(name, creator)| {
                 let (name, _) = leases.get_key_value(&name)?;
                 Some((name.clone(), creator))
             })
+            .collect();
+        let row_creators = row_creators
+            .into_iter()
+            .filter(|(key, _)| rows.contains_key(key))
             .collect();
         LeaseTable {
             now_ms,
@@ -330,8 +335,8 @@ impl From<Stored> for LeaseTable {
 }
 
 impl LeaseTable {
-    /// A table stored by an earlier version (a snapshot it left): before rows had owners,
-    /// before the policy, or before leases could be forgotten.
+    /// A table stored by an earlier version (a snapshot it left): before rows and leases had
+    /// creators, before the policy, or before leases could be forgotten.
     pub fn from_older_bytes(bytes: &[u8]) -> Result<LeaseTable, postcard::Error> {
         // Whole or not at all: a layout that reads part of the bytes is not theirs (a newer
         // build's table, or a damaged one), and loading it would drop what it does not know.

@@ -1,5 +1,5 @@
-//! Counts by name, kept along with the table at every change: how many sessions, held leases
-//! and rows each identity has, so that the leader's caps on them (the node's `caps`) read a
+//! Counts by name, kept along with the table at every change: how many sessions, leases and
+//! rows each identity has, so that the leader's caps on them (the node's `caps`) read a
 //! number instead of scanning the table. Never stored: rebuilt from the table on load.
 
 use super::{Map, Name};

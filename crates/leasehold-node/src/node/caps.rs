@@ -22,7 +22,9 @@
 //! every member reads. What it cannot see may pass a cap by as many writes: those a
 //! predecessor had in flight, for a new leader; those given up on (a deadline, a silent quorum)
 //! that are applied after all; and a name forgotten or a key deleted between the judgement and
-//! the write, which then creates it anew.
+//! the write, which then creates it anew. The judgement comes before a retry is matched to
+//! its first attempt: a retry while that attempt is still pending counts twice, and may be
+//! refused at the cap (the clients then report the call as one that may have been applied).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -38,7 +40,7 @@ pub struct Caps {
     pub sessions: usize,
     /// Sessions one identity holds open.
     pub sessions_per_identity: usize,
-    /// Leases one identity holds through the holders it owns.
+    /// Leases one identity created that are not forgotten.
     pub leases_per_identity: usize,
     /// Rows one identity created that are not deleted.
     pub rows_per_identity: usize,
@@ -97,13 +99,17 @@ impl Opening {
         capped: Capped,
         identity: Option<&str>,
     ) -> usize {
-        pending
-            .iter()
-            .filter(|((c, id), _)| {
-                *c == capped && (identity.is_none() || id.as_deref() == identity)
-            })
-            .map(|(_, count)| count)
-            .sum()
+        match identity {
+            Some(id) => pending
+                .get(&(capped, Some(id.to_owned())))
+                .copied()
+                .unwrap_or(0),
+            None => pending
+                .range((capped, None)..)
+                .take_while(|((c, _), _)| *c == capped)
+                .map(|(_, count)| count)
+                .sum(),
+        }
     }
 }
 

@@ -303,9 +303,9 @@ fn apply_entry(
     answers
 }
 
-/// A snapshot's table; one written by an earlier version loads as it was then: before rows had
-/// owners with none, before the policy with the default (off), before leases could be
-/// forgotten with a floor of 0.
+/// A snapshot's table; one written by an earlier version loads as it was then: before rows and
+/// leases had creators with none, before the policy with the default (off), before leases
+/// could be forgotten with a floor of 0.
 pub fn decode_table(data: &[u8]) -> Result<LeaseTable, StorageError> {
     decode(data).or_else(|e| {
         LeaseTable::from_older_bytes(data).map_err(|_| snapshot_error(ErrorVerb::Read, e))
