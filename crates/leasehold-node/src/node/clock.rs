@@ -62,8 +62,10 @@ use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 
 use super::link::{Carried, PeerLink};
+use super::local_clock::LocalClock;
 use crate::limits::PEER_CARRY_WAIT;
 use crate::raft::{LogId, NodeId, StampSeen};
+use std::time::Duration;
 
 /// What a node carries: `applied_now_ms`, the store time applied here, plus the time this
 /// node's monotonic clock has measured since the entry that brought that time was appended
@@ -145,13 +147,16 @@ pub async fn ask_peers(
 struct TermBase {
     term: u64,
     base_ms: u64,
-    since: Instant,
+    /// The local clock's reading when the base was taken.
+    since: Duration,
     /// The last stamp handed out, so stamps never go backwards even if `Instant` were to.
     last_ms: u64,
 }
 
 #[derive(Default)]
 pub struct LeaderClock {
+    /// The clock stamps count on: this node's own (see `local_clock`).
+    local: LocalClock,
     base: Mutex<Option<TermBase>>,
     /// Held while a term's base is being found, so that the writes arriving together at a new
     /// leader ask its peers once, not once each.
@@ -170,7 +175,8 @@ impl LeaderClock {
     pub fn stamp(&self, term: u64) -> Option<u64> {
         let mut guard = self.base.lock().unwrap_or_else(|p| p.into_inner());
         let base = guard.as_mut().filter(|b| b.term == term)?;
-        let elapsed_ms = u64::try_from(base.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let elapsed = self.local.now().saturating_sub(base.since);
+        let elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         base.last_ms = base.last_ms.max(base.base_ms.saturating_add(elapsed_ms));
         Some(base.last_ms)
     }
@@ -197,6 +203,12 @@ impl LeaderClock {
         self.again.swap(false, Ordering::AcqRel)
     }
 
+    /// The clock this node's stamps count on: the simulation sets its rate.
+    #[cfg(test)]
+    pub fn local(&self) -> &LocalClock {
+        &self.local
+    }
+
     /// The refresh claimed with [`LeaderClock::claim_refresh`] is over.
     pub fn refreshed(&self) {
         self.refreshing.store(false, Ordering::Release);
@@ -212,7 +224,7 @@ impl LeaderClock {
                 *guard = Some(TermBase {
                     term,
                     base_ms: applied_now_ms,
-                    since: Instant::now(),
+                    since: self.local.now(),
                     last_ms: applied_now_ms,
                 })
             }

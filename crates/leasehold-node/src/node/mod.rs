@@ -18,6 +18,7 @@ mod http;
 mod lanes;
 mod leadership;
 mod link;
+mod local_clock;
 mod membership;
 mod peer;
 mod planes;
@@ -42,6 +43,8 @@ pub use error::Capped;
 pub(crate) use error::{Budget, NodeError};
 pub(crate) use hand_over::{HandedOver, FEATURE as HAND_OVER};
 pub(crate) use link::PeerLink;
+#[cfg(test)]
+pub(crate) use local_clock::RATE_REAL;
 pub(crate) use peer::link::GrpcLink;
 pub use planes::Listeners;
 use quorum_watch::QuorumWatch;
@@ -262,6 +265,13 @@ impl Node {
 
     pub fn raft(&self) -> &Raft {
         &self.inner.raft
+    }
+
+    /// Runs this node's own clock at `rate_ppm` parts per million of real time from now on
+    /// (see `local_clock`): the simulation's clock that lies.
+    #[cfg(test)]
+    pub fn set_clock_rate(&self, rate_ppm: u64) {
+        self.inner.clock.local().set_rate(rate_ppm);
     }
 
     /// Lets this node campaign, or stops it. Stopping takes effect at once; campaigning again
