@@ -68,12 +68,17 @@ use crate::raft::{LogId, NodeId, StampSeen};
 use std::time::Duration;
 
 /// What a node carries: `applied_now_ms`, the store time applied here, plus the time this
-/// node's monotonic clock has measured since the entry that brought that time was appended
-/// here, when `seen` says so for this process; `applied_now_ms` alone otherwise.
-pub fn carried_base(applied_now_ms: u64, seen: Option<StampSeen>, now: Instant) -> Carried {
+/// node's own clock has measured (`measured`, since an instant) since the entry that brought
+/// that time was appended here, when `seen` says so for this process; `applied_now_ms` alone
+/// otherwise.
+pub fn carried_base(
+    applied_now_ms: u64,
+    seen: Option<StampSeen>,
+    measured: impl FnOnce(Instant) -> Duration,
+) -> Carried {
     match seen {
         Some(seen) if seen.ms == applied_now_ms => {
-            let since = now.saturating_duration_since(seen.at).as_millis();
+            let since = measured(seen.at).as_millis();
             Carried {
                 ms: applied_now_ms.saturating_add(u64::try_from(since).unwrap_or(u64::MAX)),
                 from: Some(seen.entry),
@@ -203,8 +208,7 @@ impl LeaderClock {
         self.again.swap(false, Ordering::AcqRel)
     }
 
-    /// The clock this node's stamps count on: the simulation sets its rate.
-    #[cfg(test)]
+    /// The clock this node's stamps and carried time count on.
     pub fn local(&self) -> &LocalClock {
         &self.local
     }
@@ -398,9 +402,12 @@ mod tests {
             at: applied_at,
         });
         let later = applied_at + Duration::from_millis(2_500);
-        assert_eq!(carried_base(7_000, seen, later), carried(9_500, 4));
         assert_eq!(
-            carried_base(7_000, seen, applied_at),
+            carried_base(7_000, seen, |at| later - at),
+            carried(9_500, 4)
+        );
+        assert_eq!(
+            carried_base(7_000, seen, |at| applied_at - at),
             carried(7_000, 4),
             "nothing measured, nothing added"
         );
@@ -413,14 +420,18 @@ mod tests {
             ms: 7_000,
             from: None,
         };
-        assert_eq!(carried_base(7_000, None, now), bare, "after a restart");
+        assert_eq!(
+            carried_base(7_000, None, |at| now - at),
+            bare,
+            "after a restart"
+        );
         let older = Some(StampSeen {
             ms: 6_000,
             entry: entry(1, 4),
             at: now - Duration::from_secs(10),
         });
         assert_eq!(
-            carried_base(7_000, older, now),
+            carried_base(7_000, older, |at| now - at),
             bare,
             "the applied time came another way (a snapshot): nothing is carried"
         );

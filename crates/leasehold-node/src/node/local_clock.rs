@@ -50,6 +50,20 @@ impl LocalClock {
             )
     }
 
+    /// What this clock measured since the real instant `then` (an instant the node took with
+    /// tokio's clock, as the log's append times are). Before the last change of rate it is
+    /// read at the current rate: the clock keeps no older history.
+    pub fn since(&self, then: Instant) -> Duration {
+        let anchor = *self.lock();
+        let reading = |at: Instant| match at.checked_duration_since(anchor.real) {
+            Some(after) => anchor.local + scaled(after, anchor.rate_ppm),
+            None => anchor
+                .local
+                .saturating_sub(scaled(anchor.real - at, anchor.rate_ppm)),
+        };
+        reading(Instant::now()).saturating_sub(reading(then))
+    }
+
     /// From now on, counts `rate_ppm` parts per million of real time (2,000,000: twice as
     /// fast as it should). The simulation's; a real node's clock runs as its machine's does.
     #[cfg(test)]
@@ -85,8 +99,15 @@ mod tests {
         assert_eq!(clock.now(), Duration::from_secs(1), "no jump at the change");
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(clock.now(), Duration::from_secs(3));
+        let then = Instant::now();
         clock.set_rate(RATE_REAL / 2);
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(clock.now(), Duration::from_secs(4));
+        assert_eq!(
+            clock.since(then),
+            Duration::from_secs(1),
+            "half of two seconds"
+        );
+        assert_eq!(clock.since(Instant::now()), Duration::ZERO);
     }
 }

@@ -87,11 +87,9 @@ impl Node {
     /// and that entry. A new leader asks its peers for theirs.
     pub fn carried_time(&self) -> Carried {
         let applied_now_ms = self.inner.state.read().table.now_ms();
-        clock::carried_base(
-            applied_now_ms,
-            self.inner.state.stamp_seen(),
-            tokio::time::Instant::now(),
-        )
+        clock::carried_base(applied_now_ms, self.inner.state.stamp_seen(), |at| {
+            self.inner.clock.local().since(at)
+        })
     }
 
     /// The current stamp if this node leads with a started clock: for the expiry ticker.
