@@ -131,48 +131,47 @@ struct Adds {
     bounds: Vec<Bound>,
 }
 
-/// What `op` may add to, judged on `table`; `None` for a write that adds to nothing capped (an
-/// acquire of a lease the table keeps, an overwrite, an acquire or a put without an identity).
-fn adds(op: &Op, table: &LeaseTable, caps: &Caps) -> Option<Adds> {
-    let identity = op.identity();
-    let per_identity = |capped, id: &str, counted, limit, flag| Adds {
-        capped,
-        toward: Some(id.to_owned()),
-        bounds: vec![Bound {
+impl Bound {
+    /// The cap of one identity, `id`, which the table counts `counted` toward.
+    fn per_identity(id: &str, counted: usize, limit: usize, flag: &'static str) -> Bound {
+        Bound {
             identity: Some(id.to_owned()),
             counted,
             limit,
             per: "per identity",
             flag,
-        }],
-    };
-    match (op.bare(), identity) {
-        (Op::Register, _) => Some(opens_a_session(identity, table, caps)),
-        // A lease the table keeps (held or free) adds nothing: only a new name is created.
-        (Op::Acquire { lease, .. }, Some(id)) if table.lease(lease).is_none() => {
-            let created = table.leases_created_by(id);
-            let flag = "--max-leases-per-identity";
-            Some(per_identity(
-                Capped::Leases,
-                id,
-                created,
-                caps.leases_per_identity,
-                flag,
-            ))
         }
-        (Op::Put { key, .. }, Some(id)) if table.row(key).is_none() => {
-            let created = table.rows_created_by(id);
-            let flag = "--max-rows-per-identity";
-            Some(per_identity(
-                Capped::Rows,
-                id,
-                created,
-                caps.rows_per_identity,
-                flag,
-            ))
-        }
-        _ => None,
     }
+}
+
+/// What `op` may add to, judged on `table`; `None` for a write that adds to nothing capped (an
+/// acquire of a lease the table keeps, an overwrite, an acquire or a put without an identity).
+fn adds(op: &Op, table: &LeaseTable, caps: &Caps) -> Option<Adds> {
+    if *op.bare() == Op::Register {
+        return Some(opens_a_session(op.identity(), table, caps));
+    }
+    let id = op.identity()?;
+    let (capped, counted, limit, flag) = match op.bare() {
+        // A lease the table keeps (held or free) adds nothing: only a new name is created.
+        Op::Acquire { lease, .. } if table.lease(lease).is_none() => (
+            Capped::Leases,
+            table.leases_created_by(id),
+            caps.leases_per_identity,
+            "--max-leases-per-identity",
+        ),
+        Op::Put { key, .. } if table.row(key).is_none() => (
+            Capped::Rows,
+            table.rows_created_by(id),
+            caps.rows_per_identity,
+            "--max-rows-per-identity",
+        ),
+        _ => return None,
+    };
+    Some(Adds {
+        capped,
+        toward: Some(id.to_owned()),
+        bounds: vec![Bound::per_identity(id, counted, limit, flag)],
+    })
 }
 
 /// What a registration adds to: the sessions open in all, and its identity's if it has one.
@@ -184,12 +183,9 @@ fn opens_a_session(identity: Option<&str>, table: &LeaseTable, caps: &Caps) -> A
         per: "in all",
         flag: "--max-sessions",
     }];
-    bounds.extend(identity.map(|id| Bound {
-        identity: Some(id.to_owned()),
-        counted: table.sessions_of(id),
-        limit: caps.sessions_per_identity,
-        per: "per identity",
-        flag: "--max-sessions-per-identity",
+    bounds.extend(identity.map(|id| {
+        let flag = "--max-sessions-per-identity";
+        Bound::per_identity(id, table.sessions_of(id), caps.sessions_per_identity, flag)
     }));
     Adds {
         capped: Capped::Sessions,

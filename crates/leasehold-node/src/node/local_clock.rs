@@ -42,26 +42,16 @@ impl Default for LocalClock {
 impl LocalClock {
     /// This clock's reading now: time since it started, at its rates.
     pub fn now(&self) -> Duration {
-        let anchor = *self.lock();
-        anchor.local
-            + scaled(
-                Instant::now().saturating_duration_since(anchor.real),
-                anchor.rate_ppm,
-            )
+        self.lock().reading(Instant::now())
     }
 
     /// What this clock measured since the real instant `then` (an instant the node took with
-    /// tokio's clock, as the log's append times are). Before the last change of rate it is
-    /// read at the current rate: the clock keeps no older history.
+    /// tokio's clock, as the log's append times are).
     pub fn since(&self, then: Instant) -> Duration {
         let anchor = *self.lock();
-        let reading = |at: Instant| match at.checked_duration_since(anchor.real) {
-            Some(after) => anchor.local + scaled(after, anchor.rate_ppm),
-            None => anchor
-                .local
-                .saturating_sub(scaled(anchor.real - at, anchor.rate_ppm)),
-        };
-        reading(Instant::now()).saturating_sub(reading(then))
+        anchor
+            .reading(Instant::now())
+            .saturating_sub(anchor.reading(then))
     }
 
     /// From now on, counts `rate_ppm` parts per million of real time (2,000,000: twice as
@@ -78,6 +68,19 @@ impl LocalClock {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Anchor> {
         self.anchor.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Anchor {
+    /// The clock's reading at the real instant `at`. Before the anchor it is read at the
+    /// current rate: the clock keeps no older history.
+    fn reading(&self, at: Instant) -> Duration {
+        match at.checked_duration_since(self.real) {
+            Some(after) => self.local + scaled(after, self.rate_ppm),
+            None => self
+                .local
+                .saturating_sub(scaled(self.real - at, self.rate_ppm)),
+        }
     }
 }
 
