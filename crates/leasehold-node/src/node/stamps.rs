@@ -1,5 +1,6 @@
 //! The leader's stamps: the store time each proposal carries, started for a term from the
-//! largest time carried here or at a peer (see `clock`), and refreshed after a slow commit.
+//! largest time carried here or at a peer, corrected to the majority's clock rate (see
+//! `clock`), and refreshed after a slow commit.
 
 use super::clock;
 use super::link::Carried;
@@ -32,11 +33,7 @@ impl Node {
         let own = self.carried_time();
         let oldest = clock::counts_from(own, self.inner.state.read().last_applied);
         let members = self.members();
-        let voters = {
-            let metrics = self.inner.raft.metrics();
-            let m = metrics.borrow();
-            m.membership_config.membership().voter_ids().count()
-        };
+        let voters = self.voter_ids().len();
         let peers = members
             .into_iter()
             .filter(|(id, _)| *id != self.inner.id)
@@ -46,11 +43,12 @@ impl Node {
         // entry's time plus what this node's clock measured since its append, now, so that the
         // wait is carried and not lost from every lease the old leader granted.
         let own = self.carried_time();
-        let base = clock::term_base(
-            own,
-            oldest,
-            answers.values().filter_map(|a| a.as_ref().ok()),
-        );
+        let scales = self.clock_scales();
+        let answered =
+            (answers.iter()).filter_map(|(id, a)| Some((a.as_ref().ok()?, scales.peer(*id))));
+        let applied_ms = self.inner.state.read().table.now_ms();
+        let carried = answered.chain(std::iter::once((&own, scales.own)));
+        let base = clock::term_base(applied_ms, oldest, carried);
         tracing::info!(
             term,
             base_ms = base,
@@ -58,9 +56,12 @@ impl Node {
             ?oldest,
             peers = ?answers,
             "stamps of this term start from the largest store time carried here or at a peer \
-             that applied the newest stamp"
+             that applied the newest stamp, corrected to the majority's clock rate"
         );
-        Ok(Some(self.inner.clock.start_term(term, base)))
+        let stamp = self.inner.clock.start_term(term, base);
+        // The voters' clocks are read at the leader's pace from now on (see `clock_probe`).
+        self.inner.own_clock.wake.notify_one();
+        Ok(Some(stamp))
     }
 
     /// Waits until this node leads (or names who does), then stamps a proposal: the term and

@@ -1,0 +1,170 @@
+//! How far a leader's stamps may move: by its own clock, slowed or sped to the majority's rate,
+//! and never past what a majority of the voters' clocks measured since the term's base (issue
+//! 42; the argument is in `clock`). Pure: the clocks' readings come in as values.
+
+use std::time::Duration;
+
+use super::majority::vouched;
+use super::peer_clocks::{PeerClocks, Ratio};
+use crate::limits::CLOCK_TRAIL;
+use crate::raft::NodeId;
+
+/// The most a leader's clock is slowed or sped: far past any clock that is merely odd, so that
+/// a rate measured across a jump the filter let through cannot stop or race the stamps.
+const MOST_CORRECTION: f64 = 8.0;
+
+/// What the voters' clocks allow a leader's stamps, now.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Allowance {
+    /// The store time the stamps may reach since the term's base: what a majority of the
+    /// voters' clocks measured since then (read [`CLOCK_TRAIL`] behind, evenly between
+    /// readings); `None` when the leader's clock alone decides (a single voter, or a voter of
+    /// a build that cannot be asked).
+    pub since_base: Option<Duration>,
+    /// How much store time one unit of the leader's clock is worth: the majority's rate over
+    /// the leader's, bounded from above (1.0 when unknown).
+    pub pace: f64,
+}
+
+impl Allowance {
+    /// The leader's clock alone, as before issue 42.
+    pub const OWN_CLOCK: Allowance = Allowance {
+        since_base: None,
+        pace: 1.0,
+    };
+}
+
+/// What the `peers` (the other voters; `voters` counts this node too) allow a leader whose
+/// term's base was taken at `since` on its own clock (where `clocks` count from), which reads
+/// `now`.
+pub fn allowance(
+    clocks: &PeerClocks,
+    peers: &[NodeId],
+    voters: usize,
+    since: Duration,
+    now: Duration,
+) -> Allowance {
+    let trail_at = now.saturating_sub(CLOCK_TRAIL);
+    let mut measured = vec![now.saturating_sub(since)];
+    measured.extend(peers.iter().map(|p| clocks.trail(*p, trail_at)));
+    // This clock's rate over each peer's, at its highest: right for every right peer, so the
+    // majority's value is at least this clock's true rate, and the stamps move no faster
+    // than real time once it is known.
+    let mut rates = vec![Ratio::SAME.high];
+    rates.extend(
+        peers
+            .iter()
+            .map(|p| clocks.ratio(*p).map_or(1.0, |r| r.high)),
+    );
+    let rate = vouched(rates, voters).unwrap_or(1.0);
+    Allowance {
+        since_base: vouched(measured, voters),
+        pace: (1.0 / rate).clamp(1.0 / MOST_CORRECTION, MOST_CORRECTION),
+    }
+}
+
+/// Where a term's stamps stand.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stamping {
+    /// The term's base store time, in microseconds, and the leader's clock when it was taken.
+    pub base_us: u64,
+    pub since: Duration,
+    /// The last stamp, in microseconds, and the leader's clock when it was given.
+    pub last_us: u64,
+    pub last_read: Duration,
+}
+
+impl Stamping {
+    pub fn new(base_ms: u64, since: Duration) -> Stamping {
+        let base_us = base_ms.saturating_mul(1_000);
+        Stamping {
+            base_us,
+            since,
+            last_us: base_us,
+            last_read: since,
+        }
+    }
+
+    /// The stamp at the leader's clock reading `now`, in milliseconds: the last one moved by
+    /// what the clock measured since, at the allowed pace, and no further than allowed. Never
+    /// back; a clock that went back measured nothing. Never faster than the pace either, even
+    /// to catch up with what is allowed: a stamp that moved faster than real time would end
+    /// early the leases granted before it.
+    pub fn advance(&mut self, now: Duration, allowed: Allowance) -> u64 {
+        let measured = now.saturating_sub(self.last_read).as_secs_f64() * 1e6;
+        self.last_read = now;
+        let paced = self
+            .last_us
+            .saturating_add((measured * allowed.pace) as u64);
+        let most = allowed.since_base.map_or(u64::MAX, |since_base| {
+            let us = u64::try_from(since_base.as_micros()).unwrap_or(u64::MAX);
+            self.base_us.saturating_add(us)
+        });
+        self.last_us = self.last_us.max(paced.min(most));
+        self.last_us / 1_000
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::peer_clocks::ClockReading;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    /// Peers 2 and 3 read every 25 ms for `for_ms`, each answered 1 ms after it was asked, their
+    /// clocks running at `rates` of this node's.
+    fn read(rates: [f64; 2], for_ms: u64) -> PeerClocks {
+        let mut clocks = PeerClocks::default();
+        clocks.count_from(MS(0));
+        for at in (0..=for_ms).step_by(25) {
+            for (peer, rate) in [(2, rates[0]), (3, rates[1])] {
+                let micros = (1e9 + (at as f64 + 0.5) * rate * 1e3) as u64;
+                let reading = ClockReading { process: 1, micros };
+                clocks.record(peer, MS(at), MS(at + 1), reading);
+            }
+        }
+        clocks
+    }
+
+    #[test]
+    fn a_leader_twice_as_fast_as_both_peers_stamps_at_their_pace() {
+        // This node's clock counted 4 s while theirs counted 2 s.
+        let clocks = read([0.5, 0.5], 4_000);
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_001));
+        assert!((allowed.pace - 0.5).abs() < 0.01, "{allowed:?}");
+        let since = allowed.since_base.unwrap();
+        assert!(since <= MS(2_000) && since >= MS(1_970), "{since:?}");
+        let mut stamping = Stamping::new(10_000, MS(3_000));
+        let stamp = stamping.advance(MS(3_500), allowed);
+        assert!((10_249..=10_250).contains(&stamp), "{stamp}");
+    }
+
+    #[test]
+    fn one_fast_peer_moves_nothing_and_a_slow_leader_is_sped_up() {
+        let clocks = read([2.0, 1.0], 4_000);
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_001));
+        assert!((allowed.pace - 1.0).abs() < 0.01, "{allowed:?}");
+        assert!(allowed.since_base.unwrap() <= MS(4_001), "{allowed:?}");
+        let clocks = read([2.0, 2.0], 4_000);
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_001));
+        assert!((allowed.pace - 2.0).abs() < 0.02, "{allowed:?}");
+    }
+
+    #[test]
+    fn stamps_never_pass_the_majority_nor_catch_up_nor_go_back() {
+        let mut stamping = Stamping::new(1_000, MS(0));
+        let capped = Allowance {
+            since_base: Some(MS(100)),
+            pace: 1.0,
+        };
+        assert_eq!(stamping.advance(MS(10_000), capped), 1_100, "a jump ahead");
+        assert_eq!(stamping.advance(MS(5), Allowance::OWN_CLOCK), 1_100, "back");
+        assert_eq!(stamping.advance(MS(55), Allowance::OWN_CLOCK), 1_150);
+        let far = Allowance {
+            since_base: Some(MS(1_000)),
+            pace: 1.0,
+        };
+        assert_eq!(stamping.advance(MS(65), far), 1_160, "no catching up");
+    }
+}
