@@ -226,6 +226,14 @@ impl Cluster {
                 "--lease-retention",
                 "2",
             ]);
+        // Each node's clock answers to a file (`serve --clock-control`), which the clock faults
+        // write; not on an older build, which does not know the flag.
+        if upgrade.is_none() {
+            for id in 1..=count as u64 {
+                let file = clock_control(dir.path(), id);
+                nodes = nodes.with_node_args(id, &["--clock-control", &file.display().to_string()]);
+            }
+        }
         let certs = tls.then(|| certs::ensure_for(dir.path(), count as u64, &ips).unwrap());
         if let Some(certs) = &certs {
             // With authorization on, as `cluster --tls` runs it: `authorize` gives the
@@ -977,6 +985,13 @@ enum Fault {
     /// The leader stopped as a rolling restart stops it (SIGTERM: it hands leadership over
     /// first), and started again.
     StopLeader,
+    /// One node's clock (two of five), the leader's or followers', running at 2x or 1.5x its
+    /// real speed until healed (`serve --clock-control`).
+    FastClock,
+    /// The same at 0.5x or 0.67x.
+    SlowClock,
+    /// One node's clock (two of five) jumping 10 s forward or back.
+    ClockJump,
 }
 
 impl Fault {
@@ -1002,6 +1017,9 @@ impl Fault {
             PausedAcrossRestart,
             KillLeaderWhileCatchingUp,
             KillLeaderDuringInstall,
+            FastClock,
+            SlowClock,
+            ClockJump,
         ]);
         if nodes == 5 {
             all.extend([Split32, Bridge]);
@@ -1016,6 +1034,33 @@ struct Heal {
     restart: Vec<u64>,
     resume: Vec<u64>,
     network: bool,
+    /// Nodes whose clocks run at their real speed again (a jump stays jumped).
+    clocks: Vec<u64>,
+}
+
+/// The file node `id`'s clock answers to, under the cluster's dir.
+fn clock_control(dir: &std::path::Path, id: u64) -> std::path::PathBuf {
+    dir.join(format!("clock-{id}"))
+}
+
+/// Sets node `id`'s clock: `rate_ppm` parts per million of real time, after a jump of
+/// `jump_ms`. The count makes every setting new, so that the node applies it.
+fn set_clock(cluster: &Cluster, id: u64, rate_ppm: u64, jump_ms: i64) {
+    static SET: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SET.fetch_add(1, Ordering::Relaxed);
+    let file = clock_control(cluster._dir.path(), id);
+    std::fs::write(&file, format!("{rate_ppm} {jump_ms} {n}\n")).unwrap();
+}
+
+/// A clock fault's victims: one node of three, two of five; the leader among them or not.
+fn clock_victims(rng: &mut Rng, leader: u64, followers: &[u64]) -> Vec<u64> {
+    let count = (followers.len() + 1) / 2;
+    let with_leader = rng.below(2) == 0;
+    let firsts = with_leader.then_some(leader).into_iter();
+    firsts
+        .chain(followers.iter().copied())
+        .take(count)
+        .collect()
 }
 
 /// How long a node stopped with SIGTERM has before SIGKILL: its hand-over's bound (2 s), and
@@ -1290,6 +1335,19 @@ async fn inject(fault: Fault, cluster: &mut Cluster, rng: &mut Rng) -> Heal {
             cluster.nodes.kill(leader);
             heal.restart = vec![leader];
         }
+        Fault::FastClock | Fault::SlowClock | Fault::ClockJump => {
+            let victims = clock_victims(rng, leader, &followers);
+            let (rate_ppm, jump_ms) = match fault {
+                Fault::FastClock => (*rng.pick(&[2_000_000, 1_500_000]), 0),
+                Fault::SlowClock => (*rng.pick(&[500_000, 666_667]), 0),
+                _ => (1_000_000, *rng.pick(&[10_000, -10_000])),
+            };
+            println!("             clocks of {victims:?}: rate {rate_ppm} ppm, jump {jump_ms} ms");
+            for &id in &victims {
+                set_clock(cluster, id, rate_ppm, jump_ms);
+            }
+            heal.clocks = victims;
+        }
         Fault::IsolateLeader => cut(&[leader], &followers, true),
         Fault::IsolateFollower => {
             let rest: Vec<u64> = ids.iter().copied().filter(|id| *id != follower).collect();
@@ -1319,9 +1377,28 @@ async fn inject(fault: Fault, cluster: &mut Cluster, rng: &mut Rng) -> Heal {
     heal
 }
 
+/// How long until every one of `victims` names its clock odd in its status, if within 10 s.
+async fn named_odd(cluster: &Cluster, victims: &[u64]) -> Option<Duration> {
+    let began = Instant::now();
+    while began.elapsed() < Duration::from_secs(10) {
+        let mut named = 0;
+        for &id in victims {
+            named += usize::from(cluster.node_status(id).await.is_some_and(|s| s.clock_odd));
+        }
+        if named == victims.len() {
+            return Some(began.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
 fn apply_heal(heal: Heal, cluster: &mut Cluster) {
     if heal.network {
         heal_network();
+    }
+    for id in heal.clocks {
+        set_clock(cluster, id, 1_000_000, 0);
     }
     for id in heal.resume {
         cluster.nodes.signal(id, libc::SIGCONT);
@@ -1453,6 +1530,8 @@ async fn fault_run_from(
     let mut probing: Option<(Fault, tokio::task::JoinHandle<Option<ProbeLife>>)> = None;
     let mut lives = Vec::new();
     let mut self_exits: Vec<(u64, Duration, String)> = Vec::new();
+    // Per clock fault, its victims and how long until all of them named themselves odd.
+    let mut namings: Vec<(Fault, Vec<u64>, Option<Duration>)> = Vec::new();
     // Sessions' closes refused while a node of the older build ran (`new_kinds_stay_off`).
     let mut closes_refused = 0;
     let began = Instant::now();
@@ -1474,12 +1553,17 @@ async fn fault_run_from(
             | Fault::StopLeader
             | Fault::PauseLeader
             | Fault::IsolateLeader
-            | Fault::OneWayFromLeader => {
-                LeaseProbe::acquire(&cluster, &recorder, lives.len()).await
-            }
+            | Fault::OneWayFromLeader
+            | Fault::FastClock
+            | Fault::SlowClock
+            | Fault::ClockJump => LeaseProbe::acquire(&cluster, &recorder, lives.len()).await,
             _ => None,
         };
         let heal = inject(fault, &mut cluster, &mut rng).await;
+        if !heal.clocks.is_empty() {
+            let named = named_odd(&cluster, &heal.clocks).await;
+            namings.push((fault, heal.clocks.clone(), named));
+        }
         // An upgrade step has nothing to heal: its unavailability runs from the node's stop (a
         // leader's costs an election), so it is measured now, before the pause.
         let stepped = match fault {
@@ -1671,6 +1755,19 @@ async fn fault_run_from(
             None => anomalies.push(Anomaly::new(
                 "lease life",
                 format!("probe-{n} was never granted to a rival within 20 s of its acquire ({kind:?})"),
+            )),
+        }
+    }
+
+    for (fault, victims, named) in &namings {
+        match named {
+            Some(after) => println!(
+                "{fault:?} on {victims:?}: named odd in status after {} ms",
+                after.as_millis()
+            ),
+            None => anomalies.push(Anomaly::new(
+                "odd clock",
+                format!("{fault:?} on nodes {victims:?}: not all named odd in status within 10 s"),
             )),
         }
     }
