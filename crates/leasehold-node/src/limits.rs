@@ -163,6 +163,12 @@ pub(crate) const PEER_APPLY_WAIT: Duration = Duration::from_millis(120);
 /// majority's clocks measured by about this much plus a round trip ([`CLOCK_TRAIL`]).
 pub(crate) const CLOCK_PROBE_LEADING: Duration = Duration::from_millis(25);
 
+/// A leader that heard no voter's clock for longer than this stops its stamps until it does:
+/// its own clock may have jumped (or the node paused), which the next reading tells. Two
+/// readings' time, and a loaded round trip.
+pub(crate) const CLOCK_UNHEARD: Duration =
+    Duration::from_millis(2 * CLOCK_PROBE_LEADING.as_millis() as u64 + 30);
+
 /// How often a node that does not lead reads its peers' clocks: enough to judge its own rate
 /// within a few seconds, and for a new leader to know its own from the start.
 pub(crate) const CLOCK_PROBE_FOLLOWING: Duration = Duration::from_millis(250);

@@ -73,6 +73,7 @@ pub struct Ratio {
     pub high: f64,
 }
 
+#[cfg(test)]
 impl Ratio {
     /// A clock against itself.
     pub const SAME: Ratio = Ratio {
@@ -191,15 +192,22 @@ impl PeerClocks {
         let first = (entry.samples.iter().rev())
             .take_while(|s| s.asked >= entry.rates_from)
             .find(|s| last.theirs.saturating_sub(s.theirs) >= CLOCK_RATE_SPAN)?;
-        let theirs = last.theirs.checked_sub(first.theirs)?;
-        let theirs = theirs.as_secs_f64();
-        let ours = |to: Duration, from: Duration| to.saturating_sub(from).as_secs_f64() / theirs;
-        let mid = |s: &Sample| (s.asked + s.answered) / 2;
-        Some(Ratio {
-            low: ours(last.asked, first.answered),
-            mid: ours(mid(last), mid(first)),
-            high: ours(last.answered, first.asked),
-        })
+        between(first, last)
+    }
+
+    /// How fast this node's clock ran against `peer`'s between its last two readings: noisy,
+    /// but the first to show a change of rate.
+    pub fn latest_ratio(&self, peer: NodeId) -> Option<Ratio> {
+        let entry = self.peers.get(&peer)?;
+        let mut latest = entry.samples.iter().rev();
+        let (last, first) = (latest.next()?, latest.next()?);
+        (first.asked >= entry.rates_from).then(|| between(first, last))?
+    }
+
+    /// When this node last heard from any of `peers`, on its clock.
+    pub fn last_heard(&self, peers: &[NodeId]) -> Option<Duration> {
+        let last = |p: &NodeId| Some(self.peers.get(p)?.samples.back()?.answered);
+        peers.iter().filter_map(last).max()
     }
 
     /// Whether `peer`'s clock jumped, as this node saw, at or after its instant `since`.
@@ -212,6 +220,21 @@ impl PeerClocks {
         let recent = |p: &&Peer| p.jumped.is_some_and(|at| at >= since);
         self.peers.values().filter(recent).count()
     }
+}
+
+/// How fast this node's clock ran against a peer's from reading `first` to `last`.
+fn between(first: &Sample, last: &Sample) -> Option<Ratio> {
+    let theirs = last.theirs.checked_sub(first.theirs)?.as_secs_f64();
+    if theirs <= 0.0 {
+        return None;
+    }
+    let ours = |to: Duration, from: Duration| to.saturating_sub(from).as_secs_f64() / theirs;
+    let mid = |s: &Sample| (s.asked + s.answered) / 2;
+    Some(Ratio {
+        low: ours(last.asked, first.answered),
+        mid: ours(mid(last), mid(first)),
+        high: ours(last.answered, first.asked),
+    })
 }
 
 /// Whether a reading `theirs`, asked at `asked` and answered at `answered`, shows a jump since

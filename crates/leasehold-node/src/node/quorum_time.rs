@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::majority::vouched;
 use super::peer_clocks::{PeerClocks, Ratio};
-use crate::limits::CLOCK_TRAIL;
+use crate::limits::{CLOCK_TRAIL, CLOCK_UNHEARD, ODD_CLOCK_RATE};
 use crate::raft::NodeId;
 
 /// The most a leader's clock is slowed or sped: far past any clock that is merely odd, so that
@@ -24,6 +24,9 @@ pub struct Allowance {
     /// How much store time one unit of the leader's clock is worth: the majority's rate over
     /// the leader's, bounded from above (1.0 when unknown).
     pub pace: f64,
+    /// Whether the leader heard from a voter lately enough to trust its own clock since: else
+    /// the stamps stand still.
+    pub heard: bool,
 }
 
 impl Allowance {
@@ -31,6 +34,7 @@ impl Allowance {
     pub const OWN_CLOCK: Allowance = Allowance {
         since_base: None,
         pace: 1.0,
+        heard: true,
     };
 }
 
@@ -49,17 +53,34 @@ pub fn allowance(
     measured.extend(peers.iter().map(|p| clocks.trail(*p, trail_at)));
     // This clock's rate over each peer's, at its highest: right for every right peer, so the
     // majority's value is at least this clock's true rate, and the stamps move no faster
-    // than real time once it is known.
-    let mut rates = vec![Ratio::SAME.high];
-    rates.extend(
-        peers
-            .iter()
-            .map(|p| clocks.ratio(*p).map_or(1.0, |r| r.high)),
-    );
-    let rate = vouched(rates, voters).unwrap_or(1.0);
+    // than real time once it is known. Over the last readings alone when those show for sure
+    // that the rate changed: the stamps follow the change from its first reading on.
+    let majority_of = |ratio: fn(&PeerClocks, NodeId) -> Option<Ratio>,
+                       bound: fn(&Ratio) -> f64| {
+        let mut values = vec![1.0];
+        values.extend(
+            peers
+                .iter()
+                .map(|p| ratio(clocks, *p).as_ref().map_or(1.0, bound)),
+        );
+        vouched(values, voters).unwrap_or(1.0)
+    };
+    let spanned = majority_of(PeerClocks::ratio, |r| r.high);
+    let changed = majority_of(PeerClocks::latest_ratio, |r| r.low)
+        > spanned * (1.0 + ODD_CLOCK_RATE)
+        || majority_of(PeerClocks::latest_ratio, |r| r.high) < spanned * (1.0 - ODD_CLOCK_RATE);
+    let rate = match changed {
+        true => majority_of(PeerClocks::latest_ratio, |r| r.high),
+        false => spanned,
+    };
+    // Unheard from for longer than the readings come, this clock may have jumped (or this
+    // node paused): it measures nothing until the next reading tells which.
+    let heard = peers.is_empty()
+        || (clocks.last_heard(peers)).is_some_and(|at| now.saturating_sub(at) <= CLOCK_UNHEARD);
     Allowance {
         since_base: vouched(measured, voters),
         pace: (1.0 / rate).clamp(1.0 / MOST_CORRECTION, MOST_CORRECTION),
+        heard,
     }
 }
 
@@ -91,7 +112,10 @@ impl Stamping {
     /// to catch up with what is allowed: a stamp that moved faster than real time would end
     /// early the leases granted before it.
     pub fn advance(&mut self, now: Duration, allowed: Allowance) -> u64 {
-        let measured = now.saturating_sub(self.last_read).as_secs_f64() * 1e6;
+        let measured = match allowed.heard {
+            true => now.saturating_sub(self.last_read).as_secs_f64() * 1e6,
+            false => 0.0,
+        };
         self.last_read = now;
         let paced = self
             .last_us
@@ -152,11 +176,36 @@ mod tests {
     }
 
     #[test]
+    fn a_leader_whose_clock_speeds_up_paces_from_the_first_reading_after_and_one_unheard_waits() {
+        // Both peers read every 25 ms for 4 s at this clock's rate, then this clock runs at
+        // twice its speed: the next readings come 50 ms apart on it, 25 ms on theirs.
+        let mut clocks = read([1.0, 1.0], 4_000);
+        for (at, theirs) in [(4_050, 4_025.5), (4_100, 4_050.5)] {
+            for peer in [2, 3] {
+                let micros = (1e9 + theirs * 1e3) as u64;
+                let reading = ClockReading { process: 1, micros };
+                clocks.record(peer, MS(at), MS(at + 2), reading);
+            }
+        }
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_103));
+        assert!(allowed.pace < 0.52 && allowed.heard, "{allowed:?}");
+        // Nothing heard for far longer than readings come (a jump, or a pause): no stamps.
+        let unheard = allowance(&clocks, &[2, 3], 3, MS(0), MS(14_103));
+        assert!(!unheard.heard, "{unheard:?}");
+        let mut stamping = Stamping::new(1_000, MS(4_000));
+        stamping.advance(MS(4_103), allowed);
+        let before = stamping.last_us;
+        stamping.advance(MS(14_103), unheard);
+        assert_eq!(stamping.last_us, before, "a jump of 10 s measures nothing");
+    }
+
+    #[test]
     fn stamps_never_pass_the_majority_nor_catch_up_nor_go_back() {
         let mut stamping = Stamping::new(1_000, MS(0));
         let capped = Allowance {
             since_base: Some(MS(100)),
             pace: 1.0,
+            heard: true,
         };
         assert_eq!(stamping.advance(MS(10_000), capped), 1_100, "a jump ahead");
         assert_eq!(stamping.advance(MS(5), Allowance::OWN_CLOCK), 1_100, "back");
@@ -164,6 +213,7 @@ mod tests {
         let far = Allowance {
             since_base: Some(MS(1_000)),
             pace: 1.0,
+            heard: true,
         };
         assert_eq!(stamping.advance(MS(65), far), 1_160, "no catching up");
     }

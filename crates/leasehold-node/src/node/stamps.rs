@@ -85,9 +85,18 @@ impl Node {
 
     /// The store time this node carries now: the newest it applied plus what its monotonic
     /// clock measured since it appended the entry that brought it (see `clock::carried_base`),
-    /// and that entry. A new leader asks its peers for theirs.
+    /// and that entry; the applied time alone while its clock is odd. A new leader asks its
+    /// peers for theirs.
     pub fn carried_time(&self) -> Carried {
         let applied_now_ms = self.inner.state.read().table.now_ms();
+        // A clock known to be odd measured nothing to go by: a leader stepping down for a
+        // clock that jumped is asked by its successor before that one may know it.
+        if self.clock_is_odd() {
+            return Carried {
+                ms: applied_now_ms,
+                from: None,
+            };
+        }
         clock::carried_base(applied_now_ms, self.inner.state.stamp_seen(), |at| {
             self.inner.clock.local().since(at)
         })
