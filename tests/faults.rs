@@ -196,7 +196,15 @@ impl Cluster {
     /// `count` nodes, with TLS on both planes (and client certificates demanded) if `tls`; of
     /// the `older` build, to be upgraded to this one, if given.
     fn start(count: usize, tls: bool, older: Option<std::path::PathBuf>) -> Cluster {
-        let dir = tempfile::TempDir::new().unwrap();
+        // LEASEHOLD_FAULT_KEEP=1 keeps the nodes' data dirs and logs after the run.
+        let keep = std::env::var("LEASEHOLD_FAULT_KEEP").is_ok_and(|v| v == "1");
+        let dir = tempfile::Builder::new().keep(keep).tempdir().unwrap();
+        if keep {
+            println!(
+                "the nodes' dirs and logs are kept in {}",
+                dir.path().display()
+            );
+        }
         let ips: Vec<IpAddr> = (1..=count)
             .map(|i| format!("127.0.0.{i}").parse().unwrap())
             .collect();

@@ -199,8 +199,10 @@ pub(crate) const ODD_CLOCK_RATE: f64 = 0.10;
 pub(crate) const CLOCK_JUMP_RATIO: f64 = 8.0;
 
 /// A node whose clock jumped stays odd this long after, and one whose rate was odd this long
-/// after it looks right again: enough for `status` to name it and for another to lead.
-pub(crate) const CLOCK_ODD_REMEMBERED: Duration = Duration::from_secs(30);
+/// after it looks right again: enough for `status` to name it and for another to lead, and
+/// short, since while a minority's clocks are odd none of them may campaign: two nodes of three
+/// odd at once, one after the other, and the third down, leave none to lead until it passes.
+pub(crate) const CLOCK_ODD_REMEMBERED: Duration = Duration::from_secs(3);
 
 /// A write answered longer than this after its stamp has the leader log a fresh stamp (a tick)
 /// at once. A follower carries time from when it appended the newest stamped entry, so one that

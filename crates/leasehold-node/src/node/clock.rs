@@ -243,18 +243,20 @@ impl LeaderClock {
         let mut guard = self.base.lock().unwrap_or_else(|p| p.into_inner());
         let base = guard.as_mut().filter(|b| b.term == term)?;
         let now = self.local.now();
-        let allowed = self.allowance(base.stamping.since, now);
+        let trail_at = base.stamping.trail_at(now);
+        let allowed = self.allowance(base.stamping.since, now, trail_at);
         Some(base.stamping.advance(now, allowed))
     }
 
-    /// What the voters' clocks allow a term based at `since` on this node's clock, at `now`.
-    fn allowance(&self, since: Duration, now: Duration) -> Allowance {
+    /// What the voters' clocks allow a term based at `since` on this node's clock, at `now`,
+    /// read at `trail_at`.
+    fn allowance(&self, since: Duration, now: Duration, trail_at: Duration) -> Allowance {
         let voters = self.voters.lock().unwrap_or_else(|p| p.into_inner());
         if !voters.all_answer {
             return Allowance::OWN_CLOCK;
         }
         let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        quorum_time::allowance(&peers, &voters.peers, voters.count, since, now)
+        quorum_time::allowance(&peers, &voters.peers, voters.count, since, now, trail_at)
     }
 
     /// The voters whose clocks bound the stamps from now on: `peers` and this node, and whether

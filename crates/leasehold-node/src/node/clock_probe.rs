@@ -41,7 +41,8 @@ pub(crate) struct OwnClock {
 #[derive(Clone, Copy, Default)]
 struct Judged {
     last: Judgement,
-    /// This node's clock when it was last judged odd, and when it last jumped.
+    /// This node's clock when it was last judged odd, and when it last found it jumped (kept:
+    /// what it carries across a failover must not measure across the jump).
     last_odd: Option<Duration>,
     last_jump: Option<Duration>,
 }
@@ -127,18 +128,28 @@ impl Node {
             off if off > ODD_CLOCK_RATE => 1.0 / rate_over_majority,
             _ => 1.0,
         };
-        // A peer's clock seen to jump did, unless this node's own jumped (then every clock that
+        // A peer's clock seen to jump did, unless this node's own jumped then (every clock that
         // did not jump with it seems to): jumps, as rates, are the majority's to judge.
         let i_jumped = still_odd(judged.last_jump, now);
         let peers = (self.voter_ids().into_iter()).map(|id| {
             let theirs = clocks.ratio(id).map_or(1.0, |r| mine / r.mid);
-            let jumped = clocks.jumped_since(id, since) != i_jumped;
+            let seen = clocks.jumped_at(id).filter(|at| *at >= since);
+            let mine_then = |at: Duration| {
+                (judged.last_jump).is_some_and(|j| j.abs_diff(at) <= JUMP_SEEN_WITHIN)
+            };
+            let jumped = seen.is_some_and(|at| !mine_then(at));
             (id, (!jumped).then(|| scale(theirs)))
         });
         ClockScales {
             own: (!i_jumped).then(|| scale(mine)),
             peers: peers.collect(),
         }
+    }
+
+    /// Whether this node found its clock jumped at or after its own reading `at`.
+    pub(crate) fn clock_jumped_after(&self, at: Duration) -> bool {
+        let judged = self.own().judged.lock().unwrap_or_else(|p| p.into_inner());
+        judged.last_jump.is_some_and(|jump| jump >= at)
     }
 
     /// Whether this node's clock is odd: it must not lead.
@@ -236,7 +247,10 @@ impl Node {
             ),
             _ => {}
         }
-        if shown.odd.is_some() && self.is_leader() {
+        // Only while it is odd now: one right again (whose oddness is still remembered, and so
+        // keeps it from campaigning) may lead when handed leadership, else two nodes odd one
+        // after the other would hand it back and forth.
+        if judgement.odd && self.is_leader() {
             self.step_down_for_clock();
         }
     }

@@ -210,9 +210,9 @@ impl PeerClocks {
         peers.iter().filter_map(last).max()
     }
 
-    /// Whether `peer`'s clock jumped, as this node saw, at or after its instant `since`.
-    pub fn jumped_since(&self, peer: NodeId, since: Duration) -> bool {
-        (self.peers.get(&peer)).is_some_and(|p| p.jumped.is_some_and(|at| at >= since))
+    /// When this node last saw `peer`'s clock jump, on its own clock.
+    pub fn jumped_at(&self, peer: NodeId) -> Option<Duration> {
+        self.peers.get(&peer)?.jumped
     }
 
     /// How many of the peers' clocks jumped, as this node saw, at or after its instant `since`.

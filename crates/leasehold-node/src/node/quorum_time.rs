@@ -40,39 +40,18 @@ impl Allowance {
 
 /// What the `peers` (the other voters; `voters` counts this node too) allow a leader whose
 /// term's base was taken at `since` on its own clock (where `clocks` count from), which reads
-/// `now`.
+/// `now`; their clocks are read at its instant `trail_at` (see [`Stamping::trail_at`]).
 pub fn allowance(
     clocks: &PeerClocks,
     peers: &[NodeId],
     voters: usize,
     since: Duration,
     now: Duration,
+    trail_at: Duration,
 ) -> Allowance {
-    let trail_at = now.saturating_sub(CLOCK_TRAIL);
     let mut measured = vec![now.saturating_sub(since)];
     measured.extend(peers.iter().map(|p| clocks.trail(*p, trail_at)));
-    // This clock's rate over each peer's, at its highest: right for every right peer, so the
-    // majority's value is at least this clock's true rate, and the stamps move no faster
-    // than real time once it is known. Over the last readings alone when those show for sure
-    // that the rate changed: the stamps follow the change from its first reading on.
-    let majority_of = |ratio: fn(&PeerClocks, NodeId) -> Option<Ratio>,
-                       bound: fn(&Ratio) -> f64| {
-        let mut values = vec![1.0];
-        values.extend(
-            peers
-                .iter()
-                .map(|p| ratio(clocks, *p).as_ref().map_or(1.0, bound)),
-        );
-        vouched(values, voters).unwrap_or(1.0)
-    };
-    let spanned = majority_of(PeerClocks::ratio, |r| r.high);
-    let changed = majority_of(PeerClocks::latest_ratio, |r| r.low)
-        > spanned * (1.0 + ODD_CLOCK_RATE)
-        || majority_of(PeerClocks::latest_ratio, |r| r.high) < spanned * (1.0 - ODD_CLOCK_RATE);
-    let rate = match changed {
-        true => majority_of(PeerClocks::latest_ratio, |r| r.high),
-        false => spanned,
-    };
+    let rate = leader_rate(clocks, peers, voters);
     // Unheard from for longer than the readings come, this clock may have jumped (or this
     // node paused): it measures nothing until the next reading tells which.
     let heard = peers.is_empty()
@@ -81,6 +60,47 @@ pub fn allowance(
         since_base: vouched(measured, voters),
         pace: (1.0 / rate).clamp(1.0 / MOST_CORRECTION, MOST_CORRECTION),
         heard,
+    }
+}
+
+/// This clock's rate over the majority's, as the stamps' pace counts it: 1 unless the readings
+/// show for sure that it is off (a majority's bounds all above 1, or all below), and then the
+/// majority's upper bound, which is at least the true rate for every right peer, so that the
+/// stamps move no faster than real time once it is known. Over the last readings alone when
+/// those show for sure, and tightly, that the rate changed: the stamps follow the change from
+/// its first reading on. A right clock is left alone: its bounds, loose under a loaded machine's
+/// round trips, would only slow its stamps.
+fn leader_rate(clocks: &PeerClocks, peers: &[NodeId], voters: usize) -> f64 {
+    let majority_of = |ratio: &dyn Fn(NodeId) -> Option<Ratio>, bound: fn(&Ratio) -> f64| {
+        let mut values = vec![1.0];
+        values.extend(peers.iter().map(|p| ratio(*p).as_ref().map_or(1.0, bound)));
+        vouched(values, voters).unwrap_or(1.0)
+    };
+    let spanned = |p| clocks.ratio(p);
+    // A peer whose last readings are loose says nothing new: its span's ratio stands.
+    let tight = |p| {
+        let latest = clocks
+            .latest_ratio(p)
+            .filter(|r| r.high - r.low <= ODD_CLOCK_RATE);
+        latest.or_else(|| clocks.ratio(p))
+    };
+    let (low, high) = (
+        majority_of(&spanned, |r| r.low),
+        majority_of(&spanned, |r| r.high),
+    );
+    let (latest_low, latest_high) = (
+        majority_of(&tight, |r| r.low),
+        majority_of(&tight, |r| r.high),
+    );
+    let (low, high) = match latest_low > high * (1.0 + ODD_CLOCK_RATE)
+        || latest_high < low * (1.0 - ODD_CLOCK_RATE)
+    {
+        true => (latest_low, latest_high),
+        false => (low, high),
+    };
+    match low <= 1.0 && 1.0 <= high {
+        true => 1.0,
+        false => high,
     }
 }
 
@@ -93,6 +113,8 @@ pub struct Stamping {
     /// The last stamp, in microseconds, and the leader's clock when it was given.
     pub last_us: u64,
     pub last_read: Duration,
+    /// Where the voters' clocks were last read, on the leader's: see [`Stamping::trail_at`].
+    trail_at: Duration,
 }
 
 impl Stamping {
@@ -103,7 +125,17 @@ impl Stamping {
             since,
             last_us: base_us,
             last_read: since,
+            trail_at: since,
         }
+    }
+
+    /// Where to read the voters' clocks at the leader's clock reading `now`: [`CLOCK_TRAIL`]
+    /// behind it, so that the readings grow evenly between the answers, and never back: a
+    /// leader's clock that jumped back would otherwise read them seconds ago and stop the
+    /// stamps for as long.
+    pub fn trail_at(&mut self, now: Duration) -> Duration {
+        self.trail_at = self.trail_at.max(now.saturating_sub(CLOCK_TRAIL));
+        self.trail_at
     }
 
     /// The stamp at the leader's clock reading `now`, in milliseconds: the last one moved by
@@ -155,7 +187,7 @@ mod tests {
     fn a_leader_twice_as_fast_as_both_peers_stamps_at_their_pace() {
         // This node's clock counted 4 s while theirs counted 2 s.
         let clocks = read([0.5, 0.5], 4_000);
-        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_001));
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_001), MS(3_961));
         assert!((allowed.pace - 0.5).abs() < 0.01, "{allowed:?}");
         let since = allowed.since_base.unwrap();
         assert!(since <= MS(2_000) && since >= MS(1_970), "{since:?}");
@@ -167,30 +199,32 @@ mod tests {
     #[test]
     fn one_fast_peer_moves_nothing_and_a_slow_leader_is_sped_up() {
         let clocks = read([2.0, 1.0], 4_000);
-        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_001));
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_001), MS(3_961));
         assert!((allowed.pace - 1.0).abs() < 0.01, "{allowed:?}");
         assert!(allowed.since_base.unwrap() <= MS(4_001), "{allowed:?}");
         let clocks = read([2.0, 2.0], 4_000);
-        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_001));
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_001), MS(3_961));
         assert!((allowed.pace - 2.0).abs() < 0.02, "{allowed:?}");
     }
 
     #[test]
     fn a_leader_whose_clock_speeds_up_paces_from_the_first_reading_after_and_one_unheard_waits() {
         // Both peers read every 25 ms for 4 s at this clock's rate, then this clock runs at
-        // twice its speed: the next readings come 50 ms apart on it, 25 ms on theirs.
+        // twice its speed: the next readings come 50 ms apart on it, 25 ms on theirs, each
+        // answered within half a millisecond.
         let mut clocks = read([1.0, 1.0], 4_000);
         for (at, theirs) in [(4_050, 4_025.5), (4_100, 4_050.5)] {
             for peer in [2, 3] {
                 let micros = (1e9 + theirs * 1e3) as u64;
                 let reading = ClockReading { process: 1, micros };
-                clocks.record(peer, MS(at), MS(at + 2), reading);
+                let answered = MS(at) + Duration::from_micros(500);
+                clocks.record(peer, MS(at), answered, reading);
             }
         }
-        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_103));
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_103), MS(4_063));
         assert!(allowed.pace < 0.52 && allowed.heard, "{allowed:?}");
         // Nothing heard for far longer than readings come (a jump, or a pause): no stamps.
-        let unheard = allowance(&clocks, &[2, 3], 3, MS(0), MS(14_103));
+        let unheard = allowance(&clocks, &[2, 3], 3, MS(0), MS(14_103), MS(14_063));
         assert!(!unheard.heard, "{unheard:?}");
         let mut stamping = Stamping::new(1_000, MS(4_000));
         stamping.advance(MS(4_103), allowed);

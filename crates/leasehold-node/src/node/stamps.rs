@@ -85,21 +85,23 @@ impl Node {
 
     /// The store time this node carries now: the newest it applied plus what its monotonic
     /// clock measured since it appended the entry that brought it (see `clock::carried_base`),
-    /// and that entry; the applied time alone while its clock is odd. A new leader asks its
+    /// and that entry; the applied time alone if its clock jumped since. A new leader asks its
     /// peers for theirs.
     pub fn carried_time(&self) -> Carried {
         let applied_now_ms = self.inner.state.read().table.now_ms();
-        // A clock known to be odd measured nothing to go by: a leader stepping down for a
-        // clock that jumped is asked by its successor before that one may know it.
-        if self.clock_is_odd() {
+        // A clock known to have jumped since the append it would measure from measured nothing
+        // to go by: a leader stepping down for a clock that jumped is asked by its successor
+        // before that one may know it. (One known to run fast or slow, its successor corrects.)
+        let seen = self.inner.state.stamp_seen();
+        let local = self.inner.clock.local();
+        let jumped_since = |at| self.clock_jumped_after(local.reading(at));
+        if seen.is_some_and(|seen| jumped_since(seen.at)) {
             return Carried {
                 ms: applied_now_ms,
                 from: None,
             };
         }
-        clock::carried_base(applied_now_ms, self.inner.state.stamp_seen(), |at| {
-            self.inner.clock.local().since(at)
-        })
+        clock::carried_base(applied_now_ms, seen, |at| local.since(at))
     }
 
     /// The current stamp if this node leads with a started clock: for the expiry ticker.
