@@ -164,10 +164,11 @@ pub(crate) const PEER_APPLY_WAIT: Duration = Duration::from_millis(120);
 pub(crate) const CLOCK_PROBE_LEADING: Duration = Duration::from_millis(25);
 
 /// A leader that heard no voter's clock for longer than this stops its stamps until it does:
-/// its own clock may have jumped (or the node paused), which the next reading tells. Two
-/// readings' time, and a loaded round trip.
+/// its own clock may have jumped (or the node paused), which the next reading tells. Twice the
+/// trail: readings late on a loaded machine (the fault suite's: 40 ms and 80 ms here let store
+/// time run at 70% of real time) must not stop it.
 pub(crate) const CLOCK_UNHEARD: Duration =
-    Duration::from_millis(2 * CLOCK_PROBE_LEADING.as_millis() as u64 + 30);
+    Duration::from_millis(2 * CLOCK_TRAIL.as_millis() as u64);
 
 /// How often a node that does not lead reads its peers' clocks: enough to judge its own rate
 /// within a few seconds, and for a new leader to know its own from the start.
@@ -178,8 +179,9 @@ pub(crate) const CLOCK_PROBE_WAIT: Duration = Duration::from_millis(500);
 
 /// How far behind the newest readings a leader reads the voters' clocks, so that the time they
 /// allow grows smoothly between readings (see `quorum_time`): more than a probe's interval and
-/// round trip.
-pub(crate) const CLOCK_TRAIL: Duration = Duration::from_millis(40);
+/// a loaded machine's round trip. The most store time may gain on real time, once, in the
+/// moment a leader's clock changes rate.
+pub(crate) const CLOCK_TRAIL: Duration = Duration::from_millis(100);
 
 /// Readings of a peer's clock are kept this long.
 pub(crate) const CLOCK_RATE_WINDOW: Duration = Duration::from_secs(3);
