@@ -154,6 +154,11 @@ impl Metrics {
             "Requests refused, by reason",
             self.refusals.clone(),
         );
+        self.register_clock(registry);
+    }
+
+    /// The clock's gauges (issue 42).
+    fn register_clock(&self, registry: &mut Registry) {
         registry.register(
             "clock_rate_ratio",
             "This node's clock's rate over the majority's (1 for a right clock; 0 until known)",
