@@ -157,6 +157,33 @@ impl Node {
         self.own_clock().odd.is_some()
     }
 
+    /// Reads the clocks of `peers` afresh (asked from this node's clock reading `since` on),
+    /// waiting until `deadline` at most: a new leader must know which clocks jumped before it
+    /// counts the time they carry, and a follower's usual readings may be a quarter of a second
+    /// old, from before the jump that made the old leader step down. Returns at once where not
+    /// every voter can be asked (a mixed cluster: the stamps go by this node's clock alone).
+    pub(crate) async fn read_clocks(
+        &self,
+        peers: &[NodeId],
+        since: Duration,
+        deadline: tokio::time::Instant,
+    ) {
+        let me = self.inner.id;
+        let voters = self.voter_ids();
+        let protocols = self.inner.channels.protocols();
+        if !protocols.all_announce(me, voters.iter().copied(), FEATURE) {
+            return;
+        }
+        loop {
+            self.ask_clocks();
+            let fresh = |p: &NodeId| (self.inner.clock.peer_clocks().last_asked(*p)) >= Some(since);
+            if peers.iter().all(fresh) || tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Asks each other voter not already being asked for its clock's reading, in the
     /// background, and tells the leader's clock which voters bound its stamps.
     fn ask_clocks(&self) {

@@ -204,6 +204,11 @@ impl PeerClocks {
         (first.asked >= entry.rates_from).then(|| between(first, last))?
     }
 
+    /// When this node asked `peer` for the last reading it has, on its clock.
+    pub fn last_asked(&self, peer: NodeId) -> Option<Duration> {
+        Some(self.peers.get(&peer)?.samples.back()?.asked)
+    }
+
     /// When this node last heard from any of `peers`, on its clock.
     pub fn last_heard(&self, peers: &[NodeId]) -> Option<Duration> {
         let last = |p: &NodeId| Some(self.peers.get(p)?.samples.back()?.answered);

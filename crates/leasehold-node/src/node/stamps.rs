@@ -7,9 +7,10 @@ use super::link::Carried;
 use super::write::{Refresh, RefreshClaim};
 use super::Node;
 use super::NodeError;
-use crate::limits::PEER_APPLY_WAIT;
+use crate::limits::{PEER_APPLY_WAIT, PEER_CARRY_WAIT};
 use crate::raft::LogId;
 use leasehold_core::Op;
+use tokio::time::Instant;
 
 impl Node {
     /// The store time to stamp on a command proposed now in `term`; `None` under the manual clock.
@@ -38,7 +39,20 @@ impl Node {
             .into_iter()
             .filter(|(id, _)| *id != self.inner.id)
             .collect();
+        // The peers' clocks are read afresh alongside: those that answer must be known to have
+        // jumped, or not, before their answers count (see `clock_probe::read_clocks`).
+        let (since, deadline) = (
+            self.inner.clock.local().now(),
+            Instant::now() + PEER_CARRY_WAIT,
+        );
+        self.read_clocks(&[], since, deadline).await;
         let answers = clock::ask_peers(&self.inner.link, peers, voters / 2, oldest).await;
+        let answered: Vec<_> = answers
+            .iter()
+            .filter(|(_, a)| a.is_ok())
+            .map(|(id, _)| *id)
+            .collect();
+        self.read_clocks(&answered, since, deadline).await;
         // Measured again after the wait for the peers (up to `PEER_CARRY_WAIT`): the same
         // entry's time plus what this node's clock measured since its append, now, so that the
         // wait is carried and not lost from every lease the old leader granted.
