@@ -198,7 +198,10 @@ impl Cluster {
     fn start(count: usize, tls: bool, older: Option<std::path::PathBuf>) -> Cluster {
         // LEASEHOLD_FAULT_KEEP=1 keeps the nodes' data dirs and logs after the run.
         let keep = std::env::var("LEASEHOLD_FAULT_KEEP").is_ok_and(|v| v == "1");
-        let dir = tempfile::Builder::new().keep(keep).tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .disable_cleanup(keep)
+            .tempdir()
+            .unwrap();
         if keep {
             println!(
                 "the nodes' dirs and logs are kept in {}",
@@ -1066,7 +1069,7 @@ fn set_clock(cluster: &Cluster, id: u64, rate_ppm: u64, jump_ms: i64) {
 
 /// A clock fault's victims: one node of three, two of five; the leader among them or not.
 fn clock_victims(rng: &mut Rng, leader: u64, followers: &[u64]) -> Vec<u64> {
-    let count = (followers.len() + 1) / 2;
+    let count = followers.len().div_ceil(2);
     let with_leader = rng.below(2) == 0;
     let firsts = with_leader.then_some(leader).into_iter();
     firsts

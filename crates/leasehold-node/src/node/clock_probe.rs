@@ -125,7 +125,9 @@ impl Node {
         let since = now.saturating_sub(CLOCK_ODD_REMEMBERED);
         let clocks = self.inner.clock.peer_clocks();
         let scale = |rate_over_majority: f64| match (rate_over_majority - 1.0).abs() {
-            off if off > ODD_CLOCK_RATE => 1.0 / rate_over_majority,
+            off if off > ODD_CLOCK_RATE && rate_over_majority.is_finite() => {
+                (1.0 / rate_over_majority).clamp(1.0 / 8.0, 1.0)
+            }
             _ => 1.0,
         };
         // A peer's clock seen to jump did, unless this node's own jumped then (every clock that
@@ -238,7 +240,7 @@ impl Node {
 
     /// Judges this node's clock from the readings so far; logs a change, and steps down if it
     /// became odd while leading.
-    fn judge_own_clock(&self) {
+    pub(crate) fn judge_own_clock(&self) {
         let me = self.inner.id;
         let voters = self.voter_ids();
         let now = self.inner.clock.local().now();

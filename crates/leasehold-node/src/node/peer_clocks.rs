@@ -116,6 +116,9 @@ impl PeerClocks {
                 if (entry.samples.iter().rev().take(2))
                     .any(|before| jumped(before, asked, answered, theirs)) =>
             {
+                // The readings before it are on another footing (this node's clock may have
+                // gone back): the trail goes on from the counted time alone.
+                entry.samples.clear();
                 entry.rates_from = asked;
                 entry.jumped = Some(answered);
                 last.counted
@@ -170,9 +173,9 @@ impl PeerClocks {
         };
         for after in samples {
             if after.answered > at {
-                let span = (after.answered - before.answered).as_secs_f64();
+                let span = after.answered.saturating_sub(before.answered).as_secs_f64();
                 let into = at.saturating_sub(before.answered).as_secs_f64();
-                let grew = (after.counted - before.counted).as_secs_f64();
+                let grew = after.counted.saturating_sub(before.counted).as_secs_f64();
                 let between = if span > 0.0 { grew * into / span } else { 0.0 };
                 let counted = before.counted + Duration::from_secs_f64(between.min(grew));
                 return counted.saturating_sub(mark);

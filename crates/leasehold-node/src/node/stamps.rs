@@ -47,12 +47,15 @@ impl Node {
         );
         self.read_clocks(&[], since, deadline).await;
         let answers = clock::ask_peers(&self.inner.link, peers, voters / 2, oldest).await;
-        let answered: Vec<_> = answers
-            .iter()
-            .filter(|(_, a)| a.is_ok())
+        let voter_ids = self.voter_ids();
+        let answered: Vec<_> = (answers.iter())
+            .filter(|(id, a)| a.is_ok() && voter_ids.contains(id))
             .map(|(id, _)| *id)
             .collect();
         self.read_clocks(&answered, since, deadline).await;
+        // And this node's own, on those readings: a follower handed leadership by a leader
+        // whose clock jumped with its own has not judged it yet.
+        self.judge_own_clock();
         // Measured again after the wait for the peers (up to `PEER_CARRY_WAIT`): the same
         // entry's time plus what this node's clock measured since its append, now, so that the
         // wait is carried and not lost from every lease the old leader granted.
