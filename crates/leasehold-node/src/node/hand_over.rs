@@ -170,16 +170,13 @@ impl Node {
         let at = |now| *stage.lock().unwrap_or_else(|p| p.into_inner()) = now;
         let handed = tokio::time::timeout_at(started + HAND_OVER_WAIT, async {
             self.inner.proposals.drain().await;
-            // A voter whose clock runs with the majority's, if there is one: one known odd would
-            // step down in turn (see `clock_probe`).
+            // A caught-up voter whose clock runs with the majority's first (one known odd would
+            // step down in turn, see `clock_probe`), else any caught-up voter: waiting for one
+            // in particular held SIGTERM's hand-over past its bound.
             let scales = self.clock_scales();
-            let right: Vec<NodeId> = (others.iter().copied())
-                .filter(|id| scales.peer(*id) == Some(1.0))
-                .collect();
-            let to = match right.is_empty() {
-                true => self.caught_up_voter(&others).await,
-                false => self.caught_up_voter(&right).await,
-            };
+            let mut preferred = others.clone();
+            preferred.sort_by_key(|id| scales.peer(*id) != Some(1.0));
+            let to = self.caught_up_voter(&preferred).await;
             at("the voters could not be told");
             self.tell_voters(vote, to, &others).await?;
             at("the chosen voter did not win");
