@@ -1,9 +1,9 @@
 //! The leader's stamping of store time.
 //!
 //! Store time is replicated state: it moves only through logged commands. The leader stamps each
-//! command it proposes with a base store time plus what has been measured since it took that
-//! base: by its own clock, held to what a majority of the voters' clocks measured (issue 42,
-//! below). A new leader takes its base only after every entry of earlier terms is applied.
+//! command it proposes with a base store time plus what its own monotonic clock has measured
+//! since it took that base. A new leader takes its base only after every entry of earlier terms
+//! is applied.
 //!
 //! **Time carried across a failover.** The base is the newest store time this node applied, plus
 //! what its own monotonic clock has measured since it appended the entry that carried it
@@ -29,8 +29,8 @@
 //! `store_time_follows_real_time` judges the same inequality from the clients' side, with the
 //! send and the answer in place of `s` and `a`.)
 //!
-//! *Within a term*, with right clocks, stamps move as real time does from the base on, and `T`
-//! is the largest stamp so far. How, when a clock lies, is the next invariant.
+//! *Within a term* stamps are `base + (t - t_base)` on one monotonic clock, so two stamps differ
+//! by the real time between them, and `T` is the largest stamp so far.
 //!
 //! *Across terms.* A new term's base is `T(e) + (now - t_seen(e))` for an entry `e` applied at
 //! the node that answered, where `t_seen(e) >= a(e)` is when that node appended `e`. A stamp `C`
@@ -52,44 +52,6 @@
 //! deposed leader's) could carry a stamp from a clock that the committed history did not
 //! follow. Losing time (an instant taken late, a restart, a base from the applied time alone)
 //! only makes leases last longer, never shorter.
-//!
-//! **Issue 42: store time never advances faster than the clocks of a majority.** All of the
-//! above stands on the clocks being right: one leader whose clock ran at 2x ended every lease
-//! at half its TTL. Now the leader reads each voter's clock every [`CLOCK_PROBE_LEADING`]
-//! (`clock_probe`; the readings, `peer_clocks`) and a stamp at its clock reading `t` is
-//! (`quorum_time`):
-//!
-//! ```text
-//! T(t) = max(T_last, min(T_last + pace * (t - t_last), base + M(t)))
-//! ```
-//!
-//! - `M(t)`, the *allowance*, is the majority-th largest of what each voter's clock measured
-//!   since the term's base: this node's own `t - t_base`, and each peer's counted between its
-//!   first reading asked after the base and the reading `CLOCK_TRAIL` before `t` (evenly between
-//!   readings; jumps and restarts count nothing). With at most a minority of clocks wrong (one
-//!   of three, two of five), at least one right clock measured at least `M(t)`, and a right
-//!   peer's reading was taken before the leader received it: `M(t) <= t_real - t_base_real`. So
-//!   store time never runs ahead of the base plus real time, whatever a minority's clocks do.
-//! - `pace` slows or speeds the leader's clock to the majority's rate: one over the
-//!   majority-th largest of this clock's rate against each voter's, at its upper bound (a peer
-//!   read its clock somewhere within each round trip). A right peer's bound is at least this
-//!   clock's true rate, so `pace * (t - t_last)` is at most the real time elapsed once the rate
-//!   is known: stamps move no faster than real time, and a slow leader's do not fall behind.
-//! - Never faster than the pace, even to catch up with the allowance: catching up would end
-//!   early the leases granted before. So the within-term inequality holds with right clocks at
-//!   the leader, and with a wrong leader clock once its rate is measured (over
-//!   [`CLOCK_RATE_SPAN`]); until then `M(t)` holds it within real time. What is left: in the
-//!   moment a leader's clock changes rate, it reads the trail between its last readings up to
-//!   its rate's worth too fast, so store time may gain up to `CLOCK_TRAIL` on real time, once.
-//!   A forward jump of the leader's clock gains no more, by `M(t)`; a backward one measures
-//!   nothing.
-//!
-//! Across terms, each answer's time measured since the newest stamp is corrected to the
-//! majority's rate by what the new leader knows of that node's clock, and one that jumped
-//! lately is left out ([`term_base`]). And an odd clock is kept from leading: a node whose rate
-//! differs from the majority's by more than `ODD_CLOCK_RATE`, or whose clock jumped, names
-//! itself in `status` and the metrics, does not campaign and steps down if it leads, handing
-//! over to a voter whose clock is right (`clock_probe`, `hand_over`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -101,11 +63,7 @@ use tokio::time::Instant;
 
 use super::link::{Carried, PeerLink};
 use super::local_clock::LocalClock;
-use super::peer_clocks::PeerClocks;
-use super::quorum_time::{self, Allowance, Stamping};
 use crate::limits::PEER_CARRY_WAIT;
-#[cfg(doc)]
-use crate::limits::{CLOCK_PROBE_LEADING, CLOCK_RATE_SPAN};
 use crate::raft::{LogId, NodeId, StampSeen};
 use std::time::Duration;
 
@@ -146,25 +104,16 @@ pub fn counts(answer: &Carried, oldest: Option<LogId>) -> bool {
     answer.from.is_some() && answer.from >= oldest
 }
 
-/// Where a new term's stamps start: the largest of `carried` (this node's and its peers'
-/// answers) that counts, each corrected to the majority's clock rate, or `applied_ms`, the
-/// store time this node applied, if none does. Each comes with the factor that corrects what
-/// its node's clock measured since the newest stamp (the part past `applied_ms`: a node that
-/// counts applied the same entry, so the same time): 0.5 for a clock known to run at twice the
-/// majority's, 1 for one known right or not known yet (it went odd within the last second or
-/// so, and counts as every answer did before issue 42), `None` for one that jumped lately.
+/// Where a new term's stamps start: the largest of `own` and the `answers` that count.
 pub fn term_base<'a>(
-    applied_ms: u64,
+    own: Carried,
     oldest: Option<LogId>,
-    carried: impl IntoIterator<Item = (&'a Carried, Option<f64>)>,
+    answers: impl IntoIterator<Item = &'a Carried>,
 ) -> u64 {
-    (carried.into_iter())
-        .filter(|(carried, _)| counts(carried, oldest))
-        .filter_map(|(carried, scale)| {
-            let measured = carried.ms.saturating_sub(applied_ms) as f64;
-            Some(applied_ms.saturating_add((measured * scale?) as u64))
-        })
-        .fold(applied_ms, u64::max)
+    answers
+        .into_iter()
+        .filter(|answer| counts(answer, oldest))
+        .fold(own.ms, |base, answer| base.max(answer.ms))
 }
 
 /// What the `peers` (id to peer address) answer when asked for the store time they carry: each
@@ -198,32 +147,21 @@ pub async fn ask_peers(
     answers
 }
 
-/// Where this term's stamps stand.
+/// Where this term's stamps start from.
 #[derive(Clone, Copy)]
 struct TermBase {
     term: u64,
-    stamping: Stamping,
-}
-
-/// The voters whose clocks bound the stamps (see `quorum_time`).
-#[derive(Default)]
-struct Voters {
-    /// The other voters.
-    peers: Vec<NodeId>,
-    /// All voters, this node counted in.
-    count: usize,
-    /// Whether every voter answers for its clock: else (a mixed cluster during an upgrade, or
-    /// before the first round of readings) this node's clock alone decides, as before.
-    all_answer: bool,
+    base_ms: u64,
+    /// The local clock's reading when the base was taken.
+    since: Duration,
+    /// The last stamp handed out, so stamps never go backwards even if `Instant` were to.
+    last_ms: u64,
 }
 
 #[derive(Default)]
 pub struct LeaderClock {
     /// The clock stamps count on: this node's own (see `local_clock`).
     local: LocalClock,
-    /// What this node read of its peers' clocks (see `clock_probe`).
-    peers: Mutex<PeerClocks>,
-    voters: Mutex<Voters>,
     base: Mutex<Option<TermBase>>,
     /// Held while a term's base is being found, so that the writes arriving together at a new
     /// leader ask its peers once, not once each.
@@ -242,37 +180,10 @@ impl LeaderClock {
     pub fn stamp(&self, term: u64) -> Option<u64> {
         let mut guard = self.base.lock().unwrap_or_else(|p| p.into_inner());
         let base = guard.as_mut().filter(|b| b.term == term)?;
-        let now = self.local.now();
-        let trail_at = base.stamping.trail_at(now);
-        let allowed = self.allowance(base.stamping.since, now, trail_at);
-        Some(base.stamping.advance(now, allowed))
-    }
-
-    /// What the voters' clocks allow a term based at `since` on this node's clock, at `now`,
-    /// read at `trail_at`.
-    fn allowance(&self, since: Duration, now: Duration, trail_at: Duration) -> Allowance {
-        let voters = self.voters.lock().unwrap_or_else(|p| p.into_inner());
-        if !voters.all_answer {
-            return Allowance::OWN_CLOCK;
-        }
-        let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        quorum_time::allowance(&peers, &voters.peers, voters.count, since, now, trail_at)
-    }
-
-    /// The voters whose clocks bound the stamps from now on: `peers` and this node, and whether
-    /// every one of them answers for its clock.
-    pub fn set_voters(&self, peers: Vec<NodeId>, all_answer: bool) {
-        let count = peers.len() + 1;
-        *self.voters.lock().unwrap_or_else(|p| p.into_inner()) = Voters {
-            peers,
-            count,
-            all_answer,
-        };
-    }
-
-    /// What this node read of its peers' clocks.
-    pub fn peer_clocks(&self) -> std::sync::MutexGuard<'_, PeerClocks> {
-        self.peers.lock().unwrap_or_else(|p| p.into_inner())
+        let elapsed = self.local.now().saturating_sub(base.since);
+        let elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        base.last_ms = base.last_ms.max(base.base_ms.saturating_add(elapsed_ms));
+        Some(base.last_ms)
     }
 
     /// Held while this node finds a new term's base: whoever holds it next finds the term
@@ -314,11 +225,11 @@ impl LeaderClock {
         match guard.as_ref() {
             Some(base) if base.term >= term => {}
             _ => {
-                let since = self.local.now();
-                self.peer_clocks().count_from(since);
                 *guard = Some(TermBase {
                     term,
-                    stamping: Stamping::new(applied_now_ms, since),
+                    base_ms: applied_now_ms,
+                    since: self.local.now(),
+                    last_ms: applied_now_ms,
                 })
             }
         }
@@ -362,16 +273,6 @@ mod tests {
         }
 
         fn read(&self, _: NodeId, _: String, _: OnBehalf, _: Read) -> ReadAnswer {
-            unreachable!("only carried times are asked")
-        }
-
-        fn clock_reading(
-            &self,
-            _: NodeId,
-            _: String,
-            _: Duration,
-        ) -> Pin<Box<dyn Future<Output = Result<crate::node::ClockReading, String>> + Send>>
-        {
             unreachable!("only carried times are asked")
         }
 
@@ -457,9 +358,10 @@ mod tests {
             ms: 90_000,
             from: None,
         };
-        let right = |c| (c, Some(1.0));
-        let carried_here = [&own, &behind, &caught_up, &from_nothing].map(right);
-        assert_eq!(term_base(10_000, oldest, carried_here), 10_400);
+        assert_eq!(
+            term_base(own, oldest, [&behind, &caught_up, &from_nothing]),
+            10_400
+        );
         // A leader with no instant of its own (its state came in a snapshot) counts only an
         // answer from its last applied entry.
         let bare = Carried {
@@ -467,33 +369,8 @@ mod tests {
             from: None,
         };
         let oldest = counts_from(bare, Some(entry(1, 12)));
-        let answers = [&behind, &caught_up].map(right);
-        assert_eq!(term_base(10_000, oldest, answers), 10_400);
-        assert_eq!(
-            term_base(10_000, oldest, [right(&carried(10_200, 11))]),
-            10_000
-        );
-    }
-
-    #[test]
-    fn a_clock_known_to_be_odd_is_corrected_to_the_majoritys_rate_or_left_out() {
-        // The grant applied at 10_000; right clocks measured about 500 ms since, a clock
-        // known to run at twice the majority's 1_000, one that jumped 10_500.
-        let oldest = Some(entry(1, 12));
-        let (right, fast, jumped) = (
-            carried(10_500, 12),
-            carried(11_000, 12),
-            carried(20_500, 12),
-        );
-        let known = [(&right, Some(1.0)), (&fast, Some(0.5)), (&jumped, None)];
-        assert_eq!(term_base(10_000, oldest, known), 10_500);
-        let not_yet = [(&right, Some(1.0)), (&fast, Some(1.0))];
-        assert_eq!(term_base(10_000, oldest, not_yet), 11_000, "not known yet");
-        assert_eq!(
-            term_base(10_000, oldest, [(&jumped, None)]),
-            10_000,
-            "the applied time, when no answer may count"
-        );
+        assert_eq!(term_base(bare, oldest, [&behind, &caught_up]), 10_400);
+        assert_eq!(term_base(bare, oldest, [&carried(10_200, 11)]), 10_000);
     }
 
     #[test]

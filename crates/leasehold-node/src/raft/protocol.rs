@@ -33,7 +33,7 @@ pub const PROTOCOL: u32 = 2;
 
 /// The features this build serves beyond its protocol's. A feature is named here when it adds
 /// a peer message, and used toward a peer only once every member names it.
-pub const FEATURES: &[&str] = &[crate::node::HAND_OVER, crate::node::CLOCK_READING];
+pub const FEATURES: &[&str] = &[crate::node::HAND_OVER];
 
 /// The most features an announcement is read with; the rest are ignored.
 const MAX_FEATURES: usize = 32;
