@@ -56,6 +56,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 // tokio's, not std's: the same monotonic clock in a node, and the simulation's virtual one when
 // it runs the real stamping on tokio's paused clock.
@@ -65,7 +66,6 @@ use super::link::{Carried, PeerLink};
 use super::local_clock::LocalClock;
 use crate::limits::PEER_CARRY_WAIT;
 use crate::raft::{LogId, NodeId, StampSeen};
-use std::time::Duration;
 
 /// What a node carries: `applied_now_ms`, the store time applied here, plus the time this
 /// node's own clock has measured (`measured`, since an instant) since the entry that brought
@@ -154,7 +154,7 @@ struct TermBase {
     base_ms: u64,
     /// The local clock's reading when the base was taken.
     since: Duration,
-    /// The last stamp handed out, so stamps never go backwards even if `Instant` were to.
+    /// The last stamp handed out, so stamps never go backwards even if the local clock were to.
     last_ms: u64,
 }
 
