@@ -328,7 +328,24 @@ pub fn status_table(nodes: &[pb::NodeStatus]) -> String {
             bytes(n.snapshot_bytes)
         );
     }
-    out + &security(nodes) + &versions(nodes)
+    out + &security(nodes) + &versions(nodes) + &clocks(nodes)
+}
+
+/// A line for each node whose clock is odd against the majority's: it does not lead.
+fn clocks(nodes: &[pb::NodeStatus]) -> String {
+    let odd = nodes.iter().filter(|n| n.clock_odd);
+    odd.map(|n| {
+        let rate = match n.clock_rate_ratio {
+            0.0 => String::new(),
+            r => format!(" ({r:.2}x the majority's rate)"),
+        };
+        format!(
+            "clock: node {} {}{rate}: it does not campaign, and steps down if it leads; check \
+             its time source (NTP, the hypervisor's clock)\n",
+            n.id, n.clock_odd_reason
+        )
+    })
+    .collect()
 }
 
 /// What the nodes that answered run: one line when they agree, one per node mid-upgrade.
@@ -411,6 +428,8 @@ fn status_json(nodes: &[pb::NodeStatus]) -> Value {
                 "tls": n.tls, "client_certificates": n.client_certificates,
                 "authorization": n.authorization, "version": n.version,
                 "protocol": n.protocol, "log_format": n.log_format,
+                "clock_rate_ratio": n.clock_rate_ratio, "clock_odd": n.clock_odd,
+                "clock_odd_reason": n.clock_odd_reason,
             })
         })
         .collect();

@@ -68,6 +68,10 @@ pub struct ServeArgs {
     /// Only `advance` moves store time (demos and deterministic tests).
     #[arg(long, env = "LEASEHOLD_MANUAL_CLOCK")]
     manual_clock: bool,
+    /// A file that sets this node's clock's rate and jumps, for the fault suite (see the node's
+    /// `clock_control`).
+    #[arg(long, hide = true, value_name = "FILE")]
+    clock_control: Option<PathBuf>,
     /// TLS on both planes: this node's certificate (PEM), which must name it as
     /// leasehold-node-ID and, for clients, carry the host they dial. Needs --tls-key and
     /// --tls-ca. Peers must then show a certificate from the same CA naming another member.
@@ -377,6 +381,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         lease_retention_ms: args.lease_retention,
         metrics_listen,
         http_listen,
+        clock_control: args.clock_control,
     };
     node::run(config, shutdown_signal()).await?;
     Ok(Exit::Ok)

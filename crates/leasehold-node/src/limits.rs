@@ -159,6 +159,53 @@ pub(crate) const PEER_CARRY_WAIT: Duration = Duration::from_millis(200);
 /// would often name an entry a few behind, and not count.
 pub(crate) const PEER_APPLY_WAIT: Duration = Duration::from_millis(120);
 
+/// How often a leader reads its voters' clocks (see `peer_clocks`). Its stamps trail what a
+/// majority's clocks measured by about this much plus a round trip ([`CLOCK_TRAIL`]).
+pub(crate) const CLOCK_PROBE_LEADING: Duration = Duration::from_millis(25);
+
+/// A leader that heard no voter's clock for longer than this stops its stamps until it does:
+/// its own clock may have jumped (or the node paused), which the next reading tells. Twice the
+/// trail: readings late on a loaded machine (the fault suite's: 40 ms and 80 ms here let store
+/// time run at 70% of real time) must not stop it.
+pub(crate) const CLOCK_UNHEARD: Duration =
+    Duration::from_millis(2 * CLOCK_TRAIL.as_millis() as u64);
+
+/// How often a node that does not lead reads its peers' clocks: enough to judge its own rate
+/// within a few seconds, and for a new leader to know its own from the start.
+pub(crate) const CLOCK_PROBE_FOLLOWING: Duration = Duration::from_millis(250);
+
+/// How long a clock reading may take to come back before the probe counts it lost.
+pub(crate) const CLOCK_PROBE_WAIT: Duration = Duration::from_millis(500);
+
+/// How far behind the newest readings a leader reads the voters' clocks, so that the time they
+/// allow grows smoothly between readings (see `quorum_time`): more than a probe's interval and
+/// a loaded machine's round trip. The most store time may gain on real time, once, in the
+/// moment a leader's clock changes rate.
+pub(crate) const CLOCK_TRAIL: Duration = Duration::from_millis(100);
+
+/// Readings of a peer's clock are kept this long.
+pub(crate) const CLOCK_RATE_WINDOW: Duration = Duration::from_secs(3);
+
+/// A rate is measured over the last this much of a peer's clock (not known before): short, so
+/// that a clock gone wrong is known for it soon, and long against the round trips' noise (a
+/// millisecond's is a fifth of a percent).
+pub(crate) const CLOCK_RATE_SPAN: Duration = Duration::from_millis(500);
+
+/// A node whose clock's rate differs from the majority's by more than this (a tenth) is odd: it
+/// is named in `status`, refuses to campaign and steps down if it leads. NTP keeps a good clock
+/// within a few parts per million; a tenth is a broken one.
+pub(crate) const ODD_CLOCK_RATE: f64 = 0.10;
+
+/// Between two readings of a peer's clock, a ratio of the elapsed times beyond this (either
+/// way), or a reading going back, is a jump, not a rate: the readings before it are dropped.
+pub(crate) const CLOCK_JUMP_RATIO: f64 = 8.0;
+
+/// A node whose clock jumped stays odd this long after, and one whose rate was odd this long
+/// after it looks right again: enough for `status` to name it and for another to lead, and
+/// short, since while a minority's clocks are odd none of them may campaign: two nodes of three
+/// odd at once, one after the other, and the third down, leave none to lead until it passes.
+pub(crate) const CLOCK_ODD_REMEMBERED: Duration = Duration::from_secs(3);
+
 /// A write answered longer than this after its stamp has the leader log a fresh stamp (a tick)
 /// at once. A follower carries time from when it appended the newest stamped entry, so one that
 /// appended a grant late carries the grant's time late by as much; if the cluster then goes

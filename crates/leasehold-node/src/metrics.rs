@@ -51,6 +51,8 @@ pub struct Metrics {
     pub(crate) batch_commands: Histogram,
     pub(crate) expiries: Counter,
     pub(crate) refusals: Family<ReasonLabel, Counter>,
+    pub(crate) clock_rate_ratio: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub(crate) clock_odd: Gauge,
 }
 
 /// Seconds from 100 µs to about 6.5 s: a read served locally to a write that waited out an
@@ -76,6 +78,8 @@ impl Default for Metrics {
             batch_commands: Histogram::new(exponential_buckets(1.0, 2.0, 13)),
             expiries: Counter::default(),
             refusals: Family::default(),
+            clock_rate_ratio: Gauge::default(),
+            clock_odd: Gauge::default(),
             registry: Registry::default(),
         };
         metrics.register(&mut registry);
@@ -149,6 +153,22 @@ impl Metrics {
             "refusals",
             "Requests refused, by reason",
             self.refusals.clone(),
+        );
+        self.register_clock(registry);
+    }
+
+    /// The clock's gauges (issue 42).
+    fn register_clock(&self, registry: &mut Registry) {
+        registry.register(
+            "clock_rate_ratio",
+            "This node's clock's rate over the majority's (1 for a right clock; 0 until known)",
+            self.clock_rate_ratio.clone(),
+        );
+        registry.register(
+            "clock_odd",
+            "1 while this node's clock is odd (more than a tenth off the majority's, or it \
+             jumped, within the last 3 s): it does not campaign, and steps down if it leads",
+            self.clock_odd.clone(),
         );
     }
 

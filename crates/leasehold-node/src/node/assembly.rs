@@ -123,6 +123,11 @@ where
     let mut tasks = Vec::new();
     if !config.manual_clock {
         tasks.push(tokio::spawn(tick_expiring_leases(node.clone())));
+        tasks.push(tokio::spawn(super::clock_probe::probe_clocks(node.clone())));
+    }
+    if let Some(path) = &config.clock_control {
+        let follow = super::clock_control::follow(node.clone(), path.clone());
+        tasks.push(tokio::spawn(follow));
     }
     tasks.push(tokio::spawn(watch_elections(node.clone(), penalty)));
     if let Some(admin) = &config.auth_admin {

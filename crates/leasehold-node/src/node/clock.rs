@@ -1,9 +1,9 @@
 //! The leader's stamping of store time.
 //!
 //! Store time is replicated state: it moves only through logged commands. The leader stamps each
-//! command it proposes with a base store time plus what its own monotonic clock has measured
-//! since it took that base. A new leader takes its base only after every entry of earlier terms
-//! is applied.
+//! command it proposes with a base store time plus what has been measured since it took that
+//! base: by its own clock, held to what a majority of the voters' clocks measured (issue 42,
+//! below). A new leader takes its base only after every entry of earlier terms is applied.
 //!
 //! **Time carried across a failover.** The base is the newest store time this node applied, plus
 //! what its own monotonic clock has measured since it appended the entry that carried it
@@ -29,8 +29,8 @@
 //! `store_time_follows_real_time` judges the same inequality from the clients' side, with the
 //! send and the answer in place of `s` and `a`.)
 //!
-//! *Within a term* stamps are `base + (t - t_base)` on one monotonic clock, so two stamps differ
-//! by the real time between them, and `T` is the largest stamp so far.
+//! *Within a term*, with right clocks, stamps move as real time does from the base on, and `T`
+//! is the largest stamp so far. How, when a clock lies, is the next invariant.
 //!
 //! *Across terms.* A new term's base is `T(e) + (now - t_seen(e))` for an entry `e` applied at
 //! the node that answered, where `t_seen(e) >= a(e)` is when that node appended `e`. A stamp `C`
@@ -52,6 +52,54 @@
 //! deposed leader's) could carry a stamp from a clock that the committed history did not
 //! follow. Losing time (an instant taken late, a restart, a base from the applied time alone)
 //! only makes leases last longer, never shorter.
+//!
+//! **Issue 42: store time never advances faster than the clocks of a majority.** All of the
+//! above stands on the clocks being right: one leader whose clock ran at 2x ended every lease
+//! at half its TTL. Now the leader reads each voter's clock every [`CLOCK_PROBE_LEADING`]
+//! (`clock_probe`; the readings, `peer_clocks`) and a stamp at its clock reading `t` is
+//! (`quorum_time`):
+//!
+//! ```text
+//! T(t) = max(T_last, min(T_last + pace * (t - t_last), base + M(t)))
+//! ```
+//!
+//! - `M(t)`, the *allowance*, is the majority-th largest of what each voter's clock measured
+//!   since the term's base: this node's own `t - t_base`, and each peer's counted between its
+//!   first reading asked after the base and the reading `CLOCK_TRAIL` before `t` (evenly between
+//!   readings; jumps and restarts count nothing). With at most a minority of clocks wrong (one
+//!   of three, two of five), at least one right clock measured at least `M(t)`, and a right
+//!   peer's reading was taken before the leader received it: `M(t) <= t_real - t_base_real`. So
+//!   store time never runs ahead of the base plus real time, whatever a minority's clocks do.
+//! - `pace` slows or speeds the leader's clock to the majority's rate. It is 1 unless the
+//!   readings show for sure that this clock is off (the majority's bounds on its rate against
+//!   the voters' all above 1, or all below: a loaded machine's round trips loosen them, and a
+//!   right clock is left alone), and then one over the majority-th largest of those rates at
+//!   their upper bounds (a peer read its clock somewhere within each round trip). A right
+//!   peer's bound is at least this clock's true rate, so `pace * (t - t_last)` is at most the
+//!   real time elapsed once the rate is known: stamps move no faster than real time, and a
+//!   slow leader's do not fall behind.
+//! - Never faster than the pace, even to catch up with the allowance: catching up would end
+//!   early the leases granted before. So the within-term inequality holds with right clocks at
+//!   the leader, and with a wrong leader clock once its rate is measured (over
+//!   [`CLOCK_RATE_SPAN`]); until then `M(t)` holds it within real time. What is left: in the
+//!   moment a leader's clock changes rate, it reads the trail between its last readings up to
+//!   its rate's worth too fast, so store time may gain up to `CLOCK_TRAIL` on real time, once.
+//!   A forward jump of the leader's clock gains no more, by `M(t)`; a backward one measures
+//!   nothing.
+//! - Where not every voter answers for its clock (a member of an older build, mid-upgrade),
+//!   the leader's clock alone moves the stamps, as before issue 42. When they all do again,
+//!   `M` counts from the last stamp and that moment, not from the base: the peers' clocks are
+//!   counted from readings asked after it, and an `M` from the base would hold the stamps
+//!   still for as long as the leader's clock alone had moved them. A voter that stopped
+//!   answering still counts as answering (by what it announced last): its clock then
+//!   measures nothing, so `M` is what the answering majority measured.
+//!
+//! Across terms, each answer's time measured since the newest stamp is corrected to the
+//! majority's rate by what the new leader knows of that node's clock, and one that jumped
+//! lately is left out ([`term_base`]). And an odd clock is kept from leading: a node whose rate
+//! differs from the majority's by more than `ODD_CLOCK_RATE`, or whose clock jumped, names
+//! itself in `status` and the metrics, does not campaign and steps down if it leads, handing
+//! over to a voter whose clock is right (`clock_probe`, `hand_over`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,7 +112,11 @@ use tokio::time::Instant;
 
 use super::link::{Carried, PeerLink};
 use super::local_clock::LocalClock;
+use super::peer_clocks::PeerClocks;
+use super::quorum_time::{self, Allowance, Stamping};
 use crate::limits::PEER_CARRY_WAIT;
+#[cfg(doc)]
+use crate::limits::{CLOCK_PROBE_LEADING, CLOCK_RATE_SPAN};
 use crate::raft::{LogId, NodeId, StampSeen};
 
 /// What a node carries: `applied_now_ms`, the store time applied here, plus the time this
@@ -104,16 +156,25 @@ pub fn counts(answer: &Carried, oldest: Option<LogId>) -> bool {
     answer.from.is_some() && answer.from >= oldest
 }
 
-/// Where a new term's stamps start: the largest of `own` and the `answers` that count.
+/// Where a new term's stamps start: the largest of `carried` (this node's and its peers'
+/// answers) that counts, each corrected to the majority's clock rate, or `applied_ms`, the
+/// store time this node applied, if none does. Each comes with the factor that corrects what
+/// its node's clock measured since the newest stamp (the part past `applied_ms`: a node that
+/// counts applied the same entry, so the same time): 0.5 for a clock known to run at twice the
+/// majority's, 1 for one known right or not known yet (it went odd within the last second or
+/// so, and counts as every answer did before issue 42), `None` for one that jumped lately.
 pub fn term_base<'a>(
-    own: Carried,
+    applied_ms: u64,
     oldest: Option<LogId>,
-    answers: impl IntoIterator<Item = &'a Carried>,
+    carried: impl IntoIterator<Item = (&'a Carried, Option<f64>)>,
 ) -> u64 {
-    answers
-        .into_iter()
-        .filter(|answer| counts(answer, oldest))
-        .fold(own.ms, |base, answer| base.max(answer.ms))
+    (carried.into_iter())
+        .filter(|(carried, _)| counts(carried, oldest))
+        .filter_map(|(carried, scale)| {
+            let measured = carried.ms.saturating_sub(applied_ms) as f64;
+            Some(applied_ms.saturating_add((measured * scale?) as u64))
+        })
+        .fold(applied_ms, u64::max)
 }
 
 /// What the `peers` (id to peer address) answer when asked for the store time they carry: each
@@ -147,21 +208,32 @@ pub async fn ask_peers(
     answers
 }
 
-/// Where this term's stamps start from.
+/// Where this term's stamps stand.
 #[derive(Clone, Copy)]
 struct TermBase {
     term: u64,
-    base_ms: u64,
-    /// The local clock's reading when the base was taken.
-    since: Duration,
-    /// The last stamp handed out, so stamps never go backwards even if the local clock were to.
-    last_ms: u64,
+    stamping: Stamping,
+}
+
+/// The voters whose clocks bound the stamps (see `quorum_time`).
+#[derive(Default)]
+struct Voters {
+    /// The other voters.
+    peers: Vec<NodeId>,
+    /// All voters, this node counted in.
+    count: usize,
+    /// Whether every voter answers for its clock: else (a mixed cluster during an upgrade, or
+    /// before the first round of readings) this node's clock alone decides, as before.
+    all_answer: bool,
 }
 
 #[derive(Default)]
 pub struct LeaderClock {
     /// The clock stamps count on: this node's own (see `local_clock`).
     local: LocalClock,
+    /// What this node read of its peers' clocks (see `clock_probe`).
+    peers: Mutex<PeerClocks>,
+    voters: Mutex<Voters>,
     base: Mutex<Option<TermBase>>,
     /// Held while a term's base is being found, so that the writes arriving together at a new
     /// leader ask its peers once, not once each.
@@ -180,10 +252,42 @@ impl LeaderClock {
     pub fn stamp(&self, term: u64) -> Option<u64> {
         let mut guard = self.base.lock().unwrap_or_else(|p| p.into_inner());
         let base = guard.as_mut().filter(|b| b.term == term)?;
-        let elapsed = self.local.now().saturating_sub(base.since);
-        let elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
-        base.last_ms = base.last_ms.max(base.base_ms.saturating_add(elapsed_ms));
-        Some(base.last_ms)
+        let now = self.local.now();
+        let trail_at = base.stamping.trail_at(now);
+        let mut allowed = self.allowance(base.stamping.since, now, trail_at);
+        if base.stamping.rebound(&allowed) {
+            base.stamping.bounded_from(now);
+            self.peer_clocks().count_from(now);
+            allowed = self.allowance(now, now, now);
+        }
+        Some(base.stamping.advance(now, allowed))
+    }
+
+    /// What the voters' clocks allow a term based at `since` on this node's clock, at `now`,
+    /// read at `trail_at`.
+    fn allowance(&self, since: Duration, now: Duration, trail_at: Duration) -> Allowance {
+        let voters = self.voters.lock().unwrap_or_else(|p| p.into_inner());
+        if !voters.all_answer {
+            return Allowance::OWN_CLOCK;
+        }
+        let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        quorum_time::allowance(&peers, &voters.peers, voters.count, since, now, trail_at)
+    }
+
+    /// The voters whose clocks bound the stamps from now on: `peers` and this node, and whether
+    /// every one of them answers for its clock.
+    pub fn set_voters(&self, peers: Vec<NodeId>, all_answer: bool) {
+        let count = peers.len() + 1;
+        *self.voters.lock().unwrap_or_else(|p| p.into_inner()) = Voters {
+            peers,
+            count,
+            all_answer,
+        };
+    }
+
+    /// What this node read of its peers' clocks.
+    pub fn peer_clocks(&self) -> std::sync::MutexGuard<'_, PeerClocks> {
+        self.peers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Held while this node finds a new term's base: whoever holds it next finds the term
@@ -225,11 +329,11 @@ impl LeaderClock {
         match guard.as_ref() {
             Some(base) if base.term >= term => {}
             _ => {
+                let since = self.local.now();
+                self.peer_clocks().count_from(since);
                 *guard = Some(TermBase {
                     term,
-                    base_ms: applied_now_ms,
-                    since: self.local.now(),
-                    last_ms: applied_now_ms,
+                    stamping: Stamping::new(applied_now_ms, since),
                 })
             }
         }
@@ -273,6 +377,16 @@ mod tests {
         }
 
         fn read(&self, _: NodeId, _: String, _: OnBehalf, _: Read) -> ReadAnswer {
+            unreachable!("only carried times are asked")
+        }
+
+        fn clock_reading(
+            &self,
+            _: NodeId,
+            _: String,
+            _: Duration,
+        ) -> Pin<Box<dyn Future<Output = Result<crate::node::ClockReading, String>> + Send>>
+        {
             unreachable!("only carried times are asked")
         }
 
@@ -358,10 +472,9 @@ mod tests {
             ms: 90_000,
             from: None,
         };
-        assert_eq!(
-            term_base(own, oldest, [&behind, &caught_up, &from_nothing]),
-            10_400
-        );
+        let right = |c| (c, Some(1.0));
+        let carried_here = [&own, &behind, &caught_up, &from_nothing].map(right);
+        assert_eq!(term_base(10_000, oldest, carried_here), 10_400);
         // A leader with no instant of its own (its state came in a snapshot) counts only an
         // answer from its last applied entry.
         let bare = Carried {
@@ -369,8 +482,33 @@ mod tests {
             from: None,
         };
         let oldest = counts_from(bare, Some(entry(1, 12)));
-        assert_eq!(term_base(bare, oldest, [&behind, &caught_up]), 10_400);
-        assert_eq!(term_base(bare, oldest, [&carried(10_200, 11)]), 10_000);
+        let answers = [&behind, &caught_up].map(right);
+        assert_eq!(term_base(10_000, oldest, answers), 10_400);
+        assert_eq!(
+            term_base(10_000, oldest, [right(&carried(10_200, 11))]),
+            10_000
+        );
+    }
+
+    #[test]
+    fn a_clock_known_to_be_odd_is_corrected_to_the_majoritys_rate_or_left_out() {
+        // The grant applied at 10_000; right clocks measured about 500 ms since, a clock
+        // known to run at twice the majority's 1_000, one that jumped 10_500.
+        let oldest = Some(entry(1, 12));
+        let (right, fast, jumped) = (
+            carried(10_500, 12),
+            carried(11_000, 12),
+            carried(20_500, 12),
+        );
+        let known = [(&right, Some(1.0)), (&fast, Some(0.5)), (&jumped, None)];
+        assert_eq!(term_base(10_000, oldest, known), 10_500);
+        let not_yet = [(&right, Some(1.0)), (&fast, Some(1.0))];
+        assert_eq!(term_base(10_000, oldest, not_yet), 11_000, "not known yet");
+        assert_eq!(
+            term_base(10_000, oldest, [(&jumped, None)]),
+            10_000,
+            "the applied time, when no answer may count"
+        );
     }
 
     #[test]
@@ -451,5 +589,41 @@ mod tests {
         // A late call for an older term does not move the base back.
         clock.start_term(1, 0);
         assert!(clock.stamp(2).unwrap() >= second);
+    }
+
+    /// Peers 2 and 3 answer a reading every 25 ms for `ms`, 1 ms after it is asked, their
+    /// clocks at this one's rate.
+    async fn read_peers(clock: &LeaderClock, ms: u64) {
+        for _ in (0..ms).step_by(25) {
+            let asked = clock.local().now();
+            tokio::time::advance(Duration::from_millis(1)).await;
+            let answered = clock.local().now();
+            for peer in [2, 3] {
+                let micros = u64::try_from(answered.as_micros()).unwrap();
+                let reading = crate::node::ClockReading { process: 7, micros };
+                clock.peer_clocks().record(peer, asked, answered, reading);
+            }
+            tokio::time::advance(Duration::from_millis(24)).await;
+            clock.stamp(1).unwrap();
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stamps_bounded_by_the_voters_again_go_on_from_the_last_stamp_without_stopping() {
+        // A voter unheard from: the stamps go by this node's clock alone for 2 s.
+        let clock = LeaderClock::default();
+        clock.set_voters(vec![2, 3], false);
+        let base = clock.start_term(1, 10_000);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let alone = clock.stamp(1).unwrap();
+        assert_eq!(alone, base + 2_000);
+        // Every voter answers again: its readings bound the stamps, from here on.
+        clock.set_voters(vec![2, 3], true);
+        read_peers(&clock, 1_000).await;
+        let bounded = clock.stamp(1).unwrap();
+        assert!(
+            bounded >= alone + 800 && bounded <= alone + 1_000,
+            "{alone} then {bounded} a second later"
+        );
     }
 }

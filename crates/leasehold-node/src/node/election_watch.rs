@@ -1,5 +1,6 @@
-//! Whether this node may campaign: the operator's choice, and a recent refusal for a shorter
-//! log (see [`VotePenalty`]), applied to openraft's election timer.
+//! Whether this node may campaign: the operator's choice, a recent refusal for a shorter log
+//! (see [`VotePenalty`]), and its clock (an odd one, see `clock_probe`, must not lead), applied
+//! to openraft's election timer.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use crate::raft::VotePenalty;
 use super::Node;
 
 /// Checks every heartbeat interval whether this node may campaign (elections enabled, no
-/// [`VotePenalty`] holding) and sets openraft's election timer to match. Runs until aborted.
+/// [`VotePenalty`] holding, its clock not odd) and sets openraft's election timer to match. Runs until aborted.
 ///
 /// A heartbeat is soon enough: a penalty starts with the answer to this node's own campaign,
 /// and openraft campaigns again no sooner than `election_timeout_min` after that.
@@ -34,8 +35,9 @@ pub async fn watch_elections(node: Node, penalty: Arc<VotePenalty>) {
                 }
             );
         }
+        let enabled = node.inner.elections.load(Ordering::Relaxed);
         node.raft()
             .runtime_config()
-            .elect(node.inner.elections.load(Ordering::Relaxed) && !holds);
+            .elect(enabled && !holds && !node.clock_is_odd());
     }
 }

@@ -77,7 +77,8 @@ impl ProposalGate {
         (!self.is_closed()).then_some(pass)
     }
 
-    /// Whether the hand-over failed, and when it does: what waits for a successor stops.
+    /// Whether the hand-over failed, and when it does: what waits for a successor stops. Also
+    /// changes (to the same value) when the gate reopens: what waited goes on.
     pub(super) fn given_up(&self) -> tokio::sync::watch::Receiver<bool> {
         self.given_up.subscribe()
     }
@@ -86,6 +87,14 @@ impl ProposalGate {
     fn give_up(&self) {
         self.closed.store(true, SeqCst);
         self.given_up.send_replace(true);
+    }
+
+    /// Opens the gate again after a hand-over that was not for stopping (see `step_down`).
+    /// Wakes what waits for a successor too (`ensure_leader`): none came, and this node leads
+    /// on, which no change of the Raft metrics need announce.
+    fn reopen(&self) {
+        self.closed.store(false, SeqCst);
+        self.given_up.send_modify(|_| {});
     }
 
     /// Closes the gate and waits until every proposal past it has been answered.
@@ -130,6 +139,18 @@ impl Node {
         handed
     }
 
+    /// Hands leadership to an up-to-date voter if this node leads, and goes on as a follower:
+    /// what a leader whose clock is odd does (see `clock_probe`). Proposals wait for the next
+    /// leader while it hands over, and go to it after.
+    pub(crate) async fn step_down(&self) -> HandedOver {
+        if !self.is_leader() {
+            return HandedOver::NotLeading;
+        }
+        let handed = self.try_hand_over().await;
+        self.inner.proposals.reopen();
+        handed
+    }
+
     async fn try_hand_over(&self) -> HandedOver {
         let started = tokio::time::Instant::now();
         let me = self.inner.id;
@@ -153,7 +174,13 @@ impl Node {
         let at = |now| *stage.lock().unwrap_or_else(|p| p.into_inner()) = now;
         let handed = tokio::time::timeout_at(started + HAND_OVER_WAIT, async {
             self.inner.proposals.drain().await;
-            let to = self.caught_up_voter(&others).await;
+            // A caught-up voter whose clock runs with the majority's first (one known odd would
+            // step down in turn, see `clock_probe`), else any caught-up voter: waiting for one
+            // in particular held SIGTERM's hand-over past its bound.
+            let scales = self.clock_scales();
+            let mut preferred = others.clone();
+            preferred.sort_by_key(|id| scales.peer(*id) != Some(1.0));
+            let to = self.caught_up_voter(&preferred).await;
             at("the voters could not be told");
             self.tell_voters(vote, to, &others).await?;
             at("the chosen voter did not win");

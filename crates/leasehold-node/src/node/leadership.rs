@@ -122,6 +122,13 @@ impl Node {
         }
     }
 
+    /// The voters of the membership this node knows.
+    pub(super) fn voter_ids(&self) -> Vec<NodeId> {
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
+        m.membership_config.membership().voter_ids().collect()
+    }
+
     pub(super) fn is_leader(&self) -> bool {
         let metrics = self.inner.raft.metrics();
         let m = metrics.borrow();

@@ -1,7 +1,8 @@
 //! How a node calls its peers outside openraft's own RPCs: forwarded writes and reads to the
-//! leader, a new leader's question for the store time each peer carries (see `clock`), and a
-//! member's own status. The calls as the node makes them; their transports are the peer plane's
-//! (`peer::link`, between processes) and the simulation's router.
+//! leader, a new leader's question for the store time each peer carries (see `clock`), a
+//! question for a peer's clock (see `clock_probe`), and a member's own status. The calls as the
+//! node makes them; their transports are the peer plane's (`peer::link`, between processes) and
+//! the simulation's router.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -65,6 +66,14 @@ pub trait PeerLink: Send + Sync + 'static {
         oldest: Option<LogId>,
         timeout: Duration,
     ) -> Pin<Box<dyn Future<Output = Result<Carried, String>> + Send>>;
+
+    /// `peer`'s clock's reading (see `clock_probe`), or why it did not answer within `timeout`.
+    fn clock_reading(
+        &self,
+        peer: NodeId,
+        addr: String,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<super::ClockReading, String>> + Send>>;
 
     /// Tells voter `peer` at `addr` that this leader, of vote `from`, hands leadership over to
     /// `to` (see `hand_over`), or why it could not within `timeout`.

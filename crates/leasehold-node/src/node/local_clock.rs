@@ -1,10 +1,14 @@
-//! The node's own monotonic clock, as the leader's stamping reads it (issue 42, a clock that
-//! lies). A real node's runs at the machine's rate; the simulation runs one node's fast or slow
-//! (`set_rate`), as a VM's clock may after a live migration or a misbehaving TSC, to show what
-//! one wrong clock does to every lease. Readings are tokio's `Instant` (the real clock in a node,
-//! the simulation's virtual one) mapped through the rate since the last change of rate, so a
-//! change never makes the clock jump.
+//! The node's own monotonic clock, as the leader's stamping, the time a node carries across a
+//! failover and the peers' clock readings count it (issue 42, a clock that lies). It runs at the
+//! machine's rate unless told otherwise: the simulation and the fault suite (`serve
+//! --clock-control`, see `clock_control`) run one node's clock fast or slow, as a VM's may after
+//! a live migration or a misbehaving TSC, or make it jump, to show what one wrong clock does to
+//! every lease. Readings are tokio's `Instant` (the real clock in a node, the simulation's
+//! virtual one) mapped through the rate since each change, so a change of rate never jumps; a
+//! jump is its own change.
 
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -13,13 +17,25 @@ use tokio::time::Instant;
 /// Parts per million of real time a clock counts: this for a true clock.
 pub const RATE_REAL: u64 = 1_000_000;
 
-/// A monotonic clock running at a rate of the real one.
+/// A clock's first reading. Far from zero so that a backward jump (the fault suite's, 10 s)
+/// has room below: readings never go under zero.
+const ORIGIN: Duration = Duration::from_secs(1_000_000);
+
+/// The changes of rate or jumps a clock remembers: an instant older than the oldest is read at
+/// that change's rate. A node asks for readings at instants a few seconds old at most (the
+/// append of its newest stamp), and changes come from a test, seconds apart.
+const CHANGES_KEPT: usize = 16;
+
+/// A monotonic clock running at a rate of the real one, which may jump.
 #[derive(Debug)]
 pub struct LocalClock {
-    anchor: Mutex<Anchor>,
+    changes: Mutex<VecDeque<Anchor>>,
+    /// Drawn at random when the clock starts: a peer that reads a new one knows this node
+    /// restarted, and counts nothing across.
+    process: u64,
 }
 
-/// Where the current rate began: the real instant and this clock's reading then.
+/// Where a rate began: the real instant and this clock's reading then.
 #[derive(Clone, Copy, Debug)]
 struct Anchor {
     real: Instant,
@@ -29,57 +45,75 @@ struct Anchor {
 
 impl Default for LocalClock {
     fn default() -> Self {
+        let first = Anchor {
+            real: Instant::now(),
+            local: ORIGIN,
+            rate_ppm: RATE_REAL,
+        };
         LocalClock {
-            anchor: Mutex::new(Anchor {
-                real: Instant::now(),
-                local: Duration::ZERO,
-                rate_ppm: RATE_REAL,
-            }),
+            changes: Mutex::new(VecDeque::from([first])),
+            process: std::collections::hash_map::RandomState::new().hash_one(ORIGIN),
         }
     }
 }
 
 impl LocalClock {
-    /// This clock's reading now: time since it started, at its rates.
+    /// This clock's reading now.
     pub fn now(&self) -> Duration {
-        self.lock().reading(Instant::now())
+        self.reading(Instant::now())
     }
 
-    /// What this clock measured since the real instant `then` (an instant the node took with
-    /// tokio's clock, as the log's append times are).
+    /// This clock's reading at the real instant `at` (one the node took with tokio's clock, as
+    /// the log's append times are), with the rates and jumps it had between then and now.
+    pub fn reading(&self, at: Instant) -> Duration {
+        let changes = self.lock();
+        let anchor = changes.iter().rev().find(|a| a.real <= at);
+        anchor.unwrap_or(&changes[0]).reading(at)
+    }
+
+    /// What this clock measured since the real instant `then`: nothing if it went back.
     pub fn since(&self, then: Instant) -> Duration {
-        let anchor = *self.lock();
-        anchor
-            .reading(Instant::now())
-            .saturating_sub(anchor.reading(then))
+        self.now().saturating_sub(self.reading(then))
     }
 
     /// From now on, counts `rate_ppm` parts per million of real time (2,000,000: twice as
-    /// fast as it should). The simulation's; a real node's clock runs as its machine's does.
-    #[cfg(test)]
-    pub fn set_rate(&self, rate_ppm: u64) {
-        let now = self.now();
-        *self.lock() = Anchor {
-            real: Instant::now(),
-            local: now,
-            rate_ppm,
+    /// fast as it should), after jumping `jump_ms` (negative: back).
+    pub fn set(&self, rate_ppm: u64, jump_ms: i64) {
+        let now = Instant::now();
+        let reading = self.reading(now);
+        let jump = Duration::from_millis(jump_ms.unsigned_abs());
+        let local = match jump_ms < 0 {
+            true => reading.saturating_sub(jump),
+            false => reading.saturating_add(jump),
         };
+        let mut changes = self.lock();
+        if changes.len() == CHANGES_KEPT {
+            changes.pop_front();
+        }
+        changes.push_back(Anchor {
+            real: now,
+            local,
+            rate_ppm,
+        });
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Anchor> {
-        self.anchor.lock().unwrap_or_else(|p| p.into_inner())
+    /// Which clock this is: another after a restart.
+    pub fn process(&self) -> u64 {
+        self.process
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Anchor>> {
+        self.changes.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 impl Anchor {
     /// The clock's reading at the real instant `at`. Before the anchor it is read at the
-    /// current rate: the clock keeps no older history.
+    /// anchor's rate: the clock keeps no older history.
     fn reading(&self, at: Instant) -> Duration {
         match at.checked_duration_since(self.real) {
-            Some(after) => self.local + scaled(after, self.rate_ppm),
-            None => self
-                .local
-                .saturating_sub(scaled(self.real - at, self.rate_ppm)),
+            Some(after) => self.local.saturating_add(scaled(after, self.rate_ppm)),
+            None => (self.local).saturating_sub(scaled(self.real - at, self.rate_ppm)),
         }
     }
 }
@@ -96,21 +130,37 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_clock_counts_at_its_rate_from_each_change_without_a_jump() {
         let clock = LocalClock::default();
+        let started = clock.now();
+        let at = |secs| started + Duration::from_secs(secs);
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(clock.now(), Duration::from_secs(1));
-        clock.set_rate(2 * RATE_REAL);
-        assert_eq!(clock.now(), Duration::from_secs(1), "no jump at the change");
+        assert_eq!(clock.now(), at(1));
+        clock.set(2 * RATE_REAL, 0);
+        assert_eq!(clock.now(), at(1), "no jump at the change");
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(clock.now(), Duration::from_secs(3));
+        assert_eq!(clock.now(), at(3));
         let then = Instant::now();
-        clock.set_rate(RATE_REAL / 2);
+        clock.set(RATE_REAL / 2, 0);
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert_eq!(clock.now(), Duration::from_secs(4));
+        assert_eq!(clock.now(), at(4));
         assert_eq!(
             clock.since(then),
             Duration::from_secs(1),
             "half of two seconds"
         );
         assert_eq!(clock.since(Instant::now()), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_jump_shows_in_what_the_clock_measured_across_it() {
+        let clock = LocalClock::default();
+        let then = Instant::now();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        clock.set(RATE_REAL, 10_000);
+        assert_eq!(clock.since(then), Duration::from_secs(11));
+        let ahead = clock.now();
+        clock.set(RATE_REAL, -10_000);
+        assert_eq!(clock.now() + Duration::from_secs(10), ahead, "back 10 s");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(clock.since(then), Duration::from_secs(3));
     }
 }

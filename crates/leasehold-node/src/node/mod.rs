@@ -9,6 +9,8 @@ mod assembly;
 mod caps;
 mod client_lanes;
 mod clock;
+mod clock_control;
+mod clock_probe;
 mod election_watch;
 mod error;
 mod forwarder;
@@ -19,10 +21,13 @@ mod lanes;
 mod leadership;
 mod link;
 mod local_clock;
+mod majority;
 mod membership;
 mod peer;
+mod peer_clocks;
 mod planes;
 mod probes;
+mod quorum_time;
 mod quorum_watch;
 mod read;
 mod server;
@@ -38,6 +43,7 @@ pub(crate) use assembly::Running;
 pub use assembly::StartError;
 pub use caps::Caps;
 pub(crate) use clock::LeaderClock;
+pub(crate) use clock_probe::{follow_clock, FEATURE as CLOCK_READING};
 use election_watch::watch_elections;
 pub use error::Capped;
 pub(crate) use error::{Budget, NodeError};
@@ -46,6 +52,7 @@ pub(crate) use link::PeerLink;
 #[cfg(test)]
 pub(crate) use local_clock::RATE_REAL;
 pub(crate) use peer::link::GrpcLink;
+pub use peer_clocks::ClockReading;
 pub use planes::Listeners;
 use quorum_watch::QuorumWatch;
 pub use server::{check_clock_mode, check_flags, run, run_on};
@@ -107,6 +114,9 @@ pub struct NodeConfig {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Where to serve the client API over HTTP/1.1 and JSON (`node::http`), if anywhere.
     pub http_listen: Option<std::net::SocketAddr>,
+    /// A file that sets this node's clock's rate and makes it jump (see `clock_control`): the
+    /// fault suite's, hidden from `serve --help`.
+    pub clock_control: Option<PathBuf>,
 }
 
 /// A handle to the running node, cheap to clone into every service.
@@ -132,6 +142,8 @@ struct NodeInner {
     log: Option<LogStore>,
     state: Arc<SharedState>,
     clock: LeaderClock,
+    /// What this node makes of its own clock against its peers' (see `clock_probe`).
+    own_clock: clock_probe::OwnClock,
     channels: Channels,
     manual_clock: bool,
     peers: BTreeMap<NodeId, String>,
@@ -231,6 +243,7 @@ impl Node {
                 log,
                 state,
                 clock: LeaderClock::default(),
+                own_clock: clock_probe::OwnClock::default(),
                 channels,
                 manual_clock: config.manual_clock,
                 peers: config.peers.clone(),
@@ -267,11 +280,11 @@ impl Node {
         &self.inner.raft
     }
 
-    /// Runs this node's own clock at `rate_ppm` parts per million of real time from now on
-    /// (see `local_clock`): the simulation's clock that lies.
-    #[cfg(test)]
-    pub fn set_clock_rate(&self, rate_ppm: u64) {
-        self.inner.clock.local().set_rate(rate_ppm);
+    /// Runs this node's own clock at `rate_ppm` parts per million of real time from now on,
+    /// after a jump of `jump_ms` (see `local_clock`): the simulation's and the fault suite's
+    /// clock that lies.
+    pub fn set_clock(&self, rate_ppm: u64, jump_ms: i64) {
+        self.inner.clock.local().set(rate_ppm, jump_ms);
     }
 
     /// Lets this node campaign, or stops it. Stopping takes effect at once; campaigning again

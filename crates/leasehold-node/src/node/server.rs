@@ -328,14 +328,14 @@ fn side_servers(
 
 /// The node's work beside its servers, until they end: health reports, the watch that stops
 /// them on a fatal Raft error, their stop on `shutdown` (a leader hands leadership over first),
-/// the Raft gauges, and TLS files loaded again on SIGHUP or a change.
+/// the Raft and clock gauges, and TLS files loaded again on SIGHUP or a change.
 fn background(
     node: &Node,
     health: tonic_health::server::HealthReporter,
     stop: &Stop,
     shutdown: impl Future<Output = ()> + Send + 'static,
     serving: &mut Serving,
-) -> [tokio::task::JoinHandle<()>; 5] {
+) -> [tokio::task::JoinHandle<()>; 6] {
     let raft = node.raft().clone();
     let fatal = Arc::new(tokio::sync::Notify::new());
     let stop_on = {
@@ -353,6 +353,7 @@ fn background(
         tokio::spawn(watch_for_fatal(raft.clone(), fatal)),
         tokio::spawn(stop_on),
         tokio::spawn(super::probes::follow_raft(raft, serving.metrics.clone())),
+        tokio::spawn(super::follow_clock(node.clone(), serving.metrics.clone())),
         tokio::spawn(reload_tls(
             serving.reloading.clone(),
             serving.hangups.take(),
@@ -623,6 +624,7 @@ mod tests {
             join: false,
             metrics_listen: None,
             http_listen: None,
+            clock_control: None,
         };
         let listeners = Listeners {
             client,

@@ -1,14 +1,16 @@
 //! The leader's stamps: the store time each proposal carries, started for a term from the
-//! largest time carried here or at a peer (see `clock`), and refreshed after a slow commit.
+//! largest time carried here or at a peer, corrected to the majority's clock rate (see
+//! `clock`), and refreshed after a slow commit.
 
 use super::clock;
 use super::link::Carried;
 use super::write::{Refresh, RefreshClaim};
 use super::Node;
 use super::NodeError;
-use crate::limits::PEER_APPLY_WAIT;
+use crate::limits::{PEER_APPLY_WAIT, PEER_CARRY_WAIT};
 use crate::raft::LogId;
 use leasehold_core::Op;
+use tokio::time::Instant;
 
 impl Node {
     /// The store time to stamp on a command proposed now in `term`; `None` under the manual clock.
@@ -32,25 +34,38 @@ impl Node {
         let own = self.carried_time();
         let oldest = clock::counts_from(own, self.inner.state.read().last_applied);
         let members = self.members();
-        let voters = {
-            let metrics = self.inner.raft.metrics();
-            let m = metrics.borrow();
-            m.membership_config.membership().voter_ids().count()
-        };
+        let voters = self.voter_ids().len();
         let peers = members
             .into_iter()
             .filter(|(id, _)| *id != self.inner.id)
             .collect();
+        // The peers' clocks are read afresh alongside: those that answer must be known to have
+        // jumped, or not, before their answers count (see `clock_probe::read_clocks`).
+        let (since, deadline) = (
+            self.inner.clock.local().now(),
+            Instant::now() + PEER_CARRY_WAIT,
+        );
+        self.read_clocks(&[], since, deadline).await;
         let answers = clock::ask_peers(&self.inner.link, peers, voters / 2, oldest).await;
+        let voter_ids = self.voter_ids();
+        let answered: Vec<_> = (answers.iter())
+            .filter(|(id, a)| a.is_ok() && voter_ids.contains(id))
+            .map(|(id, _)| *id)
+            .collect();
+        self.read_clocks(&answered, since, deadline).await;
+        // And this node's own, on those readings: a follower handed leadership by a leader
+        // whose clock jumped with its own has not judged it yet.
+        self.judge_own_clock();
         // Measured again after the wait for the peers (up to `PEER_CARRY_WAIT`): the same
         // entry's time plus what this node's clock measured since its append, now, so that the
         // wait is carried and not lost from every lease the old leader granted.
         let own = self.carried_time();
-        let base = clock::term_base(
-            own,
-            oldest,
-            answers.values().filter_map(|a| a.as_ref().ok()),
-        );
+        let scales = self.clock_scales();
+        let answered =
+            (answers.iter()).filter_map(|(id, a)| Some((a.as_ref().ok()?, scales.peer(*id))));
+        let applied_ms = self.inner.state.read().table.now_ms();
+        let carried = answered.chain(std::iter::once((&own, scales.own)));
+        let base = clock::term_base(applied_ms, oldest, carried);
         tracing::info!(
             term,
             base_ms = base,
@@ -58,9 +73,12 @@ impl Node {
             ?oldest,
             peers = ?answers,
             "stamps of this term start from the largest store time carried here or at a peer \
-             that applied the newest stamp"
+             that applied the newest stamp, corrected to the majority's clock rate"
         );
-        Ok(Some(self.inner.clock.start_term(term, base)))
+        let stamp = self.inner.clock.start_term(term, base);
+        // The voters' clocks are read at the leader's pace from now on (see `clock_probe`).
+        self.inner.own_clock.wake.notify_one();
+        Ok(Some(stamp))
     }
 
     /// Waits until this node leads (or names who does), then stamps a proposal: the term and
@@ -84,12 +102,23 @@ impl Node {
 
     /// The store time this node carries now: the newest it applied plus what its monotonic
     /// clock measured since it appended the entry that brought it (see `clock::carried_base`),
-    /// and that entry. A new leader asks its peers for theirs.
+    /// and that entry; the applied time alone if its clock jumped since. A new leader asks its
+    /// peers for theirs.
     pub fn carried_time(&self) -> Carried {
         let applied_now_ms = self.inner.state.read().table.now_ms();
-        clock::carried_base(applied_now_ms, self.inner.state.stamp_seen(), |at| {
-            self.inner.clock.local().since(at)
-        })
+        // A clock known to have jumped since the append it would measure from measured nothing
+        // to go by: a leader stepping down for a clock that jumped is asked by its successor
+        // before that one may know it. (One known to run fast or slow, its successor corrects.)
+        let seen = self.inner.state.stamp_seen();
+        let local = self.inner.clock.local();
+        let jumped_since = |at| self.clock_jumped_after(local.reading(at));
+        if seen.is_some_and(|seen| jumped_since(seen.at)) {
+            return Carried {
+                ms: applied_now_ms,
+                from: None,
+            };
+        }
+        clock::carried_base(applied_now_ms, seen, |at| local.since(at))
     }
 
     /// The current stamp if this node leads with a started clock: for the expiry ticker.

@@ -33,7 +33,7 @@ pub const PROTOCOL: u32 = 2;
 
 /// The features this build serves beyond its protocol's. A feature is named here when it adds
 /// a peer message, and used toward a peer only once every member names it.
-pub const FEATURES: &[&str] = &[crate::node::HAND_OVER];
+pub const FEATURES: &[&str] = &[crate::node::HAND_OVER, crate::node::CLOCK_READING];
 
 /// The most features an announcement is read with; the rest are ignored.
 const MAX_FEATURES: usize = 32;
@@ -184,6 +184,9 @@ pub fn check_format(metadata: &MetadataMap, readable: Format) -> Result<(), Stri
 #[derive(Clone, Default)]
 pub struct Protocols {
     heard: Arc<Mutex<BTreeMap<NodeId, Heard>>>,
+    /// The features each peer last announced, kept when it is forgotten (see
+    /// [`Protocols::all_announce`]).
+    features: Arc<Mutex<BTreeMap<NodeId, Vec<String>>>>,
 }
 
 /// One peer's announcement, and its header as it came: every message repeats it, and an
@@ -220,12 +223,16 @@ impl Protocols {
             "peer announced its protocol"
         );
         let header = header.to_vec();
+        let mut features = self.features.lock().unwrap_or_else(|p| p.into_inner());
+        if features.contains_key(&id) || features.len() < MAX_PEERS_HEARD {
+            features.insert(id, announced.features.clone());
+        }
         heard.insert(id, Heard { header, announced });
     }
 
     /// Forgets what node `id` announced: it failed to answer, and may come back as another
     /// build (a downgrade). Until it answers again it counts as format 1, which every build
-    /// reads.
+    /// reads; its features stand (see [`Protocols::all_announce`]).
     pub fn forget(&self, id: NodeId) {
         self.lock().remove(&id);
     }
@@ -269,19 +276,23 @@ impl Protocols {
         (format > agreed).then_some(behind)
     }
 
-    /// Whether every one of `members` but `me` announced `feature`.
+    /// Whether every one of `members` but `me` announced `feature`, in what it announced last:
+    /// a member that stopped answering is still counted by it. A feature is a peer message,
+    /// and one that cannot be reached is not sent it anyway; forgetting what it serves would
+    /// switch the feature off among all the others while one member is down (the clocks'
+    /// readings, for one: a leader then stamped by its own clock alone). A member that comes
+    /// back as another build announces again before it is sent anything.
     pub fn all_announce(
         &self,
         me: NodeId,
         members: impl IntoIterator<Item = NodeId>,
         feature: &str,
     ) -> bool {
-        let heard = self.lock();
-        members.into_iter().filter(|id| *id != me).all(|id| {
-            heard
-                .get(&id)
-                .is_some_and(|h| h.announced.features.iter().any(|f| f == feature))
-        })
+        let features = self.features.lock().unwrap_or_else(|p| p.into_inner());
+        members
+            .into_iter()
+            .filter(|id| *id != me)
+            .all(|id| (features.get(&id)).is_some_and(|theirs| theirs.iter().any(|f| f == feature)))
     }
 }
 
@@ -335,6 +346,20 @@ mod tests {
         protocols.heard(2, &from("protocol=3; format=9; version=9; features=x"));
         assert!(protocols.all_announce(1, [1, 2], "x"));
         assert!(!protocols.all_announce(1, [1, 2, 3], "x"));
+    }
+
+    #[test]
+    fn a_peer_that_stops_answering_keeps_its_features_until_it_announces_others() {
+        let protocols = Protocols::default();
+        protocols.heard(2, &from("protocol=3; format=2; version=9; features=x"));
+        protocols.forget(2);
+        assert_eq!(protocols.of(2), None, "its format counts as 1 again");
+        assert!(protocols.all_announce(1, [1, 2], "x"), "its features stand");
+        protocols.heard(2, &from("protocol=2; format=1; version=0.2.0"));
+        assert!(
+            !protocols.all_announce(1, [1, 2], "x"),
+            "it came back as an older build"
+        );
     }
 
     #[test]

@@ -37,6 +37,7 @@ fn node_config(id: u64, count: u64) -> NodeConfig {
         lease_retention_ms: 2_000,
         metrics_listen: None,
         http_listen: None,
+        clock_control: None,
         join: false,
     }
 }
@@ -155,7 +156,7 @@ impl Sim {
                 from: id,
                 router: self.router.clone(),
             }) as Arc<dyn PeerLink>,
-            channels: Channels::default(),
+            channels: heard_everyone(id, self.nodes.len() as u64),
         };
         let config = node_config(id, self.nodes.len() as u64);
         let running = start(&config, raft_config, storage, transport)
@@ -209,6 +210,19 @@ impl Sim {
     pub(super) fn net(&self) -> std::sync::MutexGuard<'_, Net> {
         self.router.0.lock().unwrap()
     }
+}
+
+/// Channels for node `id` of `count` that have heard every other node announce this build's
+/// protocol and features, as the peer plane's first messages would tell it (the simulation's
+/// router carries no metadata): every simulated node is this build.
+fn heard_everyone(id: u64, count: u64) -> Channels {
+    let channels = Channels::default();
+    let mut metadata = tonic::metadata::MetadataMap::new();
+    crate::raft::protocol::announce(&mut metadata);
+    for other in (1..=count).filter(|other| *other != id) {
+        channels.protocols().heard(other, &metadata);
+    }
+    channels
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -448,19 +448,6 @@ fn a_node_once_outvoted_for_its_log_still_campaigns_in_time() {
     }
 }
 
-/// Makes every node of `sim` hear every other announce this build's protocol, as the peer
-/// plane's messages would tell them (the simulation's router carries no metadata).
-fn announce_everywhere(sim: &Sim) {
-    let mut metadata = tonic::metadata::MetadataMap::new();
-    crate::raft::protocol::announce(&mut metadata);
-    for a in sim.up() {
-        let protocols = sim.node(a).unwrap().channels().protocols().clone();
-        for b in sim.up().into_iter().filter(|b| *b != a) {
-            protocols.heard(b, &metadata);
-        }
-    }
-}
-
 /// A leader stopping on request names an up-to-date voter, which leads at once: no election
 /// timeout, no leader lease waited out. What was acknowledged before stays.
 async fn leader_hands_over(seed: u64) {
@@ -471,7 +458,6 @@ async fn leader_hands_over(seed: u64) {
     let deadline = Instant::now() + Duration::from_secs(5);
     let before = write(&sim, old, plain_put("before").op, None, deadline).await;
     assert!(matches!(before, Completion::Ok { .. }), "{before:?}");
-    announce_everywhere(&sim);
     let term = sim.raft(old).unwrap().metrics().borrow().current_term;
     let started = Instant::now();
     let handed = sim.node(old).unwrap().hand_over().await;
@@ -518,6 +504,12 @@ async fn leader_that_cannot_hand_over(seed: u64) {
         .await
         .expect("a leader");
     let node = sim.node(old).unwrap();
+    let mut older = tonic::metadata::MetadataMap::new();
+    let header = "protocol=2; format=1; version=0.2.0";
+    older.insert(crate::raft::protocol::PROTOCOL_KEY, header.parse().unwrap());
+    for peer in (1..=3).filter(|peer| *peer != old) {
+        node.channels().protocols().heard(peer, &older);
+    }
     let handed = node.hand_over().await;
     assert!(
         matches!(&handed, crate::node::HandedOver::Not(why) if why.contains("hand-over")),

@@ -70,6 +70,22 @@ impl PeerLink for SimLink {
         })
     }
 
+    fn clock_reading(
+        &self,
+        peer: u64,
+        _addr: String,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<crate::node::ClockReading, String>> + Send>> {
+        let (from, router) = (self.from, self.router.clone());
+        Box::pin(async move {
+            let asked = router.deliver(from, peer, async |node| node.clock_reading());
+            match tokio::time::timeout(timeout, asked).await {
+                Ok(answer) => answer.map_err(|e| e.to_string()),
+                Err(_) => Err("timed out".into()),
+            }
+        })
+    }
+
     fn hand_over(
         &self,
         peer: u64,

@@ -63,6 +63,7 @@ impl ClusterApi {
         };
         let snapshot_bytes = std::fs::metadata(crate::raft::snapshot_path(self.node.data_dir()))
             .map_or(0, |m| m.len());
+        let clock = self.node.own_clock();
         pb::NodeStatus {
             id: self.node.id(),
             address: self.node.advertise().to_owned(),
@@ -94,6 +95,9 @@ impl ClusterApi {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             protocol: crate::raft::protocol::PROTOCOL,
             log_format: u32::from(leasehold_core::format::LOG_FORMAT),
+            clock_rate_ratio: clock.rate_ratio.unwrap_or(0.0),
+            clock_odd: clock.odd.is_some(),
+            clock_odd_reason: clock.odd.unwrap_or_default().to_owned(),
         }
     }
 }

@@ -12,7 +12,7 @@ use tonic::metadata::MetadataValue;
 use crate::limits::FORWARD_TIMEOUT;
 use crate::node::error::ForwardedError;
 use crate::node::link::{Carried, ForwardAnswer, Forwarded, OnBehalf, PeerLink, Read, ReadAnswer};
-use crate::node::NodeError;
+use crate::node::{ClockReading, NodeError};
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use crate::proto::v1::batch_answer::Answer as Answered;
 use crate::proto::v1::lease_store_client::LeaseStoreClient;
@@ -85,6 +85,24 @@ impl PeerLink for GrpcLink {
                 .await
                 .map_err(|status| status.message().to_owned())?;
             decode::<Carried>(&reply.into_inner().data).map_err(|e| e.to_string())
+        })
+    }
+
+    fn clock_reading(
+        &self,
+        peer: NodeId,
+        addr: String,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<ClockReading, String>> + Send>> {
+        let channels = self.0.clone();
+        Box::pin(async move {
+            let channel = channels.get(peer, &addr).map_err(|e| e.to_string())?;
+            let request = channels.peer_request(RaftMessage { data: Vec::new() }, timeout);
+            let reply = RaftClient::new(channel)
+                .clock_reading(request)
+                .await
+                .map_err(|status| status.message().to_owned())?;
+            decode::<ClockReading>(&reply.into_inner().data).map_err(|e| e.to_string())
         })
     }
 

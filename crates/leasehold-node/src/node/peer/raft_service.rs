@@ -293,6 +293,14 @@ impl raft_server::Raft for RaftService {
         encode_reply(&self.node.carried_time_from(oldest).await)
     }
 
+    async fn clock_reading(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        self.admit(&request)?;
+        encode_reply(&self.node.clock_reading())
+    }
+
     async fn hand_over(
         &self,
         request: Request<RaftMessage>,

@@ -1,0 +1,277 @@
+//! How far a leader's stamps may move: by its own clock, slowed or sped to the majority's rate,
+//! and never past what a majority of the voters' clocks measured since the term's base (issue
+//! 42; the argument is in `clock`). Pure: the clocks' readings come in as values.
+
+use std::time::Duration;
+
+use super::majority::vouched;
+use super::peer_clocks::{with_own, PeerClocks, Ratio};
+use crate::limits::{CLOCK_TRAIL, CLOCK_UNHEARD, ODD_CLOCK_RATE};
+use crate::raft::NodeId;
+
+/// The most a leader's clock is slowed or sped: far past any clock that is merely odd, so that
+/// a rate measured across a jump the filter let through cannot stop or race the stamps.
+const MOST_CORRECTION: f64 = 8.0;
+
+/// What the voters' clocks allow a leader's stamps, now.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Allowance {
+    /// The store time the stamps may reach since the term's base: what a majority of the
+    /// voters' clocks measured since then (read [`CLOCK_TRAIL`] behind, evenly between
+    /// readings); `None` when the leader's clock alone decides (a single voter, or a voter of
+    /// a build that cannot be asked).
+    pub since_base: Option<Duration>,
+    /// How much store time one unit of the leader's clock is worth: the majority's rate over
+    /// the leader's, bounded from above (1.0 when unknown).
+    pub pace: f64,
+    /// Whether the leader heard from a voter lately enough to trust its own clock since: else
+    /// the stamps stand still.
+    pub heard: bool,
+}
+
+impl Allowance {
+    /// The leader's clock alone, as before issue 42.
+    pub const OWN_CLOCK: Allowance = Allowance {
+        since_base: None,
+        pace: 1.0,
+        heard: true,
+    };
+}
+
+/// What the `peers` (the other voters; `voters` counts this node too) allow a leader whose
+/// term's base was taken at `since` on its own clock (where `clocks` count from), which reads
+/// `now`; their clocks are read at its instant `trail_at` (see [`Stamping::trail_at`]).
+pub fn allowance(
+    clocks: &PeerClocks,
+    peers: &[NodeId],
+    voters: usize,
+    since: Duration,
+    now: Duration,
+    trail_at: Duration,
+) -> Allowance {
+    let mut measured = vec![now.saturating_sub(since)];
+    measured.extend(peers.iter().map(|p| clocks.trail(*p, trail_at)));
+    let rate = leader_rate(clocks, peers, voters);
+    // Unheard from for longer than the readings come, this clock may have jumped (or this
+    // node paused): it measures nothing until the next reading tells which.
+    let heard = peers.is_empty()
+        || (clocks.last_heard(peers)).is_some_and(|at| now.saturating_sub(at) <= CLOCK_UNHEARD);
+    Allowance {
+        since_base: vouched(measured, voters),
+        pace: (1.0 / rate).clamp(1.0 / MOST_CORRECTION, MOST_CORRECTION),
+        heard,
+    }
+}
+
+/// This clock's rate over the majority's, as the stamps' pace counts it: 1 unless the readings
+/// show for sure that it is off (a majority's bounds all above 1, or all below), and then the
+/// majority's upper bound, which is at least the true rate for every right peer, so that the
+/// stamps move no faster than real time once it is known. Over the last readings alone when
+/// those show for sure, and tightly, that the rate changed: the stamps follow the change from
+/// its first reading on. A right clock is left alone: its bounds, loose under a loaded machine's
+/// round trips, would only slow its stamps.
+fn leader_rate(clocks: &PeerClocks, peers: &[NodeId], voters: usize) -> f64 {
+    let majority_of = |ratio: &dyn Fn(NodeId) -> Option<Ratio>, bound: fn(&Ratio) -> f64| {
+        let ratios: Vec<Option<Ratio>> = peers.iter().map(|p| ratio(*p)).collect();
+        vouched(with_own(&ratios, bound), voters).unwrap_or(1.0)
+    };
+    let spanned = |p| clocks.ratio(p);
+    // A peer whose last readings are loose says nothing new: its span's ratio stands.
+    let tight = |p| {
+        let latest = clocks
+            .latest_ratio(p)
+            .filter(|r| r.high - r.low <= ODD_CLOCK_RATE);
+        latest.or_else(|| clocks.ratio(p))
+    };
+    let (low, high) = (
+        majority_of(&spanned, |r| r.low),
+        majority_of(&spanned, |r| r.high),
+    );
+    let (latest_low, latest_high) = (
+        majority_of(&tight, |r| r.low),
+        majority_of(&tight, |r| r.high),
+    );
+    let (low, high) = match latest_low > high * (1.0 + ODD_CLOCK_RATE)
+        || latest_high < low * (1.0 - ODD_CLOCK_RATE)
+    {
+        true => (latest_low, latest_high),
+        false => (low, high),
+    };
+    match low <= 1.0 && 1.0 <= high {
+        true => 1.0,
+        false => high,
+    }
+}
+
+/// Where a term's stamps stand.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stamping {
+    /// The term's base store time, in microseconds, and the leader's clock when it was taken.
+    pub base_us: u64,
+    pub since: Duration,
+    /// The last stamp, in microseconds, and the leader's clock when it was given.
+    pub last_us: u64,
+    pub last_read: Duration,
+    /// Where the voters' clocks were last read, on the leader's: see [`Stamping::trail_at`].
+    trail_at: Duration,
+    /// Whether the last stamp was bounded by the voters' clocks (else the leader's clock alone
+    /// moved it: see [`Stamping::bounded_from`]).
+    bounded: bool,
+}
+
+impl Stamping {
+    pub fn new(base_ms: u64, since: Duration) -> Stamping {
+        let base_us = base_ms.saturating_mul(1_000);
+        Stamping {
+            base_us,
+            since,
+            last_us: base_us,
+            last_read: since,
+            trail_at: since,
+            bounded: true,
+        }
+    }
+
+    /// Whether the voters' clocks bound the stamps again after the leader's clock alone moved
+    /// them (a voter of an older build left, say): the allowance must then count from here,
+    /// see [`Stamping::bounded_from`].
+    pub fn rebound(&self, allowed: &Allowance) -> bool {
+        allowed.since_base.is_some() && !self.bounded
+    }
+
+    /// Counts the allowance from the last stamp, taken at the leader's clock reading `now`,
+    /// instead of the term's base: the stamps since the base went by the leader's clock alone,
+    /// and what the voters' clocks measured counts only from readings asked after the moment
+    /// they bound it again, so that an allowance from the base would stand below the last
+    /// stamp and stop the stamps for as long as the leader's clock alone moved them.
+    pub fn bounded_from(&mut self, now: Duration) {
+        self.base_us = self.last_us;
+        self.since = now;
+        self.trail_at = now;
+        self.bounded = true;
+    }
+
+    /// Where to read the voters' clocks at the leader's clock reading `now`: [`CLOCK_TRAIL`]
+    /// behind it, so that the readings grow evenly between the answers, and never back: a
+    /// leader's clock that jumped back would otherwise read them seconds ago and stop the
+    /// stamps for as long.
+    pub fn trail_at(&mut self, now: Duration) -> Duration {
+        self.trail_at = self.trail_at.max(now.saturating_sub(CLOCK_TRAIL));
+        self.trail_at
+    }
+
+    /// The stamp at the leader's clock reading `now`, in milliseconds: the last one moved by
+    /// what the clock measured since, at the allowed pace, and no further than allowed. Never
+    /// back; a clock that went back measured nothing. Never faster than the pace either, even
+    /// to catch up with what is allowed: a stamp that moved faster than real time would end
+    /// early the leases granted before it.
+    pub fn advance(&mut self, now: Duration, allowed: Allowance) -> u64 {
+        let measured = match allowed.heard {
+            true => now.saturating_sub(self.last_read).as_secs_f64() * 1e6,
+            false => 0.0,
+        };
+        self.last_read = now;
+        self.bounded = allowed.since_base.is_some();
+        let paced = self
+            .last_us
+            .saturating_add((measured * allowed.pace) as u64);
+        let most = allowed.since_base.map_or(u64::MAX, |since_base| {
+            let us = u64::try_from(since_base.as_micros()).unwrap_or(u64::MAX);
+            self.base_us.saturating_add(us)
+        });
+        self.last_us = self.last_us.max(paced.min(most));
+        self.last_us / 1_000
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::peer_clocks::ClockReading;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    /// Peers 2 and 3 read every 25 ms for `for_ms`, each answered 1 ms after it was asked, their
+    /// clocks running at `rates` of this node's.
+    fn read(rates: [f64; 2], for_ms: u64) -> PeerClocks {
+        let mut clocks = PeerClocks::default();
+        clocks.count_from(MS(0));
+        for at in (0..=for_ms).step_by(25) {
+            for (peer, rate) in [(2, rates[0]), (3, rates[1])] {
+                let micros = (1e9 + (at as f64 + 0.5) * rate * 1e3) as u64;
+                let reading = ClockReading { process: 1, micros };
+                clocks.record(peer, MS(at), MS(at + 1), reading);
+            }
+        }
+        clocks
+    }
+
+    #[test]
+    fn a_leader_twice_as_fast_as_both_peers_stamps_at_their_pace() {
+        // This node's clock counted 4 s while theirs counted 2 s.
+        let clocks = read([0.5, 0.5], 4_000);
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_001), MS(3_961));
+        assert!((allowed.pace - 0.5).abs() < 0.01, "{allowed:?}");
+        let since = allowed.since_base.unwrap();
+        assert!(since <= MS(2_000) && since >= MS(1_970), "{since:?}");
+        let mut stamping = Stamping::new(10_000, MS(3_000));
+        let stamp = stamping.advance(MS(3_500), allowed);
+        assert!((10_249..=10_250).contains(&stamp), "{stamp}");
+    }
+
+    #[test]
+    fn one_fast_peer_moves_nothing_and_a_slow_leader_is_sped_up() {
+        let clocks = read([2.0, 1.0], 4_000);
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_001), MS(3_961));
+        assert!((allowed.pace - 1.0).abs() < 0.01, "{allowed:?}");
+        assert!(allowed.since_base.unwrap() <= MS(4_001), "{allowed:?}");
+        let clocks = read([2.0, 2.0], 4_000);
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_001), MS(3_961));
+        assert!((allowed.pace - 2.0).abs() < 0.02, "{allowed:?}");
+    }
+
+    #[test]
+    fn a_leader_whose_clock_speeds_up_paces_from_the_first_reading_after_and_one_unheard_waits() {
+        // Both peers read every 25 ms for 4 s at this clock's rate, then this clock runs at
+        // twice its speed: the next readings come 50 ms apart on it, 25 ms on theirs, each
+        // answered within half a millisecond.
+        let mut clocks = read([1.0, 1.0], 4_000);
+        for (at, theirs) in [(4_050, 4_025.5), (4_100, 4_050.5)] {
+            for peer in [2, 3] {
+                let micros = (1e9 + theirs * 1e3) as u64;
+                let reading = ClockReading { process: 1, micros };
+                let answered = MS(at) + Duration::from_micros(500);
+                clocks.record(peer, MS(at), answered, reading);
+            }
+        }
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_103), MS(4_063));
+        assert!(allowed.pace < 0.52 && allowed.heard, "{allowed:?}");
+        // Nothing heard for far longer than readings come (a jump, or a pause): no stamps.
+        let unheard = allowance(&clocks, &[2, 3], 3, MS(0), MS(14_103), MS(14_063));
+        assert!(!unheard.heard, "{unheard:?}");
+        let mut stamping = Stamping::new(1_000, MS(4_000));
+        stamping.advance(MS(4_103), allowed);
+        let before = stamping.last_us;
+        stamping.advance(MS(14_103), unheard);
+        assert_eq!(stamping.last_us, before, "a jump of 10 s measures nothing");
+    }
+
+    #[test]
+    fn stamps_never_pass_the_majority_nor_catch_up_nor_go_back() {
+        let mut stamping = Stamping::new(1_000, MS(0));
+        let capped = Allowance {
+            since_base: Some(MS(100)),
+            pace: 1.0,
+            heard: true,
+        };
+        assert_eq!(stamping.advance(MS(10_000), capped), 1_100, "a jump ahead");
+        assert_eq!(stamping.advance(MS(5), Allowance::OWN_CLOCK), 1_100, "back");
+        assert_eq!(stamping.advance(MS(55), Allowance::OWN_CLOCK), 1_150);
+        let far = Allowance {
+            since_base: Some(MS(1_000)),
+            pace: 1.0,
+            heard: true,
+        };
+        assert_eq!(stamping.advance(MS(65), far), 1_160, "no catching up");
+    }
+}
