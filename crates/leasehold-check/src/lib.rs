@@ -20,7 +20,7 @@ mod linearizable;
 pub mod model;
 mod rng;
 
-pub use clock::store_time_follows_real_time;
+pub use clock::{store_time_follows_real_time, store_time_gains_at_most};
 pub use fencing::{fencing, mutual_exclusion, real_time_exclusion};
 pub use history::{replay, Anomaly, Answer, Completion, Log, Operation, Replayed, Request};
 pub use limits::ROUNDING_NS;
@@ -29,8 +29,21 @@ pub use rng::Rng;
 
 use leasehold_core::Op;
 
+/// What the checkers allow past their invariants, in a run whose faults the server bounds
+/// rather than rules out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tolerance {
+    /// How much store time may gain on the clients' clock (see [`store_time_gains_at_most`]).
+    pub store_time_gain_ns: u64,
+}
+
 /// Every checker over one run.
 pub fn check_all(history: &[Operation], log: &Log) -> Vec<Anomaly> {
+    check_all_within(history, log, Tolerance::default())
+}
+
+/// Every checker over one run, allowing what `tolerance` says.
+pub fn check_all_within(history: &[Operation], log: &Log, tolerance: Tolerance) -> Vec<Anomaly> {
     let applied = match replay(log) {
         Ok(applied) => applied,
         Err(anomaly) => return vec![anomaly],
@@ -42,7 +55,8 @@ pub fn check_all(history: &[Operation], log: &Log) -> Vec<Anomaly> {
     // Under the manual clock store time moves by what `Advance` says, not with real time.
     let manual = applied.iter().any(|a| matches!(a.op, Op::Advance { .. }));
     if !manual {
-        anomalies.extend(store_time_follows_real_time(history));
+        let gain_ns = tolerance.store_time_gain_ns;
+        anomalies.extend(store_time_gains_at_most(history, gain_ns));
     }
     anomalies
 }
@@ -470,6 +484,11 @@ mod tests {
         );
         history[1].completed_ns -= 1;
         assert_eq!(store_time_follows_real_time(&history).len(), 1);
+        // A gain allowed, and one past it.
+        let (_, history) = fast_clock_history(600, false);
+        assert_eq!(store_time_gains_at_most(&history, 900 * 1_000_000), vec![]);
+        let past = store_time_gains_at_most(&history, 897 * 1_000_000);
+        assert_eq!(past.len(), 1, "{past:?}");
     }
 
     #[test]

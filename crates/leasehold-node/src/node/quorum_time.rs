@@ -117,6 +117,8 @@ pub struct Stamping {
     /// Whether the last stamp was bounded by the voters' clocks (else the leader's clock alone
     /// moved it: see [`Stamping::bounded_from`]).
     bounded: bool,
+    /// The pace of the last stamp: see [`Stamping::trail_at`].
+    pace: f64,
 }
 
 impl Stamping {
@@ -129,6 +131,7 @@ impl Stamping {
             last_read: since,
             trail_at: since,
             bounded: true,
+            pace: 1.0,
         }
     }
 
@@ -151,12 +154,29 @@ impl Stamping {
         self.bounded = true;
     }
 
-    /// Where to read the voters' clocks at the leader's clock reading `now`: [`CLOCK_TRAIL`]
-    /// behind it, so that the readings grow evenly between the answers, and never back: a
-    /// leader's clock that jumped back would otherwise read them seconds ago and stop the
-    /// stamps for as long.
+    /// Where to read the voters' clocks at the leader's clock reading `now`: [`CLOCK_TRAIL`] of
+    /// real time behind it, so that the readings grow evenly between the answers, and never
+    /// back.
+    ///
+    /// Real time, not the leader's: the trail is counted on the leader's clock at the last
+    /// stamp's pace (a clock known to run at twice the majority's trails by 200 ms of its own).
+    /// Only a change of how far store time trails real time shortens a lease, never the trail
+    /// itself, and a trail of the leader's time would shrink by half in real time whenever its
+    /// clock ran twice as fast (or grow, and then shrink back, when one that ran slow came
+    /// right again): store time gained on real time by as much, once the faster clock raced up
+    /// to it. Now only until the readings show the new rate, as the pace does.
+    ///
+    /// A leader's clock that went back counts on from where it stood: the base's and the
+    /// trail's instants move back with it, instead of this clock measuring nothing since the
+    /// base (which held every stamp for as long as the jump, when the only other voter that
+    /// answered ran no further) and the trail standing still.
     pub fn trail_at(&mut self, now: Duration) -> Duration {
-        self.trail_at = self.trail_at.max(now.saturating_sub(CLOCK_TRAIL));
+        let back = self.last_read.saturating_sub(now);
+        self.since = self.since.saturating_sub(back);
+        self.trail_at = self.trail_at.saturating_sub(back);
+        self.last_read = self.last_read.saturating_sub(back);
+        let trail = CLOCK_TRAIL.div_f64(self.pace);
+        self.trail_at = self.trail_at.max(now.saturating_sub(trail));
         self.trail_at
     }
 
@@ -172,6 +192,7 @@ impl Stamping {
         };
         self.last_read = now;
         self.bounded = allowed.since_base.is_some();
+        self.pace = allowed.pace;
         let paced = self
             .last_us
             .saturating_add((measured * allowed.pace) as u64);
@@ -273,5 +294,29 @@ mod tests {
             heard: true,
         };
         assert_eq!(stamping.advance(MS(65), far), 1_160, "no catching up");
+    }
+
+    #[test]
+    fn the_trail_is_real_time_at_the_known_pace_and_a_clock_that_went_back_counts_on() {
+        let mut stamping = Stamping::new(1_000, MS(10_000));
+        assert_eq!(stamping.trail_at(MS(10_500)), MS(10_400));
+        // A clock known to run at twice the majority's: 200 ms of it are 100 ms of real time.
+        let fast = Allowance {
+            since_base: None,
+            pace: 0.5,
+            heard: true,
+        };
+        stamping.advance(MS(11_000), fast);
+        assert_eq!(stamping.trail_at(MS(11_000)), MS(10_800));
+        // It jumps back 10 s: 200 ms later it reads 1.2 s. The base moves back with it (at
+        // most by what it read less than at the last stamp: the 200 ms between count nothing),
+        // and so does the trail.
+        assert_eq!(stamping.trail_at(MS(1_200)), MS(1_000));
+        assert_eq!(stamping.since, MS(200));
+        assert_eq!(
+            stamping.advance(MS(1_400), fast),
+            1_600,
+            "1,500 at 11 s, and 100 more"
+        );
     }
 }
