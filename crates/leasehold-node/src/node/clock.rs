@@ -81,11 +81,15 @@
 //! - Never faster than the pace, even to catch up with the allowance: catching up would end
 //!   early the leases granted before. So the within-term inequality holds with right clocks at
 //!   the leader, and with a wrong leader clock once its rate is measured (over
-//!   [`CLOCK_RATE_SPAN`]); until then `M(t)` holds it within real time. What is left: in the
-//!   moment a leader's clock changes rate, it reads the trail between its last readings up to
-//!   its rate's worth too fast, so store time may gain up to `CLOCK_TRAIL` on real time, once.
-//!   A forward jump of the leader's clock gains no more, by `M(t)`; a backward one measures
-//!   nothing.
+//!   [`CLOCK_RATE_SPAN`]); until then `M(t)` holds it within real time. What is left: `M` is
+//!   read `CLOCK_TRAIL` of real time behind (on the leader's clock at the known pace), and in
+//!   the moment a leader's clock changes rate, until the readings show it, that trail is
+//!   counted at the old pace: it shrinks by up to its rate's worth, and store time may gain as
+//!   much on real time, up to `CLOCK_TRAIL`, once. A lease in flight then ends early by as much
+//!   (the fault suite's composite runs with clock faults: 15-59 ms, a few times in ten
+//!   minutes; its store-time checker allows `CLOCK_TRAIL` in those runs). A forward jump of
+//!   the leader's clock gains no more, by `M(t)`; after a backward one the clock counts on
+//!   from where it stood (`Stamping::trail_at`).
 //! - Where not every voter answers for its clock (a member of an older build, mid-upgrade),
 //!   the leader's clock alone moves the stamps, as before issue 42. When they all do again,
 //!   `M` counts from the last stamp and that moment, not from the base: the peers' clocks are
