@@ -1018,10 +1018,9 @@ impl Fault {
             StopLeader,
         ]
     }
-    /// The clock faults (issue 42): not yet in `all`, as 10-minute runs with them still find a
-    /// lease a clock change shortened by 15-59 ms, and some living their TTL plus about 8 s
-    /// (see the issue's note); `LEASEHOLD_FAULT_KINDS=FastClock,SlowClock,ClockJump,...` runs
-    /// them.
+    /// The clock faults (issue 42): not yet in `all`, as 10-minute runs with them still find
+    /// leases a clock change shortened or stretched past their slack (the README has the
+    /// figures); `LEASEHOLD_FAULT_KINDS=FastClock,SlowClock,ClockJump,...` runs them.
     fn clocks() -> Vec<Fault> {
         vec![Fault::FastClock, Fault::SlowClock, Fault::ClockJump]
     }
@@ -1079,13 +1078,13 @@ fn clock_victims(rng: &mut Rng, leader: u64, followers: &[u64]) -> Vec<u64> {
         .collect()
 }
 
-/// How long a node stopped with SIGTERM has before SIGKILL: its hand-over's bound (2 s), and
-/// room to exit.
 /// The node's `limits::CLOCK_TRAIL`, in nanoseconds: how much store time may gain on real time
 /// while a clock lies at the leader (see `node/clock.rs`), and so what the store-time checker
 /// allows in a run with clock faults.
 const CLOCK_TRAIL_NS: u64 = 100_000_000;
 
+/// How long a node stopped with SIGTERM has before SIGKILL: its hand-over's bound (2 s), and
+/// room to exit.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// The TTL of the lease a leader fault is probed with.
@@ -1722,9 +1721,7 @@ async fn fault_run_from(
     }
 
     let history = recorder.history.lock().unwrap().clone();
-    // A clock that lies at the leader: store time follows the majority's clocks as read across
-    // round trips, not one it can trust outright, and may gain on real time up to the node's
-    // CLOCK_TRAIL (the bound `node/clock.rs` states).
+    // A clock that lies at the leader: see CLOCK_TRAIL_NS.
     let tolerance = match faults.iter().any(|f| Fault::clocks().contains(f)) {
         true => check::Tolerance {
             store_time_gain_ns: CLOCK_TRAIL_NS,

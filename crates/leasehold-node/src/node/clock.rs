@@ -60,7 +60,7 @@
 //! (`quorum_time`):
 //!
 //! ```text
-//! T(t) = max(T_last, min(T_last + pace * (t - t_last), base + M(t)))
+//! T(t) = max(T_last, min(T_last + pace * (t - t_last), base + M(t), T_last + M(t) - M(t_last)))
 //! ```
 //!
 //! - `M(t)`, the *allowance*, is the majority-th largest of what each voter's clock measured
@@ -79,15 +79,17 @@
 //!   real time elapsed once the rate is known: stamps move no faster than real time, and a
 //!   slow leader's do not fall behind.
 //! - Never faster than the pace, even to catch up with the allowance: catching up would end
-//!   early the leases granted before. So the within-term inequality holds with right clocks at
+//!   early the leases granted before. Nor faster than the allowance grew since the last stamp
+//!   (the third term): a pace still above a clock's rate after the clock came right would
+//!   otherwise race the stamps back up to the allowance. So the within-term inequality holds with right clocks at
 //!   the leader, and with a wrong leader clock once its rate is measured (over
 //!   [`CLOCK_RATE_SPAN`]); until then `M(t)` holds it within real time. What is left: `M` is
 //!   read `CLOCK_TRAIL` of real time behind (on the leader's clock at the known pace), and in
 //!   the moment a leader's clock changes rate, until the readings show it, that trail is
 //!   counted at the old pace: it shrinks by up to its rate's worth, and store time may gain as
-//!   much on real time, up to `CLOCK_TRAIL`, once. A lease in flight then ends early by as much
-//!   (the fault suite's composite runs with clock faults: 15-59 ms, a few times in ten
-//!   minutes; its store-time checker allows `CLOCK_TRAIL` in those runs). A forward jump of
+//!   much on real time, up to `CLOCK_TRAIL`, once, and a lease in flight then ends early by as
+//!   much (the README has the fault suite's figures; its store-time checker allows
+//!   `CLOCK_TRAIL` in runs with clock faults). A forward jump of
 //!   the leader's clock gains no more, by `M(t)`; after a backward one the clock counts on
 //!   from where it stood (`Stamping::trail_at`).
 //! - Where not every voter answers for its clock (a member of an older build, mid-upgrade),
@@ -96,7 +98,7 @@
 //!   counted from readings asked after it, and an `M` from the base would hold the stamps
 //!   still for as long as the leader's clock alone had moved them. A voter that stopped
 //!   answering still counts as answering (by what it announced last): its clock then
-//!   measures nothing, so `M` is what the answering majority measured.
+//!   measures nothing more, so `M` is what the answering majority measured.
 //!
 //! Across terms, each answer's time measured since the newest stamp is corrected to the
 //! majority's rate by what the new leader knows of that node's clock, and one that jumped
@@ -257,7 +259,10 @@ impl LeaderClock {
         let mut guard = self.base.lock().unwrap_or_else(|p| p.into_inner());
         let base = guard.as_mut().filter(|b| b.term == term)?;
         let now = self.local.now();
-        let trail_at = base.stamping.trail_at(now);
+        let (trail_at, back) = base.stamping.trail_at(now);
+        if !back.is_zero() {
+            self.peer_clocks().shift_origin(back);
+        }
         let mut allowed = self.allowance(base.stamping.since, now, trail_at);
         if base.stamping.rebound(&allowed) {
             base.stamping.bounded_from(now);
@@ -595,21 +600,39 @@ mod tests {
         assert!(clock.stamp(2).unwrap() >= second);
     }
 
-    /// Peers 2 and 3 answer a reading every 25 ms for `ms`, 1 ms after it is asked, their
-    /// clocks at this one's rate.
-    async fn read_peers(clock: &LeaderClock, ms: u64) {
+    /// `peers` answer a reading every 25 ms for `ms`, 1 ms after it is asked, their clocks
+    /// running at real speed (tokio's, whatever this node's own does).
+    async fn read_peers(clock: &LeaderClock, peers: &[NodeId], ms: u64) {
+        let origin = *PEERS_ORIGIN.get_or_init(Instant::now);
         for _ in (0..ms).step_by(25) {
             let asked = clock.local().now();
             tokio::time::advance(Duration::from_millis(1)).await;
             let answered = clock.local().now();
-            for peer in [2, 3] {
-                let micros = u64::try_from(answered.as_micros()).unwrap();
+            for peer in peers {
+                let micros = u64::try_from(origin.elapsed().as_micros()).unwrap() + 1_000_000_000;
                 let reading = crate::node::ClockReading { process: 7, micros };
-                clock.peer_clocks().record(peer, asked, answered, reading);
+                clock.peer_clocks().record(*peer, asked, answered, reading);
             }
             tokio::time::advance(Duration::from_millis(24)).await;
             clock.stamp(1).unwrap();
         }
+    }
+
+    static PEERS_ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_whose_clock_jumps_back_at_the_terms_start_stamps_on_with_one_peer_answering()
+    {
+        // Three voters, one down: this node and peer 2 are the majority.
+        let clock = LeaderClock::default();
+        clock.set_voters(vec![2, 3], true);
+        let base = clock.start_term(1, 10_000);
+        clock
+            .local()
+            .set(crate::node::local_clock::RATE_REAL, -10_000);
+        read_peers(&clock, &[2], 1_000).await;
+        let later = clock.stamp(1).unwrap();
+        assert!(later >= base + 700, "{base} then {later} a second later");
     }
 
     #[tokio::test(start_paused = true)]
@@ -623,7 +646,7 @@ mod tests {
         assert_eq!(alone, base + 2_000);
         // Every voter answers again: its readings bound the stamps, from here on.
         clock.set_voters(vec![2, 3], true);
-        read_peers(&clock, 1_000).await;
+        read_peers(&clock, &[2, 3], 1_000).await;
         let bounded = clock.stamp(1).unwrap();
         assert!(
             bounded >= alone + 800 && bounded <= alone + 1_000,

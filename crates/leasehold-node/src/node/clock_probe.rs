@@ -201,6 +201,8 @@ impl Node {
             .clock
             .peer_clocks()
             .keep_only(|id| voters.contains(&id));
+        let members = self.member_ids();
+        protocols.keep_features_of(|id| members.contains(&id));
         self.inner.clock.set_voters(peers.clone(), all_answer);
         if !all_answer {
             return;

@@ -159,6 +159,13 @@ impl PeerClocks {
         }
     }
 
+    /// This node's clock went back by `back`: the instant of [`PeerClocks::count_from`] moves
+    /// back with it, so that the readings asked after the jump still count from it (each peer's
+    /// first reading, if taken, stands).
+    pub fn shift_origin(&mut self, back: Duration) {
+        self.since = self.since.map(|since| since.saturating_sub(back));
+    }
+
     /// What `peer`'s clock counted between its first reading asked since the instant of
     /// [`PeerClocks::count_from`] and this node's instant `at`, reading between its readings as
     /// if its clock ran evenly: zero if none was asked since. Never more than it counted by the

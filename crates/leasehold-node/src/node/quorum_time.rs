@@ -119,6 +119,9 @@ pub struct Stamping {
     bounded: bool,
     /// The pace of the last stamp: see [`Stamping::trail_at`].
     pace: f64,
+    /// The most the last stamp was allowed, in microseconds (`None` when the leader's clock
+    /// alone moved it): see [`Stamping::advance`].
+    allowed_us: Option<u64>,
 }
 
 impl Stamping {
@@ -132,6 +135,7 @@ impl Stamping {
             trail_at: since,
             bounded: true,
             pace: 1.0,
+            allowed_us: Some(base_us),
         }
     }
 
@@ -152,11 +156,12 @@ impl Stamping {
         self.since = now;
         self.trail_at = now;
         self.bounded = true;
+        self.allowed_us = Some(self.last_us);
     }
 
     /// Where to read the voters' clocks at the leader's clock reading `now`: [`CLOCK_TRAIL`] of
     /// real time behind it, so that the readings grow evenly between the answers, and never
-    /// back.
+    /// back in real time.
     ///
     /// Real time, not the leader's: the trail is counted on the leader's clock at the last
     /// stamp's pace (a clock known to run at twice the majority's trails by 200 ms of its own).
@@ -170,14 +175,17 @@ impl Stamping {
     /// trail's instants move back with it, instead of this clock measuring nothing since the
     /// base (which held every stamp for as long as the jump, when the only other voter that
     /// answered ran no further) and the trail standing still.
-    pub fn trail_at(&mut self, now: Duration) -> Duration {
+    ///
+    /// Returns where to read them, and how far the clock went back (zero mostly): the peers'
+    /// readings must count from an instant moved back as far (`PeerClocks::shift_origin`).
+    pub fn trail_at(&mut self, now: Duration) -> (Duration, Duration) {
         let back = self.last_read.saturating_sub(now);
         self.since = self.since.saturating_sub(back);
         self.trail_at = self.trail_at.saturating_sub(back);
         self.last_read = self.last_read.saturating_sub(back);
         let trail = CLOCK_TRAIL.div_f64(self.pace);
         self.trail_at = self.trail_at.max(now.saturating_sub(trail));
-        self.trail_at
+        (self.trail_at, back)
     }
 
     /// The stamp at the leader's clock reading `now`, in milliseconds: the last one moved by
@@ -185,6 +193,11 @@ impl Stamping {
     /// back; a clock that went back measured nothing. Never faster than the pace either, even
     /// to catch up with what is allowed: a stamp that moved faster than real time would end
     /// early the leases granted before it.
+    ///
+    /// Nor faster than the allowance grew since the last stamp: a pace above the clock's true
+    /// rate (one that ran slow and came right, until the readings show it) would otherwise race
+    /// the stamps up to the allowance, taking back the time they lost behind it before, and
+    /// end early the leases granted meanwhile.
     pub fn advance(&mut self, now: Duration, allowed: Allowance) -> u64 {
         let measured = match allowed.heard {
             true => now.saturating_sub(self.last_read).as_secs_f64() * 1e6,
@@ -196,10 +209,16 @@ impl Stamping {
         let paced = self
             .last_us
             .saturating_add((measured * allowed.pace) as u64);
-        let most = allowed.since_base.map_or(u64::MAX, |since_base| {
+        let most = allowed.since_base.map(|since_base| {
             let us = u64::try_from(since_base.as_micros()).unwrap_or(u64::MAX);
             self.base_us.saturating_add(us)
         });
+        let grown = match (most, self.allowed_us) {
+            (Some(most), Some(before)) => self.last_us.saturating_add(most.saturating_sub(before)),
+            _ => u64::MAX,
+        };
+        self.allowed_us = most;
+        let most = most.unwrap_or(u64::MAX).min(grown);
         self.last_us = self.last_us.max(paced.min(most));
         self.last_us / 1_000
     }
@@ -299,7 +318,7 @@ mod tests {
     #[test]
     fn the_trail_is_real_time_at_the_known_pace_and_a_clock_that_went_back_counts_on() {
         let mut stamping = Stamping::new(1_000, MS(10_000));
-        assert_eq!(stamping.trail_at(MS(10_500)), MS(10_400));
+        assert_eq!(stamping.trail_at(MS(10_500)), (MS(10_400), MS(0)));
         // A clock known to run at twice the majority's: 200 ms of it are 100 ms of real time.
         let fast = Allowance {
             since_base: None,
@@ -307,16 +326,32 @@ mod tests {
             heard: true,
         };
         stamping.advance(MS(11_000), fast);
-        assert_eq!(stamping.trail_at(MS(11_000)), MS(10_800));
+        assert_eq!(stamping.trail_at(MS(11_000)), (MS(10_800), MS(0)));
         // It jumps back 10 s: 200 ms later it reads 1.2 s. The base moves back with it (at
         // most by what it read less than at the last stamp: the 200 ms between count nothing),
         // and so does the trail.
-        assert_eq!(stamping.trail_at(MS(1_200)), MS(1_000));
+        assert_eq!(stamping.trail_at(MS(1_200)), (MS(1_000), MS(9_800)));
         assert_eq!(stamping.since, MS(200));
         assert_eq!(
             stamping.advance(MS(1_400), fast),
             1_600,
             "1,500 at 11 s, and 100 more"
         );
+    }
+
+    #[test]
+    fn stamps_behind_the_allowance_move_no_faster_than_it_grows_whatever_the_pace() {
+        // The stamps fell 300 ms behind what the majority allows (a slow clock's readings
+        // came late), then the pace says 1.5 for a clock that is right again.
+        let mut stamping = Stamping::new(1_000, MS(0));
+        let allowed = |ms, pace| Allowance {
+            since_base: Some(MS(ms)),
+            pace,
+            heard: true,
+        };
+        assert_eq!(stamping.advance(MS(1_000), allowed(1_000, 0.7)), 1_700);
+        // 100 ms later the allowance grew by 100 ms: so do the stamps, not by 150.
+        assert_eq!(stamping.advance(MS(1_100), allowed(1_100, 1.5)), 1_800);
+        assert_eq!(stamping.advance(MS(1_200), allowed(1_200, 1.5)), 1_900);
     }
 }

@@ -230,6 +230,13 @@ impl Protocols {
         heard.insert(id, Heard { header, announced });
     }
 
+    /// Forgets the features of every peer not among `members` (removed from the cluster): a
+    /// new member must not find the table of features full.
+    pub fn keep_features_of(&self, members: impl Fn(NodeId) -> bool) {
+        let mut features = self.features.lock().unwrap_or_else(|p| p.into_inner());
+        features.retain(|id, _| members(*id));
+    }
+
     /// Forgets what node `id` announced: it failed to answer, and may come back as another
     /// build (a downgrade). Until it answers again it counts as format 1, which every build
     /// reads; its features stand (see [`Protocols::all_announce`]).
@@ -278,10 +285,11 @@ impl Protocols {
 
     /// Whether every one of `members` but `me` announced `feature`, in what it announced last:
     /// a member that stopped answering is still counted by it. A feature is a peer message,
-    /// and one that cannot be reached is not sent it anyway; forgetting what it serves would
+    /// and one that cannot be reached fails it harmlessly; forgetting what it serves would
     /// switch the feature off among all the others while one member is down (the clocks'
     /// readings, for one: a leader then stamped by its own clock alone). A member that comes
-    /// back as another build announces again before it is sent anything.
+    /// back as an older build fails the messages it does not know until its first Raft
+    /// message announces it.
     pub fn all_announce(
         &self,
         me: NodeId,

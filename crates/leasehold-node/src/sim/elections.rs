@@ -494,8 +494,8 @@ fn a_leader_handing_over_is_succeeded_at_once_by_the_voter_it_names() {
     }
 }
 
-/// A leader that cannot hand over (here its peers never announced the feature, as a build from
-/// before it would not) still runs while it stops. Its heartbeats must not keep the followers'
+/// A leader that cannot hand over (here its peers announce an older build, without the
+/// feature) still runs while it stops. Its heartbeats must not keep the followers'
 /// lease alive meanwhile, nor may its writes wait for a successor that is not coming: the
 /// others elect a leader while it runs, and it refuses a write at once as shutting down.
 async fn leader_that_cannot_hand_over(seed: u64) {
