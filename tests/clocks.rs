@@ -24,6 +24,9 @@ struct Case {
     leader: bool,
     rate_ppm: u64,
     jump_ms: i64,
+    /// Whether the odd nodes (followers) are restarted first: a restarted follower hears no
+    /// Raft message from the other followers, and must still read their clocks.
+    restarted: bool,
 }
 
 /// What a case measured: the lease's life from its acquire's send until a rival held it, and
@@ -38,7 +41,7 @@ struct Measured {
 /// seconds, applies `case` and measures a lease of `ttl` acquired at once.
 async fn measure(case: Case, ttl: Duration) -> Measured {
     let _one = ONE_AT_A_TIME.lock().await;
-    let h = Harness::start_configured(case.nodes, |mut cluster| {
+    let mut h = Harness::start_configured(case.nodes, |mut cluster| {
         for id in 1..=case.nodes as u64 {
             let file = clock_file(&cluster.nodes()[0].data_dir, id);
             cluster = cluster.with_node_args(id, &["--clock-control", &file]);
@@ -56,6 +59,9 @@ async fn measure(case: Case, ttl: Duration) -> Measured {
             .collect(),
         false => followers.take(case.odd).collect(),
     };
+    if case.restarted {
+        restart_caught_up(&mut h, &odd).await;
+    }
     let fault = Instant::now();
     for &id in &odd {
         let file = clock_file(&h.cluster.nodes()[0].data_dir, id);
@@ -97,6 +103,23 @@ async fn measure(case: Case, ttl: Duration) -> Measured {
     Measured { life, named }
 }
 
+/// Kills and restarts the nodes `ids` (followers), and waits until each is caught up.
+async fn restart_caught_up(h: &mut Harness, ids: &[u64]) {
+    for &id in ids {
+        h.kill(id);
+        h.restart(id);
+    }
+    for &id in ids {
+        let caught_up = || async { h.caught_up(id).await };
+        harness::wait_for(
+            "the restarted node caught up",
+            Duration::from_secs(20),
+            caught_up,
+        )
+        .await;
+    }
+}
+
 /// The file node `id`'s clock answers to, beside the nodes' data dirs.
 fn clock_file(a_data_dir: &std::path::Path, id: u64) -> String {
     let dir = a_data_dir.parent().unwrap();
@@ -121,6 +144,7 @@ async fn a_leader_whose_clock_runs_twice_as_fast_neither_ends_a_lease_early_nor_
         leader: true,
         rate_ppm: 2_000_000,
         jump_ms: 0,
+        restarted: false,
     };
     let measured = measure(case, ttl).await;
     assert!(holds(&measured, ttl), "{case:?}: {measured:?}");
@@ -135,6 +159,22 @@ async fn a_follower_whose_clock_jumps_ahead_is_named_and_ends_no_lease_early() {
         leader: false,
         rate_ppm: 1_000_000,
         jump_ms: 10_000,
+        restarted: false,
+    };
+    let measured = measure(case, ttl).await;
+    assert!(holds(&measured, ttl), "{case:?}: {measured:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_follower_whose_clock_runs_fast_is_named() {
+    let ttl = Duration::from_secs(2);
+    let case = Case {
+        nodes: 3,
+        odd: 1,
+        leader: false,
+        rate_ppm: 2_000_000,
+        jump_ms: 0,
+        restarted: true,
     };
     let measured = measure(case, ttl).await;
     assert!(holds(&measured, ttl), "{case:?}: {measured:?}");
@@ -158,6 +198,7 @@ async fn every_case_of_the_issue() {
                     leader,
                     rate_ppm,
                     jump_ms,
+                    restarted: false,
                 };
                 let measured = measure(case, ttl).await;
                 println!(

@@ -1580,6 +1580,17 @@ async fn fault_run_from(
             _ => None,
         };
         let heal = inject(fault, &mut cluster, &mut rng).await;
+        // The rival polls from now on, while the clock faults' naming is awaited: a probe's
+        // life must not count that wait.
+        if let Some(lease_probe) = lease_probe {
+            probing = Some((
+                fault,
+                tokio::spawn(lease_probe.until_a_rival_holds_it(
+                    cluster.client(&cluster.endpoints, Duration::from_secs(3)),
+                    recorder.clone(),
+                )),
+            ));
+        }
         if !heal.clocks.is_empty() {
             let named = named_odd(&cluster, &heal.clocks).await;
             namings.push((fault, heal.clocks.clone(), named));
@@ -1592,15 +1603,6 @@ async fn fault_run_from(
         };
         if cluster.upgrade.as_ref().is_some_and(|u| u.upgraded_last) {
             closes_refused += new_kinds_stay_off(&cluster, &recorder).await;
-        }
-        if let Some(lease_probe) = lease_probe {
-            probing = Some((
-                fault,
-                tokio::spawn(lease_probe.until_a_rival_holds_it(
-                    cluster.client(&cluster.endpoints, Duration::from_secs(3)),
-                    recorder.clone(),
-                )),
-            ));
         }
         // Pauses outlast the election timeout; everything outlasts a failover.
         tokio::time::sleep(Duration::from_millis(rng.between(1_000, 3_000))).await;

@@ -2,9 +2,10 @@
 //! voter for its clock's reading: at [`CLOCK_PROBE_LEADING`] while it leads, since the leader's
 //! stamps may not outrun what a majority's clocks measured (`quorum_time`), and at
 //! [`CLOCK_PROBE_FOLLOWING`] otherwise, to judge its own clock and to know the others' rates
-//! when it comes to lead. A peer is asked only once every voter announces [`FEATURE`] (a mixed
-//! cluster, mid-upgrade, stamps from the leader's clock alone, as before), and one at a time, so
-//! that a peer that does not answer slows no other's readings.
+//! when it comes to lead. Every voter is asked (one of an older build refuses the call), one at
+//! a time, so that a peer that does not answer slows no other's readings; the readings bound
+//! the stamps only once every voter announces [`FEATURE`] (a mixed cluster, mid-upgrade, stamps
+//! from the leader's clock alone, as before).
 //!
 //! A node judges its own clock against the majority's (`peer_clocks::judge`). An odd one is
 //! named in `status` and the metrics (`leasehold_clock_rate_ratio`), logged, kept from
@@ -204,9 +205,9 @@ impl Node {
         let members = self.member_ids();
         protocols.keep_features_of(|id| members.contains(&id));
         self.inner.clock.set_voters(peers.clone(), all_answer);
-        if !all_answer {
-            return;
-        }
+        // Every voter is asked, whatever it announced: a follower hears no Raft message from
+        // the other followers (after a restart it knows none of their features), and their
+        // answers announce them. One of an older build refuses the call, harmlessly.
         for peer in peers {
             let Some(addr) = self.address_of(peer) else {
                 continue;

@@ -102,6 +102,9 @@ impl PeerLink for GrpcLink {
                 .clock_reading(request)
                 .await
                 .map_err(|status| status.message().to_owned())?;
+            // The answer announces what the peer serves: a follower hears no Raft message from
+            // the other followers, and would not know they read clocks otherwise.
+            channels.protocols().heard(peer, reply.metadata());
             decode::<ClockReading>(&reply.into_inner().data).map_err(|e| e.to_string())
         })
     }
