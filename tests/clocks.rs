@@ -135,49 +135,50 @@ fn holds(measured: &Measured, ttl: Duration) -> bool {
             .is_some_and(|after| after <= Duration::from_secs(10))
 }
 
+/// Asserts that `case` holds for a 2 s lease: what CI runs.
+async fn holds_for_a_short_lease(case: Case) {
+    let ttl = Duration::from_secs(2);
+    let measured = measure(case, ttl).await;
+    assert!(holds(&measured, ttl), "{case:?}: {measured:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_whose_clock_runs_twice_as_fast_neither_ends_a_lease_early_nor_leads_on() {
-    let ttl = Duration::from_secs(2);
-    let case = Case {
+    holds_for_a_short_lease(Case {
         nodes: 3,
         odd: 1,
         leader: true,
         rate_ppm: 2_000_000,
         jump_ms: 0,
         restarted: false,
-    };
-    let measured = measure(case, ttl).await;
-    assert!(holds(&measured, ttl), "{case:?}: {measured:?}");
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_follower_whose_clock_jumps_ahead_is_named_and_ends_no_lease_early() {
-    let ttl = Duration::from_secs(2);
-    let case = Case {
+    holds_for_a_short_lease(Case {
         nodes: 3,
         odd: 1,
         leader: false,
         rate_ppm: 1_000_000,
         jump_ms: 10_000,
         restarted: false,
-    };
-    let measured = measure(case, ttl).await;
-    assert!(holds(&measured, ttl), "{case:?}: {measured:?}");
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restarted_follower_whose_clock_runs_fast_is_named() {
-    let ttl = Duration::from_secs(2);
-    let case = Case {
+    holds_for_a_short_lease(Case {
         nodes: 3,
         odd: 1,
         leader: false,
         rate_ppm: 2_000_000,
         jump_ms: 0,
         restarted: true,
-    };
-    let measured = measure(case, ttl).await;
-    assert!(holds(&measured, ttl), "{case:?}: {measured:?}");
+    })
+    .await;
 }
 
 /// Every case of the "Done when", with a 5 s lease: `cargo test --release --test clocks

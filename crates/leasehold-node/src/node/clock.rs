@@ -81,8 +81,8 @@
 //! - Never faster than the pace, even to catch up with the allowance: catching up would end
 //!   early the leases granted before. Nor faster than the allowance grew since the last stamp
 //!   (the third term): a pace still above a clock's rate after the clock came right would
-//!   otherwise race the stamps back up to the allowance. So the within-term inequality holds with right clocks at
-//!   the leader, and with a wrong leader clock once its rate is measured (over
+//!   otherwise race the stamps back up to the allowance. So the within-term inequality holds
+//!   with right clocks at the leader, and with a wrong leader clock once its rate is measured (over
 //!   [`CLOCK_RATE_SPAN`]); until then `M(t)` holds it within real time. What is left: `M` is
 //!   read `CLOCK_TRAIL` of real time behind (on the leader's clock at the known pace), and in
 //!   the moment a leader's clock changes rate, until the readings show it, that trail is
@@ -601,9 +601,9 @@ mod tests {
     }
 
     /// `peers` answer a reading every 25 ms for `ms`, 1 ms after it is asked, their clocks
-    /// running at real speed (tokio's, whatever this node's own does).
+    /// running at real speed (tokio's, whatever this node's own does) from this call on.
     async fn read_peers(clock: &LeaderClock, peers: &[NodeId], ms: u64) {
-        let origin = *PEERS_ORIGIN.get_or_init(Instant::now);
+        let origin = Instant::now();
         for _ in (0..ms).step_by(25) {
             let asked = clock.local().now();
             tokio::time::advance(Duration::from_millis(1)).await;
@@ -617,8 +617,6 @@ mod tests {
             clock.stamp(1).unwrap();
         }
     }
-
-    static PEERS_ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
     #[tokio::test(start_paused = true)]
     async fn a_leader_whose_clock_jumps_back_at_the_terms_start_stamps_on_with_one_peer_answering()

@@ -114,13 +114,10 @@ pub struct Stamping {
     pub last_read: Duration,
     /// Where the voters' clocks were last read, on the leader's: see [`Stamping::trail_at`].
     trail_at: Duration,
-    /// Whether the last stamp was bounded by the voters' clocks (else the leader's clock alone
-    /// moved it: see [`Stamping::bounded_from`]).
-    bounded: bool,
     /// The pace of the last stamp: see [`Stamping::trail_at`].
     pace: f64,
-    /// The most the last stamp was allowed, in microseconds (`None` when the leader's clock
-    /// alone moved it): see [`Stamping::advance`].
+    /// The most the last stamp was allowed, in microseconds: `None` when the leader's clock
+    /// alone moved it (see [`Stamping::advance`] and [`Stamping::rebound`]).
     allowed_us: Option<u64>,
 }
 
@@ -133,7 +130,6 @@ impl Stamping {
             last_us: base_us,
             last_read: since,
             trail_at: since,
-            bounded: true,
             pace: 1.0,
             allowed_us: Some(base_us),
         }
@@ -143,7 +139,7 @@ impl Stamping {
     /// them (a voter of an older build left, say): the allowance must then count from here,
     /// see [`Stamping::bounded_from`].
     pub fn rebound(&self, allowed: &Allowance) -> bool {
-        allowed.since_base.is_some() && !self.bounded
+        allowed.since_base.is_some() && self.allowed_us.is_none()
     }
 
     /// Counts the allowance from the last stamp, taken at the leader's clock reading `now`,
@@ -155,7 +151,6 @@ impl Stamping {
         self.base_us = self.last_us;
         self.since = now;
         self.trail_at = now;
-        self.bounded = true;
         self.allowed_us = Some(self.last_us);
     }
 
@@ -204,7 +199,6 @@ impl Stamping {
             false => 0.0,
         };
         self.last_read = now;
-        self.bounded = allowed.since_base.is_some();
         self.pace = allowed.pace;
         let paced = self
             .last_us
