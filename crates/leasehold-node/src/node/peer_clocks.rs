@@ -104,8 +104,11 @@ impl PeerClocks {
         let last = entry.samples.back().copied();
         let counted = match last {
             None => Duration::ZERO,
+            // A restart: the readings before it are of another clock, and the next reading
+            // compared with them would look like a jump back (two peers restarted together
+            // then made this node judge its own clock jumped).
             Some(last) if entry.process != Some(reading.process) => {
-                entry.process = Some(reading.process);
+                entry.samples.clear();
                 entry.rates_from = asked;
                 last.counted
             }
@@ -392,6 +395,24 @@ mod tests {
         };
         clocks.record(2, MS(2_050), MS(2_051), restarted);
         assert_eq!(clocks.trail(2, MS(2_051)), before);
+    }
+
+    #[test]
+    fn a_peer_restarted_reads_on_from_its_new_clock_and_did_not_jump() {
+        let mut clocks = PeerClocks::default();
+        clocks.count_from(MS(0));
+        readings(&mut clocks, 2, 1.0, 25, 2_000);
+        // Its new process's clock starts far below the old one's; two readings of it.
+        for (at, micros) in [(2_500, 5_000), (2_525, 30_000)] {
+            let restarted = ClockReading { process: 8, micros };
+            clocks.record(2, MS(at), MS(at + 1), restarted);
+        }
+        assert_eq!(clocks.jumps_since(MS(0)), 0, "a restart is no jump");
+        assert_eq!(
+            clocks.trail(2, MS(2_526)),
+            MS(2_025),
+            "2,000 ms counted before, 25 after"
+        );
     }
 
     #[test]
