@@ -1,5 +1,6 @@
 //! Compiles the public API with protox, a protobuf compiler in pure Rust, so no system `protoc` is
-//! needed. The file lives in the repository's top-level `proto/`, beside the peer plane's.
+//! needed. The file lives in the repository's top-level `proto/`, beside the peer plane's, and
+//! beside `proto/etcd/`: etcd v3's API, compiled here too (messages, clients and servers).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::Path::new("proto");
@@ -20,6 +21,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .out_dir(&out_dir)
         .build(&[".leasehold.v1"])?;
     println!("cargo:rerun-if-changed={}", file.display());
+    etcd(root)
+}
+
+/// etcd v3's API (`proto/etcd/`), for the etcd edge: a file descriptor set of its own, so that
+/// neither the RPC tables nor the reflection descriptor above see it, and no serde impls.
+fn etcd(root: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    let files = [
+        "etcd/mvccpb/kv.proto",
+        "etcd/authpb/auth.proto",
+        "etcd/etcdserverpb/rpc.proto",
+        "etcd/v3lockpb/v3lock.proto",
+        "etcd/v3electionpb/v3election.proto",
+    ]
+    .map(|f| root.join(f));
+    tonic_prost_build::configure()
+        .build_transport(false)
+        .compile_fds(protox::compile(&files, [root])?)?;
+    for file in &files {
+        println!("cargo:rerun-if-changed={}", file.display());
+    }
     Ok(())
 }
 

@@ -28,6 +28,7 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/leasehold.v1.serde.rs"));
 }
 
+pub mod etcd;
 pub mod lane;
 
 /// The RPCs as the proto lists them, for the tables written from that one list: the
