@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::auth::{Action, AuthChange, Denied};
+use crate::etcd::{EtcdOp, EtcdOutcome};
 use crate::Name;
 
 /// One logged command: an operation plus the store time the leader stamped on it.
@@ -123,6 +124,9 @@ pub enum Op {
     /// also when the session was closed or expired already; only the identity that opened a
     /// session may close it.
     Close,
+    /// An etcd client's write to the etcd keyspace (log format 3), answered
+    /// [`Outcome::Etcd`].
+    Etcd(EtcdOp),
 }
 
 std::thread_local! {
@@ -196,7 +200,13 @@ impl Op {
             Op::Auth(_) => Some(Action::Admin("change the policy")),
             // Acting as another identity is an admin's (a node never logs one inside another).
             Op::As { .. } => Some(Action::Admin("act as another identity")),
-            Op::Register | Op::Tick | Op::Forget { .. } | Op::Renew { .. } | Op::Close => None,
+            // An etcd write's keys are the etcd module's to name (`EtcdOp::needs`).
+            Op::Register
+            | Op::Tick
+            | Op::Forget { .. }
+            | Op::Renew { .. }
+            | Op::Close
+            | Op::Etcd(_) => None,
         }
     }
 }
@@ -333,11 +343,16 @@ pub enum Outcome {
     Renewed(Vec<Renewed>),
     /// The session is closed.
     Closed,
+    /// What an etcd write did, at the etcd keyspace's revision after it. Boxed, as `Denied`.
+    Etcd(Box<EtcdOutcome>),
 }
 
 impl Outcome {
     /// True when the command was granted or accepted; false for every refusal.
     pub fn accepted(&self) -> bool {
+        if let Outcome::Etcd(etcd) = self {
+            return !matches!(etcd.answer, crate::etcd::EtcdAnswer::Refused(_));
+        }
         !matches!(
             self,
             Outcome::HeldBy { .. }

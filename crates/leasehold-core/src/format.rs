@@ -21,15 +21,20 @@ pub const FORMAT_1: Format = 1;
 /// Format 2: closing a session ([`Op::Close`]).
 pub const FORMAT_2: Format = 2;
 
+/// Format 3: etcd's keyspace ([`Op::Etcd`]), and the table layout that stores it.
+pub const FORMAT_3: Format = 3;
+
 /// The newest format this build reads and writes.
-pub const LOG_FORMAT: Format = FORMAT_2;
+pub const LOG_FORMAT: Format = FORMAT_3;
 
 /// The layout of the table a snapshot holds (`LeaseTable`'s encoding), numbered apart from the
 /// log's formats: an operation that changes no table field adds a log format and leaves the
 /// snapshots as they were, so that an older build still installs them. 1: every build up to
-/// 0.2.0, and since. Never past [`LOG_FORMAT`]: a new layout comes with the log format whose
+/// 0.2.0, and since; 3: the etcd keyspace after the rest. A table is written in the oldest
+/// layout that holds it (see `LeaseTable::format`), so that one without etcd keys still installs
+/// on an older build. Never past [`LOG_FORMAT`]: a new layout comes with the log format whose
 /// operations need it.
-pub const TABLE_FORMAT: Format = FORMAT_1;
+pub const TABLE_FORMAT: Format = FORMAT_3;
 
 const _: () = assert!(TABLE_FORMAT <= LOG_FORMAT);
 
@@ -50,6 +55,7 @@ impl Op {
             | Op::Auth(_)
             | Op::Renew { .. } => FORMAT_1,
             Op::Close => FORMAT_2,
+            Op::Etcd(_) => FORMAT_3,
         }
     }
 }

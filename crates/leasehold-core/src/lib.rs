@@ -17,6 +17,8 @@
 //! - `event`: what a command did to leases, for watches.
 //! - `holder_names`: holder names shared between the leases that name the same holder.
 //! - `creators`: the identity that created each row and lease, for the leader's caps.
+//! - [`etcd`]: etcd's v3 keyspace (keys, revisions, etcd's leases, transactions, recent
+//!   events), in the same log and snapshots as the table and apart from it.
 //! - `tally`: counts by identity (sessions, rows and leases created) kept along with the
 //!   table, for the leader's caps.
 //! - [`auth`]: who may do what: roles on lease and key prefixes, the admin permission, and
@@ -30,6 +32,7 @@ pub mod auth;
 mod authorized;
 mod command;
 mod creators;
+pub mod etcd;
 mod event;
 pub mod format;
 mod holder_names;

@@ -50,6 +50,32 @@ pub const MAX_BOUND_IDENTITIES: usize = 65_536;
 /// Bearer tokens one policy knows at most (their SHA-256, never the tokens).
 pub const MAX_TOKENS: usize = 65_536;
 
+/// The longest etcd key (and range end), in bytes. etcd bounds keys only by its request size
+/// (1.5 MiB); locks, elections and configuration keys are far shorter.
+pub const ETCD_MAX_KEY_BYTES: usize = 4 * 1024;
+
+/// The longest TTL an etcd lease may be granted, in seconds: etcd's own bound.
+pub const ETCD_MAX_LEASE_TTL_S: i64 = 9_000_000_000;
+
+/// Compares, or requests of one branch, in one etcd transaction, nested ones included: etcd's
+/// default (`--max-txn-ops`).
+pub const ETCD_MAX_TXN_OPS: usize = 128;
+
+/// The most keys one etcd range answers: a range over more is refused unless its `limit` asks
+/// for fewer, so that one read cannot make a node gather its whole keyspace into one message.
+pub const ETCD_MAX_RANGE_KEYS: usize = 10_000;
+
+/// Keys deleted and leases ended by the expiry one command brings, at most: 100,000 etcd leases
+/// that run out together are ended over many entries, none of which stalls the others'
+/// applies; the leader logs ticks while more are due.
+pub const ETCD_EXPIRY_WORK: usize = 1_000;
+
+/// The most etcd events kept for watches that resume at a revision (see `etcd::History`).
+pub const ETCD_HISTORY_EVENTS: usize = 100_000;
+
+/// The most bytes of keys and values those events keep: 64 MiB.
+pub const ETCD_HISTORY_BYTES: usize = 64 * 1024 * 1024;
+
 const _: () = {
     assert!(Limits::MIN_TTL_MS <= Limits::MAX_TTL_MS);
     assert!(
@@ -155,6 +181,7 @@ pub fn validate(op: &Op) -> Result<(), InvalidInput> {
             op,
         } => as_fields(identity, bearer.as_deref(), op),
         Op::Auth(change) => change.validate(),
+        Op::Etcd(op) => crate::etcd::validate(op),
         Op::Tick | Op::Register | Op::Forget { .. } | Op::Close => Ok(()),
     }
 }

@@ -9,7 +9,9 @@ use super::limits::FORGET_BATCH;
 use super::session::{fingerprint, Admission, Sessions};
 use super::tally::Tally;
 use super::{Encoded, Map, Name, Set};
-use crate::auth::{Denied, Policy};
+use crate::auth::{Action, Denied, Policy};
+use crate::etcd::{EtcdOp, Keyspace, Need};
+use crate::format::{Format, FORMAT_1, FORMAT_3};
 use crate::holder_names::RecentHolders;
 use crate::{
     Command, Event, EventKind, Fence, Op, Outcome, ReleaseRefusal, Renewal, Renewed, RequestId,
@@ -57,6 +59,12 @@ pub struct LeaseTable {
     row_creators: Creators<String>,
     #[serde(serialize_with = "encode_creators")]
     lease_creators: Creators<Name>,
+    /// etcd's keyspace (log format 3), encoded after everything else and only when something
+    /// was ever written to it: a table without it is encoded as every earlier build encoded
+    /// it, and one with it is of table format 3 (see [`LeaseTable::format`]). Decoded by
+    /// [`LeaseTable::from_bytes`].
+    #[serde(serialize_with = "encode_etcd")]
+    etcd: Keyspace,
     /// `(expires_at_ms, name)` of every lease: the next expiry of a held lease (those after
     /// now) and the longest-free leases (a free lease's `expires_at_ms` is when it became
     /// free), without a scan. Derived from `leases`, so not stored: rebuilt on load.
@@ -87,6 +95,14 @@ pub struct LeaseTable {
     /// rebuilt on load.
     #[serde(skip)]
     owners: OwnerIndex,
+}
+
+/// Encodes the etcd keyspace: as nothing (postcard writes no byte for `()`) when it is empty.
+fn encode_etcd<S: serde::Serializer>(etcd: &Keyspace, encoder: S) -> Result<S::Ok, S::Error> {
+    match etcd.is_empty() {
+        true => ().serialize(encoder),
+        false => etcd.stored().serialize(encoder),
+    }
 }
 
 /// The derived side of `session_owners`: the sum (wrapping) of every owner's hash, for the
@@ -325,6 +341,7 @@ impl From<Stored> for LeaseTable {
             session_owners,
             row_creators: Creators::from_map(row_creators),
             lease_creators: Creators::from_map(lease_creators),
+            etcd: Keyspace::default(),
             expiries,
             holders: RecentHolders::default(),
             held,
@@ -335,6 +352,27 @@ impl From<Stored> for LeaseTable {
 }
 
 impl LeaseTable {
+    /// A table from its encoding: the table, then the etcd keyspace if one follows. (A
+    /// derived decoder cannot tell a keyspace from the end of the bytes.)
+    pub fn from_bytes(bytes: &[u8]) -> Result<LeaseTable, postcard::Error> {
+        let (mut table, rest): (LeaseTable, _) = postcard::take_from_bytes(bytes)?;
+        if !rest.is_empty() {
+            let stored: crate::etcd::Stored = postcard::from_bytes(rest)?;
+            table.etcd = Keyspace::from(stored);
+        }
+        Ok(table)
+    }
+
+    /// The oldest table format that holds this table: 3 once the etcd keyspace was written to,
+    /// 1 before, so that a cluster that never spoke etcd still installs its snapshots on builds
+    /// that do not.
+    pub fn format(&self) -> Format {
+        match self.etcd.is_empty() {
+            true => FORMAT_1,
+            false => FORMAT_3,
+        }
+    }
+
     /// A table stored by an earlier version (a snapshot it left): before rows and leases had
     /// creators, before the policy, or before leases could be forgotten.
     pub fn from_older_bytes(bytes: &[u8]) -> Result<LeaseTable, postcard::Error> {
@@ -491,7 +529,7 @@ impl LeaseTable {
             self.row_sum,
         );
         let digest = super::fnv1a_of(&parts);
-        match (self.policy_hash, self.session_owners.len()) {
+        let digest = match (self.policy_hash, self.session_owners.len()) {
             // The default policy, and no session opened by an identity, leave the digest as it
             // was before there were either.
             (0, 0) => digest,
@@ -499,6 +537,11 @@ impl LeaseTable {
                 let parts = (digest, policy, owners, self.owners.sum);
                 super::fnv1a_of(&parts)
             }
+        };
+        // So does an etcd keyspace never written to.
+        match self.etcd.is_empty() {
+            true => digest,
+            false => super::fnv1a_of(&(digest, self.etcd.digest())),
         }
     }
 
@@ -533,6 +576,8 @@ impl LeaseTable {
     /// and `gap` sessions since, no token or session id of the new cluster is one it handed
     /// out, and a holder of the old cluster finds its token stale here.
     pub fn restored(mut self, gap: u64) -> LeaseTable {
+        // etcd's keyspace has no tokens: it goes on as it was saved.
+        let etcd = std::mem::take(&mut self.etcd);
         self.leases = (self.leases.iter())
             .map(|(name, lease)| {
                 let token = lease.token.saturating_add(gap);
@@ -562,7 +607,10 @@ impl LeaseTable {
             lease_creators: self.lease_creators.map().clone(),
         };
         // Rebuilt as a load would: the digest's sums follow the new tokens.
-        LeaseTable::from(stored)
+        LeaseTable {
+            etcd,
+            ..LeaseTable::from(stored)
+        }
     }
 
     /// How many client sessions are open.
@@ -601,11 +649,19 @@ impl LeaseTable {
         self.held
     }
 
-    /// The earliest expiry of a lease that is still held: when the next tick is due.
+    /// The earliest expiry of a lease that is still held, or of an etcd lease not yet ended
+    /// (which may be past, while ending them takes more than one command): when the next tick
+    /// is due.
     pub fn next_expiry_ms(&self) -> Option<u64> {
         // Held at `now_ms` means expiring after it; a free lease's expiry is not after it.
         let after_now = first_at(self.now_ms.saturating_add(1));
-        self.expiries.range(after_now..).next().map(|(at, _)| *at)
+        let lease = self.expiries.range(after_now..).next().map(|(at, _)| *at);
+        lease.into_iter().chain(self.etcd.next_expiry_ms()).min()
+    }
+
+    /// etcd's keyspace.
+    pub fn etcd(&self) -> &Keyspace {
+        &self.etcd
     }
 
     /// When the longest-free lease will have been free for `retention_ms`, so that an
@@ -675,6 +731,8 @@ impl LeaseTable {
                 index.remove(client, &owner);
             }
         });
+        // etcd's leases run out by store time too, a bounded number per command.
+        self.etcd.expire(self.now_ms);
         let Some(request) = command.request else {
             return self.apply_op(&command.op, events);
         };
@@ -714,6 +772,24 @@ impl LeaseTable {
             }
         }
         Outcome::Closed
+    }
+
+    /// An etcd write, once the policy allows everything it touches.
+    fn etcd_op(&mut self, op: &EtcdOp, identity: Option<&str>, bearer: Option<&str>) -> Outcome {
+        for need in op.needs() {
+            let action = match &need {
+                Need::Read(prefix) => Action::ReadKey(prefix),
+                Need::Write(prefix) => Action::Write(prefix),
+                Need::Delete(prefix) => Action::Delete(prefix),
+                Need::Admin(what) => Action::Admin(what),
+            };
+            if let Err(denied) = self.policy.check_caller(identity, bearer, &action) {
+                return Outcome::Denied(Box::new(denied));
+            }
+        }
+        let enforced = self.policy.enabled();
+        let outcome = self.etcd.apply(op, self.now_ms, identity, enforced);
+        Outcome::Etcd(Box::new(outcome))
     }
 
     /// Moves store time to `to_ms` if that is later, noting the leases held until then whose
@@ -770,6 +846,7 @@ impl LeaseTable {
             Op::Put { key, value, fence } => self.put(key, value, fence.as_ref(), identity),
             Op::Advance { by_ms } => {
                 self.pass_time(self.now_ms.saturating_add(*by_ms), events);
+                self.etcd.expire(self.now_ms);
                 Outcome::Advanced
             }
             // Carries nothing but its stamp: expiries happen by the time it brings.
@@ -786,6 +863,7 @@ impl LeaseTable {
             Op::Forget { retention_ms } => self.forget(*retention_ms),
             // Outside any session (a close names its session in its request): nothing to close.
             Op::Close => Outcome::Closed,
+            Op::Etcd(etcd) => self.etcd_op(etcd, identity, bearer),
             // An admin acting as another identity: that identity's operation, checked as its.
             Op::As { .. } => return self.apply_op(op, events),
             Op::Auth(change) => match self

@@ -1,0 +1,126 @@
+//! The keyspace's recent events, for watches that start at a revision: bounded in count and
+//! bytes (see `limits`), the oldest forgotten first, and forgotten wholesale by a compaction.
+//! Derived from the log, so not in snapshots: a node that loads one keeps the events applied
+//! after it, and a watch older than those is told it was compacted, as etcd tells it.
+
+use std::collections::VecDeque;
+
+use super::answer::KeyValue;
+use super::request::Span;
+use crate::limits::{ETCD_HISTORY_BYTES, ETCD_HISTORY_EVENTS};
+
+/// What happened to a key at a revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdEvent {
+    /// A put or a delete.
+    pub kind: EtcdEventKind,
+    /// The key after the event: for a delete, its key and the revision of the delete only.
+    pub kv: KeyValue,
+    /// The key before the event, if it existed.
+    pub prev_kv: Option<KeyValue>,
+}
+
+/// etcd's event types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EtcdEventKind {
+    /// The key was written.
+    Put,
+    /// The key was deleted (by a request, or with its lease).
+    Delete,
+}
+
+impl EtcdEvent {
+    /// Its revision.
+    pub fn revision(&self) -> i64 {
+        self.kv.mod_revision
+    }
+
+    /// What it costs to keep, roughly: the bytes of its keys and values.
+    fn bytes(&self) -> usize {
+        let of = |kv: &KeyValue| kv.key.len() + kv.value.len() + 48;
+        of(&self.kv) + self.prev_kv.as_ref().map_or(0, of)
+    }
+}
+
+/// The events kept, oldest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    events: VecDeque<EtcdEvent>,
+    bytes: usize,
+    /// The oldest revision a watch may start at: every event from it on is kept.
+    first_kept: i64,
+}
+
+impl History {
+    /// A history that keeps events after `revision` (a keyspace just loaded at it).
+    pub fn after(revision: i64) -> History {
+        History {
+            first_kept: revision + 1,
+            ..History::default()
+        }
+    }
+
+    /// The oldest revision a watch may start at.
+    pub fn first_kept(&self) -> i64 {
+        self.first_kept
+    }
+
+    /// Keeps `event`, forgetting the oldest revisions while the bounds are exceeded. A
+    /// revision is forgotten whole, never part of it, so a watch never sees half of one.
+    pub fn push(&mut self, event: EtcdEvent) {
+        self.bytes += event.bytes();
+        self.events.push_back(event);
+        while self.events.len() > ETCD_HISTORY_EVENTS || self.bytes > ETCD_HISTORY_BYTES {
+            let Some(oldest) = self.events.front().map(EtcdEvent::revision) else {
+                break;
+            };
+            // The newest revision is never forgotten: it is the one being written.
+            if oldest == self.events.back().map_or(oldest, EtcdEvent::revision) {
+                break;
+            }
+            self.forget_before(oldest + 1);
+        }
+    }
+
+    /// Forgets every event before `revision`.
+    pub fn forget_before(&mut self, revision: i64) {
+        while self.events.front().is_some_and(|e| e.revision() < revision) {
+            if let Some(event) = self.events.pop_front() {
+                self.bytes -= event.bytes();
+            }
+        }
+        self.first_kept = self.first_kept.max(revision);
+    }
+
+    /// The events from revision `from` on whose keys are in `span`, at most `max` of them and
+    /// never part of a revision unless one revision alone is more, and the revision to go on
+    /// from if they stop short of the newest (`None`: every kept event was looked at). `Err`
+    /// with the oldest revision kept when events from `from` on are no longer all kept.
+    pub fn since<'a>(&'a self, from: i64, span: Span<'_>, max: usize) -> Result<Since<'a>, i64> {
+        if from < self.first_kept {
+            return Err(self.first_kept);
+        }
+        let start = self.events.partition_point(|e| e.revision() < from);
+        let mut since = Since::default();
+        for event in self.events.range(start..) {
+            let last = since.events.last().map(|e| e.revision());
+            if since.events.len() >= max && last != Some(event.revision()) {
+                since.resume_at = Some(event.revision());
+                break;
+            }
+            if span.contains(&event.kv.key) {
+                since.events.push(event);
+            }
+        }
+        Ok(since)
+    }
+}
+
+/// What [`History::since`] found.
+#[derive(Debug, Default)]
+pub struct Since<'a> {
+    /// The events, oldest first.
+    pub events: Vec<&'a EtcdEvent>,
+    /// Where to go on from, if they stopped short of the newest kept event.
+    pub resume_at: Option<i64>,
+}
