@@ -711,7 +711,8 @@ async fn write(client: &LeaseClient, recorder: &Recorder, id: u32, op: Op) -> Op
         | Op::Forget { .. }
         | Op::As { .. }
         | Op::Auth(_)
-        | Op::Close => {
+        | Op::Close
+        | Op::Etcd(_) => {
             unreachable!("the workload sends none of these")
         }
     };

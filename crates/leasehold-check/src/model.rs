@@ -251,6 +251,9 @@ impl Model {
             Op::Delete { key, fence } => self.delete(key, fence.as_ref()),
             Op::Forget { retention_ms } => self.forget(*retention_ms),
             Op::Close => Outcome::Closed,
+            // Not modelled yet: no generator here makes etcd writes, and the model does not
+            // judge them (issue 43 leaves an independent model of etcd's keyspace to do).
+            Op::Etcd(_) => Outcome::Nothing,
             Op::Register => {
                 self.sessions.push(ClientSession {
                     last_heard_ms: self.now_ms,

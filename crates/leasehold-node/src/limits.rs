@@ -400,6 +400,22 @@ pub const LISTENERS: u64 = 4;
 /// readers take every place a write needs (safety review 161302a, finding 4).
 pub const MAX_WATCHES: usize = 4_096;
 
+/// The most etcd events one Watch answer carries (a revision is never split, so one with
+/// more keys is sent whole).
+pub const ETCD_WATCH_EVENTS_PER_ANSWER: usize = 1_000;
+
+/// The most watchers one etcd Watch stream runs at once: each is a task, so one client cannot
+/// start them without bound (a stream counts as one watch of `--max-watches`).
+pub const ETCD_WATCHERS_PER_STREAM: usize = 1_024;
+
+/// How long a watcher created with `progress_notify` goes without events before it sends an
+/// empty answer saying how far the keyspace has come: etcd's default.
+pub const ETCD_PROGRESS_NOTIFY: Duration = Duration::from_secs(10 * 60);
+
+/// Answers queued on an etcd stream for a client that reads slower than they come: then the
+/// watchers wait, holding their place in the events.
+pub const ETCD_STREAM_QUEUE: usize = 64;
+
 /// Sessions open in the whole cluster, past which the leader refuses a registration (`serve
 /// --max-sessions`): a session is replicated state kept until closed or idle for an hour, at
 /// most a few KiB with its kept answers.

@@ -1,6 +1,8 @@
 //! The wire types: the public API from the `leasehold-proto` crate, the peer plane's generated
 //! by this crate's `build.rs`.
 
+/// etcd's v3 API, which the client plane serves beside it.
+pub use leasehold_proto::etcd;
 /// The public API.
 pub use leasehold_proto::v1;
 /// The public API's messages and services, for gRPC reflection on the client port (the peer

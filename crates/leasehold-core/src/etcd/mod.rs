@@ -73,6 +73,36 @@ impl EtcdOp {
     }
 }
 
+impl EtcdOp {
+    /// The bytes of keys and values it carries, and a few for each request: what it adds to
+    /// an entry, near enough to bound entries by size.
+    pub fn bytes(&self) -> usize {
+        match self {
+            EtcdOp::Txn(txn) => txn_bytes(txn),
+            _ => 16,
+        }
+    }
+}
+
+fn txn_bytes(txn: &Txn) -> usize {
+    let compares = txn.compare.iter().map(|c| {
+        let value = match &c.target {
+            CompareTarget::Value(v) => v.len(),
+            _ => 8,
+        };
+        16 + c.key.len() + c.range_end.len() + value
+    });
+    let requests = txn.success.iter().chain(&txn.failure).map(|r| {
+        16 + match r {
+            RequestOp::Range(r) => r.key.len() + r.range_end.len() + 64,
+            RequestOp::Put(p) => p.key.len() + p.value.len(),
+            RequestOp::DeleteRange(d) => d.key.len() + d.range_end.len(),
+            RequestOp::Txn(nested) => txn_bytes(nested),
+        }
+    });
+    compares.chain(requests).sum()
+}
+
 /// The prefix that spans `key` to `range_end`, as the policy's text.
 pub fn span_prefix(key: &[u8], range_end: &[u8]) -> String {
     String::from_utf8_lossy(Span::of(key, range_end).prefix()).into_owned()

@@ -389,6 +389,16 @@ mod tests {
             unreachable!("only carried times are asked")
         }
 
+        fn etcd_read(
+            &self,
+            _: NodeId,
+            _: String,
+            _: OnBehalf,
+            _: crate::node::link::EtcdRead,
+        ) -> crate::node::link::EtcdReadAnswering {
+            unreachable!("only carried times are asked")
+        }
+
         fn clock_reading(
             &self,
             _: NodeId,

@@ -273,6 +273,9 @@ pub enum NodeError {
         "this node failed while answering the call ({0}); it may or may not have been applied"
     )]
     CallFailed(String),
+    /// etcd's keyspace refused the request, in etcd's words: nothing changed.
+    #[error("{0}")]
+    Etcd(leasehold_core::etcd::EtcdRefusal),
     /// The leader's own refusal of a request this node forwarded, passed on as it was made.
     #[error("{}", .0.message)]
     Leader(ForwardedError),
@@ -343,6 +346,7 @@ impl NodeError {
             NodeError::FormatNotAgreed { .. } => "FORMAT_NOT_AGREED",
             NodeError::LeaderRemoved(_) => "LEADER_REMOVED",
             NodeError::Compacted { .. } => "WATCH_COMPACTED",
+            NodeError::Etcd(_) => "ETCD_REFUSED",
             NodeError::WatchLeaderless { .. } => "WATCH_LEADERLESS",
             NodeError::MemberUnreachable { .. } => "MEMBER_UNREACHABLE",
             NodeError::CatchUpTimeout { .. } => "CATCH_UP_TIMEOUT",
@@ -441,6 +445,20 @@ impl From<NodeError> for ForwardedError {
     }
 }
 
+/// The code etcd answers a refusal of its keyspace with (its clients map some codes and
+/// messages back to their own errors).
+fn etcd_code(refusal: &leasehold_core::etcd::EtcdRefusal) -> Code {
+    use leasehold_core::etcd::EtcdRefusal as R;
+    match refusal {
+        R::LeaseNotFound => Code::NotFound,
+        R::LeaseExists => Code::FailedPrecondition,
+        R::KeyNotFound => Code::InvalidArgument,
+        R::Compacted { .. } | R::FutureRevision => Code::OutOfRange,
+        R::NotLeaseOwner { .. } => Code::PermissionDenied,
+        R::TooManyKeys { .. } => Code::ResourceExhausted,
+    }
+}
+
 /// A status this node produced itself (not the transport), marked so in metadata and in a
 /// `google.rpc.ErrorInfo` detail (`reason`, and `indeterminate` with the `facts` in its
 /// metadata), which any gRPC client can read where it cannot read our metadata keys.
@@ -533,6 +551,7 @@ impl NodeError {
             NodeError::Forbidden(_) | NodeError::Denied(_) => Code::PermissionDenied,
             NodeError::Unauthenticated(_) => Code::Unauthenticated,
             NodeError::Compacted { .. } => Code::OutOfRange,
+            NodeError::Etcd(refusal) => etcd_code(refusal),
             NodeError::CatchUpTimeout { .. } | NodeError::DeadlinePassed { .. } => {
                 Code::DeadlineExceeded
             }

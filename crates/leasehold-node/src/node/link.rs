@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::NodeError;
+use crate::proto::etcd::etcdserverpb as etcd;
 use crate::proto::v1 as pb;
 use crate::raft::{Applied, LogId, NodeId};
 use leasehold_core::{Op, RequestId};
@@ -35,6 +36,26 @@ pub type Read = pb::batch_call::Request;
 /// What forwarding a read to the leader answers.
 pub type ReadAnswer =
     Pin<Box<dyn Future<Output = Result<pb::batch_answer::Answer, NodeError>> + Send>>;
+
+/// An etcd read forwarded to the leader (see `api::etcd`): one of etcd's reads.
+#[derive(Clone, Debug)]
+pub enum EtcdRead {
+    Range(etcd::RangeRequest),
+    TimeToLive(etcd::LeaseTimeToLiveRequest),
+    Leases(etcd::LeaseLeasesRequest),
+}
+
+/// What the leader answered a forwarded etcd read.
+#[derive(Clone, Debug)]
+pub enum EtcdReadAnswer {
+    Range(etcd::RangeResponse),
+    TimeToLive(etcd::LeaseTimeToLiveResponse),
+    Leases(etcd::LeaseLeasesResponse),
+}
+
+/// What forwarding an etcd read to the leader answers.
+pub type EtcdReadAnswering =
+    Pin<Box<dyn Future<Output = Result<EtcdReadAnswer, NodeError>> + Send>>;
 
 /// Who a forwarded request is for, as the forwarding member found the caller: the identity, and
 /// the SHA-256 of the bearer token that gave it (checked again where the request is decided).
@@ -90,6 +111,16 @@ pub trait PeerLink: Send + Sync + 'static {
     /// `addr` for `caller`: the leader's answer, its own refusal, or why it could not be had
     /// (then `LeaderUnreachable`: a read changes nothing).
     fn read(&self, leader: NodeId, addr: String, caller: OnBehalf, call: Read) -> ReadAnswer;
+
+    /// Forwards `read`, an etcd read this node could not answer as it does not lead, to
+    /// `leader` at `addr` for `caller`, as [`read`](Self::read) forwards Leasehold's.
+    fn etcd_read(
+        &self,
+        leader: NodeId,
+        addr: String,
+        caller: OnBehalf,
+        read: EtcdRead,
+    ) -> EtcdReadAnswering;
 
     /// Member `id`'s own view of itself, asked at its peer address `addr`; a status of role
     /// `Unreachable`, saying why, where it could not be had.

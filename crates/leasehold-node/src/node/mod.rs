@@ -13,6 +13,7 @@ mod clock_control;
 mod clock_probe;
 mod election_watch;
 mod error;
+mod etcd;
 mod forwarder;
 mod grpc;
 mod hand_over;
@@ -58,6 +59,8 @@ use quorum_watch::QuorumWatch;
 pub use server::{check_clock_mode, check_flags, run, run_on};
 // What only the simulation (`crate::sim`) reaches: it builds nodes as `serve` does, on its
 // own transports, and reads the refusals' metadata and bounds.
+#[cfg(test)]
+pub(crate) use link::{EtcdRead, EtcdReadAnswering};
 #[cfg(test)]
 pub(crate) use {
     api::{ClusterApi, Credentials, Deadline, LeaseApi, Plane},

@@ -14,6 +14,7 @@ use tonic::transport::server::Router;
 
 use super::api::{Api, Plane};
 use super::client_lanes::ClientLaneServer;
+use super::etcd::EtcdService;
 use super::grpc::{ClusterService, LeaseService};
 use super::http;
 use super::lanes::LaneServer;
@@ -131,11 +132,20 @@ pub(super) fn client_plane(
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
     let refused = |e: tonic_reflection::server::Error| StartError::Config(e.to_string());
+    let etcd = EtcdService::new(api.etcd.clone(), Plane::Client).servers();
     let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(CLIENT_PING_INTERVAL))
         .http2_keepalive_timeout(Some(CLIENT_PING_TIMEOUT))
         .add_service(LeaseService::server(lease))
         .add_service(ClusterService::server(api.cluster.clone(), Plane::Client))
+        .add_service(etcd.kv)
+        .add_service(etcd.lease)
+        .add_service(etcd.watch)
+        .add_service(etcd.cluster)
+        .add_service(etcd.maintenance)
+        .add_service(etcd.auth)
+        .add_service(etcd.lock)
+        .add_service(etcd.election)
         .add_service(health)
         .add_service(reflection().build_v1().map_err(refused)?)
         .add_service(reflection().build_v1alpha().map_err(refused)?);
@@ -182,6 +192,7 @@ pub(super) fn peer_router(
     stop: &Stop,
 ) -> Router {
     let api = Api::peer(node, stop.stopping());
+    let etcd = EtcdService::new(api.etcd, Plane::Peer).servers();
     tonic::transport::Server::builder()
         .add_service(InterceptedService::new(
             RaftServer::from_arc(raft)
@@ -195,8 +206,11 @@ pub(super) fn peer_router(
         ))
         .add_service(InterceptedService::new(
             ClusterService::server(api.cluster, Plane::Peer),
-            gate,
+            gate.clone(),
         ))
+        // etcd's reads a follower forwards to the leader.
+        .add_service(InterceptedService::new(etcd.kv, gate.clone()))
+        .add_service(InterceptedService::new(etcd.lease, gate))
 }
 
 type ServerFuture =

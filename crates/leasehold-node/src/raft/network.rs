@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold_core::format::{Format, FORMAT_1, LOG_FORMAT, TABLE_FORMAT};
+use leasehold_core::format::{Format, FORMAT_1, LOG_FORMAT};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
@@ -392,8 +392,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        // A snapshot is of its table's layout, numbered apart from the log's formats.
-        self.call(Rpc::InstallSnapshot, &rpc, &option, None, TABLE_FORMAT)
+        // A snapshot is of its table's layout, numbered apart from the log's formats, which
+        // its id names.
+        let format = super::snapshot_file::table_format(&rpc.meta);
+        self.call(Rpc::InstallSnapshot, &rpc, &option, None, format)
             .await
     }
 

@@ -72,6 +72,7 @@ pub fn weight(op: &Op) -> usize {
                 op,
             } => identity.len() + bearer.as_ref().map_or(0, String::len) + weight(op),
             Op::Auth(change) => auth_weight(change),
+            Op::Etcd(etcd) => etcd.bytes(),
         }
 }
 

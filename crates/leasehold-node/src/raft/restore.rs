@@ -49,7 +49,7 @@ pub async fn restore_data_dir(
     let table = super::state_machine::decode_table(&state)
         .map_err(|e| format!("the state: {e}"))?
         .restored(gap);
-    let digest = table.digest();
+    let (digest, format) = (table.digest(), table.format());
     let state = super::codec::encode_sized(&table).map_err(|e| format!("the state: {e}"))?;
     let log_id = LogId::new(CommittedLeaderId::new(at.term, at.leader_id), at.log_index);
     let voters: BTreeSet<NodeId> = peers.keys().copied().collect();
@@ -60,7 +60,10 @@ pub async fn restore_data_dir(
     let meta = SnapshotMeta {
         last_log_id: Some(log_id),
         last_membership: StoredMembership::new(Some(log_id), Membership::new(vec![voters], nodes)),
-        snapshot_id: format!("restored-{}-{}", at.term, at.log_index),
+        snapshot_id: super::snapshot_file::with_table_format(
+            format!("restored-{}-{}", at.term, at.log_index),
+            format,
+        ),
     };
     let mut state_machine = StateMachineStore::open(dir).map_err(|e| e.to_string())?;
     state_machine

@@ -68,10 +68,11 @@ impl SnapshotFile {
     /// Writes the file's bytes in its parts, the data as it is: encoding the whole struct would
     /// copy the data (tens of megabytes at a million leases) into a second buffer first.
     fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
-        // The table is laid out as this build lays it out.
-        if TABLE_FORMAT > FORMAT_1 {
+        // The table is laid out in the oldest format that holds it, which its id names.
+        let format = table_format(&self.meta);
+        if format > FORMAT_1 {
             out.write_all(FORMAT_MAGIC)?;
-            out.write_all(&[TABLE_FORMAT])?;
+            out.write_all(&[format])?;
         }
         let header = encode(&(&self.meta, self.data.len())).map_err(std::io::Error::other)?;
         out.write_all(&header)?;
@@ -98,6 +99,28 @@ impl SnapshotFile {
         bytes.drain(..header);
         Ok(SnapshotFile { meta, data: bytes })
     }
+}
+
+/// What a snapshot's id ends with when its table is of a format newer than 1, followed by the
+/// format's number: the id travels with the snapshot (in every chunk a leader sends, and into
+/// the file a follower writes), so an install is marked with the format it needs without
+/// decoding the table.
+const FORMAT_SUFFIX: &str = "-table";
+
+/// `snapshot_id` naming its table's `format`.
+pub(crate) fn with_table_format(snapshot_id: String, format: Format) -> String {
+    match format > FORMAT_1 {
+        true => format!("{snapshot_id}{FORMAT_SUFFIX}{format}"),
+        false => snapshot_id,
+    }
+}
+
+/// The table format a snapshot's id names: 1 if it names none.
+pub(crate) fn table_format(meta: &Meta) -> Format {
+    let id = &meta.snapshot_id;
+    id.rfind(FORMAT_SUFFIX)
+        .and_then(|at| id[at + FORMAT_SUFFIX.len()..].parse().ok())
+        .unwrap_or(FORMAT_1)
 }
 
 fn snapshot_error(verb: ErrorVerb, e: impl std::error::Error + 'static) -> StorageError {

@@ -17,9 +17,11 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 
 use super::apply_thread::ApplyThread;
-use super::codec::{decode, encode_sized};
+use super::codec::encode_sized;
 use super::events::{EventHistory, NotedEvent};
-use super::snapshot_file::{DurableSnapshot, SlowWork, SnapshotFile, SnapshotFiles, Written};
+use super::snapshot_file::{
+    with_table_format, DurableSnapshot, SlowWork, SnapshotFile, SnapshotFiles, Written,
+};
 use super::{AppendTimes, Applied, LogId, NodeId, StorageError, TypeConfig};
 use crate::metrics::Metrics;
 use leasehold_core::{Batch, EventKind, LeaseTable};
@@ -307,7 +309,7 @@ fn apply_entry(
 /// leases had creators with none, before the policy with the default (off), before leases
 /// could be forgotten with a floor of 0.
 pub fn decode_table(data: &[u8]) -> Result<LeaseTable, StorageError> {
-    decode(data).or_else(|e| {
+    LeaseTable::from_bytes(data).or_else(|e| {
         LeaseTable::from_older_bytes(data).map_err(|_| snapshot_error(ErrorVerb::Read, e))
     })
 }
@@ -354,6 +356,7 @@ impl SnapshotBuilder {
             last_log_id,
             last_membership,
         } = captured;
+        let format = table.format();
         let data = self
             .files
             .slow()
@@ -365,6 +368,7 @@ impl SnapshotBuilder {
             Some(id) => format!("{}-{}-{}", id.leader_id.term, id.index, self.id),
             None => format!("0-0-{}", self.id),
         };
+        let snapshot_id = with_table_format(snapshot_id, format);
         Ok(SnapshotFile {
             meta: Meta {
                 last_log_id,

@@ -12,6 +12,7 @@ use crate::node::{
     Carried, ClusterApi, Credentials, Deadline, ForwardAnswer, Forwarded, LeaseApi, NodeError,
     OnBehalf, PeerLink, Plane, Read, ReadAnswer,
 };
+use crate::node::{EtcdRead, EtcdReadAnswering};
 use crate::proto::v1 as pb;
 
 pub(super) struct SimLink {
@@ -106,6 +107,15 @@ impl PeerLink for SimLink {
                 Err(_) => Err("timed out".into()),
             }
         })
+    }
+
+    /// The simulation's clients speak Leasehold's API only.
+    fn etcd_read(&self, leader: u64, addr: String, _: OnBehalf, _: EtcdRead) -> EtcdReadAnswering {
+        Box::pin(std::future::ready(Err(NodeError::LeaderUnreachable {
+            leader,
+            addr,
+            reason: "the simulation forwards no etcd reads".into(),
+        })))
     }
 
     fn read(&self, leader: u64, addr: String, caller: OnBehalf, call: Read) -> ReadAnswer {

@@ -9,11 +9,14 @@
 //! - `cluster`: the `Cluster` service's calls (status, members, policy, snapshots).
 //! - `caller`: who is asking ([`Credentials`] a transport found, the [`Caller`] they give).
 //! - `watch`: the `Watch` stream's task.
+//! - `etcd`: etcd's v3 calls (KV, Lease, Watch's watchers, lock and election), with etcd's
+//!   messages.
 //! - `convert`: what the state machine answered, as the API's messages.
 
 mod caller;
 mod cluster;
 mod convert;
+mod etcd;
 mod lease;
 mod watch;
 
@@ -24,6 +27,7 @@ use tokio::time::Instant;
 
 pub(crate) use caller::{certificate_name, set_up, Caller, Credentials, SetUp};
 pub(crate) use cluster::ClusterApi;
+pub(crate) use etcd::{EtcdApi, ObservedLeaders, Watched, Watcher};
 pub(crate) use lease::{Call, LeaseApi};
 
 use super::{Node, NodeError};
@@ -77,6 +81,7 @@ impl Deadline {
 pub(crate) struct Api {
     pub lease: Arc<LeaseApi>,
     pub cluster: Arc<ClusterApi>,
+    pub etcd: Arc<EtcdApi>,
 }
 
 impl Api {
@@ -85,21 +90,29 @@ impl Api {
         metrics: &Arc<Metrics>,
         stopping: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
+        let cluster = Arc::new(ClusterApi::new(node.clone(), Plane::Client));
+        let etcd = EtcdApi::new(node.clone(), Plane::Client, cluster.clone())
+            .stopping_on(stopping.clone())
+            .counting_in(metrics.clone());
         Api {
             lease: Arc::new(
                 LeaseApi::new(node.clone(), Plane::Client)
                     .stopping_on(stopping)
                     .counting_in(metrics.clone()),
             ),
-            cluster: Arc::new(ClusterApi::new(node.clone(), Plane::Client)),
+            cluster,
+            etcd: Arc::new(etcd),
         }
     }
 
     /// The peer plane's: reads a follower forwards, and each member's own status.
     pub(crate) fn peer(node: &Node, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
+        let cluster = Arc::new(ClusterApi::new(node.clone(), Plane::Peer));
+        let etcd = EtcdApi::new(node.clone(), Plane::Peer, cluster.clone());
         Api {
-            lease: Arc::new(LeaseApi::new(node.clone(), Plane::Peer).stopping_on(stopping)),
-            cluster: Arc::new(ClusterApi::new(node.clone(), Plane::Peer)),
+            lease: Arc::new(LeaseApi::new(node.clone(), Plane::Peer).stopping_on(stopping.clone())),
+            cluster,
+            etcd: Arc::new(etcd.stopping_on(stopping)),
         }
     }
 }

@@ -27,7 +27,7 @@ use crate::proto::v1::lease_store_server::LeaseStore;
 use crate::proto::v1::lease_store_server::LeaseStoreServer;
 
 /// The credentials `request` carries on `plane`.
-fn credentials<T>(request: &Request<T>, plane: Plane) -> Credentials {
+pub(super) fn credentials<T>(request: &Request<T>, plane: Plane) -> Credentials {
     let metadata = |key| Some(request.metadata().get(key)?.to_str().ok()?.to_owned());
     match plane {
         Plane::Client => {
@@ -54,12 +54,12 @@ fn credentials<T>(request: &Request<T>, plane: Plane) -> Credentials {
 }
 
 /// A typed answer as gRPC sends it.
-fn answer<T>(answered: Result<T, NodeError>) -> Result<Response<T>, Status> {
+pub(super) fn answer<T>(answered: Result<T, NodeError>) -> Result<Response<T>, Status> {
     answered.map(Response::new).map_err(Status::from)
 }
 
 /// A stream of typed answers as gRPC sends it: each refusal as the status that ends it.
-type Answers<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+pub(super) type Answers<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 fn stream<T: Send + 'static>(answers: mpsc::Receiver<Result<T, NodeError>>) -> Answers<T> {
     Box::pin(ReceiverStream::new(answers).map(|item| item.map_err(Status::from)))

@@ -11,8 +11,12 @@ use tonic::metadata::MetadataValue;
 
 use crate::limits::FORWARD_TIMEOUT;
 use crate::node::error::ForwardedError;
-use crate::node::link::{Carried, ForwardAnswer, Forwarded, OnBehalf, PeerLink, Read, ReadAnswer};
+use crate::node::link::{
+    Carried, EtcdRead, EtcdReadAnswer, EtcdReadAnswering, ForwardAnswer, Forwarded, OnBehalf,
+    PeerLink, Read, ReadAnswer,
+};
 use crate::node::{ClockReading, NodeError};
+use crate::proto::etcd::etcdserverpb::{kv_client::KvClient, lease_client::LeaseClient};
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
 use crate::proto::v1::batch_answer::Answer as Answered;
 use crate::proto::v1::lease_store_client::LeaseStoreClient;
@@ -133,6 +137,43 @@ impl PeerLink for GrpcLink {
         addr: String,
     ) -> Pin<Box<dyn Future<Output = crate::proto::v1::NodeStatus> + Send>> {
         Box::pin(super::status::remote_status(self.0.clone(), id, addr))
+    }
+
+    fn etcd_read(
+        &self,
+        leader: NodeId,
+        addr: String,
+        caller: OnBehalf,
+        read: EtcdRead,
+    ) -> EtcdReadAnswering {
+        let channels = self.0.clone();
+        Box::pin(async move {
+            let unreachable = |reason: String| NodeError::LeaderUnreachable {
+                leader,
+                addr: addr.clone(),
+                reason,
+            };
+            let channel = channels
+                .get(leader, &addr)
+                .map_err(|e| unreachable(e.to_string()))?;
+            let answered = match read {
+                EtcdRead::Range(m) => KvClient::new(channel)
+                    .max_decoding_message_size(usize::MAX)
+                    .range(forwarded(m, &caller))
+                    .await
+                    .map(|r| EtcdReadAnswer::Range(r.into_inner())),
+                EtcdRead::TimeToLive(m) => LeaseClient::new(channel)
+                    .lease_time_to_live(forwarded(m, &caller))
+                    .await
+                    .map(|r| EtcdReadAnswer::TimeToLive(r.into_inner())),
+                EtcdRead::Leases(m) => LeaseClient::new(channel)
+                    .max_decoding_message_size(usize::MAX)
+                    .lease_leases(forwarded(m, &caller))
+                    .await
+                    .map(|r| EtcdReadAnswer::Leases(r.into_inner())),
+            };
+            answered.map_err(|status| NodeError::from_leader(leader, status, unreachable))
+        })
     }
 
     fn read(&self, leader: NodeId, addr: String, caller: OnBehalf, call: Read) -> ReadAnswer {

@@ -1,0 +1,287 @@
+//! etcd's v3 API on a real three-node cluster, spoken by etcd's own command-line client
+//! (`etcdctl`, Debian's `etcd-client`, which `.ci/run` installs): its put, get, txn, leases,
+//! watch, lock and election work unchanged, through any node.
+
+mod harness;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use harness::{wait_for, Harness};
+
+/// The tests start clusters and etcdctl processes: one at a time on the machine's two cores.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// `etcdctl` against `endpoints`.
+fn etcdctl(endpoints: &[&str]) -> Command {
+    let mut command = Command::new("etcdctl");
+    command
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", endpoints.join(",")))
+        .arg("--command-timeout=10s");
+    command
+}
+
+fn run(endpoints: &[&str], args: &[&str]) -> Output {
+    etcdctl(endpoints).args(args).output().expect("run etcdctl")
+}
+
+fn ok(endpoints: &[&str], args: &[&str]) -> String {
+    let out = run(endpoints, args);
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A long-running etcdctl, killed and reaped when dropped.
+struct Running(Child);
+
+impl Running {
+    fn start(endpoints: &[&str], args: &[&str]) -> (Running, std::sync::mpsc::Receiver<String>) {
+        let mut child = etcdctl(endpoints)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start etcdctl");
+        let stdout = child.stdout.take().unwrap();
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        (Running(child), lines)
+    }
+}
+
+impl Running {
+    /// Interrupts it, as a user's Ctrl-C does: etcdctl then resigns or unlocks on its way out.
+    fn interrupt(&self) {
+        // SAFETY: signals a child this test started and has not yet reaped.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The next line within `within`.
+fn line(lines: &std::sync::mpsc::Receiver<String>, within: Duration) -> Option<String> {
+    lines.recv_timeout(within).ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn etcdctl_puts_reads_and_transacts_through_every_node() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let h = Harness::start(3, false).await;
+    let nodes: Vec<&str> = h.endpoints.iter().map(String::as_str).collect();
+    let leader = h.leader().await as usize;
+    let follower = nodes[leader % 3];
+
+    assert_eq!(ok(&[follower], &["put", "app/a", "1"]).trim(), "OK");
+    ok(&[nodes[0]], &["put", "app/b", "2"]);
+    ok(&[nodes[2]], &["put", "other", "3"]);
+    // Every node answers a linearizable read with every write acknowledged before it.
+    for node in &nodes {
+        assert_eq!(
+            ok(&[node], &["get", "app/a", "--print-value-only"]).trim(),
+            "1"
+        );
+        let listed = ok(&[node], &["get", "app/", "--prefix", "--keys-only"]);
+        let keys: Vec<&str> = listed.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(keys, ["app/a", "app/b"], "on {node}");
+    }
+    let serial = ok(
+        &[follower],
+        &["get", "other", "--consistency=s", "--print-value-only"],
+    );
+    assert_eq!(serial.trim(), "3");
+
+    // A compare-and-swap, as etcd's docs write it: succeeds once, then fails.
+    let cas = |value: &str| {
+        let mut child = etcdctl(&[follower])
+            .args(["txn"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let script = format!("value(\"app/a\") = \"1\"\n\nput app/a {value}\n\nget app/a\n\n");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(script.as_bytes())
+            .unwrap();
+        String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap()
+    };
+    assert!(
+        cas("swapped").starts_with("SUCCESS"),
+        "the first swap holds"
+    );
+    let second = cas("again");
+    assert!(second.starts_with("FAILURE"), "{second}");
+    assert!(
+        second.contains("swapped"),
+        "the failure branch read the key: {second}"
+    );
+
+    let deleted = ok(&[nodes[1]], &["del", "app/", "--prefix"]);
+    assert_eq!(deleted.trim(), "2");
+    assert_eq!(ok(&nodes, &["get", "app/", "--prefix"]).trim(), "");
+
+    let status = ok(&nodes, &["endpoint", "status", "-w", "json"]);
+    assert_eq!(status.matches("\"Endpoint\"").count(), 3, "{status}");
+    let members = ok(&[nodes[0]], &["member", "list"]);
+    assert_eq!(members.lines().count(), 3, "{members}");
+    for node in &nodes {
+        assert!(members.contains(&format!("http://{node}")), "{members}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_etcd_lease_deletes_its_keys_when_it_runs_out_and_a_watch_sees_them_go() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let h = Harness::start(3, false).await;
+    let nodes: Vec<&str> = h.endpoints.iter().map(String::as_str).collect();
+    let granted = ok(&[nodes[0]], &["lease", "grant", "2"]);
+    // "lease 694d5d5ac1a1e40d granted with TTL(2s)"
+    let id = granted
+        .split_whitespace()
+        .nth(1)
+        .expect("a lease id")
+        .to_owned();
+    ok(
+        &[nodes[1]],
+        &["put", "session/worker", "alive", &format!("--lease={id}")],
+    );
+    let ttl = ok(&[nodes[2]], &["lease", "timetolive", &id, "--keys"]);
+    assert!(ttl.contains("granted with TTL(2s)"), "{ttl}");
+    assert!(ttl.contains("session/worker"), "{ttl}");
+
+    let (_watch, events) = Running::start(&[nodes[2]], &["watch", "session/", "--prefix"]);
+    let started = Instant::now();
+    let mut seen = Vec::new();
+    while let Some(line) = line(&events, Duration::from_secs(10)) {
+        seen.push(line.clone());
+        if line == "DELETE" {
+            break;
+        }
+    }
+    assert_eq!(seen.first().map(String::as_str), Some("DELETE"), "{seen:?}");
+    let gone_after = started.elapsed();
+    assert!(
+        gone_after < Duration::from_secs(4),
+        "deleted {gone_after:?} after the watch began"
+    );
+    assert_eq!(ok(&nodes, &["get", "session/worker"]).trim(), "");
+    let after = ok(&[nodes[0]], &["lease", "timetolive", &id]);
+    assert!(after.contains("already expired"), "{after}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_etcdctl_lock_is_held_by_one_holder_at_a_time_and_passes_on_when_it_goes() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let h = Harness::start(3, false).await;
+    let nodes: Vec<&str> = h.endpoints.iter().map(String::as_str).collect();
+    let (first, first_lines) = Running::start(&[nodes[0]], &["lock", "jobs", "--ttl=3"]);
+    let held = line(&first_lines, Duration::from_secs(10)).expect("the first takes the lock");
+    assert!(held.starts_with("jobs/"), "{held}");
+
+    let (_second, second_lines) = Running::start(&[nodes[1]], &["lock", "jobs", "--ttl=3"]);
+    // The second waits behind the first: its key is in line, and it holds nothing.
+    wait_for("the second waiter's key", Duration::from_secs(10), || {
+        let keys = ok(&[nodes[2]], &["get", "jobs/", "--prefix", "--keys-only"]);
+        std::future::ready((keys.lines().filter(|l| !l.is_empty()).count() == 2).then_some(()))
+    })
+    .await;
+    assert_eq!(
+        line(&second_lines, Duration::from_millis(500)),
+        None,
+        "both hold the lock"
+    );
+
+    // The first holder dies without unlocking: the lock passes on when its lease runs out.
+    let died = Instant::now();
+    drop(first);
+    let next = line(&second_lines, Duration::from_secs(10)).expect("the second takes the lock");
+    assert!(
+        next.starts_with("jobs/") && next != held,
+        "{next} after {held}"
+    );
+    let waited = died.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(6),
+        "the lock passed on {waited:?} after its holder died, with a 3 s session"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn etcdctl_elect_makes_one_leader_and_observers_see_the_next() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let h = Harness::start(3, false).await;
+    let nodes: Vec<&str> = h.endpoints.iter().map(String::as_str).collect();
+    let (_observer, observed) = Running::start(&[nodes[2]], &["elect", "-l", "primary"]);
+    let (first, first_lines) = Running::start(&[nodes[0]], &["elect", "primary", "alpha"]);
+    assert!(line(&first_lines, Duration::from_secs(10)).is_some_and(|l| l.starts_with("primary/")));
+    let (_second, second_lines) = Running::start(&[nodes[1]], &["elect", "primary", "beta"]);
+    let mut leaders = Vec::new();
+    while !leaders.contains(&"alpha".to_owned()) {
+        leaders.push(line(&observed, Duration::from_secs(10)).expect("the observer sees alpha"));
+    }
+    assert_eq!(
+        line(&second_lines, Duration::from_millis(500)),
+        None,
+        "two leaders"
+    );
+    // Interrupted, the leader resigns: the next campaigner leads without waiting out the
+    // session's 60 s.
+    first.interrupt();
+    let next = line(&second_lines, Duration::from_secs(10)).expect("beta leads next");
+    assert!(next.starts_with("primary/"), "{next}");
+    while !leaders.contains(&"beta".to_owned()) {
+        leaders.push(line(&observed, Duration::from_secs(10)).expect("the observer sees beta"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn etcds_refusals_come_in_etcds_words() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let h = Harness::start(3, false).await;
+    let nodes: Vec<&str> = h.endpoints.iter().map(String::as_str).collect();
+    let refused = |args: &[&str]| {
+        let out = run(&nodes, args);
+        assert!(!out.status.success(), "etcdctl {args:?} succeeded");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let missing = refused(&["put", "k", "v", "--lease=1234"]);
+    assert!(missing.contains("requested lease not found"), "{missing}");
+    ok(&nodes, &["put", "k", "v1"]);
+    ok(&nodes, &["put", "k", "v2"]);
+    let old = refused(&["get", "k", "--rev=2"]);
+    assert!(
+        old.contains("required revision has been compacted"),
+        "{old}"
+    );
+    let future = refused(&["get", "k", "--rev=99"]);
+    assert!(
+        future.contains("required revision is a future revision"),
+        "{future}"
+    );
+    let auth = refused(&["user", "list"]);
+    assert!(auth.contains("client certificate"), "{auth}");
+    let big = "x".repeat(70 * 1024);
+    let too_big = refused(&["put", "k", &big]);
+    assert!(too_big.contains("request is too large"), "{too_big}");
+}
