@@ -12,6 +12,7 @@
 //!   logs nothing a voter of an older build cannot read.
 //! - `table`: [`LeaseTable::apply`], leases, tokens, fences, rows, and the digest kept along.
 //! - [`limits`]: sizes, TTL bounds and names, validated before a command reaches the log.
+//! - `checked`: [`validate`], the one check of an operation before it is logged.
 //! - `session`: client sessions, so a retried request is answered, never applied twice.
 //! - `kept_answers`: the answers a session keeps for its retries, in one array.
 //! - `event`: what a command did to leases, for watches.
@@ -30,6 +31,7 @@
 pub mod auth;
 #[cfg(test)]
 mod authorized;
+mod checked;
 mod command;
 mod creators;
 pub mod etcd;
@@ -42,11 +44,12 @@ pub(crate) mod session;
 mod table;
 mod tally;
 
+pub use checked::validate;
 pub use command::{
     Batch, Command, Fence, Op, Outcome, ReleaseRefusal, Renewal, Renewed, RequestId,
 };
 pub use event::{Event, EventKind};
-pub use limits::{validate, InvalidInput, Limits, FORGET_BATCH, SESSION_IDLE_MS};
+pub use limits::{InvalidInput, Limits, FORGET_BATCH, SESSION_IDLE_MS};
 pub use table::{Lease, LeaseTable, TokenCheck};
 
 /// An ordered map whose clone shares every node with the original (a B+tree of `Arc`ed

@@ -122,9 +122,10 @@ fn ttl_field(ttl_ms: u64) -> Result<(), InvalidInput> {
     Ok(())
 }
 
-/// Checks an operation against [`Limits`]. Tokens are checked against the table at apply time,
-/// since only the table knows which tokens a lease has handed out.
-pub fn validate(op: &Op) -> Result<(), InvalidInput> {
+/// Checks an operation against [`Limits`] (an etcd write's own fields are the etcd module's,
+/// which `crate::validate` checks beside these). Tokens are checked against the table at apply
+/// time, since only the table knows which tokens a lease has handed out.
+pub(crate) fn validate_fields(op: &Op) -> Result<(), InvalidInput> {
     match op {
         Op::Acquire {
             lease,
@@ -181,8 +182,7 @@ pub fn validate(op: &Op) -> Result<(), InvalidInput> {
             op,
         } => as_fields(identity, bearer.as_deref(), op),
         Op::Auth(change) => change.validate(),
-        Op::Etcd(op) => crate::etcd::validate(op),
-        Op::Tick | Op::Register | Op::Forget { .. } | Op::Close => Ok(()),
+        Op::Tick | Op::Register | Op::Forget { .. } | Op::Close | Op::Etcd(_) => Ok(()),
     }
 }
 
@@ -231,7 +231,7 @@ fn as_fields(identity: &str, bearer: Option<&str>, op: &Op) -> Result<(), Invali
             "an operation acts as one identity, not as one inside another",
         ));
     }
-    validate(op)
+    validate_fields(op)
 }
 
 /// A bearer token's SHA-256, as the policy and the log carry it: 64 lowercase hex digits.
@@ -321,27 +321,27 @@ mod tests {
     #[test]
     fn names_must_be_non_empty_bounded_and_printable() {
         assert_eq!(
-            validate(&acquire("", "a", 1000)).unwrap_err().field,
+            validate_fields(&acquire("", "a", 1000)).unwrap_err().field,
             "lease"
         );
         assert_eq!(
-            validate(&acquire("l", "", 1000)).unwrap_err().field,
+            validate_fields(&acquire("l", "", 1000)).unwrap_err().field,
             "holder"
         );
         let long = "x".repeat(Limits::MAX_NAME_BYTES + 1);
-        let err = validate(&acquire(&long, "a", 1000)).unwrap_err();
+        let err = validate_fields(&acquire(&long, "a", 1000)).unwrap_err();
         assert!(err.to_string().contains("at most 128 bytes"), "{err}");
-        assert!(validate(&acquire("l\n", "a", 1000)).is_err());
-        assert!(validate(&acquire(&"x".repeat(Limits::MAX_NAME_BYTES), "a", 1000)).is_ok());
+        assert!(validate_fields(&acquire("l\n", "a", 1000)).is_err());
+        assert!(validate_fields(&acquire(&"x".repeat(Limits::MAX_NAME_BYTES), "a", 1000)).is_ok());
     }
 
     #[test]
     fn ttl_bounds_are_inclusive() {
-        assert!(validate(&acquire("l", "a", Limits::MIN_TTL_MS)).is_ok());
-        assert!(validate(&acquire("l", "a", Limits::MAX_TTL_MS)).is_ok());
-        let low = validate(&acquire("l", "a", Limits::MIN_TTL_MS - 1)).unwrap_err();
+        assert!(validate_fields(&acquire("l", "a", Limits::MIN_TTL_MS)).is_ok());
+        assert!(validate_fields(&acquire("l", "a", Limits::MAX_TTL_MS)).is_ok());
+        let low = validate_fields(&acquire("l", "a", Limits::MIN_TTL_MS - 1)).unwrap_err();
         assert_eq!(low.field, "ttl_ms");
-        assert!(validate(&acquire("l", "a", Limits::MAX_TTL_MS + 1)).is_err());
+        assert!(validate_fields(&acquire("l", "a", Limits::MAX_TTL_MS + 1)).is_err());
     }
 
     #[test]
@@ -354,15 +354,20 @@ mod tests {
                 token,
             }),
         };
-        assert!(validate(&put(Limits::MAX_VALUE_BYTES, 1)).is_ok());
+        assert!(validate_fields(&put(Limits::MAX_VALUE_BYTES, 1)).is_ok());
         assert_eq!(
-            validate(&put(Limits::MAX_VALUE_BYTES + 1, 1))
+            validate_fields(&put(Limits::MAX_VALUE_BYTES + 1, 1))
                 .unwrap_err()
                 .field,
             "value"
         );
-        assert_eq!(validate(&put(1, 0)).unwrap_err().field, "token");
-        assert_eq!(validate(&Op::Advance { by_ms: 0 }).unwrap_err().field, "ms");
+        assert_eq!(validate_fields(&put(1, 0)).unwrap_err().field, "token");
+        assert_eq!(
+            validate_fields(&Op::Advance { by_ms: 0 })
+                .unwrap_err()
+                .field,
+            "ms"
+        );
     }
 
     #[test]
@@ -381,19 +386,22 @@ mod tests {
         let names: Vec<String> = (0..=Limits::MAX_RENEWALS)
             .map(|i| format!("l{i}"))
             .collect();
-        assert!(validate(&renew(&names[..Limits::MAX_RENEWALS], 1)).is_ok());
-        let err = validate(&renew(&names, 1)).unwrap_err();
+        assert!(validate_fields(&renew(&names[..Limits::MAX_RENEWALS], 1)).is_ok());
+        let err = validate_fields(&renew(&names, 1)).unwrap_err();
         assert_eq!(err.field, "leases");
         assert!(err.to_string().contains("between 1 and 512"), "{err}");
-        assert_eq!(validate(&renew(&[], 1)).unwrap_err().field, "leases");
-        let twice = validate(&renew(&["a".into(), "b".into(), "a".into()], 1)).unwrap_err();
+        assert_eq!(validate_fields(&renew(&[], 1)).unwrap_err().field, "leases");
+        let twice = validate_fields(&renew(&["a".into(), "b".into(), "a".into()], 1)).unwrap_err();
         assert!(
             twice.to_string().contains("\"a\" is named twice"),
             "{twice}"
         );
-        assert_eq!(validate(&renew(&names[..2], 0)).unwrap_err().field, "token");
         assert_eq!(
-            validate(&renew(&["".into()], 1)).unwrap_err().field,
+            validate_fields(&renew(&names[..2], 0)).unwrap_err().field,
+            "token"
+        );
+        assert_eq!(
+            validate_fields(&renew(&["".into()], 1)).unwrap_err().field,
             "lease"
         );
     }

@@ -312,7 +312,6 @@ impl From<Stored> for LeaseTable {
                 (expiries, lease_sum)
             })
         };
-        let held = held_after(&expiries, now_ms);
         let row_sum = rows.iter().fold(0u64, |sum, (key, value)| {
             sum.wrapping_add(entry_hash(key, value))
         });
@@ -342,9 +341,9 @@ impl From<Stored> for LeaseTable {
             row_creators: Creators::from_map(row_creators),
             lease_creators: Creators::from_map(lease_creators),
             etcd: Keyspace::default(),
+            held: held_after(&expiries, now_ms),
             expiries,
             holders: RecentHolders::default(),
-            held,
             lease_sum,
             row_sum,
         }

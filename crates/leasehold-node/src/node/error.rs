@@ -273,6 +273,9 @@ pub enum NodeError {
         "this node failed while answering the call ({0}); it may or may not have been applied"
     )]
     CallFailed(String),
+    /// An etcd call that Leasehold does not serve, with why and what to use instead.
+    #[error("{0}")]
+    NotServed(&'static str),
     /// etcd's keyspace refused the request, in etcd's words: nothing changed.
     #[error("{0}")]
     Etcd(leasehold_core::etcd::EtcdRefusal),
@@ -347,6 +350,7 @@ impl NodeError {
             NodeError::LeaderRemoved(_) => "LEADER_REMOVED",
             NodeError::Compacted { .. } => "WATCH_COMPACTED",
             NodeError::Etcd(_) => "ETCD_REFUSED",
+            NodeError::NotServed(_) => "NOT_SERVED",
             NodeError::WatchLeaderless { .. } => "WATCH_LEADERLESS",
             NodeError::MemberUnreachable { .. } => "MEMBER_UNREACHABLE",
             NodeError::CatchUpTimeout { .. } => "CATCH_UP_TIMEOUT",
@@ -552,6 +556,7 @@ impl NodeError {
             NodeError::Unauthenticated(_) => Code::Unauthenticated,
             NodeError::Compacted { .. } => Code::OutOfRange,
             NodeError::Etcd(refusal) => etcd_code(refusal),
+            NodeError::NotServed(_) => Code::Unimplemented,
             NodeError::CatchUpTimeout { .. } | NodeError::DeadlinePassed { .. } => {
                 Code::DeadlineExceeded
             }

@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::api::{Deadline, EtcdApi, Plane};
 use super::grpc::{answer, credentials, Answers};
+use super::NodeError;
 use crate::limits::MAX_CLIENT_MESSAGE_BYTES;
 use crate::proto::etcd::etcdserverpb::{self as pb, auth_server, cluster_server, kv_server};
 use crate::proto::etcd::etcdserverpb::{lease_server, maintenance_server, watch_server};
@@ -86,7 +87,7 @@ macro_rules! service {
                     &self,
                     _: Request<$r_request>,
                 ) -> Result<Response<$r_response>, Status> {
-                    Err(Status::unimplemented($why))
+                    Err(NodeError::NotServed($why).into())
                 }
             )*
             $($rest)*
@@ -162,6 +163,9 @@ service! {
     }
 }
 
+const ALARMS: &str =
+    "Leasehold raises no etcd alarms, so none can be set or cleared: ask with action GET";
+
 const MAINTENANCE: &str = "Leasehold serves etcd's Status and alarm list only: its snapshots \
                            are taken with `leasehold snapshot save`, and it has no defragment, \
                            hash or downgrade to ask for";
@@ -188,10 +192,7 @@ service! {
         ) -> Result<Response<pb::AlarmResponse>, Status> {
             match pb::alarm_request::AlarmAction::try_from(request.get_ref().action) {
                 Ok(pb::alarm_request::AlarmAction::Get) => Ok(Response::new(self.api.alarm_list())),
-                _ => Err(Status::unimplemented(
-                    "Leasehold raises no etcd alarms, so none can be set or cleared: ask with action \
-                     GET",
-                )),
+                _ => Err(NodeError::NotServed(ALARMS).into()),
             }
         }
 
@@ -201,7 +202,7 @@ service! {
             &self,
             _: Request<pb::SnapshotRequest>,
         ) -> Result<Response<Self::SnapshotStream>, Status> {
-            Err(Status::unimplemented(MAINTENANCE))
+            Err(NodeError::NotServed(MAINTENANCE).into())
         }
         }
     }
