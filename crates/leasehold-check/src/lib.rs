@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 mod clock;
+pub mod etcd_model;
 mod fencing;
 mod history;
 mod limits;

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::etcd_model::EtcdModel;
 use crate::limits::KEPT_ANSWERS;
 use leasehold_core::auth::{Denied, Policy};
 use leasehold_core::{
@@ -65,6 +66,8 @@ pub struct Model {
     /// the model judges what the table does with them: a denied operation changes nothing, and
     /// its retry gets the same denial.
     policy: Policy,
+    /// etcd's keyspace, modelled apart (`etcd_model`).
+    etcd: EtcdModel,
 }
 
 impl Model {
@@ -82,6 +85,11 @@ impl Model {
     pub fn lease(&self, lease: &str) -> (Option<&str>, u64) {
         let holder = self.current(lease).map(|g| g.holder.as_str());
         (holder, self.latest_token(lease))
+    }
+
+    /// etcd's keyspace as modelled.
+    pub fn etcd(&self) -> &EtcdModel {
+        &self.etcd
     }
 
     /// How many sessions are open now.
@@ -125,6 +133,7 @@ impl Model {
                 session.expired = true;
             }
         }
+        self.etcd.expire(self.now_ms);
         let Some(request) = command.request else {
             return self.apply_op(&command.op);
         };
@@ -245,15 +254,25 @@ impl Model {
             Op::Put { key, value, fence } => self.put(key, value, fence.as_ref()),
             Op::Advance { by_ms } => {
                 self.now_ms = self.now_ms.saturating_add(*by_ms);
+                self.etcd.expire(self.now_ms);
                 Outcome::Advanced
             }
             Op::Tick => Outcome::Ticked,
             Op::Delete { key, fence } => self.delete(key, fence.as_ref()),
             Op::Forget { retention_ms } => self.forget(*retention_ms),
             Op::Close => Outcome::Closed,
-            // Not modelled yet: no generator here makes etcd writes, and the model does not
-            // judge them (issue 43 leaves an independent model of etcd's keyspace to do).
-            Op::Etcd(_) => Outcome::Nothing,
+            Op::Etcd(etcd) => {
+                // What the policy must allow is the core's to name (`EtcdOp::needs`), as its
+                // decisions are; the model judges what the keyspace does.
+                for need in etcd.needs() {
+                    let allowed = self.policy.check_caller(identity, bearer, &need.action());
+                    if let Err(denied) = allowed {
+                        return Outcome::Denied(Box::new(denied));
+                    }
+                }
+                let (now, on) = (self.now_ms, self.policy.enabled());
+                Outcome::Etcd(Box::new(self.etcd.apply(etcd, now, identity, on)))
+            }
             Op::Register => {
                 self.sessions.push(ClientSession {
                     last_heard_ms: self.now_ms,
@@ -428,6 +447,10 @@ mod tests {
     //! The product's table against the model, command by command, on random logs.
     use super::*;
     use leasehold_core::auth::{AuthChange, Grant, Permission};
+    use leasehold_core::etcd::{
+        Compare, CompareResult, CompareTarget, DeleteRangeRequest, EtcdOp, PutRequest,
+        RangeRequest, RequestOp, SortOrder, SortTarget, Txn,
+    };
     use leasehold_core::{LeaseTable, Renewal};
     use proptest::prelude::*;
 
@@ -510,6 +533,151 @@ mod tests {
                 identity: "b".into(),
                 role: "r".into()
             })),
+            etcd_op().prop_map(Op::Etcd),
+            etcd_op().prop_map(Op::Etcd),
+            etcd_op().prop_map(Op::Etcd),
+        ]
+    }
+
+    /// etcd's writes on a few keys (`k1` among them, which the role lets `b` write) and three
+    /// lease ids, nested transactions and all, as the edge would let through and not.
+    fn etcd_op() -> impl Strategy<Value = EtcdOp> {
+        let lease = prop::sample::select(vec![0i64, 1, 2, 3]);
+        let nested = (etcd_txn(), etcd_request()).prop_map(|(mut outer, inner)| {
+            outer.success.push(RequestOp::Txn(Txn {
+                compare: vec![],
+                success: vec![inner],
+                failure: vec![],
+            }));
+            outer
+        });
+        prop_oneof![
+            3 => etcd_txn().prop_map(EtcdOp::Txn),
+            1 => nested.prop_map(EtcdOp::Txn),
+            1 => (lease.clone(), 1i64..4).prop_map(|(id, ttl_s)| EtcdOp::LeaseGrant { id, ttl_s }),
+            1 => lease.clone().prop_map(|id| EtcdOp::LeaseKeepAlive { id }),
+            1 => lease.prop_map(|id| EtcdOp::LeaseRevoke { id }),
+            1 => (1i64..12).prop_map(|revision| EtcdOp::Compact { revision }),
+        ]
+    }
+
+    fn etcd_txn() -> impl Strategy<Value = Txn> {
+        (
+            prop::collection::vec(etcd_compare(), 0..3),
+            prop::collection::vec(etcd_request(), 0..4),
+            prop::collection::vec(etcd_request(), 0..3),
+        )
+            .prop_map(|(compare, success, failure)| Txn {
+                compare,
+                success,
+                failure,
+            })
+    }
+
+    fn etcd_key() -> impl Strategy<Value = Vec<u8>> {
+        prop::sample::select(vec!["k1", "k2", "e/a", "e/b"]).prop_map(|k| k.as_bytes().to_vec())
+    }
+
+    fn etcd_end() -> impl Strategy<Value = Vec<u8>> {
+        prop::sample::select(vec!["", "\0", "e0", "k3"]).prop_map(|k| k.as_bytes().to_vec())
+    }
+
+    fn etcd_compare() -> impl Strategy<Value = Compare> {
+        let result = prop::sample::select(vec![
+            CompareResult::Equal,
+            CompareResult::Greater,
+            CompareResult::Less,
+            CompareResult::NotEqual,
+        ]);
+        let target = prop_oneof![
+            (0i64..3).prop_map(CompareTarget::Version),
+            (0i64..6).prop_map(CompareTarget::Create),
+            (0i64..6).prop_map(CompareTarget::Mod),
+            prop::sample::select(vec!["", "v", "w"])
+                .prop_map(|v| CompareTarget::Value(v.as_bytes().to_vec())),
+            (0i64..3).prop_map(CompareTarget::Lease),
+        ];
+        (result, target, etcd_key(), etcd_end()).prop_map(|(result, target, key, range_end)| {
+            Compare {
+                result,
+                target,
+                key,
+                range_end,
+            }
+        })
+    }
+
+    fn etcd_range() -> impl Strategy<Value = RangeRequest> {
+        let order =
+            prop::sample::select(vec![SortOrder::None, SortOrder::Ascend, SortOrder::Descend]);
+        let target = prop::sample::select(vec![
+            SortTarget::Key,
+            SortTarget::Version,
+            SortTarget::Create,
+            SortTarget::Mod,
+            SortTarget::Value,
+        ]);
+        (
+            etcd_key(),
+            etcd_end(),
+            0i64..3,
+            order,
+            target,
+            any::<bool>(),
+            0i64..4,
+        )
+            .prop_map(
+                |(key, range_end, limit, sort_order, sort_target, keys_only, min_mod_revision)| {
+                    RangeRequest {
+                        key,
+                        range_end,
+                        limit,
+                        sort_order,
+                        sort_target,
+                        keys_only,
+                        min_mod_revision,
+                        ..RangeRequest::default()
+                    }
+                },
+            )
+    }
+
+    fn etcd_request() -> impl Strategy<Value = RequestOp> {
+        let put = (
+            etcd_key(),
+            prop::sample::select(vec!["v", "w"]),
+            prop::sample::select(vec![0i64, 1, 2, 3]),
+            any::<bool>(),
+            prop::sample::select(vec![(false, false), (true, false), (false, true)]),
+        )
+            .prop_map(
+                |(key, value, lease, prev_kv, (ignore_value, ignore_lease))| {
+                    RequestOp::Put(PutRequest {
+                        key,
+                        value: if ignore_value {
+                            vec![]
+                        } else {
+                            value.as_bytes().to_vec()
+                        },
+                        lease: if ignore_lease { 0 } else { lease },
+                        prev_kv,
+                        ignore_value,
+                        ignore_lease,
+                    })
+                },
+            );
+        let delete =
+            (etcd_key(), etcd_end(), any::<bool>()).prop_map(|(key, range_end, prev_kv)| {
+                RequestOp::DeleteRange(DeleteRangeRequest {
+                    key,
+                    range_end,
+                    prev_kv,
+                })
+            });
+        prop_oneof![
+            2 => put,
+            1 => delete,
+            1 => etcd_range().prop_map(RequestOp::Range),
         ]
     }
 
@@ -549,7 +717,8 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(512))]
         #[test]
         fn the_table_answers_every_command_as_the_model_does(
-            commands in prop::collection::vec(command(), 1..120)
+            commands in prop::collection::vec(command(), 1..120),
+            read in etcd_range(),
         ) {
             let mut table = LeaseTable::default();
             let mut model = Model::default();
@@ -597,7 +766,9 @@ mod tests {
                     .filter(|lease| lease.holder_at(table.now_ms()).is_some())
                     .map(|lease| lease.expires_at_ms)
                     .min();
-                prop_assert_eq!(table.next_expiry_ms(), scanned);
+                // A tick is due then, or when an etcd lease runs out.
+                let due = scanned.into_iter().chain(model.etcd().next_expiry_ms()).min();
+                prop_assert_eq!(table.next_expiry_ms(), due);
                 // And when the longest-free lease falls due to be forgotten.
                 let free_since = ["l1", "l2"]
                     .iter()
@@ -606,10 +777,21 @@ mod tests {
                     .map(|lease| lease.expires_at_ms)
                     .min();
                 prop_assert_eq!(table.next_forget_ms(500), free_since.map(|at| at + 500));
+                // etcd's keyspace: its revision, every key, every lease, and a range read.
+                let etcd = table.etcd();
+                prop_assert_eq!(etcd.revision(), model.etcd().revision());
+                let every = RangeRequest {
+                    key: vec![0],
+                    range_end: vec![0],
+                    ..RangeRequest::default()
+                };
+                prop_assert_eq!(etcd.range(&every, 0).unwrap().kvs, model.etcd().keys());
+                prop_assert_eq!(etcd.lease_ids().collect::<Vec<_>>(), model.etcd().lease_ids());
+                prop_assert_eq!(etcd.range(&read, 0), model.etcd().range(&read));
             }
             // A table loaded from its encoding (a snapshot) is the same table.
             let bytes = postcard::to_allocvec(&table).unwrap();
-            let loaded: LeaseTable = postcard::from_bytes(&bytes).unwrap();
+            let loaded = LeaseTable::from_bytes(&bytes).unwrap();
             prop_assert_eq!(&loaded, &table);
         }
     }

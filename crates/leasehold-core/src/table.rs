@@ -9,8 +9,8 @@ use super::limits::FORGET_BATCH;
 use super::session::{fingerprint, Admission, Sessions};
 use super::tally::Tally;
 use super::{Encoded, Map, Name, Set};
-use crate::auth::{Action, Denied, Policy};
-use crate::etcd::{EtcdOp, Keyspace, Need};
+use crate::auth::{Denied, Policy};
+use crate::etcd::{EtcdOp, Keyspace};
 use crate::format::{Format, FORMAT_1, FORMAT_3};
 use crate::holder_names::RecentHolders;
 use crate::{
@@ -776,13 +776,7 @@ impl LeaseTable {
     /// An etcd write, once the policy allows everything it touches.
     fn etcd_op(&mut self, op: &EtcdOp, identity: Option<&str>, bearer: Option<&str>) -> Outcome {
         for need in op.needs() {
-            let action = match &need {
-                Need::Read(prefix) => Action::ReadKey(prefix),
-                Need::Write(prefix) => Action::Write(prefix),
-                Need::Delete(prefix) => Action::Delete(prefix),
-                Need::Admin(what) => Action::Admin(what),
-            };
-            if let Err(denied) = self.policy.check_caller(identity, bearer, &action) {
+            if let Err(denied) = self.policy.check_caller(identity, bearer, &need.action()) {
                 return Outcome::Denied(Box::new(denied));
             }
         }

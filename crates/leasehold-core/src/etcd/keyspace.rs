@@ -21,7 +21,9 @@ use crate::limits::{ETCD_EXPIRY_WORK, ETCD_MAX_RANGE_KEYS};
 use crate::{Map, Name};
 
 /// The keyspace: every key's latest version, the leases, the revision, and recent events.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Equal to another when their stored state is (the recent events are this process's, and a
+/// keyspace loaded from a snapshot has none of the events before it).
+#[derive(Clone, Debug, Default)]
 pub struct Keyspace {
     /// Revisions made so far: the revision is one more (etcd's first is 1, before any write).
     changes: i64,
@@ -34,6 +36,15 @@ pub struct Keyspace {
     /// The sum (wrapping) of every key's and lease's hash, kept at every change. Derived.
     sum: u64,
 }
+
+impl PartialEq for Keyspace {
+    fn eq(&self, other: &Keyspace) -> bool {
+        (self.changes, &self.keys, &self.leases, self.compacted)
+            == (other.changes, &other.keys, &other.leases, other.compacted)
+    }
+}
+
+impl Eq for Keyspace {}
 
 /// What a keyspace stores: everything but what is derived.
 #[derive(Serialize, Deserialize)]
@@ -95,9 +106,11 @@ impl Keyspace {
         self.compacted
     }
 
-    /// Whether nothing was ever written (the table then stores no keyspace at all).
+    /// Whether nothing was ever written, granted or compacted (the table then stores no
+    /// keyspace at all).
     pub fn is_empty(&self) -> bool {
-        self.changes == 0 && self.leases.by_id.is_empty() && self.leases.last_id == 0
+        let untouched = (self.changes, self.leases.last_id, self.compacted) == (0, 0, 0);
+        untouched && self.leases.by_id.is_empty()
     }
 
     /// The recent events, for watches.

@@ -57,6 +57,19 @@ pub enum Need {
     Admin(&'static str),
 }
 
+impl Need {
+    /// The policy's action for it.
+    pub fn action(&self) -> crate::auth::Action<'_> {
+        use crate::auth::Action;
+        match self {
+            Need::Read(prefix) => Action::ReadKey(prefix),
+            Need::Write(prefix) => Action::Write(prefix),
+            Need::Delete(prefix) => Action::Delete(prefix),
+            Need::Admin(what) => Action::Admin(what),
+        }
+    }
+}
+
 impl EtcdOp {
     /// What the policy must allow, every one of it. Leases need nothing of the policy: each
     /// serves only the identity that granted it while the policy is on.
