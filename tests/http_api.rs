@@ -501,3 +501,175 @@ async fn every_rpc_of_the_proto_is_served_and_browsers_are_refused() {
         "{e}"
     );
 }
+
+/// `POST /v3/<path>` on etcd's JSON gateway.
+fn v3(addr: &str, path: &str, body: Value) -> (u16, Value) {
+    post::<&str>(&format!("http://{addr}/v3/{path}"), &body.to_string(), &[])
+}
+
+/// An int64 of etcd's gateway, which is a string.
+fn i64_of(value: &Value) -> i64 {
+    value
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an int64: {value}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn etcds_json_gateway_answers_as_etcds_with_proto_names_and_base64() {
+    let (_h, http) = with_http_api().await;
+    let key = |k: &str| base64(k.as_bytes());
+    let (status, put) = v3(
+        &http[0],
+        "kv/put",
+        json!({"key": key("gw/a"), "value": key("1")}),
+    );
+    assert_eq!(status, 200, "{put}");
+    let written_at = i64_of(&put["header"]["revision"]);
+    v3(
+        &http[1],
+        "kv/put",
+        json!({"key": key("gw/b"), "value": key("2")}),
+    );
+    // A follower answers with the leader's state: a range over the prefix, etcd's way.
+    let (_, range) = v3(
+        &http[2],
+        "kv/range",
+        json!({"key": key("gw/"), "range_end": key("gw0"), "sort_order": "DESCEND"}),
+    );
+    assert_eq!(range["count"], "2", "{range}");
+    assert_eq!(range["kvs"][0]["key"], key("gw/b"), "{range}");
+    assert_eq!(
+        i64_of(&range["kvs"][1]["create_revision"]),
+        written_at,
+        "{range}"
+    );
+    assert_eq!(range["kvs"][1]["version"], "1", "{range}");
+
+    // A compare-and-swap on the value, as etcd3gw's `replace` sends it.
+    let swap = |from: &str, to: &str| {
+        let body = json!({
+            "compare": [{"key": key("gw/a"), "result": "EQUAL", "target": "VALUE", "value": key(from)}],
+            "success": [{"request_put": {"key": key("gw/a"), "value": key(to)}}],
+            "failure": [{"request_range": {"key": key("gw/a")}}],
+        });
+        v3(&http[1], "kv/txn", body).1
+    };
+    assert_eq!(swap("1", "3")["succeeded"], true);
+    let lost = swap("1", "4");
+    assert_eq!(
+        lost.get("succeeded"),
+        None,
+        "false is left out, as etcd leaves it: {lost}"
+    );
+    let current = &lost["responses"][0]["response_range"]["kvs"][0]["value"];
+    assert_eq!(current, &json!(key("3")), "{lost}");
+
+    // A lease: granted, a key under it, its time to live, a keep-alive.
+    let (_, lease) = v3(&http[0], "lease/grant", json!({"TTL": "30"}));
+    let id = i64_of(&lease["ID"]);
+    assert_eq!(lease["TTL"], "30", "{lease}");
+    v3(
+        &http[2],
+        "kv/put",
+        json!({"key": key("gw/s"), "value": key("x"), "lease": id.to_string()}),
+    );
+    let (_, ttl) = v3(
+        &http[1],
+        "lease/timetolive",
+        json!({"ID": id.to_string(), "keys": true}),
+    );
+    assert_eq!(
+        ttl["grantedTTL"], "30",
+        "etcd's proto names it grantedTTL: {ttl}"
+    );
+    assert_eq!(ttl["keys"][0], key("gw/s"), "{ttl}");
+    let (status, kept) = post::<&str>(
+        &format!("http://{}/v3/lease/keepalive", http[2]),
+        &json!({"ID": id.to_string()}).to_string(),
+        &[],
+    );
+    assert_eq!(status, 200, "{kept}");
+    assert_eq!(i64_of(&kept["result"]["ID"]), id, "{kept}");
+    assert_eq!(kept["result"]["TTL"], "30", "{kept}");
+    let (_, revoked) = v3(&http[0], "lease/revoke", json!({"ID": id.to_string()}));
+    assert!(revoked["header"].is_object(), "{revoked}");
+    let (_, gone) = v3(&http[0], "kv/range", json!({"key": key("gw/s")}));
+    assert_eq!(gone.get("kvs"), None, "{gone}");
+
+    let (_, status) = v3(&http[1], "maintenance/status", json!({}));
+    assert!(status["leader"].is_string(), "{status}");
+    let (_, members) = v3(&http[1], "cluster/member/list", json!({}));
+    assert_eq!(
+        members["members"].as_array().map(Vec::len),
+        Some(3),
+        "{members}"
+    );
+    let (code, refused) = v3(&http[0], "kv/put", json!({"key": "", "value": key("v")}));
+    assert_eq!(code, 400, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("key is not provided"),
+        "{refused}"
+    );
+    let (code, auth) = v3(
+        &http[0],
+        "auth/authenticate",
+        json!({"name": "u", "password": "p"}),
+    );
+    assert_eq!(code, 501, "{auth}");
+    let (code, unknown) = v3(&http[0], "kv/explode", json!({}));
+    assert_eq!(code, 404, "{unknown}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn etcds_gateway_watch_streams_results_from_a_revision() {
+    let (_h, http) = with_http_api().await;
+    let key = |k: &str| base64(k.as_bytes());
+    let (_, put) = v3(
+        &http[0],
+        "kv/put",
+        json!({"key": key("gw/w"), "value": key("1")}),
+    );
+    let from = i64_of(&put["header"]["revision"]);
+    v3(&http[0], "kv/deleterange", json!({"key": key("gw/w")}));
+    let create = json!({"create_request": {"key": key("gw/w"), "start_revision": from.to_string(), "prev_kv": true}});
+    let mut curl = Command::new("curl")
+        .args(["--silent", "--no-buffer", "--max-time", "20", "-X", "POST"])
+        .arg("--data-binary")
+        .arg(create.to_string())
+        .arg(format!("http://{}/v3/watch", http[1]))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run curl");
+    let lines = BufReader::new(curl.stdout.take().unwrap()).lines();
+    let mut events = Vec::new();
+    let mut created = false;
+    for line in lines {
+        let response: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        created |= response["result"]["created"] == true;
+        events.extend(
+            response["result"]["events"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
+        );
+        if events.len() >= 2 {
+            break;
+        }
+    }
+    let _ = curl.kill();
+    let _ = curl.wait();
+    assert!(created, "the first answer says the watch was created");
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(
+        events[0].get("type"),
+        None,
+        "a PUT, the default, is left out: {events:?}"
+    );
+    assert_eq!(events[0]["kv"]["value"], key("1"));
+    assert_eq!(events[1]["type"], "DELETE", "{events:?}");
+    assert_eq!(events[1]["prev_kv"]["value"], key("1"), "{events:?}");
+}

@@ -35,9 +35,25 @@ fn etcd(root: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
         "etcd/v3electionpb/v3election.proto",
     ]
     .map(|f| root.join(f));
+    let descriptors = protox::compile(&files, [root])?;
+    let encoded = prost::Message::encode_to_vec(&descriptors);
     tonic_prost_build::configure()
         .build_transport(false)
-        .compile_fds(protox::compile(&files, [root])?)?;
+        .compile_fds(descriptors)?;
+    // Serde impls for etcd's JSON gateway, with the proto's own field names (`range_end`, `ID`,
+    // `TTL`), as etcd's grpc-gateway writes them.
+    let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    pbjson_build::Builder::new()
+        .register_descriptors(&encoded)?
+        .preserve_proto_field_names()
+        .out_dir(&out_dir)
+        .build(&[
+            ".etcdserverpb",
+            ".mvccpb",
+            ".authpb",
+            ".v3lockpb",
+            ".v3electionpb",
+        ])?;
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());
     }

@@ -9,30 +9,45 @@
 #[allow(missing_docs)]
 pub mod etcdserverpb {
     tonic::include_proto!("etcdserverpb");
+    // serde's impls in the JSON etcd's gateway speaks.
+    #[cfg(feature = "json")]
+    include!(concat!(env!("OUT_DIR"), "/etcdserverpb.serde.rs"));
 }
 
 /// Key-value pairs and watch events.
 #[allow(missing_docs)]
 pub mod mvccpb {
     tonic::include_proto!("mvccpb");
+    // serde's impls in the JSON etcd's gateway speaks.
+    #[cfg(feature = "json")]
+    include!(concat!(env!("OUT_DIR"), "/mvccpb.serde.rs"));
 }
 
 /// The user options and permissions the `Auth` service's messages carry.
 #[allow(missing_docs)]
 pub mod authpb {
     tonic::include_proto!("authpb");
+    // serde's impls in the JSON etcd's gateway speaks.
+    #[cfg(feature = "json")]
+    include!(concat!(env!("OUT_DIR"), "/authpb.serde.rs"));
 }
 
 /// The `Lock` service.
 #[allow(missing_docs)]
 pub mod v3lockpb {
     tonic::include_proto!("v3lockpb");
+    // serde's impls in the JSON etcd's gateway speaks.
+    #[cfg(feature = "json")]
+    include!(concat!(env!("OUT_DIR"), "/v3lockpb.serde.rs"));
 }
 
 /// The `Election` service.
 #[allow(missing_docs)]
 pub mod v3electionpb {
     tonic::include_proto!("v3electionpb");
+    // serde's impls in the JSON etcd's gateway speaks.
+    #[cfg(feature = "json")]
+    include!(concat!(env!("OUT_DIR"), "/v3electionpb.serde.rs"));
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 pub(crate) use caller::{certificate_name, set_up, Caller, Credentials, SetUp};
 pub(crate) use cluster::ClusterApi;
-pub(crate) use etcd::{EtcdApi, ObservedLeaders, Watched, Watcher};
+pub(crate) use etcd::{EtcdAnswers, EtcdApi};
 pub(crate) use lease::{Call, LeaseApi};
 
 use super::{Node, NodeError};

@@ -4,14 +4,13 @@
 //! Observe) run a task each that reads the client's messages and sends the API's answers.
 //! The peer plane serves `KV` and `Lease` too, for the reads a follower forwards.
 
-mod streams;
-
 use std::sync::Arc;
 
+use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::api::{Deadline, EtcdApi, Plane};
-use super::grpc::{answer, credentials, Answers};
+use super::grpc::{answer, credentials, stream, Answers};
 use super::NodeError;
 use crate::limits::MAX_CLIENT_MESSAGE_BYTES;
 use crate::proto::etcd::etcdserverpb::{self as pb, auth_server, cluster_server, kv_server};
@@ -121,8 +120,8 @@ service! {
             request: Request<Streaming<pb::LeaseKeepAliveRequest>>,
         ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
             let credentials = credentials(&request, self.plane);
-            let answers = streams::keep_alive(self.api.clone(), credentials, request.into_inner());
-            Ok(Response::new(answers))
+            let inbound = request.into_inner().map_while(Result::ok);
+            Ok(Response::new(stream(self.api.keep_alive_stream(credentials, inbound))))
         }
         }
     }
@@ -137,8 +136,9 @@ impl watch_server::Watch for EtcdService {
         request: Request<Streaming<pb::WatchRequest>>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let credentials = credentials(&request, self.plane);
-        let answers = streams::watch(self.api.clone(), credentials, request.into_inner())?;
-        Ok(Response::new(answers))
+        let inbound = request.into_inner().map_while(Result::ok);
+        let answers = self.api.watch_stream(credentials, inbound)?;
+        Ok(Response::new(stream(answers)))
     }
 }
 
@@ -261,8 +261,8 @@ service! {
             request: Request<election::LeaderRequest>,
         ) -> Result<Response<Self::ObserveStream>, Status> {
             let credentials = credentials(&request, self.plane);
-            let observed = self.api.observe(&credentials, request.into_inner());
-            Ok(Response::new(streams::observe(observed.map_err(Status::from)?)))
+            let observed = self.api.observe_stream(&credentials, request.into_inner())?;
+            Ok(Response::new(stream(observed)))
         }
         }
     }

@@ -61,7 +61,9 @@ pub(super) fn answer<T>(answered: Result<T, NodeError>) -> Result<Response<T>, S
 /// A stream of typed answers as gRPC sends it: each refusal as the status that ends it.
 pub(super) type Answers<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
-fn stream<T: Send + 'static>(answers: mpsc::Receiver<Result<T, NodeError>>) -> Answers<T> {
+pub(super) fn stream<T: Send + 'static>(
+    answers: mpsc::Receiver<Result<T, NodeError>>,
+) -> Answers<T> {
     Box::pin(ReceiverStream::new(answers).map(|item| item.map_err(Status::from)))
 }
 

@@ -11,6 +11,8 @@
 //! TLS certificate and `authorization` header: the same limits, admission, policy and answers.
 //! A `LeaseStore` unary call is read as the `Batch` stream's call in JSON, so the list of those
 //! calls is the proto's alone.
+//!
+//! `POST /v3/...` is etcd's JSON gateway (`etcd`), on the same connections, limits and callers.
 
 use std::convert::Infallible;
 
@@ -25,10 +27,11 @@ use leasehold_core::InvalidInput;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
+use tokio_stream::{Stream, StreamExt};
+
+mod etcd;
 
 use super::api::{certificate_name, Api, Call, Credentials, Deadline, LeaseApi};
 use super::error::{Code, NodeError};
@@ -107,6 +110,7 @@ impl Listener for Tls {
 fn app(api: Api) -> axum::Router {
     axum::Router::new()
         .route("/v1/{rpc}", post(rpc))
+        .route("/v3/{*path}", post(v3))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(api)
 }
@@ -130,6 +134,41 @@ async fn rpc(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let (credentials, body) = match caller(peer, &headers, body) {
+        Ok(called) => called,
+        Err(refused) => return *refused,
+    };
+    match answer(&api, &name, &credentials, &body).await {
+        Ok(answered) => answered,
+        Err(e) => error(&e),
+    }
+}
+
+/// etcd's JSON gateway: `POST /v3/<path>`.
+async fn v3(
+    State(api): State<Api>,
+    Path(path): Path<String>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let (credentials, body) = match caller(peer, &headers, body) {
+        Ok(called) => called,
+        Err(refused) => return *refused,
+    };
+    match etcd::answer(&api, &path, &credentials, &body).await {
+        Ok(answered) => answered,
+        Err(e) => error(&e),
+    }
+}
+
+/// The caller's credentials and the request's body; or the refusal of a request from a
+/// browser, of a body over the limit, or of an `Authorization` header that is not text.
+fn caller(
+    peer: Peer,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(Credentials, Bytes), Box<Response>> {
     if headers.contains_key(header::ORIGIN) {
         // A browser sends Origin; a page must not make a visitor's browser write, with its
         // client certificate, to a node it can reach (no CORS, and "simple" POSTs skip the
@@ -138,14 +177,14 @@ async fn rpc(
             "origin",
             "requests from browsers (with an Origin header) are refused: call from a program",
         );
-        return error(&NodeError::Invalid(invalid));
+        return Err(Box::new(error(&NodeError::Invalid(invalid))));
     }
     let body = match body {
         Ok(body) => body,
         Err(e) => {
             let problem = format!("must be at most {MAX_BODY_BYTES} bytes of JSON ({e})");
             let invalid = NodeError::Invalid(InvalidInput::new("body", problem));
-            return json(e.status(), &ErrorBody::of(&invalid));
+            return Err(Box::new(json(e.status(), &ErrorBody::of(&invalid))));
         }
     };
     let credentials = match headers.get(header::AUTHORIZATION).map(HeaderValue::to_str) {
@@ -153,20 +192,15 @@ async fn rpc(
         Some(Ok(value)) => Some(value.to_owned()),
         Some(Err(_)) => {
             let problem = "the Authorization header is `Bearer TOKEN`, printable ASCII";
-            return error(&NodeError::Invalid(InvalidInput::new(
-                "authorization",
-                problem,
-            )));
+            let invalid = InvalidInput::new("authorization", problem);
+            return Err(Box::new(error(&NodeError::Invalid(invalid))));
         }
     };
     let credentials = Credentials::Client {
         certificate: peer.certificate,
         authorization: credentials,
     };
-    match answer(&api, &name, &credentials, &body).await {
-        Ok(answered) => answered,
-        Err(e) => error(&e),
-    }
+    Ok((credentials, body))
 }
 
 /// The answer to the unary `Cluster` call `name` names, if it names one: called by
@@ -201,8 +235,10 @@ async fn answer(
     }
     Ok(match name {
         "Batch" => ok(batch(api, c, request(body)?).await?),
-        "Watch" => lines(lease.watch(c, request(body)?).await?),
-        "SaveSnapshot" => lines(cluster.save_snapshot(c, request(body)?).await?),
+        "Watch" => lines(ReceiverStream::new(lease.watch(c, request(body)?).await?)),
+        "SaveSnapshot" => lines(ReceiverStream::new(
+            cluster.save_snapshot(c, request(body)?).await?,
+        )),
         _ => unknown(name),
     })
 }
@@ -350,12 +386,12 @@ fn ok<T: Serialize>(message: T) -> Response {
 
 /// A streaming RPC: one JSON message a line; an error after the first line ends the stream
 /// with a line `{"error": ...}` (its HTTP status is already sent).
-fn lines<T>(messages: mpsc::Receiver<Result<T, NodeError>>) -> Response
+fn lines<T>(messages: impl Stream<Item = Result<T, NodeError>> + Send + 'static) -> Response
 where
     T: Serialize + Send + 'static,
 {
     let mut failed = false;
-    let lines = ReceiverStream::new(messages)
+    let lines = messages
         .take_while(move |item| {
             // Up to and including the first error.
             let go_on = !failed;
@@ -424,14 +460,27 @@ fn error(e: &NodeError) -> Response {
     json(http_status(e.code()), &ErrorBody::of(e))
 }
 
+/// A path the gateway does not serve, answered with the ones it does.
+fn unknown_path(path: &str, served: impl Iterator<Item = String>) -> Response {
+    let served: Vec<String> = served.collect();
+    not_found(format!(
+        "no call at {path:?}; POST to one of {}",
+        served.join(", ")
+    ))
+}
+
 fn unknown(name: &str) -> Response {
+    not_found(format!(
+        "no RPC named {name:?}; POST to /v1/ one of {}",
+        RPCS.join(", ")
+    ))
+}
+
+fn not_found(message: String) -> Response {
     let body = ErrorBody {
         code: Code::Unimplemented as i32,
         status: code_name(Code::Unimplemented),
-        message: format!(
-            "no RPC named {name:?}; POST to /v1/ one of {}",
-            RPCS.join(", ")
-        ),
+        message,
         reason: "UNKNOWN_RPC".into(),
         indeterminate: false,
         metadata: Default::default(),

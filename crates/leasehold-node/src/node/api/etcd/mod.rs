@@ -6,11 +6,14 @@
 //!
 //! - `convert`: etcd's messages as the core's requests, and back.
 //! - `watch`: the Watch stream's watchers, read from the keyspace's recent events.
+//! - `streams`: the streams (Watch, LeaseKeepAlive, Observe), each a task over its inbound
+//!   messages, which gRPC and the JSON gateway both run.
 //! - `concurrency`: etcd's lock and election services, made of the calls here, as etcd makes
 //!   them of its own client.
 
 mod concurrency;
 mod convert;
+mod streams;
 mod watch;
 
 use std::sync::Arc;
@@ -27,8 +30,7 @@ use leasehold_core::auth::Action;
 use leasehold_core::etcd::{self as core, EtcdAnswer, EtcdOp, EtcdOutcome};
 use leasehold_core::{Op, Outcome};
 
-pub(crate) use concurrency::ObservedLeaders;
-pub(crate) use watch::{Watched, Watcher};
+pub(crate) use streams::Answers as EtcdAnswers;
 
 /// etcd's calls on one plane.
 pub(crate) struct EtcdApi {

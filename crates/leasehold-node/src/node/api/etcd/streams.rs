@@ -1,53 +1,29 @@
-//! etcd's streams: each a task that reads the client's messages, asks the API, and sends its
-//! answers into a bounded queue (a slow reader holds the task, not the node's memory); each
-//! ends when the client goes or the node stops.
+//! etcd's streams on the typed API: each a task that reads the client's messages from
+//! `inbound`, asks the API, and sends its answers into a bounded queue (a slow reader holds the
+//! task, not the node's memory); each ends when the client goes (`inbound` ends, or the
+//! queue's reader is dropped) or the node stops. gRPC's streams and the JSON gateway's both
+//! run them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Status, Streaming};
+use tokio_stream::{Stream, StreamExt};
 
+use super::concurrency::ObservedLeaders;
+use super::watch::{Watched, Watcher};
+use super::EtcdApi;
 use crate::limits::{ETCD_PROGRESS_NOTIFY, ETCD_STREAM_QUEUE, ETCD_WATCHERS_PER_STREAM};
-use crate::node::api::{Credentials, EtcdApi, ObservedLeaders, Watched, Watcher};
-use crate::node::grpc::Answers;
+use crate::node::api::Credentials;
 use crate::node::NodeError;
 use crate::proto::etcd::etcdserverpb as pb;
 use crate::proto::etcd::v3electionpb as election;
 
-type Sender<T> = mpsc::Sender<Result<T, Status>>;
+/// What a stream answers: its messages, and a refusal that ends it.
+pub(crate) type Answers<T> = mpsc::Receiver<Result<T, NodeError>>;
 
-fn queue<T: Send + 'static>() -> (Sender<T>, Answers<T>) {
-    let (send, receive) = mpsc::channel(ETCD_STREAM_QUEUE);
-    (send, Box::pin(ReceiverStream::new(receive)))
-}
-
-/// `LeaseKeepAlive`: each request kept alive through the log, answered in order.
-pub(super) fn keep_alive(
-    api: Arc<EtcdApi>,
-    credentials: Credentials,
-    mut inbound: Streaming<pb::LeaseKeepAliveRequest>,
-) -> Answers<pb::LeaseKeepAliveResponse> {
-    let (send, answers) = queue();
-    let mut stopping = api.stopping();
-    tokio::spawn(async move {
-        loop {
-            let request = tokio::select! {
-                request = inbound.message() => request,
-                () = stopped(&mut stopping) => return,
-            };
-            let Ok(Some(request)) = request else { return };
-            let answer = api.lease_keep_alive(&credentials, request).await;
-            let ended = answer.is_err();
-            if send.send(answer.map_err(Status::from)).await.is_err() || ended {
-                return;
-            }
-        }
-    });
-    answers
-}
+type Sender<T> = mpsc::Sender<Result<T, NodeError>>;
 
 /// Until the node stops (never, for a plane that does not say).
 async fn stopped(stopping: &mut Option<tokio::sync::watch::Receiver<bool>>) {
@@ -59,28 +35,82 @@ async fn stopped(stopping: &mut Option<tokio::sync::watch::Receiver<bool>>) {
     }
 }
 
-/// `Watch`: watchers created and cancelled by the client's messages, each a task sending its
-/// events; the stream counts as one watch of the node's budget for as long as it runs.
-pub(super) fn watch(
-    api: Arc<EtcdApi>,
-    credentials: Credentials,
-    inbound: Streaming<pb::WatchRequest>,
-) -> Result<Answers<pb::WatchResponse>, Status> {
-    let working = api.admit_watch().map_err(Status::from)?;
-    let (send, answers) = queue();
-    let stream = WatchStream {
-        api,
-        credentials,
-        send,
-        watchers: HashMap::new(),
-        tasks: JoinSet::new(),
-        next_id: 0,
-    };
-    tokio::spawn(async move {
-        let _working = working;
-        stream.run(inbound).await;
-    });
-    Ok(answers)
+impl EtcdApi {
+    /// `LeaseKeepAlive`: each request kept alive through the log, answered in order.
+    pub fn keep_alive_stream(
+        self: &Arc<Self>,
+        credentials: Credentials,
+        inbound: impl Stream<Item = pb::LeaseKeepAliveRequest> + Send + 'static,
+    ) -> Answers<pb::LeaseKeepAliveResponse> {
+        let (send, answers) = mpsc::channel(ETCD_STREAM_QUEUE);
+        let (api, mut stopping) = (self.clone(), self.stopping());
+        tokio::spawn(async move {
+            tokio::pin!(inbound);
+            loop {
+                let request = tokio::select! {
+                    request = inbound.next() => request,
+                    () = stopped(&mut stopping) => return,
+                    () = send.closed() => return,
+                };
+                let Some(request) = request else { return };
+                let answer = api.lease_keep_alive(&credentials, request).await;
+                let ended = answer.is_err();
+                if send.send(answer).await.is_err() || ended {
+                    return;
+                }
+            }
+        });
+        answers
+    }
+
+    /// `Watch`: watchers created and cancelled by the client's messages, each a task sending
+    /// its events; the stream counts as one watch of the node's budget for as long as it runs.
+    pub fn watch_stream(
+        self: &Arc<Self>,
+        credentials: Credentials,
+        inbound: impl Stream<Item = pb::WatchRequest> + Send + 'static,
+    ) -> Result<Answers<pb::WatchResponse>, NodeError> {
+        let working = self.admit_watch()?;
+        let (send, answers) = mpsc::channel(ETCD_STREAM_QUEUE);
+        let stream = WatchStream {
+            api: self.clone(),
+            credentials,
+            send,
+            watchers: HashMap::new(),
+            tasks: JoinSet::new(),
+            next_id: 0,
+        };
+        tokio::spawn(async move {
+            let _working = working;
+            stream.run(inbound).await;
+        });
+        Ok(answers)
+    }
+
+    /// `Observe`: the election's leader each time it changes.
+    pub fn observe_stream(
+        &self,
+        credentials: &Credentials,
+        m: election::LeaderRequest,
+    ) -> Result<Answers<election::LeaderResponse>, NodeError> {
+        let mut observed: ObservedLeaders = self.observe(credentials, m)?;
+        let (send, answers) = mpsc::channel(ETCD_STREAM_QUEUE);
+        let mut stopping = self.stopping();
+        tokio::spawn(async move {
+            loop {
+                let answer = tokio::select! {
+                    answer = observed.next() => answer,
+                    () = send.closed() => return,
+                    () = stopped(&mut stopping) => return,
+                };
+                let ended = answer.is_err();
+                if send.send(answer).await.is_err() || ended {
+                    return;
+                }
+            }
+        });
+        Ok(answers)
+    }
 }
 
 struct WatchStream {
@@ -95,32 +125,33 @@ struct WatchStream {
 }
 
 impl WatchStream {
-    async fn run(mut self, mut inbound: Streaming<pb::WatchRequest>) {
+    async fn run(mut self, inbound: impl Stream<Item = pb::WatchRequest> + Send) {
         use pb::watch_request::RequestUnion;
+        tokio::pin!(inbound);
         let mut stopping = self.api.stopping();
+        let send = self.send.clone();
         loop {
             let request = tokio::select! {
-                request = inbound.message() => request,
+                request = inbound.next() => request,
                 Some(Ok(id)) = self.tasks.join_next() => {
                     self.watchers.remove(&id);
                     continue;
                 }
+                () = send.closed() => break,
                 () = stopped(&mut stopping) => break,
             };
-            let answer = match request {
-                Ok(Some(pb::WatchRequest {
-                    request_union: Some(union),
-                })) => match union {
-                    RequestUnion::CreateRequest(create) => self.create(create),
-                    RequestUnion::CancelRequest(cancel) => self.cancel(cancel.watch_id),
-                    RequestUnion::ProgressRequest(_) => pb::WatchResponse {
-                        header: Some(self.api.header_now()),
-                        watch_id: -1,
-                        ..pb::WatchResponse::default()
-                    },
+            let Some(pb::WatchRequest { request_union }) = request else {
+                break;
+            };
+            let answer = match request_union {
+                Some(RequestUnion::CreateRequest(create)) => self.create(create),
+                Some(RequestUnion::CancelRequest(cancel)) => self.cancel(cancel.watch_id),
+                Some(RequestUnion::ProgressRequest(_)) => pb::WatchResponse {
+                    header: Some(self.api.header_now()),
+                    watch_id: -1,
+                    ..pb::WatchResponse::default()
                 },
-                Ok(Some(_)) => continue,
-                _ => break,
+                None => continue,
             };
             if self.send.send(Ok(answer)).await.is_err() {
                 break;
@@ -214,28 +245,10 @@ async fn watching(
             Ok(Watched::Events(answer)) => (Ok(answer), false),
             Ok(Watched::Compacted(answer)) => (Ok(answer), true),
             Err(NodeError::ShuttingDown) => return id,
-            Err(e) => (Err(Status::from(e)), true),
+            Err(e) => (Err(e), true),
         };
         if send.send(answer).await.is_err() || done {
             return id;
         }
     }
-}
-
-/// `Observe`: the election's leader each time it changes.
-pub(super) fn observe(mut observed: ObservedLeaders) -> Answers<election::LeaderResponse> {
-    let (send, answers) = queue();
-    tokio::spawn(async move {
-        loop {
-            let answer = tokio::select! {
-                answer = observed.next() => answer.map_err(Status::from),
-                () = send.closed() => return,
-            };
-            let ended = answer.is_err();
-            if send.send(answer).await.is_err() || ended {
-                return;
-            }
-        }
-    });
-    answers
 }
