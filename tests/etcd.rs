@@ -191,18 +191,63 @@ async fn an_etcd_lease_deletes_its_keys_when_it_runs_out_and_a_watch_sees_them_g
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_5_s_etcd_lease_lives_5_to_5_5_s_across_a_leader_kill() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut h = Harness::start(3, false).await;
+    let leader = h.leader().await;
+    let followers: Vec<String> = (1..=3u64)
+        .filter(|id| *id != leader)
+        .map(|id| h.endpoints[id as usize - 1].clone())
+        .collect();
+    let followers: Vec<&str> = followers.iter().map(String::as_str).collect();
+    let (_watch, events) = Running::start(&followers[1..], &["watch", "life/", "--prefix"]);
+    // The watch is in place once it reports a put made after it started.
+    ok(&followers, &["put", "life/ready", "1"]);
+    assert_eq!(
+        line(&events, Duration::from_secs(10)).as_deref(),
+        Some("PUT")
+    );
+    let sent = Instant::now();
+    let granted = ok(&followers, &["lease", "grant", "5"]);
+    let id = granted
+        .split_whitespace()
+        .nth(1)
+        .expect("a lease id")
+        .to_owned();
+    ok(
+        &followers,
+        &["put", "life/holder", "h", &format!("--lease={id}")],
+    );
+    h.kill(leader);
+    let mut seen = Vec::new();
+    while let Some(line) = line(&events, Duration::from_secs(15)) {
+        if line == "DELETE" {
+            break;
+        }
+        seen.push(line);
+    }
+    let life = sent.elapsed();
+    eprintln!("a 5 s etcd lease, its leader killed, lived {life:?} from its grant's send");
+    assert!(
+        life >= Duration::from_secs(5) && life <= Duration::from_millis(5_500),
+        "lived {life:?} ({seen:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_etcdctl_lock_is_held_by_one_holder_at_a_time_and_passes_on_when_it_goes() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let h = Harness::start(3, false).await;
-    let nodes: Vec<&str> = h.endpoints.iter().map(String::as_str).collect();
-    let (first, first_lines) = Running::start(&[nodes[0]], &["lock", "jobs", "--ttl=3"]);
+    let mut h = Harness::start(3, false).await;
+    let endpoints = h.endpoints.clone();
+    let nodes: Vec<&str> = endpoints.iter().map(String::as_str).collect();
+    let (first, first_lines) = Running::start(&nodes, &["lock", "jobs", "--ttl=3"]);
     let held = line(&first_lines, Duration::from_secs(10)).expect("the first takes the lock");
     assert!(held.starts_with("jobs/"), "{held}");
 
-    let (_second, second_lines) = Running::start(&[nodes[1]], &["lock", "jobs", "--ttl=3"]);
+    let (_second, second_lines) = Running::start(&nodes, &["lock", "jobs", "--ttl=3"]);
     // The second waits behind the first: its key is in line, and it holds nothing.
     wait_for("the second waiter's key", Duration::from_secs(10), || {
-        let keys = ok(&[nodes[2]], &["get", "jobs/", "--prefix", "--keys-only"]);
+        let keys = ok(&nodes, &["get", "jobs/", "--prefix", "--keys-only"]);
         std::future::ready((keys.lines().filter(|l| !l.is_empty()).count() == 2).then_some(()))
     })
     .await;
@@ -212,7 +257,10 @@ async fn an_etcdctl_lock_is_held_by_one_holder_at_a_time_and_passes_on_when_it_g
         "both hold the lock"
     );
 
-    // The first holder dies without unlocking: the lock passes on when its lease runs out.
+    // The leader dies, and so does the first holder (kill -9, without unlocking): the lock
+    // passes on when the holder's lease runs out, under the new leader.
+    let leader = h.leader().await;
+    h.kill(leader);
     let died = Instant::now();
     drop(first);
     let next = line(&second_lines, Duration::from_secs(10)).expect("the second takes the lock");
@@ -230,16 +278,21 @@ async fn an_etcdctl_lock_is_held_by_one_holder_at_a_time_and_passes_on_when_it_g
 #[tokio::test(flavor = "multi_thread")]
 async fn etcdctl_elect_makes_one_leader_and_observers_see_the_next() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let h = Harness::start(3, false).await;
-    let nodes: Vec<&str> = h.endpoints.iter().map(String::as_str).collect();
-    let (_observer, observed) = Running::start(&[nodes[2]], &["elect", "-l", "primary"]);
-    let (first, first_lines) = Running::start(&[nodes[0]], &["elect", "primary", "alpha"]);
+    let mut h = Harness::start(3, false).await;
+    let endpoints = h.endpoints.clone();
+    let nodes: Vec<&str> = endpoints.iter().map(String::as_str).collect();
+    let (_observer, observed) = Running::start(&nodes, &["elect", "-l", "primary"]);
+    let (first, first_lines) = Running::start(&nodes, &["elect", "primary", "alpha"]);
     assert!(line(&first_lines, Duration::from_secs(10)).is_some_and(|l| l.starts_with("primary/")));
-    let (_second, second_lines) = Running::start(&[nodes[1]], &["elect", "primary", "beta"]);
+    let (_second, second_lines) = Running::start(&nodes, &["elect", "primary", "beta"]);
     let mut leaders = Vec::new();
     while !leaders.contains(&"alpha".to_owned()) {
         leaders.push(line(&observed, Duration::from_secs(10)).expect("the observer sees alpha"));
     }
+    // The cluster's leader dies: alpha still leads the election, and beta still waits.
+    let leader = h.leader().await;
+    h.kill(leader);
+    h.new_leader(leader).await;
     assert_eq!(
         line(&second_lines, Duration::from_millis(500)),
         None,
@@ -253,6 +306,33 @@ async fn etcdctl_elect_makes_one_leader_and_observers_see_the_next() {
     while !leaders.contains(&"beta".to_owned()) {
         leaders.push(line(&observed, Duration::from_secs(10)).expect("the observer sees beta"));
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn etcd_writes_go_on_while_a_member_is_down_even_after_the_others_restart() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut h = Harness::start(3, false).await;
+    let endpoints = h.endpoints.clone();
+    let nodes: Vec<&str> = endpoints.iter().map(String::as_str).collect();
+    ok(&nodes, &["put", "before", "1"]);
+    // One member dies, and the two others restart: neither hears the dead one announce the
+    // formats it reads, but the log already holds etcd's writes.
+    h.kill(3);
+    for id in [1, 2] {
+        h.kill(id);
+        h.restart(id);
+    }
+    h.leader().await;
+    let up = &nodes[..2];
+    assert_eq!(ok(up, &["put", "after", "2"]).trim(), "OK");
+    let granted = ok(up, &["lease", "grant", "10"]);
+    let id = granted
+        .split_whitespace()
+        .nth(1)
+        .expect("a lease id")
+        .to_owned();
+    let kept = ok(up, &["lease", "keep-alive", "--once", &id]);
+    assert!(kept.contains("keepalived"), "{kept}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

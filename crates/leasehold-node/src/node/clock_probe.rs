@@ -203,7 +203,7 @@ impl Node {
             .peer_clocks()
             .keep_only(|id| voters.contains(&id));
         let members = self.member_ids();
-        protocols.keep_features_of(|id| members.contains(&id));
+        protocols.keep_announced_of(|id| members.contains(&id));
         self.inner.clock.set_voters(peers.clone(), all_answer);
         // Every voter is asked, whatever it announced: a follower hears no Raft message from
         // the other followers (after a restart it knows none of their features), and their

@@ -211,7 +211,11 @@ impl Node {
     pub(super) fn check_write(&self, op: &Op) -> Result<(), NodeError> {
         validate(op)?;
         let format = op.format();
-        if format > FORMAT_1 {
+        // A format the applied state already holds is in use: every member must read it to
+        // apply the log as it stands, so more of it risks nothing new. A leader that restarted
+        // while a member is down, and so never heard that member announce, still serves it.
+        let in_use = self.inner.state.read().table.format();
+        if format > FORMAT_1 && format > in_use {
             self.check_format(format)?;
         }
         match (op.bare(), self.inner.manual_clock) {

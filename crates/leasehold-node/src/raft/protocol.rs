@@ -184,9 +184,9 @@ pub fn check_format(metadata: &MetadataMap, readable: Format) -> Result<(), Stri
 #[derive(Clone, Default)]
 pub struct Protocols {
     heard: Arc<Mutex<BTreeMap<NodeId, Heard>>>,
-    /// The features each peer last announced, kept when it is forgotten (see
-    /// [`Protocols::all_announce`]).
-    features: Arc<Mutex<BTreeMap<NodeId, Vec<String>>>>,
+    /// What each peer last announced, kept when it is forgotten: its features (see
+    /// [`Protocols::all_announce`]) and its format (see [`Protocols::agreed_format`]).
+    last: Arc<Mutex<BTreeMap<NodeId, Announced>>>,
 }
 
 /// One peer's announcement, and its header as it came: every message repeats it, and an
@@ -223,23 +223,26 @@ impl Protocols {
             "peer announced its protocol"
         );
         let header = header.to_vec();
-        let mut features = self.features.lock().unwrap_or_else(|p| p.into_inner());
-        if features.contains_key(&id) || features.len() < MAX_PEERS_HEARD {
-            features.insert(id, announced.features.clone());
+        let mut last = self.last();
+        if last.contains_key(&id) || last.len() < MAX_PEERS_HEARD {
+            last.insert(id, announced.clone());
         }
         heard.insert(id, Heard { header, announced });
     }
 
-    /// Forgets the features of every peer not among `members` (removed from the cluster): a
-    /// new member must not find the table of features full.
-    pub fn keep_features_of(&self, members: impl Fn(NodeId) -> bool) {
-        let mut features = self.features.lock().unwrap_or_else(|p| p.into_inner());
-        features.retain(|id, _| members(*id));
+    fn last(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, Announced>> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Forgets what node `id` announced: it failed to answer, and may come back as another
-    /// build (a downgrade). Until it answers again it counts as format 1, which every build
-    /// reads; its features stand (see [`Protocols::all_announce`]).
+    /// Forgets what every peer not among `members` (removed from the cluster) last announced:
+    /// a new member must not find the table full.
+    pub fn keep_announced_of(&self, members: impl Fn(NodeId) -> bool) {
+        self.last().retain(|id, _| members(*id));
+    }
+
+    /// Forgets node `id`'s header: it failed to answer, and may come back as another build.
+    /// What it last announced stands until it announces again: its features (see
+    /// [`Protocols::all_announce`]) and its format (see [`Protocols::agreed_format`]).
     pub fn forget(&self, id: NodeId) {
         self.lock().remove(&id);
     }
@@ -250,19 +253,25 @@ impl Protocols {
     }
 
     /// The newest log format every one of `members` reads (voters and learners: both apply the
-    /// log): this build's for `me`, what each other member announced, format 1 for one not
-    /// heard from yet (every build reads it). With it, the members that hold it below this
-    /// build's, for the refusal to name.
+    /// log): this build's for `me`, what each other member last announced, format 1 for one
+    /// not heard from yet (every build reads it). With it, the members that hold it below
+    /// this build's, for the refusal to name.
+    ///
+    /// A member that stopped answering counts by what it last announced. Counting it as format
+    /// 1 refused every write of a newer format while one member was down (etcd's writes and
+    /// keep-alives, at format 3: every etcd lease ran out across one node's crash). A member
+    /// that comes back as an older build (a downgrade past a format in use) refuses the
+    /// entries it cannot read and says so, as it would for those logged before it went down.
     pub fn agreed_format(
         &self,
         me: NodeId,
         members: impl IntoIterator<Item = NodeId>,
     ) -> (Format, Vec<(NodeId, Format)>) {
-        let heard = self.lock();
+        let last = self.last();
         let mut agreed = LOG_FORMAT;
         let mut behind = Vec::new();
         for id in members.into_iter().filter(|id| *id != me) {
-            let format = heard.get(&id).map_or(FORMAT_1, |h| h.announced.format);
+            let format = last.get(&id).map_or(FORMAT_1, |a| a.format);
             agreed = agreed.min(format);
             if format < LOG_FORMAT {
                 behind.push((id, format));
@@ -296,11 +305,10 @@ impl Protocols {
         members: impl IntoIterator<Item = NodeId>,
         feature: &str,
     ) -> bool {
-        let features = self.features.lock().unwrap_or_else(|p| p.into_inner());
-        members
-            .into_iter()
-            .filter(|id| *id != me)
-            .all(|id| (features.get(&id)).is_some_and(|theirs| theirs.iter().any(|f| f == feature)))
+        let last = self.last();
+        members.into_iter().filter(|id| *id != me).all(|id| {
+            (last.get(&id)).is_some_and(|theirs| theirs.features.iter().any(|f| f == feature))
+        })
     }
 }
 
@@ -357,17 +365,23 @@ mod tests {
     }
 
     #[test]
-    fn a_peer_that_stops_answering_keeps_its_features_until_it_announces_others() {
+    fn a_peer_that_stops_answering_keeps_its_features_and_format_until_it_announces_others() {
         let protocols = Protocols::default();
         protocols.heard(2, &from("protocol=3; format=2; version=9; features=x"));
         protocols.forget(2);
-        assert_eq!(protocols.of(2), None, "its format counts as 1 again");
+        assert_eq!(protocols.of(2), None, "its header is forgotten");
         assert!(protocols.all_announce(1, [1, 2], "x"), "its features stand");
+        assert_eq!(
+            protocols.agreed_format(1, [1, 2]).0,
+            2,
+            "its format stands: one member down does not refuse the formats in use"
+        );
         protocols.heard(2, &from("protocol=2; format=1; version=0.2.0"));
         assert!(
             !protocols.all_announce(1, [1, 2], "x"),
             "it came back as an older build"
         );
+        assert_eq!(protocols.agreed_format(1, [1, 2]).0, FORMAT_1);
     }
 
     #[test]
