@@ -365,3 +365,107 @@ async fn etcds_refusals_come_in_etcds_words() {
     let too_big = refused(&["put", "k", &big]);
     assert!(too_big.contains("request is too large"), "{too_big}");
 }
+
+/// A fresh virtual environment with etcd's Python clients, as their users install them: etcd3's
+/// last release (0.12, which needs protobuf 3 and tenacity 6) and etcd3gw 2.7.
+fn python_clients(venv: &std::path::Path) -> std::path::PathBuf {
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(venv)
+        .status();
+    assert!(
+        made.is_ok_and(|s| s.success()),
+        "python3 -m venv (python3-venv)"
+    );
+    let pip = Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .args([
+            "etcd3==0.12.0",
+            "protobuf<4",
+            "tenacity<7",
+            "etcd3gw==2.7.0",
+        ])
+        .output()
+        .expect("run pip");
+    assert!(
+        pip.status.success(),
+        "pip: {}",
+        String::from_utf8_lossy(&pip.stderr)
+    );
+    venv.join("bin/python")
+}
+
+/// `tests/etcd_clients/lock.py KIND MODE ENDPOINT`, its output read line by line.
+fn python_lock(python: &std::path::Path, args: [&str; 3]) -> Running {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/etcd_clients/lock.py");
+    let child = Command::new(python)
+        .arg(script)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("run python");
+    Running(child)
+}
+
+impl Running {
+    fn lines(&mut self) -> std::sync::mpsc::Receiver<String> {
+        let stdout = self.0.stdout.take().expect("piped");
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        lines
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pythons_etcd3_and_etcd3gw_locks_pass_on_across_a_leader_kill_and_a_holders_kill_9() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let venv = tempfile::tempdir().unwrap();
+    let python = python_clients(venv.path());
+    let mut http = Vec::new();
+    let mut h = Harness::start_configured(3, |cluster| {
+        let (cluster, addrs) = harness::with_http(cluster);
+        http = addrs;
+        cluster
+    })
+    .await;
+    for kind in ["etcd3", "etcd3gw"] {
+        let leader = h.leader().await;
+        let endpoint = |id: u64| match kind {
+            "etcd3" => h.endpoints[id as usize - 1].clone(),
+            _ => http[id as usize - 1].clone(),
+        };
+        // The holder talks to the leader, the contender to a follower that stays up.
+        let survivor = leader % 3 + 1;
+        let mut holder = python_lock(&python, [kind, "hold", &endpoint(leader)]);
+        let held = holder.lines();
+        assert_eq!(
+            line(&held, Duration::from_secs(20)).as_deref(),
+            Some("held"),
+            "{kind}"
+        );
+        let mut contender = python_lock(&python, [kind, "take", &endpoint(survivor)]);
+        let took = contender.lines();
+        assert_eq!(
+            line(&took, Duration::from_secs(1)),
+            None,
+            "{kind}: both hold the lock"
+        );
+        h.kill(leader);
+        drop(holder);
+        let taken = line(&took, Duration::from_secs(25)).expect("the contender takes the lock");
+        assert!(taken.starts_with("took"), "{kind}: {taken}");
+        assert_eq!(
+            line(&took, Duration::from_secs(10)).as_deref(),
+            Some("released"),
+            "{kind}"
+        );
+        h.rejoin_after_failover(leader).await;
+    }
+}

@@ -8,8 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use harness::{wait_for, Harness};
-use leasehold::cli::local::{free_ports, LocalCluster};
+use harness::{wait_for, with_http, Harness};
 use serde_json::{json, Value};
 
 /// A cluster whose nodes serve HTTP too.
@@ -61,18 +60,6 @@ fn tls_flags(h: &Harness, identity: Option<&str>, extra: &[&str]) -> Vec<OsStrin
 }
 
 /// Gives every node of `cluster` an HTTP listener on a free port; returns them with it.
-fn with_http(cluster: LocalCluster) -> (LocalCluster, Vec<String>) {
-    let ports = free_ports(cluster.nodes().len()).expect("free ports");
-    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let cluster = addrs
-        .iter()
-        .enumerate()
-        .fold(cluster, |cluster, (i, addr)| {
-            cluster.with_node_args(i as u64 + 1, &["--http-listen", addr])
-        });
-    (cluster, addrs)
-}
-
 fn curl_installed() {
     let found = Command::new("curl").arg("--version").output();
     assert!(

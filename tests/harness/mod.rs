@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use leasehold::cli::local::{local_addrs, LocalCluster, PlaneAddrs};
+use leasehold::cli::local::{free_ports, local_addrs, LocalCluster, PlaneAddrs};
 use leasehold::proto::v1 as pb;
 use leasehold::tls::certs;
 use leasehold::tls::Tls;
@@ -538,6 +538,20 @@ fn client_for(
         Some(tls) => client.with_tls(tls.clone()).unwrap(),
         None => client,
     }
+}
+
+/// `cluster` with an HTTP listener on a free loopback port for each node (`--http-listen`), and
+/// their addresses.
+pub fn with_http(cluster: LocalCluster) -> (LocalCluster, Vec<String>) {
+    let ports = free_ports(cluster.nodes().len()).expect("free ports");
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let cluster = addrs
+        .iter()
+        .enumerate()
+        .fold(cluster, |cluster, (i, addr)| {
+            cluster.with_node_args(i as u64 + 1, &["--http-listen", addr])
+        });
+    (cluster, addrs)
 }
 
 /// Polls `check` until it yields a value; panics naming `what` after `timeout`.

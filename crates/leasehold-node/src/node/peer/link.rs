@@ -303,6 +303,8 @@ async fn propose(
         Ok(Err(LaneFailure::Refused { code, message })) if refused_before_proposing(code, None) => {
             return Err(refused(message))
         }
+        // No lane could be opened: nothing was sent.
+        Ok(Err(LaneFailure::Unreachable(why))) => return Err(unreachable(why)),
         Ok(Err(failure)) => return Err(lost(failure.to_string())),
         Err(request) => match RaftClient::new(channel).propose(request).await {
             Ok(reply) => reply,

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use super::caller::{Caller, Credentials};
 use super::{ClusterApi, Deadline, Plane};
+use crate::limits::{LEADERS_FOLLOWED, QUORUM_WAIT};
 use crate::metrics::Metrics;
 use crate::node::link::{EtcdRead, EtcdReadAnswer};
 use crate::node::{Node, NodeError};
@@ -127,10 +128,23 @@ impl EtcdApi {
         core::validate(&op)?;
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let applied = self
-            .node
-            .write_or_forward(caller.log(Op::Etcd(op)), None)
-            .await?;
+        let op = caller.log(Op::Etcd(op));
+        let mut tries = 0;
+        let applied = loop {
+            tries += 1;
+            match self.node.write_or_forward(op.clone(), None).await {
+                // The leader could not be reached, so nothing was sent: as etcd holds a
+                // proposal through an election, the write goes to the next leader (a killed
+                // leader's followers refuse its connections well before one of them leads).
+                Err(NodeError::LeaderUnreachable { leader, .. }) if tries < LEADERS_FOLLOWED => {
+                    let moved = self.node.leader_moves_from(leader);
+                    if tokio::time::timeout(QUORUM_WAIT, moved).await.is_err() {
+                        return Err(NodeError::NoLeader(QUORUM_WAIT));
+                    }
+                }
+                answered => break answered?,
+            }
+        };
         match applied.outcome {
             Outcome::Etcd(outcome) => match outcome.answer {
                 EtcdAnswer::Refused(refusal) => Err(NodeError::Etcd(refusal)),
