@@ -21,7 +21,9 @@
 # BENCH_BEFORE=PATH adds a third three-node cluster of the leasehold binary at PATH (absolute, and
 # not target/release/leasehold, which the build below replaces), an earlier build, benchmarked in
 # the same interleaved loop by its own load generator (its client, as its users had it), with its
-# own columns and a ratio of this build to it: a change's before and after in one run).
+# own columns and a ratio of this build to it: a change's before and after in one run);
+# BENCH_LH_API=etcd drives this build's Leasehold through its etcd API, with the etcd-client
+# crate that drives etcd, instead of its own client: one client against both systems.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -36,6 +38,7 @@ churn=${BENCH_CHURN:-0}
 churn_secs=${BENCH_CHURN_SECS:-30}
 churn_etcd_secs=${BENCH_CHURN_ETCD_SECS:-$churn_secs}
 before_bin=${BENCH_BEFORE:-}
+lh_api=${BENCH_LH_API:-leasehold}
 if [ -n "$before_bin" ]; then
   case $before_bin in
     /*) ;;
@@ -149,7 +152,7 @@ if [ -n "$before_bin" ]; then wait_until "the earlier leasehold" lh_ready "$befo
 bench() { # target endpoints workload clients connect [binary]
   local floor=()
   if [ "$1" = leasehold ] && [ "$4" = 1 ] && [ -z "${6:-}" ]; then floor=(--floor-dir "$work"); fi
-  "${6:-$bin}" bench --target "$1" --endpoints "$2" --workload "$3" --clients "$4" --connect "$5" \
+  "${6:-$bin}" bench --api "$1" --endpoints "$2" --workload "$3" --clients "$4" --connect "$5" \
     --duration "$secs" --warmup "$warmup" "${floor[@]}" -o json 2>/dev/null |
     python3 -c '
 import json, sys
@@ -174,7 +177,7 @@ for w in $workloads; do
     to_list=spread
     if [ "$c" = 1 ]; then to_list="leader follower"; fi
     for to in $to_list; do
-      read -r lh_ops lh_p50 lh_p99 lh_err lh_floor <<<"$(bench leasehold "$lh_endpoints" "$w" "$c" "$to")"
+      read -r lh_ops lh_p50 lh_p99 lh_err lh_floor <<<"$(bench "$lh_api" "$lh_endpoints" "$w" "$c" "$to")"
       if [ -n "$before_bin" ]; then
         read -r bf_ops bf_p50 bf_p99 bf_err _ <<<"$(bench leasehold "$before_endpoints" "$w" "$c" "$to" "$before_bin")"
       fi
@@ -208,12 +211,12 @@ memory() { # label
 echo
 echo "Resident memory per node:"
 memory "idle after the runs"
-"$bin" bench --target leasehold --endpoints "$lh_endpoints" --workload fenced-put --clients 64 --duration 6 --warmup 0 >/dev/null 2>&1 &
+"$bin" bench --api leasehold --endpoints "$lh_endpoints" --workload fenced-put --clients 64 --duration 6 --warmup 0 >/dev/null 2>&1 &
 load=$!
 sleep 4
 lh_loaded=$(for i in 1 2 3; do rss "${lh_pid[$i]}"; echo -n ' '; done)
 wait "$load"
-"$bin" bench --target etcd --endpoints "$etcd_endpoints" --workload fenced-put --clients 64 --duration 6 --warmup 0 >/dev/null 2>&1 &
+"$bin" bench --api etcd --endpoints "$etcd_endpoints" --workload fenced-put --clients 64 --duration 6 --warmup 0 >/dev/null 2>&1 &
 load=$!
 sleep 4
 et_loaded=$(for i in 1 2 3; do rss "${etcd_pid[$i]}"; echo -n ' '; done)
@@ -297,7 +300,7 @@ if [ "$churn" = 1 ]; then
   for target in leasehold etcd; do
     if [ "$target" = leasehold ]; then endpoints=$lh_endpoints; pids_name=lh_pid; secs_now=$churn_secs; else endpoints=$etcd_endpoints; pids_name=etcd_pid; secs_now=$churn_etcd_secs; fi
     before=$(peak_of "$pids_name" 1)
-    "$bin" bench --target "$target" --endpoints "$endpoints" --workload acquire --ttl 1 --clients 64 \
+    "$bin" bench --api "$target" --endpoints "$endpoints" --workload acquire --ttl 1 --clients 64 \
       --duration "$secs_now" --warmup 0 -o json >"$work/churn-$target.json" 2>/dev/null &
     load=$!
     peak=$(peak_of "$pids_name" "$secs_now")

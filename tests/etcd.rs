@@ -335,6 +335,79 @@ async fn etcd_writes_go_on_while_a_member_is_down_even_after_the_others_restart(
     assert!(kept.contains("keepalived"), "{kept}");
 }
 
+/// `etcdctl txn` with `script` on stdin (compares, a blank line, the success branch, a blank
+/// line, the failure branch, a blank line): its output.
+fn txn(endpoints: &[&str], script: &str) -> String {
+    let mut child = etcdctl(endpoints)
+        .arg("txn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run etcdctl txn");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(script.as_bytes()).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// The lock key's create revision, as `etcdctl get -w json` prints it.
+fn create_revision(endpoints: &[&str], key: &str) -> Option<i64> {
+    let json = ok(endpoints, &["get", key, "-w", "json"]);
+    let found: serde_json::Value = serde_json::from_str(&json).unwrap();
+    found["kvs"][0]["create_revision"].as_i64()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_that_lost_its_etcd_lock_has_its_fenced_write_refused() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let h = Harness::start(3, false).await;
+    let nodes: Vec<&str> = h.endpoints.iter().map(String::as_str).collect();
+    // Takes the lock key under a lease of `ttl` seconds if it is free: its create revision.
+    let take = |ttl: &str| {
+        let granted = ok(&nodes, &["lease", "grant", ttl]);
+        let lease = granted
+            .split_whitespace()
+            .nth(1)
+            .expect("a lease id")
+            .to_owned();
+        let script =
+            format!("create(\"locks/job\") = \"0\"\n\nput locks/job holder --lease={lease}\n\n\n");
+        assert!(
+            txn(&nodes, &script).starts_with("SUCCESS"),
+            "the lock is free"
+        );
+        create_revision(&nodes, "locks/job").expect("the lock key")
+    };
+    let fenced_put = |revision: i64, value: &str| {
+        let script = format!("create(\"locks/job\") = \"{revision}\"\n\nput report {value}\n\n\n");
+        txn(&nodes, &script)
+    };
+    let a = take("1");
+    assert!(
+        fenced_put(a, "a1").starts_with("SUCCESS"),
+        "A holds the lock"
+    );
+    // A freezes; its lease runs out, and B takes the lock.
+    wait_for(
+        "A's lock key to go with its lease",
+        Duration::from_secs(10),
+        || std::future::ready(create_revision(&nodes, "locks/job").is_none().then_some(())),
+    )
+    .await;
+    let b = take("10");
+    assert!(b > a, "a new lock key, a later revision");
+    assert!(fenced_put(b, "b1").starts_with("SUCCESS"));
+    // A wakes and writes, fenced with the revision it held the lock at: refused.
+    let late = fenced_put(a, "a2");
+    assert!(late.starts_with("FAILURE"), "{late}");
+    assert_eq!(
+        ok(&nodes, &["get", "report", "--print-value-only"]).trim(),
+        "b1"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn etcds_refusals_come_in_etcds_words() {
     let _one = ONE_AT_A_TIME.lock().await;

@@ -69,8 +69,10 @@ pub struct BenchArgs {
     /// 512 (etcd keeps one lease alive for all of a client's keys, so it renews one).
     #[arg(long, default_value_t = 1)]
     leases: usize,
-    /// What to measure: Leasehold, or etcd v3 at --endpoints (needs `--features etcd`).
-    #[arg(long, value_enum, default_value_t = Target::Leasehold)]
+    /// Which API the clients speak: Leasehold's own, or etcd v3's through the `etcd-client`
+    /// crate (needs `--features etcd`), to whatever serves it at --endpoints: etcd, or
+    /// Leasehold's etcd API, so one client drives both systems. (`--target` is its older name.)
+    #[arg(long = "api", alias = "target", value_enum, default_value_t = Target::Leasehold)]
     target: Target,
     /// Also measure, before the run, the floor under one client's latency: the disk's
     /// fdatasync in DIR (where the nodes keep their data) and a loopback round trip; the

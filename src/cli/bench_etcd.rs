@@ -107,10 +107,12 @@ impl Etcd {
                 keeper.keep_alive().await.map_err(status)?;
                 stream
             }
-            // Opening the stream sends its first keepalive.
+            // Opening the stream sends its first keepalive, and etcd-client (0.21) reads its
+            // answer (a lease that is gone is its error): waiting for another hung forever.
             None => {
                 let opened = self.client.lease_keep_alive(self.lease_id).await;
-                &mut self.keepalive.insert(opened.map_err(status)?).1
+                self.keepalive = Some(opened.map_err(status)?);
+                return Ok(());
             }
         };
         match stream.message().await.map_err(status)? {
