@@ -56,6 +56,13 @@ impl EtcdModel {
         self.keys.values().cloned().collect()
     }
 
+    /// The keys attached to lease `id` (none to 0, which is no lease).
+    pub fn lease_keys(&self, id: i64) -> Vec<Arc<[u8]>> {
+        (self.keys.values().filter(|kv| id != 0 && kv.lease == id))
+            .map(|kv| kv.key.clone())
+            .collect()
+    }
+
     /// Every lease's id, in order.
     pub fn lease_ids(&self) -> Vec<i64> {
         self.leases.keys().copied().collect()
@@ -120,7 +127,7 @@ impl EtcdModel {
                     Err(refused) => Err(refused),
                 }
             }
-            EtcdOp::LeaseGrant { id, ttl_s } => self.grant(*id, *ttl_s, now_ms, identity, enforced),
+            EtcdOp::LeaseGrant { id, ttl_s } => self.grant(*id, *ttl_s, now_ms, identity),
             EtcdOp::LeaseKeepAlive { id } => {
                 self.usable(*id, now_ms, identity, enforced).map(|()| {
                     let lease = self.leases.get_mut(id).expect("usable");
@@ -165,10 +172,11 @@ impl EtcdModel {
         ttl_s: i64,
         now_ms: u64,
         identity: Option<&str>,
-        enforced: bool,
     ) -> Result<EtcdAnswer, Refused> {
         let id = match id {
-            0 => (self.last_lease_id + 1..)
+            // The first free id after the largest granted, wrapping past i64::MAX to 1.
+            0 => (self.last_lease_id.saturating_add(1)..=i64::MAX)
+                .chain(1..=self.last_lease_id)
                 .find(|id| !self.leases.contains_key(id))
                 .unwrap_or(i64::MAX),
             id if self.leases.contains_key(&id) => return Err(Refused::LeaseExists),
@@ -178,7 +186,7 @@ impl EtcdModel {
         let lease = Lease {
             ttl_s,
             expires_at_ms: now_ms + ttl_s as u64 * 1000,
-            owner: identity.filter(|_| enforced).map(str::to_owned),
+            owner: identity.map(str::to_owned),
         };
         self.leases.insert(id, lease);
         Ok(EtcdAnswer::LeaseGranted { id, ttl_s })
@@ -298,9 +306,6 @@ impl EtcdModel {
         if found.is_empty() {
             if let CompareTarget::Value(_) = c.target {
                 return false;
-            }
-            if !c.range_end.is_empty() {
-                return true;
             }
             let zero = KeyValue {
                 key: empty(),

@@ -261,18 +261,7 @@ impl Model {
             Op::Delete { key, fence } => self.delete(key, fence.as_ref()),
             Op::Forget { retention_ms } => self.forget(*retention_ms),
             Op::Close => Outcome::Closed,
-            Op::Etcd(etcd) => {
-                // What the policy must allow is the core's to name (`EtcdOp::needs`), as its
-                // decisions are; the model judges what the keyspace does.
-                for need in etcd.needs() {
-                    let allowed = self.policy.check_caller(identity, bearer, &need.action());
-                    if let Err(denied) = allowed {
-                        return Outcome::Denied(Box::new(denied));
-                    }
-                }
-                let (now, on) = (self.now_ms, self.policy.enabled());
-                Outcome::Etcd(Box::new(self.etcd.apply(etcd, now, identity, on)))
-            }
+            Op::Etcd(etcd) => self.apply_etcd(etcd, identity, bearer),
             Op::Register => {
                 self.sessions.push(ClientSession {
                     last_heard_ms: self.now_ms,
@@ -284,6 +273,30 @@ impl Model {
                 }
             }
         }
+    }
+
+    /// An etcd write: what the policy must allow is the core's to name (`EtcdOp::needs`,
+    /// `lease_allowed`), as its decisions are; the model judges what the keyspace does.
+    fn apply_etcd(
+        &mut self,
+        etcd: &leasehold_core::etcd::EtcdOp,
+        identity: Option<&str>,
+        bearer: Option<&str>,
+    ) -> Outcome {
+        for need in etcd.needs() {
+            let allowed = self.policy.check_caller(identity, bearer, &need.action());
+            if let Err(denied) = allowed {
+                return Outcome::Denied(Box::new(denied));
+            }
+        }
+        let keys = |id| self.etcd.lease_keys(id);
+        let allowed =
+            leasehold_core::etcd::lease_allowed(etcd, &self.policy, identity, bearer, keys);
+        if let Err(denied) = allowed {
+            return Outcome::Denied(Box::new(denied));
+        }
+        let (now, on) = (self.now_ms, self.policy.enabled());
+        Outcome::Etcd(Box::new(self.etcd.apply(etcd, now, identity, on)))
     }
 
     fn acquire(&mut self, lease: &str, holder: &str, ttl_ms: u64) -> Outcome {

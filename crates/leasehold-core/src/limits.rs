@@ -63,11 +63,14 @@ pub const ETCD_MAX_TXN_OPS: usize = 128;
 
 /// The most keys one etcd range answers: a range over more is refused unless its `limit` asks
 /// for fewer, so that one read cannot make a node gather its whole keyspace into one message.
+/// A range inside a transaction is applied, so its answer is replicated state: changing this
+/// changes what entries already logged answer, and needs a new log format.
 pub const ETCD_MAX_RANGE_KEYS: usize = 10_000;
 
 /// Keys deleted and leases ended by the expiry one command brings, at most: 100,000 etcd leases
 /// that run out together are ended over many entries, none of which stalls the others'
-/// applies; the leader logs ticks while more are due.
+/// applies; the leader logs ticks while more are due. Which revision each deletion gets follows
+/// from it: changing it needs a new log format, as for [`ETCD_MAX_RANGE_KEYS`].
 pub const ETCD_EXPIRY_WORK: usize = 1_000;
 
 /// The most etcd events kept for watches that resume at a revision (see `etcd::History`).

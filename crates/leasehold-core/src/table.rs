@@ -780,6 +780,10 @@ impl LeaseTable {
                 return Outcome::Denied(Box::new(denied));
             }
         }
+        let keys = |id| self.etcd.lease_keys(id).cloned().collect();
+        if let Err(denied) = crate::etcd::lease_allowed(op, &self.policy, identity, bearer, keys) {
+            return Outcome::Denied(Box::new(denied));
+        }
         let enforced = self.policy.enabled();
         let outcome = self.etcd.apply(op, self.now_ms, identity, enforced);
         Outcome::Etcd(Box::new(outcome))

@@ -1,16 +1,19 @@
 //! The keyspace's recent events, for watches that start at a revision: bounded in count and
 //! bytes (see `limits`), the oldest forgotten first, and forgotten wholesale by a compaction.
-//! Derived from the log, so not in snapshots: a node that loads one keeps the events applied
-//! after it, and a watch older than those is told it was compacted, as etcd tells it.
+//! Kept in snapshots (outside the digest), so that a node that loads one still serves a watch
+//! from the revision a client just read at, as etcd's lock and election do after every read; a
+//! watch older than the events kept is told it was compacted, as etcd tells it.
 
 use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
 
 use super::answer::KeyValue;
 use super::request::Span;
 use crate::limits::{ETCD_HISTORY_BYTES, ETCD_HISTORY_EVENTS};
 
 /// What happened to a key at a revision.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EtcdEvent {
     /// A put or a delete.
     pub kind: EtcdEventKind,
@@ -21,7 +24,7 @@ pub struct EtcdEvent {
 }
 
 /// etcd's event types.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EtcdEventKind {
     /// The key was written.
     Put,
@@ -52,12 +55,20 @@ pub struct History {
 }
 
 impl History {
-    /// A history that keeps events after `revision` (a keyspace just loaded at it).
-    pub fn after(revision: i64) -> History {
+    /// A history as a snapshot stored it: its events, oldest first, and the oldest revision a
+    /// watch may start at.
+    pub fn restored(first_kept: i64, events: Vec<EtcdEvent>) -> History {
+        let bytes = events.iter().map(EtcdEvent::bytes).sum();
         History {
-            first_kept: revision + 1,
-            ..History::default()
+            events: events.into(),
+            bytes,
+            first_kept,
         }
+    }
+
+    /// Its events, oldest first, for a snapshot.
+    pub fn events(&self) -> impl Iterator<Item = &EtcdEvent> {
+        self.events.iter()
     }
 
     /// The oldest revision a watch may start at.

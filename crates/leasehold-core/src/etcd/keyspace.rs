@@ -62,6 +62,10 @@ pub(crate) struct Stored {
     leases: Map<i64, EtcdLease>,
     last_lease_id: i64,
     compacted: i64,
+    /// The recent events (see `history`): the oldest revision a watch may start at, then the
+    /// events from it on.
+    first_kept: i64,
+    events: Vec<EtcdEvent>,
 }
 
 impl From<Stored> for Keyspace {
@@ -75,10 +79,9 @@ impl From<Stored> for Keyspace {
             keys: stored.keys,
             leases,
             compacted: stored.compacted,
-            history: History::default(),
+            history: History::restored(stored.first_kept, stored.events),
             sum: 0,
         };
-        keyspace.history = History::after(keyspace.revision());
         keyspace.sum = keyspace.rehashed();
         keyspace
     }
@@ -93,6 +96,8 @@ impl Keyspace {
             leases: self.leases.by_id.clone(),
             last_lease_id: self.leases.last_id,
             compacted: self.compacted,
+            first_kept: self.history.first_kept(),
+            events: self.history.events().cloned().collect(),
         }
     }
 
@@ -136,6 +141,14 @@ impl Keyspace {
     /// The keys attached to lease `id`.
     pub fn lease_keys(&self, id: i64) -> impl Iterator<Item = &Bytes> {
         self.leases.keys_of(id)
+    }
+
+    /// The key from `key` up to `range_end` created first (a lock's or an election's first in
+    /// line), found in one pass.
+    pub fn first_created(&self, key: &[u8], range_end: &[u8]) -> Option<KeyValue> {
+        let first =
+            in_span(&self.keys, Span::of(key, range_end)).min_by_key(|kv| kv.create_revision);
+        first.cloned()
     }
 
     /// When the next lease runs out, in store time: a tick is due then.
@@ -183,7 +196,8 @@ impl Keyspace {
         let answer = match op {
             EtcdOp::Txn(txn) => self.txn(txn, now_ms, caller).map(EtcdAnswer::Txn),
             EtcdOp::LeaseGrant { id, ttl_s } => {
-                let owner = identity.filter(|_| enforced).map(Name::from);
+                // Kept whether the policy is on or not: it may be turned on later.
+                let owner = identity.map(Name::from);
                 let granted = self.leases.grant(*id, *ttl_s, now_ms, owner);
                 granted.map(|id| {
                     self.sum = self
@@ -462,11 +476,11 @@ fn holds(keys: &Map<Bytes, KeyValue>, compare: &Compare) -> bool {
     let span = Span::of(&compare.key, &compare.range_end);
     let mut found = in_span(keys, span).peekable();
     if found.peek().is_none() {
-        return match (&compare.target, span) {
-            (CompareTarget::Value(_), _) => false,
-            (_, Span::One(_)) => compared(&zero(), compare),
-            // etcd holds a compare over an empty range as true.
-            _ => true,
+        // No key: a value compare fails (no value is no value), any other compares a key of
+        // zeros, as etcd's does, for a range as for one key.
+        return match &compare.target {
+            CompareTarget::Value(_) => false,
+            _ => compared(&zero(), compare),
         };
     }
     found.all(|kv| compared(kv, compare))

@@ -84,9 +84,7 @@ impl Leases {
         owner: Option<Name>,
     ) -> Result<i64, Refusal> {
         let id = match id {
-            0 => (self.last_id + 1..)
-                .find(|id| !self.by_id.contains_key(id))
-                .unwrap_or(i64::MAX),
+            0 => next_free(self.last_id, |id| self.by_id.contains_key(&id)),
             id if self.by_id.contains_key(&id) => return Err(Refusal::LeaseExists),
             id => id,
         };
@@ -151,6 +149,16 @@ impl Leases {
             }
         }
     }
+}
+
+/// The id a grant that names none gets: the first free after `last`, the largest granted so
+/// far, wrapping to 1 past `i64::MAX` (a client may name that id itself); `i64::MAX` only if
+/// every id is taken, which no node's memory allows.
+pub fn next_free(last: i64, taken: impl Fn(i64) -> bool) -> i64 {
+    (last.saturating_add(1)..=i64::MAX)
+        .chain(1..=last)
+        .find(|id| !taken(*id))
+        .unwrap_or(i64::MAX)
 }
 
 /// `ttl_s` in milliseconds (TTLs are bounded at the edge; saturating all the same).

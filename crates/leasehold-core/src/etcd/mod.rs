@@ -71,8 +71,10 @@ impl Need {
 }
 
 impl EtcdOp {
-    /// What the policy must allow, every one of it. Leases need nothing of the policy: each
-    /// serves only the identity that granted it while the policy is on.
+    /// What the policy must allow, every one of it. Leases need nothing of the policy but an
+    /// identity (`Keyspace::apply` refuses an anonymous grant while it is on): each serves only
+    /// the identity that granted it, and a revoke needs the delete of the lease's keys, which
+    /// only the keyspace knows (`Keyspace::lease_keys`).
     pub fn needs(&self) -> Vec<Need> {
         let mut needs = Vec::new();
         match self {
@@ -116,6 +118,39 @@ fn txn_bytes(txn: &Txn) -> usize {
     compares.chain(requests).sum()
 }
 
+/// What the policy decides of a lease operation beside its [`needs`](EtcdOp::needs), with the
+/// policy on: an etcd lease is an identity's, so one without an identity is granted none; and a
+/// revoke deletes the lease's keys (`keys`, those attached to the lease it names), so the
+/// caller must be allowed to delete each.
+pub fn lease_allowed(
+    op: &EtcdOp,
+    policy: &crate::auth::Policy,
+    identity: Option<&str>,
+    bearer: Option<&str>,
+    keys: impl Fn(i64) -> Vec<Bytes>,
+) -> Result<(), crate::auth::Denied> {
+    if !policy.enabled() {
+        return Ok(());
+    }
+    match op {
+        EtcdOp::LeaseGrant { .. } if identity.is_none() => Err(crate::auth::Denied {
+            identity: "anonymous".into(),
+            action: "grant an etcd lease".into(),
+            resource: String::new(),
+            reason: Some(
+                "authorization is on, and an etcd lease is granted only to an identity: show a \
+                 client certificate or a bearer token"
+                    .into(),
+            ),
+        }),
+        EtcdOp::LeaseRevoke { id } => keys(*id).iter().try_for_each(|key| {
+            let key = String::from_utf8_lossy(key);
+            policy.check_caller(identity, bearer, &crate::auth::Action::Delete(&key))
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// The prefix that spans `key` to `range_end`, as the policy's text.
 pub fn span_prefix(key: &[u8], range_end: &[u8]) -> String {
     String::from_utf8_lossy(Span::of(key, range_end).prefix()).into_owned()
@@ -128,9 +163,19 @@ fn txn_needs(txn: &Txn, needs: &mut Vec<Need>) {
     for request in txn.success.iter().chain(&txn.failure) {
         match request {
             RequestOp::Range(r) => needs.push(Need::Read(span_prefix(&r.key, &r.range_end))),
-            RequestOp::Put(p) => needs.push(Need::Write(span_prefix(&p.key, &[]))),
+            RequestOp::Put(p) => {
+                needs.push(Need::Write(span_prefix(&p.key, &[])));
+                // The key's value before the put comes back: a read, as etcd has it.
+                if p.prev_kv {
+                    needs.push(Need::Read(span_prefix(&p.key, &[])));
+                }
+            }
             RequestOp::DeleteRange(d) => {
-                needs.push(Need::Delete(span_prefix(&d.key, &d.range_end)))
+                let prefix = span_prefix(&d.key, &d.range_end);
+                if d.prev_kv {
+                    needs.push(Need::Read(prefix.clone()));
+                }
+                needs.push(Need::Delete(prefix));
             }
             RequestOp::Txn(nested) => txn_needs(nested, needs),
         }
@@ -222,13 +267,16 @@ pub fn range_fields(r: &RangeRequest) -> Result<(), InvalidInput> {
     Ok(())
 }
 
+/// The keys one write of a transaction touches, and whether it is a put (else a delete).
+type Written<'a> = (Span<'a>, bool);
+
 /// Checks a transaction's compares and both branches: the keys its branches write, past those
 /// `outer` names (what the branch around a nested transaction wrote before it).
 fn txn_fields<'a>(
     txn: &'a Txn,
     ops: &mut usize,
-    outer: &[Span<'a>],
-) -> Result<Vec<Span<'a>>, InvalidInput> {
+    outer: &[Written<'a>],
+) -> Result<Vec<Written<'a>>, InvalidInput> {
     *ops += txn
         .compare
         .len()
@@ -261,21 +309,21 @@ fn txn_fields<'a>(
 fn branch_fields<'a>(
     branch: &'a [RequestOp],
     ops: &mut usize,
-    written: &mut Vec<Span<'a>>,
+    written: &mut Vec<Written<'a>>,
 ) -> Result<(), InvalidInput> {
     for request in branch {
-        let span = match request {
+        let (span, put) = match request {
             RequestOp::Range(r) => {
                 range_fields(r)?;
                 continue;
             }
             RequestOp::Put(p) => {
                 put_fields(p)?;
-                Span::of(&p.key, &[])
+                (Span::of(&p.key, &[]), true)
             }
             RequestOp::DeleteRange(d) => {
                 key_field(&d.key, &d.range_end)?;
-                Span::of(&d.key, &d.range_end)
+                (Span::of(&d.key, &d.range_end), false)
             }
             RequestOp::Txn(nested) => {
                 let wrote = txn_fields(nested, ops, written)?;
@@ -283,13 +331,17 @@ fn branch_fields<'a>(
                 continue;
             }
         };
-        if written.iter().any(|w| w.overlaps(&span)) {
+        // A put may meet no other write of the key; deletes may overlap each other, as in etcd.
+        if written
+            .iter()
+            .any(|(w, w_put)| (put || *w_put) && w.overlaps(&span))
+        {
             return Err(InvalidInput::new(
                 "success",
                 "etcdserver: duplicate key given in txn request",
             ));
         }
-        written.push(span);
+        written.push((span, put));
     }
     Ok(())
 }

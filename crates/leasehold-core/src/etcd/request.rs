@@ -185,6 +185,19 @@ pub enum CompareTarget {
     Lease(i64),
 }
 
+/// Whether `end` comes no later than the first key past every key that starts with `first`
+/// (`first` with its last byte below 0xff raised by one): then every key from `first` up to
+/// `end` starts with `first`.
+fn ends_within_prefix(first: &[u8], end: &[u8]) -> bool {
+    let Some(last) = first.iter().rposition(|b| *b != 0xff) else {
+        // Only 0xff bytes (or none): nothing comes past such a prefix but longer keys.
+        return !first.is_empty();
+    };
+    let mut past = first[..=last].to_vec();
+    past[last] += 1;
+    end <= past.as_slice()
+}
+
 /// The keys a request names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Span<'a> {
@@ -221,6 +234,8 @@ impl<'a> Span<'a> {
         match *self {
             Span::One(key) => key,
             Span::From(_) => &[],
+            // `get --prefix app/` asks `app/` to `app0`: every key in it starts with `app/`.
+            Span::Between(first, end) if ends_within_prefix(first, end) => first,
             Span::Between(first, end) => {
                 let common = first.iter().zip(end).take_while(|(a, b)| a == b).count();
                 &first[..common]

@@ -434,3 +434,158 @@ fn with_the_policy_on_a_lease_serves_only_the_identity_that_granted_it() {
     let own = answer(t.apply(&as_("a", Op::Etcd(one(put("app/x", "", id))))));
     assert!(matches!(own.answer, EtcdAnswer::Txn(_)), "{own:?}");
 }
+
+#[test]
+fn deletes_may_overlap_in_a_transaction_and_a_put_may_not_meet_one() {
+    let delete = |key: &str, end: &str| {
+        RequestOp::DeleteRange(DeleteRangeRequest {
+            key: key.into(),
+            range_end: end.into(),
+            prev_kv: false,
+        })
+    };
+    assert!(validate(&txn(
+        vec![],
+        vec![delete("a", "c"), delete("b", "d")],
+        vec![]
+    ))
+    .is_ok());
+    assert!(validate(&txn(
+        vec![],
+        vec![delete("a", "c"), put("b", "v", 0)],
+        vec![]
+    ))
+    .is_err());
+}
+
+#[test]
+fn a_prefix_request_is_authorized_by_its_prefix_not_by_what_it_shares_with_its_end() {
+    // `get --prefix app/` asks app/ to app0.
+    assert_eq!(span_prefix(b"app/", b"app0"), "app/");
+    assert_eq!(span_prefix(b"app/a", b"app/c"), "app/");
+    assert_eq!(span_prefix(b"a\xff", b"b"), "a\u{fffd}");
+    assert_eq!(span_prefix(b"app/", b"\0"), "");
+    assert_eq!(span_prefix(b"k", b""), "k");
+}
+
+#[test]
+fn a_compare_over_an_empty_range_compares_a_key_of_zeros_as_etcd_does() {
+    let mut t = LeaseTable::default();
+    let over_empty = |result| Compare {
+        result,
+        target: CompareTarget::Version(0),
+        key: b"none/".to_vec(),
+        range_end: b"none0".to_vec(),
+    };
+    let succeeded = |t: &mut LeaseTable, c| match answer(
+        t.apply(&at(1, txn(vec![c], vec![], vec![]))),
+    )
+    .answer
+    {
+        EtcdAnswer::Txn(t) => t.succeeded,
+        other => panic!("{other:?}"),
+    };
+    assert!(succeeded(&mut t, over_empty(CompareResult::Equal)));
+    assert!(!succeeded(&mut t, over_empty(CompareResult::Greater)));
+}
+
+#[test]
+fn a_chosen_lease_id_after_the_largest_possible_wraps_to_the_first_free() {
+    let mut t = LeaseTable::default();
+    let grant = |t: &mut LeaseTable, id| {
+        answer(t.apply(&at(1, EtcdOp::LeaseGrant { id, ttl_s: 60 }))).answer
+    };
+    assert!(matches!(
+        grant(&mut t, i64::MAX),
+        EtcdAnswer::LeaseGranted { id: i64::MAX, .. }
+    ));
+    assert_eq!(
+        grant(&mut t, 0),
+        EtcdAnswer::LeaseGranted { id: 1, ttl_s: 60 }
+    );
+    assert_eq!(
+        grant(&mut t, 0),
+        EtcdAnswer::LeaseGranted { id: 2, ttl_s: 60 }
+    );
+}
+
+#[test]
+fn a_watch_from_the_revision_just_read_is_served_by_a_table_loaded_from_a_snapshot() {
+    let mut t = LeaseTable::default();
+    answer(t.apply(&at(1, one(put("w/a", "1", 0)))));
+    let read_at = t.etcd().revision();
+    let loaded = LeaseTable::from_bytes(&postcard::to_allocvec(&t).unwrap()).unwrap();
+    // etcd's lock watches from the revision of its read: nothing there is lost.
+    let since = loaded
+        .etcd()
+        .history()
+        .since(read_at, Span::From(b""), 10)
+        .unwrap();
+    assert_eq!(
+        since.events.len(),
+        1,
+        "the put at the revision read is kept"
+    );
+    assert_eq!(
+        loaded.etcd().history().first_kept(),
+        t.etcd().history().first_kept()
+    );
+}
+
+#[test]
+fn with_the_policy_on_an_anonymous_caller_gets_no_lease_and_a_revoke_needs_the_keys_delete() {
+    use crate::auth::{AuthChange, Grant, Permission};
+    let mut t = LeaseTable::default();
+    let as_ = |identity: &str, op: Op| Command {
+        at_ms: Some(1),
+        request: None,
+        op: Op::As {
+            identity: identity.into(),
+            bearer: None,
+            op: Box::new(op),
+        },
+    };
+    t.apply(&as_(
+        "root",
+        Op::Auth(AuthChange::Enable {
+            admin: "root".into(),
+        }),
+    ));
+    let anonymous = t.apply(&at(1, EtcdOp::LeaseGrant { id: 0, ttl_s: 10 }));
+    assert!(matches!(anonymous, Outcome::Denied(_)), "{anonymous:?}");
+    let writes = vec![Grant {
+        permission: Permission::Write,
+        prefix: "app/".into(),
+    }];
+    t.apply(&as_(
+        "root",
+        Op::Auth(AuthChange::PutRole {
+            name: "w".into(),
+            grants: writes,
+        }),
+    ));
+    t.apply(&as_(
+        "root",
+        Op::Auth(AuthChange::Bind {
+            identity: "a".into(),
+            role: "w".into(),
+        }),
+    ));
+    let granted = answer(t.apply(&as_("a", Op::Etcd(EtcdOp::LeaseGrant { id: 0, ttl_s: 10 }))));
+    let EtcdAnswer::LeaseGranted { id, .. } = granted.answer else {
+        panic!("{granted:?}")
+    };
+    answer(t.apply(&as_("a", Op::Etcd(one(put("app/x", "v", id))))));
+    // `a` may write app/ but not delete there: revoking would delete app/x.
+    let revoke = t.apply(&as_("a", Op::Etcd(EtcdOp::LeaseRevoke { id })));
+    assert!(matches!(revoke, Outcome::Denied(_)), "{revoke:?}");
+    // And a put's previous value is a read.
+    let prev = PutRequest {
+        key: b"app/x".to_vec(),
+        value: b"w".to_vec(),
+        prev_kv: true,
+        ..PutRequest::default()
+    };
+    let read_back = t.apply(&as_("a", Op::Etcd(one(RequestOp::Put(prev)))));
+    assert!(matches!(read_back, Outcome::Denied(_)), "{read_back:?}");
+}

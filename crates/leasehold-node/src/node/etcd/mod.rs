@@ -121,7 +121,7 @@ service! {
         ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
             let credentials = credentials(&request, self.plane);
             let inbound = request.into_inner().map_while(Result::ok);
-            Ok(Response::new(stream(self.api.keep_alive_stream(credentials, inbound))))
+            Ok(Response::new(stream(self.api.keep_alive_stream(credentials, inbound)?)))
         }
         }
     }

@@ -70,7 +70,7 @@ pub(super) async fn answer(
         "lease/leases" | "kv/lease/leases" => ok(etcd.lease_leases(c, d, request(body)?).await?),
         "lease/keepalive" => {
             let one: pb::LeaseKeepAliveRequest = request(body)?;
-            results(etcd.keep_alive_stream(c.clone(), tokio_stream::iter([one])))
+            results(etcd.keep_alive_stream(c.clone(), tokio_stream::iter([one]))?)
         }
         "watch" => {
             let one: pb::WatchRequest = request(body)?;

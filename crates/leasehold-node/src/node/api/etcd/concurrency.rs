@@ -126,20 +126,20 @@ impl EtcdApi {
         }
     }
 
-    /// Deletes `key` if it was created at `rev` (0: whatever its revision).
+    /// Deletes `key`, if it was created at `rev` when one is named.
     async fn delete_if(
         &self,
         caller: Caller,
         key: &[u8],
-        rev: i64,
+        rev: Option<i64>,
     ) -> Result<(bool, i64), NodeError> {
         let delete = RequestOp::DeleteRange(core::DeleteRangeRequest {
             key: key.to_vec(),
             ..core::DeleteRangeRequest::default()
         });
         let op = match rev {
-            0 => one(delete),
-            rev => EtcdOp::Txn(core::Txn {
+            None => one(delete),
+            Some(rev) => EtcdOp::Txn(core::Txn {
                 compare: vec![Compare {
                     result: CompareResult::Equal,
                     target: CompareTarget::Create(rev),
@@ -156,19 +156,45 @@ impl EtcdApi {
             _ => Err(super::answered_otherwise("a waiter's delete")),
         }
     }
+
+    /// Waits at the lock or election `name` with the key `key` it wrote at `rev`, until it is
+    /// first; a waiter that fails or is given up (its call cancelled, its deadline passed)
+    /// takes its key out of the line, as etcd's server does, so that nobody holds the lock
+    /// unknowingly once the waiters before it go.
+    async fn wait_in_line(
+        &self,
+        caller: &Caller,
+        name: &[u8],
+        key: &[u8],
+        rev: i64,
+    ) -> Result<i64, NodeError> {
+        let mut in_line = InLine(Some((self.clone(), caller.clone(), key.to_vec(), rev)));
+        let first = self.wait_first(name, key, rev).await;
+        if first.is_ok() {
+            in_line.0 = None;
+        }
+        first
+    }
+}
+
+/// A waiter's key, deleted when dropped unless it was taken out.
+struct InLine(Option<(EtcdApi, Caller, Vec<u8>, i64)>);
+
+impl Drop for InLine {
+    fn drop(&mut self) {
+        if let Some((api, caller, key, rev)) = self.0.take() {
+            tokio::spawn(async move {
+                if let Err(e) = api.delete_if(caller, &key, Some(rev)).await {
+                    tracing::debug!(error = %e, "a given-up waiter's key stays until its lease ends");
+                }
+            });
+        }
+    }
 }
 
 /// The key under `prefix..end` created first.
 fn oldest_under(etcd: &core::Keyspace, prefix: &[u8], end: &[u8]) -> Option<KeyValue> {
-    let first = core::RangeRequest {
-        key: prefix.to_vec(),
-        range_end: end.to_vec(),
-        limit: 1,
-        sort_order: core::SortOrder::Ascend,
-        sort_target: core::SortTarget::Create,
-        ..core::RangeRequest::default()
-    };
-    etcd.range(&first, 0).ok()?.kvs.pop()
+    etcd.first_created(prefix, end)
 }
 
 /// `v3lock.Lock`.
@@ -190,7 +216,7 @@ impl EtcdApi {
                 name_field(&m.name, m.lease)?;
                 let key = waiter_key(&m.name, m.lease);
                 let rev = self.enqueue(&caller, &key, m.lease, &[]).await?;
-                let revision = self.wait_first(&m.name, &key, rev).await?;
+                let revision = self.wait_in_line(&caller, &m.name, &key, rev).await?;
                 Ok(lock::LockResponse {
                     header: Some(self.header(revision)),
                     key,
@@ -213,7 +239,7 @@ impl EtcdApi {
             true,
             |caller| async move {
                 core::key_field(&m.key, &[])?;
-                let (_, revision) = self.delete_if(caller, &m.key, 0).await?;
+                let (_, revision) = self.delete_if(caller, &m.key, None).await?;
                 Ok(lock::UnlockResponse {
                     header: Some(self.header(revision)),
                 })
@@ -240,7 +266,7 @@ impl EtcdApi {
                 name_field(&m.name, m.lease)?;
                 let key = waiter_key(&m.name, m.lease);
                 let rev = self.enqueue(&caller, &key, m.lease, &m.value).await?;
-                let revision = self.wait_first(&m.name, &key, rev).await?;
+                let revision = self.wait_in_line(&caller, &m.name, &key, rev).await?;
                 // A campaign again under the same lease keeps its place and proclaims its value.
                 self.proclaim_at(caller, &key, rev, &m.value).await?;
                 Ok(election::CampaignResponse {
@@ -326,7 +352,9 @@ impl EtcdApi {
             true,
             |caller| async move {
                 let leader = leader_field(m.leader)?;
-                let (_, revision) = self.delete_if(caller, &leader.key, leader.rev).await?;
+                let (_, revision) = self
+                    .delete_if(caller, &leader.key, Some(leader.rev))
+                    .await?;
                 Ok(election::ResignResponse {
                     header: Some(self.header(revision)),
                 })

@@ -113,22 +113,20 @@ fn compare(c: pb::Compare) -> Result<Compare, InvalidInput> {
         Ok(R::NotEqual) => CompareResult::NotEqual,
         Err(_) => return Err(out_of_range("result", c.result)),
     };
-    // The target names the field; the union carries its value (a missing one is zero, as
-    // proto3 reads it).
-    let number = |u: &Option<U>| match u {
-        Some(U::Version(v) | U::CreateRevision(v) | U::ModRevision(v) | U::Lease(v)) => *v,
-        _ => 0,
-    };
-    let target = match T::try_from(c.target) {
-        Ok(T::Version) => CompareTarget::Version(number(&c.target_union)),
-        Ok(T::Create) => CompareTarget::Create(number(&c.target_union)),
-        Ok(T::Mod) => CompareTarget::Mod(number(&c.target_union)),
-        Ok(T::Lease) => CompareTarget::Lease(number(&c.target_union)),
-        Ok(T::Value) => CompareTarget::Value(match c.target_union {
-            Some(U::Value(v)) => v,
-            _ => Vec::new(),
-        }),
-        Err(_) => return Err(out_of_range("target", c.target)),
+    // The target names the field; the union carries its value, read only when it is that
+    // field's (proto3 reads a missing one as zero, and etcd a mismatched one too).
+    let target = match (T::try_from(c.target), c.target_union) {
+        (Ok(T::Version), Some(U::Version(v))) => CompareTarget::Version(v),
+        (Ok(T::Version), _) => CompareTarget::Version(0),
+        (Ok(T::Create), Some(U::CreateRevision(v))) => CompareTarget::Create(v),
+        (Ok(T::Create), _) => CompareTarget::Create(0),
+        (Ok(T::Mod), Some(U::ModRevision(v))) => CompareTarget::Mod(v),
+        (Ok(T::Mod), _) => CompareTarget::Mod(0),
+        (Ok(T::Lease), Some(U::Lease(v))) => CompareTarget::Lease(v),
+        (Ok(T::Lease), _) => CompareTarget::Lease(0),
+        (Ok(T::Value), Some(U::Value(v))) => CompareTarget::Value(v),
+        (Ok(T::Value), _) => CompareTarget::Value(Vec::new()),
+        (Err(_), _) => return Err(out_of_range("target", c.target)),
     };
     Ok(Compare {
         result,

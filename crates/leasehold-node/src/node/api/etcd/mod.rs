@@ -34,6 +34,7 @@ use leasehold_core::{Op, Outcome};
 pub(crate) use streams::Answers as EtcdAnswers;
 
 /// etcd's calls on one plane.
+#[derive(Clone)]
 pub(crate) struct EtcdApi {
     node: Node,
     plane: Plane,

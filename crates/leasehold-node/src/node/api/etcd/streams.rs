@@ -5,6 +5,7 @@
 //! run them.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -41,10 +42,13 @@ impl EtcdApi {
         self: &Arc<Self>,
         credentials: Credentials,
         inbound: impl Stream<Item = pb::LeaseKeepAliveRequest> + Send + 'static,
-    ) -> Answers<pb::LeaseKeepAliveResponse> {
+    ) -> Result<Answers<pb::LeaseKeepAliveResponse>, NodeError> {
+        // Held for as long as it runs, of the watches' budget: a stream, not a call.
+        let working = self.admit_watch()?;
         let (send, answers) = mpsc::channel(ETCD_STREAM_QUEUE);
         let (api, mut stopping) = (self.clone(), self.stopping());
         tokio::spawn(async move {
+            let _working = working;
             tokio::pin!(inbound);
             loop {
                 let request = tokio::select! {
@@ -60,7 +64,7 @@ impl EtcdApi {
                 }
             }
         });
-        answers
+        Ok(answers)
     }
 
     /// `Watch`: watchers created and cancelled by the client's messages, each a task sending
@@ -94,9 +98,11 @@ impl EtcdApi {
         m: election::LeaderRequest,
     ) -> Result<Answers<election::LeaderResponse>, NodeError> {
         let mut observed: ObservedLeaders = self.observe(credentials, m)?;
+        let working = self.admit_watch()?;
         let (send, answers) = mpsc::channel(ETCD_STREAM_QUEUE);
         let mut stopping = self.stopping();
         tokio::spawn(async move {
+            let _working = working;
             loop {
                 let answer = tokio::select! {
                     answer = observed.next() => answer,
@@ -117,8 +123,9 @@ struct WatchStream {
     api: Arc<EtcdApi>,
     credentials: Credentials,
     send: Sender<pb::WatchResponse>,
-    /// Each running watcher's task, by watch id.
-    watchers: HashMap<i64, tokio::task::AbortHandle>,
+    /// Each running watcher's task, by watch id, and where it keeps the revision through which
+    /// it has sent every event.
+    watchers: HashMap<i64, (tokio::task::AbortHandle, Arc<AtomicI64>)>,
     tasks: JoinSet<i64>,
     /// The id given to the next watcher created without one.
     next_id: i64,
@@ -133,8 +140,11 @@ impl WatchStream {
         loop {
             let request = tokio::select! {
                 request = inbound.next() => request,
-                Some(Ok(id)) = self.tasks.join_next() => {
-                    self.watchers.remove(&id);
+                Some(Ok((task, id))) = self.tasks.join_next_with_id() => {
+                    // Unless the id went to a new watcher since (cancelled, then reused).
+                    if self.watchers.get(&id).is_some_and(|(t, _)| t.id() == task) {
+                        self.watchers.remove(&id);
+                    }
                     continue;
                 }
                 () = send.closed() => break,
@@ -144,13 +154,13 @@ impl WatchStream {
                 break;
             };
             let answer = match request_union {
-                Some(RequestUnion::CreateRequest(create)) => self.create(create),
-                Some(RequestUnion::CancelRequest(cancel)) => self.cancel(cancel.watch_id),
-                Some(RequestUnion::ProgressRequest(_)) => pb::WatchResponse {
-                    header: Some(self.api.header_now()),
-                    watch_id: -1,
-                    ..pb::WatchResponse::default()
+                Some(RequestUnion::CreateRequest(create)) => match self.create(create) {
+                    Some(refused) => refused,
+                    // The watcher's task says it was created, before any of its events.
+                    None => continue,
                 },
+                Some(RequestUnion::CancelRequest(cancel)) => self.cancel(cancel.watch_id),
+                Some(RequestUnion::ProgressRequest(_)) => self.progress(),
                 None => continue,
             };
             if self.send.send(Ok(answer)).await.is_err() {
@@ -160,7 +170,22 @@ impl WatchStream {
         self.tasks.abort_all();
     }
 
-    fn create(&mut self, create: pb::WatchCreateRequest) -> pb::WatchResponse {
+    /// Every watcher has sent every event through the revision this answer names (the
+    /// slowest's), as etcd's progress answer promises; with none, the node's.
+    fn progress(&self) -> pb::WatchResponse {
+        let synced = self.watchers.values();
+        let slowest = synced.map(|(_, at)| at.load(Ordering::Acquire)).min();
+        let mut header = self.api.header_now();
+        header.revision = slowest.unwrap_or(header.revision);
+        pb::WatchResponse {
+            header: Some(header),
+            watch_id: -1,
+            ..pb::WatchResponse::default()
+        }
+    }
+
+    /// Starts the watcher `create` asks for, or answers why not.
+    fn create(&mut self, create: pb::WatchCreateRequest) -> Option<pb::WatchResponse> {
         let refused = |id: i64, reason: String| pb::WatchResponse {
             header: Some(self.api.header_now()),
             watch_id: id,
@@ -177,7 +202,10 @@ impl WatchStream {
                 self.next_id
             }
             id if self.watchers.contains_key(&id) => {
-                return refused(id, "etcdserver: duplicate watch ID provided".into())
+                return Some(refused(
+                    id,
+                    "etcdserver: duplicate watch ID provided".into(),
+                ))
             }
             id => id,
         };
@@ -186,26 +214,22 @@ impl WatchStream {
                 "a Watch stream runs at most {ETCD_WATCHERS_PER_STREAM} watchers; cancel one or \
                  open another stream"
             );
-            return refused(id, reason);
+            return Some(refused(id, reason));
         }
         let progress = create.progress_notify;
         let watcher = match self.api.watcher(&self.credentials, id, create) {
             Ok(watcher) => watcher,
-            Err(e) => return refused(id, e.to_string()),
+            Err(e) => return Some(refused(id, e.to_string())),
         };
+        let synced = watcher.synced();
         let (api, send) = (self.api.clone(), self.send.clone());
         let task = self.tasks.spawn(watching(watcher, api, send, progress));
-        self.watchers.insert(id, task);
-        pb::WatchResponse {
-            header: Some(self.api.header_now()),
-            watch_id: id,
-            created: true,
-            ..pb::WatchResponse::default()
-        }
+        self.watchers.insert(id, (task, synced));
+        None
     }
 
     fn cancel(&mut self, id: i64) -> pb::WatchResponse {
-        if let Some(task) = self.watchers.remove(&id) {
+        if let Some((task, _)) = self.watchers.remove(&id) {
             task.abort();
         }
         pb::WatchResponse {
@@ -226,16 +250,20 @@ async fn watching(
     progress: bool,
 ) -> i64 {
     let id = watcher.id();
+    let created = pb::WatchResponse {
+        header: Some(api.header_now()),
+        watch_id: id,
+        created: true,
+        ..pb::WatchResponse::default()
+    };
+    if send.send(Ok(created)).await.is_err() {
+        return id;
+    }
     loop {
         let next = tokio::select! {
             next = watcher.next() => next,
             () = tokio::time::sleep(ETCD_PROGRESS_NOTIFY), if progress => {
-                let notice = pb::WatchResponse {
-                    header: Some(api.header_now()),
-                    watch_id: id,
-                    ..pb::WatchResponse::default()
-                };
-                match send.send(Ok(notice)).await {
+                match send.send(Ok(watcher.progress())).await {
                     Ok(()) => continue,
                     Err(_) => return id,
                 }
@@ -250,5 +278,6 @@ async fn watching(
         if send.send(answer).await.is_err() || done {
             return id;
         }
+        watcher.sent();
     }
 }

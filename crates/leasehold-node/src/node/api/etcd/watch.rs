@@ -2,6 +2,9 @@
 //! keyspace's recent events as this node applies them. The stream (the gRPC edge) runs one
 //! watcher per `create` and multiplexes their answers.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
 use tokio::sync::watch;
 
 use super::{convert, EtcdApi};
@@ -33,6 +36,9 @@ pub(crate) struct Watcher {
     no_put: bool,
     no_delete: bool,
     applied: watch::Receiver<u64>,
+    /// The revision through which it has looked at every event (`next` - 1), for progress
+    /// answers, which the stream reads while the watcher waits.
+    synced: Arc<AtomicI64>,
 }
 
 impl EtcdApi {
@@ -57,6 +63,7 @@ impl EtcdApi {
         Ok(Watcher {
             node: self.node.clone(),
             id,
+            synced: Arc::new(AtomicI64::new(next - 1)),
             next,
             prev_kv: create.prev_kv,
             no_put: filter(pb::watch_create_request::FilterType::Noput),
@@ -71,6 +78,29 @@ impl EtcdApi {
 impl Watcher {
     pub fn id(&self) -> i64 {
         self.id
+    }
+
+    /// Where the revision through which it has looked at every event is kept.
+    pub fn synced(&self) -> Arc<AtomicI64> {
+        self.synced.clone()
+    }
+
+    /// Notes that its last answer was sent: it has sent every event before `next`.
+    pub fn sent(&self) {
+        self.synced.store(self.next - 1, Ordering::Release);
+    }
+
+    /// A progress answer: the watcher has sent every event through `synced`.
+    pub fn progress(&self) -> pb::WatchResponse {
+        pb::WatchResponse {
+            header: Some(pb::ResponseHeader {
+                member_id: self.node.id(),
+                revision: self.synced.load(Ordering::Acquire),
+                ..pb::ResponseHeader::default()
+            }),
+            watch_id: self.id,
+            ..pb::WatchResponse::default()
+        }
     }
 
     /// The next answer: events from the next revision on, once there are any, at most
@@ -129,6 +159,9 @@ impl Watcher {
             .resume_at
             .unwrap_or(etcd.revision() + 1)
             .max(self.next);
+        if events.is_empty() {
+            self.sent();
+        }
         (!events.is_empty()).then(|| {
             Watched::Events(pb::WatchResponse {
                 header: Some(header(etcd.revision())),
