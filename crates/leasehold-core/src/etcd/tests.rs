@@ -32,6 +32,19 @@ fn one(request: RequestOp) -> EtcdOp {
     txn(vec![], vec![request], vec![])
 }
 
+/// `op` as `identity` asks it, at store time 1.
+fn as_(identity: &str, op: Op) -> Command {
+    Command {
+        at_ms: Some(1),
+        request: None,
+        op: Op::As {
+            identity: identity.into(),
+            bearer: None,
+            op: Box::new(op),
+        },
+    }
+}
+
 fn answer(outcome: Outcome) -> EtcdOutcome {
     match outcome {
         Outcome::Etcd(etcd) => *etcd,
@@ -374,15 +387,6 @@ fn a_table_with_etcd_keys_round_trips_and_one_without_encodes_as_before() {
 fn with_the_policy_on_a_lease_serves_only_the_identity_that_granted_it() {
     use crate::auth::{AuthChange, Grant, Permission};
     let mut t = LeaseTable::default();
-    let as_ = |identity: &str, op: Op| Command {
-        at_ms: Some(1),
-        request: None,
-        op: Op::As {
-            identity: identity.into(),
-            bearer: None,
-            op: Box::new(op),
-        },
-    };
     t.apply(&as_(
         "root",
         Op::Auth(AuthChange::Enable {
@@ -536,15 +540,6 @@ fn a_watch_from_the_revision_just_read_is_served_by_a_table_loaded_from_a_snapsh
 fn with_the_policy_on_an_anonymous_caller_gets_no_lease_and_a_revoke_needs_the_keys_delete() {
     use crate::auth::{AuthChange, Grant, Permission};
     let mut t = LeaseTable::default();
-    let as_ = |identity: &str, op: Op| Command {
-        at_ms: Some(1),
-        request: None,
-        op: Op::As {
-            identity: identity.into(),
-            bearer: None,
-            op: Box::new(op),
-        },
-    };
     t.apply(&as_(
         "root",
         Op::Auth(AuthChange::Enable {

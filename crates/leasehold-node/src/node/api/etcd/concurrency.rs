@@ -51,6 +51,16 @@ fn name_field(name: &[u8], lease: i64) -> Result<(), NodeError> {
     Ok(())
 }
 
+/// The compare that `key` was created at `rev` (0: that it does not exist).
+fn created_at_revision(key: &[u8], rev: i64) -> Compare {
+    Compare {
+        result: CompareResult::Equal,
+        target: CompareTarget::Create(rev),
+        key: key.to_vec(),
+        range_end: Vec::new(),
+    }
+}
+
 fn created_at(kv: &KeyValue, key: &[u8], rev: i64) -> bool {
     &*kv.key == key && kv.create_revision == rev
 }
@@ -64,12 +74,7 @@ impl EtcdApi {
         lease: i64,
         value: &[u8],
     ) -> Result<i64, NodeError> {
-        let absent = Compare {
-            result: CompareResult::Equal,
-            target: CompareTarget::Create(0),
-            key: key.to_vec(),
-            range_end: Vec::new(),
-        };
+        let absent = created_at_revision(key, 0);
         let put = RequestOp::Put(core::PutRequest {
             key: key.to_vec(),
             value: value.to_vec(),
@@ -140,12 +145,7 @@ impl EtcdApi {
         let op = match rev {
             None => one(delete),
             Some(rev) => EtcdOp::Txn(core::Txn {
-                compare: vec![Compare {
-                    result: CompareResult::Equal,
-                    target: CompareTarget::Create(rev),
-                    key: key.to_vec(),
-                    range_end: Vec::new(),
-                }],
+                compare: vec![created_at_revision(key, rev)],
                 success: vec![delete],
                 failure: Vec::new(),
             }),
@@ -291,12 +291,7 @@ impl EtcdApi {
         rev: i64,
         value: &[u8],
     ) -> Result<i64, NodeError> {
-        let still = Compare {
-            result: CompareResult::Equal,
-            target: CompareTarget::Create(rev),
-            key: key.to_vec(),
-            range_end: Vec::new(),
-        };
+        let still = created_at_revision(key, rev);
         let put = RequestOp::Put(core::PutRequest {
             key: key.to_vec(),
             value: value.to_vec(),
