@@ -28,12 +28,14 @@
 //! - [`node`]: one running node, in rooms whose arrows point from the transports down to the
 //!   API and from the API down to the node itself:
 //!   - `node::grpc` (the `LeaseStore` and `Cluster` services, and the `Batch` stream),
-//!     `node::http` (HTTP/JSON) and `node::client_lanes` (the client port's lanes without TLS):
+//!     `node::etcd` (etcd's v3 services, under etcd's own names), `node::http` (HTTP/JSON, and
+//!     etcd's JSON gateway) and `node::client_lanes` (the client port's lanes without TLS):
 //!     thin edges that find the caller's credentials and deadline, call the API, and map a
 //!     `NodeError` to their wire once each;
 //!   - `node::api`: the typed API, one plain async method per RPC, `(credentials, deadline,
 //!     request) -> Result<answer, NodeError>`: checks, admission, authorization, forwarding of
-//!     reads, metrics and the denial log, written once;
+//!     reads, metrics and the denial log, written once (`node::api::etcd` for etcd's calls, its
+//!     streams, lock and election);
 //!   - `node::peer`: the peer plane (the gate that lets only members through, the Raft service,
 //!     and the calls this node makes to its peers); `node::lanes`: the accept split and serve
 //!     loop of both ports' lanes (the peer's, and the client's without TLS);
