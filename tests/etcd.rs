@@ -9,6 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use harness::{wait_for, Harness};
+use leasehold::proto::v1 as pb;
 
 /// The tests start clusters and etcdctl processes: one at a time on the machine's two cores.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -541,4 +542,71 @@ async fn pythons_etcd3_and_etcd3gw_locks_pass_on_across_a_leader_kill_and_a_hold
         );
         h.rejoin_after_failover(leader).await;
     }
+}
+
+/// etcdctl over TLS, showing identity `name`'s certificate from the harness's CA.
+fn etcdctl_as(h: &Harness, name: &str, args: &[&str]) -> Output {
+    let files = h.identity_files(name);
+    let endpoints: Vec<&str> = h.endpoints.iter().map(String::as_str).collect();
+    etcdctl(&endpoints)
+        .arg(format!("--cacert={}", files.ca.display()))
+        .arg(format!("--cert={}", files.cert.display()))
+        .arg(format!("--key={}", files.key.display()))
+        .args(args)
+        .output()
+        .expect("run etcdctl")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn over_tls_an_etcd_client_is_its_certificate_and_the_policys_prefixes_hold_its_keys() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let h = Harness::start_authorized(3, false).await;
+    let grants = ["read-keys", "write", "delete"].map(|permission| pb::Grant {
+        permission: permission.into(),
+        prefix: "team-a/".into(),
+    });
+    leasehold::cli::give_role(&h.client, "team-a", "team-a", grants.to_vec())
+        .await
+        .expect("the admin gives team-a its role");
+    let done = |out: &Output| {
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (put, why) = done(&etcdctl_as(&h, "team-a", &["put", "team-a/job", "1"]));
+    assert!(put, "team-a writes under its prefix: {why}");
+    let listed = etcdctl_as(&h, "team-a", &["get", "team-a/", "--prefix", "--keys-only"]);
+    assert_eq!(String::from_utf8_lossy(&listed.stdout).trim(), "team-a/job");
+    let (outside, why) = done(&etcdctl_as(&h, "team-a", &["put", "team-b/job", "1"]));
+    assert!(!outside, "team-a may not write team-b's keys");
+    assert!(
+        why.contains("PermissionDenied") || why.contains("may not"),
+        "{why}"
+    );
+    let (everything, why) = done(&etcdctl_as(&h, "team-a", &["get", "", "--from-key"]));
+    assert!(!everything, "nor read every key: {why}");
+    // Another identity, with no role, reads nothing of team-a's.
+    let (other, _) = done(&etcdctl_as(&h, "team-b", &["get", "team-a/job"]));
+    assert!(!other, "team-b reads none of team-a's keys");
+    // A lease is its granter's: team-b cannot keep team-a's alive.
+    let granted = etcdctl_as(&h, "team-a", &["lease", "grant", "30"]);
+    let granted = String::from_utf8_lossy(&granted.stdout).into_owned();
+    let id = granted
+        .split_whitespace()
+        .nth(1)
+        .expect("a lease id")
+        .to_owned();
+    let (theirs, why) = done(&etcdctl_as(
+        &h,
+        "team-b",
+        &["lease", "keep-alive", "--once", &id],
+    ));
+    assert!(!theirs, "team-b kept team-a's lease alive: {why}");
+    let (mine, why) = done(&etcdctl_as(
+        &h,
+        "team-a",
+        &["lease", "keep-alive", "--once", &id],
+    ));
+    assert!(mine, "{why}");
 }
