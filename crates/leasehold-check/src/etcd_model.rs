@@ -10,7 +10,7 @@ use leasehold_core::etcd::{
     OpAnswer, PutRequest, RangeAnswer, RangeRequest, RequestOp, SortOrder, SortTarget, Txn,
     TxnAnswer,
 };
-use leasehold_core::limits::{ETCD_EXPIRY_WORK, ETCD_MAX_RANGE_KEYS};
+use leasehold_core::limits::{ETCD_EXPIRY_WORK, ETCD_MAX_KEYS_PER_LEASE, ETCD_MAX_RANGE_KEYS};
 
 #[derive(Clone, Debug)]
 struct Lease {
@@ -73,7 +73,8 @@ impl EtcdModel {
         self.leases.values().map(|l| l.expires_at_ms).min()
     }
 
-    /// Ends the leases run out by `now_ms`, as many as one command's work allows.
+    /// Ends the leases run out by `now_ms`, earliest first, each whole (its keys deleted at one
+    /// revision), as many as one command's work allows: a lease costs its keys, or 1.
     pub fn expire(&mut self, now_ms: u64) {
         let mut work = ETCD_EXPIRY_WORK;
         loop {
@@ -84,24 +85,19 @@ impl EtcdModel {
                 .min_by_key(|(id, l)| (l.expires_at_ms, **id))
                 .map(|(id, _)| *id);
             let Some(id) = due else { return };
-            if work == 0 {
+            let keys = self.lease_keys(id);
+            let cost = keys.len().max(1);
+            if cost > work {
                 return;
             }
-            let keys: Vec<Vec<u8>> = (self.keys.iter())
-                .filter(|(_, kv)| kv.lease == id)
-                .map(|(k, _)| k.clone())
-                .take(work)
-                .collect();
-            work -= keys.len().max(1);
+            work -= cost;
             for key in &keys {
-                self.keys.remove(key);
+                self.keys.remove(key.as_ref());
             }
             if !keys.is_empty() {
                 self.made += 1;
             }
-            if !self.keys.values().any(|kv| kv.lease == id) {
-                self.leases.remove(&id);
-            }
+            self.leases.remove(&id);
         }
     }
 
@@ -235,6 +231,10 @@ impl EtcdModel {
                         .filter(|k| in_range(k, &d.key, &d.range_end))
                         .cloned()
                         .collect();
+                    if doomed.len() > ETCD_MAX_RANGE_KEYS {
+                        let (max, matched) = (ETCD_MAX_RANGE_KEYS, doomed.len());
+                        return Err(Refused::TooManyDeletes { max, matched });
+                    }
                     let mut prev_kvs = Vec::new();
                     for key in &doomed {
                         let before = self.keys.remove(key).expect("listed");
@@ -279,6 +279,11 @@ impl EtcdModel {
         };
         if lease != 0 && !p.ignore_lease {
             self.usable(lease, now_ms, identity, enforced)?;
+            let moves = before.as_ref().is_none_or(|b| b.lease != lease);
+            if moves && self.lease_keys(lease).len() >= ETCD_MAX_KEYS_PER_LEASE {
+                let max = ETCD_MAX_KEYS_PER_LEASE;
+                return Err(Refused::TooManyLeaseKeys { id: lease, max });
+            }
         }
         let value = match &before {
             Some(b) if p.ignore_value => b.value.clone(),

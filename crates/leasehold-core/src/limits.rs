@@ -73,6 +73,11 @@ pub const ETCD_MAX_RANGE_KEYS: usize = 10_000;
 /// from it: changing it needs a new log format, as for [`ETCD_MAX_RANGE_KEYS`].
 pub const ETCD_EXPIRY_WORK: usize = 1_000;
 
+/// The most keys one etcd lease holds: no more than one command ends, so that a lease that runs
+/// out or is revoked deletes its keys whole, at one revision, in bounded work. etcd's sessions
+/// attach a few keys each. Part of the replicated answers: a change needs a new log format.
+pub const ETCD_MAX_KEYS_PER_LEASE: usize = ETCD_EXPIRY_WORK;
+
 /// The most etcd events kept for watches that resume at a revision (see `etcd::History`).
 pub const ETCD_HISTORY_EVENTS: usize = 100_000;
 

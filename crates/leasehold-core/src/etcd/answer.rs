@@ -130,6 +130,28 @@ pub enum EtcdRefusal {
         /// The lease.
         id: i64,
     },
+    /// A put would attach one key more to a lease that holds the most keys one may.
+    #[error(
+        "etcdserver: lease {id:x} holds {max} keys, the most one lease may: attach this key to \
+         another lease"
+    )]
+    TooManyLeaseKeys {
+        /// The lease.
+        id: i64,
+        /// The bound.
+        max: usize,
+    },
+    /// A delete would delete more keys than one command may.
+    #[error(
+        "etcdserver: a delete removes at most {max} keys at once, and {matched} match: delete \
+         the range in parts"
+    )]
+    TooManyDeletes {
+        /// The bound.
+        max: usize,
+        /// How many keys matched.
+        matched: usize,
+    },
     /// A range would answer more keys than a node sends at once.
     #[error(
         "etcdserver: a range answers at most {max} keys, and {matched} match: set `limit` (at \

@@ -17,7 +17,7 @@ use super::request::{
     RequestOp, SortOrder, SortTarget, Span, Txn,
 };
 use super::{Bytes, EtcdAnswer, EtcdOutcome, Refusal};
-use crate::limits::{ETCD_EXPIRY_WORK, ETCD_MAX_RANGE_KEYS};
+use crate::limits::{ETCD_EXPIRY_WORK, ETCD_MAX_KEYS_PER_LEASE, ETCD_MAX_RANGE_KEYS};
 use crate::{Map, Name};
 
 /// The keyspace: every key's latest version, the leases, the revision, and recent events.
@@ -222,18 +222,19 @@ impl Keyspace {
     pub fn expire(&mut self, now_ms: u64) -> bool {
         let mut work = ETCD_EXPIRY_WORK;
         while let Some(id) = self.leases.first_due(now_ms) {
-            if work == 0 {
+            // A lease holds at most as many keys as one command ends, so each lease ends whole,
+            // at one revision, in the first command with the work left for it.
+            let cost = self.leases.key_count(id).max(1);
+            if cost > work {
                 return true;
             }
-            let keys: Vec<Bytes> = self.leases.keys_of(id).take(work).cloned().collect();
-            work -= keys.len().max(1);
+            work -= cost;
+            let keys: Vec<Bytes> = self.leases.keys_of(id).cloned().collect();
             let mut draft = self.draft();
             for key in &keys {
                 draft.delete_key(key, false);
             }
-            if draft.leases.keys_of(id).next().is_none() {
-                draft.drop_lease(id);
-            }
+            draft.drop_lease(id);
             self.commit(draft);
         }
         false
@@ -352,7 +353,7 @@ impl Draft {
             responses.push(match request {
                 RequestOp::Range(r) => OpAnswer::Range(range(&self.keys, r)?),
                 RequestOp::Put(put) => self.put(put, now_ms, caller)?,
-                RequestOp::DeleteRange(delete) => self.delete_range(delete),
+                RequestOp::DeleteRange(delete) => self.delete_range(delete)?,
                 RequestOp::Txn(nested) => OpAnswer::Txn(self.txn(nested, now_ms, caller)?),
             });
         }
@@ -373,6 +374,11 @@ impl Draft {
         };
         if lease != 0 && !put.ignore_lease {
             caller.may_use(&self.leases, lease, now_ms)?;
+            let moves = before.as_ref().is_none_or(|b| b.lease != lease);
+            if moves && self.leases.key_count(lease) >= ETCD_MAX_KEYS_PER_LEASE {
+                let max = ETCD_MAX_KEYS_PER_LEASE;
+                return Err(Refusal::TooManyLeaseKeys { id: lease, max });
+            }
         }
         let (key, value) = match &before {
             Some(before) if put.ignore_value => (before.key.clone(), before.value.clone()),
@@ -407,8 +413,14 @@ impl Draft {
         })
     }
 
-    fn delete_range(&mut self, delete: &DeleteRangeRequest) -> OpAnswer {
+    fn delete_range(&mut self, delete: &DeleteRangeRequest) -> Result<OpAnswer, Refusal> {
         let span = Span::of(&delete.key, &delete.range_end);
+        // Bounded as a range's answer is, so that one command's apply stays short.
+        let matched = in_span(&self.keys, span).count();
+        if matched > ETCD_MAX_RANGE_KEYS {
+            let max = ETCD_MAX_RANGE_KEYS;
+            return Err(Refusal::TooManyDeletes { max, matched });
+        }
         let doomed: Vec<Bytes> = in_span(&self.keys, span).map(|kv| kv.key.clone()).collect();
         let mut prev_kvs = Vec::new();
         for key in &doomed {
@@ -416,10 +428,10 @@ impl Draft {
                 prev_kvs.push(before);
             }
         }
-        OpAnswer::DeleteRange {
+        Ok(OpAnswer::DeleteRange {
             deleted: doomed.len() as i64,
             prev_kvs,
-        }
+        })
     }
 
     /// Deletes `key`, noting the event; the key before, if `keep` and it was there.

@@ -128,6 +128,11 @@ impl Leases {
         self.keys.remove(&id);
     }
 
+    /// How many keys are attached to lease `id`.
+    pub fn key_count(&self, id: i64) -> usize {
+        self.keys.get(&id).map_or(0, |keys| keys.len())
+    }
+
     /// The keys attached to lease `id`.
     pub fn keys_of(&self, id: i64) -> impl Iterator<Item = &Bytes> {
         self.keys.get(&id).into_iter().flatten()

@@ -584,3 +584,35 @@ fn with_the_policy_on_an_anonymous_caller_gets_no_lease_and_a_revoke_needs_the_k
     let read_back = t.apply(&as_("a", Op::Etcd(one(RequestOp::Put(prev)))));
     assert!(matches!(read_back, Outcome::Denied(_)), "{read_back:?}");
 }
+
+#[test]
+fn a_lease_holds_a_bounded_number_of_keys_so_its_end_is_one_revision_of_bounded_work() {
+    use crate::limits::ETCD_MAX_KEYS_PER_LEASE;
+    let mut t = LeaseTable::default();
+    let granted = answer(t.apply(&at(0, EtcdOp::LeaseGrant { id: 0, ttl_s: 1 })));
+    let EtcdAnswer::LeaseGranted { id, .. } = granted.answer else {
+        panic!()
+    };
+    for n in 0..ETCD_MAX_KEYS_PER_LEASE {
+        answer(t.apply(&at(0, one(put(&format!("k/{n}"), "v", id)))));
+    }
+    let one_more = answer(t.apply(&at(0, one(put("k/last", "v", id)))));
+    let max = ETCD_MAX_KEYS_PER_LEASE;
+    assert_eq!(
+        one_more.answer,
+        EtcdAnswer::Refused(EtcdRefusal::TooManyLeaseKeys { id, max })
+    );
+    // A key already on the lease is written again.
+    assert!(matches!(
+        answer(t.apply(&at(0, one(put("k/0", "w", id))))).answer,
+        EtcdAnswer::Txn(_)
+    ));
+    let before = t.etcd().revision();
+    t.apply(&Command {
+        at_ms: Some(1_000),
+        request: None,
+        op: Op::Tick,
+    });
+    assert_eq!(t.etcd().key_count(), 0, "every key went at once");
+    assert_eq!(t.etcd().revision(), before + 1, "at one revision");
+}

@@ -459,7 +459,9 @@ fn etcd_code(refusal: &leasehold_core::etcd::EtcdRefusal) -> Code {
         R::KeyNotFound => Code::InvalidArgument,
         R::Compacted { .. } | R::FutureRevision => Code::OutOfRange,
         R::NotLeaseOwner { .. } => Code::PermissionDenied,
-        R::TooManyKeys { .. } => Code::ResourceExhausted,
+        R::TooManyKeys { .. } | R::TooManyDeletes { .. } | R::TooManyLeaseKeys { .. } => {
+            Code::ResourceExhausted
+        }
     }
 }
 
