@@ -201,10 +201,16 @@ fn print_started(cluster: &LocalCluster, args: &ClusterArgs, dir: &std::path::Pa
             node.log.display()
         );
     }
+    // etcd's v3 API is served on the same client ports: what etcd's clients are pointed at.
+    let endpoints: Vec<&str> = cluster.nodes().iter().map(|n| n.addr.as_str()).collect();
+    println!(
+        "etcd v3 API on the client ports: ETCDCTL_API=3 etcdctl --endpoints={}",
+        endpoints.join(",")
+    );
     if let Some(first) = args.http_port {
         let scheme = if args.tls { "https" } else { "http" };
         let last = u64::from(first) + args.nodes - 1;
-        println!("HTTP/JSON API: POST {scheme}://127.0.0.1:{first}-{last}/v1/<Rpc>");
+        println!("HTTP/JSON API: POST {scheme}://127.0.0.1:{first}-{last}/v1/<Rpc> (etcd's JSON gateway: /v3/...)");
     }
 }
 
