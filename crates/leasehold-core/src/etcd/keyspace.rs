@@ -171,14 +171,15 @@ impl Keyspace {
     /// A range read outside a transaction, at `revision` (0: the current one). This store keeps
     /// each key's latest version only, so an older revision is refused as compacted.
     pub fn range(&self, request: &RangeRequest, revision: i64) -> Result<RangeAnswer, Refusal> {
-        match revision.cmp(&self.revision()) {
-            _ if revision <= 0 => {}
-            Ordering::Greater => return Err(Refusal::FutureRevision),
-            Ordering::Less => {
-                let compact_revision = self.compacted.max(self.revision());
+        // A compaction never passes the current revision, which is the oldest served.
+        match revision {
+            ..=0 => {}
+            r if r > self.revision() => return Err(Refusal::FutureRevision),
+            r if r < self.revision() => {
+                let compact_revision = self.revision();
                 return Err(Refusal::Compacted { compact_revision });
             }
-            Ordering::Equal => {}
+            _ => {}
         }
         range(&self.keys, request)
     }

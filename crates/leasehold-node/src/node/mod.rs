@@ -370,6 +370,11 @@ impl Node {
         &self.inner.data_dir
     }
 
+    /// The size of its snapshot file, 0 when it has none.
+    pub fn snapshot_bytes(&self) -> u64 {
+        std::fs::metadata(crate::raft::snapshot_path(self.data_dir())).map_or(0, |m| m.len())
+    }
+
     /// Store time a lease stays free before this node, leading, has it forgotten.
     pub fn lease_retention_ms(&self) -> u64 {
         self.inner.lease_retention_ms

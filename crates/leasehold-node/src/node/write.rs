@@ -214,8 +214,8 @@ impl Node {
         // A format the applied state already holds is in use: every member must read it to
         // apply the log as it stands, so more of it risks nothing new. A leader that restarted
         // while a member is down, and so never heard that member announce, still serves it.
-        let in_use = self.inner.state.read().table.format();
-        if format > FORMAT_1 && format > in_use {
+        // (The state is read only for a format past 1: not on every write's path.)
+        if format > FORMAT_1 && format > self.inner.state.read().table.format() {
             self.check_format(format)?;
         }
         match (op.bare(), self.inner.manual_clock) {

@@ -61,8 +61,7 @@ impl ClusterApi {
                 table.policy().enabled(),
             )
         };
-        let snapshot_bytes = std::fs::metadata(crate::raft::snapshot_path(self.node.data_dir()))
-            .map_or(0, |m| m.len());
+        let snapshot_bytes = self.node.snapshot_bytes();
         let clock = self.node.own_clock();
         pb::NodeStatus {
             id: self.node.id(),

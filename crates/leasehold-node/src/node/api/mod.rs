@@ -75,6 +75,17 @@ impl Deadline {
     }
 }
 
+/// Resolves once the node stops (never, for an API not told when it stops): what a long-lived
+/// stream's task waits on beside its work.
+pub(crate) async fn until_stopped(stopping: Option<tokio::sync::watch::Receiver<bool>>) {
+    match stopping {
+        Some(mut stopping) => {
+            let _ = stopping.wait_for(|stop| *stop).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// The client plane's API, one of each service, shared by every transport (so the admission
 /// limit, the metrics and the denial log are the same whichever a client speaks).
 #[derive(Clone)]

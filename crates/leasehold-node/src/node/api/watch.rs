@@ -249,12 +249,7 @@ struct Out {
 
 impl Out {
     async fn stopped(&self) {
-        match self.stopping.clone() {
-            Some(mut stopping) => {
-                let _ = stopping.wait_for(|stop| *stop).await;
-            }
-            None => std::future::pending().await,
-        }
+        super::until_stopped(self.stopping.clone()).await
     }
 
     /// Whether the response went out (false: the client or the node is gone).

@@ -134,14 +134,9 @@ async fn rpc(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let (credentials, body) = match caller(peer, &headers, body) {
-        Ok(called) => called,
-        Err(refused) => return *refused,
-    };
-    match answer(&api, &name, &credentials, &body).await {
-        Ok(answered) => answered,
-        Err(e) => error(&e),
-    }
+    let answered =
+        |c: Credentials, body: Bytes| async move { answer(&api, &name, &c, &body).await };
+    respond(peer, &headers, body, answered).await
 }
 
 /// etcd's JSON gateway: `POST /v3/<path>`.
@@ -152,14 +147,30 @@ async fn v3(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let (credentials, body) = match caller(peer, &headers, body) {
+    let answered =
+        |c: Credentials, body: Bytes| async move { etcd::answer(&api, &path, &c, &body).await };
+    respond(peer, &headers, body, answered).await
+}
+
+/// A call's response: `answer`'s for the caller and body it is given, its refusal's once
+/// mapped, or the refusal of the request itself (see [`caller`]).
+async fn respond<F, Fut>(
+    peer: Peer,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    answer: F,
+) -> Response
+where
+    F: FnOnce(Credentials, Bytes) -> Fut,
+    Fut: std::future::Future<Output = Result<Response, NodeError>>,
+{
+    let (credentials, body) = match caller(peer, headers, body) {
         Ok(called) => called,
         Err(refused) => return *refused,
     };
-    match etcd::answer(&api, &path, &credentials, &body).await {
-        Ok(answered) => answered,
-        Err(e) => error(&e),
-    }
+    answer(credentials, body)
+        .await
+        .unwrap_or_else(|e| error(&e))
 }
 
 /// The caller's credentials and the request's body; or the refusal of a request from a

@@ -115,7 +115,7 @@ impl EtcdApi {
                 let state = self.node.state().read();
                 let etcd = state.table.etcd();
                 if etcd.revision() >= rev {
-                    let oldest = oldest_under(etcd, &prefix, &end);
+                    let oldest = etcd.first_created(&prefix, &end);
                     match oldest {
                         Some(kv) if created_at(&kv, key, rev) => return Ok(etcd.revision()),
                         Some(kv) if kv.create_revision < rev => {}
@@ -190,11 +190,6 @@ impl Drop for InLine {
             });
         }
     }
-}
-
-/// The key under `prefix..end` created first.
-fn oldest_under(etcd: &core::Keyspace, prefix: &[u8], end: &[u8]) -> Option<KeyValue> {
-    etcd.first_created(prefix, end)
 }
 
 /// `v3lock.Lock`.
@@ -426,8 +421,9 @@ impl ObservedLeaders {
             {
                 let state = self.api.state().read();
                 let etcd = state.table.etcd();
-                let now =
-                    oldest_under(etcd, &self.prefix, &self.end).map(|kv| convert::key_value(&kv));
+                let now = etcd
+                    .first_created(&self.prefix, &self.end)
+                    .map(|kv| convert::key_value(&kv));
                 if now.is_some() && now != self.last {
                     self.last = now.clone();
                     return Ok(election::LeaderResponse {

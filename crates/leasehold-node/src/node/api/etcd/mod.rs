@@ -595,8 +595,7 @@ impl EtcdApi {
             let applied = state.last_applied.map_or(0, |id| id.index);
             (state.table.etcd().revision(), applied)
         };
-        let db_size = std::fs::metadata(crate::raft::snapshot_path(self.node.data_dir()))
-            .map_or(0, |m| m.len() as i64);
+        let db_size = i64::try_from(self.node.snapshot_bytes()).unwrap_or(i64::MAX);
         let voters: Vec<u64> = metrics.membership_config.membership().voter_ids().collect();
         Ok(pb::StatusResponse {
             header: Some(self.header(revision)),

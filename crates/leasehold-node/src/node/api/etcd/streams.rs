@@ -16,7 +16,7 @@ use super::concurrency::ObservedLeaders;
 use super::watch::{Watched, Watcher};
 use super::EtcdApi;
 use crate::limits::{ETCD_PROGRESS_NOTIFY, ETCD_STREAM_QUEUE, ETCD_WATCHERS_PER_STREAM};
-use crate::node::api::Credentials;
+use crate::node::api::{until_stopped, Credentials};
 use crate::node::NodeError;
 use crate::proto::etcd::etcdserverpb as pb;
 use crate::proto::etcd::v3electionpb as election;
@@ -25,16 +25,6 @@ use crate::proto::etcd::v3electionpb as election;
 pub(crate) type Answers<T> = mpsc::Receiver<Result<T, NodeError>>;
 
 type Sender<T> = mpsc::Sender<Result<T, NodeError>>;
-
-/// Until the node stops (never, for a plane that does not say).
-async fn stopped(stopping: &mut Option<tokio::sync::watch::Receiver<bool>>) {
-    match stopping {
-        Some(stopping) => {
-            let _ = stopping.wait_for(|stopped| *stopped).await;
-        }
-        None => std::future::pending().await,
-    }
-}
 
 impl EtcdApi {
     /// `LeaseKeepAlive`: each request kept alive through the log, answered in order.
@@ -46,14 +36,14 @@ impl EtcdApi {
         // Held for as long as it runs, of the watches' budget: a stream, not a call.
         let working = self.admit_watch()?;
         let (send, answers) = mpsc::channel(ETCD_STREAM_QUEUE);
-        let (api, mut stopping) = (self.clone(), self.stopping());
+        let (api, stopping) = (self.clone(), self.stopping());
         tokio::spawn(async move {
             let _working = working;
             tokio::pin!(inbound);
             loop {
                 let request = tokio::select! {
                     request = inbound.next() => request,
-                    () = stopped(&mut stopping) => return,
+                    () = until_stopped(stopping.clone()) => return,
                     () = send.closed() => return,
                 };
                 let Some(request) = request else { return };
@@ -100,14 +90,14 @@ impl EtcdApi {
         let mut observed: ObservedLeaders = self.observe(credentials, m)?;
         let working = self.admit_watch()?;
         let (send, answers) = mpsc::channel(ETCD_STREAM_QUEUE);
-        let mut stopping = self.stopping();
+        let stopping = self.stopping();
         tokio::spawn(async move {
             let _working = working;
             loop {
                 let answer = tokio::select! {
                     answer = observed.next() => answer,
                     () = send.closed() => return,
-                    () = stopped(&mut stopping) => return,
+                    () = until_stopped(stopping.clone()) => return,
                 };
                 let ended = answer.is_err();
                 if send.send(answer).await.is_err() || ended {
@@ -135,7 +125,7 @@ impl WatchStream {
     async fn run(mut self, inbound: impl Stream<Item = pb::WatchRequest> + Send) {
         use pb::watch_request::RequestUnion;
         tokio::pin!(inbound);
-        let mut stopping = self.api.stopping();
+        let stopping = self.api.stopping();
         let send = self.send.clone();
         loop {
             let request = tokio::select! {
@@ -148,7 +138,7 @@ impl WatchStream {
                     continue;
                 }
                 () = send.closed() => break,
-                () = stopped(&mut stopping) => break,
+                () = until_stopped(stopping.clone()) => break,
             };
             let Some(pb::WatchRequest { request_union }) = request else {
                 break;
