@@ -15,6 +15,9 @@
 //! the same schedule of faults and operations (timing still varies).
 
 mod harness;
+// The etcd workload, a room of its own beside the native one.
+#[path = "faults/etcd.rs"]
+mod etcd;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -398,21 +401,36 @@ impl Cluster {
     /// lets only members in.
     fn log_readers(&self) -> Vec<tonic::transport::Channel> {
         let count = self.ips.len() as u64;
-        self.nodes
-            .peer_endpoints()
-            .iter()
-            .zip(1..)
+        self.channels(&self.nodes.peer_endpoints(), |certs, id| {
+            let other = Tls::load(&certs.node(id % count + 1)).unwrap();
+            other.client_config(Some(&node_name(id)))
+        })
+    }
+
+    /// A channel to each node's client plane, as an etcd client dials it: with TLS, showing
+    /// the workload's certificate.
+    fn etcd_channels(&self) -> Vec<tonic::transport::Channel> {
+        self.channels(&self.endpoints, |certs, _| {
+            Tls::load(&certs.client()).unwrap().client_config(None)
+        })
+    }
+
+    /// A channel to each of `endpoints` (node 1's first), from the clients' address, which no
+    /// partition touches; with TLS, dialled as `tls` says for the node's id.
+    fn channels(
+        &self,
+        endpoints: &[String],
+        tls: impl Fn(&certs::ClusterCerts, u64) -> tonic::transport::ClientTlsConfig,
+    ) -> Vec<tonic::transport::Channel> {
+        use tonic::transport::Endpoint;
+        (endpoints.iter().zip(1..))
             .map(|(endpoint, id)| {
                 let endpoint = match &self.certs {
-                    Some(certs) => {
-                        let other = Tls::load(&certs.node(id % count + 1)).unwrap();
-                        tonic::transport::Endpoint::from_shared(format!("https://{endpoint}"))
-                            .unwrap()
-                            .tls_config(other.client_config(Some(&node_name(id))))
-                            .unwrap()
-                    }
-                    None => tonic::transport::Endpoint::from_shared(format!("http://{endpoint}"))
+                    Some(certs) => Endpoint::from_shared(format!("https://{endpoint}"))
+                        .unwrap()
+                        .tls_config(tls(certs, id))
                         .unwrap(),
+                    None => Endpoint::from_shared(format!("http://{endpoint}")).unwrap(),
                 };
                 endpoint
                     .local_address(Some(CLIENT_IP.parse().unwrap()))
@@ -519,6 +537,8 @@ const KEYS: [&str; 4] = ["f0", "f1", "p0", "p1"];
 struct Recorder {
     started: Instant,
     history: Mutex<Vec<Operation>>,
+    /// The etcd workload's operations, judged apart (see `etcd`).
+    etcd: Mutex<Vec<check::EtcdOperation>>,
 }
 
 impl Recorder {
@@ -535,6 +555,10 @@ impl Recorder {
             completion,
         };
         self.history.lock().unwrap().push(op);
+    }
+
+    fn record_etcd(&self, op: check::EtcdOperation) {
+        self.etcd.lock().unwrap().push(op);
     }
 }
 
@@ -886,6 +910,11 @@ async fn client_loop(
     // refused, while a node of an older build reads no log format 2).
     let _ = client.close_session().await;
 }
+
+/// How many etcd clients a run has, and the first's id in the history (client 0 of them is
+/// the sleeper).
+const ETCD_CLIENTS: u32 = 2;
+const ETCD_CLIENT: u32 = 200;
 
 /// The identity with no role that, in runs with authorization on, keeps trying what the
 /// workload does: every one of its writes must be denied, under every fault.
@@ -1510,6 +1539,7 @@ async fn fault_run_from(
     let recorder = Arc::new(Recorder {
         started: Instant::now(),
         history: Mutex::new(Vec::new()),
+        etcd: Mutex::new(Vec::new()),
     });
     let stop = Arc::new(AtomicBool::new(false));
     let archive = Arc::new(LogArchive::default());
@@ -1542,6 +1572,18 @@ async fn fault_run_from(
             recorder.clone(),
             stop.clone(),
         )));
+    }
+    // etcd's clients beside Leasehold's, on this build only (an older one logs no etcd
+    // command). Their seeds come from the run's without drawing on its schedule.
+    if cluster.upgrade.is_none() {
+        for id in 0..ETCD_CLIENTS {
+            let channels = cluster.etcd_channels();
+            let first = id as usize % channels.len();
+            let client = etcd::EtcdClient::new(ETCD_CLIENT + id, channels, first, recorder.clone());
+            let seed = Rng(seed ^ u64::from(ETCD_CLIENT + id)).bits();
+            let task = etcd::client_loop(client, seed, id == 0, stop.clone());
+            clients.push(tokio::spawn(task));
+        }
     }
 
     // Fault windows: (label, from ns, to ns), and the longest unavailability per label.
@@ -1735,6 +1777,9 @@ async fn fault_run_from(
     if tls {
         anomalies.extend(outsider_anomalies(&history, &log));
     }
+    let etcd_history = recorder.etcd.lock().unwrap().clone();
+    etcd::print_counts(&etcd_history);
+    anomalies.extend(check::etcd_linearizable(&etcd_history, &log));
     // INTERNAL means a broken invariant or a failed disk, neither of which a fault run causes:
     // it fails the run, where counting it as indeterminate would hide it.
     for op in &history {

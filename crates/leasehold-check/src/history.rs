@@ -144,8 +144,18 @@ impl std::fmt::Display for Anomaly {
 /// Replays `log` through the reference model (not the product's table). The log must run from
 /// index 1 without a hole.
 pub fn replay(log: &Log) -> Result<Vec<Replayed>, Anomaly> {
-    let mut table = Model::default();
     let mut applied = Vec::new();
+    replay_observing(log, |_, replayed| applied.push(replayed))?;
+    Ok(applied)
+}
+
+/// [`replay`], handing each command to `observe` with the model as it stands once the command
+/// applied, for checkers that judge reads against the state between commands.
+pub fn replay_observing(
+    log: &Log,
+    mut observe: impl FnMut(&Model, Replayed),
+) -> Result<(), Anomaly> {
+    let mut table = Model::default();
     let mut requests = std::collections::BTreeSet::new();
     for (expected, (index, commands)) in (1..).zip(log) {
         if *index != expected {
@@ -158,7 +168,7 @@ pub fn replay(log: &Log) -> Result<Vec<Replayed>, Anomaly> {
             let outcome = table.apply(command);
             let identity = command.op.identity().map(str::to_owned);
             let op = command.op.bare().clone();
-            applied.push(Replayed {
+            let replayed = Replayed {
                 index: *index,
                 position,
                 store_time_ms: table.now_ms(),
@@ -167,8 +177,9 @@ pub fn replay(log: &Log) -> Result<Vec<Replayed>, Anomaly> {
                 op,
                 identity,
                 outcome,
-            });
+            };
+            observe(&table, replayed);
         }
     }
-    Ok(applied)
+    Ok(())
 }

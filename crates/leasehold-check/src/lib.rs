@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 mod clock;
+mod etcd_history;
 pub mod etcd_model;
 mod fencing;
 mod history;
@@ -22,6 +23,7 @@ pub mod model;
 mod rng;
 
 pub use clock::{store_time_follows_real_time, store_time_gains_at_most};
+pub use etcd_history::{etcd_linearizable, EtcdCompletion, EtcdOperation, EtcdRequest};
 pub use fencing::{fencing, mutual_exclusion, real_time_exclusion};
 pub use history::{replay, Anomaly, Answer, Completion, Log, Operation, Replayed, Request};
 pub use limits::ROUNDING_NS;

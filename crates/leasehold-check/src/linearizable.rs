@@ -231,13 +231,15 @@ fn applied_at_most_once(history: &[Operation], applied: &[Replayed]) -> Vec<Anom
                 | Op::Close
                 | Op::Forget { .. }
                 | Op::Auth(_)
+                | Op::Etcd(_)
         ) || matches!(a.outcome, Outcome::Denied(_))
         {
             // The leader's own ticks and forgets; advances are not part of fault runs; registrations are
             // the client library's own, which histories do not record (a lost one is retried
             // and leaves an unused session behind, harmlessly); policy changes are the admin's,
             // which histories do not record either; a denied operation changed nothing, and its
-            // client saw a refusal.
+            // client saw a refusal; etcd's writes are counted against etcd's clients' history
+            // (`etcd_linearizable`).
             continue;
         }
         let key = postcard::to_allocvec(&a.op).unwrap_or_default();
