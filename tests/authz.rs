@@ -15,7 +15,7 @@ use leasehold::proto::v1::lease_store_client::LeaseStoreClient;
 use leasehold::tls::certs::CLIENT_NAME;
 use leasehold::tls::Tls;
 use leasehold_client::{
-    Acquired, ClientError, Code, EventKind, LeaseClient, Released, WatchFrom, WatchSelect,
+    Acquired, ClientError, Code, EventKind, LeaseClient, Listing, Released, WatchFrom, WatchSelect,
 };
 
 /// The permissions a role can grant, and each one's identity in these tests.
@@ -462,6 +462,41 @@ async fn a_watch_follows_only_what_its_identity_may_read_and_ends_when_revoked()
         .expect("the watch to end")
         .expect_err("a refusal, not an event");
     assert_eq!(ended.code(), Code::PermissionDenied, "{ended}");
+}
+
+/// A listing shows an identity the leases and rows it may read, and leaves the rest out.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listing_shows_only_what_its_identity_may_read() {
+    let h = Harness::start_authorized(3, false).await;
+    let grants = vec![grant("read-leases", "a/"), grant("read-keys", "a/k")];
+    role_for(&h.client, "team-a", grants).await;
+    role_for(
+        &h.client,
+        "writer",
+        vec![grant("hold", ""), grant("write", "")],
+    )
+    .await;
+    let writer = h.client_as("writer");
+    for name in ["a/1", "b/1", "a/2", "ab/1"] {
+        writer.acquire(name, "writer/w", 60_000).await.unwrap();
+        writer.put(name, b"v", None).await.unwrap();
+    }
+    writer.put("a/k1", b"v", None).await.unwrap();
+    let admin = &h.client;
+    let a = h.client_as("team-a");
+    let leases = a.list_leases(&Listing::under("")).await.unwrap().outcome;
+    let names: Vec<&str> = leases.entries.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!((names, leases.next), (vec!["a/1", "a/2"], None));
+    let keys = a.list_keys(&Listing::under("a/")).await.unwrap().outcome;
+    let names: Vec<&str> = keys.entries.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["a/k1"]);
+    // The admin, who may read everything, sees everything.
+    let all = admin
+        .list_leases(&Listing::under(""))
+        .await
+        .unwrap()
+        .outcome;
+    assert_eq!(all.entries.len(), 4);
 }
 
 /// Every identity sees the members, their roles and client addresses (what a client needs to

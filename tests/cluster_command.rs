@@ -12,7 +12,8 @@ use std::time::Duration;
 use harness::{binary, wait_for};
 
 /// A port for `cluster --port` with three consecutive free loopback ports from it, and three
-/// more from 100 above it, where `cluster` puts the peer ports by default. Each call in this
+/// more from 100 and from 200 above it, where `cluster` puts the peer and HTTP ports by
+/// default. Each call in this
 /// process starts its search elsewhere: the tests run at once, and two that both started from
 /// the process id found the same free ports, then fought over them (one cluster never elected,
 /// or its leader's death was never reported).
@@ -22,18 +23,18 @@ fn consecutive_free_ports() -> u16 {
     let seed = (std::process::id() as u16).wrapping_add(call.wrapping_mul(7_919));
     // Outside the ephemeral range, where no outgoing connection takes a port meanwhile.
     let range = leasehold::cli::local::unassigned_ports().unwrap_or(20_000..60_000);
-    let width = range.end - range.start - 102;
+    let width = range.end - range.start - 202;
     for attempt in 0..200u16 {
         let base = range.start + (seed.wrapping_add(attempt.wrapping_mul(97))) % width;
-        let held: Vec<_> = [0, 1, 2, 100, 101, 102]
+        let held: Vec<_> = [0, 1, 2, 100, 101, 102, 200, 201, 202]
             .into_iter()
             .map_while(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).ok())
             .collect();
-        if held.len() == 6 {
+        if held.len() == 9 {
             return base;
         }
     }
-    panic!("no three consecutive free ports with three more above them");
+    panic!("no three consecutive free ports with three more 100 and 200 above them");
 }
 
 fn alive(pid: i32) -> bool {

@@ -174,6 +174,23 @@ async fn the_seed_scenario_through_curl_a_frozen_holders_late_write_is_refused()
         json!({"lease": "seed/lease", "token": a_token}),
     );
     assert!(stale.get("stale").is_some(), "{stale}");
+
+    // The leases under a prefix, and the rows, as curl lists them.
+    let page = json!({"page": {"prefix": "seed/", "limit": 10}});
+    let (_, listed) = call(&http[0], "ListLeases", page.clone());
+    let lease = &listed["leases"][0];
+    assert_eq!(
+        (&lease["lease"], &lease["holder"]),
+        (&json!("seed/lease"), &json!("b")),
+        "{listed}"
+    );
+    assert_eq!(u64_of(&lease["token"]), b_token, "{listed}");
+    assert!(
+        listed.get("nextPageToken").is_none(),
+        "the last page: {listed}"
+    );
+    let (_, rows) = call(&http[1], "ListKeys", page);
+    assert_eq!(rows["keys"][0]["value"], base64(b"b1"), "{rows}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -460,7 +477,7 @@ async fn every_rpc_of_the_proto_is_served_and_browsers_are_refused() {
         .filter_map(|l| l.trim().strip_prefix("rpc "))
         .map(|l| l.split('(').next().unwrap().trim())
         .collect();
-    assert_eq!(rpcs.len(), 22, "{rpcs:?}");
+    assert_eq!(rpcs.len(), 24, "{rpcs:?}");
     for &rpc in &rpcs {
         // Each answers something of its own (Watch streams until curl's time runs out).
         let output = Command::new("curl")

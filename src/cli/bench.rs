@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::{ClientOpts, Exit, Output};
 use crate::proto::v1 as pb;
-use leasehold_client::{Acquired, Answer, LeaseClient, Renewal, Renewed, Written};
+use leasehold_client::{Acquired, Answer, LeaseClient, Listing, Renewal, Renewed, Written};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Workload {
@@ -31,6 +31,9 @@ pub enum Workload {
     Get,
     /// A few contended leases: acquire or renew, fenced put, get.
     Mixed,
+    /// Linearizable pages of 100 leases, each client walking the whole listing page after page
+    /// (fill the store first, with `--workload acquire --ttl 3600`). Leasehold's only.
+    List,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -267,6 +270,8 @@ enum Backend {
         held: Vec<Renewal>,
         /// The token last granted on each contended lease (mixed), 0 when none.
         mixed_tokens: [u64; MIXED_LEASES as usize],
+        /// Where the client's walk of the listing goes on (list).
+        page_token: String,
     },
     #[cfg(feature = "etcd")]
     Etcd(Box<super::bench_etcd::Etcd>),
@@ -284,6 +289,7 @@ impl Backend {
                 token: 0,
                 held: Vec::new(),
                 mixed_tokens: [0; MIXED_LEASES as usize],
+                page_token: String::new(),
             }),
             #[cfg(feature = "etcd")]
             Target::Etcd => Ok(Backend::Etcd(Box::new(
@@ -388,6 +394,7 @@ impl Backend {
                 token,
                 held,
                 mixed_tokens,
+                page_token,
             } => {
                 let result = match ctx.workload {
                     Workload::Acquire => {
@@ -407,6 +414,16 @@ impl Backend {
                         .await
                         .map(|r| accepted(written(&r))),
                     Workload::Get => client.get(&names.key).await.map(|_| Done::Accepted),
+                    Workload::List => {
+                        let listing = Listing {
+                            page_token: std::mem::take(page_token),
+                            ..Listing::default()
+                        };
+                        client.list_leases(&listing).await.map(|page| {
+                            *page_token = page.outcome.next.unwrap_or_default();
+                            Done::Accepted
+                        })
+                    }
                     Workload::Mixed => match action {
                         0 => client
                             .acquire(&contended, &names.holder, 1_000)
@@ -450,6 +467,9 @@ impl Backend {
                         .await
                         .map(|()| Done::Accepted),
                     Workload::Get => etcd.get(&names.key).await.map(|()| Done::Accepted),
+                    Workload::List => {
+                        return Err("the list workload lists Leasehold's leases only".into())
+                    }
                     Workload::Mixed => match action {
                         0 => etcd.acquire(&contended, 1).await.map(accepted),
                         1 if etcd.lock_revision > 0 => {

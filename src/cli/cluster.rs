@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tokio::signal::unix::SignalKind;
 
+use super::console_control::{self, Control, CONSOLE_CONTROL_ENV};
 use super::local::{LocalCluster, PlaneAddrs};
 use super::Exit;
 use crate::proto::v1 as pb;
@@ -40,8 +41,8 @@ pub struct ClusterArgs {
     /// port on, one port per node.
     #[arg(long, value_name = "PORT")]
     metrics_port: Option<u16>,
-    /// Serve each node's client API over HTTP and JSON (`serve --http-listen`) from this port
-    /// on, one port per node.
+    /// Serve each node's client API over HTTP and JSON (`serve --http-listen`), and its
+    /// console (`/ui`), from this port on, one port per node. Defaults to --port plus 200.
     #[arg(long, value_name = "PORT")]
     http_port: Option<u16>,
 }
@@ -57,6 +58,9 @@ fn parse_node_count(text: &str) -> Result<u64, String> {
 /// The default peer ports start this far above the client ports.
 const PEER_PORT_OFFSET: u16 = 100;
 
+/// The default HTTP ports (the API over JSON and the console) start this far above them.
+const HTTP_PORT_OFFSET: u16 = 200;
+
 /// How often the nodes are looked at.
 const POLL: Duration = Duration::from_millis(200);
 
@@ -68,7 +72,11 @@ enum Seen {
     Dead,
 }
 
-pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
+pub async fn run(mut args: ClusterArgs) -> anyhow::Result<Exit> {
+    // The console is on by default: a newcomer opens it in a browser.
+    if args.http_port.is_none() {
+        args.http_port = args.port.checked_add(HTTP_PORT_OFFSET);
+    }
     let peer_port = match args.peer_port {
         Some(port) => port,
         None => args.port.checked_add(PEER_PORT_OFFSET).ok_or_else(|| {
@@ -107,7 +115,16 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
             peer: format!("127.0.0.1:{peer}"),
         })
         .collect();
-    for addr in addrs.iter().flat_map(|a| [&a.client, &a.peer]) {
+    let side_ports = [args.http_port, args.metrics_port].into_iter().flatten();
+    let side_addrs: Vec<String> = (side_ports
+        .flat_map(|first| (0..args.nodes).map(move |i| u64::from(first) + i)))
+    .map(|port| format!("127.0.0.1:{port}"))
+    .collect();
+    for addr in addrs
+        .iter()
+        .flat_map(|a| [&a.client, &a.peer])
+        .chain(&side_addrs)
+    {
         if let Err(e) = std::net::TcpListener::bind(addr) {
             anyhow::bail!(
                 "{addr} is not free ({e}); is another cluster running? Use --port and \
@@ -115,8 +132,11 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
             );
         }
     }
+    // The console's buttons reach this process through it.
+    let control = console_control::listen().await?;
     let mut cluster = LocalCluster::new(&std::env::current_exe()?, &dir, &addrs, args.manual_clock)
-        .with_shared_cores();
+        .with_shared_cores()
+        .with_env(CONSOLE_CONTROL_ENV, &control.env_value());
     let mut admin = None;
     let client_tls = if args.tls {
         let certs = crate::tls::certs::ensure(&dir, args.nodes)?;
@@ -167,7 +187,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<Exit> {
     }
     println!("try: leasehold status --watch{flag}    (Ctrl-C here stops every node)");
 
-    let outcome = monitor(&mut cluster, tls).await;
+    let outcome = monitor(&mut cluster, tls, control).await;
     cluster.stop_all(Duration::from_secs(5));
     println!("all nodes stopped");
     outcome
@@ -211,6 +231,7 @@ fn print_started(cluster: &LocalCluster, args: &ClusterArgs, dir: &std::path::Pa
         let scheme = if args.tls { "https" } else { "http" };
         let last = u64::from(first) + args.nodes - 1;
         println!("HTTP/JSON API: POST {scheme}://127.0.0.1:{first}-{last}/v1/<Rpc> (etcd's JSON gateway: /v3/...)");
+        println!("console: {scheme}://127.0.0.1:{first}/ui (every node serves one, on ports {first}-{last})");
     }
 }
 
@@ -281,6 +302,7 @@ async fn node_status(client: &LeaseClient) -> Option<pb::NodeStatus> {
 async fn monitor(
     cluster: &mut LocalCluster,
     tls: Option<tonic::transport::ClientTlsConfig>,
+    mut control: Control,
 ) -> anyhow::Result<Exit> {
     let mut clients = BTreeMap::new();
     for node in cluster.nodes() {
@@ -291,75 +313,103 @@ async fn monitor(
         };
         clients.insert(node.id, client);
     }
-    let mut seen: BTreeMap<u64, Seen> = BTreeMap::new();
-    let ids: Vec<u64> = cluster.nodes().iter().map(|n| n.id).collect();
-    // Nodes brought back by hand are not our children: stop them by pid on Ctrl-C.
-    let mut external_pids: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut seen = Watched {
+        seen: BTreeMap::new(),
+        external_pids: BTreeMap::new(),
+        states: cluster.nodes().iter().map(|n| (n.id, "running")).collect(),
+    };
     // One stream each for the whole run: a signal that lands while a node is being asked is
     // kept. SIGTERM (`kill`, a service manager) stops the nodes as Ctrl-C does.
     let mut interrupt = tokio::signal::unix::signal(SignalKind::interrupt())?;
     let mut terminate = tokio::signal::unix::signal(SignalKind::terminate())?;
     loop {
-        for &id in &ids {
-            if let Some(status) = cluster.try_reap(id) {
-                seen.insert(id, Seen::Dead);
-                println!(
-                    "node {id} died ({status}); bring it back with:\n  {}",
-                    cluster.restart_command(id)
-                );
-            }
-            let now = match node_status(&clients[&id]).await {
-                Some(s) => Seen::Up {
-                    role: s.role,
-                    term: s.term,
-                    pid: s.pid,
-                },
-                None if seen.get(&id) == Some(&Seen::Dead) => Seen::Dead,
-                // Not yet listening after start: nothing to report until it first answers.
-                None if !seen.contains_key(&id) => continue,
-                None => Seen::Unreachable,
-            };
-            let before = seen.get(&id).cloned();
-            if before.as_ref() == Some(&now) {
-                continue;
-            }
-            match (&before, &now) {
-                (_, Seen::Up { role, term, pid }) => {
-                    if matches!(before, Some(Seen::Dead) | Some(Seen::Unreachable)) {
-                        println!("node {id} is back (pid {pid})");
-                    }
-                    // A pid comes over gRPC: 0 or 1 would signal a process group or init,
-                    // and anything past i32 is no pid.
-                    if cluster.pid(id) != Some(*pid) && *pid > 1 && i32::try_from(*pid).is_ok() {
-                        external_pids.insert(id, *pid);
-                    }
-                    let was_role = match &before {
-                        Some(Seen::Up { role, .. }) => Some(*role),
-                        _ => None,
-                    };
-                    if was_role != Some(*role) && *role == pb::Role::Leader as i32 {
-                        println!("node {id} is now the leader (term {term})");
-                    } else if was_role != Some(*role) && was_role.is_some() {
-                        println!(
-                            "node {id} is now a {} (term {term})",
-                            super::commands::role_name(*role)
-                        );
-                    }
-                }
-                (Some(Seen::Up { .. }), Seen::Unreachable) => println!("node {id} does not answer"),
-                _ => {}
-            }
-            seen.insert(id, now);
+        for (&id, client) in &clients {
+            seen.look_at(cluster, id, client).await;
         }
         let stop = tokio::select! {
             _ = tokio::time::sleep(POLL) => false,
+            Some(request) = control.requests.recv() => {
+                console_control::answer(cluster, &mut seen.states, request);
+                false
+            }
             _ = interrupt.recv() => true,
             _ = terminate.recv() => true,
         };
         if stop {
             println!("stopping...");
-            stop_external(cluster, external_pids);
+            stop_external(cluster, seen.external_pids);
             return Ok(Exit::Ok);
+        }
+    }
+}
+
+/// What the monitor knows of the nodes.
+struct Watched {
+    /// What was last seen of each node, to report only changes.
+    seen: BTreeMap<u64, Seen>,
+    /// Nodes brought back by hand are not our children: stopped by pid on Ctrl-C.
+    external_pids: BTreeMap<u64, u32>,
+    /// Each node as the console shows it.
+    states: console_control::States,
+}
+
+impl Watched {
+    /// Looks at node `id` (through `client`), and reports what changed.
+    async fn look_at(&mut self, cluster: &mut LocalCluster, id: u64, client: &LeaseClient) {
+        let seen = &mut self.seen;
+        if let Some(status) = cluster.try_reap(id) {
+            seen.insert(id, Seen::Dead);
+            if self.states.get(&id) != Some(&"killed") {
+                self.states.insert(id, "exited");
+            }
+            println!(
+                "node {id} died ({status}); bring it back with:\n  {}",
+                cluster.restart_command(id)
+            );
+        }
+        let now = match node_status(client).await {
+            Some(s) => Seen::Up {
+                role: s.role,
+                term: s.term,
+                pid: s.pid,
+            },
+            None if seen.get(&id) == Some(&Seen::Dead) => Seen::Dead,
+            // Not yet listening after start: nothing to report until it first answers.
+            None if !seen.contains_key(&id) => return,
+            None => Seen::Unreachable,
+        };
+        let before = seen.insert(id, now.clone());
+        if before.as_ref() == Some(&now) {
+            return;
+        }
+        match (&before, &now) {
+            (_, Seen::Up { role, term, pid }) => {
+                if matches!(before, Some(Seen::Dead) | Some(Seen::Unreachable)) {
+                    println!("node {id} is back (pid {pid})");
+                    if self.states.get(&id) != Some(&"paused") {
+                        self.states.insert(id, "running");
+                    }
+                }
+                // A pid comes over gRPC: 0 or 1 would signal a process group or init,
+                // and anything past i32 is no pid.
+                if cluster.pid(id) != Some(*pid) && *pid > 1 && i32::try_from(*pid).is_ok() {
+                    self.external_pids.insert(id, *pid);
+                }
+                let was_role = match &before {
+                    Some(Seen::Up { role, .. }) => Some(*role),
+                    _ => None,
+                };
+                if was_role != Some(*role) && *role == pb::Role::Leader as i32 {
+                    println!("node {id} is now the leader (term {term})");
+                } else if was_role != Some(*role) && was_role.is_some() {
+                    println!(
+                        "node {id} is now a {} (term {term})",
+                        super::commands::role_name(*role)
+                    );
+                }
+            }
+            (Some(Seen::Up { .. }), Seen::Unreachable) => println!("node {id} does not answer"),
+            _ => {}
         }
     }
 }

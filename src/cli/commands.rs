@@ -7,8 +7,10 @@ use serde_json::{json, Value};
 use super::{ClientOpts, Exit, Output};
 use crate::proto::v1 as pb;
 use leasehold_client::{
-    Acquired, Applied, Deleted, HeldBy, LeaseClient, Released, TokenStatus, Written,
+    Acquired, Answer, Applied, ClientError, Deleted, HeldBy, LeaseClient, LeaseState, Listing,
+    Page, Released, TokenStatus, Written,
 };
+use leasehold_core::Limits;
 
 /// Seconds on the command line (fractions allowed), milliseconds on the wire.
 pub fn parse_seconds(text: &str) -> Result<u64, String> {
@@ -250,6 +252,85 @@ pub async fn lease(opts: &ClientOpts, name: &str) -> anyhow::Result<Exit> {
     };
     let fields = json!({"lease": name, "holder": l.holder, "token": l.token, "expires_at_ms": l.expires_at_ms, "fence": l.fence});
     Ok(emit(opts, r.applied, text, fields, Exit::Ok))
+}
+
+/// Reads a listing page by page with `page`, handing each entry to `each` with the store time
+/// its page was read at, until `limit` entries (0: all) or the end; how many there were.
+async fn list_pages<T>(
+    mut listing: Listing,
+    limit: usize,
+    mut page: impl AsyncFnMut(&Listing) -> Result<Answer<Page<T>>, ClientError>,
+    mut each: impl FnMut(String, T, u64),
+) -> anyhow::Result<usize> {
+    let mut shown = 0;
+    loop {
+        let left = if limit == 0 {
+            usize::MAX
+        } else {
+            limit - shown
+        };
+        listing.limit = left.min(Limits::MAX_LIST_PAGE) as u32;
+        let r = page(&listing).await?;
+        for (name, entry) in r.outcome.entries {
+            each(name, entry, r.applied.store_time_ms);
+            shown += 1;
+        }
+        match r.outcome.next {
+            Some(next) if limit == 0 || shown < limit => listing.page_token = next,
+            _ => return Ok(shown),
+        }
+    }
+}
+
+/// `leasehold leases`: the leases under a prefix, a line (or a JSON object) each.
+pub async fn leases(opts: &ClientOpts, listing: Listing, limit: usize) -> anyhow::Result<Exit> {
+    let client = client(opts)?;
+    let text = opts.output == Output::Text;
+    if text {
+        println!(
+            "{:<40} {:<24} {:>8} {:>10}",
+            "LEASE", "HOLDER", "TOKEN", "TIME LEFT"
+        );
+    }
+    let each = |name: String, l: LeaseState, now_ms: u64| match text {
+        true => {
+            let (holder, left) = match &l.holder {
+                Some(holder) => (
+                    holder.as_str(),
+                    seconds(l.expires_at_ms.saturating_sub(now_ms)),
+                ),
+                None => ("(free)", "-".to_owned()),
+            };
+            println!("{name:<40} {holder:<24} {:>8} {left:>10}", l.token);
+        }
+        false => println!(
+            "{}",
+            json!({"lease": name, "holder": l.holder, "token": l.token, "expires_at_ms": l.expires_at_ms, "fence": l.fence, "store_time_ms": now_ms})
+        ),
+    };
+    let shown = list_pages(listing, limit, async |l| client.list_leases(l).await, each).await?;
+    if text && shown == 0 {
+        println!("(no leases)");
+    }
+    Ok(Exit::Ok)
+}
+
+/// `leasehold keys`: the rows under a prefix, a line (or a JSON object) each.
+pub async fn keys(opts: &ClientOpts, listing: Listing, limit: usize) -> anyhow::Result<Exit> {
+    let client = client(opts)?;
+    let text = opts.output == Output::Text;
+    let each = |key: String, value: Vec<u8>, _| {
+        let value = String::from_utf8_lossy(&value);
+        match text {
+            true => println!("{key}\t{value}"),
+            false => println!("{}", json!({"key": key, "value": value})),
+        }
+    };
+    let shown = list_pages(listing, limit, async |l| client.list_keys(l).await, each).await?;
+    if text && shown == 0 {
+        println!("(no keys)");
+    }
+    Ok(Exit::Ok)
 }
 
 pub async fn advance(opts: &ClientOpts, by_ms: u64) -> anyhow::Result<Exit> {

@@ -125,6 +125,8 @@ pub struct LocalCluster {
     node_binaries: std::collections::BTreeMap<u64, PathBuf>,
     /// Nodes started with `--join`, to be added with `member add`: not in `--peers`.
     joining: std::collections::BTreeSet<u64>,
+    /// Environment every node gets (the console's supervisor, say).
+    env: Vec<(String, String)>,
 }
 
 impl LocalCluster {
@@ -155,7 +157,14 @@ impl LocalCluster {
             node_wrappers: Default::default(),
             node_binaries: Default::default(),
             joining: Default::default(),
+            env: Vec::new(),
         }
+    }
+
+    /// Sets `name` to `value` in every node's environment.
+    pub fn with_env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_owned(), value.to_owned()));
+        self
     }
 
     /// Passes `args` to every node's `serve` as well, after the flags set before.
@@ -341,6 +350,7 @@ impl LocalCluster {
             }
         }
         let child = command
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
             .args(self.serve_args(id))
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -10,6 +10,7 @@ mod bench_etcd;
 pub mod certs;
 mod cluster;
 mod commands;
+mod console_control;
 mod demo;
 mod floor;
 // `hold` keeps its command under a guard that is a child subreaper with a parent-death signal,
@@ -139,6 +140,30 @@ pub enum Output {
     Json,
 }
 
+/// What `leases` and `keys` list.
+#[derive(clap::Args)]
+struct ListArgs {
+    /// Only names (keys) that start with it.
+    #[arg(long, default_value = "")]
+    prefix: String,
+    /// At most this many; 0 for all.
+    #[arg(long, default_value_t = 0)]
+    limit: usize,
+    /// Read the answering node's state as it stands, which may be behind the leader's.
+    #[arg(long)]
+    serializable: bool,
+}
+
+impl ListArgs {
+    fn listing(&self) -> leasehold_client::Listing {
+        leasehold_client::Listing {
+            prefix: self.prefix.clone(),
+            serializable: self.serializable,
+            ..leasehold_client::Listing::default()
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Run one node.
@@ -197,6 +222,10 @@ enum Cmd {
     Get { key: String },
     /// Read a lease: holder, token, expiry, fence and the store's time.
     Lease { lease: String },
+    /// List the leases under a prefix, held or free: holder, token and time left.
+    Leases(ListArgs),
+    /// List the rows under a prefix, with their values.
+    Keys(ListArgs),
     /// Move store time forward (clusters started with --manual-clock only).
     Advance {
         #[arg(value_name = "SECONDS", value_parser = commands::parse_seconds)]
@@ -335,6 +364,8 @@ async fn run(command: Cmd, client: &ClientOpts) -> anyhow::Result<Exit> {
         Cmd::Check { lease, token } => commands::check(client, &lease, token).await,
         Cmd::Get { key } => commands::get(client, &key).await,
         Cmd::Lease { lease } => commands::lease(client, &lease).await,
+        Cmd::Leases(args) => commands::leases(client, args.listing(), args.limit).await,
+        Cmd::Keys(args) => commands::keys(client, args.listing(), args.limit).await,
         Cmd::Advance { by_ms } => commands::advance(client, by_ms).await,
         Cmd::Status { watch } => commands::status(client, watch).await,
         #[cfg(target_os = "linux")]

@@ -74,6 +74,19 @@ def test_every_answer_is_typed(client):
     assert sum(n.role == pb.ROLE_LEADER for n in nodes) == 1
 
 
+def test_leases_and_keys_list_by_prefix_across_pages(client):
+    for i in range(1_005):
+        client.acquire(f"list/{i:04}", holder="w", ttl=60)
+    client.put("list/0001", b"one")
+    client.put("listx", b"no")
+    leases = list(client.list_leases("list/"))
+    assert [name for name, _ in leases] == [f"list/{i:04}" for i in range(1_005)]
+    name, state = leases[3]
+    assert (name, state.holder, state.token) == ("list/0003", "w", 1)
+    assert [name for name, _ in client.list_leases("list/", limit=2)] == ["list/0000", "list/0001"]
+    assert list(client.list_keys("list")) == [("list/0001", b"one"), ("listx", b"no")]
+
+
 def test_one_renewal_renews_the_leases_held_and_refuses_the_rest_each_typed(client):
     a = client.acquire("renew/a", holder="h", ttl=5)
     client.acquire("renew/b", holder="other", ttl=5)

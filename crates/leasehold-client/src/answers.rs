@@ -341,6 +341,85 @@ impl From<pb::GetLeaseResponse> for Answer<LeaseState> {
     }
 }
 
+/// Which page of a listing (`list_leases`, `list_keys`) to read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// Only names (keys) that start with it; empty for all.
+    pub prefix: String,
+    /// The previous page's [`Page::next`], to continue after it; empty for the first page.
+    pub page_token: String,
+    /// At most this many entries, up to 1,000; 0 for the node's default (100).
+    pub limit: u32,
+    /// Read the answering node's applied state as it stands, which may be behind the leader's.
+    pub serializable: bool,
+}
+
+impl Listing {
+    /// The first page of the entries under `prefix`, linearizably, of the default size.
+    pub fn under(prefix: &str) -> Listing {
+        Listing {
+            prefix: prefix.into(),
+            ..Listing::default()
+        }
+    }
+
+    pub(crate) fn message(&self) -> Option<pb::ListPage> {
+        Some(pb::ListPage {
+            prefix: self.prefix.clone(),
+            page_token: self.page_token.clone(),
+            limit: self.limit,
+            serializable: self.serializable,
+        })
+    }
+}
+
+/// One page of a listing, in name order. A page may hold fewer entries than asked for and still
+/// have a next one: a node reads a bounded number of entries per page, shown or not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Page<T> {
+    /// The entries, each with its name.
+    pub entries: Vec<(String, T)>,
+    /// Where the next page continues ([`Listing::page_token`]); `None` at the end.
+    pub next: Option<String>,
+}
+
+fn next_page(token: String) -> Option<String> {
+    (!token.is_empty()).then_some(token)
+}
+
+impl From<pb::ListLeasesResponse> for Answer<Page<LeaseState>> {
+    fn from(r: pb::ListLeasesResponse) -> Self {
+        let lease = |l: pb::LeaseEntry| {
+            let state = LeaseState {
+                holder: (!l.holder.is_empty()).then_some(l.holder),
+                token: l.token,
+                expires_at_ms: l.expires_at_ms,
+                fence: l.fence,
+            };
+            (l.lease, state)
+        };
+        Answer {
+            outcome: Page {
+                entries: r.leases.into_iter().map(lease).collect(),
+                next: next_page(r.next_page_token),
+            },
+            applied: applied(r.applied),
+        }
+    }
+}
+
+impl From<pb::ListKeysResponse> for Answer<Page<Vec<u8>>> {
+    fn from(r: pb::ListKeysResponse) -> Self {
+        Answer {
+            outcome: Page {
+                entries: r.keys.into_iter().map(|k| (k.key, k.value)).collect(),
+                next: next_page(r.next_page_token),
+            },
+            applied: applied(r.applied),
+        }
+    }
+}
+
 impl From<pb::ChangePolicyResponse> for Applied {
     fn from(r: pb::ChangePolicyResponse) -> Self {
         applied(r.applied)

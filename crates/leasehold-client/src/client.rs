@@ -14,8 +14,8 @@ use tonic::transport::{ClientTlsConfig, Endpoint};
 use tonic::{Request, Response, Status};
 
 use crate::answers::{
-    Acquired, Answer, Applied, Deleted, LeaseState, Members, Released, Renewal, Renewed,
-    TokenStatus, Written,
+    Acquired, Answer, Applied, Deleted, LeaseState, Listing, Members, Page, Released, Renewal,
+    Renewed, TokenStatus, Written,
 };
 use crate::attempts::{removed, Attempts, Effect, Next};
 use crate::batch::{answered_as, BatchMethod, Batches};
@@ -562,6 +562,26 @@ impl LeaseClient {
     pub async fn get_lease(&self, lease: &str) -> Result<Answer<LeaseState>, ClientError> {
         let message = pb::GetLeaseRequest {
             lease: lease.into(),
+        };
+        self.unary(Effect::Read, message).await.map(Answer::from)
+    }
+
+    /// One page of the leases under `listing.prefix`, held or free, in name order: linearizably
+    /// unless `listing.serializable`. Those the caller may not read are left out.
+    pub async fn list_leases(
+        &self,
+        listing: &Listing,
+    ) -> Result<Answer<Page<LeaseState>>, ClientError> {
+        let message = pb::ListLeasesRequest {
+            page: listing.message(),
+        };
+        self.unary(Effect::Read, message).await.map(Answer::from)
+    }
+
+    /// One page of the rows under `listing.prefix`, as [`list_leases`](Self::list_leases).
+    pub async fn list_keys(&self, listing: &Listing) -> Result<Answer<Page<Vec<u8>>>, ClientError> {
+        let message = pb::ListKeysRequest {
+            page: listing.message(),
         };
         self.unary(Effect::Read, message).await.map(Answer::from)
     }

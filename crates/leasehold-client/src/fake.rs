@@ -127,31 +127,25 @@ canned! {
         pb::check_token_response::Outcome::Stale(pb::TokenStale::default()),
 }
 
-impl Canned for pb::RenewResponse {
-    fn canned() -> Self {
-        Self::default()
-    }
-}
-impl Canned for pb::GetResponse {
-    fn canned() -> Self {
-        Self::default()
-    }
-}
-impl Canned for pb::GetLeaseResponse {
-    fn canned() -> Self {
-        Self::default()
-    }
-}
-impl Canned for pb::AdvanceResponse {
-    fn canned() -> Self {
-        Self::default()
-    }
+/// Answers whose default is a well-formed one (no outcome to choose).
+macro_rules! defaulted {
+    ($($response:ty),* $(,)?) => {$(
+        impl Canned for $response {
+            fn canned() -> Self {
+                Self::default()
+            }
+        }
+    )*};
 }
 
-impl Canned for pb::CloseSessionResponse {
-    fn canned() -> Self {
-        Self::default()
-    }
+defaulted! {
+    pb::RenewResponse,
+    pb::GetResponse,
+    pb::GetLeaseResponse,
+    pb::AdvanceResponse,
+    pb::CloseSessionResponse,
+    pb::ListLeasesResponse,
+    pb::ListKeysResponse,
 }
 
 /// The fake node as the server holds it (the trait is another crate's, so is `Arc`).
@@ -300,6 +294,18 @@ impl LeaseStore for Handle {
     ) -> Result<Response<pb::GetLeaseResponse>, Status> {
         self.answer(None).await
     }
+    async fn list_leases(
+        &self,
+        _: Request<pb::ListLeasesRequest>,
+    ) -> Result<Response<pb::ListLeasesResponse>, Status> {
+        self.answer(None).await
+    }
+    async fn list_keys(
+        &self,
+        _: Request<pb::ListKeysRequest>,
+    ) -> Result<Response<pb::ListKeysResponse>, Status> {
+        self.answer(None).await
+    }
     async fn advance(
         &self,
         r: Request<pb::AdvanceRequest>,
@@ -375,6 +381,14 @@ impl Handle {
                 .close_session(Request::new(m))
                 .await
                 .map(|r| A::CloseSession(r.into_inner())),
+            Some(C::ListLeases(m)) => self
+                .list_leases(Request::new(m))
+                .await
+                .map(|r| A::ListLeases(r.into_inner())),
+            Some(C::ListKeys(m)) => self
+                .list_keys(Request::new(m))
+                .await
+                .map(|r| A::ListKeys(r.into_inner())),
             None => Err(Status::invalid_argument("no call")),
         };
         answered.unwrap_or_else(|status| {

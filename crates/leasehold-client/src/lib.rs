@@ -36,8 +36,8 @@ mod renewals;
 mod watch;
 
 pub use answers::{
-    Acquired, Answer, Applied, Deleted, HeldBy, LeaseState, Member, MemberRole, Members, Released,
-    Renewal, Renewed, TokenStatus, Written,
+    Acquired, Answer, Applied, Deleted, HeldBy, LeaseState, Listing, Member, MemberRole, Members,
+    Page, Released, Renewal, Renewed, TokenStatus, Written,
 };
 pub use client::{LeaseClient, SavedSnapshot};
 pub use error::ClientError;

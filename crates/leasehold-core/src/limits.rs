@@ -23,6 +23,45 @@ impl Limits {
     /// The most leases one renewal names: with the longest names it still fits a client's
     /// message, so 10,000 leases at a 10 s TTL take 20 renewals every third of it.
     pub const MAX_RENEWALS: usize = 512;
+    /// The entries a page of `ListLeases` or `ListKeys` holds when the caller names no limit.
+    pub const LIST_PAGE: usize = 100;
+    /// The most entries a caller may ask of one page. (The node also ends a page of rows at a
+    /// bound on its bytes, since 1,000 of the largest rows are 64 MiB.)
+    pub const MAX_LIST_PAGE: usize = 1_000;
+}
+
+/// Checks a listing's page: a prefix no longer than a name (`max`), a continuation that
+/// continues a listing of that prefix, and a limit up to [`Limits::MAX_LIST_PAGE`]; the page's
+/// size, with 0 read as [`Limits::LIST_PAGE`].
+pub fn list_page(
+    prefix: &str,
+    page_token: &str,
+    limit: u32,
+    max: usize,
+) -> Result<usize, InvalidInput> {
+    if prefix.len() > max {
+        return Err(InvalidInput::new(
+            "page.prefix",
+            format!("must be at most {max} bytes, got {}", prefix.len()),
+        ));
+    }
+    if !page_token.is_empty() && (page_token.len() > max || !page_token.starts_with(prefix)) {
+        return Err(InvalidInput::new(
+            "page.page_token",
+            format!(
+                "continues no listing of the prefix {prefix:?}: pass the next_page_token of the \
+                 previous page with the same prefix, or none for the first page"
+            ),
+        ));
+    }
+    match limit as usize {
+        0 => Ok(Limits::LIST_PAGE),
+        limit if limit <= Limits::MAX_LIST_PAGE => Ok(limit),
+        limit => Err(InvalidInput::new(
+            "page.limit",
+            format!("must be at most {}, got {limit}", Limits::MAX_LIST_PAGE),
+        )),
+    }
 }
 
 /// Leases one [`Op::Forget`] drops at most, so that applying it stays short; the leader logs

@@ -1,5 +1,6 @@
 //! `LeaseTable::apply`: the one place where the store's state changes.
 
+use std::ops::Bound;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -268,6 +269,14 @@ const DERIVE_BESIDE_FROM: usize = 10_000;
 /// order than at random, and as densely (third_party/imbl/PATCH.md). The leases come in name
 /// order, so a stable sort by expiry alone puts them in the index's order without comparing a
 /// name.
+/// Where a listing of `prefix` continues: after `after`, or at the prefix itself.
+fn start_bound<'a>(prefix: &'a str, after: &'a str) -> Bound<&'a str> {
+    match after {
+        "" => Bound::Included(prefix),
+        after => Bound::Excluded(after),
+    }
+}
+
 fn expiry_index(leases: &Map<Name, Lease>) -> Set<(u64, Name)> {
     let mut order: Vec<(u64, Name)> = leases
         .iter()
@@ -510,6 +519,32 @@ impl LeaseTable {
     /// The value stored under `key`, if any.
     pub fn row(&self, key: &str) -> Option<&[u8]> {
         self.rows.get(key).map(|value| &**value)
+    }
+
+    /// The leases, held or free, whose names start with `prefix`, in name order, from the
+    /// first after `after` (from the first of all when it is empty): a page of a listing costs
+    /// the tree's depth and the page, however many leases there are.
+    pub fn leases_under<'a>(
+        &'a self,
+        prefix: &'a str,
+        after: &str,
+    ) -> impl Iterator<Item = (&'a Name, &'a Lease)> + 'a {
+        let from = start_bound(prefix, after);
+        (self.leases.range::<_, str>((from, Bound::Unbounded)))
+            .take_while(move |(name, _)| name.starts_with(prefix))
+    }
+
+    /// The rows whose keys start with `prefix`, in key order, from the first after `after`, as
+    /// [`leases_under`](Self::leases_under).
+    pub fn rows_under<'a>(
+        &'a self,
+        prefix: &'a str,
+        after: &str,
+    ) -> impl Iterator<Item = (&'a String, &'a [u8])> + 'a {
+        let from = start_bound(prefix, after);
+        (self.rows.range::<_, str>((from, Bound::Unbounded)))
+            .take_while(move |(key, _)| key.starts_with(prefix))
+            .map(|(key, value)| (key, &**value))
     }
 
     /// A fingerprint of the whole state, equal on replicas that applied the same log, and
@@ -1253,6 +1288,26 @@ mod tests {
             "a refused command must leave the table byte-for-byte unchanged"
         );
         outcome
+    }
+
+    #[test]
+    fn a_listing_under_a_prefix_goes_in_name_order_and_continues_after_its_last_name() {
+        let mut t = LeaseTable::default();
+        for name in ["jobs/b", "jobs0", "jobs/a", "job", "jobs/c", "other"] {
+            t.apply(&at(0, acquire(name, "h", 10_000)));
+            t.apply(&at(0, plain(name, "v")));
+        }
+        let leases = |after: &str| -> Vec<String> {
+            (t.leases_under("jobs/", after))
+                .map(|(name, _)| name.to_string())
+                .collect()
+        };
+        assert_eq!(leases(""), ["jobs/a", "jobs/b", "jobs/c"]);
+        assert_eq!(leases("jobs/a"), ["jobs/b", "jobs/c"]);
+        assert_eq!(leases("jobs/c"), Vec::<String>::new());
+        let rows: Vec<&String> = t.rows_under("jobs", "jobs/b").map(|(k, _)| k).collect();
+        assert_eq!(rows, ["jobs/c", "jobs0"]);
+        assert_eq!(t.rows_under("", "").count(), 6);
     }
 
     #[test]

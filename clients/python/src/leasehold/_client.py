@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -33,6 +33,8 @@ ROUND_PAUSE = 0.05
 
 # How long ``close`` waits for the session's close before it closes the channels anyway.
 SESSION_CLOSE_WAIT = 1.0
+# The most entries a page of a listing holds (the node refuses more).
+MAX_LIST_PAGE = 1000
 
 # Worth another node: it did not answer in time, had no leader or quorum, or the connection
 # failed. Safe for writes too, under their one request id. Anything else is final.
@@ -414,6 +416,35 @@ class Client:
         """A lease, linearizably: holder (empty when free), token, expiry and fence."""
         answer = self._call(Effect.READ, lambda i: self._lease[i].GetLease, pb.GetLeaseRequest(lease=lease))
         return a.LeaseState(answer.holder, answer.token, answer.expires_at_ms, answer.fence, a.Applied.of(answer.applied))
+
+    def list_leases(self, prefix: str = "", *, limit: int = 0, serializable: bool = False) -> Iterator[Tuple[str, a.LeaseState]]:
+        """The leases whose names start with ``prefix``, held or free, in name order: each name
+        with its state (``holder`` empty when free). Read a page at a time as the iterator goes,
+        each page linearizably unless ``serializable``; at most ``limit`` of them (0: all).
+        Leases the caller may not read are left out."""
+        for entry, applied in self._pages(lambda i: self._lease[i].ListLeases, pb.ListLeasesRequest, "leases", prefix, limit, serializable):
+            yield entry.lease, a.LeaseState(entry.holder, entry.token, entry.expires_at_ms, entry.fence, applied)
+
+    def list_keys(self, prefix: str = "", *, limit: int = 0, serializable: bool = False) -> Iterator[Tuple[str, bytes]]:
+        """The rows whose keys start with ``prefix``, in key order, each key with its value;
+        paged as :meth:`list_leases`."""
+        for entry, _ in self._pages(lambda i: self._lease[i].ListKeys, pb.ListKeysRequest, "keys", prefix, limit, serializable):
+            yield entry.key, entry.value
+
+    def _pages(self, method: Callable[[int], Callable], request: Callable, field: str, prefix: str, limit: int, serializable: bool) -> Iterator[Tuple[Any, a.Applied]]:
+        """Every entry of a listing, page after page, with where its page was read."""
+        shown, token = 0, ""
+        while True:
+            size = MAX_LIST_PAGE if limit == 0 else min(limit - shown, MAX_LIST_PAGE)
+            page = pb.ListPage(prefix=prefix, page_token=token, limit=size, serializable=serializable)
+            answer = self._call(Effect.READ, method, request(page=page))
+            applied = a.Applied.of(answer.applied)
+            for entry in getattr(answer, field):
+                yield entry, applied
+                shown += 1
+            token = answer.next_page_token
+            if not token or (limit and shown >= limit):
+                return
 
     def advance(self, seconds: float) -> a.Applied:
         """Moves store time forward, on a cluster started with ``--manual-clock`` only."""

@@ -49,6 +49,7 @@ use election_watch::watch_elections;
 pub use error::Capped;
 pub(crate) use error::{Budget, NodeError};
 pub(crate) use hand_over::{HandedOver, FEATURE as HAND_OVER};
+pub use http::CONSOLE_CONTROL_ENV;
 pub(crate) use link::PeerLink;
 #[cfg(test)]
 pub(crate) use local_clock::RATE_REAL;

@@ -22,6 +22,21 @@ impl Node {
     ) -> Result<(T, Applied), NodeError> {
         self.serving_leader().await?;
         self.confirm_leadership().await?;
+        Ok(self.read_here(read))
+    }
+
+    /// A serializable read: this member's applied state as it stands, possibly behind the
+    /// leader's, without asking anyone (a node that is no member refuses, as for any read).
+    pub fn read_applied<T>(
+        &self,
+        read: impl FnOnce(&Applying) -> T,
+    ) -> Result<(T, Applied), NodeError> {
+        self.membership_standing()?;
+        Ok(self.read_here(read))
+    }
+
+    /// `read` of the applied state, and where it stands.
+    fn read_here<T>(&self, read: impl FnOnce(&Applying) -> T) -> (T, Applied) {
         let state = self.inner.state.read();
         let at = Applied {
             log_index: state.last_applied.map_or(0, |id| id.index),
@@ -29,7 +44,7 @@ impl Node {
             store_time_ms: state.table.now_ms(),
             outcome: leasehold_core::Outcome::Nothing,
         };
-        Ok((read(&state), at))
+        (read(&state), at)
     }
 
     /// The applied entries of this node's log with indexes in `from..=to`: each index with its

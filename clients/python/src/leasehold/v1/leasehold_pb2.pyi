@@ -350,6 +350,72 @@ class GetLeaseResponse(_message.Message):
     fence: int
     def __init__(self, applied: _Optional[_Union[Applied, _Mapping]] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., fence: _Optional[int] = ...) -> None: ...
 
+class ListPage(_message.Message):
+    __slots__ = ("prefix", "page_token", "limit", "serializable")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    SERIALIZABLE_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    page_token: str
+    limit: int
+    serializable: bool
+    def __init__(self, prefix: _Optional[str] = ..., page_token: _Optional[str] = ..., limit: _Optional[int] = ..., serializable: bool = ...) -> None: ...
+
+class ListLeasesRequest(_message.Message):
+    __slots__ = ("page",)
+    PAGE_FIELD_NUMBER: _ClassVar[int]
+    page: ListPage
+    def __init__(self, page: _Optional[_Union[ListPage, _Mapping]] = ...) -> None: ...
+
+class ListLeasesResponse(_message.Message):
+    __slots__ = ("applied", "leases", "next_page_token")
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    applied: Applied
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseEntry]
+    next_page_token: str
+    def __init__(self, applied: _Optional[_Union[Applied, _Mapping]] = ..., leases: _Optional[_Iterable[_Union[LeaseEntry, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class LeaseEntry(_message.Message):
+    __slots__ = ("lease", "holder", "token", "expires_at_ms", "fence")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    lease: str
+    holder: str
+    token: int
+    expires_at_ms: int
+    fence: int
+    def __init__(self, lease: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., fence: _Optional[int] = ...) -> None: ...
+
+class ListKeysRequest(_message.Message):
+    __slots__ = ("page",)
+    PAGE_FIELD_NUMBER: _ClassVar[int]
+    page: ListPage
+    def __init__(self, page: _Optional[_Union[ListPage, _Mapping]] = ...) -> None: ...
+
+class ListKeysResponse(_message.Message):
+    __slots__ = ("applied", "keys", "next_page_token")
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    applied: Applied
+    keys: _containers.RepeatedCompositeFieldContainer[KeyEntry]
+    next_page_token: str
+    def __init__(self, applied: _Optional[_Union[Applied, _Mapping]] = ..., keys: _Optional[_Iterable[_Union[KeyEntry, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class KeyEntry(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: bytes
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+
 class AdvanceRequest(_message.Message):
     __slots__ = ("ms", "request_id")
     MS_FIELD_NUMBER: _ClassVar[int]
@@ -645,7 +711,7 @@ class BatchRequest(_message.Message):
     def __init__(self, calls: _Optional[_Iterable[_Union[BatchCall, _Mapping]]] = ...) -> None: ...
 
 class BatchCall(_message.Message):
-    __slots__ = ("id", "timeout_ms", "acquire", "release", "renew", "put", "delete", "check_token", "get", "get_lease", "advance", "register", "close_session")
+    __slots__ = ("id", "timeout_ms", "acquire", "release", "renew", "put", "delete", "check_token", "get", "get_lease", "advance", "register", "close_session", "list_leases", "list_keys")
     ID_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     ACQUIRE_FIELD_NUMBER: _ClassVar[int]
@@ -659,6 +725,8 @@ class BatchCall(_message.Message):
     ADVANCE_FIELD_NUMBER: _ClassVar[int]
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     CLOSE_SESSION_FIELD_NUMBER: _ClassVar[int]
+    LIST_LEASES_FIELD_NUMBER: _ClassVar[int]
+    LIST_KEYS_FIELD_NUMBER: _ClassVar[int]
     id: int
     timeout_ms: int
     acquire: AcquireRequest
@@ -672,7 +740,9 @@ class BatchCall(_message.Message):
     advance: AdvanceRequest
     register: RegisterRequest
     close_session: CloseSessionRequest
-    def __init__(self, id: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., acquire: _Optional[_Union[AcquireRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewRequest, _Mapping]] = ..., put: _Optional[_Union[PutRequest, _Mapping]] = ..., delete: _Optional[_Union[DeleteRequest, _Mapping]] = ..., check_token: _Optional[_Union[CheckTokenRequest, _Mapping]] = ..., get: _Optional[_Union[GetRequest, _Mapping]] = ..., get_lease: _Optional[_Union[GetLeaseRequest, _Mapping]] = ..., advance: _Optional[_Union[AdvanceRequest, _Mapping]] = ..., register: _Optional[_Union[RegisterRequest, _Mapping]] = ..., close_session: _Optional[_Union[CloseSessionRequest, _Mapping]] = ...) -> None: ...
+    list_leases: ListLeasesRequest
+    list_keys: ListKeysRequest
+    def __init__(self, id: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., acquire: _Optional[_Union[AcquireRequest, _Mapping]] = ..., release: _Optional[_Union[ReleaseRequest, _Mapping]] = ..., renew: _Optional[_Union[RenewRequest, _Mapping]] = ..., put: _Optional[_Union[PutRequest, _Mapping]] = ..., delete: _Optional[_Union[DeleteRequest, _Mapping]] = ..., check_token: _Optional[_Union[CheckTokenRequest, _Mapping]] = ..., get: _Optional[_Union[GetRequest, _Mapping]] = ..., get_lease: _Optional[_Union[GetLeaseRequest, _Mapping]] = ..., advance: _Optional[_Union[AdvanceRequest, _Mapping]] = ..., register: _Optional[_Union[RegisterRequest, _Mapping]] = ..., close_session: _Optional[_Union[CloseSessionRequest, _Mapping]] = ..., list_leases: _Optional[_Union[ListLeasesRequest, _Mapping]] = ..., list_keys: _Optional[_Union[ListKeysRequest, _Mapping]] = ...) -> None: ...
 
 class BatchResponse(_message.Message):
     __slots__ = ("answers",)
@@ -681,7 +751,7 @@ class BatchResponse(_message.Message):
     def __init__(self, answers: _Optional[_Iterable[_Union[BatchAnswer, _Mapping]]] = ...) -> None: ...
 
 class BatchAnswer(_message.Message):
-    __slots__ = ("id", "error", "acquire", "release", "renew", "put", "delete", "check_token", "get", "get_lease", "advance", "register", "close_session")
+    __slots__ = ("id", "error", "acquire", "release", "renew", "put", "delete", "check_token", "get", "get_lease", "advance", "register", "close_session", "list_leases", "list_keys")
     ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ACQUIRE_FIELD_NUMBER: _ClassVar[int]
@@ -695,6 +765,8 @@ class BatchAnswer(_message.Message):
     ADVANCE_FIELD_NUMBER: _ClassVar[int]
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     CLOSE_SESSION_FIELD_NUMBER: _ClassVar[int]
+    LIST_LEASES_FIELD_NUMBER: _ClassVar[int]
+    LIST_KEYS_FIELD_NUMBER: _ClassVar[int]
     id: int
     error: BatchError
     acquire: AcquireResponse
@@ -708,7 +780,9 @@ class BatchAnswer(_message.Message):
     advance: AdvanceResponse
     register: RegisterResponse
     close_session: CloseSessionResponse
-    def __init__(self, id: _Optional[int] = ..., error: _Optional[_Union[BatchError, _Mapping]] = ..., acquire: _Optional[_Union[AcquireResponse, _Mapping]] = ..., release: _Optional[_Union[ReleaseResponse, _Mapping]] = ..., renew: _Optional[_Union[RenewResponse, _Mapping]] = ..., put: _Optional[_Union[PutResponse, _Mapping]] = ..., delete: _Optional[_Union[DeleteResponse, _Mapping]] = ..., check_token: _Optional[_Union[CheckTokenResponse, _Mapping]] = ..., get: _Optional[_Union[GetResponse, _Mapping]] = ..., get_lease: _Optional[_Union[GetLeaseResponse, _Mapping]] = ..., advance: _Optional[_Union[AdvanceResponse, _Mapping]] = ..., register: _Optional[_Union[RegisterResponse, _Mapping]] = ..., close_session: _Optional[_Union[CloseSessionResponse, _Mapping]] = ...) -> None: ...
+    list_leases: ListLeasesResponse
+    list_keys: ListKeysResponse
+    def __init__(self, id: _Optional[int] = ..., error: _Optional[_Union[BatchError, _Mapping]] = ..., acquire: _Optional[_Union[AcquireResponse, _Mapping]] = ..., release: _Optional[_Union[ReleaseResponse, _Mapping]] = ..., renew: _Optional[_Union[RenewResponse, _Mapping]] = ..., put: _Optional[_Union[PutResponse, _Mapping]] = ..., delete: _Optional[_Union[DeleteResponse, _Mapping]] = ..., check_token: _Optional[_Union[CheckTokenResponse, _Mapping]] = ..., get: _Optional[_Union[GetResponse, _Mapping]] = ..., get_lease: _Optional[_Union[GetLeaseResponse, _Mapping]] = ..., advance: _Optional[_Union[AdvanceResponse, _Mapping]] = ..., register: _Optional[_Union[RegisterResponse, _Mapping]] = ..., close_session: _Optional[_Union[CloseSessionResponse, _Mapping]] = ..., list_leases: _Optional[_Union[ListLeasesResponse, _Mapping]] = ..., list_keys: _Optional[_Union[ListKeysResponse, _Mapping]] = ...) -> None: ...
 
 class BatchError(_message.Message):
     __slots__ = ("code", "message", "reason", "indeterminate", "facts")

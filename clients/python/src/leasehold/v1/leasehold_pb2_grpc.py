@@ -91,6 +91,16 @@ class LeaseStoreStub(object):
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.CloseSessionRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.CloseSessionResponse.FromString,
                 _registered_method=True)
+        self.ListLeases = channel.unary_unary(
+                '/leasehold.v1.LeaseStore/ListLeases',
+                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.ListLeasesRequest.SerializeToString,
+                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ListLeasesResponse.FromString,
+                _registered_method=True)
+        self.ListKeys = channel.unary_unary(
+                '/leasehold.v1.LeaseStore/ListKeys',
+                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.ListKeysRequest.SerializeToString,
+                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ListKeysResponse.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/leasehold.v1.LeaseStore/Watch',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.WatchRequest.SerializeToString,
@@ -191,6 +201,22 @@ class LeaseStoreServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListLeases(self, request, context):
+        """The leases whose names start with a prefix, held or free (a free one is remembered until
+        it is forgotten), in name order, a page at a time: a page's next_page_token continues the
+        listing. Linearizable unless `serializable`. Leases the caller may not read are left out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListKeys(self, request, context):
+        """The rows whose keys start with a prefix, in key order, paged as ListLeases.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Watch(self, request, context):
         """Lease events in log order (granted, renewed, released, expired) for one lease or every lease
         whose name starts with a prefix, from a log index on. Any node serves it from the entries it
@@ -272,6 +298,16 @@ def add_LeaseStoreServicer_to_server(servicer, server):
                     servicer.CloseSession,
                     request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.CloseSessionRequest.FromString,
                     response_serializer=leasehold_dot_v1_dot_leasehold__pb2.CloseSessionResponse.SerializeToString,
+            ),
+            'ListLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLeases,
+                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ListLeasesRequest.FromString,
+                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.ListLeasesResponse.SerializeToString,
+            ),
+            'ListKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListKeys,
+                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ListKeysRequest.FromString,
+                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.ListKeysResponse.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
@@ -583,6 +619,60 @@ class LeaseStore(object):
             '/leasehold.v1.LeaseStore/CloseSession',
             leasehold_dot_v1_dot_leasehold__pb2.CloseSessionRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.CloseSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.v1.LeaseStore/ListLeases',
+            leasehold_dot_v1_dot_leasehold__pb2.ListLeasesRequest.SerializeToString,
+            leasehold_dot_v1_dot_leasehold__pb2.ListLeasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.v1.LeaseStore/ListKeys',
+            leasehold_dot_v1_dot_leasehold__pb2.ListKeysRequest.SerializeToString,
+            leasehold_dot_v1_dot_leasehold__pb2.ListKeysResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -38,6 +38,21 @@ impl ClusterApi {
         caller.may(state.table.policy(), &admin).is_ok()
     }
 
+    /// Whether the caller may act on a local cluster's nodes from the console (kill, pause,
+    /// resume, restart): an admin's act once authorization is on, by this node's policy; anyone's
+    /// while it is off (the console says so).
+    pub fn may_act_on_nodes(&self, credentials: &Credentials) -> Result<(), NodeError> {
+        let caller = Caller::of(&self.node, credentials)?;
+        let state = self.node.state().read();
+        let admin = Action::Admin("act on the local cluster's nodes");
+        caller.may(state.table.policy(), &admin)
+    }
+
+    /// Whether this node serves its clients over TLS.
+    pub fn serves_tls(&self) -> bool {
+        self.node.tls()
+    }
+
     fn local(&self) -> pb::NodeStatus {
         let metrics = self.node.raft().metrics().borrow().clone();
         let role = match metrics.state {

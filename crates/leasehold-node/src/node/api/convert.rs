@@ -8,7 +8,7 @@ use crate::raft::Applied;
 use leasehold_core::auth::{AuthChange, Grant, Permission, Policy};
 use leasehold_core::{InvalidInput, Name, Outcome, ReleaseRefusal, Renewed};
 
-fn applied(a: &Applied) -> Option<pb::Applied> {
+pub(super) fn applied(a: &Applied) -> Option<pb::Applied> {
     Some(pb::Applied {
         log_index: a.log_index,
         store_time_ms: a.store_time_ms,
@@ -350,12 +350,25 @@ pub(super) fn get_lease(
     lease: Option<leasehold_core::Lease>,
     at: &Applied,
 ) -> pb::GetLeaseResponse {
-    let lease = lease.unwrap_or_default();
+    let lease = lease_entry("", &lease.unwrap_or_default(), at.store_time_ms);
     pb::GetLeaseResponse {
         applied: applied(at),
-        holder: lease
-            .holder_at(at.store_time_ms)
-            .map_or_else(String::new, Name::to_string),
+        holder: lease.holder,
+        token: lease.token,
+        expires_at_ms: lease.expires_at_ms,
+        fence: lease.fence,
+    }
+}
+
+/// Lease `name` as it stands at store time `now_ms`: no holder once it ran out.
+pub(super) fn lease_entry(
+    name: &str,
+    lease: &leasehold_core::Lease,
+    now_ms: u64,
+) -> pb::LeaseEntry {
+    pb::LeaseEntry {
+        lease: name.to_owned(),
+        holder: (lease.holder_at(now_ms)).map_or_else(String::new, Name::to_string),
         token: lease.token,
         expires_at_ms: lease.expires_at_ms,
         fence: lease.fence,

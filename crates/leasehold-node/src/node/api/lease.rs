@@ -34,7 +34,7 @@ pub(crate) struct LeaseApi {
 }
 
 /// A typed refusal by the store in an answer, for `leasehold_refusals_total{reason}`.
-trait Refusal {
+pub(super) trait Refusal {
     fn refusal(&self) -> Option<&'static str> {
         None
     }
@@ -89,9 +89,11 @@ impl Refusal for pb::CheckTokenResponse {}
 impl Refusal for pb::RegisterResponse {}
 impl Refusal for pb::CloseSessionResponse {}
 impl Refusal for pb::AdvanceResponse {}
+impl Refusal for pb::ListLeasesResponse {}
+impl Refusal for pb::ListKeysResponse {}
 
 /// A unary call's request, as the proto's table (`lease_calls!`) describes it.
-trait Method: Sized {
+pub(super) trait Method: Sized {
     type Response: Refusal;
     /// The `rpc` label it is counted under.
     const RPC: &'static str;
@@ -235,7 +237,7 @@ impl LeaseApi {
 
     /// Answers `m` with `answer` for the caller `credentials` name, until `deadline`, and counts
     /// it: its outcome, its duration, its refusal if any.
-    async fn counted<M: Method, Fut>(
+    pub(super) async fn counted<M: Method, Fut>(
         &self,
         credentials: &Credentials,
         deadline: Deadline,
@@ -313,17 +315,31 @@ impl LeaseApi {
         read: impl FnOnce(&Applying, &Req) -> T,
         answer: impl FnOnce(T, Applied) -> Result<Req::Response, NodeError>,
     ) -> Result<Req::Response, NodeError> {
+        let checked = |s: &Applying, m: &Req, caller: &Caller| {
+            (caller.may(s.table.policy(), &action(m))).map(|()| read(s, m))
+        };
+        self.read_as(caller, m, false, checked, answer).await
+    }
+
+    /// Reads with `read`, which judges for itself what the caller may see: linearizable on the
+    /// leader (forwarded there as [`read`](Self::read) is), or, `serializable`, this node's
+    /// applied state as it stands.
+    pub(super) async fn read_as<Req: Method, T>(
+        &self,
+        caller: Caller,
+        m: Req,
+        serializable: bool,
+        read: impl FnOnce(&Applying, &Req, &Caller) -> Result<T, NodeError>,
+        answer: impl FnOnce(T, Applied) -> Result<Req::Response, NodeError>,
+    ) -> Result<Req::Response, NodeError> {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let checked = self
-            .node
-            .read(|s| {
-                caller
-                    .may(s.table.policy(), &action(&m))
-                    .map(|()| read(s, &m))
-            })
-            .await;
-        let error = match checked {
+        let checked = |s: &Applying| read(s, &m, &caller);
+        let result = match serializable {
+            true => self.node.read_applied(checked),
+            false => self.node.read(checked).await,
+        };
+        let error = match result {
             Ok((Ok(found), at)) => return answer(found, at),
             Ok((Err(denied), _)) => return Err(denied),
             Err(e) => e,

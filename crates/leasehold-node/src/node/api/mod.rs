@@ -6,6 +6,7 @@
 //!
 //! - `lease`: the `LeaseStore` service's calls; `Call` and `Answer` (the `Batch` stream's oneofs)
 //!   are the one table of its unary calls, dispatched by [`LeaseApi::call`].
+//! - `listing`: `ListLeases` and `ListKeys`, the leases and rows under a prefix, paged.
 //! - `cluster`: the `Cluster` service's calls (status, members, policy, snapshots).
 //! - `caller`: who is asking ([`Credentials`] a transport found, the [`Caller`] they give).
 //! - `watch`: the `Watch` stream's task.
@@ -18,6 +19,7 @@ mod cluster;
 mod convert;
 mod etcd;
 mod lease;
+mod listing;
 mod watch;
 
 use std::sync::Arc;

@@ -31,7 +31,10 @@ use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
+mod console;
 mod etcd;
+
+pub use console::CONTROL_ENV as CONSOLE_CONTROL_ENV;
 
 use super::api::{certificate_name, Api, Call, Credentials, Deadline, LeaseApi};
 use super::error::{Code, NodeError};
@@ -48,6 +51,8 @@ use leasehold_proto::rpcs::RPC_NAMES as RPCS;
 pub(super) struct Peer {
     /// The first DNS name of the client's certificate, over TLS, if it showed one.
     certificate: Option<String>,
+    /// Whether the connection is TLS.
+    tls: bool,
 }
 
 /// Plain connections on the HTTP listener, with TCP keepalive (a client that vanished
@@ -70,7 +75,11 @@ impl Listener for Plain {
             .connections
             .accept(&self.listener, self.keepalive)
             .await;
-        (stream, Peer { certificate: None })
+        let peer = Peer {
+            certificate: None,
+            tls: false,
+        };
+        (stream, peer)
     }
 
     fn local_addr(&self) -> std::io::Result<Peer> {
@@ -91,7 +100,8 @@ impl Listener for Tls {
                     let (_, session) = stream.get_ref();
                     let first = session.peer_certificates().and_then(|c| c.first());
                     let certificate = first.and_then(certificate_name);
-                    return (stream, Peer { certificate });
+                    let tls = true;
+                    return (stream, Peer { certificate, tls });
                 }
                 Some(Err(_)) => continue,
                 // The accept loop ended with the node: nothing more comes.
@@ -108,11 +118,16 @@ impl Listener for Tls {
 }
 
 fn app(api: Api) -> axum::Router {
+    let console = console::Console {
+        api: api.clone(),
+        control: console::Control::from_env(),
+    };
     axum::Router::new()
         .route("/v1/{rpc}", post(rpc))
         .route("/v3/{*path}", post(v3))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(api)
+        .merge(console::router(console))
 }
 
 /// Serves `api` on `listener`'s connections until `stop` resolves.
@@ -180,13 +195,14 @@ fn caller(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(Credentials, Bytes), Box<Response>> {
-    if headers.contains_key(header::ORIGIN) {
-        // A browser sends Origin; a page must not make a visitor's browser write, with its
-        // client certificate, to a node it can reach (no CORS, and "simple" POSTs skip the
-        // preflight). Programs send none.
+    if headers.contains_key(header::ORIGIN) && !from_this_origin(headers, peer.tls) {
+        // A browser sends Origin; another site's page must not make a visitor's browser write,
+        // with its client certificate, to a node it can reach (no CORS, and "simple" POSTs skip
+        // the preflight). Programs send none; the console, served here, sends this node's.
         let invalid = InvalidInput::new(
             "origin",
-            "requests from browsers (with an Origin header) are refused: call from a program",
+            "requests from other sites' pages (with another Origin) are refused: call from a \
+             program, or from this node's console (/ui)",
         );
         return Err(Box::new(error(&NodeError::Invalid(invalid))));
     }
@@ -212,6 +228,30 @@ fn caller(
         authorization: credentials,
     };
     Ok((credentials, body))
+}
+
+/// Whether a browser's request comes from a page of this node (the console): its Origin is the
+/// scheme and host it was sent to. Without TLS only for a host that is an address or
+/// `localhost`: a site that points its own name at this node's address (DNS rebinding) would
+/// otherwise be this origin too; over TLS the browser checks the node's certificate against the
+/// name, which that site cannot pass.
+fn from_this_origin(headers: &HeaderMap, tls: bool) -> bool {
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    let (Some(origin), Some(host)) = (text(header::ORIGIN), text(header::HOST)) else {
+        return false;
+    };
+    let scheme = if tls { "https" } else { "http" };
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.parse::<u16>().is_ok() => name,
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    let local = name == "localhost" || name.parse::<std::net::IpAddr>().is_ok();
+    origin == format!("{scheme}://{host}") && (tls || local)
 }
 
 /// The answer to the unary `Cluster` call `name` names, if it names one: called by

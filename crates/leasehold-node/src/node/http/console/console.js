@@ -1,0 +1,268 @@
+// The console: this node's HTTP API (/v1/...) read every half second, and its watch stream.
+// Plain script, no build step: what the browser runs is this file.
+"use strict";
+
+const MEMBERS_EVERY_MS = 500;
+const LEASES_EVERY_MS = 1000;
+const PAGE = 100;
+const KEPT_EVENTS = 200;
+const TIMELINE_MS = 60000;
+
+const $ = (id) => document.getElementById(id);
+const num = (v) => Number(v || 0);
+
+// A call of the HTTP API: its answer, or an Error with the node's message.
+async function api(rpc, body) {
+  const response = await fetch(`/v1/${rpc}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body || {}),
+  });
+  const answer = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(answer.message || `${rpc}: HTTP ${response.status}`);
+  return answer;
+}
+
+function showError(error) {
+  $("error").hidden = !error;
+  $("error").textContent = error ? String(error.message || error) : "";
+}
+
+function cell(row, text, className) {
+  const td = row.insertCell();
+  td.textContent = text;
+  if (className) td.className = className;
+  return td;
+}
+
+function seconds(ms) {
+  return ms >= 10000 ? `${Math.round(ms / 1000)} s` : `${(ms / 1000).toFixed(1)} s`;
+}
+
+function bytes(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1 << 20) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / (1 << 20)).toFixed(1)} MiB`;
+}
+
+// ---- Members ---------------------------------------------------------------------------
+
+const lastContact = new Map(); // node id -> when it last answered, on this browser's clock
+let control = null; // the local cluster's supervisor, when this node runs under `cluster`
+let leader = null; // { id, term } as last seen
+
+function roleName(role) {
+  return String(role || "ROLE_UNSPECIFIED").replace("ROLE_", "").toLowerCase();
+}
+
+async function refreshMembers() {
+  try {
+    const status = await api("Status");
+    if (control) control = await fetch("/ui/control").then((r) => r.json()).catch(() => control);
+    renderMembers(status.nodes || []);
+    showError(null);
+    $("updated").textContent = `read ${new Date().toLocaleTimeString()}`;
+  } catch (e) {
+    showError(e);
+  }
+}
+
+function health(node) {
+  const state = control && control.nodes && control.nodes[node.id];
+  if (state === "killed" || state === "exited") return "down";
+  if (state === "paused") return "paused";
+  return roleName(node.role) === "unreachable" ? "unreachable" : "up";
+}
+
+function renderMembers(nodes) {
+  const body = $("members").tBodies[0];
+  body.replaceChildren();
+  const now = Date.now();
+  let seenLeader = null;
+  for (const node of nodes) {
+    const id = num(node.id);
+    const role = roleName(node.role);
+    const state = health(node);
+    if (role !== "unreachable") lastContact.set(id, now);
+    if (role === "leader" && state === "up") seenLeader = { id, term: num(node.term) };
+    const row = body.insertRow();
+    row.dataset.node = id;
+    row.dataset.role = state === "up" ? role : state;
+    if (role === "leader" && state === "up") row.className = "leader";
+    cell(row, id, "num");
+    cell(row, node.address || "");
+    cell(row, state === "up" ? role : "-", `role-${role}`);
+    cell(row, num(node.term), "num");
+    cell(row, `${num(node.lastLogIndex)} / ${num(node.appliedIndex)}`, "num");
+    const contact = lastContact.get(id);
+    cell(row, contact === undefined ? "never" : `${seconds(now - contact)} ago`, "num");
+    cell(row, state === "unreachable" && node.error ? `unreachable: ${node.error}` : state, `health-${state}`);
+    const ratio = Number(node.clockRateRatio || 0);
+    const clock = ratio ? `${ratio.toFixed(2)}x` : "-";
+    cell(row, node.clockOdd ? `${clock} odd: ${node.clockOddReason}` : clock, node.clockOdd ? "odd" : "num");
+    cell(row, bytes(num(node.snapshotBytes)), "num");
+    cell(row, num(node.leases), "num");
+    if (control && control.available) controls(row, id, state);
+  }
+  if (seenLeader && (!leader || leader.id !== seenLeader.id || leader.term !== seenLeader.term)) {
+    if (leader) leaderChanged(seenLeader);
+    leader = seenLeader;
+  }
+  $("served-by").textContent = nodes.length ? `${nodes.length} members` : "";
+}
+
+// Kill, pause, resume and restart buttons for a node of a local cluster.
+function controls(row, id, state) {
+  const td = row.insertCell();
+  const actions = state === "down" ? ["restart"] : state === "paused" ? ["resume", "kill"] : ["kill", "pause", "restart"];
+  for (const action of actions) {
+    const button = document.createElement("button");
+    button.textContent = action;
+    button.dataset.action = action;
+    button.onclick = async () => {
+      button.disabled = true;
+      const r = await fetch(`/ui/control/${id}/${action}`, { method: "POST" });
+      if (!r.ok) showError(new Error((await r.json().catch(() => ({}))).message || `${action}: HTTP ${r.status}`));
+      refreshMembers();
+    };
+    td.appendChild(button);
+  }
+}
+
+// ---- Leases ----------------------------------------------------------------------------
+
+let pageToken = ""; // where the page shown starts
+let nextToken = "";
+let leasesRead = { leases: [], storeTimeMs: 0, at: 0 };
+
+async function refreshLeases() {
+  try {
+    const prefix = $("prefix").value;
+    const answer = await api("ListLeases", { page: { prefix, pageToken, limit: PAGE } });
+    leasesRead = {
+      leases: answer.leases || [],
+      storeTimeMs: num(answer.applied && answer.applied.storeTimeMs),
+      at: performance.now(),
+    };
+    nextToken = answer.nextPageToken || "";
+    $("next-page").disabled = !nextToken;
+    renderLeases();
+  } catch (e) {
+    showError(e);
+  }
+}
+
+// Time left counts down between reads, from the store time of the last one.
+function renderLeases() {
+  const body = $("leases").tBodies[0];
+  body.replaceChildren();
+  const elapsed = performance.now() - leasesRead.at;
+  for (const lease of leasesRead.leases) {
+    const row = body.insertRow();
+    row.dataset.lease = lease.lease;
+    cell(row, lease.lease);
+    cell(row, lease.holder || "(free)", lease.holder ? "" : "quiet");
+    cell(row, num(lease.token), "num");
+    const left = num(lease.expiresAtMs) - leasesRead.storeTimeMs - elapsed;
+    cell(row, lease.holder && left > 0 ? seconds(left) : "-", "num time-left");
+    cell(row, num(lease.fence), "num");
+  }
+  const shown = leasesRead.leases.length;
+  $("lease-count").textContent = `${shown} on this page${nextToken ? ", more follow" : ""}`;
+}
+
+// ---- Events ----------------------------------------------------------------------------
+
+const marks = []; // { at, kind } for the timeline
+
+function addEvent(text, className, kind) {
+  const item = document.createElement("li");
+  item.textContent = `${new Date().toLocaleTimeString()}  ${text}`;
+  if (className) item.className = className;
+  const list = $("events");
+  list.prepend(item);
+  while (list.children.length > KEPT_EVENTS) list.lastChild.remove();
+  marks.push({ at: Date.now(), kind });
+}
+
+function leaderChanged(now) {
+  addEvent(`node ${now.id} leads (term ${now.term})`, "leader-change", "leader");
+}
+
+function eventKind(kind) {
+  return String(kind || "").replace("EVENT_KIND_", "").toLowerCase();
+}
+
+// The watch of every lease, resumed after the last entry seen when the stream ends.
+async function watch() {
+  let from = 0;
+  for (;;) {
+    try {
+      const response = await fetch("/v1/Watch", {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ prefix: "", fromIndex: from }),
+      });
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffered = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffered += decoder.decode(value, { stream: true });
+        let end;
+        while ((end = buffered.indexOf("\n")) >= 0) {
+          const line = JSON.parse(buffered.slice(0, end));
+          buffered = buffered.slice(end + 1);
+          if (line.message) throw new Error(line.message);
+          for (const e of line.events || []) {
+            const kind = eventKind(e.kind);
+            addEvent(`${kind} ${e.lease} ${e.holder} token ${num(e.token)} at index ${num(e.logIndex)}`, "", kind);
+          }
+          if (line.watchedTo) from = num(line.watchedTo) + 1;
+        }
+      }
+    } catch (e) {
+      addEvent(`watch: ${e.message}; resuming`, "quiet", "error");
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+const COLORS = { granted: "#15803d", renewed: "#a1a1aa", released: "#71717a", expired: "#b45309", leader: "#2563eb", error: "#b91c1c" };
+
+function renderTimeline() {
+  const svg = $("timeline");
+  const now = Date.now();
+  while (marks.length && now - marks[0].at > TIMELINE_MS) marks.shift();
+  const shapes = marks.map((m) => {
+    const x = 600 - ((now - m.at) / TIMELINE_MS) * 600;
+    const color = COLORS[m.kind] || "#52525b";
+    return m.kind === "leader"
+      ? `<line x1="${x}" x2="${x}" y1="0" y2="24" stroke="${color}" stroke-width="3"/>`
+      : `<circle cx="${x}" cy="12" r="3" fill="${color}"/>`;
+  });
+  svg.innerHTML = shapes.join("");
+}
+
+// ---- Start -----------------------------------------------------------------------------
+
+async function start() {
+  const info = await fetch("/ui/control").then((r) => r.json()).catch(() => null);
+  control = info && info.available ? info : null;
+  $("open-warning").hidden = !(info && !info.tls);
+  document.querySelectorAll("th.control").forEach((th) => (th.hidden = !control));
+  $("first-page").onclick = () => { pageToken = ""; refreshLeases(); };
+  $("next-page").onclick = () => { pageToken = nextToken; refreshLeases(); };
+  $("prefix").oninput = () => { pageToken = ""; refreshLeases(); };
+  $("lease-filter").onsubmit = (e) => e.preventDefault();
+  refreshMembers();
+  refreshLeases();
+  setInterval(refreshMembers, MEMBERS_EVERY_MS);
+  setInterval(refreshLeases, LEASES_EVERY_MS);
+  setInterval(renderLeases, 100);
+  setInterval(renderTimeline, 250);
+  watch();
+}
+
+start();
