@@ -13,10 +13,9 @@ use harness::{binary, wait_for};
 
 /// A port for `cluster --port` with three consecutive free loopback ports from it, and three
 /// more from 100 and from 200 above it, where `cluster` puts the peer and HTTP ports by
-/// default. Each call in this
-/// process starts its search elsewhere: the tests run at once, and two that both started from
-/// the process id found the same free ports, then fought over them (one cluster never elected,
-/// or its leader's death was never reported).
+/// default. Each call in this process starts its search elsewhere: the tests run at once, and
+/// two that both started from the process id found the same free ports, then fought over them
+/// (one cluster never elected, or its leader's death was never reported).
 fn consecutive_free_ports() -> u16 {
     static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -235,4 +234,96 @@ impl Drop for Guard<'_> {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A fresh virtual environment with selenium, which drives Debian's Chromium through Debian's
+/// chromedriver (`.ci/run` installs both: packages chromium and chromium-driver).
+fn selenium(venv: &std::path::Path) -> std::path::PathBuf {
+    for (tool, package) in [
+        ("/usr/bin/chromium", "chromium"),
+        ("/usr/bin/chromedriver", "chromium-driver"),
+    ] {
+        assert!(
+            std::path::Path::new(tool).exists(),
+            "{tool} is missing: install Debian's {package} (.ci/run does)"
+        );
+    }
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(venv)
+        .status();
+    assert!(
+        made.is_ok_and(|s| s.success()),
+        "python3 -m venv (python3-venv)"
+    );
+    let pip = Command::new(venv.join("bin/pip"))
+        .args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "selenium>=4.20,<5",
+        ])
+        .output()
+        .expect("run pip");
+    assert!(
+        pip.status.success(),
+        "pip: {}",
+        String::from_utf8_lossy(&pip.stderr)
+    );
+    venv.join("bin/python")
+}
+
+/// The console in a real browser against a cluster that `cluster` supervises
+/// (`tests/console/browser.py`): three members and one leader; a lease acquired through the CLI
+/// shown within 1 s with its token and a falling time left; the leader killed with its row's
+/// button, a new leader shown within 2 s and the old node as down; restarted with its button,
+/// back as a follower. Screenshots in the target's temp dir (`console/`); the page's load time
+/// and size, and the delays it showed things with, on stdout.
+#[test]
+fn the_console_shows_the_cluster_and_acts_on_its_nodes_in_a_browser() {
+    let venv = tempfile::TempDir::new().unwrap();
+    let python = selenium(venv.path());
+    let dir = tempfile::TempDir::new().unwrap();
+    let port = consecutive_free_ports();
+    let (mut cluster, lines, _) = start_cluster(dir.path(), port);
+    let guard = scopeguard(&mut cluster);
+    let console = lines.until("console: ", Duration::from_secs(10));
+    assert!(
+        console.contains(&format!(":{}/ui", port + 200)),
+        "{console}"
+    );
+    let leader_line = lines.until("is now the leader", Duration::from_secs(20));
+    let leader: u16 = leader_line
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    // A follower's console, which lives on when the leader is killed.
+    let follower = if leader == 1 { 2 } else { 1 };
+    let url = format!("http://127.0.0.1:{}/ui", port + 200 + follower - 1);
+    let endpoints: Vec<String> = (0..3).map(|i| format!("127.0.0.1:{}", port + i)).collect();
+    let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/console/browser.py");
+    let run = Command::new(python)
+        .arg(script)
+        .args([&url, binary(), &endpoints.join(",")])
+        .arg(&shots)
+        // Selenium finds its driver where it is told, and fetches nothing.
+        .env("SE_OFFLINE", "true")
+        .output()
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr),
+    );
+    assert!(
+        run.status.success(),
+        "the browser's run failed:\n{out}\n{err}"
+    );
+    println!(
+        "console, through {url}: {out}screenshots in {}",
+        shots.display()
+    );
+    drop(guard);
 }

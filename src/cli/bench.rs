@@ -385,9 +385,8 @@ impl Backend {
         seq: u64,
         choice: u64,
     ) -> Result<Done, String> {
-        let slot = (choice % MIXED_LEASES) as usize;
+        let (slot, action) = ((choice % MIXED_LEASES) as usize, (choice >> 8) % 4);
         let contended = format!("mixed-{}-{slot}", ctx.run_id);
-        let action = (choice >> 8) % 4;
         match self {
             Backend::Leasehold {
                 client,
@@ -414,16 +413,7 @@ impl Backend {
                         .await
                         .map(|r| accepted(written(&r))),
                     Workload::Get => client.get(&names.key).await.map(|_| Done::Accepted),
-                    Workload::List => {
-                        let listing = Listing {
-                            page_token: std::mem::take(page_token),
-                            ..Listing::default()
-                        };
-                        client.list_leases(&listing).await.map(|page| {
-                            *page_token = page.outcome.next.unwrap_or_default();
-                            Done::Accepted
-                        })
-                    }
+                    Workload::List => list_page(client, page_token).await,
                     Workload::Mixed => match action {
                         0 => client
                             .acquire(&contended, &names.holder, 1_000)
@@ -467,9 +457,7 @@ impl Backend {
                         .await
                         .map(|()| Done::Accepted),
                     Workload::Get => etcd.get(&names.key).await.map(|()| Done::Accepted),
-                    Workload::List => {
-                        return Err("the list workload lists Leasehold's leases only".into())
-                    }
+                    Workload::List => return Err(LEASEHOLDS_ONLY.into()),
                     Workload::Mixed => match action {
                         0 => etcd.acquire(&contended, 1).await.map(accepted),
                         1 if etcd.lock_revision > 0 => {
@@ -485,6 +473,24 @@ impl Backend {
             }
         }
     }
+}
+
+/// Why etcd runs no list workload.
+#[cfg(feature = "etcd")]
+const LEASEHOLDS_ONLY: &str = "the list workload lists Leasehold's leases only";
+
+/// The next page of a client's walk of the listing (list), from the start again at its end.
+async fn list_page(
+    client: &LeaseClient,
+    page_token: &mut String,
+) -> Result<Done, leasehold_client::ClientError> {
+    let listing = Listing {
+        page_token: std::mem::take(page_token),
+        ..Listing::default()
+    };
+    let page = client.list_leases(&listing).await?;
+    *page_token = page.outcome.next.unwrap_or_default();
+    Ok(Done::Accepted)
 }
 
 /// A client's own names: its holder, its lease (or etcd lock key), its key.

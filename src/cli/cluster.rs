@@ -115,23 +115,7 @@ pub async fn run(mut args: ClusterArgs) -> anyhow::Result<Exit> {
             peer: format!("127.0.0.1:{peer}"),
         })
         .collect();
-    let side_ports = [args.http_port, args.metrics_port].into_iter().flatten();
-    let side_addrs: Vec<String> = (side_ports
-        .flat_map(|first| (0..args.nodes).map(move |i| u64::from(first) + i)))
-    .map(|port| format!("127.0.0.1:{port}"))
-    .collect();
-    for addr in addrs
-        .iter()
-        .flat_map(|a| [&a.client, &a.peer])
-        .chain(&side_addrs)
-    {
-        if let Err(e) = std::net::TcpListener::bind(addr) {
-            anyhow::bail!(
-                "{addr} is not free ({e}); is another cluster running? Use --port and \
-                 --peer-port to pick others"
-            );
-        }
-    }
+    check_free(&addrs, &args)?;
     // The console's buttons reach this process through it.
     let control = console_control::listen().await?;
     let mut cluster = LocalCluster::new(&std::env::current_exe()?, &dir, &addrs, args.manual_clock)
@@ -191,6 +175,26 @@ pub async fn run(mut args: ClusterArgs) -> anyhow::Result<Exit> {
     cluster.stop_all(Duration::from_secs(5));
     println!("all nodes stopped");
     outcome
+}
+
+/// Refuses ports another process holds: the nodes' client and peer ports, and their HTTP
+/// and metrics ports.
+fn check_free(addrs: &[PlaneAddrs], args: &ClusterArgs) -> anyhow::Result<()> {
+    let side_ports = [args.http_port, args.metrics_port].into_iter().flatten();
+    let side_addrs: Vec<String> = (side_ports)
+        .flat_map(|first| (0..args.nodes).map(move |i| u64::from(first) + i))
+        .map(|port| format!("127.0.0.1:{port}"))
+        .collect();
+    let planes = addrs.iter().flat_map(|a| [&a.client, &a.peer]);
+    for addr in planes.chain(&side_addrs) {
+        if let Err(e) = std::net::TcpListener::bind(addr) {
+            anyhow::bail!(
+                "{addr} is not free ({e}); is another cluster running? Use --port, --peer-port \
+                 and --http-port to pick others"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// What `cluster` says once its nodes are started: where each one is.

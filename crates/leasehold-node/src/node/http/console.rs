@@ -1,5 +1,5 @@
 //! The console (`GET /ui`): a live page of the cluster and its leases, served by every node on
-//! its HTTP port, its three files compiled into the binary (`console/`: no network and no build
+//! its HTTP port, its files compiled into the binary (`console/`: no network and no build
 //! step at run time). The page calls this node's HTTP API as any client does, from the same
 //! origin (see [`from_this_origin`]): the same authorization, the caller being the browser's
 //! client certificate.
@@ -32,9 +32,29 @@ const ACTIONS: [&str; 4] = ["kill", "pause", "resume", "restart"];
 /// How long the console waits for the supervisor.
 const CONTROL_WAIT: Duration = Duration::from_secs(5);
 
-const PAGE: &str = include_str!("console/index.html");
-const SCRIPT: &str = include_str!("console/console.js");
-const STYLE: &str = include_str!("console/console.css");
+/// The page's files: where each is served, its type, and what it is.
+const FILES: [(&str, &str, &str); 4] = [
+    (
+        "/ui",
+        "text/html; charset=utf-8",
+        include_str!("console/index.html"),
+    ),
+    (
+        "/ui/console.js",
+        "text/javascript",
+        include_str!("console/console.js"),
+    ),
+    (
+        "/ui/console.css",
+        "text/css",
+        include_str!("console/console.css"),
+    ),
+    (
+        "/ui/icon.svg",
+        "image/svg+xml",
+        include_str!("console/icon.svg"),
+    ),
+];
 
 /// The page's own sources only, and never inside another site's frame (whose page could trick
 /// a visitor into pressing its buttons).
@@ -91,19 +111,11 @@ pub(super) struct Console {
 }
 
 pub(super) fn router(console: Console) -> axum::Router {
-    axum::Router::new()
-        .route(
-            "/ui",
-            get(|| async { asset("text/html; charset=utf-8", PAGE) }),
-        )
-        .route(
-            "/ui/console.js",
-            get(|| async { asset("text/javascript", SCRIPT) }),
-        )
-        .route(
-            "/ui/console.css",
-            get(|| async { asset("text/css", STYLE) }),
-        )
+    let mut router = axum::Router::new();
+    for (path, kind, body) in FILES {
+        router = router.route(path, get(move || async move { asset(kind, body) }));
+    }
+    router
         .route("/ui/control", get(control_state))
         .route("/ui/control/{id}/{action}", post(act))
         .with_state(console)

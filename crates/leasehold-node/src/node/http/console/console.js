@@ -28,15 +28,22 @@ function showError(error) {
   $("error").textContent = error ? String(error.message || error) : "";
 }
 
-function cell(row, text, className) {
-  const td = row.insertCell();
-  td.textContent = text;
-  if (className) td.className = className;
+// Cell `i` of `row`, made when missing.
+function slot(row, i) {
+  while (row.cells.length <= i) row.insertCell();
+  return row.cells[i];
+}
+
+// Sets cell `i` of `row`, touching the page only where it changed.
+function cell(row, i, text, className) {
+  const td = slot(row, i);
+  if (td.textContent !== String(text)) td.textContent = text;
+  if (td.className !== (className || "")) td.className = className || "";
   return td;
 }
 
 function seconds(ms) {
-  return ms >= 10000 ? `${Math.round(ms / 1000)} s` : `${(ms / 1000).toFixed(1)} s`;
+  return `${(ms / 1000).toFixed(1)} s`;
 }
 
 function bytes(n) {
@@ -48,6 +55,7 @@ function bytes(n) {
 // ---- Members ---------------------------------------------------------------------------
 
 const lastContact = new Map(); // node id -> when it last answered, on this browser's clock
+const addresses = new Map(); // node id -> its client address, kept while it is unreachable
 let control = null; // the local cluster's supervisor, when this node runs under `cluster`
 let leader = null; // { id, term } as last seen
 
@@ -74,10 +82,13 @@ function health(node) {
   return roleName(node.role) === "unreachable" ? "unreachable" : "up";
 }
 
+// Rows are kept and updated in place, by node id: a button re-made under the pointer twice a
+// second would lose the click.
 function renderMembers(nodes) {
   const body = $("members").tBodies[0];
-  body.replaceChildren();
   const now = Date.now();
+  const ids = new Set(nodes.map((n) => String(num(n.id))));
+  for (const row of [...body.rows]) if (!ids.has(row.dataset.node)) row.remove();
   let seenLeader = null;
   for (const node of nodes) {
     const id = num(node.id);
@@ -85,24 +96,28 @@ function renderMembers(nodes) {
     const state = health(node);
     if (role !== "unreachable") lastContact.set(id, now);
     if (role === "leader" && state === "up") seenLeader = { id, term: num(node.term) };
-    const row = body.insertRow();
-    row.dataset.node = id;
+    let row = body.querySelector(`tr[data-node="${id}"]`);
+    if (!row) {
+      row = body.insertRow();
+      row.dataset.node = id;
+    }
     row.dataset.role = state === "up" ? role : state;
-    if (role === "leader" && state === "up") row.className = "leader";
-    cell(row, id, "num");
-    cell(row, node.address || "");
-    cell(row, state === "up" ? role : "-", `role-${role}`);
-    cell(row, num(node.term), "num");
-    cell(row, `${num(node.lastLogIndex)} / ${num(node.appliedIndex)}`, "num");
+    row.className = role === "leader" && state === "up" ? "leader" : "";
+    cell(row, 0, id, "num");
+    if (node.address) addresses.set(id, node.address);
+    cell(row, 1, addresses.get(id) || "");
+    cell(row, 2, state === "up" ? role : "-", `role-${role}`);
+    cell(row, 3, num(node.term), "num");
+    cell(row, 4, `${num(node.lastLogIndex)} / ${num(node.appliedIndex)}`, "num");
     const contact = lastContact.get(id);
-    cell(row, contact === undefined ? "never" : `${seconds(now - contact)} ago`, "num");
-    cell(row, state === "unreachable" && node.error ? `unreachable: ${node.error}` : state, `health-${state}`);
+    cell(row, 5, contact === undefined ? "never" : `${seconds(now - contact)} ago`, "num");
+    cell(row, 6, state === "unreachable" && node.error ? `unreachable: ${node.error}` : state, `health-${state}`);
     const ratio = Number(node.clockRateRatio || 0);
     const clock = ratio ? `${ratio.toFixed(2)}x` : "-";
-    cell(row, node.clockOdd ? `${clock} odd: ${node.clockOddReason}` : clock, node.clockOdd ? "odd" : "num");
-    cell(row, bytes(num(node.snapshotBytes)), "num");
-    cell(row, num(node.leases), "num");
-    if (control && control.available) controls(row, id, state);
+    cell(row, 7, node.clockOdd ? `${clock} odd: ${node.clockOddReason}` : clock, node.clockOdd ? "odd" : "num");
+    cell(row, 8, bytes(num(node.snapshotBytes)), "num");
+    cell(row, 9, num(node.leases), "num");
+    if (control && control.available) controls(slot(row, 10), id, state);
   }
   if (seenLeader && (!leader || leader.id !== seenLeader.id || leader.term !== seenLeader.term)) {
     if (leader) leaderChanged(seenLeader);
@@ -111,10 +126,13 @@ function renderMembers(nodes) {
   $("served-by").textContent = nodes.length ? `${nodes.length} members` : "";
 }
 
-// Kill, pause, resume and restart buttons for a node of a local cluster.
-function controls(row, id, state) {
-  const td = row.insertCell();
+// Kill, pause, resume and restart buttons for a node of a local cluster, made again only when
+// the node's state changes which of them apply.
+function controls(td, id, state) {
   const actions = state === "down" ? ["restart"] : state === "paused" ? ["resume", "kill"] : ["kill", "pause", "restart"];
+  if (td.dataset.actions === actions.join()) return;
+  td.dataset.actions = actions.join();
+  td.replaceChildren();
   for (const action of actions) {
     const button = document.createElement("button");
     button.textContent = action;
@@ -123,6 +141,7 @@ function controls(row, id, state) {
       button.disabled = true;
       const r = await fetch(`/ui/control/${id}/${action}`, { method: "POST" });
       if (!r.ok) showError(new Error((await r.json().catch(() => ({}))).message || `${action}: HTTP ${r.status}`));
+      button.disabled = false;
       refreshMembers();
     };
     td.appendChild(button);
@@ -133,17 +152,23 @@ function controls(row, id, state) {
 
 let pageToken = ""; // where the page shown starts
 let nextToken = "";
-let leasesRead = { leases: [], storeTimeMs: 0, at: 0 };
+let leasesRead = { leases: [] };
+// Store time moves only with logged commands, so a read of an idle cluster names the time of
+// its last one: the page's estimate runs on from each read by this browser's clock and takes
+// a later store time when a read brings one, so that time left only ever falls.
+let storeClock = { ms: 0, at: 0 };
+
+function storeNow() {
+  return storeClock.ms + (performance.now() - storeClock.at);
+}
 
 async function refreshLeases() {
   try {
     const prefix = $("prefix").value;
     const answer = await api("ListLeases", { page: { prefix, pageToken, limit: PAGE } });
-    leasesRead = {
-      leases: answer.leases || [],
-      storeTimeMs: num(answer.applied && answer.applied.storeTimeMs),
-      at: performance.now(),
-    };
+    leasesRead = { leases: answer.leases || [] };
+    const read = num(answer.applied && answer.applied.storeTimeMs);
+    storeClock = { ms: Math.max(storeClock.at ? storeNow() : 0, read), at: performance.now() };
     nextToken = answer.nextPageToken || "";
     $("next-page").disabled = !nextToken;
     renderLeases();
@@ -156,16 +181,16 @@ async function refreshLeases() {
 function renderLeases() {
   const body = $("leases").tBodies[0];
   body.replaceChildren();
-  const elapsed = performance.now() - leasesRead.at;
+  const now = storeNow();
   for (const lease of leasesRead.leases) {
     const row = body.insertRow();
     row.dataset.lease = lease.lease;
-    cell(row, lease.lease);
-    cell(row, lease.holder || "(free)", lease.holder ? "" : "quiet");
-    cell(row, num(lease.token), "num");
-    const left = num(lease.expiresAtMs) - leasesRead.storeTimeMs - elapsed;
-    cell(row, lease.holder && left > 0 ? seconds(left) : "-", "num time-left");
-    cell(row, num(lease.fence), "num");
+    cell(row, 0, lease.lease);
+    cell(row, 1, lease.holder || "(free)", lease.holder ? "" : "quiet");
+    cell(row, 2, num(lease.token), "num");
+    const left = num(lease.expiresAtMs) - now;
+    cell(row, 3, lease.holder && left > 0 ? seconds(left) : "-", "num time-left");
+    cell(row, 4, num(lease.fence), "num");
   }
   const shown = leasesRead.leases.length;
   $("lease-count").textContent = `${shown} on this page${nextToken ? ", more follow" : ""}`;
@@ -219,6 +244,8 @@ async function watch() {
             const kind = eventKind(e.kind);
             addEvent(`${kind} ${e.lease} ${e.holder} token ${num(e.token)} at index ${num(e.logIndex)}`, "", kind);
           }
+          // A lease changed: the page of leases is read again at once, not at its next turn.
+          if ((line.events || []).length) refreshLeases();
           if (line.watchedTo) from = num(line.watchedTo) + 1;
         }
       }
@@ -236,11 +263,11 @@ function renderTimeline() {
   const now = Date.now();
   while (marks.length && now - marks[0].at > TIMELINE_MS) marks.shift();
   const shapes = marks.map((m) => {
-    const x = 600 - ((now - m.at) / TIMELINE_MS) * 600;
+    const x = Math.min(597, 600 - ((now - m.at) / TIMELINE_MS) * 600);
     const color = COLORS[m.kind] || "#52525b";
     return m.kind === "leader"
       ? `<line x1="${x}" x2="${x}" y1="0" y2="24" stroke="${color}" stroke-width="3"/>`
-      : `<circle cx="${x}" cy="12" r="3" fill="${color}"/>`;
+      : `<rect x="${x - 1}" y="6" width="3" height="12" fill="${color}"/>`;
   });
   svg.innerHTML = shapes.join("");
 }

@@ -1,0 +1,128 @@
+"""The console in a real browser (Debian's Chromium, driven by selenium through chromedriver),
+against a local cluster that `leasehold cluster` supervises. Run by tests/console.rs:
+
+    browser.py CONSOLE_URL LEASEHOLD_BIN ENDPOINTS SHOTS_DIR
+
+Prints one JSON line of what it measured; exits non-zero, saying why, when the page does not do
+what the issue asks: three members and one leader; a lease acquired through the CLI shown within
+1 s with its token and a falling time left; the leader killed with its row's button, a new leader
+shown within 2 s and the old node as down; restarted with its button, back as a follower.
+"""
+
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+url, binary, endpoints, shots = sys.argv[1:5]
+shots = pathlib.Path(shots)
+shots.mkdir(parents=True, exist_ok=True)
+
+
+def browser() -> webdriver.Chrome:
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    # Headless, and quiet: this machine reaches no network, and Chromium's background
+    # connections would otherwise be refused many at a time.
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--window-size=1400,1000", f"--user-data-dir={tempfile.mkdtemp()}"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def until(what: str, within: float, check):
+    """check()'s first truthy answer, polled every 20 ms; fails after `within` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            found = check()
+        except Exception:  # the page re-renders its rows under us: look again
+            found = None
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            sys.exit(f"the console did not show {what} within {within} s")
+        time.sleep(0.02)
+
+
+def members(driver):
+    """Each member row's node id and what it shows (leader, follower, down...)."""
+    rows = driver.find_elements(By.CSS_SELECTOR, "#members tbody tr")
+    return {int(r.get_attribute("data-node")): r.get_attribute("data-role") for r in rows}
+
+
+def leader_of(shown):
+    leaders = [node for node, role in shown.items() if role == "leader"]
+    return leaders[0] if len(leaders) == 1 else None
+
+
+def press(driver, node, action):
+    row = driver.find_element(By.CSS_SELECTOR, f'#members tr[data-node="{node}"]')
+    row.find_element(By.CSS_SELECTOR, f'button[data-action="{action}"]').click()
+
+
+driver = browser()
+try:
+    driver.get(url)
+    def three_and_a_leader():
+        shown = members(driver)
+        return shown if len(shown) == 3 and leader_of(shown) else None
+
+    shown = until("three members, one of them the leader", 10, three_and_a_leader)
+    leader = leader_of(shown)
+    timing = driver.execute_script("""
+        const nav = performance.getEntriesByType('navigation')[0];
+        const resources = performance.getEntriesByType('resource')
+            .filter((r) => r.name.includes('/ui/'));
+        return {
+            load_ms: nav.loadEventEnd - nav.startTime,
+            bytes: nav.decodedBodySize + resources.reduce((sum, r) => sum + r.decodedBodySize, 0),
+        };""")
+    driver.save_screenshot(str(shots / "console-members.png"))
+
+    sent = time.monotonic()
+    subprocess.run([binary, "--endpoints", endpoints, "acquire", "console/demo", "--holder", "alice",
+                    "--ttl", "30"], check=True, capture_output=True)
+    row = '#leases tr[data-lease="console/demo"]'
+
+    def lease_shown():
+        cells = driver.find_elements(By.CSS_SELECTOR, f"{row} td")
+        return [c.text for c in cells] if cells and cells[2].text == "1" else None
+
+    cells = until("the acquired lease with its token", 1.0, lease_shown)
+    lease_ms = (time.monotonic() - sent) * 1000
+    left = float(cells[3].split()[0])
+    time.sleep(0.5)
+    later = until("the time left", 2, lambda: float(
+        driver.find_element(By.CSS_SELECTOR, f"{row} td.time-left").text.split()[0]))
+    if not (later < left <= 30):
+        sys.exit(f"the time left did not fall: {left} then {later}")
+    driver.save_screenshot(str(shots / "console-lease.png"))
+
+    killed = time.monotonic()
+    press(driver, leader, "kill")
+
+    def failed_over():
+        s = members(driver)
+        new = leader_of(s)
+        return new if new not in (None, leader) and s.get(leader) == "down" else None
+
+    new_leader = until("a new leader and the killed one down", 2.0, failed_over)
+    failover_ms = (time.monotonic() - killed) * 1000
+    driver.save_screenshot(str(shots / "console-failover.png"))
+
+    press(driver, leader, "restart")
+    until("the restarted node back as a follower", 15, lambda: members(driver).get(leader) == "follower")
+    driver.save_screenshot(str(shots / "console-restarted.png"))
+    print(json.dumps({"load_ms": timing["load_ms"], "page_bytes": timing["bytes"], "killed": leader,
+                      "new_leader": new_leader, "lease_shown_ms": round(lease_ms),
+                      "failover_shown_ms": round(failover_ms)}))
+finally:
+    driver.quit()
