@@ -354,6 +354,16 @@ async fn over_tls_the_caller_is_its_certificate_and_the_policy_applies() {
     );
     assert_eq!(me["authEnabled"], true);
 
+    // The console's buttons are an admin's: another identity is denied before anything else.
+    let kill = format!("https://{}/ui/control/1/kill", http[1]);
+    let (status, e) = post(&kill, "", &tls_flags(&h, Some("outsider"), &[]));
+    assert_eq!((status, e["reason"].as_str()), (403, Some("DENIED")), "{e}");
+    let (status, e) = post(&kill, "", &tls_flags(&h, Some("admin"), &[]));
+    assert!(
+        status == 400 && e["message"].as_str().unwrap().contains("no local cluster"),
+        "{e}"
+    );
+
     let put = json!({"key": "t/k", "value": base64(b"v")});
     let (status, e) = https(Some("outsider"), "Put", put.clone());
     assert_eq!((status, e["reason"].as_str()), (403, Some("DENIED")), "{e}");
@@ -502,6 +512,34 @@ async fn every_rpc_of_the_proto_is_served_and_browsers_are_refused() {
     assert_eq!(
         (status, e["metadata"]["field"].as_str()),
         (400, Some("origin")),
+        "{e}"
+    );
+    // The console's own calls come from this node's origin, and are taken on its address; a
+    // site whose name points at the node (DNS rebinding) is the same origin by name, refused.
+    let status_url = format!("http://{}/v1/Status", http[0]);
+    let own = format!("Origin: http://{}", http[0]);
+    let (status, _) = post(&status_url, "{}", &["-H", own.as_str()]);
+    assert_eq!(status, 200);
+    let port = http[0].rsplit_once(':').unwrap().1;
+    let (host, origin) = (
+        format!("Host: rebind.example:{port}"),
+        format!("Origin: http://rebind.example:{port}"),
+    );
+    let (status, e) = post(
+        &status_url,
+        "{}",
+        &["-H", host.as_str(), "-H", origin.as_str()],
+    );
+    assert_eq!(
+        (status, e["metadata"]["field"].as_str()),
+        (400, Some("origin")),
+        "{e}"
+    );
+    // A node no `cluster` supervises has no buttons to press.
+    let (status, e) = post::<&str>(&format!("http://{}/ui/control/1/kill", http[0]), "", &[]);
+    assert_eq!(status, 400, "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("no local cluster"),
         "{e}"
     );
 }

@@ -162,11 +162,6 @@ async fn act(
 ) -> Response {
     let acted = async {
         let (credentials, _) = caller(peer, &headers, Ok(Default::default())).map_err(Err)?;
-        let Some(control) = &console.control else {
-            let problem = "this node runs under no local cluster (`leasehold cluster`): \
-                           stop and start its process as you started it";
-            return Err(Ok(NodeError::Invalid(InvalidInput::new("node", problem))));
-        };
         if !ACTIONS.contains(&action.as_str()) {
             let problem = format!("must be one of {}, not {action:?}", ACTIONS.join(", "));
             return Err(Ok(NodeError::Invalid(InvalidInput::new("action", problem))));
@@ -174,6 +169,11 @@ async fn act(
         (console.api.cluster)
             .may_act_on_nodes(&credentials)
             .map_err(Ok)?;
+        let Some(control) = &console.control else {
+            let problem = "this node runs under no local cluster (`leasehold cluster`): \
+                           stop and start its process as you started it";
+            return Err(Ok(NodeError::Invalid(InvalidInput::new("node", problem))));
+        };
         let answer = control.ask(&format!("{action} {id}")).await.map_err(Ok)?;
         match answer.strip_prefix("error ") {
             Some(problem) => Err(Ok(NodeError::Refused(problem.to_owned()))),
