@@ -5,6 +5,7 @@
 mod harness;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -198,4 +199,93 @@ fn the_dockerfile_builds_in_one_stage_and_runs_as_a_non_root_user_in_another() {
     assert!(lines
         .iter()
         .any(|l| l.contains("cargo build --release --locked")));
+}
+
+/// Every `leasehold_*` series name in `text`.
+fn series_named(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for (at, _) in text.match_indices("leasehold_") {
+        let name: String = text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+            .collect();
+        names.insert(name);
+    }
+    names
+}
+
+/// The dashboard's queries, each with the panel it belongs to.
+fn dashboard_queries() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(deploy().join("grafana/leasehold.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let mut queries = Vec::new();
+    for panel in panels {
+        for target in panel["targets"].as_array().expect("targets") {
+            let title = panel["title"].as_str().unwrap().to_owned();
+            queries.push((title, target["expr"].as_str().unwrap().to_owned()));
+        }
+    }
+    queries
+}
+
+/// Runs `promtool check rules FILE` (Debian's prometheus package, which `.ci/run` installs).
+fn promtool_check_rules(file: &std::path::Path) {
+    let run = std::process::Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(file)
+        .output()
+        .expect("promtool (Debian's prometheus package; .ci/run installs it)");
+    assert!(
+        run.status.success(),
+        "promtool check rules {}:\n{}{}",
+        file.display(),
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
+/// The alert rules pass promtool, and so do the dashboard's queries, each written as a
+/// recording rule (promtool parses its PromQL as Prometheus would).
+#[test]
+fn the_alert_rules_and_the_dashboards_queries_pass_promtool() {
+    promtool_check_rules(&deploy().join("prometheus/alerts.yml"));
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (n, (_, expr)) in dashboard_queries().iter().enumerate() {
+        let expr = serde_json::to_string(expr).unwrap();
+        rules.push_str(&format!(
+            "      - record: dashboard:query_{n}\n        expr: {expr}\n"
+        ));
+    }
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), rules).unwrap();
+    promtool_check_rules(file.path());
+}
+
+/// Every series the alert rules and the dashboard name is one a live node serves on /metrics.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_series_the_alerts_and_the_dashboard_name_is_served_by_a_live_node() {
+    let (_h, addrs) = harness::with_metrics().await;
+    let (_, text) = harness::http_get(&addrs[0], "/metrics").unwrap();
+    // The health rows' own series say what they mean on a node that serves.
+    let (free, size) = (
+        harness::sample(&text, "leasehold_disk_free_bytes").unwrap(),
+        harness::sample(&text, "leasehold_disk_size_bytes").unwrap(),
+    );
+    assert!(0.0 < free && free <= size, "free {free} of {size}");
+    let ready = harness::wait_for("node 1 to be ready", Duration::from_secs(10), || async {
+        let (_, text) = harness::http_get(&addrs[0], "/metrics").ok()?;
+        (harness::sample(&text, "leasehold_ready") == Some(1.0)).then_some(())
+    });
+    ready.await;
+    let served = series_named(&text);
+    let alerts = std::fs::read_to_string(deploy().join("prometheus/alerts.yml")).unwrap();
+    let queries: Vec<String> = dashboard_queries().into_iter().map(|(_, q)| q).collect();
+    let named = series_named(&format!("{alerts}\n{}", queries.join("\n")));
+    assert!(named.len() >= 10, "{named:?}");
+    let missing: Vec<&String> = named.difference(&served).collect();
+    assert!(
+        missing.is_empty(),
+        "not on a node's /metrics: {missing:?}\nserved: {served:?}"
+    );
 }

@@ -53,6 +53,9 @@ pub struct Metrics {
     pub(crate) refusals: Family<ReasonLabel, Counter>,
     pub(crate) clock_rate_ratio: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub(crate) clock_odd: Gauge,
+    pub(crate) ready: Gauge,
+    pub(crate) disk_free_bytes: Gauge,
+    pub(crate) disk_size_bytes: Gauge,
 }
 
 /// Seconds from 100 µs to about 6.5 s: a read served locally to a write that waited out an
@@ -80,6 +83,9 @@ impl Default for Metrics {
             refusals: Family::default(),
             clock_rate_ratio: Gauge::default(),
             clock_odd: Gauge::default(),
+            ready: Gauge::default(),
+            disk_free_bytes: Gauge::default(),
+            disk_size_bytes: Gauge::default(),
             registry: Registry::default(),
         };
         metrics.register(&mut registry);
@@ -155,6 +161,27 @@ impl Metrics {
             self.refusals.clone(),
         );
         self.register_clock(registry);
+        self.register_health(registry);
+    }
+
+    /// What the dashboards' and alerts' health rows read (`deploy/`).
+    fn register_health(&self, registry: &mut Registry) {
+        registry.register(
+            "ready",
+            "1 while this node serves (what /readyz says: it knows a leader with a quorum and \
+             applied its boot log), 0 otherwise",
+            self.ready.clone(),
+        );
+        registry.register(
+            "disk_free_bytes",
+            "Bytes free for this node on its data dir's filesystem",
+            self.disk_free_bytes.clone(),
+        );
+        registry.register(
+            "disk_size_bytes",
+            "The size of its data dir's filesystem, in bytes",
+            self.disk_size_bytes.clone(),
+        );
     }
 
     /// The clock's gauges (issue 42).
