@@ -12,11 +12,15 @@ use leasehold_client::{
 };
 use leasehold_core::Limits;
 
-/// Seconds on the command line (fractions allowed), milliseconds on the wire.
+/// A duration on the command line, milliseconds on the wire: bare seconds (fractions
+/// allowed: `30`, `0.5`), or with a unit as people write it (`500ms`, `30s`, `1m`, `1h 30m`).
 pub fn parse_seconds(text: &str) -> Result<u64, String> {
-    let seconds: f64 = text
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    let Ok(seconds) = text.trim().parse::<f64>() else {
+        let duration = humantime::parse_duration(text).map_err(|e| {
+            format!("{text:?} is not a duration ({e}): give seconds (30, 0.5) or a unit (500ms, 30s, 1m)")
+        })?;
+        return u64::try_from(duration.as_millis()).map_err(|_| format!("{text:?} is too long"));
+    };
     if !seconds.is_finite() || seconds < 0.0 {
         return Err(format!("{text:?} must be a positive number of seconds"));
     }
@@ -559,7 +563,15 @@ mod tests {
     fn seconds_parse_to_milliseconds() {
         assert_eq!(parse_seconds("10"), Ok(10_000));
         assert_eq!(parse_seconds("0.25"), Ok(250));
-        assert!(parse_seconds("ten").unwrap_err().contains("not a number"));
+        assert_eq!(parse_seconds("500ms"), Ok(500));
+        assert_eq!(parse_seconds("30s"), Ok(30_000));
+        assert_eq!(parse_seconds("1m"), Ok(60_000));
+        assert_eq!(parse_seconds("1h 30m"), Ok(5_400_000));
+        let ten = parse_seconds("ten").unwrap_err();
+        assert!(
+            ten.contains("not a duration") && ten.contains("500ms"),
+            "{ten}"
+        );
         assert!(parse_seconds("-1").is_err());
         assert_eq!(seconds(15_000), "15s");
         assert_eq!(seconds(1_500), "1.500s");

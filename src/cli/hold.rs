@@ -29,7 +29,7 @@ pub struct HoldArgs {
     #[arg(long)]
     holder: String,
     /// Time to live, in seconds (fractions allowed); renewed every third of it.
-    #[arg(long = "ttl", value_name = "SECONDS", value_parser = super::commands::parse_seconds)]
+    #[arg(long = "ttl", value_name = "DURATION", value_parser = super::commands::parse_seconds)]
     ttl_ms: u64,
     /// Wait while another holds the lease (woken by a watch of it) instead of exiting 3.
     #[arg(long)]

@@ -56,6 +56,11 @@ pub struct ClientOpts {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text, global = true)]
     output: Output,
+    /// How long a command waits for its answer, trying node after node: seconds or with a
+    /// unit (500ms, 30s, 1m). Default 10 s.
+    #[arg(long, env = "LEASEHOLD_TIMEOUT", value_name = "DURATION", global = true,
+          value_parser = commands::parse_seconds)]
+    timeout: Option<u64>,
     /// Talk TLS: the CA (PEM) that signed the nodes' certificates.
     #[arg(long, env = "LEASEHOLD_TLS_CA", value_name = "FILE", global = true)]
     tls_ca: Option<std::path::PathBuf>,
@@ -114,6 +119,10 @@ impl ClientOpts {
     /// A client for `endpoints`, over TLS when --tls-ca is given.
     pub fn lease_client<S: AsRef<str>>(&self, endpoints: &[S]) -> anyhow::Result<LeaseClient> {
         let client = LeaseClient::new(endpoints)?;
+        let client = match self.timeout {
+            Some(ms) => client.with_deadline(std::time::Duration::from_millis(ms)),
+            None => client,
+        };
         let client = match self.tls_config()? {
             Some(tls) => client.with_tls(tls)?,
             None => client,
@@ -183,8 +192,8 @@ enum Cmd {
         lease: String,
         #[arg(long)]
         holder: String,
-        /// Time to live, in seconds (fractions allowed).
-        #[arg(long = "ttl", value_name = "SECONDS", value_parser = commands::parse_seconds)]
+        /// Time to live: seconds (fractions allowed) or with a unit (500ms, 30s, 1m).
+        #[arg(long = "ttl", value_name = "DURATION", value_parser = commands::parse_seconds)]
         ttl_ms: u64,
     },
     /// Release a lease held by HOLDER with TOKEN.
