@@ -2,7 +2,7 @@
 # clients on ports base+1..3, peers on base+101..103, metrics on base+201..203. Gives the
 # binary ($bin, LEASEHOLD_BIN or target/release), a temp dir ($dir, node logs in it), start ID,
 # status PYTHON (PYTHON sees the status's nodes as `n`), leader_id, acquire_bench SECONDS and
-# summary (of its JSON line), metric ID NAME, and kills every node and removes the dir on exit.
+# summary (of its JSON line), fill LEASES, metric ID NAME, and kills every node and removes the dir on exit.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${LEASEHOLD_BIN:-$here/target/release/leasehold}
@@ -33,6 +33,19 @@ start_all() {
 # JSON line.
 acquire_bench() {
   "$bin" bench --workload acquire --ttl 3600 --clients 64 --connect leader --warmup 0 --duration "$1" -o json 2>/dev/null
+}
+# Fills the cluster with at least TARGET live leases (acquire_bench runs), then says how many and
+# how long it took; `leases` holds the count.
+fill() {
+  local started
+  started=$(date +%s)
+  while true; do
+    # A status or a bench cut short by a busy node is tried again, not the end of the run.
+    leases=$(status 'print(max(x["leases"] for x in n))') || { sleep 1; continue; }
+    [ "$leases" -ge "$1" ] && break
+    acquire_bench 10 >/dev/null || sleep 1
+  done
+  echo "filled: $leases leases in $(( $(date +%s) - started )) s"
 }
 summary() { python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); print("%.0f ops/s, p99 %.2f ms, p999 %.2f ms, max %.2f ms" % (r["ops_per_s"], r["p99_ms"], r["p999_ms"], r["max_ms"]))'; }
 # The metrics URL of node ID.

@@ -10,14 +10,7 @@ base=7160
 source "$(dirname "$0")/measure-lib.sh"
 
 start_all
-started=$(date +%s)
-while true; do
-  # A status or a bench cut short by a busy node is tried again, not the end of the run.
-  leases=$(status 'print(max(x["leases"] for x in n))') || { sleep 1; continue; }
-  [ "$leases" -ge "$target" ] && break
-  acquire_bench 10 >/dev/null || sleep 1
-done
-echo "filled: $leases leases in $(( $(date +%s) - started )) s"
+fill "$target"
 # The filled cluster is left to finish its snapshot builds first.
 sleep 10
 list_bench() {

@@ -58,14 +58,7 @@ empty_bench() {
 start_all
 declare -A idle
 for id in 1 2 3; do idle[$id]=$(rss_kib "$id"); done
-started=$(date +%s)
-while true; do
-  # A status or a bench cut short by a busy node is tried again, not the end of the run.
-  leases=$(status 'print(max(x["leases"] for x in n))') || { sleep 1; continue; }
-  [ "$leases" -ge "$target" ] && break
-  acquire_bench 10 >/dev/null || sleep 1
-done
-echo "filled: $leases leases in $(( $(date +%s) - started )) s"
+fill "$target"
 sleep 5
 for id in 1 2 3; do
   rss=$(rss_kib "$id")

@@ -464,11 +464,17 @@ async fn a_watch_follows_only_what_its_identity_may_read_and_ends_when_revoked()
     assert_eq!(ended.code(), Code::PermissionDenied, "{ended}");
 }
 
-/// A listing shows an identity the leases and rows it may read, and leaves the rest out.
+/// A listing shows an identity the leases and rows it may read, and reads nothing else: its
+/// pages run over its grants' prefixes only, so no continuation token names what it may not see.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_listing_shows_only_what_its_identity_may_read() {
     let h = Harness::start_authorized(3, false).await;
-    let grants = vec![grant("read-leases", "a/"), grant("read-keys", "a/k")];
+    let grants = vec![
+        grant("read-leases", "a/"),
+        grant("read-leases", "c/"),
+        grant("read-leases", "a/x/"),
+        grant("read-keys", "a/k"),
+    ];
     role_for(&h.client, "team-a", grants).await;
     role_for(
         &h.client,
@@ -477,26 +483,51 @@ async fn a_listing_shows_only_what_its_identity_may_read() {
     )
     .await;
     let writer = h.client_as("writer");
-    for name in ["a/1", "b/1", "a/2", "ab/1"] {
+    for name in ["a/1", "b/1", "a/2", "ab/1", "c/1", "a/x/1"] {
         writer.acquire(name, "writer/w", 60_000).await.unwrap();
         writer.put(name, b"v", None).await.unwrap();
     }
     writer.put("a/k1", b"v", None).await.unwrap();
-    let admin = &h.client;
     let a = h.client_as("team-a");
-    let leases = a.list_leases(&Listing::under("")).await.unwrap().outcome;
-    let names: Vec<&str> = leases.entries.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!((names, leases.next), (vec!["a/1", "a/2"], None));
+    let mut listing = Listing {
+        limit: 2,
+        ..Listing::under("")
+    };
+    let mut pages = Vec::new();
+    loop {
+        let page = a.list_leases(&listing).await.unwrap().outcome;
+        let names: Vec<String> = page.entries.into_iter().map(|(n, _)| n).collect();
+        pages.push((names, page.next.clone()));
+        match page.next {
+            Some(next) => listing.page_token = next,
+            None => break,
+        }
+    }
+    let page = |names: &[&str], next: Option<&str>| {
+        let names = names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        (names, next.map(str::to_owned))
+    };
+    let expected = [
+        page(&["a/1", "a/2"], Some("a/2")),
+        page(&["a/x/1", "c/1"], None),
+    ];
+    assert_eq!(pages, expected);
     let keys = a.list_keys(&Listing::under("a/")).await.unwrap().outcome;
     let names: Vec<&str> = keys.entries.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["a/k1"]);
+    // Under a prefix inside its grant, all of it; under one outside, nothing.
+    let inside = a.list_leases(&Listing::under("a/x")).await.unwrap().outcome;
+    assert_eq!(inside.entries.len(), 1);
+    let outside = a.list_leases(&Listing::under("b/")).await.unwrap().outcome;
+    assert_eq!((outside.entries.len(), outside.next), (0, None));
     // The admin, who may read everything, sees everything.
-    let all = admin
+    let all = h
+        .client
         .list_leases(&Listing::under(""))
         .await
         .unwrap()
         .outcome;
-    assert_eq!(all.entries.len(), 4);
+    assert_eq!(all.entries.len(), 6);
 }
 
 /// Every identity sees the members, their roles and client addresses (what a client needs to

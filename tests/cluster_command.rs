@@ -248,29 +248,7 @@ fn selenium(venv: &std::path::Path) -> std::path::PathBuf {
             "{tool} is missing: install Debian's {package} (.ci/run does)"
         );
     }
-    let made = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(venv)
-        .status();
-    assert!(
-        made.is_ok_and(|s| s.success()),
-        "python3 -m venv (python3-venv)"
-    );
-    let pip = Command::new(venv.join("bin/pip"))
-        .args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "selenium>=4.20,<5",
-        ])
-        .output()
-        .expect("run pip");
-    assert!(
-        pip.status.success(),
-        "pip: {}",
-        String::from_utf8_lossy(&pip.stderr)
-    );
-    venv.join("bin/python")
+    harness::python_venv(venv, &["selenium>=4.20,<5"])
 }
 
 /// The console in a real browser against a cluster that `cluster` supervises

@@ -443,30 +443,13 @@ async fn etcds_refusals_come_in_etcds_words() {
 /// A fresh virtual environment with etcd's Python clients, as their users install them: etcd3's
 /// last release (0.12, which needs protobuf 3 and tenacity 6) and etcd3gw 2.7.
 fn python_clients(venv: &std::path::Path) -> std::path::PathBuf {
-    let made = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(venv)
-        .status();
-    assert!(
-        made.is_ok_and(|s| s.success()),
-        "python3 -m venv (python3-venv)"
-    );
-    let pip = Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", "--disable-pip-version-check"])
-        .args([
-            "etcd3==0.12.0",
-            "protobuf<4",
-            "tenacity<7",
-            "etcd3gw==2.7.0",
-        ])
-        .output()
-        .expect("run pip");
-    assert!(
-        pip.status.success(),
-        "pip: {}",
-        String::from_utf8_lossy(&pip.stderr)
-    );
-    venv.join("bin/python")
+    let packages = [
+        "etcd3==0.12.0",
+        "protobuf<4",
+        "tenacity<7",
+        "etcd3gw==2.7.0",
+    ];
+    harness::python_venv(venv, &packages)
 }
 
 /// `tests/etcd_clients/lock.py KIND MODE ENDPOINT`, its output read line by line.

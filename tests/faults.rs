@@ -1778,8 +1778,11 @@ async fn fault_run_from(
         anomalies.extend(outsider_anomalies(&history, &log));
     }
     let etcd_history = recorder.etcd.lock().unwrap().clone();
-    etcd::print_counts(&etcd_history);
-    anomalies.extend(check::etcd_linearizable(&etcd_history, &log));
+    if cluster.upgrade.is_none() {
+        etcd::print_counts(&etcd_history);
+        anomalies.extend(etcd::run_anomalies(&etcd_history));
+        anomalies.extend(check::etcd_linearizable(&etcd_history, &log));
+    }
     // INTERNAL means a broken invariant or a failed disk, neither of which a fault run causes:
     // it fails the run, where counting it as indeterminate would hide it.
     for op in &history {

@@ -117,7 +117,7 @@ pub async fn run(mut args: ClusterArgs) -> anyhow::Result<Exit> {
         .collect();
     check_free(&addrs, &args)?;
     // The console's buttons reach this process through it.
-    let control = console_control::listen().await?;
+    let control = console_control::listen(1..=args.nodes).await?;
     let mut cluster = LocalCluster::new(&std::env::current_exe()?, &dir, &addrs, args.manual_clock)
         .with_shared_cores()
         .with_env(CONSOLE_CONTROL_ENV, &control.env_value());
@@ -186,14 +186,19 @@ fn check_free(addrs: &[PlaneAddrs], args: &ClusterArgs) -> anyhow::Result<()> {
         .map(|port| format!("127.0.0.1:{port}"))
         .collect();
     let planes = addrs.iter().flat_map(|a| [&a.client, &a.peer]);
+    // Held until every one is bound, so that a port named twice (a peer port among the HTTP
+    // ports, say) is caught too.
+    let mut held = Vec::new();
     for addr in planes.chain(&side_addrs) {
-        if let Err(e) = std::net::TcpListener::bind(addr) {
-            anyhow::bail!(
-                "{addr} is not free ({e}); is another cluster running? Use --port, --peer-port \
-                 and --http-port to pick others"
-            );
+        match std::net::TcpListener::bind(addr) {
+            Ok(listener) => held.push(listener),
+            Err(e) => anyhow::bail!(
+                "{addr} is not free ({e}): another cluster runs, or two of --port, --peer-port, \
+                 --http-port and --metrics-port overlap; pick others"
+            ),
         }
     }
+    drop(held);
     Ok(())
 }
 
@@ -320,7 +325,7 @@ async fn monitor(
     let mut seen = Watched {
         seen: BTreeMap::new(),
         external_pids: BTreeMap::new(),
-        states: cluster.nodes().iter().map(|n| (n.id, "running")).collect(),
+        states: control.states.clone(),
     };
     // One stream each for the whole run: a signal that lands while a node is being asked is
     // kept. SIGTERM (`kill`, a service manager) stops the nodes as Ctrl-C does.
@@ -333,7 +338,11 @@ async fn monitor(
         let stop = tokio::select! {
             _ = tokio::time::sleep(POLL) => false,
             Some(request) = control.requests.recv() => {
-                console_control::answer(cluster, &mut seen.states, request);
+                console_control::answer(cluster, &seen.states, request);
+                // Every request waiting is answered before the nodes are looked at again.
+                while let Ok(request) = control.requests.try_recv() {
+                    console_control::answer(cluster, &seen.states, request);
+                }
                 false
             }
             _ = interrupt.recv() => true,
@@ -353,8 +362,8 @@ struct Watched {
     seen: BTreeMap<u64, Seen>,
     /// Nodes brought back by hand are not our children: stopped by pid on Ctrl-C.
     external_pids: BTreeMap<u64, u32>,
-    /// Each node as the console shows it.
-    states: console_control::States,
+    /// Each node as the console shows it, shared with the console's listener.
+    states: std::sync::Arc<std::sync::Mutex<console_control::States>>,
 }
 
 impl Watched {
@@ -363,8 +372,9 @@ impl Watched {
         let seen = &mut self.seen;
         if let Some(status) = cluster.try_reap(id) {
             seen.insert(id, Seen::Dead);
-            if self.states.get(&id) != Some(&"killed") {
-                self.states.insert(id, "exited");
+            let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+            if states.get(&id) != Some(&"killed") {
+                states.insert(id, "exited");
             }
             println!(
                 "node {id} died ({status}); bring it back with:\n  {}",
@@ -390,8 +400,9 @@ impl Watched {
             (_, Seen::Up { role, term, pid }) => {
                 if matches!(before, Some(Seen::Dead) | Some(Seen::Unreachable)) {
                     println!("node {id} is back (pid {pid})");
-                    if self.states.get(&id) != Some(&"paused") {
-                        self.states.insert(id, "running");
+                    let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+                    if states.get(&id) != Some(&"paused") {
+                        states.insert(id, "running");
                     }
                 }
                 // A pid comes over gRPC: 0 or 1 would signal a process group or init,

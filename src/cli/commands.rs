@@ -16,7 +16,7 @@ use leasehold_core::Limits;
 /// allowed: `30`, `0.5`), or with a unit as people write it (`500ms`, `30s`, `1m`, `1h 30m`).
 pub fn parse_seconds(text: &str) -> Result<u64, String> {
     let Ok(seconds) = text.trim().parse::<f64>() else {
-        let duration = humantime::parse_duration(text).map_err(|e| {
+        let duration = humantime::parse_duration(text.trim()).map_err(|e| {
             format!("{text:?} is not a duration ({e}): give seconds (30, 0.5) or a unit (500ms, 30s, 1m)")
         })?;
         return u64::try_from(duration.as_millis()).map_err(|_| format!("{text:?} is too long"));

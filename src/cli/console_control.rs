@@ -1,11 +1,13 @@
 //! `cluster`'s side of the console's buttons (each node's `/ui`): a listener on loopback that
 //! the local cluster's nodes reach with the secret they were given in their environment
 //! ([`CONSOLE_CONTROL_ENV`]), a line a request (`SECRET kill 2`, `SECRET state`), each answered
-//! in a line by the monitor, which owns the nodes' processes.
+//! in a line: an action by the monitor, which owns the nodes' processes; the nodes' states from
+//! what the monitor last set.
 
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
@@ -16,17 +18,23 @@ pub use crate::node::CONSOLE_CONTROL_ENV;
 /// The longest request line read: a secret and an action.
 const MAX_LINE: u64 = 256;
 
+/// How long a node has to send its request line.
+const READ_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A node's request, for the monitor to answer.
 pub struct Request {
     line: String,
     reply: oneshot::Sender<String>,
 }
 
-/// The listener's address and secret, for the nodes' environment, and its requests.
+/// The listener's address and secret, for the nodes' environment, its requests, and the
+/// nodes' states as the monitor last set them (a `state` request is answered from them at
+/// once, not queued behind the monitor's rounds).
 pub struct Control {
     pub addr: SocketAddr,
     pub secret: String,
     pub requests: mpsc::Receiver<Request>,
+    pub states: Arc<Mutex<States>>,
 }
 
 impl Control {
@@ -43,30 +51,46 @@ fn secret() -> std::io::Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Whether `given` is `expected`, compared in time that does not depend on where they differ.
+fn same_secret(given: &str, expected: &str) -> bool {
+    let differ = (given.bytes().zip(expected.bytes())).fold(0, |d, (a, b)| d | (a ^ b));
+    given.len() == expected.len() && differ == 0
+}
+
 /// Listens on a free loopback port for the nodes' requests, until the process ends.
-pub async fn listen() -> std::io::Result<Control> {
+pub async fn listen(nodes: impl IntoIterator<Item = u64>) -> std::io::Result<Control> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let (addr, secret) = (listener.local_addr()?, secret()?);
     let (send, requests) = mpsc::channel(16);
-    let expected = secret.clone();
+    let states = Arc::new(Mutex::new(
+        nodes.into_iter().map(|id| (id, "running")).collect(),
+    ));
+    let (expected, shown) = (secret.clone(), states.clone());
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
-            let (send, expected) = (send.clone(), expected.clone());
+            let (send, expected, shown) = (send.clone(), expected.clone(), shown.clone());
             tokio::spawn(async move {
                 let (read, mut write) = stream.into_split();
                 let mut line = String::new();
                 let mut read = BufReader::new(read.take(MAX_LINE));
-                if read.read_line(&mut line).await.is_err() {
+                let read = tokio::time::timeout(READ_WAIT, read.read_line(&mut line)).await;
+                if !matches!(read, Ok(Ok(_))) {
                     return;
                 }
                 let answer = match line.trim_end().split_once(' ') {
-                    Some((given, request)) if given == expected => {
+                    Some((given, _)) if !same_secret(given, &expected) => {
+                        "error not this cluster's secret".into()
+                    }
+                    Some((_, "state")) => {
+                        describe(&shown.lock().unwrap_or_else(|p| p.into_inner()))
+                    }
+                    Some((_, request)) => {
                         let (reply, answered) = oneshot::channel();
                         let line = request.to_owned();
                         let _ = send.send(Request { line, reply }).await;
                         answered.await.unwrap_or_else(|_| "error stopping".into())
                     }
-                    _ => "error not this cluster's secret".into(),
+                    None => "error not this cluster's secret".into(),
                 };
                 let _ = write.write_all(format!("{answer}\n").as_bytes()).await;
             });
@@ -76,25 +100,28 @@ pub async fn listen() -> std::io::Result<Control> {
         addr,
         secret,
         requests,
+        states,
     })
+}
+
+/// Every node's state, as the console reads it: `1=running 2=killed ...`.
+fn describe(states: &States) -> String {
+    let pairs: Vec<String> = states.iter().map(|(id, s)| format!("{id}={s}")).collect();
+    pairs.join(" ")
 }
 
 /// What each node is, as the console shows it: `running`, `paused`, `killed` (from the
 /// console) or `exited` (by itself).
 pub type States = BTreeMap<u64, &'static str>;
 
-/// Answers `request`: the node's process killed, paused, resumed or restarted, or every node's
-/// state (`1=running 2=killed ...`).
-pub fn answer(cluster: &mut LocalCluster, states: &mut States, request: Request) {
-    let answer = act(cluster, states, &request.line);
+/// Answers `request`: the node's process killed, paused, resumed or restarted.
+pub fn answer(cluster: &mut LocalCluster, states: &Mutex<States>, request: Request) {
+    let mut states = states.lock().unwrap_or_else(|p| p.into_inner());
+    let answer = act(cluster, &mut states, &request.line);
     let _ = request.reply.send(answer);
 }
 
 fn act(cluster: &mut LocalCluster, states: &mut States, line: &str) -> String {
-    if line == "state" {
-        let pairs: Vec<String> = states.iter().map(|(id, s)| format!("{id}={s}")).collect();
-        return pairs.join(" ");
-    }
     let Some((action, id)) = line.split_once(' ') else {
         return format!("error {line:?} is no request");
     };

@@ -120,6 +120,7 @@ impl ClientOpts {
     pub fn lease_client<S: AsRef<str>>(&self, endpoints: &[S]) -> anyhow::Result<LeaseClient> {
         let client = LeaseClient::new(endpoints)?;
         let client = match self.timeout {
+            Some(0) => anyhow::bail!("--timeout must be more than 0: every call would fail"),
             Some(ms) => client.with_deadline(std::time::Duration::from_millis(ms)),
             None => client,
         };

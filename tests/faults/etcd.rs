@@ -30,6 +30,8 @@ const FENCED: &str = "etcd/fenced";
 const KEYS: [&str; 3] = ["etcd/k0", "etcd/k1", "etcd/k2"];
 /// How long a client waits for one answer.
 const DEADLINE: Duration = Duration::from_secs(3);
+/// How an answer of INTERNAL is marked in the history.
+const INTERNAL: &str = "internal error";
 
 /// The first key after every key starting with `prefix`, as etcd's clients compute it.
 fn prefix_end(prefix: &str) -> Vec<u8> {
@@ -236,6 +238,10 @@ impl EtcdClient {
                     && status.message() == EtcdRefusal::LeaseNotFound.to_string() =>
             {
                 EtcdCompletion::Refused(EtcdRefusal::LeaseNotFound)
+            }
+            // INTERNAL is a broken invariant, which the run reports (see `internal_errors`).
+            Ok(Err(status)) if status.code() == tonic::Code::Internal => {
+                EtcdCompletion::Indeterminate(format!("{INTERNAL}: {status}"))
             }
             Ok(Err(status)) => EtcdCompletion::Indeterminate(status.to_string()),
             Err(_) => EtcdCompletion::Indeterminate(format!("no answer within {DEADLINE:?}")),
@@ -497,7 +503,10 @@ pub async fn client_loop(mut client: EtcdClient, seed: u64, sleeper: bool, stop:
                 let completion = client.keep_alive(id).await;
                 matches!(completion, EtcdCompletion::Refused(_))
             }
-            20..=44 => step_lock(&mut client, &mut lock, id).await,
+            20..=44 => {
+                step_lock(&mut client, &mut lock, id).await;
+                false
+            }
             45..=59 => {
                 fenced(
                     &mut client,
@@ -537,14 +546,15 @@ pub async fn client_loop(mut client: EtcdClient, seed: u64, sleeper: bool, stop:
     }
 }
 
-/// The Mutex's next step: contend, or look again whether the older keys are gone. True when
-/// the client learned that its lease is gone.
-async fn step_lock(client: &mut EtcdClient, lock: &mut Lock, lease: i64) -> bool {
+/// The Mutex's next step: contend, or look again whether the older keys are gone. (A contend
+/// refused for a lease gone leaves the client out; its next keep-alive learns the lease is
+/// gone.)
+async fn step_lock(client: &mut EtcdClient, lock: &mut Lock, lease: i64) {
     match lock {
         Lock::Out => {
             let key = format!("{LOCK}{lease:x}");
             let Some((revision, answer)) = client.txn(contend(&key, lease)).await else {
-                return false;
+                return;
             };
             // A lease gone refuses the put in the success branch: nothing was created.
             *lock = match contended(revision, &answer) {
@@ -569,7 +579,6 @@ async fn step_lock(client: &mut EtcdClient, lock: &mut Lock, lease: i64) -> bool
         }
         Lock::Holding { .. } => {}
     }
-    false
 }
 
 /// The holder's write, fenced by its key's create revision. `freeze`: first stops for longer
@@ -693,4 +702,32 @@ pub fn print_counts(history: &[EtcdOperation]) {
         *counts.entry(ended).or_default() += 1;
     }
     println!("etcd workload: {counts:?}");
+}
+
+/// What the etcd history says is wrong with the run itself: an INTERNAL answer (a broken
+/// invariant, which no fault causes), or a workload that got no write or no read acknowledged,
+/// so that its checker judged nothing (a run misconfigured: every call denied, say).
+pub fn run_anomalies(history: &[EtcdOperation]) -> Vec<leasehold_check::Anomaly> {
+    use leasehold_check::Anomaly;
+    let mut anomalies = Vec::new();
+    for op in history {
+        if let EtcdCompletion::Indeterminate(why) = &op.completion {
+            if why.starts_with(INTERNAL) {
+                let what = format!("{:?} (client {}) failed: {why}", op.request, op.client);
+                anomalies.push(Anomaly::new("internal error", what));
+            }
+        }
+    }
+    let wrote = history
+        .iter()
+        .any(|op| matches!(op.completion, EtcdCompletion::Wrote(_)));
+    let read = history
+        .iter()
+        .any(|op| matches!(op.completion, EtcdCompletion::Read { .. }));
+    if !(wrote && read) {
+        let what =
+            format!("the etcd workload had no write ({wrote}) or no read ({read}) acknowledged");
+        anomalies.push(Anomaly::new("etcd workload", what));
+    }
+    anomalies
 }

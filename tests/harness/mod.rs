@@ -34,6 +34,30 @@ pub fn command(endpoints: &[String]) -> std::process::Command {
     command
 }
 
+/// A fresh virtual environment in `dir` with `packages` installed from PyPI, as their users
+/// install them: its python.
+pub fn python_venv(dir: &std::path::Path, packages: &[&str]) -> std::path::PathBuf {
+    let made = std::process::Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(dir)
+        .status();
+    assert!(
+        made.is_ok_and(|s| s.success()),
+        "python3 -m venv (python3-venv)"
+    );
+    let pip = std::process::Command::new(dir.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .args(packages)
+        .output()
+        .expect("run pip");
+    assert!(
+        pip.status.success(),
+        "pip: {}",
+        String::from_utf8_lossy(&pip.stderr)
+    );
+    dir.join("bin/python")
+}
+
 /// Runs `leasehold ARGS` against `endpoints` to the end.
 pub fn cli(endpoints: &[String], args: &[&str]) -> std::process::Output {
     command(endpoints)

@@ -404,6 +404,33 @@ impl Policy {
         }
     }
 
+    /// Where `identity` (given by the bearer token with SHA-256 `bearer`, if one did) may do
+    /// `permission`: its grants' prefixes, or `None` for everywhere (the policy off, or an
+    /// admin reading). What a listing reads, so that it reads no name the caller may not.
+    pub fn prefixes(
+        &self,
+        identity: Option<&str>,
+        bearer: Option<&str>,
+        permission: Permission,
+    ) -> Option<Vec<String>> {
+        if !self.enabled {
+            return None;
+        }
+        let Some(identity) = identity.filter(|_| self.token_still_gives(bearer, identity)) else {
+            return Some(Vec::new());
+        };
+        let reads = matches!(permission, Permission::ReadLeases | Permission::ReadKeys);
+        if reads && self.is_admin(identity) {
+            return None;
+        }
+        let roles = self.bindings.get(identity).into_iter().flatten();
+        let grants = roles
+            .filter_map(|role| self.roles.get(role))
+            .flat_map(|r| &r.grants);
+        let prefixes = grants.filter(|g| g.permission == permission);
+        Some(prefixes.map(|g| g.prefix.clone()).collect())
+    }
+
     /// Whether `identity` (`None`: a client without a certificate) may do `action`. An admin
     /// may do every admin call and read everything; holding stays bound to owned holders.
     pub fn check(&self, identity: Option<&str>, action: &Action) -> Result<(), Denied> {

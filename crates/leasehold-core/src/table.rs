@@ -265,10 +265,6 @@ where
 /// would cost more than it saves.
 const DERIVE_BESIDE_FROM: usize = 10_000;
 
-/// The expiry index of `leases`. Sorted before it is built: a B-tree is filled faster in key
-/// order than at random, and as densely (third_party/imbl/PATCH.md). The leases come in name
-/// order, so a stable sort by expiry alone puts them in the index's order without comparing a
-/// name.
 /// Where a listing of `prefix` continues: after `after`, or at the prefix itself.
 fn start_bound<'a>(prefix: &'a str, after: &'a str) -> Bound<&'a str> {
     match after {
@@ -277,6 +273,10 @@ fn start_bound<'a>(prefix: &'a str, after: &'a str) -> Bound<&'a str> {
     }
 }
 
+/// The expiry index of `leases`. Sorted before it is built: a B-tree is filled faster in key
+/// order than at random, and as densely (third_party/imbl/PATCH.md). The leases come in name
+/// order, so a stable sort by expiry alone puts them in the index's order without comparing a
+/// name.
 fn expiry_index(leases: &Map<Name, Lease>) -> Set<(u64, Name)> {
     let mut order: Vec<(u64, Name)> = leases
         .iter()

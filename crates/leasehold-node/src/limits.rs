@@ -295,11 +295,6 @@ pub const MAX_BATCH_CALLS_PER_MESSAGE: usize = 256;
 /// control holds it back). Each call is admitted as a unary one too (`--max-requests`).
 pub const MAX_BATCH_UNANSWERED: usize = 1_024;
 
-/// The most entries a page of `ListLeases` or `ListKeys` reads, shown or not: a caller the
-/// policy lets see few of many entries gets short pages (each with its continuation), not a
-/// scan of them all under the state's lock.
-pub const LIST_SCAN_PER_PAGE: usize = 10_000;
-
 /// The bytes of keys and values after which a page of `ListKeys` ends (it holds at least one
 /// row): well inside a client's largest answer (4 MiB, tonic's default).
 pub const LIST_PAGE_BYTES: usize = 1024 * 1024;

@@ -13,7 +13,7 @@ use crate::node::link::OnBehalf;
 use crate::node::{Node, NodeError};
 use crate::raft::state_machine::Applying;
 use crate::raft::Applied;
-use leasehold_core::auth::{Action, AuthChange, Policy};
+use leasehold_core::auth::{Action, AuthChange, Permission, Policy};
 use leasehold_core::{Limits, Op};
 
 /// What a transport found of who is asking, before the node checks it.
@@ -107,6 +107,12 @@ impl Caller {
         policy
             .check_caller(self.identity(), self.bearer.as_deref(), action)
             .map_err(NodeError::Denied)
+    }
+
+    /// Where the policy lets this caller do `permission`: its grants' prefixes, or `None`
+    /// for everywhere.
+    pub fn prefixes(&self, policy: &Policy, permission: Permission) -> Option<Vec<String>> {
+        policy.prefixes(self.identity(), self.bearer.as_deref(), permission)
     }
 
     /// `op` as the log carries it for this caller: inside [`Op::As`], or bare for a caller

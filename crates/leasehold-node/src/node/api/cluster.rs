@@ -42,6 +42,9 @@ impl ClusterApi {
     /// resume, restart): an admin's act once authorization is on, by this node's policy; anyone's
     /// while it is off (the console says so).
     pub fn may_act_on_nodes(&self, credentials: &Credentials) -> Result<(), NodeError> {
+        // A cluster created with an admin refuses everything until its policy is on: until
+        // then no one is an admin, and the policy's check would let anyone in.
+        self.node.auth_set_up()?;
         let caller = Caller::of(&self.node, credentials)?;
         let state = self.node.state().read();
         let admin = Action::Admin("act on the local cluster's nodes");

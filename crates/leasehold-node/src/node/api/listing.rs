@@ -1,18 +1,19 @@
 //! `ListLeases` and `ListKeys`: the leases or rows under a prefix, a page at a time, in name
 //! order. A page continues after the last name the previous one read (its `next_page_token`),
 //! so a listing goes on across writes and leader changes without the node keeping anything per
-//! caller. Each page is bounded three ways: the entries the caller asked for (at most
-//! `Limits::MAX_LIST_PAGE`), the entries read ([`LIST_SCAN_PER_PAGE`], shown or not, so that a
-//! caller the policy lets see few of many cannot make the node scan them all), and, for rows,
-//! the bytes ([`LIST_PAGE_BYTES`]). What the policy does not let the caller read is left out.
+//! caller. A listing reads only where the policy lets the caller read (the page's prefix,
+//! narrowed to the caller's grants): it reads no entry it does not show, so a page costs the
+//! tree's depth and the entries it holds, and its token never names what the caller may not
+//! see. A page holds the entries asked for (at most `Limits::MAX_LIST_PAGE`), and, for rows,
+//! ends at [`LIST_PAGE_BYTES`].
 
 use super::caller::{Caller, Credentials};
 use super::{convert, Deadline, LeaseApi};
-use crate::limits::{LIST_PAGE_BYTES, LIST_SCAN_PER_PAGE};
+use crate::limits::LIST_PAGE_BYTES;
 use crate::node::NodeError;
 use crate::proto::v1 as pb;
 use crate::raft::state_machine::Applying;
-use leasehold_core::auth::Action;
+use leasehold_core::auth::Permission;
 use leasehold_core::limits::list_page;
 use leasehold_core::Limits;
 
@@ -39,27 +40,50 @@ impl Page {
         })
     }
 
-    /// The entries of `entries` (each with its name, and its size in bytes past it) that `shown` lets
-    /// through, as `make` answers them, until the page is full or has read its bound; and the
-    /// token that continues after it (empty when no entry follows).
+    /// The prefixes to read, in name order and disjoint: the page's own, narrowed to those the
+    /// caller may read (`readable`; `None` for everywhere).
+    fn ranges(&self, readable: Option<Vec<String>>) -> Vec<String> {
+        let Some(readable) = readable else {
+            return vec![self.prefix.clone()];
+        };
+        let mut ranges: Vec<String> = (readable.into_iter())
+            .filter_map(|granted| match () {
+                () if granted.starts_with(&self.prefix) => Some(granted),
+                () if self.prefix.starts_with(&granted) => Some(self.prefix.clone()),
+                () => None,
+            })
+            .collect();
+        ranges.sort();
+        // Sorted, a prefix inside another comes right after it (or after one inside it).
+        ranges.dedup_by(|inner, outer| inner.starts_with(outer.as_str()));
+        ranges
+    }
+
+    /// Where the page continues within `range`: after its token, unless the token comes before
+    /// the range (then from the range's first name).
+    fn after_in(&self, range: &str) -> &str {
+        match self.after.as_str() > range {
+            true => &self.after,
+            false => "",
+        }
+    }
+
+    /// The entries of `entries` (each with its name, and its size in bytes past the name) as
+    /// `make` answers them, until the page is full; and the token that continues after it
+    /// (empty when no entry follows).
     fn fill<'a, E, A>(
         &self,
         entries: impl Iterator<Item = (&'a str, E)>,
-        shown: impl Fn(&str) -> bool,
         size: impl Fn(&E) -> usize,
         make: impl Fn(&str, E) -> A,
     ) -> (Vec<A>, String) {
         let mut entries = entries.peekable();
-        let (mut page, mut read, mut bytes, mut last) = (Vec::new(), 0, 0, "");
+        let (mut page, mut bytes, mut last) = (Vec::new(), 0, "");
         for (name, entry) in entries.by_ref() {
-            read += 1;
             last = name;
-            if shown(name) {
-                bytes += name.len() + size(&entry);
-                page.push(make(name, entry));
-            }
-            let full = page.len() == self.limit || bytes >= LIST_PAGE_BYTES;
-            if full || read == LIST_SCAN_PER_PAGE {
+            bytes += name.len() + size(&entry);
+            page.push(make(name, entry));
+            if page.len() == self.limit || bytes >= LIST_PAGE_BYTES {
                 break;
             }
         }
@@ -82,12 +106,12 @@ impl LeaseApi {
             let page = Page::of(m.page.as_ref(), Limits::MAX_NAME_BYTES)?;
             let list = |s: &Applying, _: &pb::ListLeasesRequest, caller: &Caller| {
                 let (table, now_ms) = (&s.table, s.table.now_ms());
-                let shown =
-                    |name: &str| caller.may(table.policy(), &Action::ReadLease(name)).is_ok();
-                let leases = (table.leases_under(&page.prefix, &page.after))
+                let ranges = page.ranges(caller.prefixes(table.policy(), Permission::ReadLeases));
+                let leases = (ranges.iter())
+                    .flat_map(|range| table.leases_under(range, page.after_in(range)))
                     .map(|(name, lease)| (name.as_str(), lease));
                 let make = |name: &str, lease| convert::lease_entry(name, lease, now_ms);
-                Ok(page.fill(leases, shown, |_| 0, make))
+                Ok(page.fill(leases, |_| 0, make))
             };
             let answer = |(leases, next_page_token), at| {
                 Ok(pb::ListLeasesResponse {
@@ -112,14 +136,15 @@ impl LeaseApi {
             let page = Page::of(m.page.as_ref(), Limits::MAX_KEY_BYTES)?;
             let list = |s: &Applying, _: &pb::ListKeysRequest, caller: &Caller| {
                 let table = &s.table;
-                let shown = |key: &str| caller.may(table.policy(), &Action::ReadKey(key)).is_ok();
-                let rows = (table.rows_under(&page.prefix, &page.after))
+                let ranges = page.ranges(caller.prefixes(table.policy(), Permission::ReadKeys));
+                let rows = (ranges.iter())
+                    .flat_map(|range| table.rows_under(range, page.after_in(range)))
                     .map(|(key, value)| (key.as_str(), value));
                 let make = |key: &str, value: &[u8]| pb::KeyEntry {
                     key: key.to_owned(),
                     value: value.to_vec(),
                 };
-                Ok(page.fill(rows, shown, |value| value.len(), make))
+                Ok(page.fill(rows, |value| value.len(), make))
             };
             let answer = |(keys, next_page_token), at| {
                 Ok(pb::ListKeysResponse {

@@ -162,13 +162,13 @@ async fn act(
 ) -> Response {
     let acted = async {
         let (credentials, _) = caller(peer, &headers, Ok(Default::default())).map_err(Err)?;
+        (console.api.cluster)
+            .may_act_on_nodes(&credentials)
+            .map_err(Ok)?;
         if !ACTIONS.contains(&action.as_str()) {
             let problem = format!("must be one of {}, not {action:?}", ACTIONS.join(", "));
             return Err(Ok(NodeError::Invalid(InvalidInput::new("action", problem))));
         }
-        (console.api.cluster)
-            .may_act_on_nodes(&credentials)
-            .map_err(Ok)?;
         let Some(control) = &console.control else {
             let problem = "this node runs under no local cluster (`leasehold cluster`): \
                            stop and start its process as you started it";

@@ -129,21 +129,30 @@ impl EtcdApi {
         core::validate(&op)?;
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
+        let repeatable = repeatable(&op);
         let op = caller.log(Op::Etcd(op));
         let mut tries = 0;
         let applied = loop {
             tries += 1;
-            match self.node.write_or_forward(op.clone(), None).await {
+            let answered = self.node.write_or_forward(op.clone(), None).await;
+            let lost_with = match &answered {
                 // The leader could not be reached, so nothing was sent: as etcd holds a
                 // proposal through an election, the write goes to the next leader (a killed
                 // leader's followers refuse its connections well before one of them leads).
-                Err(NodeError::LeaderUnreachable { leader, .. }) if tries < LEADERS_FOLLOWED => {
+                Err(NodeError::LeaderUnreachable { leader, .. }) => Some(*leader),
+                // Its answer was lost with the leader: sent again where applying it twice
+                // changes nothing a client sees (a fresh lease nobody holds runs out by itself).
+                Err(NodeError::ForwardLost { leader, .. }) if repeatable => Some(*leader),
+                _ => None,
+            };
+            match lost_with {
+                Some(leader) if tries < LEADERS_FOLLOWED => {
                     let moved = self.node.leader_moves_from(leader);
                     if tokio::time::timeout(QUORUM_WAIT, moved).await.is_err() {
                         return Err(NodeError::NoLeader(QUORUM_WAIT));
                     }
                 }
-                answered => break answered?,
+                _ => break answered?,
             }
         };
         match applied.outcome {
@@ -625,6 +634,15 @@ impl EtcdApi {
 fn url(addr: &str, tls: bool) -> String {
     let scheme = if tls { "https" } else { "http" };
     format!("{scheme}://{addr}")
+}
+
+/// Whether `op` may be applied twice with no difference a client sees: a grant of a lease whose
+/// id the store chooses (the one not answered is never used, and runs out), and a keep-alive.
+fn repeatable(op: &EtcdOp) -> bool {
+    matches!(
+        op,
+        EtcdOp::LeaseGrant { id: 0, .. } | EtcdOp::LeaseKeepAlive { .. }
+    )
 }
 
 fn one(request: core::RequestOp) -> EtcdOp {

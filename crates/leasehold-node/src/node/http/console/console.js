@@ -152,6 +152,9 @@ function controls(td, id, state) {
 
 let pageToken = ""; // where the page shown starts
 let nextToken = "";
+let leasesAsked = 0; // the last read asked for: an older one's answer is dropped
+let leasesReading = null; // the read in flight, if any
+let leasesAgain = false; // another read is wanted once it ends
 let leasesRead = { leases: [] };
 // Store time moves only with logged commands, so a read of an idle cluster names the time of
 // its last one: the page's estimate runs on from each read by this browser's clock and takes
@@ -162,10 +165,29 @@ function storeNow() {
   return storeClock.ms + (performance.now() - storeClock.at);
 }
 
-async function refreshLeases() {
+// Reads the page of leases shown: one read at a time, however many events ask for it, and
+// another once it ends if any did meanwhile.
+function refreshLeases() {
+  if (leasesReading) {
+    leasesAgain = true;
+    return;
+  }
+  leasesReading = readLeases().finally(() => {
+    leasesReading = null;
+    if (leasesAgain) {
+      leasesAgain = false;
+      refreshLeases();
+    }
+  });
+}
+
+async function readLeases() {
+  const asked = ++leasesAsked;
   try {
     const prefix = $("prefix").value;
     const answer = await api("ListLeases", { page: { prefix, pageToken, limit: PAGE } });
+    // The prefix or the page changed while it was read: the read made for them will show it.
+    if (asked !== leasesAsked || prefix !== $("prefix").value) return;
     leasesRead = { leases: answer.leases || [] };
     const read = num(answer.applied && answer.applied.storeTimeMs);
     storeClock = { ms: Math.max(storeClock.at ? storeNow() : 0, read), at: performance.now() };
