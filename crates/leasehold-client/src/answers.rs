@@ -373,8 +373,8 @@ impl Listing {
     }
 }
 
-/// One page of a listing, in name order. A page may hold fewer entries than asked for and still
-/// have a next one: a node reads a bounded number of entries per page, shown or not.
+/// One page of a listing, in name order. A page of rows may hold fewer entries than asked for
+/// and still have a next one: it ends at 1 MiB of keys and values.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Page<T> {
     /// The entries, each with its name.
