@@ -120,6 +120,35 @@ async fn seed_scenario_typed_through_the_cli_gives_the_seed_answers() {
     assert_eq!(json["fence"], 2);
 }
 
+/// A first command with no cluster running says so at once, in one line, instead of waiting
+/// out its 10 s; `--timeout` (with a unit) bounds a call that keeps failing otherwise.
+#[test]
+fn a_command_with_nothing_listening_says_so_at_once() {
+    let closed: Vec<String> = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect::<Vec<_>>()
+        .iter()
+        .map(|l| l.local_addr().unwrap().to_string())
+        .collect();
+    let started = Instant::now();
+    let out = harness::cli(&closed, &["put", "k", "v"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("nothing listens at") && stderr.contains("leasehold cluster"),
+        "{stderr}"
+    );
+    let out = harness::cli(&closed, &["--timeout", "0", "get", "k"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--timeout must be more than 0"), "{stderr}");
+}
+
 #[test]
 fn demo_prints_the_seed_lines() {
     let out = std::process::Command::new(binary())

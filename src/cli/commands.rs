@@ -40,8 +40,10 @@ pub fn seconds(ms: u64) -> String {
     }
 }
 
+/// A client for one command: it says at once that nothing listens, rather than at its
+/// deadline.
 fn client(opts: &ClientOpts) -> anyhow::Result<LeaseClient> {
-    opts.client()
+    Ok(opts.client()?.with_quick_give_up())
 }
 
 /// Runs one write with a client of `opts`, then closes the session it opened, so that a CLI

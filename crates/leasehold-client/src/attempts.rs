@@ -162,6 +162,19 @@ fn never_sent(status: &Status) -> bool {
     false
 }
 
+/// Whether the attempt's connection was refused: nothing listens at the node's address.
+pub(crate) fn nothing_listens(status: &Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        let refused = error.downcast_ref::<std::io::Error>();
+        if refused.is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused) {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
 fn mark_indeterminate(status: &mut Status) {
     status.metadata_mut().insert(
         INDETERMINATE_KEY,

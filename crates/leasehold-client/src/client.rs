@@ -17,7 +17,7 @@ use crate::answers::{
     Acquired, Answer, Applied, Deleted, LeaseState, Listing, Members, Page, Released, Renewal,
     Renewed, TokenStatus, Written,
 };
-use crate::attempts::{removed, Attempts, Effect, Next};
+use crate::attempts::{nothing_listens, removed, Attempts, Effect, Next};
 use crate::batch::{answered_as, BatchMethod, Batches};
 use crate::channel::{Bearer, NodeChannel, TOKEN_WITHOUT_TLS};
 use crate::error::ClientError;
@@ -79,6 +79,8 @@ pub struct LeaseClient {
     /// The endpoint that answered last: tried first next time.
     preferred: AtomicUsize,
     deadline: Duration,
+    /// Give up before the deadline once no node listens (see `with_quick_give_up`).
+    quick_give_up: bool,
     /// The renewals of this client's holders waiting for their request.
     pub(crate) renewals: crate::renewals::Renewals,
 }
@@ -153,6 +155,7 @@ impl LeaseClient {
             local_ip: None,
             preferred: AtomicUsize::new(0),
             deadline: DEFAULT_DEADLINE,
+            quick_give_up: false,
             renewals: Default::default(),
         }
         .connected())
@@ -228,6 +231,42 @@ impl LeaseClient {
     pub fn with_deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
         self
+    }
+
+    /// Gives up at once, not at the deadline, when every node refused the connection twice in
+    /// a row: nothing listens at any endpoint. For one-shot callers such as the CLI, whose user
+    /// learns at once that the cluster is not running; not for a program that must ride out a
+    /// restart of the whole cluster.
+    pub fn with_quick_give_up(mut self) -> Self {
+        self.quick_give_up = true;
+        self
+    }
+
+    /// Why a call stops trying after a failed attempt, if it does: every node was removed from
+    /// its cluster, none listens (`refusing`: each node's refused connections in a row, with
+    /// `with_quick_give_up`), or the deadline passed since `started`.
+    fn gave_up(
+        &self,
+        started: tokio::time::Instant,
+        gone: &[bool],
+        refusing: &[u32],
+    ) -> Option<String> {
+        let endpoints = self.endpoints.join(",");
+        if gone.iter().all(|g| *g) {
+            return Some(format!(
+                "every node of {endpoints} was removed from its cluster"
+            ));
+        }
+        if self.quick_give_up && refusing.iter().all(|n| *n >= 2) {
+            return Some(format!(
+                "nothing listens at {endpoints}: is the cluster running? (`leasehold cluster` \
+                 runs a local one)"
+            ));
+        }
+        (started.elapsed() >= self.deadline).then(|| {
+            let ms = self.deadline.as_millis();
+            format!("no node of {endpoints} answered within {ms} ms")
+        })
     }
 
     fn open_session(&self) -> Option<u64> {
@@ -367,6 +406,8 @@ impl LeaseClient {
         let mut attempts = Attempts::new(effect);
         // Nodes that said the cluster removed them: not asked again by this call.
         let mut gone = vec![false; count];
+        // Each node's connections refused in a row.
+        let mut refusing = vec![0u32; count];
         let mut attempt = 0;
         loop {
             let index = (first + attempt) % count;
@@ -388,20 +429,11 @@ impl LeaseClient {
                 }
                 Err(status) => {
                     gone[index] |= removed(&status);
-                    let gave_up = if gone.iter().all(|g| *g) {
-                        Some(format!(
-                            "every node of {} was removed from its cluster",
-                            self.endpoints.join(",")
-                        ))
-                    } else {
-                        (started.elapsed() >= self.deadline).then(|| {
-                            format!(
-                                "no node of {} answered within {} ms",
-                                self.endpoints.join(","),
-                                self.deadline.as_millis()
-                            )
-                        })
+                    refusing[index] = match nothing_listens(&status) {
+                        true => refusing[index] + 1,
+                        false => 0,
                     };
+                    let gave_up = self.gave_up(started, &gone, &refusing);
                     match attempts.failed(status, gave_up) {
                         Next::Stop(error) => return Err(error),
                         Next::Retry => loop {
@@ -878,6 +910,44 @@ mod tests {
         let e = client.get("k").await.unwrap_err();
         assert_eq!(e.code(), Code::Unavailable, "{e}");
         assert!(!e.is_indeterminate(), "{e}");
+    }
+
+    /// Addresses where nothing listens: ports just bound and let go.
+    fn closed_ports(count: usize) -> Vec<String> {
+        let bound: Vec<std::net::TcpListener> = (0..count)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        bound
+            .iter()
+            .map(|l| l.local_addr().unwrap().to_string())
+            .collect()
+    }
+
+    /// With `with_quick_give_up`, a call to nodes of which none listens ends at once, saying
+    /// so; without, it tries until its deadline, as a program riding out a restart needs.
+    #[tokio::test]
+    async fn a_quick_give_up_says_at_once_that_nothing_listens_and_the_default_waits() {
+        let closed = closed_ports(2);
+        let deadline = Duration::from_millis(1_500);
+        let quick = LeaseClient::new(&closed).unwrap().with_deadline(deadline);
+        let started = tokio::time::Instant::now();
+        let e = quick.with_quick_give_up().get("k").await.unwrap_err();
+        assert!(
+            started.elapsed() < deadline / 3,
+            "took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(e.code(), Code::Unavailable, "{e}");
+        assert!(e.to_string().contains("nothing listens at"), "{e}");
+        let patient = LeaseClient::new(&closed).unwrap().with_deadline(deadline);
+        let started = tokio::time::Instant::now();
+        let e = patient.get("k").await.unwrap_err();
+        assert!(
+            started.elapsed() >= deadline,
+            "gave up after {:?}",
+            started.elapsed()
+        );
+        assert!(e.to_string().contains("answered within"), "{e}");
     }
 
     /// A stopped node's kernel still takes the connection, and the TLS handshake then waits
