@@ -15,6 +15,8 @@ def main() -> None:
     endpoints, lease, ttl = sys.argv[1], sys.argv[2], float(sys.argv[3])
     client = leasehold.Client(endpoints)
     holder = leasehold.Holder(client, lease, holder="worker", ttl=ttl, wait=True).acquire()
+    if "--release-on-sigterm" in sys.argv[4:]:
+        leasehold.release_on_signals(holder)
     written = holder.fenced_put(f"{lease}/out", b"first")
     say(step="granted", token=holder.token, holder=holder.holder, written=type(written).__name__)
     for _ in sys.stdin:

@@ -1,5 +1,6 @@
 """The client against a real cluster: the seed scenario, typed answers, ErrorInfo, request ids."""
 
+import asyncio
 import subprocess
 import sys
 import pathlib
@@ -9,6 +10,7 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 import leasehold
+import leasehold.aio
 from leasehold.v1 import leasehold_pb2 as pb
 from leasehold.v1 import leasehold_pb2_grpc as stubs
 
@@ -85,6 +87,25 @@ def test_leases_and_keys_list_by_prefix_across_pages(client):
     assert (name, state.holder, state.token) == ("list/0003", "w", 1)
     assert [name for name, _ in client.list_leases("list/", limit=2)] == ["list/0000", "list/0001"]
     assert list(client.list_keys("list")) == [("list/0001", b"one"), ("listx", b"no")]
+
+
+def test_the_asyncio_client_answers_as_the_blocking_one(cluster):
+    async def main():
+        async with leasehold.aio.Client(cluster.endpoints) as client:
+            granted = await client.acquire("aio/a", holder="w", ttl=30)
+            assert isinstance(granted, leasehold.Granted)
+            assert isinstance(await client.put("aio/a", b"v", lease="aio/a", token=granted.token), leasehold.Written)
+            assert await client.get("aio/a") == b"v"
+            assert (await client.get_lease("aio/a")).holder == "w"
+            names = [name async for name, _ in client.list_leases("aio/")]
+            keys = [key async for key, _ in client.list_keys("aio/")]
+            assert (names, keys) == (["aio/a"], ["aio/a"])
+            released = await client.release("aio/a", holder="w", token=granted.token)
+            assert isinstance(released, leasehold.Released)
+            async with leasehold.aio.AsyncHolder(client.sync, "aio/b", holder="w", ttl=5) as held:
+                assert held.is_safe()
+
+    asyncio.run(main())
 
 
 def test_one_renewal_renews_the_leases_held_and_refuses_the_rest_each_typed(client):

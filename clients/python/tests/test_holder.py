@@ -193,3 +193,23 @@ def test_the_singleton_example_runs_one_copy_at_a_time_and_a_standby_takes_over(
         for proc in copies:
             proc.kill()
             proc.wait()
+
+
+def test_a_holder_process_told_to_stop_gives_its_lease_up_at_once(fresh_cluster):
+    """SIGTERM, as a service manager stops a process: with release_on_signals the lease is
+    free as the process ends, not a TTL later, and the process ends as SIGTERM ends it."""
+    ttl = 30
+    proc = holder_process(fresh_cluster.endpoints, "h/sigterm", ttl, "--release-on-sigterm")
+    try:
+        granted = json.loads(proc.stdout.readline())
+        assert granted["step"] == "granted", granted
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == -signal.SIGTERM
+        with leasehold.Client(fresh_cluster.endpoints) as client:
+            state = client.get_lease("h/sigterm")
+        assert state.holder == "" and state.token == granted["token"], state
+        assert time.monotonic() - stopped < ttl / 3
+    finally:
+        proc.kill()
+        proc.wait()
