@@ -253,6 +253,11 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
             break lost;
         }
         if clock::now() >= now.safe_until {
+            if !terminated && !grace.is_zero() {
+                // Woken only past the deadline (a loaded machine; CI saw it): the guard sent
+                // SIGTERM at its time all the same, which is said here as it would have been.
+                say_terminated(holder.lease(), grace);
+            }
             break Lost::Unrenewed;
         }
         let term_at = now.safe_until.checked_sub(grace).unwrap_or(now.safe_until);
@@ -302,11 +307,7 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
                 }
             }
             () = clock::sleep_until(term_at), if !terminated => {
-                eprintln!(
-                    "leasehold hold: renewals of {} failing; SIGTERM to the command, SIGKILL in {} ms",
-                    holder.lease(),
-                    grace.as_millis()
-                );
+                say_terminated(holder.lease(), grace);
                 // Sent by the guard, to everything the command started, at this same time.
                 terminated = true;
             }
@@ -340,6 +341,14 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
         holder.lease()
     );
     Ok(Exit::Code(LOST_EXIT))
+}
+
+/// What `hold` says when the guard SIGTERMs the command, `grace` before the safe deadline.
+fn say_terminated(lease: &str, grace: Duration) {
+    eprintln!(
+        "leasehold hold: renewals of {lease} failing; SIGTERM to the command, SIGKILL in {} ms",
+        grace.as_millis()
+    );
 }
 
 /// Like the guard, `hold` adopts what is orphaned under it: should the guard be killed (kill -9,
