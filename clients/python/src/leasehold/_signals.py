@@ -5,7 +5,7 @@ holder waits out their TTL."""
 from __future__ import annotations
 
 import signal
-from typing import Any, Iterable
+from typing import Any, Dict, Iterable
 
 
 def release_on_signals(*holders: Any, signals: Iterable[int] = (signal.SIGTERM,)) -> None:
@@ -13,7 +13,7 @@ def release_on_signals(*holders: Any, signals: Iterable[int] = (signal.SIGTERM,)
     (:class:`leasehold.Holder` or :class:`leasehold.aio.AsyncHolder`), then lets the signal do
     what it did before: the handler that was set, or by default the process ends. Call it from
     the main thread (Python runs signal handlers there), once the holders are made."""
-    previous = {}
+    previous: Dict[int, Any] = {}
 
     def release(signum: int, frame: Any) -> None:
         for holder in holders:
