@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::etcd_model::EtcdModel;
 use crate::history::{replay_observing, Anomaly, Log};
+use crate::linearizable::after_the_latest;
 use leasehold_core::etcd::{
     EtcdAnswer, EtcdOp, EtcdOutcome, EtcdRefusal, RangeAnswer, RangeRequest,
 };
@@ -99,10 +100,7 @@ fn replay(log: &Log) -> Result<Replay, Anomaly> {
                 outcome: replayed.outcome,
                 revision,
                 changed: revision > last,
-                repeatable: matches!(
-                    op,
-                    EtcdOp::LeaseGrant { id: 0, .. } | EtcdOp::LeaseKeepAlive { .. }
-                ),
+                repeatable: op.repeatable(),
             };
             replay
                 .places
@@ -271,31 +269,20 @@ fn applied_at_most_once(history: &[EtcdOperation], replay: &Replay) -> Vec<Anoma
 
 /// An operation that began after another completed names a revision no lower than the
 /// other's, and a strictly higher one if it changed the keyspace.
-fn revisions_follow_real_time(mut points: Vec<Point>) -> Vec<Anomaly> {
-    let mut done: Vec<(u64, i64, &EtcdOperation)> = (points.iter())
-        .map(|p| (p.op.completed_ns, p.revision, p.op))
-        .collect();
-    done.sort_by_key(|d| d.0);
-    points.sort_by_key(|p| p.op.invoked_ns);
+fn revisions_follow_real_time(points: Vec<Point>) -> Vec<Anomaly> {
+    let points: Vec<&Point> = points.iter().collect();
+    let times = |p: &Point| (p.op.invoked_ns, p.op.completed_ns);
     let mut anomalies = Vec::new();
-    let (mut next, mut highest): (usize, Option<(i64, &EtcdOperation)>) = (0, None);
-    for point in &points {
-        while next < done.len() && done[next].0 < point.op.invoked_ns {
-            if highest.is_none_or(|(r, _)| done[next].1 > r) {
-                highest = Some((done[next].1, done[next].2));
-            }
-            next += 1;
-        }
-        let Some((before, earlier)) = highest else {
-            continue;
-        };
+    for (point, earlier) in after_the_latest(&points, times, |p| p.revision) {
+        let Some(earlier) = earlier else { continue };
+        let before = earlier.revision;
         if point.revision < before || (point.changed && point.revision == before) {
             anomalies.push(Anomaly::new(
                 "linearizability",
                 format!(
                     "{:?} took effect at revision {}, but began after {:?} had completed at \
                      revision {before}",
-                    point.op.request, point.revision, earlier.request
+                    point.op.request, point.revision, earlier.op.request
                 ),
             ));
         }

@@ -177,24 +177,17 @@ fn reads(history: &[Operation], log: &Log) -> Vec<Anomaly> {
 /// enough.)
 fn real_time_order(history: &[Operation]) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
-    let mut completed: Vec<&Operation> = history
+    let completed: Vec<&Operation> = history
         .iter()
         .filter(|op| op.ok_index().is_some())
         .collect();
-    completed.sort_by_key(|op| op.completed_ns);
-    let mut invoked = completed.clone();
-    invoked.sort_by_key(|op| op.invoked_ns);
-    // The completed operation with the highest index so far.
-    let mut highest: Option<&Operation> = None;
-    let mut next = 0;
-    for op in invoked {
-        while next < completed.len() && completed[next].completed_ns < op.invoked_ns {
-            if highest.is_none_or(|h| completed[next].ok_index() > h.ok_index()) {
-                highest = Some(completed[next]);
-            }
-            next += 1;
-        }
-        let Some(before) = highest else { continue };
+    let sweep = after_the_latest(
+        &completed,
+        |op| (op.invoked_ns, op.completed_ns),
+        |op| op.ok_index(),
+    );
+    for (op, before) in sweep {
+        let Some(before) = before else { continue };
         let (index, before_index) = (
             op.ok_index().unwrap_or_default(),
             before.ok_index().unwrap_or_default(),
@@ -216,6 +209,33 @@ fn real_time_order(history: &[Operation]) -> Vec<Anomaly> {
         }
     }
     anomalies
+}
+
+/// Each of `ops` in the order they were invoked, with the one that stands latest (`place`)
+/// among those completed before it was invoked (`times`: when it was invoked, when it
+/// completed); a sweep in one pass over both orders, for the checks that real time orders the
+/// answers.
+pub(crate) fn after_the_latest<'a, T, P: PartialOrd>(
+    ops: &[&'a T],
+    times: impl Fn(&T) -> (u64, u64),
+    place: impl Fn(&T) -> P,
+) -> Vec<(&'a T, Option<&'a T>)> {
+    let mut completed = ops.to_vec();
+    completed.sort_by_key(|op| times(op).1);
+    let mut invoked = ops.to_vec();
+    invoked.sort_by_key(|op| times(op).0);
+    let (mut latest, mut next): (Option<&T>, usize) = (None, 0);
+    let mut swept = Vec::with_capacity(invoked.len());
+    for op in invoked {
+        while next < completed.len() && times(completed[next]).1 < times(op).0 {
+            if latest.is_none_or(|l| place(completed[next]) > place(l)) {
+                latest = Some(completed[next]);
+            }
+            next += 1;
+        }
+        swept.push((op, latest));
+    }
+    swept
 }
 
 /// No command applies more often than clients sent it.

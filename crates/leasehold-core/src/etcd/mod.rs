@@ -89,6 +89,16 @@ impl EtcdOp {
 }
 
 impl EtcdOp {
+    /// Whether applying it twice makes no difference a client sees: a grant of a lease whose id
+    /// the store chooses (the one not answered is never used, and runs out), and a keep-alive.
+    /// A node sends these again when its forward's answer was lost with the leader.
+    pub fn repeatable(&self) -> bool {
+        matches!(
+            self,
+            EtcdOp::LeaseGrant { id: 0, .. } | EtcdOp::LeaseKeepAlive { .. }
+        )
+    }
+
     /// The bytes of keys and values it carries, and a few for each request: what it adds to
     /// an entry, near enough to bound entries by size.
     pub fn bytes(&self) -> usize {

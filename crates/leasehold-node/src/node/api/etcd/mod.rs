@@ -129,7 +129,7 @@ impl EtcdApi {
         core::validate(&op)?;
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let repeatable = repeatable(&op);
+        let repeatable = op.repeatable();
         let op = caller.log(Op::Etcd(op));
         let mut tries = 0;
         let applied = loop {
@@ -634,15 +634,6 @@ impl EtcdApi {
 fn url(addr: &str, tls: bool) -> String {
     let scheme = if tls { "https" } else { "http" };
     format!("{scheme}://{addr}")
-}
-
-/// Whether `op` may be applied twice with no difference a client sees: a grant of a lease whose
-/// id the store chooses (the one not answered is never used, and runs out), and a keep-alive.
-fn repeatable(op: &EtcdOp) -> bool {
-    matches!(
-        op,
-        EtcdOp::LeaseGrant { id: 0, .. } | EtcdOp::LeaseKeepAlive { .. }
-    )
 }
 
 fn one(request: core::RequestOp) -> EtcdOp {
