@@ -386,6 +386,55 @@ async fn a_client_without_the_certificate_a_node_demands_is_told_at_once() {
     }
 }
 
+/// A CLI call whose TLS handshake cannot succeed says so at once, in one line naming the flag
+/// to mend, instead of retrying for its 10 s (issue "See it", the first ten minutes): a CA that
+/// did not sign the nodes' certificates, a client certificate of another CA, and no TLS at all.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_whose_tls_handshake_cannot_succeed_says_so_at_once() {
+    let h = Harness::start_tls(3, false).await;
+    let own = h.identity_files(certs::CLIENT_NAME);
+    let elsewhere = tempfile::TempDir::new().unwrap();
+    let other = certs::ensure(elsewhere.path(), 1).unwrap().client();
+    let cases: [(&str, Vec<&std::path::Path>, &str); 3] = [
+        (
+            "trusting another CA",
+            vec![&other.ca, &own.cert, &own.key],
+            "--tls-ca",
+        ),
+        (
+            "showing another CA's certificate",
+            vec![&own.ca, &other.cert, &other.key],
+            "--tls-cert",
+        ),
+        ("without TLS", vec![], "--tls-ca"),
+    ];
+    for (case, files, flag) in cases {
+        let mut command = harness::command(&h.endpoints);
+        for (name, file) in ["--tls-ca", "--tls-cert", "--tls-key"].iter().zip(files) {
+            command.arg(name).arg(file);
+        }
+        for name in [
+            "LEASEHOLD_TLS_CA",
+            "LEASEHOLD_TLS_CERT",
+            "LEASEHOLD_TLS_KEY",
+        ] {
+            command.env_remove(name);
+        }
+        let started = Instant::now();
+        let out = command.args(["put", "k", "v"]).output().unwrap();
+        let waited = started.elapsed();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{case}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{case}: {stderr}");
+        assert!(stderr.contains(flag), "{case}: {stderr}");
+        assert!(
+            waited < Duration::from_secs(3),
+            "{case}: took {waited:?}: {stderr}"
+        );
+    }
+    assert!(h.cli_as(certs::CLIENT_NAME, &["get", "k"]).status.success());
+}
+
 /// A member's certificate lets its holder speak only as that member: a vote or a pre-vote that
 /// claims another candidate is refused before Raft sees it, one in its own name goes through.
 #[tokio::test(flavor = "multi_thread")]

@@ -17,7 +17,7 @@ use crate::answers::{
     Acquired, Answer, Applied, Deleted, LeaseState, Listing, Members, Page, Released, Renewal,
     Renewed, TokenStatus, Written,
 };
-use crate::attempts::{nothing_listens, removed, Attempts, Effect, Next};
+use crate::attempts::{no_way, removed, Attempts, DeadEnd, Effect, Next};
 use crate::batch::{answered_as, BatchMethod, Batches};
 use crate::channel::{Bearer, NodeChannel, TOKEN_WITHOUT_TLS};
 use crate::error::ClientError;
@@ -233,38 +233,42 @@ impl LeaseClient {
         self
     }
 
-    /// Gives up at once, not at the deadline, when every node refused the connection twice in
-    /// a row: nothing listens at any endpoint. For one-shot callers such as the CLI, whose user
-    /// learns at once that the cluster is not running; not for a program that must ride out a
-    /// restart of the whole cluster.
+    /// Gives up at once, not at the deadline, when every node is known unable to serve the
+    /// call: nothing listens at any endpoint (each refused the connection twice in a row); no
+    /// majority is up (a node waited out an election, and the others refuse connections); or
+    /// the TLS handshake fails over a certificate. For one-shot callers such as the CLI, whose
+    /// user learns at once what to mend; not for a program that must ride out a restart of the
+    /// whole cluster.
     pub fn with_quick_give_up(mut self) -> Self {
         self.quick_give_up = true;
         self
     }
 
     /// Why a call stops trying after a failed attempt, if it does: every node was removed from
-    /// its cluster, none listens (`refusing`: each node's refused connections in a row, with
-    /// `with_quick_give_up`), or the deadline passed since `started`.
+    /// its cluster, none can serve it (`ends`, with `with_quick_give_up`), or the deadline
+    /// passed since `started`.
     fn gave_up(
         &self,
         started: tokio::time::Instant,
         gone: &[bool],
-        refusing: &[u32],
+        ends: &[DeadEnd],
     ) -> Option<String> {
-        let endpoints = self.endpoints.join(",");
         if gone.iter().all(|g| *g) {
+            let endpoints = self.endpoints.join(",");
             return Some(format!(
                 "every node of {endpoints} was removed from its cluster"
             ));
         }
-        if self.quick_give_up && refusing.iter().all(|n| *n >= 2) {
-            return Some(format!(
-                "nothing listens at {endpoints}: is the cluster running? (`leasehold cluster` \
-                 runs a local one)"
-            ));
+        if let Some(why) = self
+            .quick_give_up
+            .then(|| no_way(ends, &self.endpoints))
+            .flatten()
+        {
+            return Some(why);
         }
         (started.elapsed() >= self.deadline).then(|| {
             let ms = self.deadline.as_millis();
+            let endpoints = self.endpoints.join(",");
             format!("no node of {endpoints} answered within {ms} ms")
         })
     }
@@ -406,8 +410,8 @@ impl LeaseClient {
         let mut attempts = Attempts::new(effect);
         // Nodes that said the cluster removed them: not asked again by this call.
         let mut gone = vec![false; count];
-        // Each node's connections refused in a row.
-        let mut refusing = vec![0u32; count];
+        // What each node's failed attempts say of it.
+        let mut ends = vec![DeadEnd::Open; count];
         let mut attempt = 0;
         loop {
             let index = (first + attempt) % count;
@@ -429,11 +433,8 @@ impl LeaseClient {
                 }
                 Err(status) => {
                     gone[index] |= removed(&status);
-                    refusing[index] = match nothing_listens(&status) {
-                        true => refusing[index] + 1,
-                        false => 0,
-                    };
-                    let gave_up = self.gave_up(started, &gone, &refusing);
+                    ends[index] = ends[index].after(&status);
+                    let gave_up = self.gave_up(started, &gone, &ends);
                     match attempts.failed(status, gave_up) {
                         Next::Stop(error) => return Err(error),
                         Next::Retry => loop {

@@ -72,17 +72,22 @@ pub(crate) fn describe(status: &Status) -> String {
     format!("{kind}{indeterminate}: {}", message_with_cause(status))
 }
 
-/// The status's message and, when the transport failed, what failed underneath (a refused
-/// connection, a TLS handshake alert): tonic's own message then says only "transport error".
-pub(crate) fn message_with_cause(status: &Status) -> String {
-    let mut text = status.message().to_owned();
+/// What failed at the bottom of the transport under `status`, if it did.
+pub(crate) fn deepest_cause(status: &Status) -> Option<String> {
     let mut source = std::error::Error::source(status);
     let mut deepest = None;
     while let Some(error) = source {
         deepest = Some(error.to_string());
         source = error.source();
     }
-    if let Some(cause) = deepest.filter(|cause| !text.contains(cause.as_str())) {
+    deepest
+}
+
+/// The status's message and, when the transport failed, what failed underneath (a refused
+/// connection, a TLS handshake alert): tonic's own message then says only "transport error".
+pub(crate) fn message_with_cause(status: &Status) -> String {
+    let mut text = status.message().to_owned();
+    if let Some(cause) = deepest_cause(status).filter(|cause| !text.contains(cause.as_str())) {
         text = format!("{text}: {cause}");
     }
     if status.code() == Code::Internal && text.contains("h2 protocol error") {

@@ -476,6 +476,15 @@ pub(crate) const CLIENT_PING_TIMEOUT: Duration = Duration::from_secs(10);
 /// line every [`WATCH_IDLE_CHECK`], and its request head was read long before.)
 pub(crate) const HTTP_IDLE: Duration = Duration::from_secs(15);
 
+/// How long a connection whose TLS handshake failed is kept after the node's alert, its bytes
+/// read and dropped, before it is closed: closed at once with the client's first request unread,
+/// it is reset, and the client reads a broken pipe where the alert said why (its certificate
+/// refused). Held under [`MAX_HANDSHAKES`], as the handshake was.
+pub(crate) const REFUSED_LINGER: Duration = Duration::from_millis(500);
+
+/// The bytes read from a refused connection while it lingers, at most.
+pub(crate) const REFUSED_LINGER_BYTES: usize = 64 * 1024;
+
 /// Handshaken connections waiting for the gRPC server to take them.
 pub(crate) const ACCEPTED_QUEUE: usize = 64;
 

@@ -33,6 +33,11 @@ pub const ERROR_DOMAIN: &str = "leasehold";
 /// client stops asking it.
 pub const REMOVED_REASON: &str = "REMOVED";
 
+/// The `ErrorInfo.reason` of a node that waited for an election and saw none end: with the
+/// other nodes refusing connections, no majority is up, and a one-shot caller (the CLI) says so
+/// rather than waiting out its deadline.
+pub const NO_LEADER_REASON: &str = "NO_LEADER";
+
 /// The `ErrorInfo.reason` of a registration past a cap on open sessions: retrying at once
 /// opens none, so a client gives the error back (RESOURCE_EXHAUSTED is otherwise worth a
 /// retry: a node's requests at their limit).

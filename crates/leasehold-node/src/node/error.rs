@@ -15,8 +15,8 @@ use crate::raft::{NodeId, WriteError};
 
 use crate::limits::QUORUM_SILENCE;
 pub use leasehold_proto::wire::{
-    DENIED_KEY, ERROR_DOMAIN, INDETERMINATE_KEY, LEASES_EXHAUSTED, ORIGIN_KEY, REMOVED_REASON,
-    ROWS_EXHAUSTED, SESSIONS_EXHAUSTED, SESSION_KEY,
+    DENIED_KEY, ERROR_DOMAIN, INDETERMINATE_KEY, LEASES_EXHAUSTED, NO_LEADER_REASON, ORIGIN_KEY,
+    REMOVED_REASON, ROWS_EXHAUSTED, SESSIONS_EXHAUSTED, SESSION_KEY,
 };
 
 #[derive(Clone, Debug, thiserror::Error)]
@@ -310,7 +310,7 @@ impl NodeError {
         match self {
             NodeError::Invalid(_) => "INVALID_INPUT",
             NodeError::NotLeader { .. } => "NOT_LEADER",
-            NodeError::NoLeader(_) => "NO_LEADER",
+            NodeError::NoLeader(_) => NO_LEADER_REASON,
             NodeError::NoQuorum(_) => "NO_QUORUM",
             NodeError::ReadUnconfirmed(_) => "READ_UNCONFIRMED",
             NodeError::LeaderUnreachable { .. } => "LEADER_UNREACHABLE",

@@ -25,7 +25,10 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::connections::{Connections, Counted, KeepAlive};
 
-use crate::limits::{ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES, MAX_REFUSALS_REMEMBERED};
+use crate::limits::{
+    ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES, MAX_REFUSALS_REMEMBERED, REFUSED_LINGER,
+    REFUSED_LINGER_BYTES,
+};
 use crate::raft::NodeId;
 
 /// The name a node's certificate carries, and peers check for when they dial it.
@@ -254,14 +257,19 @@ pub(crate) fn incoming(
             let accepted = accepted.clone();
             let refusals = refusals.clone();
             tokio::spawn(async move {
-                let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
-                drop(handshaking);
+                let handshake = acceptor.accept(tcp).into_fallible();
+                let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await;
                 let reason = match handshake {
                     Ok(Ok(tls)) => {
+                        drop(handshaking);
                         let _ = accepted.send(Ok(tls)).await;
                         return;
                     }
-                    Ok(Err(e)) => format!("TLS handshake failed: {e}"),
+                    Ok(Err((e, tcp))) => {
+                        refusals.refused(plane, Some(from), &format!("TLS handshake failed: {e}"));
+                        linger(tcp).await;
+                        return;
+                    }
                     Err(_) => format!("no TLS handshake within {} s", HANDSHAKE_TIMEOUT.as_secs()),
                 };
                 refusals.refused(plane, Some(from), &reason);
@@ -269,6 +277,26 @@ pub(crate) fn incoming(
         }
     });
     ReceiverStream::new(stream)
+}
+
+/// Closes a connection whose handshake failed so that its client reads the node's alert (sent
+/// already): the write side first, then what the client still sends is read and dropped until
+/// it closes too, for at most [`REFUSED_LINGER`]. Closed with its first request unread, the
+/// connection would be reset, and the client would see a broken pipe instead of why.
+async fn linger(mut tcp: Counted<TcpStream>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = tcp.shutdown().await;
+    let drain = async {
+        let mut buffer = [0u8; 4096];
+        let mut read = 0;
+        while read < REFUSED_LINGER_BYTES {
+            match tcp.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => read += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(REFUSED_LINGER, drain).await;
 }
 
 #[cfg(test)]
