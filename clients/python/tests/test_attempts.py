@@ -3,6 +3,7 @@
 session re-opened, no attempt past a caller's deadline. The Rust client's attempts.rs tests
 the same rules against its fake node."""
 
+import itertools
 import multiprocessing
 import threading
 import time
@@ -228,3 +229,14 @@ def test_a_put_past_the_rows_cap_fails_at_once_without_a_retry(stand_in):
     node, endpoint = stand_in([refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "ROWS_EXHAUSTED", message)])
     failed = put_refused_at_once(endpoint)
     assert "2 rows it created" in failed.message and len(node.puts) == 1, node.puts
+
+
+def test_round_pauses_double_to_a_ceiling_each_with_its_own_jitter():
+    from leasehold._backoff import round_pauses
+
+    floors = [0.025, 0.05, 0.1, 0.2, 0.2, 0.2]
+    drawn = [list(itertools.islice(round_pauses(), 6)) for _ in range(2)]
+    for pauses in drawn:
+        for pause, floor in zip(pauses, floors):
+            assert floor <= pause < 2 * floor, pauses
+    assert drawn[0] != drawn[1], "two calls drew the same pauses"

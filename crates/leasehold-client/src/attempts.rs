@@ -7,6 +7,8 @@ use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
 use crate::error::{deepest_cause, describe, message_with_cause, ClientError};
+use crate::limits::{MAX_ROUND_PAUSE, ROUND_PAUSE};
+use std::time::Duration;
 
 /// Worth trying elsewhere: the node asked did not answer in time, had no leader or quorum,
 /// or its connection failed. Safe for writes too: every request carries a request id, and the
@@ -40,6 +42,18 @@ fn refused_for(status: &Status, reason: &str) -> bool {
 /// the call asks it no more.
 pub(crate) fn removed(status: &Status) -> bool {
     refused_for(status, REMOVED_REASON)
+}
+
+/// The pauses after each round of a call's attempts: from [`ROUND_PAUSE`], doubling up to
+/// [`MAX_ROUND_PAUSE`], each stretched at random by up to as much again.
+pub(crate) fn round_pauses() -> impl Iterator<Item = Duration> {
+    use backon::BackoffBuilder;
+    backon::ExponentialBuilder::new()
+        .with_min_delay(ROUND_PAUSE)
+        .with_max_delay(MAX_ROUND_PAUSE)
+        .with_jitter()
+        .without_max_times()
+        .build()
 }
 
 /// Whether a call changes the store: only a write can be left indeterminate.
@@ -223,7 +237,7 @@ pub(crate) fn no_way(ends: &[DeadEnd], endpoints: &[String]) -> Option<String> {
         named.join(",")
     };
     let refusing = |end: &DeadEnd| matches!(end, DeadEnd::Refusing(_));
-    if ends.iter().any(|end| *end == DeadEnd::Open) {
+    if ends.contains(&DeadEnd::Open) {
         return None;
     }
     if let Some(DeadEnd::Certificate(why)) = ends
@@ -563,5 +577,19 @@ mod tests {
         );
         assert_eq!(Open.after(&told), NoLeader);
         assert_eq!(Refusing(1).after(&no_leader()), Open, "a plain UNAVAILABLE");
+    }
+
+    /// The pauses between rounds start short, double up to their ceiling, and each is
+    /// stretched by its own jitter, so that two clients struck together part.
+    #[test]
+    fn round_pauses_double_to_a_ceiling_each_with_its_own_jitter() {
+        let floors = [25, 50, 100, 200, 200, 200].map(Duration::from_millis);
+        let drawn: Vec<Vec<Duration>> = (0..2).map(|_| round_pauses().take(6).collect()).collect();
+        for pauses in &drawn {
+            for (pause, floor) in pauses.iter().zip(floors) {
+                assert!(*pause >= floor && *pause < 2 * floor, "{pauses:?}");
+            }
+        }
+        assert_ne!(drawn[0], drawn[1], "two calls drew the same pauses");
     }
 }

@@ -17,14 +17,14 @@ use crate::answers::{
     Acquired, Answer, Applied, Deleted, LeaseState, Listing, Members, Page, Released, Renewal,
     Renewed, TokenStatus, Written,
 };
-use crate::attempts::{no_way, removed, Attempts, DeadEnd, Effect, Next};
+use crate::attempts::{no_way, removed, round_pauses, Attempts, DeadEnd, Effect, Next};
 use crate::batch::{answered_as, BatchMethod, Batches};
 use crate::channel::{Bearer, NodeChannel, TOKEN_WITHOUT_TLS};
 use crate::error::ClientError;
 use crate::lane::Lanes;
 use crate::limits::{
-    ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, DEFAULT_DEADLINE, MEMBERSHIP_TIMEOUT, MIN_ATTEMPT,
-    ROUND_PAUSE, SNAPSHOT_TIMEOUT,
+    ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, DEFAULT_DEADLINE, MAX_ROUND_PAUSE, MEMBERSHIP_TIMEOUT,
+    MIN_ATTEMPT, SNAPSHOT_TIMEOUT,
 };
 use crate::watch::{Watch, WatchFrom, WatchSelect};
 
@@ -410,6 +410,7 @@ impl LeaseClient {
         let mut attempts = Attempts::new(effect);
         // Nodes that said the cluster removed them: not asked again by this call.
         let mut gone = vec![false; count];
+        let mut pauses = round_pauses();
         // What each node's failed attempts say of it.
         let mut ends = vec![DeadEnd::Open; count];
         let mut attempt = 0;
@@ -440,7 +441,9 @@ impl LeaseClient {
                         Next::Retry => loop {
                             attempt += 1;
                             if attempt % count == 0 {
-                                tokio::time::sleep(ROUND_PAUSE).await;
+                                let left = self.deadline.saturating_sub(started.elapsed());
+                                let pause = pauses.next().unwrap_or(MAX_ROUND_PAUSE);
+                                tokio::time::sleep(pause.min(left)).await;
                             }
                             if !gone[(first + attempt) % count] {
                                 break;

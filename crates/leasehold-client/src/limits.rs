@@ -40,8 +40,15 @@ pub const MAX_BATCH_MESSAGE_BYTES: usize = leasehold_proto::lane::MAX_REQUEST_BY
 /// before the client opens a stream to it again.
 pub(crate) const BATCH_UNSUPPORTED_RETRY: Duration = Duration::from_secs(30);
 
-/// Pause after every node was tried once, so a cluster in an election is not hammered.
-pub(crate) const ROUND_PAUSE: Duration = Duration::from_millis(50);
+/// The pause after the first round of attempts (every node tried once), so that a cluster in
+/// an election is not hammered. Each later round's pause doubles, up to [`MAX_ROUND_PAUSE`],
+/// and each is stretched at random by up to as much again (jitter), so that the clients one
+/// failure struck together do not all retry together (`attempts::round_pauses`).
+pub(crate) const ROUND_PAUSE: Duration = Duration::from_millis(25);
+
+/// The longest pause between rounds, before its jitter: short beside an election (a few
+/// hundred milliseconds), so that a client is back soon after a new leader is.
+pub(crate) const MAX_ROUND_PAUSE: Duration = Duration::from_millis(200);
 
 /// How long one attempt to add a member may take: the new node catches up with the whole log
 /// first (a node gives it a minute).
@@ -68,8 +75,10 @@ const _: () = {
         "the default deadline lets one whole attempt run"
     );
     assert!(
-        ROUND_PAUSE.as_millis() < MIN_ATTEMPT.as_millis(),
-        "the pause between rounds is short beside any attempt"
+        ROUND_PAUSE.as_millis() < MAX_ROUND_PAUSE.as_millis()
+            && 2 * MAX_ROUND_PAUSE.as_millis() <= DEFAULT_DEADLINE.as_millis() / 20,
+        "the pauses between rounds grow, and even the longest with its jitter is a small part \
+         of a call's deadline"
     );
     assert!(
         ATTEMPT_TIMEOUT.as_millis() <= MEMBERSHIP_TIMEOUT.as_millis()

@@ -9,9 +9,10 @@ use leasehold_proto::v1 as pb;
 use leasehold_proto::v1::lease_store_client::LeaseStoreClient;
 use tonic::{Code, Status, Streaming};
 
+use crate::attempts::round_pauses;
 use crate::channel::NodeChannel;
 use crate::error::ClientError;
-use crate::limits::{OPEN_TIMEOUT, ROUND_PAUSE};
+use crate::limits::{MAX_ROUND_PAUSE, OPEN_TIMEOUT};
 
 /// Which leases a watch follows.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -222,6 +223,7 @@ impl Watch {
         // A node may have dropped the start from its window (it installed a snapshot, or
         // restarted) while another still keeps it: only all of them saying so is final.
         let mut out_of_range = 0;
+        let mut pauses = round_pauses();
         loop {
             let node = self.next_node % count;
             let request = pb::WatchRequest {
@@ -273,7 +275,9 @@ impl Watch {
                 ))));
             }
             if tried % count == 0 {
-                tokio::time::sleep(ROUND_PAUSE).await;
+                let left = self.deadline.saturating_sub(started.elapsed());
+                let pause = pauses.next().unwrap_or(MAX_ROUND_PAUSE);
+                tokio::time::sleep(pause.min(left)).await;
             }
         }
     }

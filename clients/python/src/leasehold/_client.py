@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Uni
 import grpc
 
 from leasehold import _answers as a
+from leasehold._backoff import round_pauses
 from leasehold._errors import CAPS_REACHED, REMOVED_REASON, IndeterminateError, LeaseholdError
 from leasehold._watch import Watch
 from leasehold.v1 import leasehold_pb2 as pb
@@ -29,7 +30,6 @@ from leasehold.v1 import leasehold_pb2_grpc as stubs
 DEFAULT_DEADLINE = 10.0
 ATTEMPT_TIMEOUT = 9.0
 MIN_ATTEMPT = 0.2
-ROUND_PAUSE = 0.05
 
 # How long ``close`` waits for the session's close before it closes the channels anyway.
 SESSION_CLOSE_WAIT = 1.0
@@ -60,6 +60,7 @@ CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
+
 
 
 class Effect(enum.Enum):
@@ -227,11 +228,12 @@ class Client:
         maybe: Optional[str] = None
         # Nodes that said the cluster removed them: not asked again by this call.
         gone: set = set()
+        pauses = round_pauses()
         for attempt in itertools.count():
             index = (first + attempt) % count
             if attempt and attempt % count == 0:
                 # A round of every node asked: pause before the next.
-                time.sleep(min(ROUND_PAUSE, max(until.left(), 0)))
+                time.sleep(min(next(pauses), max(until.left(), 0)))
             if index in gone:
                 continue
             timeout = until.attempt_timeout()

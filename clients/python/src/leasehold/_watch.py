@@ -13,6 +13,7 @@ from typing import Any, Deque, Dict, Iterator, List, Optional, Protocol, Sequenc
 import grpc
 
 from leasehold._answers import LeaseEvent
+from leasehold._backoff import round_pauses
 from leasehold._errors import LeaseholdError
 from leasehold.v1 import leasehold_pb2 as pb
 
@@ -65,6 +66,8 @@ class Watch(Iterator[LeaseEvent]):
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._failing_since: Optional[float] = None
+        # The pauses between this streak's failed opens (see _backoff).
+        self._pauses: Iterator[float] = round_pauses()
         self._compacted: Set[int] = set()
 
     def __iter__(self) -> "Watch":
@@ -102,6 +105,7 @@ class Watch(Iterator[LeaseEvent]):
         # A response's events are taken all or none, so a resume never skips one.
         events = [LeaseEvent.of(e) for e in response.events]
         self._failing_since = None
+        self._pauses = round_pauses()
         self._compacted.clear()
         self.watched_to = response.watched_to
         self._next_index = response.watched_to + 1
@@ -132,7 +136,7 @@ class Watch(Iterator[LeaseEvent]):
                 reason=failure.reason,
                 metadata=failure.metadata,
             )
-        self._closed.wait(0.05)
+        self._closed.wait(next(self._pauses))
 
     def close(self) -> None:
         """Ends the watch; an iteration blocked in it stops."""
