@@ -120,6 +120,62 @@ async fn seed_scenario_typed_through_the_cli_gives_the_seed_answers() {
     assert_eq!(json["fence"], 2);
 }
 
+/// Every `-o json` answer keeps the keys it has always had (now from derived `Serialize`
+/// types, not hand-built maps): an outcome's own fields beside where it was applied, so that
+/// scripts reading them keep working.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_json_answer_keeps_its_keys() {
+    let h = Harness::start(3, true).await;
+    let applied = ["log_index", "position", "store_time_ms"];
+    let keys = |args: &[&str], code: i32| -> Vec<String> {
+        let args = [&["-o", "json"], args].concat();
+        let json: serde_json::Value = serde_json::from_str(&expect(&h, &args, code)).unwrap();
+        let mut keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        keys
+    };
+    let with = |own: &[&str]| -> Vec<String> {
+        let mut all: Vec<String> = own.iter().chain(&applied).map(|k| k.to_string()).collect();
+        all.sort();
+        all
+    };
+    let acquire = ["acquire", "l", "--holder", "a", "--ttl", "10"];
+    let granted = ["outcome", "token", "expires_at_ms", "renewed"];
+    assert_eq!(keys(&acquire, 0), with(&granted));
+    let rival = ["acquire", "l", "--holder", "b", "--ttl", "10"];
+    let held = ["outcome", "holder", "token", "expires_at_ms"];
+    assert_eq!(keys(&rival, 3), with(&held));
+    let check = ["check", "l", "--token", "1"];
+    assert_eq!(keys(&check, 0), with(&["outcome", "holder", "expires_at_ms"]));
+    let lease = ["lease", "l"];
+    let state = ["lease", "holder", "token", "expires_at_ms", "fence"];
+    assert_eq!(keys(&lease, 0), with(&state));
+    assert_eq!(keys(&["put", "k", "v"], 0), with(&["outcome"]));
+    assert_eq!(keys(&["get", "k"], 0), with(&["key", "value"]));
+    assert_eq!(keys(&["delete", "k"], 0), with(&["outcome", "existed"]));
+    assert_eq!(keys(&["advance", "1"], 0), with(&["outcome"]));
+    let release = ["release", "l", "--holder", "a", "--token", "1"];
+    assert_eq!(keys(&release, 0), with(&["outcome", "token"]));
+    assert_eq!(keys(&release, 3), with(&["outcome"]));
+    assert_eq!(keys(&rival, 0), with(&granted));
+    expect(&h, &["put", "k", "v", "--lease", "l", "--token", "2"], 0);
+    let stale = ["put", "k", "v", "--lease", "l", "--token", "1"];
+    assert_eq!(keys(&stale, 3), with(&["outcome", "fence"]));
+    let listed = expect(&h, &["-o", "json", "leases"], 0);
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    for key in state.iter().chain(&["store_time_ms"]) {
+        assert!(listed.get(key).is_some(), "{key} in {listed}");
+    }
+    let status = expect(&h, &["-o", "json", "status"], 0);
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["nodes"].as_array().unwrap().len(), 3);
+    assert!(status["nodes"][0]["role"].is_string(), "{status}");
+    let table = expect(&h, &["status"], 0);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(&header[..4], ["ID", "ADDRESS", "PID", "ROLE"], "{table}");
+    assert!(table.lines().all(|line| line == line.trim_end()), "{table}");
+}
+
 /// A first command with no cluster running says so at once, in one line, instead of waiting
 /// out its 10 s; `--timeout` (with a unit) bounds a call that keeps failing otherwise.
 #[test]

@@ -1,7 +1,8 @@
 //! `leasehold auth ...`: who may do what. Each change goes through the log, so every node
 //! enforces it from the same log index on, with no restart.
 
-use serde_json::json;
+use super::commands::{json, print};
+use super::printed::{Binding, Policy, PolicyChanged, Token, TokenAdded, WhoAmI};
 
 use super::{ClientOpts, Exit, Output};
 use crate::proto::v1 as pb;
@@ -113,12 +114,13 @@ pub async fn run(opts: &ClientOpts, command: AuthCmd) -> anyhow::Result<Exit> {
         }
         AuthCmd::Whoami => {
             let me = client.who_am_i().await?;
-            match opts.output {
-                Output::Json => println!(
-                    "{}",
-                    json!({"identity": me.identity, "auth_enabled": me.auth_enabled, "roles": me.roles})
-                ),
-                Output::Text => println!(
+            let printed = WhoAmI {
+                identity: &me.identity,
+                auth_enabled: me.auth_enabled,
+                roles: &me.roles,
+            };
+            print(opts.output, &printed, || {
+                format!(
                     "{} (authorization {}; roles: {})",
                     if me.identity.is_empty() {
                         "no identity: no client certificate"
@@ -131,8 +133,8 @@ pub async fn run(opts: &ClientOpts, command: AuthCmd) -> anyhow::Result<Exit> {
                     } else {
                         me.roles.join(", ")
                     }
-                ),
-            }
+                )
+            });
             return Ok(Exit::Ok);
         }
         AuthCmd::Token(TokenCmd::Add { identity }) => {
@@ -141,13 +143,11 @@ pub async fn run(opts: &ClientOpts, command: AuthCmd) -> anyhow::Result<Exit> {
             let applied = client
                 .change_policy(Change::AddToken(pb::BearerToken { identity, sha256 }))
                 .await?;
-            match opts.output {
-                Output::Json => println!(
-                    "{}",
-                    json!({"token": token, "log_index": applied.log_index})
-                ),
-                Output::Text => println!("{token}"),
-            }
+            let added = TokenAdded {
+                token: &token,
+                log_index: applied.log_index,
+            };
+            print(opts.output, &added, || token.clone());
             return Ok(Exit::Ok);
         }
         AuthCmd::Token(TokenCmd::Revoke { identity }) => Change::RevokeTokens(identity),
@@ -161,10 +161,10 @@ pub async fn run(opts: &ClientOpts, command: AuthCmd) -> anyhow::Result<Exit> {
         AuthCmd::Unbind { identity, role } => Change::Unbind(binding(identity, role)),
     };
     let applied = client.change_policy(change).await?;
-    match opts.output {
-        Output::Json => println!("{}", json!({"log_index": applied.log_index})),
-        Output::Text => println!("policy changed at log index {}", applied.log_index),
-    }
+    let log_index = applied.log_index;
+    print(opts.output, &PolicyChanged { log_index }, || {
+        format!("policy changed at log index {log_index}")
+    });
     Ok(Exit::Ok)
 }
 
@@ -177,25 +177,27 @@ fn print_policy(output: Output, p: &pb::PolicyResponse) {
     };
     match output {
         Output::Json => {
-            let roles: serde_json::Map<_, _> = p
-                .roles
-                .iter()
-                .map(|r| (r.name.clone(), json!(grants(r))))
-                .collect();
-            let bindings: Vec<_> = p
-                .bindings
-                .iter()
-                .map(|b| json!({"identity": b.identity, "role": b.role}))
-                .collect();
-            let tokens: Vec<_> = p
-                .tokens
-                .iter()
-                .map(|t| json!({"identity": t.identity, "sha256_prefix": t.sha256}))
-                .collect();
-            println!(
-                "{}",
-                json!({"enabled": p.enabled, "roles": roles, "bindings": bindings, "tokens": tokens})
-            );
+            let policy = Policy {
+                enabled: p.enabled,
+                roles: p
+                    .roles
+                    .iter()
+                    .map(|r| (r.name.as_str(), grants(r)))
+                    .collect(),
+                bindings: (p.bindings.iter())
+                    .map(|b| Binding {
+                        identity: &b.identity,
+                        role: &b.role,
+                    })
+                    .collect(),
+                tokens: (p.tokens.iter())
+                    .map(|t| Token {
+                        identity: &t.identity,
+                        sha256_prefix: &t.sha256,
+                    })
+                    .collect(),
+            };
+            println!("{}", json(&policy));
         }
         Output::Text => {
             println!("authorization {}", if p.enabled { "on" } else { "off" });

@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::commands::json;
+use super::printed::BenchReport;
 use hdrhistogram::Histogram;
-use serde_json::json;
 
 use super::floor::Floor;
 use tokio::time::Instant;
@@ -666,25 +667,26 @@ fn print_summary(opts: &ClientOpts, args: &BenchArgs, total: &Tally, floor: Opti
                 );
             }
         }
-        Output::Json => println!(
-            "{}",
-            json!({
-                "workload": workload,
-                "clients": args.clients,
-                "leases_per_request": args.leases,
-                "duration_s": seconds,
-                "ops": ops,
-                "ops_per_s": rate,
-                "p50_ms": ms(h.value_at_quantile(0.5)),
-                "p99_ms": ms(h.value_at_quantile(0.99)),
-                "p999_ms": ms(h.value_at_quantile(0.999)),
-                "max_ms": ms(h.max()),
-                "refused": total.refusals,
-                "errors": total.errors,
-                "last_error": total.last_error,
-                "floor": floor,
-                "p50_vs_floor": floor.map(|f| ms(h.value_at_quantile(0.5)) / f.put_floor_ms),
-            })
-        ),
+        Output::Json => {
+            let p50_ms = ms(h.value_at_quantile(0.5));
+            let report = BenchReport {
+                workload,
+                clients: args.clients,
+                leases_per_request: args.leases,
+                duration_s: seconds,
+                ops,
+                ops_per_s: rate,
+                p50_ms,
+                p99_ms: ms(h.value_at_quantile(0.99)),
+                p999_ms: ms(h.value_at_quantile(0.999)),
+                max_ms: ms(h.max()),
+                refused: total.refusals,
+                errors: total.errors,
+                last_error: total.last_error.as_deref(),
+                floor,
+                p50_vs_floor: floor.map(|f| p50_ms / f.put_floor_ms),
+            };
+            println!("{}", json(&report));
+        }
     }
 }

@@ -2,13 +2,14 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde::Serialize;
 
+use super::printed::{lines, table, Advanced, Listed, NamedLease, NodeRow, Nodes, Row};
 use super::{ClientOpts, Exit, Output};
 use crate::proto::v1 as pb;
 use leasehold_client::{
-    Acquired, Answer, Applied, ClientError, Deleted, HeldBy, LeaseClient, LeaseState, Listing,
-    Page, Released, TokenStatus, Written,
+    Acquired, Answer, ClientError, Deleted, HeldBy, LeaseClient, LeaseState, Listing, Page,
+    Released, TokenStatus, Written,
 };
 use leasehold_core::Limits;
 
@@ -59,18 +60,24 @@ async fn once<T>(
     Ok(answer)
 }
 
-/// Prints `text` or `fields` (plus where it was applied) and returns the exit status.
-fn emit(opts: &ClientOpts, applied: Applied, text: String, mut fields: Value, exit: Exit) -> Exit {
-    match opts.output {
-        Output::Text => println!("{text}"),
-        Output::Json => {
-            fields["log_index"] = json!(applied.log_index);
-            fields["position"] = json!(applied.position);
-            fields["store_time_ms"] = json!(applied.store_time_ms);
-            println!("{fields}");
-        }
-    }
+/// Prints `text`, or the answer as one JSON object (its outcome's fields beside where it was
+/// applied), and returns the exit status.
+fn emit<T: Serialize>(opts: &ClientOpts, answer: &Answer<T>, text: String, exit: Exit) -> Exit {
+    print(opts.output, answer, || text);
     exit
+}
+
+/// Prints `value` as one JSON object, or the text `text` makes, for people.
+pub fn print<T: Serialize>(output: Output, value: &T, text: impl FnOnce() -> String) {
+    match output {
+        Output::Text => println!("{}", text()),
+        Output::Json => println!("{}", json(value)),
+    }
+}
+
+/// `value` as one line of JSON. The CLI's types serialize as plain maps, which never fail.
+pub fn json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("a derived Serialize of plain fields")
 }
 
 /// The text for a refusal by a holder, shared by acquire and release.
@@ -85,35 +92,30 @@ pub async fn acquire(
     ttl_ms: u64,
 ) -> anyhow::Result<Exit> {
     let r = once(opts, async |c| c.acquire(lease, holder, ttl_ms).await).await?;
-    Ok(match &r.outcome {
+    let (text, exit) = match &r.outcome {
         Acquired::Granted {
             token,
             expires_at_ms,
             renewed,
-        } => emit(
-            opts,
-            r.applied,
+        } => (
             format!(
                 "{} token: {token}, expires at {}",
                 if *renewed { "renewed," } else { "granted," },
                 seconds(*expires_at_ms)
             ),
-            json!({"outcome": "granted", "token": token, "expires_at_ms": expires_at_ms, "renewed": renewed}),
             Exit::Ok,
         ),
-        Acquired::HeldBy(h) => emit(
-            opts,
-            r.applied,
+        Acquired::HeldBy(h) => (
             format!(
                 "{} (token {}, expires at {})",
                 held_by_text(h),
                 h.token,
                 seconds(h.expires_at_ms)
             ),
-            json!({"outcome": "held_by", "holder": h.holder, "token": h.token, "expires_at_ms": h.expires_at_ms}),
             Exit::Refused,
         ),
-    })
+    };
+    Ok(emit(opts, &r, text, exit))
 }
 
 pub async fn release(
@@ -123,29 +125,16 @@ pub async fn release(
     token: u64,
 ) -> anyhow::Result<Exit> {
     let r = once(opts, async |c| c.release(lease, holder, token).await).await?;
-    let (text, fields, exit) = match &r.outcome {
-        Released::Released { token } => (
-            format!("released, token: {token}"),
-            json!({"outcome": "released", "token": token}),
-            Exit::Ok,
-        ),
-        Released::NotHeld => (
-            "not held".into(),
-            json!({"outcome": "not_held"}),
-            Exit::Refused,
-        ),
-        Released::HeldBy(h) => (
-            held_by_text(h),
-            json!({"outcome": "held_by", "holder": h.holder, "expires_at_ms": h.expires_at_ms}),
-            Exit::Refused,
-        ),
+    let (text, exit) = match &r.outcome {
+        Released::Released { token } => (format!("released, token: {token}"), Exit::Ok),
+        Released::NotHeld => ("not held".into(), Exit::Refused),
+        Released::HeldBy(h) => (held_by_text(h), Exit::Refused),
         Released::WrongToken { current_token } => (
             format!("wrong token (the current token is {current_token})"),
-            json!({"outcome": "wrong_token", "current_token": current_token}),
             Exit::Refused,
         ),
     };
-    Ok(emit(opts, r.applied, text, fields, exit))
+    Ok(emit(opts, &r, text, exit))
 }
 
 pub async fn put(
@@ -155,15 +144,14 @@ pub async fn put(
     fence: Option<(&str, u64)>,
 ) -> anyhow::Result<Exit> {
     let r = once(opts, async |c| c.put(key, value.as_bytes(), fence).await).await?;
-    let (text, fields, exit) = match r.outcome {
-        Written::Written => ("ok".to_owned(), json!({"outcome": "ok"}), Exit::Ok),
+    let (text, exit) = match r.outcome {
+        Written::Written => ("ok".to_owned(), Exit::Ok),
         Written::StaleToken { fence } => (
             format!("stale token (the store has seen token {fence})"),
-            json!({"outcome": "stale_token", "fence": fence}),
             Exit::Refused,
         ),
     };
-    Ok(emit(opts, r.applied, text, fields, exit))
+    Ok(emit(opts, &r, text, exit))
 }
 
 pub async fn delete(
@@ -172,29 +160,22 @@ pub async fn delete(
     fence: Option<(&str, u64)>,
 ) -> anyhow::Result<Exit> {
     let r = once(opts, async |c| c.delete(key, fence).await).await?;
-    let (text, fields, exit) = match r.outcome {
-        Deleted::Deleted { existed: true } => (
-            "deleted".to_owned(),
-            json!({"outcome": "deleted", "existed": true}),
-            Exit::Ok,
-        ),
-        Deleted::Deleted { existed: false } => (
-            "deleted (there was no such key)".to_owned(),
-            json!({"outcome": "deleted", "existed": false}),
-            Exit::Ok,
-        ),
+    let (text, exit) = match r.outcome {
+        Deleted::Deleted { existed: true } => ("deleted".to_owned(), Exit::Ok),
+        Deleted::Deleted { existed: false } => {
+            ("deleted (there was no such key)".to_owned(), Exit::Ok)
+        }
         Deleted::StaleToken { fence } => (
             format!("stale token (the store has seen token {fence}); the row stays"),
-            json!({"outcome": "stale_token", "fence": fence}),
             Exit::Refused,
         ),
     };
-    Ok(emit(opts, r.applied, text, fields, exit))
+    Ok(emit(opts, &r, text, exit))
 }
 
 pub async fn check(opts: &ClientOpts, lease: &str, token: u64) -> anyhow::Result<Exit> {
     let r = client(opts)?.check_token(lease, token).await?;
-    let (text, fields, exit) = match &r.outcome {
+    let (text, exit) = match &r.outcome {
         TokenStatus::Current {
             holder,
             expires_at_ms,
@@ -203,7 +184,6 @@ pub async fn check(opts: &ClientOpts, lease: &str, token: u64) -> anyhow::Result
                 "current: held by {holder} until {}",
                 seconds(*expires_at_ms)
             ),
-            json!({"outcome": "current", "holder": holder, "expires_at_ms": expires_at_ms}),
             Exit::Ok,
         ),
         TokenStatus::Stale {
@@ -214,11 +194,10 @@ pub async fn check(opts: &ClientOpts, lease: &str, token: u64) -> anyhow::Result
                 None => format!("stale: nobody holds it (latest token {current_token})"),
                 Some(holder) => format!("stale: held by {holder} with token {current_token}"),
             },
-            json!({"outcome": "stale", "current_token": current_token, "holder": holder.as_deref().unwrap_or("")}),
             Exit::Refused,
         ),
     };
-    Ok(emit(opts, r.applied, text, fields, exit))
+    Ok(emit(opts, &r, text, exit))
 }
 
 pub async fn get(opts: &ClientOpts, key: &str) -> anyhow::Result<Exit> {
@@ -228,13 +207,11 @@ pub async fn get(opts: &ClientOpts, key: &str) -> anyhow::Result<Exit> {
         Some(v) => v.to_string(),
         None => "(not found)".to_owned(),
     };
-    Ok(emit(
-        opts,
-        r.applied,
-        text,
-        json!({"key": key, "value": value}),
-        Exit::Ok,
-    ))
+    let row = Answer {
+        outcome: Row { key, value },
+        applied: r.applied,
+    };
+    Ok(emit(opts, &row, text, Exit::Ok))
 }
 
 pub async fn lease(opts: &ClientOpts, name: &str) -> anyhow::Result<Exit> {
@@ -256,8 +233,14 @@ pub async fn lease(opts: &ClientOpts, name: &str) -> anyhow::Result<Exit> {
             seconds(now_ms)
         ),
     };
-    let fields = json!({"lease": name, "holder": l.holder, "token": l.token, "expires_at_ms": l.expires_at_ms, "fence": l.fence});
-    Ok(emit(opts, r.applied, text, fields, Exit::Ok))
+    let named = Answer {
+        outcome: NamedLease {
+            lease: name,
+            state: l,
+        },
+        applied: r.applied,
+    };
+    Ok(emit(opts, &named, text, Exit::Ok))
 }
 
 /// Reads a listing page by page with `page`, handing each entry to `each` with the store time
@@ -266,7 +249,7 @@ async fn list_pages<T>(
     mut listing: Listing,
     limit: usize,
     mut page: impl AsyncFnMut(&Listing) -> Result<Answer<Page<T>>, ClientError>,
-    mut each: impl FnMut(String, T, u64),
+    mut each: impl FnMut(Vec<(String, T)>, u64),
 ) -> anyhow::Result<usize> {
     let mut shown = 0;
     loop {
@@ -277,10 +260,8 @@ async fn list_pages<T>(
         };
         listing.limit = left.min(Limits::MAX_LIST_PAGE) as u32;
         let r = page(&listing).await?;
-        for (name, entry) in r.outcome.entries {
-            each(name, entry, r.applied.store_time_ms);
-            shown += 1;
-        }
+        shown += r.outcome.entries.len();
+        each(r.outcome.entries, r.applied.store_time_ms);
         match r.outcome.next {
             Some(next) if limit == 0 || shown < limit => listing.page_token = next,
             _ => return Ok(shown),
@@ -288,31 +269,40 @@ async fn list_pages<T>(
     }
 }
 
-/// `leasehold leases`: the leases under a prefix, a line (or a JSON object) each.
+/// `leasehold leases`: the leases under a prefix, a table row (or a JSON object) each. The
+/// table comes a page at a time, so that a listing of millions streams; its columns are as wide
+/// as before the first page unless a cell is wider, so that pages line up.
 pub async fn leases(opts: &ClientOpts, listing: Listing, limit: usize) -> anyhow::Result<Exit> {
     let client = client(opts)?;
     let text = opts.output == Output::Text;
-    if text {
-        println!(
-            "{:<40} {:<24} {:>8} {:>10}",
-            "LEASE", "HOLDER", "TOKEN", "TIME LEFT"
-        );
-    }
-    let each = |name: String, l: LeaseState, now_ms: u64| match text {
-        true => {
-            let (holder, left) = match &l.holder {
-                Some(holder) => (
-                    holder.as_str(),
-                    seconds(l.expires_at_ms.saturating_sub(now_ms)),
-                ),
-                None => ("(free)", "-".to_owned()),
-            };
-            println!("{name:<40} {holder:<24} {:>8} {left:>10}", l.token);
+    let mut first = true;
+    let each = |page: Vec<(String, LeaseState)>, now_ms: u64| {
+        if !text {
+            for (lease, state) in &page {
+                let entry = NamedLease { lease, state };
+                println!(
+                    "{}",
+                    json(&Listed {
+                        entry,
+                        store_time_ms: now_ms
+                    })
+                );
+            }
+            return;
         }
-        false => println!(
-            "{}",
-            json!({"lease": name, "holder": l.holder, "token": l.token, "expires_at_ms": l.expires_at_ms, "fence": l.fence, "store_time_ms": now_ms})
-        ),
+        let header = ["LEASE", "HOLDER", "TOKEN", "TIME LEFT"];
+        let mut rows = table(&header, &[2, 3], &[40, 24, 8, 10]);
+        for (name, l) in page {
+            let (holder, left) = match l.holder {
+                Some(holder) => (holder, seconds(l.expires_at_ms.saturating_sub(now_ms))),
+                None => ("(free)".to_owned(), "-".to_owned()),
+            };
+            rows.add_row(vec![name, holder, l.token.to_string(), left]);
+        }
+        for line in lines(&rows).skip(usize::from(!first)) {
+            println!("{line}");
+        }
+        first = false;
     };
     let shown = list_pages(listing, limit, async |l| client.list_leases(l).await, each).await?;
     if text && shown == 0 {
@@ -321,15 +311,23 @@ pub async fn leases(opts: &ClientOpts, listing: Listing, limit: usize) -> anyhow
     Ok(Exit::Ok)
 }
 
-/// `leasehold keys`: the rows under a prefix, a line (or a JSON object) each.
+/// `leasehold keys`: the rows under a prefix, a line (key, tab, value) or a JSON object each.
 pub async fn keys(opts: &ClientOpts, listing: Listing, limit: usize) -> anyhow::Result<Exit> {
     let client = client(opts)?;
     let text = opts.output == Output::Text;
-    let each = |key: String, value: Vec<u8>, _| {
-        let value = String::from_utf8_lossy(&value);
-        match text {
-            true => println!("{key}\t{value}"),
-            false => println!("{}", json!({"key": key, "value": value})),
+    let each = |page: Vec<(String, Vec<u8>)>, _| {
+        for (key, value) in &page {
+            let value = String::from_utf8_lossy(value);
+            match text {
+                true => println!("{key}\t{value}"),
+                false => println!(
+                    "{}",
+                    json(&Row {
+                        key,
+                        value: Some(value)
+                    })
+                ),
+            }
         }
     };
     let shown = list_pages(listing, limit, async |l| client.list_keys(l).await, each).await?;
@@ -341,13 +339,12 @@ pub async fn keys(opts: &ClientOpts, listing: Listing, limit: usize) -> anyhow::
 
 pub async fn advance(opts: &ClientOpts, by_ms: u64) -> anyhow::Result<Exit> {
     let applied = once(opts, async |c| c.advance(by_ms).await).await?;
-    Ok(emit(
-        opts,
+    let advanced = Answer {
+        outcome: Advanced::Advanced,
         applied,
-        format!("store time: {}", seconds(applied.store_time_ms)),
-        json!({"outcome": "advanced"}),
-        Exit::Ok,
-    ))
+    };
+    let text = format!("store time: {}", seconds(applied.store_time_ms));
+    Ok(emit(opts, &advanced, text, Exit::Ok))
 }
 
 pub fn role_name(role: i32) -> &'static str {
@@ -361,10 +358,9 @@ pub fn role_name(role: i32) -> &'static str {
     }
 }
 
-/// The status table, one row per node.
+/// The status table, one row per node, then what is wrong or worth knowing, a line each.
 pub fn status_table(nodes: &[pb::NodeStatus]) -> String {
-    let mut out = format!(
-        "{:<4} {:<21} {:<8} {:<11} {:>5} {:>6} {:>9} {:>9} {:>11} {:>8} {:>8} {:>8} {:>10}\n",
+    let header = [
         "ID",
         "ADDRESS",
         "PID",
@@ -377,45 +373,51 @@ pub fn status_table(nodes: &[pb::NodeStatus]) -> String {
         "LEASES",
         "ROWS",
         "SESSIONS",
-        "SNAPSHOT"
-    );
+        "SNAPSHOT",
+    ];
+    let mut rows = table(&header, &[4, 5, 6, 7, 8, 9, 10, 11, 12], &[]);
+    let mut unreachable = String::new();
     for n in nodes {
         if n.role == pb::Role::Unreachable as i32 {
             // A member never reached has given out no client address: name its peer one.
-            let address = if n.address.is_empty() {
-                format!("peer {}", n.peer_address)
-            } else {
-                n.address.clone()
+            let address = match n.address.is_empty() {
+                true => format!("peer {}", n.peer_address),
+                false => n.address.clone(),
             };
-            out += &format!(
-                "{:<4} {:<21} {:<8} {:<11} {}\n",
-                n.id, address, "-", "unreachable", n.error
-            );
+            rows.add_row(vec![
+                n.id.to_string(),
+                address,
+                "-".into(),
+                "unreachable".into(),
+            ]);
+            unreachable += &format!("node {}: unreachable: {}\n", n.id, n.error);
             continue;
         }
-        let leader = if n.leader == 0 {
-            "-".into()
-        } else {
-            n.leader.to_string()
+        let leader = match n.leader {
+            0 => "-".into(),
+            id => id.to_string(),
         };
-        out += &format!(
-            "{:<4} {:<21} {:<8} {:<11} {:>5} {:>6} {:>9} {:>9} {:>11} {:>8} {:>8} {:>8} {:>10}\n",
-            n.id,
-            n.address,
-            n.pid,
-            role_name(n.role),
-            n.term,
+        rows.add_row(vec![
+            n.id.to_string(),
+            n.address.clone(),
+            n.pid.to_string(),
+            role_name(n.role).into(),
+            n.term.to_string(),
             leader,
-            n.last_log_index,
-            n.applied_index,
+            n.last_log_index.to_string(),
+            n.applied_index.to_string(),
             seconds(n.store_time_ms),
-            n.leases,
-            n.rows,
-            n.sessions,
-            bytes(n.snapshot_bytes)
-        );
+            n.leases.to_string(),
+            n.rows.to_string(),
+            n.sessions.to_string(),
+            bytes(n.snapshot_bytes),
+        ]);
     }
-    out + &security(nodes) + &versions(nodes) + &clocks(nodes)
+    let lines: String = rows
+        .lines()
+        .map(|l| l.trim_end().to_owned() + "\n")
+        .collect();
+    lines + &unreachable + &security(nodes) + &versions(nodes) + &clocks(nodes)
 }
 
 /// A line for each node whose clock is odd against the majority's: it does not lead.
@@ -501,26 +503,12 @@ fn bytes(n: u64) -> String {
     }
 }
 
-fn status_json(nodes: &[pb::NodeStatus]) -> Value {
-    let nodes: Vec<Value> = nodes
+fn status_json(nodes: &[pb::NodeStatus]) -> String {
+    let nodes = nodes
         .iter()
-        .map(|n| {
-            json!({
-                "id": n.id, "address": n.address, "peer_address": n.peer_address, "pid": n.pid, "role": role_name(n.role),
-                "term": n.term, "leader": n.leader, "last_log_index": n.last_log_index,
-                "applied_index": n.applied_index, "state_digest": n.state_digest,
-                "store_time_ms": n.store_time_ms,
-                "manual_clock": n.manual_clock, "error": n.error, "leases": n.leases,
-                "rows": n.rows, "sessions": n.sessions, "snapshot_bytes": n.snapshot_bytes,
-                "tls": n.tls, "client_certificates": n.client_certificates,
-                "authorization": n.authorization, "version": n.version,
-                "protocol": n.protocol, "log_format": n.log_format,
-                "clock_rate_ratio": n.clock_rate_ratio, "clock_odd": n.clock_odd,
-                "clock_odd_reason": n.clock_odd_reason,
-            })
-        })
+        .map(|n| NodeRow::of(n, role_name(n.role)))
         .collect();
-    json!({ "nodes": nodes })
+    json(&Nodes { nodes })
 }
 
 pub async fn status(opts: &ClientOpts, watch: bool) -> anyhow::Result<Exit> {

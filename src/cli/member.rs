@@ -1,7 +1,8 @@
 //! `leasehold member add|remove|list`: who is in the cluster, changed on the leader.
 
+use super::commands::json;
+use super::printed::{lines, table};
 use leasehold_client::Members;
-use serde_json::json;
 
 use super::{ClientOpts, Exit, Output};
 
@@ -43,38 +44,25 @@ pub async fn run(opts: &ClientOpts, command: MemberCmd) -> anyhow::Result<Exit> 
 
 fn print(output: Output, m: &Members) {
     match output {
-        Output::Json => {
-            let list: Vec<_> = m
-                .members
-                .iter()
-                .map(|m| {
-                    json!({
-                        "id": m.id, "role": m.role.as_str(), "peer": m.peer_address,
-                        "client": m.client_address, "match_index": m.match_index,
-                    })
-                })
-                .collect();
-            println!("{}", json!(list));
-        }
+        Output::Json => println!("{}", json(&m.members)),
         Output::Text => {
-            println!(
-                "{:<4} {:<8} {:<22} {:<22} {:>11}",
-                "ID", "ROLE", "PEER", "CLIENT", "MATCH INDEX"
-            );
+            let header = ["ID", "ROLE", "PEER", "CLIENT", "MATCH INDEX"];
+            let mut rows = table(&header, &[4], &[]);
             for member in &m.members {
-                let client = if member.client_address.is_empty() {
-                    "(unreachable)"
-                } else {
-                    &member.client_address
+                let client = match member.client_address.is_empty() {
+                    true => "(unreachable)".to_owned(),
+                    false => member.client_address.clone(),
                 };
-                println!(
-                    "{:<4} {:<8} {:<22} {:<22} {:>11}",
-                    member.id,
-                    member.role.as_str(),
-                    member.peer_address,
+                rows.add_row(vec![
+                    member.id.to_string(),
+                    member.role.as_str().to_owned(),
+                    member.peer_address.clone(),
                     client,
-                    member.match_index
-                );
+                    member.match_index.to_string(),
+                ]);
+            }
+            for line in lines(&rows) {
+                println!("{line}");
             }
         }
     }

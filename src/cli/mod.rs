@@ -21,6 +21,7 @@ mod hold;
 mod hold_guard;
 pub mod local;
 mod member;
+mod printed;
 mod serve;
 mod snapshot;
 mod watch;

@@ -2,9 +2,8 @@
 //! interrupted. Resumes on another node by itself when the one streaming fails.
 
 use leasehold_client::{LeaseEvent, WatchFrom, WatchSelect};
-use serde_json::json;
 
-use super::commands::seconds;
+use super::commands::{json, seconds};
 use super::{ClientOpts, Exit, Output};
 
 #[derive(clap::Args)]
@@ -23,12 +22,7 @@ pub struct WatchArgs {
 
 fn line(output: Output, e: &LeaseEvent) -> String {
     match output {
-        Output::Json => json!({
-            "kind": e.kind.as_str(), "lease": e.lease, "holder": e.holder, "token": e.token,
-            "expires_at_ms": e.expires_at_ms, "log_index": e.log_index,
-            "store_time_ms": e.store_time_ms,
-        })
-        .to_string(),
+        Output::Json => json(e),
         Output::Text => format!(
             "{:>8} {:>10} {:<8} {} holder={} token={} expires_at={}",
             e.log_index,

@@ -6,15 +6,19 @@ use leasehold_proto::v1 as pb;
 use crate::error::ClientError;
 
 /// An answer and where in the log it was decided.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answer<T> {
     /// What the store answered.
+    #[cfg_attr(feature = "serde", serde(flatten))]
     pub outcome: T,
     /// Where in the log it was answered.
+    #[cfg_attr(feature = "serde", serde(flatten))]
     pub applied: Applied,
 }
 
 /// Where in the log a request was answered, and the store time there.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Applied {
     /// The log entry that answered a write, or the applied index a read saw.
@@ -26,6 +30,7 @@ pub struct Applied {
 }
 
 /// Another holder's grant, as a refusal names it.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeldBy {
     /// Who holds the lease.
@@ -37,6 +42,11 @@ pub struct HeldBy {
 }
 
 /// What an acquire got.
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(tag = "outcome", rename_all = "snake_case")
+)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Acquired {
     /// The lease is the caller's.
@@ -63,6 +73,11 @@ impl Acquired {
 }
 
 /// What a release got.
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(tag = "outcome", rename_all = "snake_case")
+)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Released {
     /// The lease is free now.
@@ -95,6 +110,11 @@ pub struct Renewal {
 }
 
 /// What a renewal got for one of its leases.
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(tag = "outcome", rename_all = "snake_case")
+)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Renewed {
     /// Renewed: same token, the grant runs out at this store time now.
@@ -122,9 +142,16 @@ impl Renewed {
 }
 
 /// What a put got.
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(tag = "outcome", rename_all = "snake_case")
+)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Written {
     /// The row holds the value now.
+    // `ok`, as the CLI has always printed it.
+    #[cfg_attr(feature = "serde", serde(rename = "ok"))]
     Written,
     /// Refused: the store has seen a bigger token for the lease. Nothing changed.
     StaleToken {
@@ -141,6 +168,11 @@ impl Written {
 }
 
 /// What a delete got.
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(tag = "outcome", rename_all = "snake_case")
+)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Deleted {
     /// The row is gone.
@@ -156,6 +188,11 @@ pub enum Deleted {
 }
 
 /// Whether a token is its lease's current grant.
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(tag = "outcome", rename_all = "snake_case")
+)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TokenStatus {
     /// Held, not expired, this token.
@@ -175,6 +212,7 @@ pub enum TokenStatus {
 }
 
 /// A lease as a read sees it.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LeaseState {
     /// `None` when the lease is free or expired.
@@ -433,6 +471,11 @@ impl From<pb::AdvanceResponse> for Applied {
 }
 
 /// Whether a member votes.
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(rename_all = "snake_case")
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemberRole {
     /// Counts toward every quorum.
@@ -452,6 +495,7 @@ impl MemberRole {
 }
 
 /// One member of the cluster, as the leader knows it.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Member {
     /// Its node id.
@@ -459,14 +503,17 @@ pub struct Member {
     /// Voter or learner.
     pub role: MemberRole,
     /// Where the other nodes reach it.
+    #[cfg_attr(feature = "serde", serde(rename = "peer"))]
     pub peer_address: String,
     /// Where clients reach it, as it gives it out; empty when it could not be asked.
+    #[cfg_attr(feature = "serde", serde(rename = "client"))]
     pub client_address: String,
     /// The last log index the leader knows it holds.
     pub match_index: u64,
 }
 
 /// The cluster's members, and the log index of the membership they are from.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Members {
     /// By id.

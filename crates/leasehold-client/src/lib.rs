@@ -4,7 +4,9 @@
 //!   node, retries while the cluster elects, and never applies a write twice: a write that got
 //!   no answer says whether it may have been applied ([`ClientError::is_indeterminate`]).
 //! - [`answers`]: what the store answered, as Rust values: [`Acquired::Granted`],
-//!   [`Acquired::HeldBy`], [`Written::StaleToken`], ...
+//!   [`Acquired::HeldBy`], [`Written::StaleToken`], ... With the `serde` feature they
+//!   serialize as the `leasehold` CLI's `-o json` prints them: the variant as `outcome`, in
+//!   snake_case, its fields beside it.
 //! - [`Holder`] (`holder`): holds a lease: waits for it if asked, renews it, knows until when
 //!   holding it is safe, refuses fenced writes locally past that, releases it on drop. Its
 //!   instants are of [`clock`], which counts the time the host was suspended.

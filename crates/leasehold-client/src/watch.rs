@@ -33,6 +33,11 @@ pub enum WatchFrom {
 }
 
 /// What happened to a lease.
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(rename_all = "snake_case")
+)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
     /// A new holder, with a new token.
@@ -63,6 +68,7 @@ impl EventKind {
 }
 
 /// One lease event, at the log index whose entry caused it.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseEvent {
     /// What happened.
