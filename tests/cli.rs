@@ -146,7 +146,10 @@ async fn every_json_answer_keeps_its_keys() {
     let held = ["outcome", "holder", "token", "expires_at_ms"];
     assert_eq!(keys(&rival, 3), with(&held));
     let check = ["check", "l", "--token", "1"];
-    assert_eq!(keys(&check, 0), with(&["outcome", "holder", "expires_at_ms"]));
+    assert_eq!(
+        keys(&check, 0),
+        with(&["outcome", "holder", "expires_at_ms"])
+    );
     let lease = ["lease", "l"];
     let state = ["lease", "holder", "token", "expires_at_ms", "fence"];
     assert_eq!(keys(&lease, 0), with(&state));

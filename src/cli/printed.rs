@@ -100,6 +100,8 @@ pub struct NodeRow<'a> {
     clock_rate_ratio: f64,
     clock_odd: bool,
     clock_odd_reason: &'a str,
+    disk_free_bytes: u64,
+    disk_size_bytes: u64,
 }
 
 impl<'a> NodeRow<'a> {
@@ -131,6 +133,8 @@ impl<'a> NodeRow<'a> {
             clock_rate_ratio: n.clock_rate_ratio,
             clock_odd: n.clock_odd,
             clock_odd_reason: &n.clock_odd_reason,
+            disk_free_bytes: n.disk_free_bytes,
+            disk_size_bytes: n.disk_size_bytes,
         }
     }
 }

@@ -6,7 +6,9 @@ against a local cluster that `leasehold cluster` supervises. Run by tests/cluste
 Prints one JSON line of what it measured; exits non-zero, saying why, when the page does not do
 what the issue asks: three members and one leader; a lease acquired through the CLI shown within
 1 s with its token and a falling time left; the leader killed with its row's button, a new leader
-shown within 2 s and the old node as down; restarted with its button, back as a follower.
+shown within 2 s and the old node as down; restarted with its button, back as a follower; each
+member's disk shown; the page's own node killed, links to the others' consoles, one of which
+shows the cluster on.
 """
 
 import json
@@ -77,6 +79,10 @@ try:
 
     shown = until("three members, one of them the leader", 10, three_and_a_leader)
     leader = leader_of(shown)
+    disks = [row.find_elements(By.CSS_SELECTOR, "td")[9].text
+             for row in driver.find_elements(By.CSS_SELECTOR, "#members tbody tr")]
+    if not all(" of " in disk and disk.endswith("%)") for disk in disks):
+        sys.exit(f"the members' disk figures: {disks}")
     timing = driver.execute_script("""
         const nav = performance.getEntriesByType('navigation')[0];
         const resources = performance.getEntriesByType('resource')
@@ -124,6 +130,20 @@ try:
     press(driver, leader, "restart")
     until("the restarted node back as a follower", 15, lambda: members(driver).get(leader) == "follower")
     driver.save_screenshot(str(shots / "console-restarted.png"))
+
+    # The page's own node killed: the page links the other members' consoles, and one of them
+    # shows the cluster on, with this node down.
+    own = int(driver.find_element(By.CSS_SELECTOR, '#members tr[data-self="true"]').get_attribute("data-node"))
+    press(driver, own, "kill")
+    links = until("links to the other members' consoles", 3, lambda: [
+        a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "#elsewhere a")
+    ] if driver.find_element(By.ID, "elsewhere").is_displayed() else None)
+    if len(links) != 2 or url in links:
+        sys.exit(f"the links to the other consoles: {links}")
+    driver.save_screenshot(str(shots / "console-elsewhere.png"))
+    driver.get(links[0])
+    until("the other console showing this node down and a leader", 5,
+          lambda: members(driver).get(own) == "down" and leader_of(members(driver)) is not None)
     print(json.dumps({"load_ms": timing["load_ms"], "page_bytes": timing["bytes"], "killed": leader,
                       "new_leader": new_leader, "lease_shown_ms": round(lease_ms),
                       "failover_shown_ms": round(failover_ms)}))

@@ -153,6 +153,8 @@ struct NodeInner {
     peers: BTreeMap<NodeId, String>,
     /// This node's client address, as given out in status.
     advertise: String,
+    /// Where it serves HTTP/JSON and its console, as given out in status (`http_address`).
+    http_address: Option<String>,
     /// Where this node keeps its log, vote and snapshot.
     data_dir: std::path::PathBuf,
     lease_retention_ms: u64,
@@ -252,6 +254,9 @@ impl Node {
                 manual_clock: config.manual_clock,
                 peers: config.peers.clone(),
                 advertise: config.advertise.clone(),
+                http_address: config
+                    .http_listen
+                    .map(|at| http_address(at, &config.advertise)),
                 data_dir: config.data_dir.clone(),
                 lease_retention_ms: config.lease_retention_ms,
                 auth_admin: config.auth_admin.clone(),
@@ -366,9 +371,25 @@ impl Node {
         &self.inner.advertise
     }
 
+    /// Where this node serves HTTP/JSON and its console, if it does.
+    pub fn http_address(&self) -> Option<&str> {
+        self.inner.http_address.as_deref()
+    }
+
     /// Where this node keeps its log, vote and snapshot.
     pub fn data_dir(&self) -> &std::path::Path {
         &self.inner.data_dir
+    }
+
+    /// The filesystem of the data dir, in bytes, as this node's user sees it (blocks free to
+    /// it, not to root): free and whole; `None` where it cannot be read.
+    pub fn disk_space(&self) -> Option<DiskSpace> {
+        let fs = rustix::fs::statvfs(self.data_dir()).ok()?;
+        let bytes = |blocks: u64| blocks.saturating_mul(fs.f_frsize);
+        Some(DiskSpace {
+            free: bytes(fs.f_bavail),
+            size: bytes(fs.f_blocks),
+        })
     }
 
     /// The size of its snapshot file, 0 when it has none.
@@ -427,6 +448,18 @@ impl Node {
 mod tests {
     use super::*;
 
+    /// A node bound to every address is reached by its client address's host.
+    #[test]
+    fn the_http_address_names_a_host_people_reach() {
+        let at = |a: &str| a.parse().unwrap();
+        let named = super::http_address(at("0.0.0.0:7201"), "db1.example:7001");
+        assert_eq!(named, "db1.example:7201");
+        let v6 = super::http_address(at("[::]:7201"), "[::1]:7001");
+        assert_eq!(v6, "[::1]:7201");
+        let bound = super::http_address(at("127.0.0.1:7202"), "127.0.0.1:7002");
+        assert_eq!(bound, "127.0.0.1:7202");
+    }
+
     #[test]
     fn requests_past_the_limit_are_refused_at_once_and_admitted_again_once_room_is_made() {
         let admission = RequestSlots::new(3, Budget::Requests);
@@ -459,5 +492,23 @@ mod tests {
             "room again once the first requests are done"
         );
         assert!(admission.admit(usize::MAX).is_err());
+    }
+}
+
+/// The filesystem of a node's data dir ([`Node::disk_space`]), in bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct DiskSpace {
+    /// Free to the node's user.
+    pub free: u64,
+    /// The whole filesystem.
+    pub size: u64,
+}
+
+/// The address people reach HTTP bound at `at` by: `at` itself, or, bound to every address, the
+/// client address's host (`advertise`, `host:port`) with `at`'s port.
+fn http_address(at: std::net::SocketAddr, advertise: &str) -> String {
+    match (at.ip().is_unspecified(), advertise.rsplit_once(':')) {
+        (true, Some((host, _))) => format!("{host}:{}", at.port()),
+        _ => at.to_string(),
     }
 }

@@ -55,12 +55,10 @@ async fn metrics_text(axum::extract::State(p): axum::extract::State<Probes>) -> 
     p.metrics.leases_held.set(held as i64);
     let ready = health(&p.node.raft().metrics().borrow(), p.boot).is_ok();
     p.metrics.ready.set(i64::from(ready));
-    // The filesystem's figures as the node's user sees them (blocks free to it, not to root).
-    if let Ok(fs) = rustix::fs::statvfs(p.node.data_dir()) {
-        let bytes =
-            |blocks: u64| i64::try_from(blocks.saturating_mul(fs.f_frsize)).unwrap_or(i64::MAX);
-        p.metrics.disk_free_bytes.set(bytes(fs.f_bavail));
-        p.metrics.disk_size_bytes.set(bytes(fs.f_blocks));
+    if let Some(disk) = p.node.disk_space() {
+        let bytes = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        p.metrics.disk_free_bytes.set(bytes(disk.free));
+        p.metrics.disk_size_bytes.set(bytes(disk.size));
     }
     (
         [(

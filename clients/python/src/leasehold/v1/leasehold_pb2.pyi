@@ -555,7 +555,7 @@ class NodeStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("id", "address", "pid", "role", "term", "leader", "last_log_index", "applied_index", "store_time_ms", "manual_clock", "error", "snapshot_index", "purged_index", "state_digest", "peer_address", "leases", "rows", "sessions", "snapshot_bytes", "tls", "client_certificates", "authorization", "version", "protocol", "log_format", "clock_rate_ratio", "clock_odd", "clock_odd_reason")
+    __slots__ = ("id", "address", "pid", "role", "term", "leader", "last_log_index", "applied_index", "store_time_ms", "manual_clock", "error", "snapshot_index", "purged_index", "state_digest", "peer_address", "leases", "rows", "sessions", "snapshot_bytes", "tls", "client_certificates", "authorization", "version", "protocol", "log_format", "clock_rate_ratio", "clock_odd", "clock_odd_reason", "disk_free_bytes", "disk_size_bytes", "http_address")
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -584,6 +584,9 @@ class NodeStatus(_message.Message):
     CLOCK_RATE_RATIO_FIELD_NUMBER: _ClassVar[int]
     CLOCK_ODD_FIELD_NUMBER: _ClassVar[int]
     CLOCK_ODD_REASON_FIELD_NUMBER: _ClassVar[int]
+    DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISK_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     id: int
     address: str
     pid: int
@@ -612,7 +615,10 @@ class NodeStatus(_message.Message):
     clock_rate_ratio: float
     clock_odd: bool
     clock_odd_reason: str
-    def __init__(self, id: _Optional[int] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., term: _Optional[int] = ..., leader: _Optional[int] = ..., last_log_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., store_time_ms: _Optional[int] = ..., manual_clock: bool = ..., error: _Optional[str] = ..., snapshot_index: _Optional[int] = ..., purged_index: _Optional[int] = ..., state_digest: _Optional[int] = ..., peer_address: _Optional[str] = ..., leases: _Optional[int] = ..., rows: _Optional[int] = ..., sessions: _Optional[int] = ..., snapshot_bytes: _Optional[int] = ..., tls: bool = ..., client_certificates: bool = ..., authorization: bool = ..., version: _Optional[str] = ..., protocol: _Optional[int] = ..., log_format: _Optional[int] = ..., clock_rate_ratio: _Optional[float] = ..., clock_odd: bool = ..., clock_odd_reason: _Optional[str] = ...) -> None: ...
+    disk_free_bytes: int
+    disk_size_bytes: int
+    http_address: str
+    def __init__(self, id: _Optional[int] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., term: _Optional[int] = ..., leader: _Optional[int] = ..., last_log_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., store_time_ms: _Optional[int] = ..., manual_clock: bool = ..., error: _Optional[str] = ..., snapshot_index: _Optional[int] = ..., purged_index: _Optional[int] = ..., state_digest: _Optional[int] = ..., peer_address: _Optional[str] = ..., leases: _Optional[int] = ..., rows: _Optional[int] = ..., sessions: _Optional[int] = ..., snapshot_bytes: _Optional[int] = ..., tls: bool = ..., client_certificates: bool = ..., authorization: bool = ..., version: _Optional[str] = ..., protocol: _Optional[int] = ..., log_format: _Optional[int] = ..., clock_rate_ratio: _Optional[float] = ..., clock_odd: bool = ..., clock_odd_reason: _Optional[str] = ..., disk_free_bytes: _Optional[int] = ..., disk_size_bytes: _Optional[int] = ..., http_address: _Optional[str] = ...) -> None: ...
 
 class Grant(_message.Message):
     __slots__ = ("permission", "prefix")

@@ -80,6 +80,7 @@ impl ClusterApi {
             )
         };
         let snapshot_bytes = self.node.snapshot_bytes();
+        let disk = self.node.disk_space();
         let clock = self.node.own_clock();
         pb::NodeStatus {
             id: self.node.id(),
@@ -115,6 +116,9 @@ impl ClusterApi {
             clock_rate_ratio: clock.rate_ratio.unwrap_or(0.0),
             clock_odd: clock.odd.is_some(),
             clock_odd_reason: clock.odd.unwrap_or_default().to_owned(),
+            disk_free_bytes: disk.map_or(0, |d| d.free),
+            disk_size_bytes: disk.map_or(0, |d| d.size),
+            http_address: self.node.http_address().unwrap_or_default().to_owned(),
         }
     }
 }

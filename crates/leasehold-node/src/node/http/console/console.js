@@ -49,7 +49,18 @@ function seconds(ms) {
 function bytes(n) {
   if (n < 1024) return `${n} B`;
   if (n < 1 << 20) return `${(n / 1024).toFixed(1)} KiB`;
-  return `${(n / (1 << 20)).toFixed(1)} MiB`;
+  if (n < 1 << 30) return `${(n / (1 << 20)).toFixed(1)} MiB`;
+  return `${(n / (1 << 30)).toFixed(1)} GiB`;
+}
+
+// A node's disk: what is free of the whole, and the share, marked low under a tenth (as the
+// alert rules in deploy/ warn).
+function disk(node) {
+  const free = num(node.diskFreeBytes);
+  const size = num(node.diskSizeBytes);
+  if (!size) return ["-", "num"];
+  const share = free / size;
+  return [`${bytes(free)} of ${bytes(size)} (${Math.round(share * 100)}%)`, share < 0.1 ? "odd" : "num"];
 }
 
 // ---- Members ---------------------------------------------------------------------------
@@ -69,10 +80,32 @@ async function refreshMembers() {
     if (control) control = await fetch("/ui/control").then((r) => r.json()).catch(() => control);
     renderMembers(status.nodes || []);
     showError(null);
+    showElsewhere(false);
     $("updated").textContent = `read ${new Date().toLocaleTimeString()}`;
   } catch (e) {
-    showError(e);
+    // fetch fails with a TypeError when nothing answers at all: this page's node is gone.
+    const gone = e instanceof TypeError;
+    showError(gone ? new Error(`nothing answers at ${location.host}: the members are as last read`) : e);
+    showElsewhere(gone);
   }
+}
+
+// The other members' consoles, linked while this page's own node does not answer: each node
+// names where it serves HTTP (`httpAddress`), and this page calls its own node only.
+const consoles = new Map(); // node id -> host:port of its console
+function showElsewhere(gone) {
+  const others = [...consoles].filter(([, at]) => at !== location.host);
+  const box = $("elsewhere");
+  box.hidden = !gone || !others.length;
+  if (box.hidden) return;
+  const links = others.map(([id, at]) => {
+    const a = document.createElement("a");
+    a.href = `${location.protocol}//${at}/ui`;
+    a.textContent = `node ${id}`;
+    return a;
+  });
+  box.replaceChildren("This page's node does not answer. The other members' consoles: ");
+  links.forEach((a, i) => box.append(...(i ? [", ", a] : [a])));
 }
 
 function health(node) {
@@ -105,6 +138,8 @@ function renderMembers(nodes) {
     row.className = role === "leader" && state === "up" ? "leader" : "";
     cell(row, 0, id, "num");
     if (node.address) addresses.set(id, node.address);
+    if (node.httpAddress) consoles.set(id, node.httpAddress);
+    row.dataset.self = String(consoles.get(id) === location.host);
     cell(row, 1, addresses.get(id) || "");
     cell(row, 2, state === "up" ? role : "-", `role-${role}`);
     cell(row, 3, num(node.term), "num");
@@ -116,8 +151,9 @@ function renderMembers(nodes) {
     const clock = ratio ? `${ratio.toFixed(2)}x` : "-";
     cell(row, 7, node.clockOdd ? `${clock} odd: ${node.clockOddReason}` : clock, node.clockOdd ? "odd" : "num");
     cell(row, 8, bytes(num(node.snapshotBytes)), "num");
-    cell(row, 9, num(node.leases), "num");
-    if (control && control.available) controls(slot(row, 10), id, state);
+    cell(row, 9, ...(state === "unreachable" ? ["-", "num"] : disk(node)));
+    cell(row, 10, num(node.leases), "num");
+    if (control && control.available) controls(slot(row, 11), id, state);
   }
   if (seenLeader && (!leader || leader.id !== seenLeader.id || leader.term !== seenLeader.term)) {
     if (leader) leaderChanged(seenLeader);
