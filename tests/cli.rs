@@ -161,18 +161,43 @@ async fn every_json_answer_keeps_its_keys() {
     assert_eq!(keys(&release, 0), with(&["outcome", "token"]));
     assert_eq!(keys(&release, 3), with(&["outcome"]));
     assert_eq!(keys(&rival, 0), with(&granted));
+    let held_by = ["release", "l", "--holder", "a", "--token", "2"];
+    assert_eq!(keys(&held_by, 3), with(&held));
     expect(&h, &["put", "k", "v", "--lease", "l", "--token", "2"], 0);
     let stale = ["put", "k", "v", "--lease", "l", "--token", "1"];
     assert_eq!(keys(&stale, 3), with(&["outcome", "fence"]));
+    // A stale token of a free lease names no holder: "", as the CLI has always printed it.
+    expect(&h, &["release", "l", "--holder", "b", "--token", "2"], 0);
+    let stale = expect(&h, &["-o", "json", "check", "l", "--token", "1"], 3);
+    let stale: serde_json::Value = serde_json::from_str(&stale).unwrap();
+    assert_eq!(
+        (&stale["outcome"], &stale["holder"]),
+        (&"stale".into(), &"".into())
+    );
+    let members = expect(&h, &["-o", "json", "member", "list"], 0);
+    let members: serde_json::Value = serde_json::from_str(&members).unwrap();
+    let member: Vec<&String> = members[0].as_object().unwrap().keys().collect();
+    assert_eq!(member, ["client", "id", "match_index", "peer", "role"]);
     let listed = expect(&h, &["-o", "json", "leases"], 0);
     let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
     for key in state.iter().chain(&["store_time_ms"]) {
         assert!(listed.get(key).is_some(), "{key} in {listed}");
     }
+    // `status` prints every field a node's status has.
     let status = expect(&h, &["-o", "json", "status"], 0);
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     assert_eq!(status["nodes"].as_array().unwrap().len(), 3);
     assert!(status["nodes"][0]["role"].is_string(), "{status}");
+    let api: prost_types::FileDescriptorSet =
+        prost::Message::decode(leasehold::proto::FILE_DESCRIPTOR_SET).unwrap();
+    let node_status = (api.file.iter())
+        .flat_map(|file| &file.message_type)
+        .find(|message| message.name() == "NodeStatus")
+        .expect("NodeStatus in the API");
+    for field in &node_status.field {
+        let name = field.name();
+        assert!(status["nodes"][0].get(name).is_some(), "{name} in {status}");
+    }
     let table = expect(&h, &["status"], 0);
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(&header[..4], ["ID", "ADDRESS", "PID", "ROLE"], "{table}");

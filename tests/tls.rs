@@ -427,6 +427,8 @@ async fn a_command_whose_tls_handshake_cannot_succeed_says_so_at_once() {
         assert_eq!(out.status.code(), Some(1), "{case}: {stderr}");
         assert_eq!(stderr.trim().lines().count(), 1, "{case}: {stderr}");
         assert!(stderr.contains(flag), "{case}: {stderr}");
+        // The node served nothing: the write was never applied, whatever the client had sent.
+        assert!(!stderr.contains("indeterminate"), "{case}: {stderr}");
         assert!(
             waited < Duration::from_secs(3),
             "{case}: took {waited:?}: {stderr}"

@@ -1,7 +1,7 @@
 //! `leasehold auth ...`: who may do what. Each change goes through the log, so every node
 //! enforces it from the same log index on, with no restart.
 
-use super::commands::{json, print};
+use super::printed::{json, print};
 use super::printed::{Binding, Policy, PolicyChanged, Token, TokenAdded, WhoAmI};
 
 use super::{ClientOpts, Exit, Output};

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::commands::json;
+use super::printed::json;
 use super::printed::BenchReport;
 use hdrhistogram::Histogram;
 

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::printed::{lines, table, Advanced, Listed, NamedLease, NodeRow, Nodes, Row};
+use super::printed::{
+    json, lines, print, table, Advanced, Listed, NamedLease, NodeRow, Nodes, Row,
+};
 use super::{ClientOpts, Exit, Output};
 use crate::proto::v1 as pb;
 use leasehold_client::{
@@ -65,19 +67,6 @@ async fn once<T>(
 fn emit<T: Serialize>(opts: &ClientOpts, answer: &Answer<T>, text: String, exit: Exit) -> Exit {
     print(opts.output, answer, || text);
     exit
-}
-
-/// Prints `value` as one JSON object, or the text `text` makes, for people.
-pub fn print<T: Serialize>(output: Output, value: &T, text: impl FnOnce() -> String) {
-    match output {
-        Output::Text => println!("{}", text()),
-        Output::Json => println!("{}", json(value)),
-    }
-}
-
-/// `value` as one line of JSON. The CLI's types serialize as plain maps, which never fail.
-pub fn json<T: Serialize>(value: &T) -> String {
-    serde_json::to_string(value).expect("a derived Serialize of plain fields")
 }
 
 /// The text for a refusal by a holder, shared by acquire and release.

@@ -1,6 +1,6 @@
 //! `leasehold member add|remove|list`: who is in the cluster, changed on the leader.
 
-use super::commands::json;
+use super::printed::json;
 use super::printed::{lines, table};
 use leasehold_client::Members;
 

@@ -8,26 +8,45 @@ use comfy_table::{CellAlignment, ColumnConstraint, Table, Width};
 use leasehold_client::LeaseState;
 use serde::Serialize;
 
+use super::Output;
 use crate::proto::v1 as pb;
 
+/// Before and after each cell of a table: columns two spaces apart.
+const PADDING: (u16, u16) = (0, 2);
+
 /// A table for people: `header`, no borders, columns two spaces apart, each as wide as its
-/// widest cell and at least its `widths` entry (0 for none); the columns `right` align right
-/// (numbers). Printed with [`lines`].
+/// widest cell and at least its `widths` entry in characters (0 for none); the columns `right`
+/// align right (numbers). Printed with [`lines`].
 pub fn table(header: &[&str], right: &[usize], widths: &[u16]) -> Table {
     let mut table = Table::new();
     table
         .load_style(comfy_table::presets::NOTHING)
         .set_header(header.to_vec());
     for (i, column) in table.column_iter_mut().enumerate() {
-        column.set_padding((0, 2));
+        column.set_padding(PADDING);
         if right.contains(&i) {
             column.set_cell_alignment(CellAlignment::Right);
         }
         if let Some(&width) = widths.get(i).filter(|w| **w > 0) {
-            column.set_constraint(ColumnConstraint::LowerBoundary(Width::Fixed(width)));
+            // comfy-table's widths count the padding too.
+            let padded = width + PADDING.0 + PADDING.1;
+            column.set_constraint(ColumnConstraint::LowerBoundary(Width::Fixed(padded)));
         }
     }
     table
+}
+
+/// Prints `value` as one JSON object, or the text `text` makes, for people.
+pub fn print<T: Serialize>(output: Output, value: &T, text: impl FnOnce() -> String) {
+    match output {
+        Output::Text => println!("{}", text()),
+        Output::Json => println!("{}", json(value)),
+    }
+}
+
+/// `value` as one line of JSON. The CLI's types serialize as plain maps, which never fail.
+pub fn json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("a derived Serialize of plain fields")
 }
 
 /// `table`'s lines, without the padding comfy-table leaves after the last column.
@@ -102,6 +121,9 @@ pub struct NodeRow<'a> {
     clock_odd_reason: &'a str,
     disk_free_bytes: u64,
     disk_size_bytes: u64,
+    http_address: &'a str,
+    snapshot_index: u64,
+    purged_index: u64,
 }
 
 impl<'a> NodeRow<'a> {
@@ -135,6 +157,9 @@ impl<'a> NodeRow<'a> {
             clock_odd_reason: &n.clock_odd_reason,
             disk_free_bytes: n.disk_free_bytes,
             disk_size_bytes: n.disk_size_bytes,
+            http_address: &n.http_address,
+            snapshot_index: n.snapshot_index,
+            purged_index: n.purged_index,
         }
     }
 }

@@ -3,7 +3,8 @@
 
 use leasehold_client::{LeaseEvent, WatchFrom, WatchSelect};
 
-use super::commands::{json, seconds};
+use super::commands::seconds;
+use super::printed::json;
 use super::{ClientOpts, Exit, Output};
 
 #[derive(clap::Args)]

@@ -5,7 +5,10 @@ use leasehold_proto::v1 as pb;
 
 use crate::error::ClientError;
 
-/// An answer and where in the log it was decided.
+/// An answer and where in the log it was decided. With the `serde` feature it serializes as
+/// one object, the outcome's fields beside `log_index`, `store_time_ms` and `position`: for
+/// outcomes that are structs or enums of them (`Acquired`, `LeaseState`, ...); one that is not
+/// (the bytes of a `get`, a renewal's list) fails to serialize.
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answer<T> {
@@ -207,6 +210,7 @@ pub enum TokenStatus {
         /// The lease's latest token (0 when the store keeps no record of the lease).
         current_token: u64,
         /// Whoever holds it now.
+        #[cfg_attr(feature = "serde", serde(serialize_with = "empty_when_none"))]
         holder: Option<String>,
     },
 }
@@ -548,4 +552,10 @@ impl TryFrom<pb::MembersResponse> for Members {
             log_index: r.log_index,
         })
     }
+}
+
+/// A holder that may be absent, as the CLI has always printed it: `""` for none.
+#[cfg(feature = "serde")]
+fn empty_when_none<S: serde::Serializer>(holder: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(holder.as_deref().unwrap_or(""))
 }

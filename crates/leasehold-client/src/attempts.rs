@@ -1,12 +1,12 @@
 //! One call's attempts: which failures are worth another node, and whether a write that got no
 //! answer may have been applied.
 
-use leasehold_proto::wire::{CAPS_REACHED, NO_LEADER_REASON, REMOVED_REASON};
+use leasehold_proto::wire::CAPS_REACHED;
 use leasehold_proto::{INDETERMINATE_KEY, ORIGIN_KEY, SESSION_KEY};
 use tonic::{Code, Status};
-use tonic_types::StatusExt;
 
 use crate::error::{deepest_cause, describe, message_with_cause, ClientError};
+use crate::failure::{certificate_refused, never_sent, refused_for};
 use crate::limits::{MAX_ROUND_PAUSE, ROUND_PAUSE};
 use std::time::Duration;
 
@@ -28,20 +28,6 @@ fn retryable(status: &Status) -> bool {
         && !CAPS_REACHED
             .iter()
             .any(|reason| refused_for(status, reason))
-}
-
-/// Whether `status` is a node's refusal for `reason`.
-fn refused_for(status: &Status, reason: &str) -> bool {
-    status.metadata().get(ORIGIN_KEY).is_some()
-        && status
-            .get_details_error_info()
-            .is_some_and(|info| info.reason == reason)
-}
-
-/// Whether `status` is a node's word that the cluster removed it: it never serves again, so
-/// the call asks it no more.
-pub(crate) fn removed(status: &Status) -> bool {
-    refused_for(status, REMOVED_REASON)
 }
 
 /// The pauses after each round of a call's attempts: from [`ROUND_PAUSE`], doubling up to
@@ -153,8 +139,13 @@ fn applied_maybe(status: &Status) -> Option<String> {
         // The node says why: a lost quorum, a lost forward, a stop mid-write.
         return Some(status.message().to_owned());
     }
-    if status.metadata().get(ORIGIN_KEY).is_some() || never_sent(status) {
-        // A node's own determinate answer (no leader, bad input), or no connection at all.
+    if status.metadata().get(ORIGIN_KEY).is_some()
+        || never_sent(status)
+        || certificate_refused(status).is_some()
+    {
+        // A node's own determinate answer (no leader, bad input), no connection at all, or a
+        // handshake that failed: it served nothing, though the client had sent its request
+        // (under TLS 1.3 a node judges the client's certificate after that).
         return None;
     }
     if matches!(status.code(), Code::OutOfRange | Code::Unimplemented) {
@@ -165,172 +156,6 @@ fn applied_maybe(status: &Status) -> Option<String> {
     // Anything else failed after the request may have left: the attempt's timeout fired, the
     // call was cancelled or reset, or the answer did not arrive or decode.
     Some(format!("its answer was lost ({})", describe(status)))
-}
-
-/// Only a connection that was never made proves the request was not sent: tonic reports a
-/// failed connect (refused, timed out) as a `ConnectError` in the status's source chain.
-fn never_sent(status: &Status) -> bool {
-    let mut source = std::error::Error::source(status);
-    while let Some(error) = source {
-        if error.is::<tonic::ConnectError>() {
-            return true;
-        }
-        source = error.source();
-    }
-    false
-}
-
-/// What one node's failed attempts of a call say of it, for a caller that gives up as soon as
-/// every node is known unable to serve the call (`LeaseClient::with_quick_give_up`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) enum DeadEnd {
-    /// Nothing known: it may answer the next attempt.
-    #[default]
-    Open,
-    /// Its connection was refused this many times in a row: nothing listens there.
-    Refusing(u32),
-    /// It waited for an election and saw none end: it hears from no majority.
-    NoLeader,
-    /// Its TLS handshake failed over a certificate, as it will every time: what to mend.
-    Certificate(String),
-}
-
-impl DeadEnd {
-    /// What the node's failed attempt with `status` adds to what was known of it.
-    pub(crate) fn after(&self, status: &Status) -> DeadEnd {
-        if nothing_listens(status) {
-            return match self {
-                DeadEnd::Refusing(times) => DeadEnd::Refusing(times + 1),
-                _ => DeadEnd::Refusing(1),
-            };
-        }
-        if refused_for(status, NO_LEADER_REASON) {
-            return DeadEnd::NoLeader;
-        }
-        match (certificate_refused(status), self) {
-            (Some(why), _) => DeadEnd::Certificate(why),
-            // A node that refused the certificate refuses it again: a connection it closed
-            // before the alert was read (the transport then says only "closed") changes
-            // nothing.
-            (None, DeadEnd::Certificate(_)) if status.metadata().get(ORIGIN_KEY).is_none() => {
-                self.clone()
-            }
-            (None, _) => DeadEnd::Open,
-        }
-    }
-}
-
-/// Why no node of `endpoints` can serve the call, given what each one's attempts said
-/// (`ends`, in the same order); `None` while one may still answer.
-///
-/// A refused connection alone needs a second in a row, as a node restarting refuses for a
-/// moment. Beside a node that waited out an election (no majority answers it) or refused a
-/// certificate (which no retry mends), one refusal is enough.
-pub(crate) fn no_way(ends: &[DeadEnd], endpoints: &[String]) -> Option<String> {
-    let at = |pick: fn(&DeadEnd) -> bool| -> String {
-        let named: Vec<&str> = endpoints
-            .iter()
-            .zip(ends)
-            .filter(|(_, end)| pick(end))
-            .map(|(endpoint, _)| endpoint.as_str())
-            .collect();
-        named.join(",")
-    };
-    let refusing = |end: &DeadEnd| matches!(end, DeadEnd::Refusing(_));
-    if ends.contains(&DeadEnd::Open) {
-        return None;
-    }
-    if let Some(DeadEnd::Certificate(why)) = ends
-        .iter()
-        .find(|end| matches!(end, DeadEnd::Certificate(_)))
-    {
-        return Some(format!(
-            "the TLS handshake with {} failed: {why}",
-            at(|end| matches!(end, DeadEnd::Certificate(_)))
-        ));
-    }
-    if ends.contains(&DeadEnd::NoLeader) {
-        let mut why = format!(
-            "no leader was elected at {}",
-            at(|end| *end == DeadEnd::NoLeader)
-        );
-        if ends.iter().any(refusing) {
-            why += &format!(", and nothing listens at {}", at(refusing));
-        }
-        return Some(format!(
-            "{why}: no majority of the cluster is up (`leasehold status` shows which nodes \
-             are down; start them)"
-        ));
-    }
-    ends.iter()
-        .all(|end| matches!(end, DeadEnd::Refusing(times) if *times >= 2))
-        .then(|| {
-            format!(
-                "nothing listens at {}: is the cluster running? (`leasehold cluster` runs a \
-                 local one)",
-                endpoints.join(",")
-            )
-        })
-}
-
-/// A TLS handshake that failed over a certificate, as it will however often it is tried: what
-/// to mend, if `status` is one. rustls's error comes inside an `io::Error`, whose own `source`
-/// skips it; once the connection serves, an alert the node sent comes as its text alone.
-fn certificate_refused(status: &Status) -> Option<String> {
-    use rustls::AlertDescription as Alert;
-    // What the node says when it refuses this client's certificate.
-    const REFUSALS: [Alert; 8] = [
-        Alert::BadCertificate,
-        Alert::UnsupportedCertificate,
-        Alert::CertificateRevoked,
-        Alert::CertificateExpired,
-        Alert::CertificateUnknown,
-        Alert::UnknownCA,
-        Alert::CertificateRequired,
-        // A signature that did not verify: the certificate's (another CA under the same name)
-        // or the handshake's (a key that is not the certificate's).
-        Alert::DecryptError,
-    ];
-    let mut source = std::error::Error::source(status);
-    while let Some(error) = source {
-        source = error.source();
-        let Some(inner) = error
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-        else {
-            continue;
-        };
-        if let Some(e @ rustls::Error::InvalidCertificate(_)) = inner.downcast_ref() {
-            return Some(format!(
-                "this client does not trust the node's certificate ({e}): is --tls-ca the CA \
-                 that signed the nodes' certificates?"
-            ));
-        }
-        let text = inner.to_string();
-        if REFUSALS
-            .iter()
-            .any(|alert| rustls::Error::AlertReceived(*alert).to_string() == text)
-        {
-            return Some(format!(
-                "the node refused this client's certificate ({text}): show one that the \
-                 cluster's CA signed (--tls-cert and --tls-key)"
-            ));
-        }
-    }
-    None
-}
-
-/// Whether the attempt's connection was refused: nothing listens at the node's address.
-fn nothing_listens(status: &Status) -> bool {
-    let mut source = std::error::Error::source(status);
-    while let Some(error) = source {
-        let refused = error.downcast_ref::<std::io::Error>();
-        if refused.is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused) {
-            return true;
-        }
-        source = error.source();
-    }
-    false
 }
 
 fn mark_indeterminate(status: &mut Status) {
@@ -355,6 +180,7 @@ fn indeterminate(status: &Status, why: &str) -> Status {
 #[cfg(test)]
 pub(crate) mod statuses {
     use super::*;
+    use tonic_types::StatusExt;
 
     /// A status a node produced itself: marked so, and indeterminate if the node says so.
     pub(crate) fn node_says(code: Code, message: &str, indeterminate: bool) -> Status {
@@ -367,6 +193,26 @@ pub(crate) mod statuses {
             mark_indeterminate(&mut status);
         }
         status
+    }
+
+    /// A node's refusal for `reason`, as its ErrorInfo carries it.
+    pub(crate) fn node_refused(code: Code, reason: &str) -> Status {
+        let mut origin = tonic::metadata::MetadataMap::new();
+        origin.insert(
+            ORIGIN_KEY,
+            tonic::metadata::MetadataValue::from_static("node"),
+        );
+        let info = tonic_types::ErrorDetails::with_error_info(
+            reason,
+            leasehold_proto::wire::ERROR_DOMAIN,
+            std::collections::HashMap::<String, String>::new(),
+        );
+        Status::with_error_details_and_metadata(
+            code,
+            format!("the node says {reason}"),
+            info,
+            origin,
+        )
     }
 
     /// A node's own plain UNAVAILABLE: this attempt was not applied.
@@ -413,6 +259,7 @@ pub(crate) mod statuses {
 mod tests {
     use super::statuses::*;
     use super::*;
+    use tonic_types::StatusExt;
 
     /// A write past a cap (sessions, leases, rows) is refused alike by every node: the call
     /// gives it back at once, where a node's other RESOURCE_EXHAUSTED (its requests at their
@@ -525,58 +372,6 @@ mod tests {
             let e = outcome(Effect::Read, failures);
             assert!(!e.is_indeterminate(), "{e}");
         }
-    }
-
-    /// A quick give-up waits while any node may still answer, and names the cause once none
-    /// can: nothing listening (twice in a row), no majority, a refused certificate.
-    #[test]
-    fn no_way_is_said_only_once_every_node_is_a_dead_end() {
-        use DeadEnd::*;
-        let endpoints: Vec<String> = ["a:1", "b:2", "c:3"].map(String::from).into();
-        let cert = || Certificate("it is not trusted".into());
-        for open in [
-            vec![Open, Refusing(2), Refusing(2)],
-            vec![Refusing(1), Refusing(2), Refusing(2)],
-            vec![NoLeader, Open, Refusing(1)],
-            vec![cert(), Open, Open],
-        ] {
-            assert_eq!(no_way(&open, &endpoints), None, "{open:?}");
-        }
-        let nothing = no_way(&[Refusing(2), Refusing(3), Refusing(2)], &endpoints).unwrap();
-        assert!(
-            nothing.starts_with("nothing listens at a:1,b:2,c:3"),
-            "{nothing}"
-        );
-        let minority = no_way(&[Refusing(1), NoLeader, Refusing(1)], &endpoints).unwrap();
-        assert!(
-            minority.starts_with("no leader was elected at b:2, and nothing listens at a:1,c:3")
-                && minority.contains("no majority"),
-            "{minority}"
-        );
-        let refused = no_way(&[cert(), Refusing(1), cert()], &endpoints).unwrap();
-        assert!(
-            refused.starts_with("the TLS handshake with a:1,c:3 failed: it is not trusted"),
-            "{refused}"
-        );
-
-        let mut origin = tonic::metadata::MetadataMap::new();
-        origin.insert(
-            ORIGIN_KEY,
-            tonic::metadata::MetadataValue::from_static("node"),
-        );
-        let info = tonic_types::ErrorDetails::with_error_info(
-            NO_LEADER_REASON,
-            leasehold_proto::wire::ERROR_DOMAIN,
-            std::collections::HashMap::<String, String>::new(),
-        );
-        let told = Status::with_error_details_and_metadata(
-            Code::Unavailable,
-            "no leader was elected within 2000 ms",
-            info,
-            origin,
-        );
-        assert_eq!(Open.after(&told), NoLeader);
-        assert_eq!(Refusing(1).after(&no_leader()), Open, "a plain UNAVAILABLE");
     }
 
     /// The pauses between rounds start short, double up to their ceiling, and each is

@@ -17,10 +17,12 @@ use crate::answers::{
     Acquired, Answer, Applied, Deleted, LeaseState, Listing, Members, Page, Released, Renewal,
     Renewed, TokenStatus, Written,
 };
-use crate::attempts::{no_way, removed, round_pauses, Attempts, DeadEnd, Effect, Next};
+use crate::attempts::{round_pauses, Attempts, Effect, Next};
 use crate::batch::{answered_as, BatchMethod, Batches};
 use crate::channel::{Bearer, NodeChannel, TOKEN_WITHOUT_TLS};
+use crate::dead_end::{no_way, DeadEnd};
 use crate::error::ClientError;
+use crate::failure::removed;
 use crate::lane::Lanes;
 use crate::limits::{
     ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, DEFAULT_DEADLINE, MAX_ROUND_PAUSE, MEMBERSHIP_TIMEOUT,
@@ -79,7 +81,7 @@ pub struct LeaseClient {
     /// The endpoint that answered last: tried first next time.
     preferred: AtomicUsize,
     deadline: Duration,
-    /// Give up before the deadline once no node listens (see `with_quick_give_up`).
+    /// Give up before the deadline once no node can serve a call (see `with_quick_give_up`).
     quick_give_up: bool,
     /// The renewals of this client's holders waiting for their request.
     pub(crate) renewals: crate::renewals::Renewals,
@@ -434,7 +436,10 @@ impl LeaseClient {
                 }
                 Err(status) => {
                     gone[index] |= removed(&status);
-                    ends[index] = ends[index].after(&status);
+                    ends[index] = match gone[index] {
+                        true => DeadEnd::Removed,
+                        false => ends[index].after(&status, tokio::time::Instant::now()),
+                    };
                     let gave_up = self.gave_up(started, &gone, &ends);
                     match attempts.failed(status, gave_up) {
                         Next::Stop(error) => return Err(error),

@@ -13,7 +13,9 @@
 //! - `renewals`: the holders of one client renew together, one request for all those due.
 //! - [`Watch`] (`watch`): lease events (granted, renewed, released, expired) in log order,
 //!   resumed on another node when the one streaming fails.
-//! - `error`, `attempts`: what a call fails with, and how one call's attempts add up to it.
+//! - `error`, `attempts`: what a call fails with, and how one call's attempts add up to it;
+//!   `failure`: what a failed attempt's status says; `dead_end`: when a one-shot caller (the
+//!   CLI) knows no node can serve it, and says why.
 //! - `channel`: a channel to one node, carrying the client's bearer token.
 //! - `batch`: the lease calls multiplexed on one gRPC `Batch` stream per node; `lane`: the
 //!   same calls on connections of their own, where a node without TLS takes them.
@@ -28,7 +30,9 @@ mod batch;
 mod channel;
 mod client;
 pub mod clock;
+mod dead_end;
 mod error;
+mod failure;
 #[cfg(test)]
 mod fake;
 mod holder;

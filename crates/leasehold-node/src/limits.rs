@@ -482,15 +482,18 @@ pub(crate) const HTTP_IDLE: Duration = Duration::from_secs(15);
 /// refused). Held under [`MAX_HANDSHAKES`], as the handshake was.
 pub(crate) const REFUSED_LINGER: Duration = Duration::from_millis(500);
 
-/// The bytes read from a refused connection while it lingers, at most.
-pub(crate) const REFUSED_LINGER_BYTES: usize = 64 * 1024;
+/// The bytes read from a refused connection while it lingers, at most: past what a client
+/// sends before it reads (HTTP/2's first window, 64 KiB, with its framing and TLS records), so
+/// that the client's first request is read whole and the close is not a reset.
+pub(crate) const REFUSED_LINGER_BYTES: usize = 128 * 1024;
 
 /// Handshaken connections waiting for the gRPC server to take them.
 pub(crate) const ACCEPTED_QUEUE: usize = 64;
 
 /// TLS handshakes one plane runs at once. A connection past it is closed at once, so a flood
 /// of connections that never finish their handshake holds this many file descriptors for at
-/// most [`HANDSHAKE_TIMEOUT`], not one per connection.
+/// most [`HANDSHAKE_TIMEOUT`] (and [`REFUSED_LINGER`] after a failed one), not one per
+/// connection.
 pub(crate) const MAX_HANDSHAKES: usize = 256;
 
 /// Distinct (address, reason) pairs the refusal log remembers; past it, it forgets them all

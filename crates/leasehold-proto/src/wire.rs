@@ -33,10 +33,32 @@ pub const ERROR_DOMAIN: &str = "leasehold";
 /// client stops asking it.
 pub const REMOVED_REASON: &str = "REMOVED";
 
-/// The `ErrorInfo.reason` of a node that waited for an election and saw none end: with the
-/// other nodes refusing connections, no majority is up, and a one-shot caller (the CLI) says so
-/// rather than waiting out its deadline.
+/// The `ErrorInfo.reason` of a node that waited for an election and saw none end.
 pub const NO_LEADER_REASON: &str = "NO_LEADER";
+
+/// The `ErrorInfo.reason` of a leader whose write no quorum acknowledged in time.
+pub const NO_QUORUM_REASON: &str = "NO_QUORUM";
+
+/// The `ErrorInfo.reason` of a leader that could not confirm its leadership for a read.
+pub const READ_UNCONFIRMED_REASON: &str = "READ_UNCONFIRMED";
+
+/// The `ErrorInfo.reason` of a leader whose quorum has been silent, refusing a request before
+/// proposing it.
+pub const QUORUM_SILENT_REASON: &str = "QUORUM_SILENT";
+
+/// The `ErrorInfo.reason` of a leader whose quorum went silent while it held the write.
+pub const QUORUM_WENT_SILENT_REASON: &str = "QUORUM_WENT_SILENT";
+
+/// Every reason by which a node says that it hears from no majority, after waiting for one:
+/// with the other nodes refusing connections, no majority is up, and a one-shot caller (the
+/// CLI) says so rather than waiting out its deadline.
+pub const NO_MAJORITY: [&str; 5] = [
+    NO_LEADER_REASON,
+    NO_QUORUM_REASON,
+    READ_UNCONFIRMED_REASON,
+    QUORUM_SILENT_REASON,
+    QUORUM_WENT_SILENT_REASON,
+];
 
 /// The `ErrorInfo.reason` of a registration past a cap on open sessions: retrying at once
 /// opens none, so a client gives the error back (RESOURCE_EXHAUSTED is otherwise worth a

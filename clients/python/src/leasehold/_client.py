@@ -62,7 +62,6 @@ CHANNEL_OPTIONS = [
 ]
 
 
-
 class Effect(enum.Enum):
     READ = "read"
     WRITE = "write"

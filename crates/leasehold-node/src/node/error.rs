@@ -15,8 +15,9 @@ use crate::raft::{NodeId, WriteError};
 
 use crate::limits::QUORUM_SILENCE;
 pub use leasehold_proto::wire::{
-    DENIED_KEY, ERROR_DOMAIN, INDETERMINATE_KEY, LEASES_EXHAUSTED, NO_LEADER_REASON, ORIGIN_KEY,
-    REMOVED_REASON, ROWS_EXHAUSTED, SESSIONS_EXHAUSTED, SESSION_KEY,
+    DENIED_KEY, ERROR_DOMAIN, INDETERMINATE_KEY, LEASES_EXHAUSTED, NO_LEADER_REASON,
+    NO_QUORUM_REASON, ORIGIN_KEY, QUORUM_SILENT_REASON, QUORUM_WENT_SILENT_REASON,
+    READ_UNCONFIRMED_REASON, REMOVED_REASON, ROWS_EXHAUSTED, SESSIONS_EXHAUSTED, SESSION_KEY,
 };
 
 #[derive(Clone, Debug, thiserror::Error)]
@@ -311,8 +312,8 @@ impl NodeError {
             NodeError::Invalid(_) => "INVALID_INPUT",
             NodeError::NotLeader { .. } => "NOT_LEADER",
             NodeError::NoLeader(_) => NO_LEADER_REASON,
-            NodeError::NoQuorum(_) => "NO_QUORUM",
-            NodeError::ReadUnconfirmed(_) => "READ_UNCONFIRMED",
+            NodeError::NoQuorum(_) => NO_QUORUM_REASON,
+            NodeError::ReadUnconfirmed(_) => READ_UNCONFIRMED_REASON,
             NodeError::LeaderUnreachable { .. } => "LEADER_UNREACHABLE",
             NodeError::ForwardLost { .. } => "FORWARD_LOST",
             NodeError::ForwardRefused { .. } => "FORWARD_REFUSED",
@@ -322,8 +323,8 @@ impl NodeError {
             NodeError::ProposalFailed(_) => "PROPOSAL_FAILED",
             NodeError::RaftStopped(_) => "RAFT_STOPPED",
             NodeError::Deposed => "DEPOSED",
-            NodeError::QuorumSilent { .. } => "QUORUM_SILENT",
-            NodeError::QuorumWentSilent { .. } => "QUORUM_WENT_SILENT",
+            NodeError::QuorumSilent { .. } => QUORUM_SILENT_REASON,
+            NodeError::QuorumWentSilent { .. } => QUORUM_WENT_SILENT_REASON,
             NodeError::WrongClock(_) => "WRONG_CLOCK",
             NodeError::ShuttingDown => "SHUTTING_DOWN",
             NodeError::Overloaded { .. } => "OVERLOADED",

@@ -254,9 +254,8 @@ impl Node {
                 manual_clock: config.manual_clock,
                 peers: config.peers.clone(),
                 advertise: config.advertise.clone(),
-                http_address: config
-                    .http_listen
-                    .map(|at| http_address(at, &config.advertise)),
+                http_address: (config.http_listen)
+                    .and_then(|at| http_address(at, &config.advertise)),
                 data_dir: config.data_dir.clone(),
                 lease_retention_ms: config.lease_retention_ms,
                 auth_admin: config.auth_admin.clone(),
@@ -444,6 +443,34 @@ impl Node {
     }
 }
 
+/// The filesystem of a node's data dir ([`Node::disk_space`]), in bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct DiskSpace {
+    /// Free to the node's user.
+    pub free: u64,
+    /// The whole filesystem.
+    pub size: u64,
+}
+
+/// The address people reach HTTP bound at `at` by: `at` itself, or, bound to every address, the
+/// client address's host (`advertise`, `host:port`) with `at`'s port; none when that host names
+/// every address too (nothing to link to).
+fn http_address(at: std::net::SocketAddr, advertise: &str) -> Option<String> {
+    if !at.ip().is_unspecified() {
+        return Some(at.to_string());
+    }
+    let (host, _) = advertise.rsplit_once(':')?;
+    let every = match host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+    {
+        Ok(ip) => ip.is_unspecified(),
+        Err(_) => false,
+    };
+    (!every).then(|| format!("{host}:{}", at.port()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,12 +479,19 @@ mod tests {
     #[test]
     fn the_http_address_names_a_host_people_reach() {
         let at = |a: &str| a.parse().unwrap();
-        let named = super::http_address(at("0.0.0.0:7201"), "db1.example:7001");
-        assert_eq!(named, "db1.example:7201");
-        let v6 = super::http_address(at("[::]:7201"), "[::1]:7001");
-        assert_eq!(v6, "[::1]:7201");
-        let bound = super::http_address(at("127.0.0.1:7202"), "127.0.0.1:7002");
-        assert_eq!(bound, "127.0.0.1:7202");
+        let given = |bound: &str, advertise: &str| super::http_address(at(bound), advertise);
+        let named = given("0.0.0.0:7201", "db1.example:7001");
+        assert_eq!(named.as_deref(), Some("db1.example:7201"));
+        let v6 = given("[::]:7201", "[::1]:7001");
+        assert_eq!(v6.as_deref(), Some("[::1]:7201"));
+        let bound = given("127.0.0.1:7202", "127.0.0.1:7002");
+        assert_eq!(bound.as_deref(), Some("127.0.0.1:7202"));
+        assert_eq!(
+            given("0.0.0.0:7201", "0.0.0.0:7001"),
+            None,
+            "no host to link"
+        );
+        assert_eq!(given("[::]:7201", "[::]:7001"), None, "no host to link");
     }
 
     #[test]
@@ -492,23 +526,5 @@ mod tests {
             "room again once the first requests are done"
         );
         assert!(admission.admit(usize::MAX).is_err());
-    }
-}
-
-/// The filesystem of a node's data dir ([`Node::disk_space`]), in bytes.
-#[derive(Clone, Copy, Debug)]
-pub struct DiskSpace {
-    /// Free to the node's user.
-    pub free: u64,
-    /// The whole filesystem.
-    pub size: u64,
-}
-
-/// The address people reach HTTP bound at `at` by: `at` itself, or, bound to every address, the
-/// client address's host (`advertise`, `host:port`) with `at`'s port.
-fn http_address(at: std::net::SocketAddr, advertise: &str) -> String {
-    match (at.ip().is_unspecified(), advertise.rsplit_once(':')) {
-        (true, Some((host, _))) => format!("{host}:{}", at.port()),
-        _ => at.to_string(),
     }
 }

@@ -258,21 +258,23 @@ pub(crate) fn incoming(
             let refusals = refusals.clone();
             tokio::spawn(async move {
                 let handshake = acceptor.accept(tcp).into_fallible();
-                let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await;
-                let reason = match handshake {
-                    Ok(Ok(tls)) => {
-                        drop(handshaking);
-                        let _ = accepted.send(Ok(tls)).await;
-                        return;
-                    }
-                    Ok(Err((e, tcp))) => {
-                        refusals.refused(plane, Some(from), &format!("TLS handshake failed: {e}"));
-                        linger(tcp).await;
-                        return;
-                    }
-                    Err(_) => format!("no TLS handshake within {} s", HANDSHAKE_TIMEOUT.as_secs()),
-                };
+                let (reason, refused) =
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+                        Ok(Ok(tls)) => {
+                            drop(handshaking);
+                            let _ = accepted.send(Ok(tls)).await;
+                            return;
+                        }
+                        Ok(Err((e, tcp))) => (format!("TLS handshake failed: {e}"), Some(tcp)),
+                        Err(_) => {
+                            let s = HANDSHAKE_TIMEOUT.as_secs();
+                            (format!("no TLS handshake within {s} s"), None)
+                        }
+                    };
                 refusals.refused(plane, Some(from), &reason);
+                if let Some(tcp) = refused {
+                    linger(tcp).await;
+                }
             });
         }
     });

@@ -11,13 +11,26 @@ const TIMELINE_MS = 60000;
 const $ = (id) => document.getElementById(id);
 const num = (v) => Number(v || 0);
 
-// A call of the HTTP API: its answer, or an Error with the node's message.
+// How long a call of this page's node may take before the node counts as not answering (a
+// paused node never answers, and never fails).
+const CALL_TIMEOUT_MS = 3000;
+
+// A call of the HTTP API: its answer, or an Error with the node's message. An Error marked
+// `unanswered` says that nothing answered at all: the node is gone, paused or cut off.
 async function api(rpc, body) {
-  const response = await fetch(`/v1/${rpc}`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify(body || {}),
-  });
+  let response;
+  try {
+    response = await fetch(`/v1/${rpc}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body || {}),
+      signal: AbortSignal.timeout(CALL_TIMEOUT_MS),
+    });
+  } catch (e) {
+    const unanswered = new Error(`nothing answers at ${location.host} (${rpc}): what the page shows is as last read`);
+    unanswered.unanswered = true;
+    throw unanswered;
+  }
   const answer = await response.json().catch(() => ({}));
   if (!response.ok) throw new Error(answer.message || `${rpc}: HTTP ${response.status}`);
   return answer;
@@ -74,7 +87,10 @@ function roleName(role) {
   return String(role || "ROLE_UNSPECIFIED").replace("ROLE_", "").toLowerCase();
 }
 
+let refreshing = false; // one read of the members at a time, however slow the node
 async function refreshMembers() {
+  if (refreshing) return;
+  refreshing = true;
   try {
     const status = await api("Status");
     if (control) control = await fetch("/ui/control").then((r) => r.json()).catch(() => control);
@@ -83,10 +99,10 @@ async function refreshMembers() {
     showElsewhere(false);
     $("updated").textContent = `read ${new Date().toLocaleTimeString()}`;
   } catch (e) {
-    // fetch fails with a TypeError when nothing answers at all: this page's node is gone.
-    const gone = e instanceof TypeError;
-    showError(gone ? new Error(`nothing answers at ${location.host}: the members are as last read`) : e);
-    showElsewhere(gone);
+    showError(e);
+    showElsewhere(Boolean(e.unanswered));
+  } finally {
+    refreshing = false;
   }
 }
 
