@@ -47,12 +47,16 @@ impl Lines {
     /// The next line containing `needle`, skipping others; panics after `timeout`.
     fn until(&self, needle: &str, timeout: Duration) -> String {
         let deadline = std::time::Instant::now() + timeout;
+        let mut skipped = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match self.0.recv_timeout(left) {
                 Ok(line) if line.contains(needle) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("no line containing {needle:?} within {timeout:?}"),
+                Ok(line) => skipped.push(line),
+                Err(_) => panic!(
+                    "no line containing {needle:?} within {timeout:?}; the lines before:\n{}",
+                    skipped.join("\n")
+                ),
             }
         }
     }
