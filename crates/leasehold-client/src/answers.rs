@@ -475,11 +475,6 @@ impl From<pb::AdvanceResponse> for Applied {
 }
 
 /// Whether a member votes.
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize),
-    serde(rename_all = "snake_case")
-)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemberRole {
     /// Counts toward every quorum.
@@ -495,6 +490,14 @@ impl MemberRole {
             MemberRole::Voter => "voter",
             MemberRole::Learner => "learner",
         }
+    }
+}
+
+/// Serialized by its name as [`MemberRole::as_str`] spells it, the one spelling.
+#[cfg(feature = "serde")]
+impl serde::Serialize for MemberRole {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 

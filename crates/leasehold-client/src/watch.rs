@@ -33,11 +33,6 @@ pub enum WatchFrom {
 }
 
 /// What happened to a lease.
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize),
-    serde(rename_all = "snake_case")
-)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
     /// A new holder, with a new token.
@@ -64,6 +59,14 @@ impl EventKind {
     /// The lease is free after this event.
     pub fn frees(self) -> bool {
         matches!(self, EventKind::Released | EventKind::Expired)
+    }
+}
+
+/// Serialized by its name as [`EventKind::as_str`] spells it, the one spelling.
+#[cfg(feature = "serde")]
+impl serde::Serialize for EventKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
     }
 }
 
