@@ -3,6 +3,8 @@
 use leasehold_proto::{INDETERMINATE_KEY, SESSION_KEY};
 use tonic::{Code, Status};
 
+use crate::failure::causes;
+
 /// Why a call got no answer. Refusals the store decides (the lease is held, the token is stale)
 /// are not errors: they are answers, in [`crate::answers`].
 #[derive(Debug, thiserror::Error)]
@@ -74,13 +76,7 @@ pub(crate) fn describe(status: &Status) -> String {
 
 /// What failed at the bottom of the transport under `status`, if it did.
 pub(crate) fn deepest_cause(status: &Status) -> Option<String> {
-    let mut source = std::error::Error::source(status);
-    let mut deepest = None;
-    while let Some(error) = source {
-        deepest = Some(error.to_string());
-        source = error.source();
-    }
-    deepest
+    causes(status).last().map(|error| error.to_string())
 }
 
 /// The status's message and, when the transport failed, what failed underneath (a refused

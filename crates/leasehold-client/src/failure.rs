@@ -2,6 +2,8 @@
 //! connection never made or refused, a TLS handshake refused over a certificate. Both the
 //! call's attempts (`attempts`) and a quick give-up (`dead_end`) ask.
 
+use std::error::Error;
+
 use leasehold_proto::wire::REMOVED_REASON;
 use leasehold_proto::ORIGIN_KEY;
 use tonic::Status;
@@ -21,30 +23,25 @@ pub(crate) fn removed(status: &Status) -> bool {
     refused_for(status, REMOVED_REASON)
 }
 
+/// What failed under `status`, from the transport's error down to the deepest cause.
+pub(crate) fn causes(status: &Status) -> impl Iterator<Item = &(dyn Error + 'static)> {
+    std::iter::successors(Error::source(status), |error: &&(dyn Error + 'static)| {
+        (*error).source()
+    })
+}
+
 /// Only a connection that was never made proves the request was not sent: tonic reports a
 /// failed connect (refused, timed out) as a `ConnectError` in the status's source chain.
 pub(crate) fn never_sent(status: &Status) -> bool {
-    let mut source = std::error::Error::source(status);
-    while let Some(error) = source {
-        if error.is::<tonic::ConnectError>() {
-            return true;
-        }
-        source = error.source();
-    }
-    false
+    causes(status).any(|error| error.is::<tonic::ConnectError>())
 }
 
 /// Whether the attempt's connection was refused: nothing listens at the node's address.
 pub(crate) fn nothing_listens(status: &Status) -> bool {
-    let mut source = std::error::Error::source(status);
-    while let Some(error) = source {
+    causes(status).any(|error| {
         let refused = error.downcast_ref::<std::io::Error>();
-        if refused.is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused) {
-            return true;
-        }
-        source = error.source();
-    }
-    false
+        refused.is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+    })
 }
 
 /// A TLS handshake that failed over a certificate, as it will however often it is tried: what
@@ -65,9 +62,7 @@ pub(crate) fn certificate_refused(status: &Status) -> Option<String> {
         // or the handshake's (a key that is not the certificate's).
         Alert::DecryptError,
     ];
-    let mut source = std::error::Error::source(status);
-    while let Some(error) = source {
-        source = error.source();
+    for error in causes(status) {
         let Some(inner) = error
             .downcast_ref::<std::io::Error>()
             .and_then(|io| io.get_ref())
