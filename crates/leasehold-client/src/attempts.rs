@@ -42,6 +42,13 @@ pub(crate) fn round_pauses() -> impl Iterator<Item = Duration> {
         .build()
 }
 
+/// Sleeps the next of `pauses` after a round of attempts, never past `left` (what is left of
+/// the call's deadline).
+pub(crate) async fn pause_within(pauses: &mut impl Iterator<Item = Duration>, left: Duration) {
+    let pause = pauses.next().unwrap_or(MAX_ROUND_PAUSE);
+    tokio::time::sleep(pause.min(left)).await;
+}
+
 /// Whether a call changes the store: only a write can be left indeterminate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Effect {

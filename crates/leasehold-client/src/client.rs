@@ -17,7 +17,7 @@ use crate::answers::{
     Acquired, Answer, Applied, Deleted, LeaseState, Listing, Members, Page, Released, Renewal,
     Renewed, TokenStatus, Written,
 };
-use crate::attempts::{round_pauses, Attempts, Effect, Next};
+use crate::attempts::{pause_within, round_pauses, Attempts, Effect, Next};
 use crate::batch::{answered_as, BatchMethod, Batches};
 use crate::channel::{Bearer, NodeChannel, TOKEN_WITHOUT_TLS};
 use crate::dead_end::{no_way, DeadEnd};
@@ -25,8 +25,8 @@ use crate::error::ClientError;
 use crate::failure::removed;
 use crate::lane::Lanes;
 use crate::limits::{
-    ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, DEFAULT_DEADLINE, MAX_ROUND_PAUSE, MEMBERSHIP_TIMEOUT,
-    MIN_ATTEMPT, SNAPSHOT_TIMEOUT,
+    ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, DEFAULT_DEADLINE, MEMBERSHIP_TIMEOUT, MIN_ATTEMPT,
+    SNAPSHOT_TIMEOUT,
 };
 use crate::watch::{Watch, WatchFrom, WatchSelect};
 
@@ -246,16 +246,11 @@ impl LeaseClient {
         self
     }
 
-    /// Why a call stops trying after a failed attempt, if it does: every node was removed from
-    /// its cluster, none can serve it (`ends`, with `with_quick_give_up`), or the deadline
-    /// passed since `started`.
-    fn gave_up(
-        &self,
-        started: tokio::time::Instant,
-        gone: &[bool],
-        ends: &[DeadEnd],
-    ) -> Option<String> {
-        if gone.iter().all(|g| *g) {
+    /// Why a call stops trying after a failed attempt, if it does, by what each node's attempts
+    /// said (`ends`): every node was removed from its cluster, none can serve the call (with
+    /// `with_quick_give_up`), or the deadline passed since `started`.
+    fn gave_up(&self, started: tokio::time::Instant, ends: &[DeadEnd]) -> Option<String> {
+        if ends.iter().all(|end| *end == DeadEnd::Removed) {
             let endpoints = self.endpoints.join(",");
             return Some(format!(
                 "every node of {endpoints} was removed from its cluster"
@@ -410,10 +405,9 @@ impl LeaseClient {
         let count = self.channels.len();
         let first = self.preferred.load(Ordering::Relaxed);
         let mut attempts = Attempts::new(effect);
-        // Nodes that said the cluster removed them: not asked again by this call.
-        let mut gone = vec![false; count];
         let mut pauses = round_pauses();
-        // What each node's failed attempts say of it.
+        // What each node's failed attempts say of it. Nodes that said the cluster removed them
+        // are not asked again by this call.
         let mut ends = vec![DeadEnd::Open; count];
         let mut attempt = 0;
         loop {
@@ -435,22 +429,20 @@ impl LeaseClient {
                     return Ok(response.into_inner());
                 }
                 Err(status) => {
-                    gone[index] |= removed(&status);
-                    ends[index] = match gone[index] {
+                    ends[index] = match removed(&status) {
                         true => DeadEnd::Removed,
                         false => ends[index].after(&status, tokio::time::Instant::now()),
                     };
-                    let gave_up = self.gave_up(started, &gone, &ends);
+                    let gave_up = self.gave_up(started, &ends);
                     match attempts.failed(status, gave_up) {
                         Next::Stop(error) => return Err(error),
                         Next::Retry => loop {
                             attempt += 1;
                             if attempt % count == 0 {
                                 let left = self.deadline.saturating_sub(started.elapsed());
-                                let pause = pauses.next().unwrap_or(MAX_ROUND_PAUSE);
-                                tokio::time::sleep(pause.min(left)).await;
+                                pause_within(&mut pauses, left).await;
                             }
-                            if !gone[(first + attempt) % count] {
+                            if ends[(first + attempt) % count] != DeadEnd::Removed {
                                 break;
                             }
                         },

@@ -9,10 +9,10 @@ use leasehold_proto::v1 as pb;
 use leasehold_proto::v1::lease_store_client::LeaseStoreClient;
 use tonic::{Code, Status, Streaming};
 
-use crate::attempts::round_pauses;
+use crate::attempts::{pause_within, round_pauses};
 use crate::channel::NodeChannel;
 use crate::error::ClientError;
-use crate::limits::{MAX_ROUND_PAUSE, OPEN_TIMEOUT};
+use crate::limits::OPEN_TIMEOUT;
 
 /// Which leases a watch follows.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -285,8 +285,7 @@ impl Watch {
             }
             if tried % count == 0 {
                 let left = self.deadline.saturating_sub(started.elapsed());
-                let pause = pauses.next().unwrap_or(MAX_ROUND_PAUSE);
-                tokio::time::sleep(pause.min(left)).await;
+                pause_within(&mut pauses, left).await;
             }
         }
     }
