@@ -43,8 +43,8 @@ pub fn seconds(ms: u64) -> String {
     }
 }
 
-/// A client for one command: it says at once that nothing listens, rather than at its
-/// deadline.
+/// A client for one command: it says at once why no node can serve it (nothing listens, no
+/// majority, a refused certificate), rather than at its deadline.
 fn client(opts: &ClientOpts) -> anyhow::Result<LeaseClient> {
     Ok(opts.client()?.with_quick_give_up())
 }
@@ -232,8 +232,8 @@ pub async fn lease(opts: &ClientOpts, name: &str) -> anyhow::Result<Exit> {
     Ok(emit(opts, &named, text, Exit::Ok))
 }
 
-/// Reads a listing page by page with `page`, handing each entry to `each` with the store time
-/// its page was read at, until `limit` entries (0: all) or the end; how many there were.
+/// Reads a listing page by page with `page`, handing each page's entries to `each` with the
+/// store time it was read at, until `limit` entries (0: all) or the end; how many there were.
 async fn list_pages<T>(
     mut listing: Listing,
     limit: usize,
@@ -402,11 +402,8 @@ pub fn status_table(nodes: &[pb::NodeStatus]) -> String {
             bytes(n.snapshot_bytes),
         ]);
     }
-    let lines: String = rows
-        .lines()
-        .map(|l| l.trim_end().to_owned() + "\n")
-        .collect();
-    lines + &unreachable + &security(nodes) + &versions(nodes) + &clocks(nodes)
+    let table: String = lines(&rows).map(|line| line + "\n").collect();
+    table + &unreachable + &security(nodes) + &versions(nodes) + &clocks(nodes)
 }
 
 /// A line for each node whose clock is odd against the majority's: it does not lead.
