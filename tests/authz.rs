@@ -134,9 +134,7 @@ async fn the_cli_is_allowed_and_denied_as_the_client_is() {
         (&["auth", "show"], "read the policy"),
     ] {
         let out = cli(denied);
-        assert_eq!(out.status.code(), Some(1), "{denied:?}: {out:?}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        let stderr = harness::one_line_error(&out, &format!("{denied:?}"));
         assert!(
             stderr.contains("permission denied: team-a may not"),
             "{stderr}"
@@ -731,9 +729,7 @@ fn certs_for_a_client_refuse_names_of_the_sets_own_files_and_members() {
             .args(["--client", name])
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(1), "{name}: {out:?}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        harness::one_line_error(&out, name);
     }
     assert_eq!(std::fs::read(&set.node(1).ca).unwrap(), ca);
     let issued = set.issue_client("team-a.prod").unwrap();

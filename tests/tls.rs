@@ -266,9 +266,7 @@ fn certs_makes_a_set_for_named_hosts_and_refuses_a_host_for_no_node() {
         .args(["--nodes", "3", "--hosts", "4=10.0.0.4"])
         .output()
         .unwrap();
-    assert_eq!(refused.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    let stderr = harness::one_line_error(&refused, "a host for no node");
     assert!(stderr.contains("node 4"), "{stderr}");
 }
 
@@ -331,9 +329,7 @@ fn serve_refused_at_start(dir: &tempfile::TempDir, ca: &std::path::Path, more: &
     }
     let out = node.wait_with_output().unwrap();
     assert!(exited, "the node started: {out:?}");
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    let stderr = harness::one_line_error(&out, "a node refused at start");
     assert!(
         !dir.path().join("data").join("raft-log").exists(),
         "no storage was opened"
@@ -378,9 +374,7 @@ async fn a_client_without_the_certificate_a_node_demands_is_told_at_once() {
         let started = std::time::Instant::now();
         let out = command.output().unwrap();
         assert!(started.elapsed() < Duration::from_secs(3), "{out:?}");
-        assert_eq!(out.status.code(), Some(1), "{out:?}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        let stderr = harness::one_line_error(&out, "without the certificate demanded");
         assert!(stderr.contains("demands a client certificate"), "{stderr}");
         assert!(stderr.contains("--tls-cert"), "{stderr}");
     }
@@ -423,9 +417,7 @@ async fn a_command_whose_tls_handshake_cannot_succeed_says_so_at_once() {
         let started = Instant::now();
         let out = command.args(["put", "k", "v"]).output().unwrap();
         let waited = started.elapsed();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{case}: {stderr}");
-        assert_eq!(stderr.trim().lines().count(), 1, "{case}: {stderr}");
+        let stderr = harness::one_line_error(&out, case);
         assert!(stderr.contains(flag), "{case}: {stderr}");
         // The node served nothing: the write was never applied, whatever the client had sent.
         assert!(!stderr.contains("indeterminate"), "{case}: {stderr}");

@@ -58,6 +58,15 @@ pub fn python_venv(dir: &std::path::Path, packages: &[&str]) -> std::path::PathB
     dir.join("bin/python")
 }
 
+/// The error a `leasehold` command ended with, as every CLI error ends: exit code 1 and one
+/// line on stderr (`context` names the case in a failure); that line.
+pub fn one_line_error(out: &std::process::Output, context: &str) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{context}: {out:?}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{context}: {stderr}");
+    stderr
+}
+
 /// Runs `leasehold ARGS` against `endpoints` to the end.
 pub fn cli(endpoints: &[String], args: &[&str]) -> std::process::Output {
     command(endpoints)
