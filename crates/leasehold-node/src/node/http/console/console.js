@@ -67,7 +67,7 @@ function bytes(n) {
 }
 
 // A node's disk: what is free of the whole, and the share, marked low under a tenth (as the
-// alert rules in deploy/ warn).
+// alert rules in deploy/ warn); "-" where it is not known (an unreachable node gives 0 of 0).
 function disk(node) {
   const free = num(node.diskFreeBytes);
   const size = num(node.diskSizeBytes);
@@ -167,7 +167,7 @@ function renderMembers(nodes) {
     const clock = ratio ? `${ratio.toFixed(2)}x` : "-";
     cell(row, 7, node.clockOdd ? `${clock} odd: ${node.clockOddReason}` : clock, node.clockOdd ? "odd" : "num");
     cell(row, 8, bytes(num(node.snapshotBytes)), "num");
-    cell(row, 9, ...(state === "unreachable" ? ["-", "num"] : disk(node)));
+    cell(row, 9, ...disk(node));
     cell(row, 10, num(node.leases), "num");
     if (control && control.available) controls(slot(row, 11), id, state);
   }
