@@ -68,7 +68,7 @@ pub fn check_all_within(history: &[Operation], log: &Log, tolerance: Tolerance) 
 mod tests {
     //! Each checker must flag the bad history it exists for, and pass a clean one.
     use crate::*;
-    use leasehold_core::{Command, Fence, Outcome};
+    use leasehold_core::{Command, Fence, Limits, Outcome};
 
     /// The hand-made histories' unit of time: as long as the log's stamps step (100 ms, see
     /// [`log_of`]) over ten, so that their clients' clock keeps up with store time.
@@ -183,6 +183,29 @@ mod tests {
         let anomalies = check_all(&history, &log);
         assert!(
             anomalies.iter().any(|a| a.checker == "durability"),
+            "{anomalies:?}"
+        );
+    }
+
+    #[test]
+    fn an_acquire_logged_with_the_grant_margin_is_the_one_sent_and_any_other_ttl_is_lost() {
+        let sent = [acquire("l", "a"), put("k", "1", None)];
+        let history_of = |log: &Log| {
+            let mut history = honest_history(log);
+            for (op, sent) in history.iter_mut().zip(&sent) {
+                op.request = Request::Write(sent.clone());
+            }
+            history
+        };
+        let logged = sent
+            .clone()
+            .map(|op| op.held_longer(Limits::GRANT_MARGIN_MS));
+        let log = log_of(&logged);
+        assert_eq!(check_all(&history_of(&log), &log), vec![]);
+        let log = log_of(&sent.clone().map(|op| op.held_longer(1)));
+        let anomalies = check_all(&history_of(&log), &log);
+        assert!(
+            anomalies.iter().any(|a| a.what.contains("a lost write")),
             "{anomalies:?}"
         );
     }

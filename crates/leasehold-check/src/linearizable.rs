@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::history::{Anomaly, Answer, Completion, Log, Operation, Replayed, Request};
 use crate::model::Model;
-use leasehold_core::{LeaseTable, Op, Outcome};
+use leasehold_core::{LeaseTable, Limits, Op, Outcome};
 
 /// Every acknowledged answer against the replay of the log: each write answered what the model
 /// answered at its place, and each read saw the state at the entry it names.
@@ -66,7 +66,7 @@ fn acknowledged_writes(history: &[Operation], log: &Log, applied: &[Replayed]) -
             ));
             continue;
         };
-        if found.op != *write {
+        if !logged_forms(write).contains(&found.op) {
             anomalies.push(Anomaly::new(
                 "durability",
                 format!(
@@ -90,6 +90,18 @@ fn acknowledged_writes(history: &[Operation], log: &Log, applied: &[Replayed]) -
         }
     }
     anomalies
+}
+
+/// The forms a leader logs a client's `write` in: as sent under the manual clock, and under the
+/// default clock with its TTLs held the grant margin longer (`Op::held_longer`). (An op with no
+/// TTL has one form, counted once.)
+fn logged_forms(write: &Op) -> Vec<Op> {
+    let mut forms = vec![
+        write.clone(),
+        write.clone().held_longer(Limits::GRANT_MARGIN_MS),
+    ];
+    forms.dedup();
+    forms
 }
 
 /// What a read should answer on `table`; `None` for a write.
@@ -272,8 +284,10 @@ fn applied_at_most_once(history: &[Operation], applied: &[Replayed]) -> Vec<Anom
         if matches!(op.completion, Completion::Failed(_)) {
             continue;
         }
-        let key = postcard::to_allocvec(write).unwrap_or_default();
-        counts.entry(key).or_insert((0, 0, write)).1 += 1;
+        for form in logged_forms(write) {
+            let key = postcard::to_allocvec(&form).unwrap_or_default();
+            counts.entry(key).or_insert((0, 0, write)).1 += 1;
+        }
     }
     counts
         .values()

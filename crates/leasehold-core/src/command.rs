@@ -172,6 +172,40 @@ impl Op {
         }
     }
 
+    /// The operation with every TTL it carries (an acquire's, each renewal's) longer by
+    /// `margin_ms`: what a leader logs under the default clock
+    /// ([`Limits::GRANT_MARGIN_MS`](crate::Limits::GRANT_MARGIN_MS)), after the TTLs asked were
+    /// checked, so that the log holds what every replica applies.
+    pub fn held_longer(self, margin_ms: u64) -> Op {
+        match self {
+            Op::Acquire {
+                lease,
+                holder,
+                ttl_ms,
+            } => Op::Acquire {
+                lease,
+                holder,
+                ttl_ms: ttl_ms.saturating_add(margin_ms),
+            },
+            Op::Renew { mut leases } => {
+                for renewal in &mut leases {
+                    renewal.ttl_ms = renewal.ttl_ms.saturating_add(margin_ms);
+                }
+                Op::Renew { leases }
+            }
+            Op::As {
+                identity,
+                bearer,
+                op,
+            } => Op::As {
+                identity,
+                bearer,
+                op: Box::new(op.held_longer(margin_ms)),
+            },
+            op => op,
+        }
+    }
+
     /// What the policy must allow for a client to ask this, every one of it: none for what
     /// any identity may do (opening a session) or what only a node logs (ticks, forgetting);
     /// one hold per lease for a renewal.

@@ -18,6 +18,13 @@ impl Limits {
     pub const MIN_TTL_MS: u64 = 100;
     /// The longest TTL one acquire may ask for, in milliseconds: a day.
     pub const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+    /// How much longer than asked the store holds every grant and renewal under the default
+    /// clock, in milliseconds: the most its time may gain on real time, once, in the moment
+    /// a leader's clock changes rate and before its voters' readings show it (the node's
+    /// `CLOCK_TRAIL`, which its limits hold to this). So a lease lives at least its TTL in
+    /// real time even then; Chubby's master holds its leases longer than its clients count
+    /// them for the same reason.
+    pub const GRANT_MARGIN_MS: u64 = 100;
     /// The furthest one advance may move store time, in milliseconds: a year.
     pub const MAX_ADVANCE_MS: u64 = 365 * 24 * 60 * 60 * 1000;
     /// The most leases one renewal names: with the longest names it still fits a client's

@@ -180,7 +180,8 @@ pub(crate) const CLOCK_PROBE_WAIT: Duration = Duration::from_millis(500);
 /// How far behind the newest readings a leader reads the voters' clocks, so that the time they
 /// allow grows smoothly between readings (see `quorum_time`): more than a probe's interval and
 /// a loaded machine's round trip. The most store time may gain on real time, once, in the
-/// moment a leader's clock changes rate.
+/// moment a leader's clock changes rate: every grant is held as much longer
+/// (`leasehold_core::Limits::GRANT_MARGIN_MS`).
 pub(crate) const CLOCK_TRAIL: Duration = Duration::from_millis(100);
 
 /// Readings of a peer's clock are kept this long.
@@ -240,6 +241,10 @@ const _: () = {
     assert!(
         TICK_MIN_GAP.as_millis() < TICK_CHECK.as_millis(),
         "ticks may come closer together than the ticker's idle look"
+    );
+    assert!(
+        CLOCK_TRAIL.as_millis() <= leasehold_core::Limits::GRANT_MARGIN_MS as u128,
+        "every grant is held at least as much longer as store time may gain on real time"
     );
 };
 

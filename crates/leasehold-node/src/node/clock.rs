@@ -87,9 +87,13 @@
 //!   read `CLOCK_TRAIL` of real time behind (on the leader's clock at the known pace), and in
 //!   the moment a leader's clock changes rate, until the readings show it, that trail is
 //!   counted at the old pace: it shrinks by up to its rate's worth, and store time may gain as
-//!   much on real time, up to `CLOCK_TRAIL`, once, and a lease in flight then ends early by as
-//!   much (the README has the fault suite's figures; its store-time checker allows
-//!   `CLOCK_TRAIL` in runs with clock faults). A forward jump of
+//!   much on real time, up to `CLOCK_TRAIL`, once (the fault suite's store-time checker allows
+//!   `CLOCK_TRAIL` in runs with clock faults). No stamping avoids some such gain: between two
+//!   readings only the leader's clock measures, and stamps held to the readings alone would
+//!   move in steps a reading's round trip apart, which a grant stamped at a step's top loses.
+//!   So a lease does not pay for it: the leader logs every grant and renewal held
+//!   `Limits::GRANT_MARGIN_MS` (at least `CLOCK_TRAIL`) longer than asked (`Op::held_longer`,
+//!   in `write`), and a lease in flight across the gain still lives its TTL. A forward jump of
 //!   the leader's clock gains no more, by `M(t)`; after a backward one the clock counts on
 //!   from where it stood (`Stamping::trail_at`).
 //! - Where not every voter answers for its clock (a member of an older build, mid-upgrade),

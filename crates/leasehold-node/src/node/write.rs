@@ -5,7 +5,7 @@ use super::{Node, NodeError};
 use crate::limits::{CARRY_REFRESH_AFTER, LEADERS_FOLLOWED, QUORUM_WAIT};
 use crate::raft::Applied;
 use leasehold_core::format::FORMAT_1;
-use leasehold_core::{validate, Command, Op, RequestId};
+use leasehold_core::{validate, Command, Limits, Op, RequestId};
 
 /// Whether a write slow to commit has a tick logged after it.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -133,6 +133,12 @@ impl Node {
             .map(|w| {
                 let (op, request) = w?;
                 seats.extend(self.take_seat(&op)?);
+                // Under the default clock every grant is held a margin longer than asked: what
+                // store time may gain on real time when this clock changes rate (see `clock`).
+                let op = match at_ms {
+                    Some(_) => op.held_longer(Limits::GRANT_MARGIN_MS),
+                    None => op,
+                };
                 Ok(self.inner.proposer.submit(Command { at_ms, request, op }))
             })
             .collect();
