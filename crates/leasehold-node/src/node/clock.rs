@@ -60,7 +60,8 @@
 //! (`quorum_time`):
 //!
 //! ```text
-//! T(t) = max(T_last, min(T_last + pace * (t - t_last), base + M(t), T_last + M(t) - M(t_last)))
+//! T(t) = max(T_last, min(T_last + pace * (t - t_last), base + M(t), T_last + M(t) - M(t_last),
+//!                        T_last + G(t_last, t)))
 //! ```
 //!
 //! - `M(t)`, the *allowance*, is the majority-th largest of what each voter's clock measured
@@ -96,6 +97,13 @@
 //!   in `write`), and a lease in flight across the gain still lives its TTL. A forward jump of
 //!   the leader's clock gains no more, by `M(t)`; after a backward one the clock counts on
 //!   from where it stood (`Stamping::trail_at`).
+//! - `G(t_last, t)` is the majority-th largest of what each voter's clock measured between the
+//!   two stamps (read as for `M`). `M` stands only while at most a minority of the clocks were
+//!   wrong *all term*: a follower whose clock ran fast for a while stays ahead since the base,
+//!   and when the leader's clock then sped up, the majority-th largest since the base was the
+//!   leader's own, and the stamps raced with it until the readings showed its rate (a 90 s
+//!   fault run: a grant 23 ms early, past the grant margin). `G` asks only that at most a
+//!   minority be wrong at each moment.
 //! - Where not every voter answers for its clock (a member of an older build, mid-upgrade),
 //!   the leader's clock alone moves the stamps, as before issue 42. When they all do again,
 //!   `M` counts from the last stamp and that moment, not from the base: the peers' clocks are
@@ -219,7 +227,7 @@ pub async fn ask_peers(
 }
 
 /// Where this term's stamps stand.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct TermBase {
     term: u64,
     stamping: Stamping,

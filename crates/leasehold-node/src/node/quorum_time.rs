@@ -13,14 +13,44 @@ use crate::raft::NodeId;
 /// a rate measured across a jump the filter let through cannot stop or race the stamps.
 const MOST_CORRECTION: f64 = 8.0;
 
+/// What each voter's clock measured since the term's base, as [`Allowance::since_base`] reads
+/// them: this node's own, and each peer's by its id.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Measured {
+    pub own: Duration,
+    pub peers: Vec<(NodeId, Duration)>,
+}
+
+impl Measured {
+    /// What a majority of the clocks vouch for having measured between `before` and these
+    /// readings: the majority-th largest of each clock's growth (nothing for a peer not read
+    /// before). Unlike what they measured since the base, this forgets a clock that was wrong
+    /// earlier in the term: a follower that ran fast for a while stays ahead since the base,
+    /// and with it the majority-th largest since the base was this node's own clock, whatever
+    /// that clock did next.
+    fn grew_since(&self, before: &Measured) -> Option<Duration> {
+        let earlier = |id| before.peers.iter().find(|(p, _)| *p == id).map(|(_, d)| *d);
+        let peers = (self.peers.iter())
+            .map(|(id, now)| earlier(*id).map_or(Duration::ZERO, |was| now.saturating_sub(was)));
+        let grew: Vec<Duration> = std::iter::once(self.own.saturating_sub(before.own))
+            .chain(peers)
+            .collect();
+        let voters = grew.len();
+        vouched(grew, voters)
+    }
+}
+
 /// What the voters' clocks allow a leader's stamps, now.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Allowance {
     /// The store time the stamps may reach since the term's base: what a majority of the
     /// voters' clocks measured since then (read [`CLOCK_TRAIL`] behind, evenly between
     /// readings); `None` when the leader's clock alone decides (a single voter, or a voter of
     /// a build that cannot be asked).
     pub since_base: Option<Duration>,
+    /// What each voter's clock measured since the base (`None` with `since_base`): the stamps
+    /// move no further than a majority of them grew since the last stamp.
+    pub measured: Option<Measured>,
     /// How much store time one unit of the leader's clock is worth: the majority's rate over
     /// the leader's, bounded from above (1.0 when unknown).
     pub pace: f64,
@@ -33,6 +63,7 @@ impl Allowance {
     /// The leader's clock alone, as before issue 42.
     pub const OWN_CLOCK: Allowance = Allowance {
         since_base: None,
+        measured: None,
         pace: 1.0,
         heard: true,
     };
@@ -49,15 +80,21 @@ pub fn allowance(
     now: Duration,
     trail_at: Duration,
 ) -> Allowance {
-    let mut measured = vec![now.saturating_sub(since)];
-    measured.extend(peers.iter().map(|p| clocks.trail(*p, trail_at)));
+    let measured = Measured {
+        own: now.saturating_sub(since),
+        peers: (peers.iter())
+            .map(|p| (*p, clocks.trail(*p, trail_at)))
+            .collect(),
+    };
+    let since_base = std::iter::once(measured.own).chain(measured.peers.iter().map(|(_, d)| *d));
     let rate = leader_rate(clocks, peers, voters);
     // Unheard from for longer than the readings come, this clock may have jumped (or this
     // node paused): it measures nothing until the next reading tells which.
     let heard = peers.is_empty()
         || (clocks.last_heard(peers)).is_some_and(|at| now.saturating_sub(at) <= CLOCK_UNHEARD);
     Allowance {
-        since_base: vouched(measured, voters),
+        since_base: vouched(since_base.collect(), voters),
+        measured: Some(measured),
         pace: (1.0 / rate).clamp(1.0 / MOST_CORRECTION, MOST_CORRECTION),
         heard,
     }
@@ -104,7 +141,7 @@ fn leader_rate(clocks: &PeerClocks, peers: &[NodeId], voters: usize) -> f64 {
 }
 
 /// Where a term's stamps stand.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Stamping {
     /// The term's base store time, in microseconds, and the leader's clock when it was taken.
     pub base_us: u64,
@@ -119,6 +156,8 @@ pub struct Stamping {
     /// The most the last stamp was allowed, in microseconds: `None` when the leader's clock
     /// alone moved it (see [`Stamping::advance`] and [`Stamping::rebound`]).
     allowed_us: Option<u64>,
+    /// What the voters' clocks had measured at the last stamp: see [`Measured::grew_since`].
+    measured: Option<Measured>,
 }
 
 impl Stamping {
@@ -132,6 +171,7 @@ impl Stamping {
             trail_at: since,
             pace: 1.0,
             allowed_us: Some(base_us),
+            measured: None,
         }
     }
 
@@ -152,6 +192,7 @@ impl Stamping {
         self.since = now;
         self.trail_at = now;
         self.allowed_us = Some(self.last_us);
+        self.measured = None;
     }
 
     /// Where to read the voters' clocks at the leader's clock reading `now`: [`CLOCK_TRAIL`] of
@@ -193,6 +234,10 @@ impl Stamping {
     /// rate (one that ran slow and came right, until the readings show it) would otherwise race
     /// the stamps up to the allowance, taking back the time they lost behind it before, and
     /// end early the leases granted meanwhile.
+    ///
+    /// Nor further than a majority of the voters' clocks grew since the last stamp: the
+    /// allowance since the base holds only while at most a minority's clocks were wrong all
+    /// term, and one follower whose clock ran fast for a while, then the leader's own, are two.
     pub fn advance(&mut self, now: Duration, allowed: Allowance) -> u64 {
         let measured = match allowed.heard {
             true => now.saturating_sub(self.last_read).as_secs_f64() * 1e6,
@@ -211,8 +256,17 @@ impl Stamping {
             (Some(most), Some(before)) => self.last_us.saturating_add(most.saturating_sub(before)),
             _ => u64::MAX,
         };
+        let majority_grew = match (&allowed.measured, &self.measured) {
+            (Some(measured), Some(before)) => measured.grew_since(before),
+            _ => None,
+        };
+        let majority_grew = majority_grew.map_or(u64::MAX, |grew| {
+            let us = u64::try_from(grew.as_micros()).unwrap_or(u64::MAX);
+            self.last_us.saturating_add(us)
+        });
         self.allowed_us = most;
-        let most = most.unwrap_or(u64::MAX).min(grown);
+        self.measured = allowed.measured;
+        let most = most.unwrap_or(u64::MAX).min(grown).min(majority_grew);
         self.last_us = self.last_us.max(paced.min(most));
         self.last_us / 1_000
     }
@@ -295,6 +349,7 @@ mod tests {
         let mut stamping = Stamping::new(1_000, MS(0));
         let capped = Allowance {
             since_base: Some(MS(100)),
+            measured: None,
             pace: 1.0,
             heard: true,
         };
@@ -303,6 +358,7 @@ mod tests {
         assert_eq!(stamping.advance(MS(55), Allowance::OWN_CLOCK), 1_150);
         let far = Allowance {
             since_base: Some(MS(1_000)),
+            measured: None,
             pace: 1.0,
             heard: true,
         };
@@ -316,10 +372,11 @@ mod tests {
         // A clock known to run at twice the majority's: 200 ms of it are 100 ms of real time.
         let fast = Allowance {
             since_base: None,
+            measured: None,
             pace: 0.5,
             heard: true,
         };
-        stamping.advance(MS(11_000), fast);
+        stamping.advance(MS(11_000), fast.clone());
         assert_eq!(stamping.trail_at(MS(11_000)), (MS(10_800), MS(0)));
         // It jumps back 10 s: 200 ms later it reads 1.2 s. The base moves back with it (at
         // most by what it read less than at the last stamp: the 200 ms between count nothing),
@@ -334,12 +391,70 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_that_ran_fast_earlier_in_the_term_does_not_let_a_leader_whose_clock_speeds_up_race() {
+        // In real milliseconds `r`: peer 2's clock ran at 2x for the term's first 2 s (its
+        // count since the base stays 2 s ahead), peer 3's is right, and this node's doubles at
+        // 4 s. Each reading is asked every 25 ms of this node's clock, read 5 ms later and
+        // answered 10 ms after the ask: round trips long enough that the last two readings do
+        // not show the new rate for sure, so the pace stays 1 (as on a loaded machine).
+        let leader = |r: f64| {
+            if r < 4_000.0 {
+                r
+            } else {
+                4_000.0 + 2.0 * (r - 4_000.0)
+            }
+        };
+        let peer_2 = |r: f64| if r < 2_000.0 { 2.0 * r } else { 2_000.0 + r };
+        let at = |ms: f64| Duration::from_secs_f64(ms / 1e3);
+        let mut clocks = PeerClocks::default();
+        clocks.count_from(MS(0));
+        let mut stamping = Stamping::new(0, MS(0));
+        let (mut asks, mut pending) = (0.0, Vec::new());
+        let (mut before, mut most_gained) = (None, 0.0_f64);
+        for step in 0..=(4_400 / 5) {
+            let r = step as f64 * 5.0;
+            while leader(r) >= asks {
+                let read_at = r + 5.0;
+                pending.push((at(leader(r)), r + 10.0, [peer_2(read_at), read_at]));
+                asks += 25.0;
+            }
+            pending.retain(|(asked, answered_at, theirs)| {
+                if *answered_at > r {
+                    return true;
+                }
+                for (peer, ms) in [2, 3].into_iter().zip(theirs) {
+                    let micros = (1e9 + ms * 1e3) as u64;
+                    let reading = ClockReading { process: 1, micros };
+                    clocks.record(peer, *asked, at(leader(*answered_at)), reading);
+                }
+                false
+            });
+            let now = at(leader(r));
+            let (trail_at, _) = stamping.trail_at(now);
+            let allowed = allowance(&clocks, &[2, 3], 3, MS(0), now, trail_at);
+            let stamp = stamping.advance(now, allowed) as f64;
+            if r == 3_900.0 {
+                before = Some((r, stamp));
+            }
+            if let Some((r_before, stamp_before)) = before {
+                most_gained = most_gained.max((stamp - stamp_before) - (r - r_before));
+            }
+        }
+        // The trail, read at the old pace, may shrink by half of its 100 ms; no more.
+        assert!(
+            most_gained <= CLOCK_TRAIL.as_millis() as f64,
+            "store time gained {most_gained} ms on real time"
+        );
+    }
+
+    #[test]
     fn stamps_behind_the_allowance_move_no_faster_than_it_grows_whatever_the_pace() {
         // The stamps fell 300 ms behind what the majority allows (a slow clock's readings
         // came late), then the pace says 1.5 for a clock that is right again.
         let mut stamping = Stamping::new(1_000, MS(0));
         let allowed = |ms, pace| Allowance {
             since_base: Some(MS(ms)),
+            measured: None,
             pace,
             heard: true,
         };
