@@ -60,17 +60,20 @@
 //! (`quorum_time`):
 //!
 //! ```text
-//! T(t) = max(T_last, min(T_last + pace * (t - t_last), base + M(t), T_last + M(t) - M(t_last),
-//!                        T_last + G(t_last, t)))
+//! T(t) = max(T_last, min(T_last + pace * (t - t_last), T_last + G(t_last, t)))
 //! ```
 //!
-//! - `M(t)`, the *allowance*, is the majority-th largest of what each voter's clock measured
-//!   since the term's base: this node's own `t - t_base`, and each peer's counted between its
-//!   first reading asked after the base and the reading `CLOCK_TRAIL` before `t` (evenly between
-//!   readings; jumps and restarts count nothing). With at most a minority of clocks wrong (one
-//!   of three, two of five), at least one right clock measured at least `M(t)`, and a right
-//!   peer's reading was taken before the leader received it: `M(t) <= t_real - t_base_real`. So
-//!   store time never runs ahead of the base plus real time, whatever a minority's clocks do.
+//! - `G(t_last, t)` is the majority-th largest of what each voter's clock measured between
+//!   the two stamps: this node's own `t - t_last`, and each peer's read `CLOCK_TRAIL` behind
+//!   (evenly between readings; jumps and restarts count nothing). With at most a minority of
+//!   clocks wrong at each moment (one of three, two of five), at least one right clock
+//!   measured at least `G`, and a right peer's reading was taken before the leader received
+//!   it. Only each moment's minority: the rule once bounded the stamps by what a majority
+//!   measured *since the term's base*, which asks the same minority to have been wrong all
+//!   term. A follower whose clock ran fast for a while stays ahead since the base, and when
+//!   the leader's own then sped up, two of three were ahead (a fault run: a grant 23 ms early);
+//!   a follower restarted in the term stays behind, and when another's clock then slowed, two
+//!   were behind (leases 0.6-0.9 s past their TTL).
 //! - `pace` slows or speeds the leader's clock to the majority's rate. It is 1 unless the
 //!   readings show for sure that this clock is off (the majority's bounds on its rate against
 //!   the voters' all above 1, or all below: a loaded machine's round trips loosen them, and a
@@ -79,38 +82,26 @@
 //!   peer's bound is at least this clock's true rate, so `pace * (t - t_last)` is at most the
 //!   real time elapsed once the rate is known: stamps move no faster than real time, and a
 //!   slow leader's do not fall behind.
-//! - Never faster than the pace, even to catch up with the allowance: catching up would end
-//!   early the leases granted before. Nor faster than the allowance grew since the last stamp
-//!   (the third term): a pace still above a clock's rate after the clock came right would
-//!   otherwise race the stamps back up to the allowance. So the within-term inequality holds
-//!   with right clocks at the leader, and with a wrong leader clock once its rate is measured (over
-//!   [`CLOCK_RATE_SPAN`]); until then `M(t)` holds it within real time. What is left: `M` is
-//!   read `CLOCK_TRAIL` of real time behind (on the leader's clock at the known pace), and in
-//!   the moment a leader's clock changes rate, until the readings show it, that trail is
-//!   counted at the old pace: it shrinks by up to its rate's worth, and store time may gain as
-//!   much on real time, up to `CLOCK_TRAIL`, once (the fault suite's store-time checker allows
-//!   `CLOCK_TRAIL` in runs with clock faults). No stamping avoids some such gain: between two
-//!   readings only the leader's clock measures, and stamps held to the readings alone would
-//!   move in steps a reading's round trip apart, which a grant stamped at a step's top loses.
-//!   So a lease does not pay for it: the leader logs every grant and renewal held
-//!   `Limits::GRANT_MARGIN_MS` (at least `CLOCK_TRAIL`) longer than asked (`Op::held_longer`,
-//!   in `write`), and a lease in flight across the gain still lives its TTL. A forward jump of
-//!   the leader's clock gains no more, by `M(t)`; after a backward one the clock counts on
-//!   from where it stood (`Stamping::trail_at`).
-//! - `G(t_last, t)` is the majority-th largest of what each voter's clock measured between the
-//!   two stamps (read as for `M`). `M` stands only while at most a minority of the clocks were
-//!   wrong *all term*: a follower whose clock ran fast for a while stays ahead since the base,
-//!   and when the leader's clock then sped up, the majority-th largest since the base was the
-//!   leader's own, and the stamps raced with it until the readings showed its rate (a 90 s
-//!   fault run: a grant 23 ms early, past the grant margin). `G` asks only that at most a
-//!   minority be wrong at each moment.
+//! - Time a stamp could not take is lost, never caught up: catching up would end early the
+//!   leases granted before. So the within-term inequality holds with a right clock at the
+//!   leader, and with a wrong one once its rate is measured (over [`CLOCK_RATE_SPAN`]); until
+//!   then `G` holds it. What is left: the peers are read `CLOCK_TRAIL` of real time behind (on
+//!   the leader's clock at the known pace), and in the moment a leader's clock changes rate,
+//!   until the readings show it, that trail is counted at the old pace: it shrinks by up to
+//!   its rate's worth, and store time may gain as much on real time, up to `CLOCK_TRAIL`, once
+//!   (the fault suite's store-time checker allows `CLOCK_TRAIL` in runs with clock faults). No
+//!   stamping avoids some such gain: between two readings only the leader's clock measures,
+//!   and stamps held to the readings alone would move in steps a reading's round trip apart,
+//!   which a grant stamped at a step's top loses. So a lease does not pay for it: the leader
+//!   logs every grant and renewal held `Limits::GRANT_MARGIN_MS` (at least `CLOCK_TRAIL`)
+//!   longer than asked (`Op::held_longer`, in `write`), and a lease in flight across the gain
+//!   still lives its TTL. A forward jump of the leader's clock gains no more, by `G`; after a
+//!   backward one the clock counts on from where it stood (`Stamping::trail_at`).
 //! - Where not every voter answers for its clock (a member of an older build, mid-upgrade),
-//!   the leader's clock alone moves the stamps, as before issue 42. When they all do again,
-//!   `M` counts from the last stamp and that moment, not from the base: the peers' clocks are
-//!   counted from readings asked after it, and an `M` from the base would hold the stamps
-//!   still for as long as the leader's clock alone had moved them. A voter that stopped
-//!   answering still counts as answering (by what it announced last): its clock then
-//!   measures nothing more, so `M` is what the answering majority measured.
+//!   the leader's clock alone moves the stamps, as before issue 42, and `G` bounds them again
+//!   from the first two stamps after they all do. A voter that stopped answering still counts
+//!   as answering (by what it announced last): its clock then measures nothing more, so `G` is
+//!   what the answering majority measured.
 //!
 //! Across terms, each answer's time measured since the newest stamp is corrected to the
 //! majority's rate by what the new leader knows of that node's clock, and one that jumped
@@ -275,12 +266,7 @@ impl LeaderClock {
         if !back.is_zero() {
             self.peer_clocks().shift_origin(back);
         }
-        let mut allowed = self.allowance(base.stamping.since, now, trail_at);
-        if base.stamping.rebound(&allowed) {
-            base.stamping.bounded_from(now);
-            self.peer_clocks().count_from(now);
-            allowed = self.allowance(now, now, now);
-        }
+        let allowed = self.allowance(base.stamping.since, now, trail_at);
         Some(base.stamping.advance(now, allowed))
     }
 
