@@ -202,10 +202,16 @@ pub(crate) const ODD_CLOCK_RATE: f64 = 0.10;
 pub(crate) const CLOCK_JUMP_RATIO: f64 = 8.0;
 
 /// A node whose clock jumped stays odd this long after, and one whose rate was odd this long
-/// after it looks right again: enough for `status` to name it and for another to lead, and
-/// short, since while a minority's clocks are odd none of them may campaign: two nodes of three
-/// odd at once, one after the other, and the third down, leave none to lead until it passes.
+/// after it looks right again: enough for `status` and the metrics to name it.
 pub(crate) const CLOCK_ODD_REMEMBERED: Duration = Duration::from_secs(3);
+
+/// A node whose clock was judged odd campaigns again once it has been judged right this long
+/// (a few of a follower's judgements, one per [`CLOCK_PROBE_FOLLOWING`]), so that a rate near
+/// the bound does not lead between two odd judgements. Short, not [`CLOCK_ODD_REMEMBERED`]:
+/// after a clock fault the one follower with the whole log may be the one whose clock was
+/// odd, and then no other can win a vote (the fault suite: a 2 s lease lived 4.2 s across a
+/// leader's pause, which the odd follower's memory outlasted).
+pub(crate) const CLOCK_ODD_NO_CAMPAIGN: Duration = Duration::from_millis(750);
 
 /// A write answered longer than this after its stamp has the leader log a fresh stamp (a tick)
 /// at once. A follower carries time from when it appended the newest stamped entry, so one that

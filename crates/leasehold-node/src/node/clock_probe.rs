@@ -18,8 +18,8 @@ use std::time::Duration;
 use super::peer_clocks::{judge, still_odd, ClockReading, Judgement};
 use super::{HandedOver, Node};
 use crate::limits::{
-    CLOCK_ODD_REMEMBERED, CLOCK_PROBE_FOLLOWING, CLOCK_PROBE_LEADING, CLOCK_PROBE_WAIT,
-    ODD_CLOCK_RATE,
+    CLOCK_ODD_NO_CAMPAIGN, CLOCK_ODD_REMEMBERED, CLOCK_PROBE_FOLLOWING, CLOCK_PROBE_LEADING,
+    CLOCK_PROBE_WAIT, ODD_CLOCK_RATE,
 };
 use crate::raft::NodeId;
 
@@ -158,9 +158,17 @@ impl Node {
         judged.last_jump.is_some_and(|jump| jump >= at)
     }
 
-    /// Whether this node's clock is odd: it must not lead.
-    pub(crate) fn clock_is_odd(&self) -> bool {
+    /// Whether this node's clock is odd, as `status` names it.
+    fn clock_is_odd(&self) -> bool {
         self.own_clock().odd.is_some()
+    }
+
+    /// Whether this node's clock keeps it from campaigning: judged odd within the last
+    /// [`CLOCK_ODD_NO_CAMPAIGN`] (`status` names it for longer).
+    pub(crate) fn clock_bars_campaign(&self) -> bool {
+        let last_odd = (self.own().judged.lock().unwrap_or_else(|p| p.into_inner())).last_odd;
+        let now = self.inner.clock.local().now();
+        last_odd.is_some_and(|at| now.saturating_sub(at) < CLOCK_ODD_NO_CAMPAIGN)
     }
 
     /// Reads the clocks of `peers` afresh (asked from this node's clock reading `since` on),
@@ -273,18 +281,18 @@ impl Node {
             (false, Some(why)) => tracing::warn!(
                 rate_ratio = ?shown.rate_ratio,
                 "this node's clock {why} against the majority's: it does not campaign, and \
-                 steps down if it leads, until it has been right for a while; check its time \
+                 steps down if it leads, until it has been right for a moment; check its time \
                  source (NTP, the hypervisor's clock)"
             ),
             (true, None) => tracing::info!(
                 rate_ratio = ?shown.rate_ratio,
-                "this node's clock agrees with the majority's again: it may campaign"
+                "this node's clock has agreed with the majority's for a while: no longer named odd"
             ),
             _ => {}
         }
-        // Only while it is odd now: one right again (whose oddness is still remembered, and so
-        // keeps it from campaigning) may lead when handed leadership, else two nodes odd one
-        // after the other would hand it back and forth.
+        // Only while it is odd now: one right again (whose oddness is still remembered, and may
+        // still keep it from campaigning) may lead when handed leadership, else two nodes odd
+        // one after the other would hand it back and forth.
         if judgement.odd && self.is_leader() {
             self.step_down_for_clock();
         }

@@ -38,6 +38,6 @@ pub async fn watch_elections(node: Node, penalty: Arc<VotePenalty>) {
         let enabled = node.inner.elections.load(Ordering::Relaxed);
         node.raft()
             .runtime_config()
-            .elect(enabled && !holds && !node.clock_is_odd());
+            .elect(enabled && !holds && !node.clock_bars_campaign());
     }
 }
