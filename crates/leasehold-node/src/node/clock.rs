@@ -88,13 +88,16 @@
 //!   then `G` holds it. What is left: the peers are read `CLOCK_TRAIL` of real time behind (on
 //!   the leader's clock at the known pace), and in the moment a leader's clock changes rate,
 //!   until the readings show it, that trail is counted at the old pace: it shrinks by up to
-//!   its rate's worth, and store time may gain as much on real time, up to `CLOCK_TRAIL`, once
-//!   (the fault suite's store-time checker allows `CLOCK_TRAIL` in runs with clock faults). No
-//!   stamping avoids some such gain: between two readings only the leader's clock measures,
-//!   and stamps held to the readings alone would move in steps a reading's round trip apart,
-//!   which a grant stamped at a step's top loses. So a lease does not pay for it: the leader
-//!   logs every grant and renewal held `Limits::GRANT_MARGIN_MS` (at least `CLOCK_TRAIL`)
-//!   longer than asked (`Op::held_longer`, in `write`), and a lease in flight across the gain
+//!   its rate's worth, and store time may gain as much on real time, up to `CLOCK_TRAIL`, once.
+//!   And a peer's readings are read between their answers as if its clock ran evenly between
+//!   them: one answered late and the next early runs fast by the difference, and beside the
+//!   leader's own clock speeding up, that is a majority for the moment (the fault suite's
+//!   store-time checker allows `CLOCK_TRAIL` in runs with clock faults). No stamping avoids
+//!   some such gain: between two readings only the leader's clock measures, and stamps held
+//!   to the readings alone would move in steps a reading's round trip apart, which a grant
+//!   stamped at a step's top loses. So a lease does not pay for it: the leader logs every
+//!   grant and renewal held `Limits::GRANT_MARGIN_MS` (150 ms: `quorum_time`'s tests measure
+//!   up to 96 ms with answers 1-250 ms late) longer than asked (`Op::held_longer`, in `write`), and a lease in flight across the gain
 //!   still lives its TTL. A forward jump of the leader's clock gains no more, by `G`; after a
 //!   backward one the clock counts on from where it stood (`Stamping::trail_at`).
 //! - Where not every voter answers for its clock (a member of an older build, mid-upgrade),
@@ -111,6 +114,7 @@
 //! over to a voter whose clock is right (`clock_probe`, `hand_over`).
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -262,23 +266,24 @@ impl LeaderClock {
         let mut guard = self.base.lock().unwrap_or_else(|p| p.into_inner());
         let base = guard.as_mut().filter(|b| b.term == term)?;
         let now = self.local.now();
-        let (trail_at, back) = base.stamping.trail_at(now);
+        let (trail, back) = base.stamping.trail_at(now);
         if !back.is_zero() {
             self.peer_clocks().shift_origin(back);
         }
-        let allowed = self.allowance(base.stamping.since, now, trail_at);
+        let own = now.saturating_sub(base.stamping.last_read);
+        let allowed = self.allowance(own, now, trail);
         Some(base.stamping.advance(now, allowed))
     }
 
-    /// What the voters' clocks allow a term based at `since` on this node's clock, at `now`,
-    /// read at `trail_at`.
-    fn allowance(&self, since: Duration, now: Duration, trail_at: Duration) -> Allowance {
+    /// What the voters' clocks allow a stamp at `now` on this node's clock, which measured
+    /// `own` since the last stamp, the peers' clocks read over `trail`.
+    fn allowance(&self, own: Duration, now: Duration, trail: Range<Duration>) -> Allowance {
         let voters = self.voters.lock().unwrap_or_else(|p| p.into_inner());
         if !voters.all_answer {
             return Allowance::OWN_CLOCK;
         }
         let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        quorum_time::allowance(&peers, &voters.peers, voters.count, since, now, trail_at)
+        quorum_time::allowance(&peers, &voters.peers, voters.count, own, now, trail)
     }
 
     /// The voters whose clocks bound the stamps from now on: `peers` and this node, and whether

@@ -195,6 +195,20 @@ impl PeerClocks {
         before.counted.saturating_sub(mark)
     }
 
+    /// What `peer`'s clock counted between this node's instants `between` (as [`trail`] reads
+    /// it), only where its readings cover them: the part after its last reading answered
+    /// counts nothing, now or once a later reading covers it. Taken later, the time a late
+    /// reading held back would come in one step (see `quorum_time::allowance`).
+    ///
+    /// [`trail`]: PeerClocks::trail
+    pub fn grew(&self, peer: NodeId, between: std::ops::Range<Duration>) -> Duration {
+        let Some(newest) = (self.peers.get(&peer)).and_then(|e| e.samples.back()) else {
+            return Duration::ZERO;
+        };
+        let covered = |at: Duration| self.trail(peer, at.min(newest.answered));
+        covered(between.end).saturating_sub(covered(between.start))
+    }
+
     /// How fast this node's clock ran against `peer`'s over the last [`CLOCK_RATE_SPAN`] of the
     /// peer's clock, since its last jump or restart; `None` until the readings span that much.
     pub fn ratio(&self, peer: NodeId) -> Option<Ratio> {

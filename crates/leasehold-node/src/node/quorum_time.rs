@@ -14,45 +14,13 @@ use crate::raft::NodeId;
 /// a rate measured across a jump the filter let through cannot stop or race the stamps.
 const MOST_CORRECTION: f64 = 8.0;
 
-/// What each voter's clock had counted at one stamp: this node's own since the term's base, and
-/// each peer's by its id, since its first reading of the term ([`CLOCK_TRAIL`] behind, evenly
-/// between readings; jumps and restarts count nothing). Only their growth from one stamp to the
-/// next counts ([`Measured::grew_since`]).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Measured {
-    pub own: Duration,
-    pub peers: Vec<(NodeId, Duration)>,
-}
-
-impl Measured {
-    /// What a majority of the clocks vouch for having measured between `before` and these
-    /// readings: the majority-th largest of each clock's growth (nothing for a peer not read
-    /// before). With at most a minority of the clocks wrong *at each moment*, a right clock
-    /// grew at least as much. Not what they measured since the term's base: that asks a
-    /// minority to have been wrong all term, and a follower whose clock ran fast for a while
-    /// (it stays ahead since the base), then the leader's own, are two of three: the stamps
-    /// raced with the leader's (a fault run: a grant 23 ms early past the grant margin). A
-    /// follower restarted in the term (it stays behind), then another whose clock ran slow,
-    /// held the stamps to half speed (leases 0.6-0.9 s past their TTL).
-    fn grew_since(&self, before: &Measured) -> Option<Duration> {
-        let earlier = |id| before.peers.iter().find(|(p, _)| *p == id).map(|(_, d)| *d);
-        let peers = (self.peers.iter())
-            .map(|(id, now)| earlier(*id).map_or(Duration::ZERO, |was| now.saturating_sub(was)));
-        let grew: Vec<Duration> = std::iter::once(self.own.saturating_sub(before.own))
-            .chain(peers)
-            .collect();
-        let voters = grew.len();
-        vouched(grew, voters)
-    }
-}
-
 /// What the voters' clocks allow a leader's stamps, now.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Allowance {
-    /// What each voter's clock has counted: the stamps move no further than a majority of
-    /// them grew since the last stamp. `None` when the leader's clock alone decides (a single
-    /// voter, or a voter of a build that cannot be asked).
-    pub measured: Option<Measured>,
+    /// What a majority of the voters' clocks vouch for having measured since the last stamp,
+    /// the most the stamps may move (see [`allowance`]); `None` when the leader's clock alone
+    /// decides (a single voter, or a voter of a build that cannot be asked).
+    pub grew: Option<Duration>,
     /// How much store time one unit of the leader's clock is worth: the majority's rate over
     /// the leader's, bounded from above (1.0 when unknown).
     pub pace: f64,
@@ -64,36 +32,45 @@ pub struct Allowance {
 impl Allowance {
     /// The leader's clock alone, as before issue 42.
     pub const OWN_CLOCK: Allowance = Allowance {
-        measured: None,
+        grew: None,
         pace: 1.0,
         heard: true,
     };
 }
 
 /// What the `peers` (the other voters; `voters` counts this node too) allow a leader whose
-/// term's base was taken at `since` on its own clock (where `clocks` count from), which reads
-/// `now`; their clocks are read at its instant `trail_at` (see [`Stamping::trail_at`]).
+/// clock reads `now` and measured `own` since its last stamp; their clocks are read over
+/// `trail`, its instants from the last stamp's trail to this one's (see
+/// [`Stamping::trail_at`]).
+///
+/// `grew` is the majority-th largest of what each clock measured since the last stamp: with
+/// at most a minority of the clocks wrong *at each moment*, a right clock measured at least as
+/// much. Not what they measured since the term's base: that asks a minority to have been
+/// wrong all term. A follower whose clock ran fast for a while stays ahead since the base, and
+/// when the leader's own then sped up, two of three were ahead (a fault run: a grant 23 ms
+/// early past the grant margin); a follower restarted in the term stays behind, and when
+/// another's clock then slowed, two were behind (leases 0.6-0.9 s past their TTL).
+///
+/// A peer counts only between its readings ([`PeerClocks::grew`]): time its readings came
+/// too late to cover is lost, not taken later in one step, which, beside a leader clock
+/// speeding up, let the stamps take back at twice real time what they had lost.
 pub fn allowance(
     clocks: &PeerClocks,
     peers: &[NodeId],
     voters: usize,
-    since: Duration,
+    own: Duration,
     now: Duration,
-    trail_at: Duration,
+    trail: std::ops::Range<Duration>,
 ) -> Allowance {
-    let measured = Measured {
-        own: now.saturating_sub(since),
-        peers: (peers.iter())
-            .map(|p| (*p, clocks.trail(*p, trail_at)))
-            .collect(),
-    };
+    let peers_grew = peers.iter().map(|p| clocks.grew(*p, trail.clone()));
+    let grew = vouched(std::iter::once(own).chain(peers_grew).collect(), voters);
     let rate = leader_rate(clocks, peers, voters);
     // Unheard from for longer than the readings come, this clock may have jumped (or this
     // node paused): it measures nothing until the next reading tells which.
     let heard = peers.is_empty()
         || (clocks.last_heard(peers)).is_some_and(|at| now.saturating_sub(at) <= CLOCK_UNHEARD);
     Allowance {
-        measured: Some(measured),
+        grew,
         pace: (1.0 / rate).clamp(1.0 / MOST_CORRECTION, MOST_CORRECTION),
         heard,
     }
@@ -142,29 +119,24 @@ fn leader_rate(clocks: &PeerClocks, peers: &[NodeId], voters: usize) -> f64 {
 /// Where a term's stamps stand.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stamping {
-    /// The leader's clock when the term's base was taken: its own clock counts from here.
-    pub since: Duration,
     /// The last stamp, in microseconds, and the leader's clock when it was given.
     pub last_us: u64,
     pub last_read: Duration,
-    /// Where the voters' clocks were last read, on the leader's: see [`Stamping::trail_at`].
+    /// Where the voters' clocks were read for the last stamp, on the leader's: see
+    /// [`Stamping::trail_at`].
     trail_at: Duration,
     /// The pace of the last stamp: see [`Stamping::trail_at`].
     pace: f64,
-    /// What the voters' clocks had measured at the last stamp: see [`Measured::grew_since`].
-    measured: Option<Measured>,
 }
 
 impl Stamping {
     pub fn new(base_ms: u64, since: Duration) -> Stamping {
         let base_us = base_ms.saturating_mul(1_000);
         Stamping {
-            since,
             last_us: base_us,
             last_read: since,
             trail_at: since,
             pace: 1.0,
-            measured: None,
         }
     }
 
@@ -180,27 +152,28 @@ impl Stamping {
     /// right again): store time gained on real time by as much, once the faster clock raced up
     /// to it. Now only until the readings show the new rate, as the pace does.
     ///
-    /// A leader's clock that went back counts on from where it stood: the base's and the
+    /// A leader's clock that went back counts on from where it stood: the last stamp's and the
     /// trail's instants move back with it, instead of this clock measuring nothing (which held
     /// every stamp for as long as the jump, when the only other voter that answered ran no
     /// further) and the trail standing still.
     ///
-    /// Returns where to read them, and how far the clock went back (zero mostly): the peers'
-    /// readings must count from an instant moved back as far (`PeerClocks::shift_origin`).
-    pub fn trail_at(&mut self, now: Duration) -> (Duration, Duration) {
+    /// Returns the trail since the last stamp (from its instant to this one's), and how far the
+    /// clock went back (zero mostly): the peers' readings must count from instants moved back as
+    /// far (`PeerClocks::shift_origin`).
+    pub fn trail_at(&mut self, now: Duration) -> (std::ops::Range<Duration>, Duration) {
         let back = self.last_read.saturating_sub(now);
-        self.since = self.since.saturating_sub(back);
         self.trail_at = self.trail_at.saturating_sub(back);
         self.last_read = self.last_read.saturating_sub(back);
+        let from = self.trail_at;
         let trail = CLOCK_TRAIL.div_f64(self.pace);
         self.trail_at = self.trail_at.max(now.saturating_sub(trail));
-        (self.trail_at, back)
+        (from..self.trail_at, back)
     }
 
     /// The stamp at the leader's clock reading `now`, in milliseconds: the last one moved by
     /// what the clock measured since, at the allowed pace, and no further than a majority of
-    /// the voters' clocks grew since the last stamp ([`Measured::grew_since`]). Never back; a
-    /// clock that went back measured nothing.
+    /// the voters' clocks measured since ([`Allowance::grew`]). Never back; a clock that went
+    /// back measured nothing.
     ///
     /// Time a stamp could not take (a majority grew less than the pace asked) is lost, never
     /// caught up later: a stamp that moved faster than real time would end early the leases
@@ -217,15 +190,10 @@ impl Stamping {
         let paced = self
             .last_us
             .saturating_add((measured * allowed.pace) as u64);
-        let grew = match (&allowed.measured, &self.measured) {
-            (Some(measured), Some(before)) => measured.grew_since(before),
-            _ => None,
-        };
-        let most = grew.map_or(u64::MAX, |grew| {
+        let most = allowed.grew.map_or(u64::MAX, |grew| {
             let us = u64::try_from(grew.as_micros()).unwrap_or(u64::MAX);
             self.last_us.saturating_add(us)
         });
-        self.measured = allowed.measured;
         self.last_us = self.last_us.max(paced.min(most));
         self.last_us / 1_000
     }
@@ -235,6 +203,7 @@ impl Stamping {
 mod tests {
     use super::*;
     use crate::node::peer_clocks::ClockReading;
+    use leasehold_core::Limits;
 
     const MS: fn(u64) -> Duration = Duration::from_millis;
 
@@ -257,8 +226,20 @@ mod tests {
     fn a_leader_twice_as_fast_as_both_peers_stamps_at_their_pace() {
         // This node's clock counted 4 s while theirs counted 2 s.
         let clocks = read([0.5, 0.5], 4_000);
-        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_001), MS(3_961));
+        // Half a second of this clock since the last stamp, a quarter of theirs.
+        let allowed = allowance(
+            &clocks,
+            &[2, 3],
+            3,
+            MS(500),
+            MS(3_500),
+            MS(3_000)..MS(3_500),
+        );
         assert!((allowed.pace - 0.5).abs() < 0.01, "{allowed:?}");
+        assert!(
+            (allowed.grew.unwrap()).abs_diff(MS(250)) < MS(2),
+            "{allowed:?}"
+        );
         let mut stamping = Stamping::new(10_000, MS(3_000));
         let stamp = stamping.advance(MS(3_500), allowed);
         assert!((10_249..=10_250).contains(&stamp), "{stamp}");
@@ -267,17 +248,14 @@ mod tests {
     #[test]
     fn one_fast_peer_moves_nothing_and_a_slow_leader_is_sped_up() {
         let clocks = read([2.0, 1.0], 4_000);
-        let before = allowance(&clocks, &[2, 3], 3, MS(0), MS(3_001), MS(2_961));
-        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_001), MS(3_961));
+        let second = MS(2_961)..MS(3_961);
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(1_000), MS(4_001), second.clone());
         assert!((allowed.pace - 1.0).abs() < 0.01, "{allowed:?}");
         // In that second peer 2's clock counted 2 s; this one's and peer 3's, one.
-        let grew = (allowed.measured.unwrap()).grew_since(&before.measured.unwrap());
-        assert!(
-            grew.is_some_and(|grew| grew.abs_diff(MS(1_000)) < MS(5)),
-            "{grew:?}"
-        );
+        let grew = allowed.grew.unwrap();
+        assert!(grew.abs_diff(MS(1_000)) < MS(5), "{grew:?}");
         let clocks = read([2.0, 2.0], 4_000);
-        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_001), MS(3_961));
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(1_000), MS(4_001), second);
         assert!((allowed.pace - 2.0).abs() < 0.02, "{allowed:?}");
     }
 
@@ -295,10 +273,12 @@ mod tests {
                 clocks.record(peer, MS(at), answered, reading);
             }
         }
-        let allowed = allowance(&clocks, &[2, 3], 3, MS(0), MS(4_103), MS(4_063));
+        let trail = MS(3_963)..MS(4_063);
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(103), MS(4_103), trail);
         assert!(allowed.pace < 0.52 && allowed.heard, "{allowed:?}");
         // Nothing heard for far longer than readings come (a jump, or a pause): no stamps.
-        let unheard = allowance(&clocks, &[2, 3], 3, MS(0), MS(14_103), MS(14_063));
+        let trail = MS(4_063)..MS(14_063);
+        let unheard = allowance(&clocks, &[2, 3], 3, MS(10_000), MS(14_103), trail);
         assert!(!unheard.heard, "{unheard:?}");
         let mut stamping = Stamping::new(1_000, MS(4_000));
         stamping.advance(MS(4_103), allowed);
@@ -307,13 +287,10 @@ mod tests {
         assert_eq!(stamping.last_us, before, "a jump of 10 s measures nothing");
     }
 
-    /// An allowance whose clocks counted `own` (this node's) and `peers` (2's and 3's), in ms.
-    fn counted(own: u64, peers: [u64; 2], pace: f64) -> Allowance {
+    /// An allowance by which a majority of the clocks grew `ms` since the last stamp.
+    fn grew(ms: u64, pace: f64) -> Allowance {
         Allowance {
-            measured: Some(Measured {
-                own: MS(own),
-                peers: vec![(2, MS(peers[0])), (3, MS(peers[1]))],
-            }),
+            grew: Some(MS(ms)),
             pace,
             heard: true,
         }
@@ -322,49 +299,65 @@ mod tests {
     #[test]
     fn stamps_never_pass_the_majority_nor_catch_up_nor_go_back() {
         let mut stamping = Stamping::new(1_000, MS(0));
-        assert_eq!(stamping.advance(MS(0), counted(0, [0, 0], 1.0)), 1_000);
-        let jumped = counted(10_000, [100, 100], 1.0);
-        assert_eq!(stamping.advance(MS(10_000), jumped), 1_100, "a jump ahead");
         assert_eq!(
-            stamping.advance(MS(5), counted(5, [105, 105], 1.0)),
+            stamping.advance(MS(10_000), grew(100, 1.0)),
             1_100,
-            "back"
+            "a jump ahead"
         );
+        assert_eq!(stamping.advance(MS(5), grew(5, 1.0)), 1_100, "back");
+        assert_eq!(stamping.advance(MS(55), grew(50, 1.0)), 1_150);
         assert_eq!(
-            stamping.advance(MS(55), counted(55, [155, 155], 1.0)),
-            1_150
+            stamping.advance(MS(65), grew(1_000, 1.0)),
+            1_160,
+            "no catching up"
         );
-        let ahead = counted(65, [1_165, 1_165], 1.0);
-        assert_eq!(stamping.advance(MS(65), ahead), 1_160, "no catching up");
-        // This clock and peer 2's grew 100 ms, peer 3's 10: a majority vouches for 100.
-        assert_eq!(
-            stamping.advance(MS(165), counted(165, [1_265, 1_175], 1.0)),
-            1_260
+    }
+
+    #[test]
+    fn a_majority_of_the_clocks_vouches_for_what_they_grew_since_the_last_stamp() {
+        // Peer 2's clock runs at twice this one's, peer 3's at half.
+        let clocks = read([2.0, 0.5], 4_000);
+        let second = MS(2_961)..MS(3_961);
+        // This clock measured a second: peer 2's two, peer 3's a half. A majority: one.
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(1_000), MS(4_001), second.clone());
+        assert!(
+            (allowed.grew.unwrap()).abs_diff(MS(1_000)) < MS(5),
+            "{allowed:?}"
         );
-        // This clock grew 100 ms, the peers' 10: a majority vouches for 10.
-        assert_eq!(
-            stamping.advance(MS(265), counted(265, [1_275, 1_185], 1.0)),
-            1_270
+        // This clock measured a tenth of it (it stood still): a majority, half a second.
+        let allowed = allowance(&clocks, &[2, 3], 3, MS(100), MS(4_001), second);
+        assert!(
+            (allowed.grew.unwrap()).abs_diff(MS(500)) < MS(5),
+            "{allowed:?}"
         );
     }
 
     #[test]
     fn the_trail_is_real_time_at_the_known_pace_and_a_clock_that_went_back_counts_on() {
         let mut stamping = Stamping::new(1_000, MS(10_000));
-        assert_eq!(stamping.trail_at(MS(10_500)), (MS(10_400), MS(0)));
+        assert_eq!(
+            stamping.trail_at(MS(10_500)),
+            (MS(10_000)..MS(10_400), MS(0))
+        );
         // A clock known to run at twice the majority's: 200 ms of it are 100 ms of real time.
         let fast = Allowance {
-            measured: None,
+            grew: None,
             pace: 0.5,
             heard: true,
         };
         stamping.advance(MS(11_000), fast.clone());
-        assert_eq!(stamping.trail_at(MS(11_000)), (MS(10_800), MS(0)));
-        // It jumps back 10 s: 200 ms later it reads 1.2 s. The base moves back with it (at
-        // most by what it read less than at the last stamp: the 200 ms between count nothing),
-        // and so does the trail.
-        assert_eq!(stamping.trail_at(MS(1_200)), (MS(1_000), MS(9_800)));
-        assert_eq!(stamping.since, MS(200));
+        assert_eq!(
+            stamping.trail_at(MS(11_000)),
+            (MS(10_400)..MS(10_800), MS(0))
+        );
+        // It jumps back 10 s: 200 ms later it reads 1.2 s. The last stamp's instant moves back
+        // with it (at most by what it read less than at the last stamp: the 200 ms between
+        // count nothing), and so does the trail.
+        assert_eq!(
+            stamping.trail_at(MS(1_200)),
+            (MS(1_000)..MS(1_000), MS(9_800))
+        );
+        assert_eq!(stamping.last_read, MS(1_200));
         assert_eq!(
             stamping.advance(MS(1_400), fast),
             1_600,
@@ -383,6 +376,17 @@ mod tests {
         peers: [&dyn Fn(f64) -> Option<(u64, f64)>; 2],
         until_ms: u64,
     ) -> Vec<(f64, f64)> {
+        stamped_term_answered(leader, peers, until_ms, &mut |_| 10.0)
+    }
+
+    /// [`stamped_term`], each reading answered `answered_after(r)` ms after its ask at real
+    /// time `r`, and read halfway.
+    fn stamped_term_answered(
+        leader: impl Fn(f64) -> f64,
+        peers: [&dyn Fn(f64) -> Option<(u64, f64)>; 2],
+        until_ms: u64,
+        answered_after: &mut dyn FnMut(f64) -> f64,
+    ) -> Vec<(f64, f64)> {
         let at = |ms: f64| Duration::from_secs_f64(ms / 1e3);
         let mut clocks = PeerClocks::default();
         clocks.count_from(MS(0));
@@ -391,8 +395,9 @@ mod tests {
         for step in 0..=(until_ms / 5) {
             let r = step as f64 * 5.0;
             while leader(r) >= asks {
-                let theirs = peers.map(|peer| peer(r + 5.0));
-                pending.push((at(leader(r)), r + 10.0, theirs));
+                let after = answered_after(r);
+                let theirs = peers.map(|peer| peer(r + after / 2.0));
+                pending.push((at(leader(r)), r + after, theirs));
                 asks += 25.0;
             }
             pending.retain(|(asked, answered_at, theirs)| {
@@ -412,8 +417,9 @@ mod tests {
                 false
             });
             let now = at(leader(r));
-            let (trail_at, _) = stamping.trail_at(now);
-            let allowed = allowance(&clocks, &[2, 3], 3, MS(0), now, trail_at);
+            let (trail, _) = stamping.trail_at(now);
+            let own = now.saturating_sub(stamping.last_read);
+            let allowed = allowance(&clocks, &[2, 3], 3, own, now, trail);
             stamps.push((r, stamping.advance(now, allowed) as f64));
         }
         stamps
@@ -481,15 +487,54 @@ mod tests {
         // The stamps fell 300 ms behind what the clocks counted (a slow clock's readings came
         // late), then the pace says 1.5 for a clock that is right again.
         let mut stamping = Stamping::new(1_000, MS(0));
-        stamping.advance(MS(0), counted(0, [0, 0], 0.7));
-        assert_eq!(
-            stamping.advance(MS(1_000), counted(1_000, [1_000, 1_000], 0.7)),
-            1_700
-        );
+        assert_eq!(stamping.advance(MS(1_000), grew(1_000, 0.7)), 1_700);
         // 100 ms later the clocks grew by 100 ms: so do the stamps, not by 150.
-        let right_again = counted(1_100, [1_100, 1_100], 1.5);
-        assert_eq!(stamping.advance(MS(1_100), right_again), 1_800);
-        let right_again = counted(1_200, [1_200, 1_200], 1.5);
-        assert_eq!(stamping.advance(MS(1_200), right_again), 1_900);
+        assert_eq!(stamping.advance(MS(1_100), grew(100, 1.5)), 1_800);
+        assert_eq!(stamping.advance(MS(1_200), grew(100, 1.5)), 1_900);
+    }
+
+    #[test]
+    fn a_leader_clock_that_doubles_as_late_readings_come_in_gains_less_than_the_grant_margin() {
+        // Peer 2 was paused from 2 s to 4 s into the term; every reading is answered 1-250 ms
+        // after its ask (a loaded machine's, each drawn from the seed); this node's clock
+        // doubles at 4 s, as peer 2's readings resume. Store time gains on real time from the
+        // trail read at the old pace (up to 50 ms here) and from readings whose answers came
+        // late and then early (the interpolation between them runs fast by the difference).
+        let leader = |r: f64| {
+            if r < 4_000.0 {
+                r
+            } else {
+                4_000.0 + 2.0 * (r - 4_000.0)
+            }
+        };
+        let peer_2 = |r: f64| (!(2_000.0..4_000.0).contains(&r)).then_some((1, r));
+        let peer_3 = |r: f64| Some((1, r));
+        let mut most = (0.0, 0);
+        for seed in 1..=100_u64 {
+            let mut draw = seed;
+            let mut answered_after = move |_| {
+                draw = draw.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                1.0 + ((draw >> 33) % 250) as f64
+            };
+            let stamps =
+                stamped_term_answered(leader, [&peer_2, &peer_3], 4_400, &mut answered_after);
+            for (i, (r1, s1)) in stamps
+                .iter()
+                .enumerate()
+                .filter(|(_, (r, _))| *r >= 3_000.0)
+            {
+                for (r2, s2) in &stamps[i..] {
+                    let gained = (s2 - s1) - (r2 - r1);
+                    if gained > most.0 {
+                        most = (gained, seed);
+                    }
+                }
+            }
+        }
+        let margin = Limits::GRANT_MARGIN_MS as f64;
+        assert!(
+            most.0 < margin,
+            "store time gained {most:?} (ms, seed) on real time"
+        );
     }
 }
