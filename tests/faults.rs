@@ -1108,10 +1108,10 @@ fn clock_victims(rng: &mut Rng, leader: u64, followers: &[u64]) -> Vec<u64> {
         .collect()
 }
 
-/// The node's `limits::CLOCK_TRAIL`, in nanoseconds: how much store time may gain on real time
-/// while a clock lies at the leader (see `node/clock.rs`), and so what the store-time checker
+/// How much store time may gain on real time while a clock lies at the leader, in nanoseconds:
+/// the grant margin, which covers it (see `node/clock.rs`), and so what the store-time checker
 /// allows in a run with clock faults.
-const CLOCK_TRAIL_NS: u64 = 100_000_000;
+const CLOCK_GAIN_NS: u64 = leasehold_core::Limits::GRANT_MARGIN_MS * 1_000_000;
 
 /// How long a node stopped with SIGTERM has before SIGKILL: its hand-over's bound (2 s), and
 /// room to exit.
@@ -1766,10 +1766,10 @@ async fn fault_run_from(
     }
 
     let history = recorder.history.lock().unwrap().clone();
-    // A clock that lies at the leader: see CLOCK_TRAIL_NS.
+    // A clock that lies at the leader: see CLOCK_GAIN_NS.
     let tolerance = match faults.iter().any(|f| Fault::clocks().contains(f)) {
         true => check::Tolerance {
-            store_time_gain_ns: CLOCK_TRAIL_NS,
+            store_time_gain_ns: CLOCK_GAIN_NS,
         },
         false => check::Tolerance::default(),
     };

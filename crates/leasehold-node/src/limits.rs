@@ -180,7 +180,7 @@ pub(crate) const CLOCK_PROBE_WAIT: Duration = Duration::from_millis(500);
 /// How far behind the newest readings a leader reads the voters' clocks, so that the time they
 /// allow grows smoothly between readings (see `quorum_time`): more than a probe's interval and
 /// a loaded machine's round trip. The most store time may gain on real time, once, in the
-/// moment a leader's clock changes rate: every grant is held as much longer
+/// moment a leader's clock changes rate, which the grant margin covers
 /// (`leasehold_core::Limits::GRANT_MARGIN_MS`).
 pub(crate) const CLOCK_TRAIL: Duration = Duration::from_millis(100);
 
@@ -250,7 +250,7 @@ const _: () = {
     );
     assert!(
         CLOCK_TRAIL.as_millis() <= leasehold_core::Limits::GRANT_MARGIN_MS as u128,
-        "every grant is held at least as much longer as store time may gain on real time"
+        "the grant margin covers at least the trail read at the old pace"
     );
 };
 

@@ -97,12 +97,12 @@
 //!   to the readings alone would move in steps a reading's round trip apart, which a grant
 //!   stamped at a step's top loses. So a lease does not pay for it: the leader logs every
 //!   grant and renewal held `Limits::GRANT_MARGIN_MS` (150 ms: `quorum_time`'s tests measure
-//!   up to 96 ms with answers 1-250 ms late) longer than asked (`Op::held_longer`, in `write`), and a lease in flight across the gain
-//!   still lives its TTL. A forward jump of the leader's clock gains no more, by `G`; after a
+//!   up to 85 ms with answers 1-250 ms late) longer than asked (`Op::held_longer`, in
+//!   `write`), and a lease in flight across the gain still lives its TTL. A forward jump of the leader's clock gains no more, by `G`; after a
 //!   backward one the clock counts on from where it stood (`Stamping::trail_at`).
 //! - Where not every voter answers for its clock (a member of an older build, mid-upgrade),
 //!   the leader's clock alone moves the stamps, as before issue 42, and `G` bounds them again
-//!   from the first two stamps after they all do. A voter that stopped answering still counts
+//!   from the first stamp after they all do. A voter that stopped answering still counts
 //!   as answering (by what it announced last): its clock then measures nothing more, so `G` is
 //!   what the answering majority measured.
 //!

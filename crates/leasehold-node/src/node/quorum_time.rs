@@ -394,11 +394,12 @@ mod tests {
         let (mut asks, mut pending, mut stamps) = (0.0, Vec::new(), Vec::new());
         for step in 0..=(until_ms / 5) {
             let r = step as f64 * 5.0;
-            while leader(r) >= asks {
+            // As the node's probe: one reading in flight at a time, asked at its turn.
+            while leader(r) >= asks && pending.is_empty() {
                 let after = answered_after(r);
                 let theirs = peers.map(|peer| peer(r + after / 2.0));
                 pending.push((at(leader(r)), r + after, theirs));
-                asks += 25.0;
+                asks = leader(r) + 25.0;
             }
             pending.retain(|(asked, answered_at, theirs)| {
                 if *answered_at > r {

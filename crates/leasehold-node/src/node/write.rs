@@ -133,12 +133,7 @@ impl Node {
             .map(|w| {
                 let (op, request) = w?;
                 seats.extend(self.take_seat(&op)?);
-                // Under the default clock every grant is held a margin longer than asked: what
-                // store time may gain on real time when this clock changes rate (see `clock`).
-                let op = match at_ms {
-                    Some(_) => op.held_longer(Limits::GRANT_MARGIN_MS),
-                    None => op,
-                };
+                let op = logged(op, at_ms);
                 Ok(self.inner.proposer.submit(Command { at_ms, request, op }))
             })
             .collect();
@@ -234,5 +229,15 @@ impl Node {
             )),
             _ => Ok(()),
         }
+    }
+}
+
+/// What the leader logs of `op`, stamped `at_ms`: under the default clock every grant and
+/// renewal held `Limits::GRANT_MARGIN_MS` longer than asked, what store time may gain on real
+/// time when a leader's clock changes rate (see `clock`).
+fn logged(op: Op, at_ms: Option<u64>) -> Op {
+    match at_ms {
+        Some(_) => op.held_longer(Limits::GRANT_MARGIN_MS),
+        None => op,
     }
 }

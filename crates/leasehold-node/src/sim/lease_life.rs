@@ -434,11 +434,10 @@ fn a_leader_cut_off_from_its_quorum_gives_writes_up_and_then_refuses_them_at_onc
 /// lived 1.054 s under a leader at 2x; a holder that counts its own TTL then believes it is safe
 /// while a rival holds the lease), and one whose clock runs slow kept every lease too long
 /// (4.041 s at 0.5x). `count` nodes; once the first leader leads, the clocks of `odd` of them
-/// (the leader among them, or followers only) run at `rate_ppm` after a jump of `jump_ms`; a
-/// lease is acquired through the first leader at once and a rival polls. The odd nodes must
-/// name themselves within 10 s, and the lease must stay granted its TTL after the acquire was
-/// sent (less what the leader's change of rate may gain once, see the test), and be free
-/// within 500 ms after (the bound).
+/// (the leader among them, or followers only) run at `rate_ppm` after a jump of `jump_ms`,
+/// `fault.into_ms` after a lease was acquired through the first leader, and a rival polls. The
+/// odd nodes must name themselves within 10 s, and the lease must stay granted its TTL after
+/// the acquire was sent, and be free within 500 ms after (the bound).
 ///
 /// Returns how long after the acquire was sent the rival was granted the lease, and how long
 /// after the fault began the last odd node named itself, if within 10 s.
@@ -511,9 +510,9 @@ fn a_minority_of_clocks_running_fast_or_slow_or_jumping_neither_shortens_nor_str
             }
         }
     }
-    // Half a second into the lease's life, and 60 ms before its end: within the time the
-    // leader takes to see its own clock's new rate.
-    let ends = CARRIED_TTL.as_millis() as u64 - 60;
+    // Half a second into the lease's life, and 60 ms before the store frees it (its TTL and
+    // the grant margin): within the time the leader takes to see its own clock's new rate.
+    let ends = CARRIED_TTL.as_millis() as u64 + Limits::GRANT_MARGIN_MS - 60;
     let faults = [500, ends].into_iter().flat_map(|into_ms| {
         (faults.iter()).map(move |&(count, odd, leader, rate_ppm, jump_ms)| ClockFault {
             count,
