@@ -437,19 +437,20 @@ mod tests {
             })
     }
 
+    /// A clock that reads real time until 4 s, then runs at twice its speed.
+    fn doubles_at_4_s(r: f64) -> f64 {
+        match r < 4_000.0 {
+            true => r,
+            false => 4_000.0 + 2.0 * (r - 4_000.0),
+        }
+    }
+
     #[test]
     fn a_peer_that_ran_fast_earlier_in_the_term_does_not_let_a_leader_whose_clock_speeds_up_race() {
         // Peer 2's clock ran at 2x for the term's first 2 s (its count since the base stays
         // 2 s ahead), peer 3's is right, and this node's doubles at 4 s.
-        let leader = |r: f64| {
-            if r < 4_000.0 {
-                r
-            } else {
-                4_000.0 + 2.0 * (r - 4_000.0)
-            }
-        };
         let peer_2 = |r: f64| Some((1, if r < 2_000.0 { 2.0 * r } else { 2_000.0 + r }));
-        let stamps = stamped_term(leader, [&peer_2, &|r| Some((1, r))], 4_400);
+        let stamps = stamped_term(doubles_at_4_s, [&peer_2, &|r| Some((1, r))], 4_400);
         // The trail, read at the old pace, may shrink by half of its 100 ms; no more.
         let (gained, _) = gained_and_lost(&stamps, 3_900.0, 4_400.0);
         assert!(
@@ -501,13 +502,6 @@ mod tests {
         // doubles at 4 s, as peer 2's readings resume. Store time gains on real time from the
         // trail read at the old pace (up to 50 ms here) and from readings whose answers came
         // late and then early (the interpolation between them runs fast by the difference).
-        let leader = |r: f64| {
-            if r < 4_000.0 {
-                r
-            } else {
-                4_000.0 + 2.0 * (r - 4_000.0)
-            }
-        };
         let peer_2 = |r: f64| (!(2_000.0..4_000.0).contains(&r)).then_some((1, r));
         let peer_3 = |r: f64| Some((1, r));
         let mut most = (0.0, 0);
@@ -517,8 +511,12 @@ mod tests {
                 draw = draw.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
                 1.0 + ((draw >> 33) % 250) as f64
             };
-            let stamps =
-                stamped_term_answered(leader, [&peer_2, &peer_3], 4_400, &mut answered_after);
+            let stamps = stamped_term_answered(
+                doubles_at_4_s,
+                [&peer_2, &peer_3],
+                4_400,
+                &mut answered_after,
+            );
             for (i, (r1, s1)) in stamps
                 .iter()
                 .enumerate()
