@@ -98,8 +98,9 @@
 //!   stamped at a step's top loses. So a lease does not pay for it: the leader logs every
 //!   grant and renewal held `Limits::GRANT_MARGIN_MS` (150 ms: `quorum_time`'s tests measure
 //!   up to 85 ms with answers 1-250 ms late) longer than asked (`Op::held_longer`, in
-//!   `write`), and a lease in flight across the gain still lives its TTL. A forward jump of the leader's clock gains no more, by `G`; after a
-//!   backward one the clock counts on from where it stood (`Stamping::trail_at`).
+//!   `write`), and a lease in flight across the gain still lives its TTL. A forward jump of
+//!   the leader's clock gains no more, by `G`; after a backward one the clock counts on from
+//!   where it stood (`Stamping::trail_at`).
 //! - Where not every voter answers for its clock (a member of an older build, mid-upgrade),
 //!   the leader's clock alone moves the stamps, as before issue 42, and `G` bounds them again
 //!   from the first stamp after they all do. A voter that stopped answering still counts
@@ -266,13 +267,12 @@ impl LeaderClock {
         let mut guard = self.base.lock().unwrap_or_else(|p| p.into_inner());
         let base = guard.as_mut().filter(|b| b.term == term)?;
         let now = self.local.now();
-        let (trail, back) = base.stamping.trail_at(now);
-        if !back.is_zero() {
-            self.peer_clocks().shift_origin(back);
-        }
-        let own = now.saturating_sub(base.stamping.last_read);
-        let allowed = self.allowance(own, now, trail);
-        Some(base.stamping.advance(now, allowed))
+        Some(base.stamping.stamp(now, |own, trail, back| {
+            if !back.is_zero() {
+                self.peer_clocks().shift_origin(back);
+            }
+            self.allowance(own, now, trail)
+        }))
     }
 
     /// What the voters' clocks allow a stamp at `now` on this node's clock, which measured

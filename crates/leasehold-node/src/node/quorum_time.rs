@@ -120,8 +120,8 @@ fn leader_rate(clocks: &PeerClocks, peers: &[NodeId], voters: usize) -> f64 {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stamping {
     /// The last stamp, in microseconds, and the leader's clock when it was given.
-    pub last_us: u64,
-    pub last_read: Duration,
+    last_us: u64,
+    last_read: Duration,
     /// Where the voters' clocks were read for the last stamp, on the leader's: see
     /// [`Stamping::trail_at`].
     trail_at: Duration,
@@ -168,6 +168,20 @@ impl Stamping {
         let trail = CLOCK_TRAIL.div_f64(self.pace);
         self.trail_at = self.trail_at.max(now.saturating_sub(trail));
         (from..self.trail_at, back)
+    }
+
+    /// The stamp at the leader's clock reading `now`, in milliseconds: the trail moved on
+    /// ([`Stamping::trail_at`]), `allow` asked what the voters' clocks allow, given what this
+    /// clock measured since the last stamp, the trail since it and how far this clock went back,
+    /// and the stamps advanced by that ([`Stamping::advance`]).
+    pub fn stamp(
+        &mut self,
+        now: Duration,
+        allow: impl FnOnce(Duration, std::ops::Range<Duration>, Duration) -> Allowance,
+    ) -> u64 {
+        let (trail, back) = self.trail_at(now);
+        let own = now.saturating_sub(self.last_read);
+        self.advance(now, allow(own, trail, back))
     }
 
     /// The stamp at the leader's clock reading `now`, in milliseconds: the last one moved by
@@ -418,10 +432,10 @@ mod tests {
                 false
             });
             let now = at(leader(r));
-            let (trail, _) = stamping.trail_at(now);
-            let own = now.saturating_sub(stamping.last_read);
-            let allowed = allowance(&clocks, &[2, 3], 3, own, now, trail);
-            stamps.push((r, stamping.advance(now, allowed) as f64));
+            let stamp = stamping.stamp(now, |own, trail, _| {
+                allowance(&clocks, &[2, 3], 3, own, now, trail)
+            });
+            stamps.push((r, stamp as f64));
         }
         stamps
     }

@@ -202,14 +202,19 @@ async fn declared_length(
     let declared = (request.headers().get(header::CONTENT_LENGTH))
         .and_then(|length| length.to_str().ok()?.parse::<u64>().ok());
     match declared {
-        Some(length) if length > MAX_BODY_BYTES as u64 => {
-            let problem =
-                format!("must be at most {MAX_BODY_BYTES} bytes of JSON (Content-Length {length})");
-            let invalid = NodeError::Invalid(InvalidInput::new("body", problem));
-            json(StatusCode::PAYLOAD_TOO_LARGE, &ErrorBody::of(&invalid))
-        }
+        Some(length) if length > MAX_BODY_BYTES as u64 => refused_body(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("Content-Length {length}"),
+        ),
         _ => next.run(request).await,
     }
+}
+
+/// The refusal of a body over the limit (or unreadable), answered `status`; `why` in brackets.
+fn refused_body(status: StatusCode, why: impl std::fmt::Display) -> Response {
+    let problem = format!("must be at most {MAX_BODY_BYTES} bytes of JSON ({why})");
+    let invalid = NodeError::Invalid(InvalidInput::new("body", problem));
+    json(status, &ErrorBody::of(&invalid))
 }
 
 /// The caller's credentials and the request's body; or the refusal of a request from a
@@ -232,11 +237,7 @@ fn caller(
     }
     let body = match body {
         Ok(body) => body,
-        Err(e) => {
-            let problem = format!("must be at most {MAX_BODY_BYTES} bytes of JSON ({e})");
-            let invalid = NodeError::Invalid(InvalidInput::new("body", problem));
-            return Err(Box::new(json(e.status(), &ErrorBody::of(&invalid))));
-        }
+        Err(e) => return Err(Box::new(refused_body(e.status(), e))),
     };
     let credentials = match headers.get(header::AUTHORIZATION).map(HeaderValue::to_str) {
         None => None,
