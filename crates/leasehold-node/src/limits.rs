@@ -114,6 +114,12 @@ pub(crate) const HAND_OVER_WAIT: Duration = Duration::from_millis(2_000);
 /// then loads (as it does at once on SIGHUP; see `tls::reload`).
 pub(crate) const TLS_RELOAD_CHECK: Duration = Duration::from_secs(5);
 
+/// How long a leader handing over waits for a caught-up voter whose clock runs with the
+/// majority's before it takes one whose clock is odd (see `node::hand_over`): the right ones
+/// catch up within a round trip or two, and an odd one would lead at its odd rate until it
+/// stepped down in turn.
+pub(crate) const HAND_OVER_TO_ODD_AFTER: Duration = Duration::from_millis(250);
+
 /// How long a voter is given to take a hand-over's message.
 pub(crate) const HAND_OVER_CALL: Duration = Duration::from_millis(500);
 

@@ -267,12 +267,10 @@ impl LeaderClock {
         let mut guard = self.base.lock().unwrap_or_else(|p| p.into_inner());
         let base = guard.as_mut().filter(|b| b.term == term)?;
         let now = self.local.now();
-        Some(base.stamping.stamp(now, |own, trail, back| {
-            if !back.is_zero() {
-                self.peer_clocks().shift_origin(back);
-            }
-            self.allowance(own, now, trail)
-        }))
+        Some(
+            base.stamping
+                .stamp(now, |own, trail| self.allowance(own, now, trail)),
+        )
     }
 
     /// What the voters' clocks allow a stamp at `now` on this node's clock, which measured
@@ -342,7 +340,6 @@ impl LeaderClock {
             Some(base) if base.term >= term => {}
             _ => {
                 let since = self.local.now();
-                self.peer_clocks().count_from(since);
                 *guard = Some(TermBase {
                     term,
                     stamping: Stamping::new(applied_now_ms, since),

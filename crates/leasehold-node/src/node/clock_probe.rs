@@ -68,6 +68,12 @@ pub(crate) struct ClockScales {
     peers: BTreeMap<NodeId, Option<f64>>,
 }
 
+/// Each clock's rate over the majority's, `None` for one that jumped lately.
+struct ClockRates {
+    own: Option<f64>,
+    peers: BTreeMap<NodeId, Option<f64>>,
+}
+
 impl ClockScales {
     /// Peer `id`'s: 1 when not known.
     pub fn peer(&self, id: NodeId) -> Option<f64> {
@@ -121,19 +127,46 @@ impl Node {
 
     /// How to correct what each clock measured to the majority's rate: this node's by its rate
     /// over the majority's, a peer's by its own over this node's too. A clock known to be
-    /// within [`ODD_CLOCK_RATE`] of the majority's counts as it is.
+    /// within [`ODD_CLOCK_RATE`] of the majority's counts as it is, and one slower is not
+    /// scaled up: store time is never ahead of real time.
     pub(crate) fn clock_scales(&self) -> ClockScales {
+        let scale = |rate_over_majority: Option<f64>| {
+            rate_over_majority.map(|rate| match (rate - 1.0).abs() {
+                off if off > ODD_CLOCK_RATE && rate.is_finite() => {
+                    (1.0 / rate).clamp(1.0 / 8.0, 1.0)
+                }
+                _ => 1.0,
+            })
+        };
+        let rates = self.clock_rates();
+        ClockScales {
+            own: scale(rates.own),
+            peers: (rates.peers.into_iter())
+                .map(|(id, rate)| (id, scale(rate)))
+                .collect(),
+        }
+    }
+
+    /// The voters other than this node whose clocks are known to run off the majority's by
+    /// more than [`ODD_CLOCK_RATE`] or to have jumped lately: a leader handing over passes
+    /// them by while it can (see `hand_over`).
+    pub(crate) fn odd_peer_clocks(&self) -> BTreeSet<NodeId> {
+        let me = self.inner.id;
+        let odd = |rate: Option<f64>| rate.is_none_or(|r| (r - 1.0).abs() > ODD_CLOCK_RATE);
+        (self.clock_rates().peers.into_iter())
+            .filter(|(id, rate)| *id != me && odd(*rate))
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    /// Each voter's clock rate over the majority's, as this node's readings show it (1 where not
+    /// known), `None` for one that jumped lately.
+    fn clock_rates(&self) -> ClockRates {
         let judged = *self.own().judged.lock().unwrap_or_else(|p| p.into_inner());
         let mine = judged.last.rate_ratio.unwrap_or(1.0);
         let now = self.inner.clock.local().now();
         let since = now.saturating_sub(CLOCK_ODD_REMEMBERED);
         let clocks = self.inner.clock.peer_clocks();
-        let scale = |rate_over_majority: f64| match (rate_over_majority - 1.0).abs() {
-            off if off > ODD_CLOCK_RATE && rate_over_majority.is_finite() => {
-                (1.0 / rate_over_majority).clamp(1.0 / 8.0, 1.0)
-            }
-            _ => 1.0,
-        };
         // A peer's clock seen to jump did, unless this node's own jumped then (every clock that
         // did not jump with it seems to): jumps, as rates, are the majority's to judge.
         let i_jumped = still_odd(judged.last_jump, now);
@@ -144,10 +177,10 @@ impl Node {
                 (judged.last_jump).is_some_and(|j| j.abs_diff(at) <= JUMP_SEEN_WITHIN)
             };
             let jumped = seen.is_some_and(|at| !mine_then(at));
-            (id, (!jumped).then(|| scale(theirs)))
+            (id, (!jumped).then_some(theirs))
         });
-        ClockScales {
-            own: (!i_jumped).then(|| scale(mine)),
+        ClockRates {
+            own: (!i_jumped).then_some(mine),
             peers: peers.collect(),
         }
     }

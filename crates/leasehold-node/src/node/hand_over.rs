@@ -22,7 +22,7 @@ use openraft::ServerState;
 use tokio::sync::Notify;
 
 use super::Node;
-use crate::limits::{HAND_OVER_CALL, HAND_OVER_WAIT};
+use crate::limits::{HAND_OVER_CALL, HAND_OVER_TO_ODD_AFTER, HAND_OVER_WAIT};
 use crate::raft::NodeId;
 
 /// The feature a node announces when it takes the `HandOver` peer message.
@@ -174,13 +174,15 @@ impl Node {
         let at = |now| *stage.lock().unwrap_or_else(|p| p.into_inner()) = now;
         let handed = tokio::time::timeout_at(started + HAND_OVER_WAIT, async {
             self.inner.proposals.drain().await;
-            // A caught-up voter whose clock runs with the majority's first (one known odd would
-            // step down in turn, see `clock_probe`), else any caught-up voter: waiting for one
-            // in particular held SIGTERM's hand-over past its bound.
-            let scales = self.clock_scales();
-            let mut preferred = others.clone();
-            preferred.sort_by_key(|id| scales.peer(*id) != Some(1.0));
-            let to = self.caught_up_voter(&preferred).await;
+            // A caught-up voter whose clock runs with the majority's, else, after a while, any
+            // caught-up voter: one known odd would lead at its odd rate and step down in turn
+            // (see `clock_probe`), and two odd ones handed leadership back and forth, while
+            // waiting for one in particular without end held SIGTERM's hand-over past its bound.
+            let odd = self.odd_peer_clocks();
+            let (odd, right): (Vec<NodeId>, Vec<NodeId>) =
+                others.iter().partition(|id| odd.contains(id));
+            let odd_after = tokio::time::Instant::now() + HAND_OVER_TO_ODD_AFTER;
+            let to = self.caught_up_voter(&right, &odd, odd_after).await;
             at("the voters could not be told");
             self.tell_voters(vote, to, &others).await?;
             at("the chosen voter did not win");
@@ -257,24 +259,37 @@ impl Node {
         told.await
     }
 
-    /// A voter among `others` whose log matches this leader's last entry, once one does.
-    async fn caught_up_voter(&self, others: &[NodeId]) -> NodeId {
+    /// A voter among `preferred` whose log matches this leader's last entry, once one does;
+    /// from `rest_after` on, one among `rest` too.
+    async fn caught_up_voter(
+        &self,
+        preferred: &[NodeId],
+        rest: &[NodeId],
+        rest_after: tokio::time::Instant,
+    ) -> NodeId {
         let mut metrics = self.inner.raft.metrics();
         loop {
+            let rest_too = tokio::time::Instant::now() >= rest_after;
             let caught_up = {
                 let m = metrics.borrow_and_update();
                 let matched = |id: &NodeId| {
                     let replication = m.replication.as_ref()?;
                     replication.get(id)?.as_ref().map(|log_id| log_id.index)
                 };
-                (others.iter())
+                let rest = rest.iter().filter(|_| rest_too);
+                (preferred.iter().chain(rest))
                     .find(|id| m.last_log_index.is_some() && matched(id) == m.last_log_index)
                     .copied()
             };
             if let Some(id) = caught_up {
                 return id;
             }
-            if metrics.changed().await.is_err() {
+            let changed = metrics.changed();
+            let changed = match rest_too {
+                true => changed.await,
+                false => (tokio::time::timeout_at(rest_after, changed).await).unwrap_or(Ok(())),
+            };
+            if changed.is_err() {
                 return std::future::pending().await;
             }
         }

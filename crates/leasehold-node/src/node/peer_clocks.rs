@@ -2,8 +2,8 @@
 //! own clock, taken by asking (`clock_probe`), each with this node's own clock's readings when it
 //! asked and when the answer came. From them:
 //!
-//! - how much each peer's clock counted since an instant of this node's ([`PeerClocks::trail`]),
-//!   which the leader's stamps may not outrun but with a majority (`quorum_time`);
+//! - how much each peer's clock counted up to an instant of this node's ([`PeerClocks::trail`]),
+//!   whose growth the leader's stamps may not outrun but with a majority (`quorum_time`);
 //! - how fast this node's clock runs against each peer's ([`PeerClocks::ratio`]), bounded both
 //!   ways by the round trips, from which the leader slows or speeds its own clock to the
 //!   majority's, and a node judges its own clock ([`judge`]).
@@ -58,9 +58,6 @@ struct Peer {
     rates_from: Duration,
     /// This node's own clock when it last saw this peer's clock jump.
     jumped: Option<Duration>,
-    /// What the peer's clock had counted at its first reading asked since the instant
-    /// [`PeerClocks::count_from`] set: the trail counts from there.
-    mark: Option<Duration>,
 }
 
 /// How fast this node's clock ran against one peer's: this node's elapsed time over the peer's,
@@ -86,8 +83,6 @@ impl Ratio {
 #[derive(Default)]
 pub struct PeerClocks {
     peers: BTreeMap<NodeId, Peer>,
-    /// The instant of this node's clock the trails count from: a leader's term's base.
-    since: Option<Duration>,
 }
 
 impl PeerClocks {
@@ -129,9 +124,6 @@ impl PeerClocks {
             Some(last) => last.counted + (theirs - last.theirs),
         };
         entry.process = Some(reading.process);
-        if entry.mark.is_none() && self.since.is_some_and(|since| asked >= since) {
-            entry.mark = Some(counted);
-        }
         entry.samples.push_back(Sample {
             asked,
             answered,
@@ -152,29 +144,13 @@ impl PeerClocks {
         self.peers.retain(|id, _| members(*id));
     }
 
-    /// From now on, the trails count from this node's instant `since`: from each peer's first
-    /// reading asked at or after it.
-    pub fn count_from(&mut self, since: Duration) {
-        self.since = Some(since);
-        for peer in self.peers.values_mut() {
-            let first = peer.samples.iter().find(|s| s.asked >= since);
-            peer.mark = first.map(|s| s.counted);
-        }
-    }
-
-    /// This node's clock went back by `back`: the instant of [`PeerClocks::count_from`] moves
-    /// back with it, so that the readings asked after the jump still count from it (each peer's
-    /// first reading, if taken, stands).
-    pub fn shift_origin(&mut self, back: Duration) {
-        self.since = self.since.map(|since| since.saturating_sub(back));
-    }
-
-    /// What `peer`'s clock counted between its first reading asked since the instant of
-    /// [`PeerClocks::count_from`] and this node's instant `at`, reading between its readings as
-    /// if its clock ran evenly: zero if none was asked since. Never more than it counted by the
-    /// last reading answered by `at`, which it read before `at`.
+    /// What `peer`'s clock counted from this node's first reading of it up to this node's
+    /// instant `at`, reading between its readings as if its clock ran evenly (jumps and
+    /// restarts count nothing): only differences of it mean anything. Never more than it
+    /// counted by the last reading answered by `at`, which it read before `at`; zero if never
+    /// read.
     pub fn trail(&self, peer: NodeId, at: Duration) -> Duration {
-        let Some((entry, mark)) = (self.peers.get(&peer)).and_then(|e| Some((e, e.mark?))) else {
+        let Some(entry) = self.peers.get(&peer) else {
             return Duration::ZERO;
         };
         let mut samples = entry.samples.iter();
@@ -187,12 +163,11 @@ impl PeerClocks {
                 let into = at.saturating_sub(before.answered).as_secs_f64();
                 let grew = after.counted.saturating_sub(before.counted).as_secs_f64();
                 let between = if span > 0.0 { grew * into / span } else { 0.0 };
-                let counted = before.counted + Duration::from_secs_f64(between.min(grew));
-                return counted.saturating_sub(mark);
+                return before.counted + Duration::from_secs_f64(between.min(grew));
             }
             before = after;
         }
-        before.counted.saturating_sub(mark)
+        before.counted
     }
 
     /// What `peer`'s clock counted between this node's instants `between` (as [`trail`] reads
@@ -361,26 +336,20 @@ mod tests {
     }
 
     #[test]
-    fn the_trail_counts_the_peers_clock_from_the_first_reading_since_and_grows_evenly() {
+    fn the_trail_counts_the_peers_clock_from_its_first_reading_and_grows_evenly() {
         let mut clocks = PeerClocks::default();
+        assert_eq!(clocks.trail(2, MS(5)), Duration::ZERO, "never read");
         readings(&mut clocks, 2, 1.0, 25, 1_000);
-        // First reading asked at or after 100 ms: the one at 100; by the one answered at 201
-        // (asked at 200) its clock counted 100 ms.
-        clocks.count_from(MS(100));
-        assert_eq!(clocks.trail(2, MS(201)), MS(100));
+        // Up to the first reading's answer (asked at 0), nothing; by the one answered at 201
+        // (asked at 200), its clock counted 200 ms.
+        assert_eq!(clocks.trail(2, MS(0)), Duration::ZERO);
+        assert_eq!(clocks.trail(2, MS(201)), MS(200));
         // Half-way to the next answer, half-way there.
         let between = clocks.trail(2, MS(213) + Duration::from_micros(500));
-        assert_eq!(between, MS(112) + Duration::from_micros(500));
-        assert_eq!(clocks.trail(2, MS(5_000)), MS(900), "no more than read");
-        clocks.count_from(MS(2_000));
-        assert_eq!(
-            clocks.trail(2, MS(5_000)),
-            Duration::ZERO,
-            "none read since"
-        );
-        // Counting from before the readings began, the trail outlives the window's readings.
+        assert_eq!(between, MS(212) + Duration::from_micros(500));
+        assert_eq!(clocks.trail(2, MS(5_000)), MS(1_000), "no more than read");
+        // The trail outlives the window's readings.
         let mut clocks = PeerClocks::default();
-        clocks.count_from(MS(0));
         readings(&mut clocks, 2, 1.0, 25, 10_000);
         assert_eq!(clocks.trail(2, MS(10_001)), MS(10_000));
     }
@@ -388,7 +357,6 @@ mod tests {
     #[test]
     fn a_jump_or_a_restart_counts_nothing_and_rates_start_after_it() {
         let mut clocks = PeerClocks::default();
-        clocks.count_from(MS(0));
         readings(&mut clocks, 2, 1.0, 25, 2_000);
         let before = clocks.trail(2, MS(2_001));
         let jumped = ClockReading {
@@ -414,7 +382,6 @@ mod tests {
     #[test]
     fn a_peer_restarted_reads_on_from_its_new_clock_and_did_not_jump() {
         let mut clocks = PeerClocks::default();
-        clocks.count_from(MS(0));
         readings(&mut clocks, 2, 1.0, 25, 2_000);
         // Its new process's clock starts far below the old one's; two readings of it.
         for (at, micros) in [(2_500, 5_000), (2_525, 30_000)] {

@@ -130,12 +130,16 @@ pub struct Stamping {
 }
 
 impl Stamping {
+    /// Stamps from `base_ms` at the leader's clock reading `since`. The voters' clocks are read
+    /// [`CLOCK_TRAIL`] behind from the first stamp on, over readings taken before the term
+    /// (a follower reads its peers too): the stamps follow real time at once, not after the
+    /// trail (which lost its length of every lease at every change of leader).
     pub fn new(base_ms: u64, since: Duration) -> Stamping {
         let base_us = base_ms.saturating_mul(1_000);
         Stamping {
             last_us: base_us,
             last_read: since,
-            trail_at: since,
+            trail_at: since.saturating_sub(CLOCK_TRAIL),
             pace: 1.0,
         }
     }
@@ -155,45 +159,34 @@ impl Stamping {
     /// A leader's clock that went back counts on from where it stood: the last stamp's and the
     /// trail's instants move back with it, instead of this clock measuring nothing (which held
     /// every stamp for as long as the jump, when the only other voter that answered ran no
-    /// further) and the trail standing still.
+    /// further) and the trail standing still. (The peers' readings taken across the jump are
+    /// on another footing, and count nothing: `PeerClocks::record`.)
     ///
-    /// Returns the trail since the last stamp (from its instant to this one's), and how far the
-    /// clock went back (zero mostly): the peers' readings must count from instants moved back as
-    /// far (`PeerClocks::shift_origin`).
-    pub fn trail_at(&mut self, now: Duration) -> (std::ops::Range<Duration>, Duration) {
+    /// Returns the trail since the last stamp: from its instant to this one's.
+    pub fn trail_at(&mut self, now: Duration) -> std::ops::Range<Duration> {
         let back = self.last_read.saturating_sub(now);
         self.trail_at = self.trail_at.saturating_sub(back);
         self.last_read = self.last_read.saturating_sub(back);
         let from = self.trail_at;
         let trail = CLOCK_TRAIL.div_f64(self.pace);
         self.trail_at = self.trail_at.max(now.saturating_sub(trail));
-        (from..self.trail_at, back)
+        from..self.trail_at
     }
 
     /// The stamp at the leader's clock reading `now`, in milliseconds: the trail moved on
     /// ([`Stamping::trail_at`]), `allow` asked what the voters' clocks allow, given what this
-    /// clock measured since the last stamp, the trail since it and how far this clock went back,
-    /// and the stamps advanced by that ([`Stamping::advance`]).
+    /// clock measured since the last stamp and the trail since it, and the stamps advanced by
+    /// that ([`Stamping::advance`]).
     pub fn stamp(
         &mut self,
         now: Duration,
-        allow: impl FnOnce(Duration, std::ops::Range<Duration>, Duration) -> Allowance,
+        allow: impl FnOnce(Duration, std::ops::Range<Duration>) -> Allowance,
     ) -> u64 {
-        let (trail, back) = self.trail_at(now);
+        let trail = self.trail_at(now);
         let own = now.saturating_sub(self.last_read);
-        self.advance(now, allow(own, trail, back))
+        self.advance(now, allow(own, trail))
     }
 
-    /// The stamp at the leader's clock reading `now`, in milliseconds: the last one moved by
-    /// what the clock measured since, at the allowed pace, and no further than a majority of
-    /// the voters' clocks measured since ([`Allowance::grew`]). Never back; a clock that went
-    /// back measured nothing.
-    ///
-    /// Time a stamp could not take (a majority grew less than the pace asked) is lost, never
-    /// caught up later: a stamp that moved faster than real time would end early the leases
-    /// granted before it. So a pace above the clock's true rate (one that ran slow and came
-    /// right, until the readings show it) moves the stamps only as fast as the majority's
-    /// clocks.
     pub fn advance(&mut self, now: Duration, allowed: Allowance) -> u64 {
         let measured = match allowed.heard {
             true => now.saturating_sub(self.last_read).as_secs_f64() * 1e6,
@@ -225,7 +218,6 @@ mod tests {
     /// clocks running at `rates` of this node's.
     fn read(rates: [f64; 2], for_ms: u64) -> PeerClocks {
         let mut clocks = PeerClocks::default();
-        clocks.count_from(MS(0));
         for at in (0..=for_ms).step_by(25) {
             for (peer, rate) in [(2, rates[0]), (3, rates[1])] {
                 let micros = (1e9 + (at as f64 + 0.5) * rate * 1e3) as u64;
@@ -349,10 +341,7 @@ mod tests {
     #[test]
     fn the_trail_is_real_time_at_the_known_pace_and_a_clock_that_went_back_counts_on() {
         let mut stamping = Stamping::new(1_000, MS(10_000));
-        assert_eq!(
-            stamping.trail_at(MS(10_500)),
-            (MS(10_000)..MS(10_400), MS(0))
-        );
+        assert_eq!(stamping.trail_at(MS(10_500)), MS(9_900)..MS(10_400));
         // A clock known to run at twice the majority's: 200 ms of it are 100 ms of real time.
         let fast = Allowance {
             grew: None,
@@ -360,17 +349,11 @@ mod tests {
             heard: true,
         };
         stamping.advance(MS(11_000), fast.clone());
-        assert_eq!(
-            stamping.trail_at(MS(11_000)),
-            (MS(10_400)..MS(10_800), MS(0))
-        );
+        assert_eq!(stamping.trail_at(MS(11_000)), MS(10_400)..MS(10_800));
         // It jumps back 10 s: 200 ms later it reads 1.2 s. The last stamp's instant moves back
         // with it (at most by what it read less than at the last stamp: the 200 ms between
         // count nothing), and so does the trail.
-        assert_eq!(
-            stamping.trail_at(MS(1_200)),
-            (MS(1_000)..MS(1_000), MS(9_800))
-        );
+        assert_eq!(stamping.trail_at(MS(1_200)), MS(1_000)..MS(1_000));
         assert_eq!(stamping.last_read, MS(1_200));
         assert_eq!(
             stamping.advance(MS(1_400), fast),
@@ -403,7 +386,6 @@ mod tests {
     ) -> Vec<(f64, f64)> {
         let at = |ms: f64| Duration::from_secs_f64(ms / 1e3);
         let mut clocks = PeerClocks::default();
-        clocks.count_from(MS(0));
         let mut stamping = Stamping::new(0, MS(0));
         let (mut asks, mut pending, mut stamps) = (0.0, Vec::new(), Vec::new());
         for step in 0..=(until_ms / 5) {
@@ -432,7 +414,7 @@ mod tests {
                 false
             });
             let now = at(leader(r));
-            let stamp = stamping.stamp(now, |own, trail, _| {
+            let stamp = stamping.stamp(now, |own, trail| {
                 allowance(&clocks, &[2, 3], 3, own, now, trail)
             });
             stamps.push((r, stamp as f64));
