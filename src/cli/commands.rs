@@ -415,8 +415,8 @@ fn clocks(nodes: &[pb::NodeStatus]) -> String {
             r => format!(" ({r:.2}x the majority's rate)"),
         };
         format!(
-            "clock: node {} {}{rate}: it does not campaign, and steps down if it leads; check \
-             its time source (NTP, the hypervisor's clock)\n",
+            "clock: node {} {}{rate}: it does not campaign while it is off, and steps down if it \
+             leads; check its time source (NTP, the hypervisor's clock)\n",
             n.id, n.clock_odd_reason
         )
     })

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::history::{Anomaly, Completion, Operation, Replayed};
+use crate::history::{Anomaly, Completion, Operation, Replayed, Request};
 use crate::limits::ROUNDING_NS;
 use leasehold_core::{Fence, Op, Outcome, Renewal, Renewed};
 
@@ -183,10 +183,20 @@ fn acknowledged_writes(history: &[Operation]) -> BTreeMap<(u64, u32), &Operation
         .collect()
 }
 
+/// What an acknowledged write asked, as its client sent it: the leader logs every grant and
+/// renewal held the grant margin longer than asked (`Op::held_longer`), and a holder counts
+/// only the TTL it asked, from its send. The logged op where the answer was lost.
+fn asked<'a>(a: &'a Replayed, ack: Option<&&'a Operation>) -> &'a Op {
+    match ack.map(|op| &op.request) {
+        Some(Request::Write(sent)) => sent,
+        _ => &a.op,
+    }
+}
+
 /// What the leases a renewal renewed promise their holders, as a renewing acquire does: the
 /// answer, or its loss, is what each holder knows.
 fn promise_renewals(held: &mut BTreeMap<&str, Holding>, a: &Replayed, ack: Option<&&Operation>) {
-    for (renewal, expires_at_ms) in renewed(&a.op, &a.outcome) {
+    for (renewal, expires_at_ms) in renewed(asked(a, ack), &a.outcome) {
         if let Some(holding) = held.get_mut(renewal.lease.as_str()) {
             holding.promise = ack.map(|op| Promise {
                 until_ns: op.invoked_ns + renewal.ttl_ms * 1_000_000,
@@ -227,6 +237,10 @@ pub fn real_time_exclusion(history: &[Operation], applied: &[Replayed]) -> Vec<A
                     expires_at_ms,
                 },
             ) => {
+                let ttl_ms = match asked(a, ack) {
+                    Op::Acquire { ttl_ms, .. } => ttl_ms,
+                    _ => ttl_ms,
+                };
                 let promise = ack.map(|op| Promise {
                     until_ns: op.invoked_ns + ttl_ms * 1_000_000,
                     index: a.index,

@@ -107,8 +107,9 @@ pub struct Replayed {
     pub request: Option<RequestId>,
     /// A later appearance of a request already applied.
     pub retry: bool,
-    /// What it asked: for a client's operation logged with its identity ([`Op::As`]), the
-    /// operation itself, as the client sent it and its history records it.
+    /// What it asked, as logged: for a client's operation logged with its identity
+    /// ([`Op::As`]), the operation itself. A grant or renewal stamped under the default clock
+    /// is logged held the grant margin longer than its client asked (`Op::held_longer`).
     pub op: Op,
     /// The identity it was logged with, if any.
     pub identity: Option<String>,

@@ -575,6 +575,79 @@ mod tests {
         assert_eq!(check_all(&history, &log), vec![]);
     }
 
+    /// The leader logs every grant and renewal held the grant margin longer than asked
+    /// (`Op::held_longer`); the holder counts only the TTL it asked, from its send. A fault
+    /// run's exclusion checker took the logged TTL for the promise, and so called a store time
+    /// that gained 26 ms on real time (well inside the margin) 26 ms early.
+    #[test]
+    fn a_grant_or_renewal_logged_with_the_margin_promises_only_the_ttl_asked() {
+        use leasehold_core::{Limits, Renewal};
+        let ms = 1_000_000;
+        let margin = Limits::GRANT_MARGIN_MS;
+        let acquire = |holder: &str, ttl_ms| Op::Acquire {
+            lease: "l".into(),
+            holder: holder.into(),
+            ttl_ms,
+        };
+        let renew = |ttl_ms| Op::Renew {
+            leases: vec![Renewal {
+                lease: "l".into(),
+                holder: "a".into(),
+                token: 1,
+                ttl_ms,
+            }],
+        };
+        // a acquires for 1,000 ms at 0 and renews for 500 ms at 300 (until 800); b is granted
+        // the lease at `b_at` ms of store time, answered 10 ms later in real time.
+        let history_at = |b_at: u64| {
+            let asked = [acquire("a", 1_000), renew(500), acquire("b", 1_000)];
+            let entry = |index, at_ms, op: &Op| {
+                let op = op.clone().held_longer(margin);
+                (
+                    index,
+                    vec![Command {
+                        at_ms: Some(at_ms),
+                        request: None,
+                        op,
+                    }],
+                )
+            };
+            let at = [0, 300, b_at];
+            let log: Log = std::iter::once((1, vec![]))
+                .chain((0..3).map(|i| entry(i as u64 + 2, at[i], &asked[i])))
+                .collect();
+            let replayed = replay(&log).unwrap();
+            let history: Vec<Operation> = (replayed.into_iter().zip(asked))
+                .map(|(a, sent)| Operation {
+                    client: 0,
+                    request: Request::Write(sent),
+                    invoked_ns: a.store_time_ms * ms,
+                    completed_ns: (a.store_time_ms + 10) * ms,
+                    completion: Completion::Ok {
+                        log_index: a.index,
+                        position: a.position,
+                        store_time_ms: a.store_time_ms,
+                        answer: Answer::Outcome(a.outcome),
+                    },
+                })
+                .collect();
+            (log, history)
+        };
+        // The store frees it at 950 (the renewal's 500 and the margin). b's grant answered at
+        // 900 in real time (store time gained 51 ms on it) is past the 800 ms a was told.
+        let (log, mut history) = history_at(951);
+        history[2].invoked_ns = 700 * ms;
+        history[2].completed_ns = 900 * ms;
+        assert_eq!(
+            real_time_exclusion(&history, &replay(&log).unwrap()),
+            vec![]
+        );
+        // Answered at 790: 10 ms early.
+        history[2].completed_ns = 790 * ms;
+        let anomalies = real_time_exclusion(&history, &replay(&log).unwrap());
+        assert!(anomalies[0].what.contains("10 ms early"), "{anomalies:?}");
+    }
+
     #[test]
     fn a_retry_answered_otherwise_than_its_first_attempt_is_flagged() {
         use leasehold_core::RequestId;

@@ -194,7 +194,8 @@ impl Metrics {
         registry.register(
             "clock_odd",
             "1 while this node's clock is odd (more than a tenth off the majority's, or it \
-             jumped, within the last 3 s): it does not campaign, and steps down if it leads",
+             jumped, within the last 3 s): while it is off (and 0.75 s after) it does not \
+             campaign, and steps down if it leads",
             self.clock_odd.clone(),
         );
     }
