@@ -61,16 +61,17 @@ pub struct ClockShown {
 }
 
 /// How a new leader corrects what each clock measured to the majority's rate (see
-/// `clock::term_base`): a factor per clock, `None` for one that jumped lately.
+/// `clock::term_base`): a factor per clock, `None` for a peer's that jumped lately.
 pub(crate) struct ClockScales {
-    /// This node's.
-    pub own: Option<f64>,
+    /// This node's. Never left out for a jump: what it carries measured nothing across one it
+    /// found (`Node::carried_time`), and it judges its clock afresh before it asks.
+    pub own: f64,
     peers: BTreeMap<NodeId, Option<f64>>,
 }
 
-/// Each clock's rate over the majority's, `None` for one that jumped lately.
+/// Each clock's rate over the majority's, `None` for a peer's that jumped lately.
 struct ClockRates {
-    own: Option<f64>,
+    own: f64,
     peers: BTreeMap<NodeId, Option<f64>>,
 }
 
@@ -140,7 +141,7 @@ impl Node {
         };
         let rates = self.clock_rates();
         ClockScales {
-            own: scale(rates.own),
+            own: scale(Some(rates.own)).unwrap_or(1.0),
             peers: (rates.peers.into_iter())
                 .map(|(id, rate)| (id, scale(rate)))
                 .collect(),
@@ -160,7 +161,7 @@ impl Node {
     }
 
     /// Each voter's clock rate over the majority's, as this node's readings show it (1 where not
-    /// known), `None` for one that jumped lately.
+    /// known), `None` for a peer's that jumped lately.
     fn clock_rates(&self) -> ClockRates {
         let judged = *self.own().judged.lock().unwrap_or_else(|p| p.into_inner());
         let mine = judged.last.rate_ratio.unwrap_or(1.0);
@@ -169,7 +170,6 @@ impl Node {
         let clocks = self.inner.clock.peer_clocks();
         // A peer's clock seen to jump did, unless this node's own jumped then (every clock that
         // did not jump with it seems to): jumps, as rates, are the majority's to judge.
-        let i_jumped = still_odd(judged.last_jump, now);
         let peers = (self.voter_ids().into_iter()).map(|id| {
             let theirs = clocks.ratio(id).map_or(1.0, |r| mine / r.mid);
             let seen = clocks.jumped_at(id).filter(|at| *at >= since);
@@ -180,7 +180,7 @@ impl Node {
             (id, (!jumped).then_some(theirs))
         });
         ClockRates {
-            own: (!i_jumped).then_some(mine),
+            own: mine,
             peers: peers.collect(),
         }
     }

@@ -64,7 +64,7 @@ impl Node {
         let answered =
             (answers.iter()).filter_map(|(id, a)| Some((a.as_ref().ok()?, scales.peer(*id))));
         let applied_ms = self.inner.state.read().table.now_ms();
-        let carried = answered.chain(std::iter::once((&own, scales.own)));
+        let carried = answered.chain(std::iter::once((&own, Some(scales.own))));
         let base = clock::term_base(applied_ms, oldest, carried);
         tracing::info!(
             term,
