@@ -1048,9 +1048,7 @@ impl Fault {
             StopLeader,
         ]
     }
-    /// The clock faults (issue 42): not yet in `all`, as 10-minute runs with them still find,
-    /// now and then, a grant a few milliseconds early past the grant margin (the README has the
-    /// figures); `LEASEHOLD_FAULT_KINDS=FastClock,SlowClock,ClockJump,...` runs them.
+    /// The clock faults (issue 42).
     fn clocks() -> Vec<Fault> {
         vec![Fault::FastClock, Fault::SlowClock, Fault::ClockJump]
     }
@@ -1069,6 +1067,7 @@ impl Fault {
         if nodes == 5 {
             all.extend([Split32, Bridge]);
         }
+        all.extend(Fault::clocks());
         all
     }
 }
@@ -2012,13 +2011,6 @@ async fn long_fault_run() {
         .unwrap_or(3);
     let mut faults = Fault::all(nodes);
     faults.push(Fault::PausedClient);
-    // Named by LEASEHOLD_FAULT_KINDS only (see `Fault::clocks`).
-    let asked = std::env::var("LEASEHOLD_FAULT_KINDS").unwrap_or_default();
-    faults.extend(
-        Fault::clocks()
-            .into_iter()
-            .filter(|f| asked.contains(&format!("{f:?}"))),
-    );
     // LEASEHOLD_FAULT_KINDS=RestartAll,KillLeader narrows the run to those kinds.
     if let Ok(kinds) = std::env::var("LEASEHOLD_FAULT_KINDS") {
         let wanted: Vec<&str> = kinds.split(',').map(str::trim).collect();
