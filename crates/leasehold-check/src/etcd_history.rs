@@ -145,6 +145,7 @@ pub fn etcd_linearizable(history: &[EtcdOperation], log: &Log) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
     let mut points = Vec::new();
     let mut claimed = std::collections::BTreeSet::new();
+    let mut refusals = Vec::new();
     for op in history {
         let found = match (&op.request, &op.completion) {
             (_, EtcdCompletion::Indeterminate(_)) => continue,
@@ -158,10 +159,10 @@ pub fn etcd_linearizable(history: &[EtcdOperation], log: &Log) -> Vec<Anomaly> {
             )),
         };
         // A refusal carries no revision: its client learned nothing of where it stood, and the
-        // entry it claimed may be another send's of the same request.
+        // entry it claimed may be another send's of the same request (judged below).
         let refused = matches!(op.completion, EtcdCompletion::Refused(_));
         match found {
-            Ok(_) if refused => {}
+            Ok(_) if refused => refusals.push(op),
             Ok((revision, changed)) => points.push(Point {
                 op,
                 revision,
@@ -171,6 +172,11 @@ pub fn etcd_linearizable(history: &[EtcdOperation], log: &Log) -> Vec<Anomaly> {
         }
     }
     anomalies.extend(applied_at_most_once(history, &replay));
+    anomalies.extend(
+        refusals
+            .into_iter()
+            .filter_map(|op| refused_late_enough(&replay, op, &points)),
+    );
     anomalies.extend(revisions_follow_real_time(points));
     anomalies
 }
@@ -270,6 +276,33 @@ fn applied_at_most_once(history: &[EtcdOperation], replay: &Replay) -> Vec<Anoma
         }
     }
     anomalies
+}
+
+/// A refused write took effect after every operation that completed before it was sent: some
+/// entry of its request that refuses it as the client was told stands at a revision no lower
+/// than theirs (a refusal changes nothing, so it takes the revision it found).
+fn refused_late_enough(replay: &Replay, op: &EtcdOperation, points: &[Point]) -> Option<Anomaly> {
+    let EtcdRequest::Write(write) = &op.request else {
+        return None;
+    };
+    let earlier = (points.iter())
+        .filter(|p| p.op.completed_ns < op.invoked_ns)
+        .max_by_key(|p| p.revision)?;
+    let places = replay.places.get(&format!("{write:?}"))?;
+    let latest = (places.iter())
+        .filter(|p| answers(&p.outcome, &op.completion))
+        .map(|p| p.revision)
+        .max()?;
+    (latest < earlier.revision).then(|| {
+        Anomaly::new(
+            "linearizability",
+            format!(
+                "{write:?} was answered {:?}, but every entry that answers so stands at revision \
+                 {latest} or before, and {:?} had completed at revision {} before it was sent",
+                op.completion, earlier.op.request, earlier.revision
+            ),
+        )
+    })
 }
 
 /// An operation that began after another completed names a revision no lower than the
@@ -477,7 +510,7 @@ mod tests {
     /// stands before a write that completed in between. A fault run reported that as a
     /// revision going back in real time.
     #[test]
-    fn a_refused_write_sent_again_names_no_revision() {
+    fn a_refused_write_sent_again_names_no_revision_but_must_stand_after_what_preceded_it() {
         let refused = EtcdOp::Txn(Txn {
             compare: vec![],
             success: vec![RequestOp::Put(PutRequest {
@@ -497,8 +530,19 @@ mod tests {
                 EtcdCompletion::Indeterminate("timed out".into()),
             ),
             op(EtcdRequest::Write(put("k", "1")), 10, 20, wrote(2)),
-            op(EtcdRequest::Write(refused), 30, 40, gone),
+            op(EtcdRequest::Write(refused.clone()), 30, 40, gone.clone()),
         ];
         assert_eq!(etcd_linearizable(&history, &log), vec![]);
+        // But a refusal only an entry before the put could have given is stale.
+        let log = log_of(&[refused.clone(), put("k", "1")]);
+        let history = vec![
+            op(EtcdRequest::Write(put("k", "1")), 10, 20, wrote(2)),
+            op(EtcdRequest::Write(refused), 30, 40, gone),
+        ];
+        let anomalies = etcd_linearizable(&history, &log);
+        assert!(
+            anomalies[0].what.contains("before it was sent"),
+            "{anomalies:?}"
+        );
     }
 }

@@ -193,16 +193,27 @@ fn asked<'a>(a: &'a Replayed, ack: Option<&&'a Operation>) -> &'a Op {
     }
 }
 
+/// What entry `a`, acknowledged as `ack`, told its holder: that it may act `ttl_ms` (as asked)
+/// from its send. Nothing if its answer was lost.
+fn promise(
+    a: &Replayed,
+    ack: Option<&&Operation>,
+    ttl_ms: u64,
+    expires_at_ms: u64,
+) -> Option<Promise> {
+    ack.map(|op| Promise {
+        until_ns: op.invoked_ns + ttl_ms * 1_000_000,
+        index: a.index,
+        expires_at_ms,
+    })
+}
+
 /// What the leases a renewal renewed promise their holders, as a renewing acquire does: the
 /// answer, or its loss, is what each holder knows.
 fn promise_renewals(held: &mut BTreeMap<&str, Holding>, a: &Replayed, ack: Option<&&Operation>) {
     for (renewal, expires_at_ms) in renewed(asked(a, ack), &a.outcome) {
         if let Some(holding) = held.get_mut(renewal.lease.as_str()) {
-            holding.promise = ack.map(|op| Promise {
-                until_ns: op.invoked_ns + renewal.ttl_ms * 1_000_000,
-                index: a.index,
-                expires_at_ms,
-            });
+            holding.promise = promise(a, ack, renewal.ttl_ms, expires_at_ms);
         }
     }
 }
@@ -237,15 +248,11 @@ pub fn real_time_exclusion(history: &[Operation], applied: &[Replayed]) -> Vec<A
                     expires_at_ms,
                 },
             ) => {
-                let ttl_ms = match asked(a, ack) {
+                let asked_ms = match asked(a, ack) {
                     Op::Acquire { ttl_ms, .. } => ttl_ms,
                     _ => ttl_ms,
                 };
-                let promise = ack.map(|op| Promise {
-                    until_ns: op.invoked_ns + ttl_ms * 1_000_000,
-                    index: a.index,
-                    expires_at_ms: *expires_at_ms,
-                });
+                let promise = promise(a, ack, *asked_ms, *expires_at_ms);
                 if *renewed {
                     // A renewal sets the expiry to its own send plus its own TTL, shorter or
                     // longer than before. Answered, it is what the holder was told; its answer

@@ -583,7 +583,6 @@ mod tests {
     fn a_grant_or_renewal_logged_with_the_margin_promises_only_the_ttl_asked() {
         use leasehold_core::{Limits, Renewal};
         let ms = 1_000_000;
-        let margin = Limits::GRANT_MARGIN_MS;
         let acquire = |holder: &str, ttl_ms| Op::Acquire {
             lease: "l".into(),
             holder: holder.into(),
@@ -597,54 +596,54 @@ mod tests {
                 ttl_ms,
             }],
         };
-        // a acquires for 1,000 ms at 0 and renews for 500 ms at 300 (until 800); b is granted
-        // the lease at `b_at` ms of store time, answered 10 ms later in real time.
-        let history_at = |b_at: u64| {
-            let asked = [acquire("a", 1_000), renew(500), acquire("b", 1_000)];
-            let entry = |index, at_ms, op: &Op| {
-                let op = op.clone().held_longer(margin);
-                (
-                    index,
-                    vec![Command {
-                        at_ms: Some(at_ms),
-                        request: None,
-                        op,
-                    }],
-                )
+        // Each op sent at its store time (ms), logged held the margin longer, answered 10 ms
+        // later; the last one's answer comes at `answered` ms instead.
+        let exclusion = |sent: &[(u64, Op)], answered: u64| {
+            let entry = |index, (at_ms, op): &(u64, Op)| {
+                let op = op.clone().held_longer(Limits::GRANT_MARGIN_MS);
+                let command = Command {
+                    at_ms: Some(*at_ms),
+                    request: None,
+                    op,
+                };
+                (index, vec![command])
             };
-            let at = [0, 300, b_at];
             let log: Log = std::iter::once((1, vec![]))
-                .chain((0..3).map(|i| entry(i as u64 + 2, at[i], &asked[i])))
+                .chain((2..).zip(sent).map(|(index, op)| entry(index, op)))
                 .collect();
             let replayed = replay(&log).unwrap();
-            let history: Vec<Operation> = (replayed.into_iter().zip(asked))
-                .map(|(a, sent)| Operation {
+            let mut history: Vec<Operation> = (replayed.iter().zip(sent))
+                .map(|(a, (_, op))| Operation {
                     client: 0,
-                    request: Request::Write(sent),
+                    request: Request::Write(op.clone()),
                     invoked_ns: a.store_time_ms * ms,
                     completed_ns: (a.store_time_ms + 10) * ms,
                     completion: Completion::Ok {
                         log_index: a.index,
                         position: a.position,
                         store_time_ms: a.store_time_ms,
-                        answer: Answer::Outcome(a.outcome),
+                        answer: Answer::Outcome(a.outcome.clone()),
                     },
                 })
                 .collect();
-            (log, history)
+            let last = history.last_mut().unwrap();
+            (last.invoked_ns, last.completed_ns) = ((answered - 50) * ms, answered * ms);
+            real_time_exclusion(&history, &replayed)
         };
-        // The store frees it at 950 (the renewal's 500 and the margin). b's grant answered at
-        // 900 in real time (store time gained 51 ms on it) is past the 800 ms a was told.
-        let (log, mut history) = history_at(951);
-        history[2].invoked_ns = 700 * ms;
-        history[2].completed_ns = 900 * ms;
-        assert_eq!(
-            real_time_exclusion(&history, &replay(&log).unwrap()),
-            vec![]
-        );
-        // Answered at 790: 10 ms early.
-        history[2].completed_ns = 790 * ms;
-        let anomalies = real_time_exclusion(&history, &replay(&log).unwrap());
+        // a acquires for 1,000 ms at 0; the store frees it at 1,150. b's grant answered at
+        // 1,050 in real time is past what a was told, and at 990, 10 ms early.
+        let granted = [(0, acquire("a", 1_000)), (1_151, acquire("b", 1_000))];
+        assert_eq!(exclusion(&granted, 1_050), vec![]);
+        let anomalies = exclusion(&granted, 990);
+        assert!(anomalies[0].what.contains("10 ms early"), "{anomalies:?}");
+        // a renews for 500 ms at 300 (until 800 as told; the store frees it at 950).
+        let renewed = [
+            (0, acquire("a", 1_000)),
+            (300, renew(500)),
+            (951, acquire("b", 1_000)),
+        ];
+        assert_eq!(exclusion(&renewed, 900), vec![]);
+        let anomalies = exclusion(&renewed, 790);
         assert!(anomalies[0].what.contains("10 ms early"), "{anomalies:?}");
     }
 

@@ -65,7 +65,11 @@
 //!
 //! - `G(t_last, t)` is the majority-th largest of what each voter's clock measured between
 //!   the two stamps: this node's own `t - t_last`, and each peer's read `CLOCK_TRAIL` behind
-//!   (evenly between readings; jumps and restarts count nothing). With at most a minority of
+//!   (evenly between readings; jumps and restarts count nothing). A term's first stamps read
+//!   the peers from `CLOCK_TRAIL` before the term began, over the readings the node took as a
+//!   follower: that window is as long as what this clock measured since the base, so it only
+//!   bounds the same advance (the base carried the time up to it), and the stamps follow real
+//!   time at once instead of standing still for the trail at every change of leader. With at most a minority of
 //!   clocks wrong at each moment (one of three, two of five), at least one right clock
 //!   measured at least `G`, and a right peer's reading was taken before the leader received
 //!   it. Only each moment's minority: the rule once bounded the stamps by what a majority
@@ -92,8 +96,8 @@
 //!   And a peer's readings are read between their answers as if its clock ran evenly between
 //!   them: one answered late and the next early runs fast by the difference, and beside the
 //!   leader's own clock speeding up, that is a majority for the moment (the fault suite's
-//!   store-time checker allows `CLOCK_TRAIL` in runs with clock faults). No stamping avoids
-//!   some such gain: between two readings only the leader's clock measures, and stamps held
+//!   store-time checker allows the grant margin once a clock fault was injected). No stamping
+//!   avoids some such gain: between two readings only the leader's clock measures, and stamps held
 //!   to the readings alone would move in steps a reading's round trip apart, which a grant
 //!   stamped at a step's top loses. So a lease does not pay for it: the leader logs every
 //!   grant and renewal held `Limits::GRANT_MARGIN_MS` (150 ms: `quorum_time`'s tests measure
@@ -110,9 +114,10 @@
 //! Across terms, each answer's time measured since the newest stamp is corrected to the
 //! majority's rate by what the new leader knows of that node's clock, and a peer's that jumped
 //! lately is left out ([`term_base`]); the leader's own counts unless its clock jumped since
-//! that stamp (`Node::carried_time`: it judges its clock on fresh readings first), as one that
-//! jumped seconds before measured nothing across the jump (left out, a 2 s lease lived 2.93 s
-//! across a leader kill in a fault run). And an odd clock is kept from leading: a node whose rate
+//! that stamp, or it cannot tell (one peer of two seemed to jump: theirs or its own?), as
+//! `Node::carried_time` decides on fresh readings. One that jumped seconds before the stamp
+//! measured nothing across the jump (left out too, a 2 s lease lived 2.93 s across a leader
+//! kill in a fault run). And an odd clock is kept from leading: a node whose rate
 //! differs from the majority's by more than `ODD_CLOCK_RATE`, or whose clock jumped, names
 //! itself in `status` and the metrics, does not campaign and steps down if it leads, handing
 //! over to a voter whose clock is right (`clock_probe`, `hand_over`).

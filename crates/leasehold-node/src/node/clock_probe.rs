@@ -45,10 +45,12 @@ pub(crate) struct OwnClock {
 #[derive(Clone, Copy, Default)]
 struct Judged {
     last: Judgement,
-    /// This node's clock when it was last judged odd, and when it last found it jumped (kept:
-    /// what it carries across a failover must not measure across the jump).
+    /// This node's clock when it was last judged odd, when it last found it jumped, and when it
+    /// last could not tell whether it did (kept: what it carries across a failover must not
+    /// measure across a jump).
     last_odd: Option<Duration>,
     last_jump: Option<Duration>,
+    last_maybe_jump: Option<Duration>,
 }
 
 /// This node's clock as `status` and the metrics show it.
@@ -64,7 +66,8 @@ pub struct ClockShown {
 /// `clock::term_base`): a factor per clock, `None` for a peer's that jumped lately.
 pub(crate) struct ClockScales {
     /// This node's. Never left out for a jump: what it carries measured nothing across one it
-    /// found (`Node::carried_time`), and it judges its clock afresh before it asks.
+    /// found or could not rule out (`Node::carried_time`), and it judges its clock afresh
+    /// before it asks.
     pub own: f64,
     peers: BTreeMap<NodeId, Option<f64>>,
 }
@@ -131,19 +134,15 @@ impl Node {
     /// within [`ODD_CLOCK_RATE`] of the majority's counts as it is, and one slower is not
     /// scaled up: store time is never ahead of real time.
     pub(crate) fn clock_scales(&self) -> ClockScales {
-        let scale = |rate_over_majority: Option<f64>| {
-            rate_over_majority.map(|rate| match (rate - 1.0).abs() {
-                off if off > ODD_CLOCK_RATE && rate.is_finite() => {
-                    (1.0 / rate).clamp(1.0 / 8.0, 1.0)
-                }
-                _ => 1.0,
-            })
+        let scale = |rate: f64| match (rate - 1.0).abs() {
+            off if off > ODD_CLOCK_RATE && rate.is_finite() => (1.0 / rate).clamp(1.0 / 8.0, 1.0),
+            _ => 1.0,
         };
         let rates = self.clock_rates();
         ClockScales {
-            own: scale(Some(rates.own)).unwrap_or(1.0),
+            own: scale(rates.own),
             peers: (rates.peers.into_iter())
-                .map(|(id, rate)| (id, scale(rate)))
+                .map(|(id, rate)| (id, rate.map(scale)))
                 .collect(),
         }
     }
@@ -185,10 +184,12 @@ impl Node {
         }
     }
 
-    /// Whether this node found its clock jumped at or after its own reading `at`.
+    /// Whether this node found its clock jumped, or could not tell, at or after its own
+    /// reading `at`.
     pub(crate) fn clock_jumped_after(&self, at: Duration) -> bool {
         let judged = self.own().judged.lock().unwrap_or_else(|p| p.into_inner());
-        judged.last_jump.is_some_and(|jump| jump >= at)
+        let since = |jump: Option<Duration>| jump.is_some_and(|jump| jump >= at);
+        since(judged.last_jump) || since(judged.last_maybe_jump)
     }
 
     /// Whether this node's clock is odd, as `status` names it.
@@ -307,6 +308,9 @@ impl Node {
             }
             if judgement.jumped {
                 judged.last_jump = Some(now);
+            }
+            if judgement.maybe_jumped {
+                judged.last_maybe_jump = Some(now);
             }
         }
         let shown = self.own_clock();

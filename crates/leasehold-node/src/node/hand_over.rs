@@ -11,6 +11,10 @@
 //! 5), and it campaigns at once. The vote is judged as any vote is: a hand-over can elect
 //! nobody an election could not.
 //!
+//! A leader whose clock is odd steps down the same way (`clock_probe`), to a caught-up voter
+//! whose clock is right: another odd one only if none is caught up within
+//! [`HAND_OVER_TO_ODD_AFTER`], as it would lead at its odd rate and hand over in turn.
+//!
 //! A new peer message, so used only once every voter announces [`FEATURE`]. A hand-over that
 //! does not finish within [`HAND_OVER_WAIT`] leaves the others to elect a leader as before:
 //! the node then stops its heartbeats, so that their leader lease runs out while it finishes
@@ -181,7 +185,9 @@ impl Node {
             let odd = self.odd_peer_clocks();
             let (odd, right): (Vec<NodeId>, Vec<NodeId>) =
                 others.iter().partition(|id| odd.contains(id));
-            let odd_after = tokio::time::Instant::now() + HAND_OVER_TO_ODD_AFTER;
+            // With no right clock among them, no wait for one.
+            let odd_after =
+                tokio::time::Instant::now() + HAND_OVER_TO_ODD_AFTER * u32::from(!right.is_empty());
             let to = self.caught_up_voter(&right, &odd, odd_after).await;
             at("the voters could not be told");
             self.tell_voters(vote, to, &others).await?;

@@ -147,8 +147,8 @@ impl PeerClocks {
     /// What `peer`'s clock counted from this node's first reading of it up to this node's
     /// instant `at`, reading between its readings as if its clock ran evenly (jumps and
     /// restarts count nothing): only differences of it mean anything. Never more than it
-    /// counted by the last reading answered by `at`, which it read before `at`; zero if never
-    /// read.
+    /// counted by the first reading answered after `at` (nor, past the last reading, than that
+    /// one counted); zero if never read.
     pub fn trail(&self, peer: NodeId, at: Duration) -> Duration {
         let Some(entry) = self.peers.get(&peer) else {
             return Duration::ZERO;
@@ -269,6 +269,10 @@ pub struct Judgement {
     pub odd: bool,
     /// Why, for `status` and the log.
     pub jumped: bool,
+    /// At least as many peers seemed to jump as not (one of two, with the third voter down):
+    /// this clock or theirs, nobody can tell. Not odd, but what it measured across that moment
+    /// is not to be trusted (see `Node::carried_time`).
+    pub maybe_jumped: bool,
 }
 
 /// Judges this node's clock from its `ratios` against each peer's (`None`: not known yet, taken
@@ -283,6 +287,7 @@ pub fn judge(ratios: &[Option<Ratio>], voters: usize, jumps: usize) -> Judgement
     let slow = vouched(with_own(|r| r.high), voters).unwrap_or(1.0) < 1.0 - ODD_CLOCK_RATE;
     let jumped = jumps * 2 > ratios.len();
     Judgement {
+        maybe_jumped: jumps > 0 && jumps * 2 >= ratios.len(),
         rate_ratio: (!known.is_empty())
             .then(|| vouched(with_own(|r| r.mid), voters))
             .flatten(),

@@ -187,6 +187,16 @@ impl Stamping {
         self.advance(now, allow(own, trail))
     }
 
+    /// The stamp at the leader's clock reading `now`, in milliseconds: the last one moved by
+    /// what the clock measured since, at the allowed pace, and no further than a majority of
+    /// the voters' clocks measured since ([`Allowance::grew`]). Never back; a clock that went
+    /// back measured nothing.
+    ///
+    /// Time a stamp could not take (a majority grew less than the pace asked) is lost, never
+    /// caught up later: a stamp that moved faster than real time would end early the leases
+    /// granted before it. So a pace above the clock's true rate (one that ran slow and came
+    /// right, until the readings show it) moves the stamps only as fast as the majority's
+    /// clocks.
     pub fn advance(&mut self, now: Duration, allowed: Allowance) -> u64 {
         let measured = match allowed.heard {
             true => now.saturating_sub(self.last_read).as_secs_f64() * 1e6,

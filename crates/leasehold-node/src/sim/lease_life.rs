@@ -599,8 +599,8 @@ fn a_follower_whose_clock_came_right_a_moment_ago_may_lead_when_no_other_can() {
 /// fault run (seed 1796608766160206331) saw leadership go 2, 1, 2, 1, 3 in 300 ms, nodes 1 and 2
 /// both at half speed, and a 2 s lease live 2.53 s.
 ///
-/// Returns the odd follower, the leaders after the first, in order, and how long after its acquire was sent a
-/// rival was granted the lease.
+/// Returns the odd follower, the leaders after the first, in order, and how long after its
+/// acquire was sent a rival was granted the lease.
 async fn odd_leader_hands_over_past_an_odd_follower(seed: u64) -> (u64, Vec<u64>, Duration) {
     use crate::node::RATE_REAL;
     let (sim, a) = clocked(5, seed).await;
@@ -649,7 +649,9 @@ fn a_leader_whose_clock_is_odd_hands_over_to_a_right_clock_not_to_an_odd_one_cau
         let (b, leaders, life) =
             paused_runtime().block_on(odd_leader_hands_over_past_an_odd_follower(seed));
         assert!(
-            leaders.len() == 1 && life <= CARRIED_TTL + Duration::from_millis(500),
+            leaders.len() == 1
+                && leaders[0] != b
+                && (CARRIED_TTL..=CARRIED_TTL + Duration::from_millis(500)).contains(&life),
             "seed {seed}: after the odd leader, {leaders:?} led in turn (node {b} odd too); the \
              {CARRIED_TTL:?} lease lived {life:?}"
         );
@@ -714,6 +716,58 @@ fn a_leader_whose_clock_jumped_before_the_last_stamp_counts_the_time_it_measured
         let life = paused_runtime().block_on(leader_whose_clock_jumped_a_moment_ago(seed));
         assert!(
             (CARRIED_TTL..=CARRIED_TTL + Duration::from_millis(500)).contains(&life),
+            "seed {seed}: the {CARRIED_TTL:?} lease lived {life:?}"
+        );
+    }
+}
+
+/// A follower's clock jumps 10 s ahead just after it appended a grant, and the leader dies at
+/// once: the follower leads, with one peer to read. That peer's reading seems to jump too (by
+/// the same 10 s, back), one of two: which clock jumped is a tie. The new leader must not count
+/// the 10 s its own clock "measured" since the grant (the lease would end at once), nor the
+/// peer's answer; the review of the fix for the test above found it.
+async fn leader_whose_clock_jumped_just_before_it_led(seed: u64) -> Duration {
+    use crate::node::RATE_REAL;
+    let (sim, a) = clocked(3, seed).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut followers = (1..=3).filter(|id| *id != a);
+    let (b, c) = (followers.next().unwrap(), followers.next().unwrap());
+    sim.node(c).unwrap().set_elections(false);
+    let sent = Instant::now();
+    let granted = write(
+        &sim,
+        a,
+        probe_acquire("first"),
+        None,
+        sent + Duration::from_secs(5),
+    )
+    .await;
+    let Completion::Ok { log_index, .. } = granted else {
+        panic!("seed {seed}: the first acquire failed: {granted:?}");
+    };
+    for id in [b, c] {
+        while last_log_index(&sim, id) < log_index {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    sim.node(b).unwrap().set_clock(RATE_REAL, 10_000);
+    sim.crash(a).await;
+    assert!(
+        until_leader(&sim, b, Duration::from_secs(10)).await,
+        "seed {seed}: {b} never led"
+    );
+    let limit = Duration::from_secs(30);
+    until_granted(&sim, b, probe_acquire("rival"), sent, limit, seed).await
+}
+
+#[test]
+fn a_leader_whose_clock_jumped_as_the_old_one_died_counts_nothing_across_the_jump() {
+    // Not every seed shows it (seed 3 did: the lease lived 667 ms); the time it loses instead
+    // (the lease lives its TTL and the failover) is the price of not knowing which clock jumped.
+    for seed in 1..=6 {
+        let life = paused_runtime().block_on(leader_whose_clock_jumped_just_before_it_led(seed));
+        assert!(
+            life >= CARRIED_TTL,
             "seed {seed}: the {CARRIED_TTL:?} lease lived {life:?}"
         );
     }
