@@ -537,15 +537,39 @@ fn a_minority_of_clocks_running_fast_or_slow_or_jumping_neither_shortens_nor_str
     );
 }
 
+/// Three nodes started with `seed` that have read each other's clocks for 2 s: the sim, its
+/// leader and the two followers.
+async fn three_reading_clocks(seed: u64) -> (Sim, u64, u64, u64) {
+    let (sim, a) = clocked(3, seed).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut followers = (1..=3).filter(|id| *id != a);
+    let (b, c) = (followers.next().unwrap(), followers.next().unwrap());
+    (sim, a, b, c)
+}
+
+/// The probe lease granted to "first" through leader `a`, once both `followers` hold the grant
+/// (so both measure from it): when its acquire was sent.
+async fn granted_at_both(sim: &Sim, a: u64, followers: [u64; 2], seed: u64) -> Instant {
+    let sent = Instant::now();
+    let deadline = sent + Duration::from_secs(5);
+    let granted = write(sim, a, probe_acquire("first"), None, deadline).await;
+    let Completion::Ok { log_index, .. } = granted else {
+        panic!("seed {seed}: the first acquire failed: {granted:?}");
+    };
+    for id in followers {
+        while last_log_index(sim, id) < log_index {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    sent
+}
+
 /// A leader dies just as its one follower with the whole log has a right clock again after
 /// running slow for a while; the other follower was down, and is back with a shorter log, so
 /// only the first can win a vote. How long after the crash a new leader is elected.
 async fn failover_just_after_a_clock_came_right(seed: u64) -> Duration {
     use crate::node::RATE_REAL;
-    let (sim, a) = clocked(3, seed).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut followers = (1..=3).filter(|id| *id != a);
-    let (b, c) = (followers.next().unwrap(), followers.next().unwrap());
+    let (sim, a, b, c) = three_reading_clocks(seed).await;
     // B's clock runs at half speed, long enough for B to find out (it judges itself against
     // both peers), then on while C is down and writes go on without it.
     sim.node(b).unwrap().set_clock(RATE_REAL / 2, 0);
@@ -668,10 +692,7 @@ fn a_leader_whose_clock_is_odd_hands_over_to_a_right_clock_not_to_an_odd_one_cau
 /// Returns how long after its acquire was sent a rival was granted the lease.
 async fn leader_whose_clock_jumped_a_moment_ago(seed: u64) -> Duration {
     use crate::node::RATE_REAL;
-    let (sim, a) = clocked(3, seed).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut followers = (1..=3).filter(|id| *id != a);
-    let (b, c) = (followers.next().unwrap(), followers.next().unwrap());
+    let (sim, a, b, c) = three_reading_clocks(seed).await;
     sim.node(b).unwrap().set_clock(RATE_REAL, 10_000);
     // Past the second in which B's peers seem to jump (each judgement of it then finds its own
     // clock jumped), short of the 3 s it is remembered.
@@ -680,23 +701,7 @@ async fn leader_whose_clock_jumped_a_moment_ago(seed: u64) -> Duration {
         sim.node(b).unwrap().own_clock().odd == Some("jumped"),
         "seed {seed}: {b} never found its clock jumped"
     );
-    let sent = Instant::now();
-    let granted = write(
-        &sim,
-        a,
-        probe_acquire("first"),
-        None,
-        sent + Duration::from_secs(5),
-    )
-    .await;
-    let Completion::Ok { log_index, .. } = granted else {
-        panic!("seed {seed}: the first acquire failed: {granted:?}");
-    };
-    for id in [b, c] {
-        while last_log_index(&sim, id) < log_index {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
+    let sent = granted_at_both(&sim, a, [b, c], seed).await;
     sim.crash(a).await;
     sim.crash(c).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -728,28 +733,9 @@ fn a_leader_whose_clock_jumped_before_the_last_stamp_counts_the_time_it_measured
 /// peer's answer; the review of the fix for the test above found it.
 async fn leader_whose_clock_jumped_just_before_it_led(seed: u64) -> Duration {
     use crate::node::RATE_REAL;
-    let (sim, a) = clocked(3, seed).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut followers = (1..=3).filter(|id| *id != a);
-    let (b, c) = (followers.next().unwrap(), followers.next().unwrap());
+    let (sim, a, b, c) = three_reading_clocks(seed).await;
     sim.node(c).unwrap().set_elections(false);
-    let sent = Instant::now();
-    let granted = write(
-        &sim,
-        a,
-        probe_acquire("first"),
-        None,
-        sent + Duration::from_secs(5),
-    )
-    .await;
-    let Completion::Ok { log_index, .. } = granted else {
-        panic!("seed {seed}: the first acquire failed: {granted:?}");
-    };
-    for id in [b, c] {
-        while last_log_index(&sim, id) < log_index {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
+    let sent = granted_at_both(&sim, a, [b, c], seed).await;
     sim.node(b).unwrap().set_clock(RATE_REAL, 10_000);
     sim.crash(a).await;
     assert!(
