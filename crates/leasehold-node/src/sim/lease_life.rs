@@ -564,6 +564,14 @@ async fn granted_at_both(sim: &Sim, a: u64, followers: [u64; 2], seed: u64) -> I
     sent
 }
 
+/// Once `b` leads, how long after `sent` a rival polling through it was granted the probe.
+async fn once_led_granted(sim: &Sim, b: u64, sent: Instant, seed: u64) -> Duration {
+    let led = until_leader(sim, b, Duration::from_secs(10)).await;
+    assert!(led, "seed {seed}: {b} never led");
+    let limit = Duration::from_secs(30);
+    until_granted(sim, b, probe_acquire("rival"), sent, limit, seed).await
+}
+
 /// A leader dies just as its one follower with the whole log has a right clock again after
 /// running slow for a while; the other follower was down, and is back with a shorter log, so
 /// only the first can win a vote. How long after the crash a new leader is elected.
@@ -707,12 +715,7 @@ async fn leader_whose_clock_jumped_a_moment_ago(seed: u64) -> Duration {
     tokio::time::sleep(Duration::from_millis(800)).await;
     sim.boot(c).await;
     sim.node(c).unwrap().set_elections(false);
-    assert!(
-        until_leader(&sim, b, Duration::from_secs(10)).await,
-        "seed {seed}: {b} never led"
-    );
-    let limit = Duration::from_secs(30);
-    until_granted(&sim, b, probe_acquire("rival"), sent, limit, seed).await
+    once_led_granted(&sim, b, sent, seed).await
 }
 
 #[test]
@@ -738,12 +741,7 @@ async fn leader_whose_clock_jumped_just_before_it_led(seed: u64) -> Duration {
     let sent = granted_at_both(&sim, a, [b, c], seed).await;
     sim.node(b).unwrap().set_clock(RATE_REAL, 10_000);
     sim.crash(a).await;
-    assert!(
-        until_leader(&sim, b, Duration::from_secs(10)).await,
-        "seed {seed}: {b} never led"
-    );
-    let limit = Duration::from_secs(30);
-    until_granted(&sim, b, probe_acquire("rival"), sent, limit, seed).await
+    once_led_granted(&sim, b, sent, seed).await
 }
 
 #[test]
