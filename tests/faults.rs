@@ -1777,6 +1777,14 @@ async fn fault_run_from(
         },
         false => check::Tolerance::default(),
     };
+    if let Some(most) = check::most_store_time_gained(&history) {
+        println!(
+            "store time gained at most {} ms on the clients' clock between two acknowledged \
+             writes (allowed: {} ms)",
+            most / 1_000_000,
+            tolerance.store_time_gain_ns / 1_000_000
+        );
+    }
     let mut anomalies = check::check_all_within(&history, &log, tolerance);
     if tls {
         anomalies.extend(outsider_anomalies(&history, &log));

@@ -22,6 +22,54 @@ pub fn store_time_follows_real_time(history: &[Operation]) -> Vec<Anomaly> {
 /// across round trips, not a clock it can trust outright.
 pub fn store_time_gains_at_most(history: &[Operation], gain_ns: u64) -> Vec<Anomaly> {
     let allowed_ns = i128::from(ROUNDING_NS) + i128::from(gain_ns);
+    let mut anomalies = Vec::new();
+    each_gain(history, |gain| {
+        if gain.gained_ns > allowed_ns && anomalies.len() < 10 {
+            anomalies.push(Anomaly::new(
+                "store time",
+                format!(
+                    "store time moved {} ms from the write at index {} (sent at {} ms) to the \
+                     write at index {} (answered at {} ms), {} ms more than the clients' clock \
+                     measured between them",
+                    gain.moved_ns / 1_000_000,
+                    gain.earlier_index,
+                    gain.earlier.invoked_ns / 1_000_000,
+                    gain.index,
+                    gain.later.completed_ns / 1_000_000,
+                    gain.gained_ns / 1_000_000,
+                ),
+            ));
+        }
+    });
+    anomalies
+}
+
+/// The most store time gained on the clients' clock between two acknowledged writes (as
+/// [`store_time_gains_at_most`] measures it), in nanoseconds: how much of the server's grant
+/// margin a run used. `None` with fewer than two.
+pub fn most_store_time_gained(history: &[Operation]) -> Option<i128> {
+    let mut most = None;
+    each_gain(history, |gain| {
+        most = Some(most.map_or(gain.gained_ns, |m: i128| m.max(gain.gained_ns)));
+    });
+    most
+}
+
+/// How far store time moved past the clients' clock from the earlier write that leaves a later
+/// one the least room to the later one.
+struct Gain<'a> {
+    gained_ns: i128,
+    moved_ns: i128,
+    earlier_index: u64,
+    earlier: &'a Operation,
+    index: u64,
+    later: &'a Operation,
+}
+
+/// Calls `each` for every acknowledged write after the first, in log order, with its gain
+/// against the earlier write that leaves it the least room: the smallest
+/// `store_time - invoked`.
+fn each_gain<'a>(history: &'a [Operation], mut each: impl FnMut(Gain<'a>)) {
     let mut acknowledged: Vec<(u64, u32, i128, &Operation)> = history
         .iter()
         .filter(|op| op.is_write())
@@ -41,31 +89,21 @@ pub fn store_time_gains_at_most(history: &[Operation], gain_ns: u64) -> Vec<Anom
         })
         .collect();
     acknowledged.sort_by_key(|(index, position, ..)| (*index, *position));
-    let mut anomalies = Vec::new();
-    // The earlier write that leaves `r2` the least room: the smallest `store_time - invoked`.
     let mut tightest: Option<(i128, u64, &Operation)> = None;
     for &(index, _, store_ns, op) in &acknowledged {
         if let Some((lead_ns, earlier_index, earlier)) = tightest {
-            let gained_ns = store_ns - lead_ns - i128::from(op.completed_ns);
-            if gained_ns > allowed_ns && anomalies.len() < 10 {
-                anomalies.push(Anomaly::new(
-                    "store time",
-                    format!(
-                        "store time moved {} ms from the write at index {earlier_index} (sent at \
-                         {} ms) to the write at index {index} (answered at {} ms), {} ms more \
-                         than the clients' clock measured between them",
-                        (store_ns - lead_ns - i128::from(earlier.invoked_ns)) / 1_000_000,
-                        earlier.invoked_ns / 1_000_000,
-                        op.completed_ns / 1_000_000,
-                        gained_ns / 1_000_000,
-                    ),
-                ));
-            }
+            each(Gain {
+                gained_ns: store_ns - lead_ns - i128::from(op.completed_ns),
+                moved_ns: store_ns - lead_ns - i128::from(earlier.invoked_ns),
+                earlier_index,
+                earlier,
+                index,
+                later: op,
+            });
         }
         let lead_ns = store_ns - i128::from(op.invoked_ns);
         if tightest.is_none_or(|(least, ..)| lead_ns < least) {
             tightest = Some((lead_ns, index, op));
         }
     }
-    anomalies
 }
