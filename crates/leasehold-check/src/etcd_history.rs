@@ -9,7 +9,8 @@
 //! - a read must answer what the model's keyspace answers at the revision the read names;
 //! - revisions follow real time: an operation that began after another completed names a
 //!   revision no lower, and a strictly higher one if it changed the keyspace. A refused write
-//!   names none (its answer carries no header), so only its place in the log is checked.
+//!   names none (its answer carries no header): some entry of it that answers so must stand no
+//!   lower, and it orders nothing after it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -129,11 +130,14 @@ fn answers(outcome: &Outcome, completion: &EtcdCompletion) -> bool {
 }
 
 /// Where an acknowledged operation took effect: its revision, and whether it changed the
-/// keyspace.
+/// keyspace. A refused write's answer carries no revision, and the entry it claimed may be
+/// another send's of the same request: its revision is the latest of the entries that answer
+/// as it was answered, the least it must reach, and it stands for nobody else's order.
 struct Point<'a> {
     op: &'a EtcdOperation,
     revision: i64,
     changed: bool,
+    refused: bool,
 }
 
 /// Every acknowledged etcd answer against the replay of `log` (see the module's doc).
@@ -145,7 +149,6 @@ pub fn etcd_linearizable(history: &[EtcdOperation], log: &Log) -> Vec<Anomaly> {
     let mut anomalies = Vec::new();
     let mut points = Vec::new();
     let mut claimed = std::collections::BTreeSet::new();
-    let mut refusals = Vec::new();
     for op in history {
         let found = match (&op.request, &op.completion) {
             (_, EtcdCompletion::Indeterminate(_)) => continue,
@@ -158,25 +161,21 @@ pub fn etcd_linearizable(history: &[EtcdOperation], log: &Log) -> Vec<Anomaly> {
                 format!("a range was answered as a write: {op:?}"),
             )),
         };
-        // A refusal carries no revision: its client learned nothing of where it stood, and the
-        // entry it claimed may be another send's of the same request (judged below).
         let refused = matches!(op.completion, EtcdCompletion::Refused(_));
         match found {
-            Ok(_) if refused => refusals.push(op),
             Ok((revision, changed)) => points.push(Point {
                 op,
-                revision,
+                revision: match refused {
+                    true => latest_refusing(&replay, op).unwrap_or(revision),
+                    false => revision,
+                },
                 changed,
+                refused,
             }),
             Err(anomaly) => anomalies.push(anomaly),
         }
     }
     anomalies.extend(applied_at_most_once(history, &replay));
-    anomalies.extend(
-        refusals
-            .into_iter()
-            .filter_map(|op| refused_late_enough(&replay, op, &points)),
-    );
     anomalies.extend(revisions_follow_real_time(points));
     anomalies
 }
@@ -278,31 +277,16 @@ fn applied_at_most_once(history: &[EtcdOperation], replay: &Replay) -> Vec<Anoma
     anomalies
 }
 
-/// A refused write took effect after every operation that completed before it was sent: some
-/// entry of its request that refuses it as the client was told stands at a revision no lower
-/// than theirs (a refusal changes nothing, so it takes the revision it found).
-fn refused_late_enough(replay: &Replay, op: &EtcdOperation, points: &[Point]) -> Option<Anomaly> {
+/// The latest revision of an entry of `op`'s write that answers as `op` was answered.
+fn latest_refusing(replay: &Replay, op: &EtcdOperation) -> Option<i64> {
     let EtcdRequest::Write(write) = &op.request else {
         return None;
     };
-    let earlier = (points.iter())
-        .filter(|p| p.op.completed_ns < op.invoked_ns)
-        .max_by_key(|p| p.revision)?;
     let places = replay.places.get(&format!("{write:?}"))?;
-    let latest = (places.iter())
+    (places.iter())
         .filter(|p| answers(&p.outcome, &op.completion))
         .map(|p| p.revision)
-        .max()?;
-    (latest < earlier.revision).then(|| {
-        Anomaly::new(
-            "linearizability",
-            format!(
-                "{write:?} was answered {:?}, but every entry that answers so stands at revision \
-                 {latest} or before, and {:?} had completed at revision {} before it was sent",
-                op.completion, earlier.op.request, earlier.revision
-            ),
-        )
-    })
+        .max()
 }
 
 /// An operation that began after another completed names a revision no lower than the
@@ -311,19 +295,29 @@ fn revisions_follow_real_time(points: Vec<Point>) -> Vec<Anomaly> {
     let points: Vec<&Point> = points.iter().collect();
     let times = |p: &Point| (p.op.invoked_ns, p.op.completed_ns);
     let mut anomalies = Vec::new();
-    for (point, earlier) in after_the_latest(&points, times, |p| p.revision) {
-        let Some(earlier) = earlier else { continue };
+    // A refusal is never the latest: its revision is only what it must reach.
+    let place = |p: &Point| (!p.refused).then_some(p.revision);
+    for (point, earlier) in after_the_latest(&points, times, place) {
+        let Some(earlier) = earlier.filter(|e| !e.refused) else {
+            continue;
+        };
         let before = earlier.revision;
-        if point.revision < before || (point.changed && point.revision == before) {
-            anomalies.push(Anomaly::new(
-                "linearizability",
-                format!(
-                    "{:?} took effect at revision {}, but began after {:?} had completed at \
-                     revision {before}",
-                    point.op.request, point.revision, earlier.op.request
-                ),
-            ));
+        if point.revision >= before && !(point.changed && point.revision == before) {
+            continue;
         }
+        let what = match point.refused {
+            true => format!(
+                "{:?} was answered {:?}, but every entry that answers so stands at revision {} \
+                 or before, and {:?} had completed at revision {before} before it was sent",
+                point.op.request, point.op.completion, point.revision, earlier.op.request
+            ),
+            false => format!(
+                "{:?} took effect at revision {}, but began after {:?} had completed at \
+                 revision {before}",
+                point.op.request, point.revision, earlier.op.request
+            ),
+        };
+        anomalies.push(Anomaly::new("linearizability", what));
     }
     anomalies
 }

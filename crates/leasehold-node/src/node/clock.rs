@@ -69,10 +69,10 @@
 //!   the peers from `CLOCK_TRAIL` before the term began, over the readings the node took as a
 //!   follower: that window is as long as what this clock measured since the base, so it only
 //!   bounds the same advance (the base carried the time up to it), and the stamps follow real
-//!   time at once instead of standing still for the trail at every change of leader. With at most a minority of
-//!   clocks wrong at each moment (one of three, two of five), at least one right clock
-//!   measured at least `G`, and a right peer's reading was taken before the leader received
-//!   it. Only each moment's minority: the rule once bounded the stamps by what a majority
+//!   time at once instead of standing still for the trail at every change of leader. With at
+//!   most a minority of clocks wrong at each moment (one of three, two of five), at least one
+//!   right clock measured at least `G`, and a right peer's reading was taken before the leader
+//!   received it. Only each moment's minority: the rule once bounded the stamps by what a majority
 //!   measured *since the term's base*, which asks the same minority to have been wrong all
 //!   term. A follower whose clock ran fast for a while stays ahead since the base, and when
 //!   the leader's own then sped up, two of three were ahead (a fault run: a grant 23 ms early);
