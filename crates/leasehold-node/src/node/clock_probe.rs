@@ -151,16 +151,15 @@ impl Node {
     /// more than [`ODD_CLOCK_RATE`] or to have jumped lately: a leader handing over passes
     /// them by while it can (see `hand_over`).
     pub(crate) fn odd_peer_clocks(&self) -> BTreeSet<NodeId> {
-        let me = self.inner.id;
         let odd = |rate: Option<f64>| rate.is_none_or(|r| (r - 1.0).abs() > ODD_CLOCK_RATE);
         (self.clock_rates().peers.into_iter())
-            .filter(|(id, rate)| *id != me && odd(*rate))
+            .filter(|(_, rate)| odd(*rate))
             .map(|(id, _)| id)
             .collect()
     }
 
-    /// Each voter's clock rate over the majority's, as this node's readings show it (1 where not
-    /// known), `None` for a peer's that jumped lately.
+    /// Each clock's rate over the majority's, this node's and the other voters', as this node's
+    /// readings show it (1 where not known), `None` for a peer's that jumped lately.
     fn clock_rates(&self) -> ClockRates {
         let judged = *self.own().judged.lock().unwrap_or_else(|p| p.into_inner());
         let mine = judged.last.rate_ratio.unwrap_or(1.0);
@@ -168,14 +167,20 @@ impl Node {
         let since = now.saturating_sub(CLOCK_ODD_REMEMBERED);
         let clocks = self.inner.clock.peer_clocks();
         // A peer's clock seen to jump did, unless this node's own jumped then (every clock that
-        // did not jump with it seems to): jumps, as rates, are the majority's to judge.
-        let peers = (self.voter_ids().into_iter()).map(|id| {
+        // did not jump with it seems to): jumps, as rates, are the majority's to judge. And
+        // while this node remembers its own clock jumping, a peer's not seen to jump then
+        // jumped with it (or was not read since): two clocks jumped together keep step, and
+        // each would take the other for a right one to hand leadership to.
+        let mine_jumped = judged.last_jump.filter(|at| *at >= since);
+        let me = self.inner.id;
+        let voters = self.voter_ids().into_iter();
+        let peers = voters.filter(|id| *id != me).map(|id| {
             let theirs = clocks.ratio(id).map_or(1.0, |r| mine / r.mid);
             let seen = clocks.jumped_at(id).filter(|at| *at >= since);
-            let mine_then = |at: Duration| {
-                (judged.last_jump).is_some_and(|j| j.abs_diff(at) <= JUMP_SEEN_WITHIN)
+            let jumped = match (seen, mine_jumped) {
+                (Some(at), Some(mine)) => at.abs_diff(mine) > JUMP_SEEN_WITHIN,
+                (seen, mine) => seen.is_some() || mine.is_some(),
             };
-            let jumped = seen.is_some_and(|at| !mine_then(at));
             (id, (!jumped).then_some(theirs))
         });
         ClockRates {

@@ -624,17 +624,21 @@ fn a_follower_whose_clock_came_right_a_moment_ago_may_lead_when_no_other_can() {
     }
 }
 
-/// Two of five clocks go to half speed, the leader's among them, and the other odd one is the
-/// follower the leader's log reaches first. The leader steps down; it must hand leadership to
-/// one of the three right clocks, not to the odd follower that happens to be caught up first:
-/// that one leads at half speed until it finds its clock odd, then hands over in turn. A 5-node
-/// fault run (seed 1796608766160206331) saw leadership go 2, 1, 2, 1, 3 in 300 ms, nodes 1 and 2
-/// both at half speed, and a 2 s lease live 2.53 s.
+/// Two of five clocks go odd together (set to `rate_ppm` and jumped by `jump_ms`), the
+/// leader's among them, and the other odd one is the follower the leader's log reaches first.
+/// The leader steps down; it must hand leadership to one of the three right clocks, not to the
+/// odd follower that happens to be caught up first: that one leads at its odd rate until it
+/// finds its clock odd, then hands over in turn. 5-node fault runs saw leadership go 2, 1, 2,
+/// 1, 3 in 300 ms, nodes 1 and 2 both at half speed, and a 2 s lease live 2.53 s (seed
+/// 1796608766160206331); and go 1, 2, 1, 2, 4 in 80 ms, both clocks jumped 10 s ahead (seed
+/// 1796621727576969037): each saw the other's clock keep step with its own.
 ///
 /// Returns the odd follower, the leaders after the first, in order, and how long after its
 /// acquire was sent a rival was granted the lease.
-async fn odd_leader_hands_over_past_an_odd_follower(seed: u64) -> (u64, Vec<u64>, Duration) {
-    use crate::node::RATE_REAL;
+async fn odd_leader_hands_over_past_an_odd_follower(
+    seed: u64,
+    (rate_ppm, jump_ms): (u64, i64),
+) -> (u64, Vec<u64>, Duration) {
     let (sim, a) = clocked(5, seed).await;
     let mut followers = (1..=5).filter(|id| *id != a);
     let b = followers.next().unwrap();
@@ -651,7 +655,7 @@ async fn odd_leader_hands_over_past_an_odd_follower(seed: u64) -> (u64, Vec<u64>
         "seed {seed}: {granted:?}"
     );
     for id in [a, b] {
-        sim.node(id).unwrap().set_clock(RATE_REAL / 2, 0);
+        sim.node(id).unwrap().set_clock(rate_ppm, jump_ms);
     }
     // Each term's leader once: a deposed leader names itself until it hears of the next term.
     let watching = async {
@@ -677,15 +681,20 @@ async fn odd_leader_hands_over_past_an_odd_follower(seed: u64) -> (u64, Vec<u64>
 
 #[test]
 fn a_leader_whose_clock_is_odd_hands_over_to_a_right_clock_not_to_an_odd_one_caught_up_first() {
-    for seed in 1..=3 {
+    use crate::node::RATE_REAL;
+    let (half_speed, jumped) = ((RATE_REAL / 2, 0), (RATE_REAL, 10_000));
+    for (seed, odd) in (1..=3)
+        .map(|seed| (seed, half_speed))
+        .chain([(4, jumped), (5, jumped)])
+    {
         let (b, leaders, life) =
-            paused_runtime().block_on(odd_leader_hands_over_past_an_odd_follower(seed));
+            paused_runtime().block_on(odd_leader_hands_over_past_an_odd_follower(seed, odd));
         assert!(
             leaders.len() == 1
                 && leaders[0] != b
                 && (CARRIED_TTL..=CARRIED_TTL + Duration::from_millis(500)).contains(&life),
-            "seed {seed}: after the odd leader, {leaders:?} led in turn (node {b} odd too); the \
-             {CARRIED_TTL:?} lease lived {life:?}"
+            "seed {seed}, clocks {odd:?}: after the odd leader, {leaders:?} led in turn (node {b} odd \
+             too); the {CARRIED_TTL:?} lease lived {life:?}"
         );
     }
 }
