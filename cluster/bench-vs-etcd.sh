@@ -22,8 +22,9 @@
 # not target/release/leasehold, which the build below replaces), an earlier build, benchmarked in
 # the same interleaved loop by its own load generator (its client, as its users had it), with its
 # own columns and a ratio of this build to it: a change's before and after in one run);
-# BENCH_LH_API=etcd drives this build's Leasehold through its etcd API, with the etcd-client
-# crate that drives etcd, instead of its own client: one client against both systems.
+# BENCH_LH_API=etcd drives this build's Leasehold (and the earlier build, which must speak it)
+# through its etcd API, with the etcd-client crate that drives etcd, instead of its own client:
+# one client against every system.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -179,7 +180,7 @@ for w in $workloads; do
     for to in $to_list; do
       read -r lh_ops lh_p50 lh_p99 lh_err lh_floor <<<"$(bench "$lh_api" "$lh_endpoints" "$w" "$c" "$to")"
       if [ -n "$before_bin" ]; then
-        read -r bf_ops bf_p50 bf_p99 bf_err _ <<<"$(bench leasehold "$before_endpoints" "$w" "$c" "$to" "$before_bin")"
+        read -r bf_ops bf_p50 bf_p99 bf_err _ <<<"$(bench "$lh_api" "$before_endpoints" "$w" "$c" "$to" "$before_bin")"
       fi
       read -r et_ops et_p50 et_p99 et_err _ <<<"$(bench etcd "$etcd_endpoints" "$w" "$c" "$to")"
       note=""

@@ -3,9 +3,12 @@
 //! Kept in snapshots (outside the digest), so that a node that loads one still serves a watch
 //! from the revision a client just read at, as etcd's lock and election do after every read; a
 //! watch older than the events kept is told it was compacted, as etcd tells it.
+//!
+//! The events are a persistent vector, as the table's maps are persistent maps: a snapshot's
+//! capture clones the table under the state lock, and a clone of 100,000 events one by one held
+//! every apply for as long.
 
-use std::collections::VecDeque;
-
+use imbl::Vector;
 use serde::{Deserialize, Serialize};
 
 use super::answer::KeyValue;
@@ -48,7 +51,7 @@ impl EtcdEvent {
 /// The events kept, oldest first.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct History {
-    events: VecDeque<EtcdEvent>,
+    events: Vector<EtcdEvent>,
     bytes: usize,
     /// The oldest revision a watch may start at: every event from it on is kept.
     first_kept: i64,
@@ -111,9 +114,13 @@ impl History {
         if from < self.first_kept {
             return Err(self.first_kept);
         }
-        let start = self.events.partition_point(|e| e.revision() < from);
+        let start = (self.events.binary_search_by(|e| match e.revision() < from {
+            true => std::cmp::Ordering::Less,
+            false => std::cmp::Ordering::Greater,
+        }))
+        .unwrap_or_else(|at| at);
         let mut since = Since::default();
-        for event in self.events.range(start..) {
+        for event in self.events.focus().narrow(start..) {
             let last = since.events.last().map(|e| e.revision());
             if since.events.len() >= max && last != Some(event.revision()) {
                 since.resume_at = Some(event.revision());

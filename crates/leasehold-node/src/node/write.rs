@@ -215,8 +215,9 @@ impl Node {
         // A format the applied state already holds is in use: every member must read it to
         // apply the log as it stands, so more of it risks nothing new. A leader that restarted
         // while a member is down, and so never heard that member announce, still serves it.
-        // (The state is read only for a format past 1: not on every write's path.)
-        if format > FORMAT_1 && format > self.inner.state.read().table.format() {
+        // (Its format is read without the state's lock, which the apply thread holds across
+        // whole batches: each etcd write would wait on it.)
+        if format > FORMAT_1 && format > self.inner.state.table_format() {
             self.check_format(format)?;
         }
         match (op.bare(), self.inner.manual_clock) {

@@ -7,6 +7,7 @@
 
 use std::io::Cursor;
 use std::path::Path;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
@@ -24,6 +25,7 @@ use super::snapshot_file::{
 };
 use super::{AppendTimes, Applied, LogId, NodeId, StorageError, TypeConfig};
 use crate::metrics::Metrics;
+use leasehold_core::format::{Format, FORMAT_1};
 use leasehold_core::{Batch, EventKind, LeaseTable};
 
 type Entry = openraft::Entry<TypeConfig>;
@@ -40,6 +42,9 @@ pub struct SharedState {
     /// this process's monotonic clock: what a new leader on this node carries its time on from
     /// (see `node::clock`).
     stamp_seen: Mutex<Option<StampSeen>>,
+    /// The applied table's format (`LeaseTable::format`), for a write's check without the
+    /// lock, which the apply thread holds across whole batches.
+    format: AtomicU8,
 }
 
 /// A store time, the entry that brought it, and the instant of this process's monotonic clock
@@ -69,6 +74,7 @@ impl Default for SharedState {
             events: Mutex::default(),
             applied: tokio::sync::watch::channel(0).0,
             stamp_seen: Mutex::default(),
+            format: AtomicU8::new(FORMAT_1),
         }
     }
 }
@@ -89,6 +95,11 @@ impl SharedState {
         self.inner
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The applied table's format, as of the last batch applied.
+    pub fn table_format(&self) -> Format {
+        self.format.load(Ordering::Relaxed)
     }
 
     /// The newest store time this process applied, and when its entry was appended; `None`
@@ -198,6 +209,9 @@ impl StateMachineStore {
             last_applied: meta.last_log_id,
             last_membership: meta.last_membership.clone(),
         };
+        self.state
+            .format
+            .store(state.table.format(), Ordering::Relaxed);
         // The snapshot holds no events: watchers can start after it only.
         let index = meta.last_log_id.map_or(0, |id| id.index);
         self.state.events().reset(index + 1);
@@ -251,6 +265,7 @@ fn apply_entries(
         state.last_applied = Some(entry.log_id);
         replies.push(answers);
     }
+    shared.format.store(state.table.format(), Ordering::Relaxed);
     if let Some(metrics) = metrics {
         let expired = noted.iter().filter(|n| n.event.kind == EventKind::Expired);
         metrics.expiries.inc_by(expired.count() as u64);
