@@ -24,7 +24,8 @@
 # own columns and a ratio of this build to it: a change's before and after in one run);
 # BENCH_LH_API=etcd drives this build's Leasehold (and the earlier build, which must speak it)
 # through its etcd API, with the etcd-client crate that drives etcd, instead of its own client:
-# one client against every system.
+# one client against every system (the earlier build's bench drives it with the etcd-client
+# version that build has).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"

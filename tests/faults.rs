@@ -1120,8 +1120,12 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 const PROBE_TTL: Duration = Duration::from_secs(2);
 /// How much longer than its TTL the probe lease may live across a leader fault, measured from
 /// when its acquire was answered (the grant is stamped before that) to when a rival polling
-/// every [`RIVAL_POLL`] is granted it.
+/// every [`RIVAL_POLL`] sent the last acquire that was refused (see [`ProbeLife`]).
 const PROBE_SLACK: Duration = Duration::from_millis(500);
+
+/// How much later still the rival's grant may be answered: a stall of the whole cluster while
+/// the lease ends holds up the rival's calls (370 ms seen), not the lease.
+const PROBE_STALL: Duration = Duration::from_secs(1);
 
 /// How long the probe's rival waits between its acquires.
 const RIVAL_POLL: Duration = Duration::from_millis(20);
@@ -1189,10 +1193,11 @@ struct LeaseProbe {
 /// election would otherwise count that wait as the lease's life.
 ///
 /// The lease ended after the rival's last refused acquire was sent (the store refused it when
-/// it was stamped, later) and by the time the granted one was answered. Only the first shows
-/// a lease that lived too long: a call held up in a stall of the whole cluster (seed
-/// 1796621727576969037: every follower's appends unanswered for 370 ms, no fault acting) delays
-/// the rival's next acquire, and the second with it, while the lease may have ended at once.
+/// it was stamped, later) and by the time the granted one was answered. The first proves a
+/// lease that lived too long; the second only bounds it: a call held up in a stall of the whole
+/// cluster (seed 1796621727576969037: every follower's appends unanswered for 370 ms, no fault
+/// acting) delays the rival's next acquire, and the second with it, while the lease may have
+/// ended at once. So the second is judged with [`PROBE_STALL`] more.
 #[derive(Clone, Copy)]
 struct ProbeLife {
     since_sent: Duration,
@@ -1268,6 +1273,50 @@ impl LeaseProbe {
         }
         None
     }
+}
+
+/// Prints each fault kind's probe lives, and the anomalies among them: a grant to the rival
+/// earlier than the TTL from the probe's acquire's send; a refusal of an acquire the rival sent
+/// past the TTL and [`PROBE_SLACK`] from the probe's grant's answer (proof that the lease lived
+/// too long); a grant to the rival past them and [`PROBE_STALL`] more, however its calls went
+/// (a lease that lived far too long while the rival's calls failed or were held up); or none
+/// within 20 s.
+fn judge_probe_lives(lives: &[(Fault, Option<ProbeLife>)], history: &[Operation]) -> Vec<Anomaly> {
+    let mut by_kind: BTreeMap<Fault, Vec<String>> = BTreeMap::new();
+    for (kind, life) in lives {
+        let shown = life.map_or("none".into(), |l| l.shown());
+        by_kind.entry(*kind).or_default().push(shown);
+    }
+    for (kind, shown) in &by_kind {
+        println!(
+            "probe leases ({} ms TTL) across {kind:?} lived, from their grant's answer: {} ms",
+            PROBE_TTL.as_millis(),
+            shown.join(", ")
+        );
+    }
+    let bound = PROBE_TTL + PROBE_SLACK;
+    let mut anomalies = Vec::new();
+    for (n, (kind, life)) in lives.iter().enumerate() {
+        let why = match life {
+            Some(life) if life.since_sent < PROBE_TTL => format!(
+                "probe-{n} was granted to a rival {:?} after its acquire was sent, before its TTL of {PROBE_TTL:?} ({kind:?})",
+                life.since_sent
+            ),
+            Some(ProbeLife { held_at: Some(held), .. }) if *held > bound => format!(
+                "probe-{n} was still held when a rival's acquire was sent {held:?} after its grant's answer, across {kind:?}: past its TTL of {PROBE_TTL:?} and {PROBE_SLACK:?}; {}",
+                probe_calls(history, n)
+            ),
+            Some(life) if life.since_granted > bound + PROBE_STALL => format!(
+                "probe-{n} lived {:?} from its grant's answer across {kind:?}, past its TTL of {PROBE_TTL:?}, {PROBE_SLACK:?} and {PROBE_STALL:?} for a stall; {}",
+                life.since_granted,
+                probe_calls(history, n)
+            ),
+            Some(_) => continue,
+            None => format!("probe-{n} was never granted to a rival within 20 s of its acquire ({kind:?})"),
+        };
+        anomalies.push(Anomaly::new("lease life", why));
+    }
+    anomalies
 }
 
 /// What the probe's and its rival's calls for probe lease `n` were answered, and when, in ms
@@ -1848,35 +1897,7 @@ async fn fault_run_from(
     }
 
     // Store time carried across a leader fault: a lease lives its TTL, hardly more, never less.
-    let mut by_kind: BTreeMap<Fault, Vec<String>> = BTreeMap::new();
-    for (kind, life) in &lives {
-        let shown = life.map_or("none".into(), |l| l.shown());
-        by_kind.entry(*kind).or_default().push(shown);
-    }
-    for (kind, shown) in &by_kind {
-        println!(
-            "probe leases ({} ms TTL) across {kind:?} lived, from their grant's answer: {} ms",
-            PROBE_TTL.as_millis(),
-            shown.join(", ")
-        );
-    }
-    for (n, (kind, life)) in lives.iter().enumerate() {
-        match life {
-            Some(life) if life.since_sent < PROBE_TTL => anomalies.push(Anomaly::new(
-                "lease life",
-                format!("probe-{n} was granted to a rival {:?} after its acquire was sent, before its TTL of {PROBE_TTL:?} ({kind:?})", life.since_sent),
-            )),
-            Some(ProbeLife { held_at: Some(held), .. }) if *held > PROBE_TTL + PROBE_SLACK => anomalies.push(Anomaly::new(
-                "lease life",
-                format!("probe-{n} was still held when a rival's acquire was sent {held:?} after its grant's answer, across {kind:?}: past its TTL of {PROBE_TTL:?} and {PROBE_SLACK:?}; {}", probe_calls(&history, n)),
-            )),
-            Some(_) => {}
-            None => anomalies.push(Anomaly::new(
-                "lease life",
-                format!("probe-{n} was never granted to a rival within 20 s of its acquire ({kind:?})"),
-            )),
-        }
-    }
+    anomalies.extend(judge_probe_lives(&lives, &history));
 
     for (fault, victims, named) in &namings {
         match named {

@@ -114,6 +114,8 @@ impl History {
         if from < self.first_kept {
             return Err(self.first_kept);
         }
+        // The first event at or after `from`: the comparison never answers "equal", so the
+        // search ends where it would insert, past every earlier revision.
         let start = (self.events.binary_search_by(|e| match e.revision() < from {
             true => std::cmp::Ordering::Less,
             false => std::cmp::Ordering::Greater,

@@ -51,6 +51,9 @@ struct Judged {
     last_odd: Option<Duration>,
     last_jump: Option<Duration>,
     last_maybe_jump: Option<Duration>,
+    /// When it first found it jumped, of the judgements that found so one after another: the
+    /// peers' jumps that made it find so were seen from [`JUMP_SEEN_WITHIN`] before this on.
+    jump_began: Option<Duration>,
 }
 
 /// This node's clock as `status` and the metrics show it.
@@ -63,7 +66,8 @@ pub struct ClockShown {
 }
 
 /// How a new leader corrects what each clock measured to the majority's rate (see
-/// `clock::term_base`): a factor per clock, `None` for a peer's that jumped lately.
+/// `clock::term_base`): a factor per clock, `None` for a peer's that jumped lately (as
+/// `Node::clock_rates` tells).
 pub(crate) struct ClockScales {
     /// This node's. Never left out for a jump: what it carries measured nothing across one it
     /// found or could not rule out (`Node::carried_time`), and it judges its clock afresh
@@ -72,7 +76,8 @@ pub(crate) struct ClockScales {
     peers: BTreeMap<NodeId, Option<f64>>,
 }
 
-/// Each clock's rate over the majority's, `None` for a peer's that jumped lately.
+/// Each clock's rate over the majority's, `None` for a peer's that jumped lately (as
+/// `Node::clock_rates` tells).
 struct ClockRates {
     own: f64,
     peers: BTreeMap<NodeId, Option<f64>>,
@@ -159,32 +164,38 @@ impl Node {
     }
 
     /// Each clock's rate over the majority's, this node's and the other voters', as this node's
-    /// readings show it (1 where not known), `None` for a peer's that jumped lately.
+    /// readings show it (1 where not known), `None` for a peer's that jumped lately: seen to
+    /// jump within [`CLOCK_ODD_REMEMBERED`] or, while this node remembers its own clock jumping
+    /// then, not seen to jump just once, with it (below).
     fn clock_rates(&self) -> ClockRates {
         let judged = *self.own().judged.lock().unwrap_or_else(|p| p.into_inner());
-        let mine = judged.last.rate_ratio.unwrap_or(1.0);
+        let rate = judged.last.rate_ratio.unwrap_or(1.0);
         let now = self.inner.clock.local().now();
         let since = now.saturating_sub(CLOCK_ODD_REMEMBERED);
         let clocks = self.inner.clock.peer_clocks();
         // A peer's clock seen to jump did, unless this node's own jumped then (every clock that
-        // did not jump with it seems to): jumps, as rates, are the majority's to judge. And
-        // while this node remembers its own clock jumping, a peer's not seen to jump then
-        // jumped with it (or was not read since): two clocks jumped together keep step, and
-        // each would take the other for a right one to hand leadership to.
-        let mine_jumped = judged.last_jump.filter(|at| *at >= since);
+        // did not jump with it seems to): jumps, as rates, are the majority's to judge. So while
+        // this node remembers its own clock jumping, a right peer's seemed to jump once, when
+        // this node found its own did; one that seemed not to jumped with it (two clocks jumped
+        // together keep step, and each would take the other for a right one to hand leadership
+        // to) or was not read since, and one that seemed to jump again jumped on its own, a
+        // moment before or after.
+        let mine = (judged.jump_began.zip(judged.last_jump))
+            .filter(|(_, last)| *last >= since)
+            .map(|(began, last)| began.saturating_sub(JUMP_SEEN_WITHIN)..=last + JUMP_SEEN_WITHIN);
         let me = self.inner.id;
         let voters = self.voter_ids().into_iter();
         let peers = voters.filter(|id| *id != me).map(|id| {
-            let theirs = clocks.ratio(id).map_or(1.0, |r| mine / r.mid);
-            let seen = clocks.jumped_at(id).filter(|at| *at >= since);
-            let jumped = match (seen, mine_jumped) {
-                (Some(at), Some(mine)) => at.abs_diff(mine) > JUMP_SEEN_WITHIN,
-                (seen, mine) => seen.is_some() || mine.is_some(),
+            let theirs = clocks.ratio(id).map_or(1.0, |r| rate / r.mid);
+            let seen = clocks.jumped_since(id, since);
+            let right = match &mine {
+                Some(mine) => matches!(seen[..], [at] if mine.contains(&at)),
+                None => seen.is_empty(),
             };
-            (id, (!jumped).then_some(theirs))
+            (id, right.then_some(theirs))
         });
         ClockRates {
-            own: mine,
+            own: rate,
             peers: peers.collect(),
         }
     }
@@ -312,6 +323,10 @@ impl Node {
                 judged.last_odd = Some(now);
             }
             if judgement.jumped {
+                let went_on = (judged.last_jump).is_some_and(|at| now - at <= JUMP_SEEN_WITHIN);
+                if !went_on {
+                    judged.jump_began = Some(now);
+                }
                 judged.last_jump = Some(now);
             }
             if judgement.maybe_jumped {

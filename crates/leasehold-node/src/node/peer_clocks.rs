@@ -56,9 +56,14 @@ struct Peer {
     samples: VecDeque<Sample>,
     /// Rates are measured from readings asked at or after this: the last jump or restart.
     rates_from: Duration,
-    /// This node's own clock when it last saw this peer's clock jump.
-    jumped: Option<Duration>,
+    /// This node's own clock when it saw this peer's clock jump, the last few times, oldest
+    /// first.
+    jumps: VecDeque<Duration>,
 }
+
+/// The jumps of a peer's clock kept: enough to tell one jump from two within
+/// [`CLOCK_ODD_REMEMBERED`] (see `clock_probe::clock_rates`).
+const JUMPS_KEPT: usize = 4;
 
 /// How fast this node's clock ran against one peer's: this node's elapsed time over the peer's,
 /// across the last [`CLOCK_RATE_SPAN`] of readings. `low` and `high` bound it (the peer
@@ -118,7 +123,10 @@ impl PeerClocks {
                 // gone back): the trail goes on from the counted time alone.
                 entry.samples.clear();
                 entry.rates_from = asked;
-                entry.jumped = Some(answered);
+                entry.jumps.push_back(answered);
+                if entry.jumps.len() > JUMPS_KEPT {
+                    entry.jumps.pop_front();
+                }
                 last.counted
             }
             Some(last) => last.counted + (theirs - last.theirs),
@@ -217,14 +225,21 @@ impl PeerClocks {
         peers.iter().filter_map(last).max()
     }
 
-    /// When this node last saw `peer`'s clock jump, on its own clock.
-    pub fn jumped_at(&self, peer: NodeId) -> Option<Duration> {
-        self.peers.get(&peer)?.jumped
+    /// When this node saw `peer`'s clock jump at or after its instant `since`, on its own
+    /// clock, oldest first (the last few only).
+    pub fn jumped_since(&self, peer: NodeId, since: Duration) -> Vec<Duration> {
+        let jumps = self.peers.get(&peer).map(|p| p.jumps.iter());
+        jumps
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|at| *at >= since)
+            .collect()
     }
 
     /// How many of the peers' clocks jumped, as this node saw, at or after its instant `since`.
     pub fn jumps_since(&self, since: Duration) -> usize {
-        let recent = |p: &&Peer| p.jumped.is_some_and(|at| at >= since);
+        let recent = |p: &&Peer| p.jumps.back().is_some_and(|at| *at >= since);
         self.peers.values().filter(recent).count()
     }
 }

@@ -97,7 +97,7 @@ impl SharedState {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The applied table's format, as of the last batch applied.
+    /// The applied table's format, as of the last batch applied or snapshot restored.
     pub fn table_format(&self) -> Format {
         self.format.load(Ordering::Relaxed)
     }
