@@ -323,7 +323,9 @@ impl Node {
                 judged.last_odd = Some(now);
             }
             if judgement.jumped {
-                let went_on = (judged.last_jump).is_some_and(|at| now - at <= JUMP_SEEN_WITHIN);
+                // Apart, not after: this node's clock may have jumped back.
+                let went_on =
+                    (judged.last_jump).is_some_and(|at| now.abs_diff(at) <= JUMP_SEEN_WITHIN);
                 if !went_on {
                     judged.jump_began = Some(now);
                 }

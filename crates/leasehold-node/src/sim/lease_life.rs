@@ -695,8 +695,8 @@ fn a_leader_whose_clock_is_odd_hands_over_to_a_right_clock_not_to_an_odd_one_cau
             leaders.len() == 1
                 && leaders[0] != b
                 && (CARRIED_TTL..=CARRIED_TTL + Duration::from_millis(500)).contains(&life),
-            "seed {seed}, clocks {odd:?}: after the odd leader, {leaders:?} led in turn (node {b} odd \
-             too); the {CARRIED_TTL:?} lease lived {life:?}"
+            "seed {seed}, clocks {odd:?}: after the odd leader, {leaders:?} led in turn (node {b} \
+             odd too); the {CARRIED_TTL:?} lease lived {life:?}"
         );
     }
 }
@@ -757,6 +757,41 @@ fn a_node_whose_clock_jumped_alone_takes_every_peer_for_a_right_clock() {
     for seed in 1..=3 {
         let odd = paused_runtime().block_on(peers_odd_after_a_lone_jump(seed));
         assert!(odd.is_empty(), "seed {seed}: peers {odd:?} taken for odd");
+    }
+}
+
+/// A follower's clock jumps 10 s ahead and, a moment later, back (two of the fault suite's
+/// `ClockJump`s in a row): the jump back is found as the first was, and the node goes on
+/// judging its clock (the first version of the jumps' episode subtracted the last jump's
+/// reading from the reading after the jump back, which panicked the clock's probe). Returns
+/// whether a slow clock set 4 s later was named within 10 s.
+async fn judged_on_after_a_jump_back(seed: u64) -> bool {
+    use crate::node::RATE_REAL;
+    let (sim, _, b, _) = three_reading_clocks(seed).await;
+    let node = sim.node(b).unwrap();
+    node.set_clock(RATE_REAL, 10_000);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    node.set_clock(RATE_REAL, -10_000);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    node.set_clock(RATE_REAL / 2, 0);
+    let named = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < named {
+        if node.own_clock().odd == Some("runs slow") {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[test]
+fn a_clock_that_jumped_ahead_and_back_is_still_judged() {
+    for seed in 1..=2 {
+        let named = paused_runtime().block_on(judged_on_after_a_jump_back(seed));
+        assert!(
+            named,
+            "seed {seed}: a slow clock after the jumps was never named"
+        );
     }
 }
 
