@@ -207,6 +207,13 @@ pub(crate) const ODD_CLOCK_RATE: f64 = 0.10;
 /// way), or a reading going back, is a jump, not a rate: the readings before it are dropped.
 pub(crate) const CLOCK_JUMP_RATIO: f64 = 8.0;
 
+/// Between two readings of a peer's clock far apart (answers lost for a while), a jump is a small
+/// part of the interval, and the ratio above misses it: an interval that one clock measured this
+/// much longer than the peer's known rate explains is a jump too. (A fault run saw a follower's
+/// 10 s jump go unseen across a 6 s gap in one peer's readings after a partition healed, so it
+/// could not tell that its own clock jumped.)
+pub(crate) const CLOCK_JUMP_SECONDS: f64 = 2.0;
+
 /// A node whose clock jumped stays odd this long after, and one whose rate was odd this long
 /// after it looks right again: enough for `status` and the metrics to name it.
 pub(crate) const CLOCK_ODD_REMEMBERED: Duration = Duration::from_secs(3);

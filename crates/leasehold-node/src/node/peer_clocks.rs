@@ -20,7 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use super::majority::{vouched, vouched_below};
 use crate::limits::{
-    CLOCK_JUMP_RATIO, CLOCK_ODD_REMEMBERED, CLOCK_RATE_SPAN, CLOCK_RATE_WINDOW, ODD_CLOCK_RATE,
+    CLOCK_JUMP_RATIO, CLOCK_JUMP_SECONDS, CLOCK_ODD_REMEMBERED, CLOCK_RATE_SPAN, CLOCK_RATE_WINDOW,
+    ODD_CLOCK_RATE,
 };
 use crate::raft::NodeId;
 
@@ -100,6 +101,7 @@ impl PeerClocks {
         reading: ClockReading,
     ) {
         let theirs = Duration::from_micros(reading.micros);
+        let rate = self.ratio(peer);
         let entry = self.peers.entry(peer).or_default();
         let last = entry.samples.back().copied();
         let counted = match last {
@@ -117,7 +119,7 @@ impl PeerClocks {
             // this node paused).
             Some(last)
                 if (entry.samples.iter().rev().take(2))
-                    .any(|before| jumped(before, asked, answered, theirs)) =>
+                    .any(|before| jumped(before, asked, answered, theirs, rate)) =>
             {
                 // The readings before it are on another footing (this node's clock may have
                 // gone back): the trail goes on from the counted time alone.
@@ -261,8 +263,15 @@ fn between(first: &Sample, last: &Sample) -> Option<Ratio> {
 
 /// Whether a reading `theirs`, asked at `asked` and answered at `answered`, shows a jump since
 /// `last`: their clock went back, or one side measured the interval between the two readings
-/// far longer than the other could have.
-fn jumped(last: &Sample, asked: Duration, answered: Duration, theirs: Duration) -> bool {
+/// far longer than the other could have, or longer by [`CLOCK_JUMP_SECONDS`] than the peer's
+/// `rate` (this clock's over theirs, as last measured) explains.
+fn jumped(
+    last: &Sample,
+    asked: Duration,
+    answered: Duration,
+    theirs: Duration,
+    rate: Option<Ratio>,
+) -> bool {
     let Some(their_span) = theirs.checked_sub(last.theirs) else {
         return true;
     };
@@ -270,8 +279,11 @@ fn jumped(last: &Sample, asked: Duration, answered: Duration, theirs: Duration) 
     let shortest = asked.saturating_sub(last.answered).as_secs_f64();
     let longest = answered.saturating_sub(last.asked).as_secs_f64();
     let their_span = their_span.as_secs_f64();
+    let (low, high) = rate.map_or((1.0, 1.0), |r| (r.low, r.high));
     their_span > longest * CLOCK_JUMP_RATIO + 0.001
         || their_span * CLOCK_JUMP_RATIO + 0.001 < shortest
+        || their_span > longest / low + CLOCK_JUMP_SECONDS
+        || their_span + CLOCK_JUMP_SECONDS < shortest / high
 }
 
 /// What a node makes of its own clock against the majority's.
@@ -397,6 +409,37 @@ mod tests {
         };
         clocks.record(2, MS(2_050), MS(2_051), restarted);
         assert_eq!(clocks.trail(2, MS(2_051)), before);
+    }
+
+    #[test]
+    fn a_jump_across_a_long_gap_in_the_readings_is_still_a_jump_and_a_known_rate_is_not() {
+        // Read every 25 ms for 2 s; then no answer for 6 s, during which this node's clock
+        // jumped 10 s ahead: 16 s on this clock against 6 on the peer's, under the ratio.
+        let mut clocks = PeerClocks::default();
+        readings(&mut clocks, 2, 1.0, 25, 2_000);
+        let after_gap = ClockReading {
+            process: 7,
+            micros: 1_000_000 + 8_000_500,
+        };
+        clocks.record(2, MS(18_000), MS(18_001), after_gap);
+        assert_eq!(
+            clocks.jumps_since(MS(0)),
+            1,
+            "the jump across the gap went unseen"
+        );
+        // A peer at twice this clock's rate, read across the same gap, jumped not.
+        let mut clocks = PeerClocks::default();
+        readings(&mut clocks, 2, 2.0, 25, 2_000);
+        let after_gap = ClockReading {
+            process: 7,
+            micros: 1_000_000 + 16_001_000,
+        };
+        clocks.record(2, MS(8_000), MS(8_001), after_gap);
+        assert_eq!(
+            clocks.jumps_since(MS(0)),
+            0,
+            "a known rate taken for a jump"
+        );
     }
 
     #[test]
