@@ -413,33 +413,25 @@ mod tests {
 
     #[test]
     fn a_jump_across_a_long_gap_in_the_readings_is_still_a_jump_and_a_known_rate_is_not() {
-        // Read every 25 ms for 2 s; then no answer for 6 s, during which this node's clock
-        // jumped 10 s ahead: 16 s on this clock against 6 on the peer's, under the ratio.
-        let mut clocks = PeerClocks::default();
-        readings(&mut clocks, 2, 1.0, 25, 2_000);
-        let after_gap = ClockReading {
-            process: 7,
-            micros: 1_000_000 + 8_000_500,
+        // A peer at `rate` read every 25 ms for 2 s; then no answer until this node asks at
+        // `asked` ms and reads `theirs` µs past its first reading: how many jumps were seen.
+        let after_a_gap = |rate: f64, asked: u64, theirs: u64| {
+            let mut clocks = PeerClocks::default();
+            readings(&mut clocks, 2, rate, 25, 2_000);
+            let reading = ClockReading {
+                process: 7,
+                micros: 1_000_000 + theirs,
+            };
+            clocks.record(2, MS(asked), MS(asked + 1), reading);
+            clocks.jumps_since(MS(0))
         };
-        clocks.record(2, MS(18_000), MS(18_001), after_gap);
-        assert_eq!(
-            clocks.jumps_since(MS(0)),
-            1,
-            "the jump across the gap went unseen"
-        );
+        // 6 s without an answer, during which this node's clock jumped 10 s ahead: 16 s on
+        // this clock against 6 on the peer's, under the ratio.
+        let jumped = after_a_gap(1.0, 18_000, 8_000_500);
+        assert_eq!(jumped, 1, "the jump across the gap went unseen");
         // A peer at twice this clock's rate, read across the same gap, jumped not.
-        let mut clocks = PeerClocks::default();
-        readings(&mut clocks, 2, 2.0, 25, 2_000);
-        let after_gap = ClockReading {
-            process: 7,
-            micros: 1_000_000 + 16_001_000,
-        };
-        clocks.record(2, MS(8_000), MS(8_001), after_gap);
-        assert_eq!(
-            clocks.jumps_since(MS(0)),
-            0,
-            "a known rate taken for a jump"
-        );
+        let known = after_a_gap(2.0, 8_000, 16_001_000);
+        assert_eq!(known, 0, "a known rate taken for a jump");
     }
 
     #[test]
