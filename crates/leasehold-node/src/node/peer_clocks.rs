@@ -9,8 +9,8 @@
 //!   majority's, and a node judges its own clock ([`judge`]).
 //!
 //! A peer's reading going back, or an interval that one clock measured [`CLOCK_JUMP_RATIO`]
-//! times longer than the other, is a jump: rates are measured from after it, and it counts
-//! nothing. A peer that restarted (a new incarnation) starts a new clock: nothing counts across.
+//! times longer than the other, or [`CLOCK_JUMP_SECONDS`] longer than the peer's known rate
+//! explains, is a jump: rates are measured from after it, and it counts nothing. A peer that restarted (a new incarnation) starts a new clock: nothing counts across.
 //! Pure: no clock of its own, no I/O.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -101,7 +101,9 @@ impl PeerClocks {
         reading: ClockReading,
     ) {
         let theirs = Duration::from_micros(reading.micros);
-        let rate = self.ratio(peer);
+        // The rate known before this reading: none right after a restart or a jump (then only
+        // the ratio of the intervals tells a jump).
+        let rate = self.ratio(peer).or_else(|| self.latest_ratio(peer));
         let entry = self.peers.entry(peer).or_default();
         let last = entry.samples.back().copied();
         let counted = match last {
@@ -264,7 +266,7 @@ fn between(first: &Sample, last: &Sample) -> Option<Ratio> {
 /// Whether a reading `theirs`, asked at `asked` and answered at `answered`, shows a jump since
 /// `last`: their clock went back, or one side measured the interval between the two readings
 /// far longer than the other could have, or longer by [`CLOCK_JUMP_SECONDS`] than the peer's
-/// `rate` (this clock's over theirs, as last measured) explains.
+/// `rate` (this clock's over theirs, as last measured, if known) explains.
 fn jumped(
     last: &Sample,
     asked: Duration,
@@ -279,11 +281,13 @@ fn jumped(
     let shortest = asked.saturating_sub(last.answered).as_secs_f64();
     let longest = answered.saturating_sub(last.asked).as_secs_f64();
     let their_span = their_span.as_secs_f64();
-    let (low, high) = rate.map_or((1.0, 1.0), |r| (r.low, r.high));
+    let off_rate = |r: Ratio| {
+        their_span > longest / r.low + CLOCK_JUMP_SECONDS
+            || their_span + CLOCK_JUMP_SECONDS < shortest / r.high
+    };
     their_span > longest * CLOCK_JUMP_RATIO + 0.001
         || their_span * CLOCK_JUMP_RATIO + 0.001 < shortest
-        || their_span > longest / low + CLOCK_JUMP_SECONDS
-        || their_span + CLOCK_JUMP_SECONDS < shortest / high
+        || rate.is_some_and(off_rate)
 }
 
 /// What a node makes of its own clock against the majority's.
@@ -432,6 +436,19 @@ mod tests {
         // A peer at twice this clock's rate, read across the same gap, jumped not.
         let known = after_a_gap(2.0, 8_000, 16_001_000);
         assert_eq!(known, 0, "a known rate taken for a jump");
+        // Nor one whose rate is not known yet (read once before the gap).
+        let mut clocks = PeerClocks::default();
+        readings(&mut clocks, 2, 2.0, 25, 0);
+        let reading = ClockReading {
+            process: 7,
+            micros: 1_000_000 + 12_001_000,
+        };
+        clocks.record(2, MS(6_000), MS(6_001), reading);
+        assert_eq!(
+            clocks.jumps_since(MS(0)),
+            0,
+            "an unknown rate taken for a jump"
+        );
     }
 
     #[test]
