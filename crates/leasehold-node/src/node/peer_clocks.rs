@@ -10,8 +10,9 @@
 //!
 //! A peer's reading going back, or an interval that one clock measured [`CLOCK_JUMP_RATIO`]
 //! times longer than the other, or [`CLOCK_JUMP_SECONDS`] longer than the peer's known rate
-//! explains, is a jump: rates are measured from after it, and it counts nothing. A peer that restarted (a new incarnation) starts a new clock: nothing counts across.
-//! Pure: no clock of its own, no I/O.
+//! explains, is a jump: rates are measured from after it, and it counts nothing. A peer that
+//! restarted (a new incarnation) starts a new clock: nothing counts across. Pure: no clock of
+//! its own, no I/O.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;

@@ -626,10 +626,9 @@ fn a_follower_whose_clock_came_right_a_moment_ago_may_lead_when_no_other_can() {
 
 /// Two of five clocks go odd (set to `rate_ppm` and jumped by `jump_ms`, the follower's
 /// `after` the leader's), the leader's among them, and the other odd one is the follower the
-/// leader's log reaches first.
-/// The leader steps down; it must hand leadership to one of the three right clocks, not to the
-/// odd follower that happens to be caught up first: that one leads at its odd rate until it
-/// finds its clock odd, then hands over in turn. 5-node fault runs saw leadership go 2, 1, 2,
+/// leader's log reaches first. The leader steps down; it must hand leadership to one of the
+/// three right clocks, not to the odd follower that happens to be caught up first: that one
+/// leads at its odd rate until it finds its clock odd, then hands over in turn. 5-node fault runs saw leadership go 2, 1, 2,
 /// 1, 3 in 300 ms, nodes 1 and 2 both at half speed, and a 2 s lease live 2.53 s (seed
 /// 1796608766160206331); and go 1, 2, 1, 2, 4 in 80 ms, both clocks jumped 10 s ahead (seed
 /// 1796621727576969037): each saw the other's clock keep step with its own.
@@ -723,8 +722,9 @@ fn two_clocks_that_jump_a_moment_apart_hand_leadership_on_not_back_and_forth() {
         let odd = (RATE_REAL, 10_000, Duration::from_millis(after));
         let ([a, b], leaders, life) =
             paused_runtime().block_on(odd_leader_hands_over_past_an_odd_follower(seed, odd));
-        // The leader may win a term of its own as its clock jumps (the jump looks like silence
-        // from its followers), before it finds the jump: only not after the follower led.
+        // The leader was seen to win a term of its own as its clock jumped, before it found the
+        // jump (seed 8; what started that election is not known): only not after the follower
+        // led.
         let b_led = leaders.iter().filter(|l| **l == b).count();
         assert!(
             b_led <= 1
