@@ -124,8 +124,14 @@ start_lh() { # id
 start_before() { # id: the earlier build's node, beside this build's
   local i=$1
   tls_args "$i"
+  # A build that is secure by default starts with TLS only given a choice of authorization;
+  # earlier builds know no such flag.
+  local open=()
+  if [ -n "${lh_tls[*]}" ] && [[ $("$before_bin" serve --help) == *--no-authorization* ]]; then
+    open=(--no-authorization)
+  fi
   "$before_bin" serve --id "$i" --listen "127.0.0.1:750$i" --peer-listen "127.0.0.1:760$i" --data-dir "$work/before-$i" \
-    --peers "$before_peers" --lease-retention "$retention" "${lh_tls[@]}" >/dev/null 2>>"$work/before-$i.log" &
+    --peers "$before_peers" --lease-retention "$retention" "${lh_tls[@]}" "${open[@]}" >/dev/null 2>>"$work/before-$i.log" &
   before_pid[$i]=$!
 }
 etcd_ctl() { ETCDCTL_API=3 etcdctl --command-timeout=2s "${ctl_tls[@]}" "$@"; }
