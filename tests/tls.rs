@@ -169,22 +169,21 @@ async fn peers_with_another_cas_certificate_or_naming_no_member_are_refused() {
     // another CA fails the handshake; one of this CA that names no member is closed by the gate
     // right after it, before its greeting or any frame is read (safety review 161302a,
     // finding 1: lanes decoded a frame before the gate), so its caller gets no lane at all.
-    let refused = append_on_a_lane(&h, &other_ca.node(2)).await;
-    let refused = refused.expect("a lane attempt").unwrap_err();
-    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    match append_on_a_lane(&h, &other_ca.node(2)).await {
+        LaneAttempt::Refused(why) => assert!(why.contains("certificate"), "{why}"),
+        other => panic!("a lane with another CA's certificate: {other:?}"),
+    }
     for identity in [own.node(4), own.client()] {
         // Closed under it: no lane (a clean end at the greeting), or a reset one.
         match append_on_a_lane(&h, &identity).await {
-            None => {}
-            Some(Err(closed)) if closed.code() == tonic::Code::Unavailable => {}
+            LaneAttempt::Closed | LaneAttempt::Refused(_) => {}
             answered => panic!("a non-member's lane was read and answered: {answered:?}"),
         }
     }
-    let member = append_on_a_lane(&h, &own.node(2))
-        .await
-        .expect("a lane for a member");
-    let member = member.unwrap_err();
-    assert_eq!(member.code(), tonic::Code::InvalidArgument, "{member:?}");
+    match append_on_a_lane(&h, &own.node(2)).await {
+        LaneAttempt::Answered(Err((tonic::Code::InvalidArgument, _))) => {}
+        member => panic!("a member's junk append was not refused as junk: {member:?}"),
+    }
 
     // Nothing reached Raft: the cluster serves, in the same term.
     assert!(written(&h.client.put("k", b"v", None).await.unwrap()));
@@ -460,30 +459,94 @@ async fn a_members_raft_message_claiming_another_sender_is_refused() {
     assert_eq!(after.term, status.term, "no election was forced");
 }
 
-/// A junk AppendEntries to node 1 on a peer lane, dialed with `identity`: its answer (which
-/// is never a success), or `None` if node 1 took no lane from it.
-async fn append_on_a_lane(
-    h: &Harness,
-    identity: &TlsFiles,
-) -> Option<Result<(), leasehold::raft::lane::LaneFailure>> {
-    use leasehold::raft::lane::{Dialer, LaneRpc, Lanes};
-    let tls = leasehold::tls::Reloading::load(identity, None).unwrap();
-    let lanes = Lanes::new(Some(Dialer {
-        local_address: None,
-        tls: Some(tls),
-    }));
-    let mut request = tonic::Request::new(RaftMessage { data: vec![1] });
-    request.metadata_mut().insert(
-        leasehold::raft::CLOCK_KEY,
-        tonic::metadata::MetadataValue::from_static("leader"),
-    );
+/// What became of a lane dialed to node 1 as an outsider would dial it.
+#[derive(Debug)]
+enum LaneAttempt {
+    /// The TLS handshake, or the greeting's answer, failed (a certificate refused, a reset).
+    Refused(String),
+    /// The connection was closed cleanly before the greeting was answered.
+    Closed,
+    /// The lane's handler answered the call: `Ok`, or its status code and message.
+    Answered(Result<(), (tonic::Code, String)>),
+}
+
+/// A junk AppendEntries to node 1 on a peer lane, dialed with `identity` and spoken by hand
+/// from the wire contract (`leasehold_proto::wire`'s ALPN name and greeting, `lane`'s framing,
+/// the peer codec), so the test reads the lane as any outsider can, not through the node's
+/// own dialer.
+async fn append_on_a_lane(h: &Harness, identity: &TlsFiles) -> LaneAttempt {
+    use leasehold_proto::wire::{PEER_LANE_ALPN, PEER_LANE_GREETING};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    // The lane's envelope, field for field (`raft::lane::LaneRequest` and `LaneReply`).
+    #[derive(serde::Serialize)]
+    enum Rpc {
+        AppendEntries,
+    }
+    #[derive(serde::Serialize)]
+    struct Call {
+        rpc: Rpc,
+        metadata: Vec<(String, String)>,
+        data: Vec<u8>,
+    }
+    #[derive(serde::Deserialize)]
+    enum Reply {
+        Ok {
+            #[allow(dead_code)]
+            metadata: Vec<(String, String)>,
+            #[allow(dead_code)]
+            data: Vec<u8>,
+        },
+        Err {
+            code: i32,
+            message: String,
+            #[allow(dead_code)]
+            metadata: Vec<(String, String)>,
+        },
+    }
+    const MAX_FRAME: usize = 16 << 20;
+
+    let connector = Tls::load(identity)
+        .unwrap()
+        .connector(PEER_LANE_ALPN)
+        .unwrap();
     let addr = &h.cluster.nodes()[0].peer_addr;
-    let rpc = LaneRpc::AppendEntries;
-    lanes
-        .call(1, addr, rpc, request, Duration::from_secs(5))
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from(node_name(1)).unwrap();
+    let mut io = match connector.connect(name, tcp).await {
+        Ok(io) => io,
+        Err(e) => return LaneAttempt::Refused(e.to_string()),
+    };
+    let mut greeting = [0; PEER_LANE_GREETING.len()];
+    let greeted = async {
+        io.write_all(PEER_LANE_GREETING).await?;
+        io.flush().await?;
+        io.read_exact(&mut greeting).await
+    };
+    match greeted.await {
+        Ok(_) => assert_eq!(&greeting, PEER_LANE_GREETING, "the lane's greeting back"),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return LaneAttempt::Closed,
+        Err(e) => return LaneAttempt::Refused(e.to_string()),
+    }
+    let call = Call {
+        rpc: Rpc::AppendEntries,
+        metadata: vec![(leasehold::raft::CLOCK_KEY.into(), "leader".into())],
+        data: vec![1],
+    };
+    let body = leasehold::raft::codec::encode(&call).unwrap();
+    leasehold_proto::lane::write_frame(&mut io, &body, MAX_FRAME)
         .await
-        .ok()
-        .map(|answer| answer.map(|_| ()))
+        .unwrap();
+    let reply = leasehold_proto::lane::read_frame(&mut io, MAX_FRAME)
+        .await
+        .unwrap()
+        .expect("an answer to the call");
+    match leasehold::raft::codec::decode(&reply).unwrap() {
+        Reply::Ok { .. } => LaneAttempt::Answered(Ok(())),
+        Reply::Err { code, message, .. } => {
+            LaneAttempt::Answered(Err((tonic::Code::from(code), message)))
+        }
+    }
 }
 
 /// A Vote (with `pre_vote`, a PreVote) to node 1's peer plane, dialed as its peers dial it,

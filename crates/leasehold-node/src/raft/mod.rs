@@ -13,9 +13,7 @@ mod decoding_tests;
 pub(crate) mod descriptors;
 pub(crate) mod events;
 pub(crate) mod incarnation;
-// Public for the TLS tests that dial a lane as a peer would; not an API.
-#[doc(hidden)]
-pub mod lane;
+pub(crate) mod lane;
 mod log_store;
 mod network;
 mod proposer;
