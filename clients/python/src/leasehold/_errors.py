@@ -59,6 +59,8 @@ class LeaseholdError(Exception):
     def of(cls, error: grpc.RpcError) -> "LeaseholdError":
         """What a gRPC failure says, read as any gRPC client can: the ErrorInfo detail first,
         the metadata keys where a status carries no detail."""
+        if isinstance(error, StreamFailure):
+            return error.failure
         code = error.code() if callable(getattr(error, "code", None)) else grpc.StatusCode.UNKNOWN
         message = error.details() if callable(getattr(error, "details", None)) else str(error)
         metadata = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
@@ -75,6 +77,38 @@ class LeaseholdError(Exception):
             from_node=info is not None or ORIGIN_KEY in trailing,
             session_unknown=reason == "SESSION_UNKNOWN" or SESSION_KEY in trailing,
         )
+
+
+    @classmethod
+    def refused(cls, error) -> "LeaseholdError":
+        """A node's refusal of a call on the ``Batch`` stream (a ``BatchError``): the code,
+        reason and facts its unary call's status carries."""
+        return cls(
+            CODES.get(error.code, grpc.StatusCode.UNKNOWN),
+            error.message,
+            reason=error.reason,
+            metadata={**error.facts, "indeterminate": "true" if error.indeterminate else "false"},
+            indeterminate=error.indeterminate,
+            from_node=True,
+            session_unknown=error.reason == "SESSION_UNKNOWN",
+        )
+
+
+# gRPC's status codes by number, as a ``BatchError`` carries them.
+CODES: Dict[int, grpc.StatusCode] = {code.value[0]: code for code in grpc.StatusCode}
+
+
+class StreamFailure(grpc.RpcError):
+    """A call on the ``Batch`` stream failed (see ``_batch``): ``failure`` says how, as the
+    unary call's status would; ``debug_error_string`` is the stream's, if it failed."""
+
+    def __init__(self, failure: LeaseholdError, debug: str = "") -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+        self.debug = debug
+
+    def debug_error_string(self) -> str:
+        return self.debug
 
 
 class IndeterminateError(LeaseholdError):
