@@ -83,6 +83,10 @@ const _: () = assert!(
     "a renewal of the most leases with the longest names fits a client's message"
 );
 const _: () = assert!(
+    leasehold_client::limits::SEQUENCE_SPAN < lease::limits::SESSION_ANSWERS as u64,
+    "a client's writes under way are never so far apart that the store forgot the oldest's answer"
+);
+const _: () = assert!(
     leasehold_client::limits::MAX_BATCH_CALLS == limits::MAX_BATCH_CALLS_PER_MESSAGE
         && leasehold_client::limits::MAX_BATCH_MESSAGE_BYTES == limits::MAX_CLIENT_MESSAGE_BYTES,
     "a client's Batch messages are ones a node takes"

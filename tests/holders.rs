@@ -1,5 +1,5 @@
-//! The holder's side, against real nodes: watch streams, the `Holder` keeper, and
-//! `leasehold hold` running a command under a lease.
+//! The holder's side, against real nodes: watch streams, the `Holder` keeper, a client shared
+//! by many tasks, and `leasehold hold` running a command under a lease.
 
 mod harness;
 
@@ -958,4 +958,24 @@ async fn hold_does_not_start_its_command_when_the_grant_came_after_the_safe_dead
         "the command was started past its deadline: {stderr}"
     );
     assert!(!marker.exists(), "the command ran: {stderr}");
+}
+
+/// A client shared by a thousand tasks writing at once: every write is applied, none refused
+/// as a request the store forgot (its session keeps the answers of its latest 128 requests, and
+/// a write overtaken by more of its client's writes than that would be refused unapplied).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_shared_by_a_thousand_tasks_writing_at_once_has_every_write_applied() {
+    let h = Harness::start(3, false).await;
+    let client = Arc::new(h.client_of_nodes(&[1, 2, 3]));
+    let mut writes = tokio::task::JoinSet::new();
+    for i in 0..1_000 {
+        let client = client.clone();
+        writes.spawn(async move { client.put(&format!("shared/{i}"), b"v", None).await });
+    }
+    while let Some(written) = writes.join_next().await {
+        let written = written
+            .unwrap()
+            .unwrap_or_else(|e| panic!("a write failed: {e}"));
+        assert_eq!(written.outcome, Written::Written);
+    }
 }

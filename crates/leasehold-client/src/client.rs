@@ -28,6 +28,7 @@ use crate::limits::{
     ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, DEFAULT_DEADLINE, MEMBERSHIP_TIMEOUT, MIN_ATTEMPT,
     SNAPSHOT_TIMEOUT,
 };
+use crate::sequences::Sequences;
 use crate::watch::{Watch, WatchFrom, WatchSelect};
 
 /// A copy of the applied state, from [`LeaseClient::save_snapshot`].
@@ -65,7 +66,7 @@ pub struct LeaseClient {
     session: std::sync::Mutex<Option<u64>>,
     /// Held while a session is being opened, so concurrent first writes open one.
     opening: tokio::sync::Mutex<()>,
-    next_sequence: std::sync::atomic::AtomicU64,
+    sequences: Sequences,
     endpoints: Vec<String>,
     targets: Vec<Endpoint>,
     channels: Vec<NodeChannel>,
@@ -144,7 +145,7 @@ impl LeaseClient {
         Ok(LeaseClient {
             session: std::sync::Mutex::new(None),
             opening: tokio::sync::Mutex::new(()),
-            next_sequence: std::sync::atomic::AtomicU64::new(1),
+            sequences: Sequences::default(),
             endpoints: endpoints
                 .iter()
                 .map(|e| e.as_ref().trim().to_owned())
@@ -302,9 +303,10 @@ impl LeaseClient {
         let mut reopened = false;
         loop {
             let client_id = self.session_id().await?;
+            let taken = self.sequences.take().await;
             let request_id = pb::RequestId {
                 client_id,
-                sequence: self.next_sequence.fetch_add(1, Ordering::Relaxed),
+                sequence: taken.sequence,
             };
             match send(Some(request_id)).await {
                 Err(e) if e.is_unknown_session() && !e.is_indeterminate() && !reopened => {
@@ -328,14 +330,16 @@ impl LeaseClient {
         let Some(client_id) = self.open_session() else {
             return Ok(());
         };
+        let taken = self.sequences.take().await;
         let request_id = pb::RequestId {
             client_id,
-            sequence: self.next_sequence.fetch_add(1, Ordering::Relaxed),
+            sequence: taken.sequence,
         };
         let close = pb::CloseSessionRequest {
             request_id: Some(request_id),
         };
         self.unary(Effect::Write, close).await?;
+        drop(taken);
         let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
         if *session == Some(client_id) {
             *session = None;

@@ -17,6 +17,7 @@
 //!   `failure`: what a failed attempt's status says; `dead_end`: when a one-shot caller (the
 //!   CLI) knows no node can serve it, and says why.
 //! - `channel`: a channel to one node, carrying the client's bearer token.
+//! - `sequences`: the request ids' sequences, never so far apart that the store forgot one.
 //! - `batch`: the lease calls multiplexed on one gRPC `Batch` stream per node; `lane`: the
 //!   same calls on connections of their own, where a node without TLS takes them.
 //!
@@ -39,6 +40,7 @@ mod holder;
 mod lane;
 pub mod limits;
 mod renewals;
+mod sequences;
 mod watch;
 
 pub use answers::{

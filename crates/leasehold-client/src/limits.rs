@@ -36,6 +36,10 @@ pub const MAX_BATCH_CALLS: usize = 256;
 /// limit.
 pub const MAX_BATCH_MESSAGE_BYTES: usize = leasehold_proto::lane::MAX_REQUEST_BYTES;
 
+/// How far apart the sequences of one client's writes under way may be (see `sequences`): fewer
+/// than the answers a session keeps (the `leasehold` package checks it), with room to spare.
+pub const SEQUENCE_SPAN: u64 = 100;
+
 /// How long a node that does not serve `Batch` (an earlier version) is called with unary calls
 /// before the client opens a stream to it again.
 pub(crate) const BATCH_UNSUPPORTED_RETRY: Duration = Duration::from_secs(30);

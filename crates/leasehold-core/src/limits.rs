@@ -77,8 +77,9 @@ pub fn list_page(
 /// another while more are due.
 pub const FORGET_BATCH: usize = 4_096;
 
-/// How many answers each session keeps: far more than a client has in flight.
-pub(crate) const SESSION_ANSWERS: usize = 128;
+/// How many answers each session keeps: more than a client has in flight (its sequences under
+/// way span fewer, `leasehold_client::limits::SEQUENCE_SPAN`).
+pub const SESSION_ANSWERS: usize = 128;
 
 /// A session not heard from for this long in store time expires.
 pub const SESSION_IDLE_MS: u64 = 60 * 60 * 1000;
