@@ -26,9 +26,9 @@ use crate::failure::removed;
 use crate::lane::Lanes;
 use crate::limits::{
     ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, DEFAULT_DEADLINE, MEMBERSHIP_TIMEOUT, MIN_ATTEMPT,
-    SNAPSHOT_TIMEOUT,
+    SEQUENCE_SPAN, SNAPSHOT_TIMEOUT,
 };
-use crate::sequences::Sequences;
+use crate::sequences::{Sequences, Taken};
 use crate::watch::{Watch, WatchFrom, WatchSelect};
 
 /// A copy of the applied state, from [`LeaseClient::save_snapshot`].
@@ -291,6 +291,20 @@ impl LeaseClient {
         Ok(registered.client_id)
     }
 
+    /// The next sequence of a request id, waited for (see `sequences`) within the client's
+    /// deadline: past it the write fails unsent, never indeterminate.
+    async fn sequence(&self) -> Result<Taken<'_>, ClientError> {
+        tokio::time::timeout(self.deadline, self.sequences.take())
+            .await
+            .map_err(|_| {
+                ClientError::Status(Status::deadline_exceeded(format!(
+                    "the write was not sent within {} ms: this client's oldest write under way \
+                     was still unanswered, {SEQUENCE_SPAN} requests back",
+                    self.deadline.as_millis()
+                )))
+            })
+    }
+
     /// Runs a write under this client's session: `send` gets the request id, the same on every
     /// retry of the request. If the store no longer knows the session (an hour without requests
     /// expires it) and no attempt of the request may have been applied, a new session is opened
@@ -303,7 +317,7 @@ impl LeaseClient {
         let mut reopened = false;
         loop {
             let client_id = self.session_id().await?;
-            let taken = self.sequences.take().await;
+            let taken = self.sequence().await?;
             let request_id = pb::RequestId {
                 client_id,
                 sequence: taken.sequence,
@@ -330,7 +344,7 @@ impl LeaseClient {
         let Some(client_id) = self.open_session() else {
             return Ok(());
         };
-        let taken = self.sequences.take().await;
+        let taken = self.sequence().await?;
         let request_id = pb::RequestId {
             client_id,
             sequence: taken.sequence,

@@ -6,7 +6,9 @@
 //! the caller then cannot tell. A write held up between taking its sequence and reaching the
 //! store (a busy runtime, a slow first attempt) could be overtaken by that many writes of a
 //! client shared by many tasks. So a sequence is handed out only within [`SEQUENCE_SPAN`] of
-//! the oldest still under way; a write past it waits until the oldest ends.
+//! the oldest still under way; a write past it waits until the oldest ends, within the
+//! client's deadline. A renewal is a write too: it waits behind a write of the same client
+//! held up that long.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -51,8 +53,8 @@ impl Sequences {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The next sequence, once it is within [`SEQUENCE_SPAN`] of the oldest under way. The
-    /// wait is bounded by the writes under way, each bounded by its own deadline.
+    /// The next sequence, once it is within [`SEQUENCE_SPAN`] of the oldest under way. Not
+    /// bounded here: the client bounds the wait by its deadline.
     pub(crate) async fn take(&self) -> Taken<'_> {
         loop {
             // Registered before the look, so that an end between the two is not missed.
@@ -79,15 +81,19 @@ impl Sequences {
 
 impl Drop for Taken<'_> {
     fn drop(&mut self) {
-        self.sequences.state().under_way.remove(&self.sequence);
-        self.sequences.ended.notify_waiters();
+        let mut state = self.sequences.state();
+        let oldest = state.under_way.first() == Some(&self.sequence);
+        state.under_way.remove(&self.sequence);
+        drop(state);
+        // Only the oldest's end makes room.
+        if oldest {
+            self.sequences.ended.notify_waiters();
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     #[tokio::test]
@@ -99,20 +105,18 @@ mod tests {
         for _ in 1..SEQUENCE_SPAN {
             drop(sequences.take().await);
         }
-        let held = tokio::time::timeout(Duration::from_millis(100), sequences.take()).await;
-        assert!(
-            held.is_err(),
-            "a sequence {SEQUENCE_SPAN} past the oldest was handed out"
-        );
         let next = sequences.take();
         tokio::pin!(next);
-        assert!(futures_poll_once(next.as_mut()).await.is_none());
+        assert!(
+            poll_once(next.as_mut()).await.is_none(),
+            "a sequence {SEQUENCE_SPAN} past the oldest was handed out"
+        );
         drop(oldest);
         assert_eq!(next.await.sequence, SEQUENCE_SPAN + 1);
     }
 
     /// `future` polled once: its output if it was ready.
-    async fn futures_poll_once<F: std::future::Future + Unpin>(future: F) -> Option<F::Output> {
+    async fn poll_once<F: std::future::Future + Unpin>(future: F) -> Option<F::Output> {
         tokio::select! {
             biased;
             out = future => Some(out),

@@ -2,14 +2,15 @@
 an id and is answered by it, and the calls queued while a message goes out travel together in
 the next, so many threads cost the node one stream instead of a gRPC call each.
 
-Why only concurrent calls: puts over TLS (``cluster/measure-python-batch.py``) ran 3.7x faster
-on the stream from one process of 64 threads and 1.35x from four of 16, but 0.92x from
-processes of one thread, where a unary call has nothing to share. So a call goes on the stream
-while another of the client's calls to that node is under way, and alone as a unary call.
+Why only concurrent calls: puts over TLS (``cluster/measure-python-batch.py``) ran 3.67x as
+many a second on the stream from one process of 64 threads, 1.21x from four of 16, and 0.98x
+from processes of one thread, where a unary call has nothing to share. So a call goes on the
+stream while another of the client's calls to that node is under way, and alone as a unary call.
 
 A call on the stream is answered as its unary call would be: the node's refusal carries the
-same reason and facts, a stream that ends under a call loses its answer (a write may have been
-applied), and a node that serves no ``Batch`` (an earlier version) gets unary calls.
+same reason and facts, a stream that ends under a call loses its answer (UNAVAILABLE: a write
+may have been applied), and a node that serves no ``Batch`` (an earlier version) gets unary
+calls.
 """
 
 from __future__ import annotations
@@ -19,21 +20,22 @@ import os
 import queue
 import threading
 import time
-from typing import Callable, Dict, Optional
+import weakref
+from typing import Callable, Dict, List, Optional
 
 import grpc
 
 from leasehold._errors import LeaseholdError, StreamFailure
 from leasehold.v1 import leasehold_pb2 as pb
 
-# The node's limits on one message of the stream (leasehold-client's limits.rs): calls, bytes.
+# The node's limits on one message of the stream (leasehold-client's limits.rs, checked by the
+# tests): calls, bytes.
 MAX_BATCH_CALLS = 256
 MAX_BATCH_MESSAGE_BYTES = 256 * 1024
 # Room for a message's own framing beside a call.
 CALL_OVERHEAD_BYTES = 16
 # How long a node that served no stream is sent unary calls before it is asked again.
 UNSUPPORTED_RETRY = 30.0
-
 
 
 def batch_fields() -> Dict[str, str]:
@@ -50,8 +52,8 @@ FIELDS = batch_fields()
 
 
 class Slot:
-    """Where a call's outcome lands: its ``BatchAnswer``, a failure, or ``None`` where it
-    goes as a unary call instead."""
+    """Where a call's outcome lands: its ``BatchAnswer``, a failure, or neither where it goes
+    as a unary call instead."""
 
     def __init__(self) -> None:
         self.done = threading.Event()
@@ -66,14 +68,14 @@ class Slot:
 class Stream:
     """One open stream: the calls waiting for answers, and a thread reading them."""
 
-    def __init__(self, stub, metadata, unsupported: Callable[[], None]) -> None:
+    def __init__(self, owner: "Batches") -> None:
         self.pid = os.getpid()
+        self.owner = owner
         self.queued: "queue.SimpleQueue[Optional[pb.BatchCall]]" = queue.SimpleQueue()
         self.waiting: Dict[int, Slot] = {}
         self.lock = threading.Lock()
         self.ended = False
-        self.unsupported = unsupported
-        self.answers = stub.Batch(self.messages(), metadata=metadata)
+        self.answers = owner.stub.Batch(self.messages(), metadata=owner.metadata)
         threading.Thread(target=self.read, name="leasehold-batch", daemon=True).start()
 
     def is_open(self) -> bool:
@@ -103,7 +105,7 @@ class Stream:
         while True:
             first = held if held is not None else self.queued.get()
             held, closing = None, first is None
-            if closing:
+            if first is None:
                 return
             calls, size = [first], first.ByteSize() + CALL_OVERHEAD_BYTES
             while len(calls) < MAX_BATCH_CALLS:
@@ -124,7 +126,8 @@ class Stream:
                 return
 
     def read(self) -> None:
-        """Hands each answer to its call; when the stream ends, fails the calls left on it."""
+        """Hands each answer to its call; when the stream ends, however it ends, settles the
+        calls left on it."""
         error: Optional[grpc.RpcError] = None
         try:
             for response in self.answers:
@@ -135,31 +138,43 @@ class Stream:
                         slot.settle(answer=answer)
         except grpc.RpcError as e:
             error = e
+        finally:
+            self.end(error)
+
+    def end(self, error: Optional[grpc.RpcError]) -> None:
+        unsupported = error is not None and error.code() == grpc.StatusCode.UNIMPLEMENTED
+        if unsupported:
+            # Before the stream is seen ended, so that no call opens another in between.
+            self.owner.mark_unsupported()
         with self.lock:
             self.ended = True
-            left, self.waiting = self.waiting, {}
+            left: List[Slot] = list(self.waiting.values())
+            self.waiting = {}
         self.close()
-        code = error.code() if error is not None else None
-        if code == grpc.StatusCode.UNIMPLEMENTED:
-            # The node serves no stream and handled none of them: they go as unary calls.
-            self.unsupported()
-            for slot in left.values():
+        if unsupported:
+            # The node handled none of them: they go as unary calls.
+            for slot in left:
                 slot.settle()
             return
-        for slot in left.values():
-            slot.settle(failure=lost(error))
+        self.owner.count_lost(len(left))
+        failure = lost(error)
+        for slot in left:
+            slot.settle(failure=failure)
 
 
 def lost(error: Optional[grpc.RpcError]) -> StreamFailure:
-    """The failure of a call whose stream ended before its answer: lost, as a reset unary
-    call's is (a write may have been applied), unless no connection was ever made."""
-    why = "the node ended it" if error is None else LeaseholdError.of(error).message
+    """The failure of a call whose stream ended before its answer: UNAVAILABLE, lost as a reset
+    unary call's is (a write may have been applied, unless no connection was ever made, which
+    the stream's own words say), whatever ended the stream."""
+    if error is None:
+        why = "the node ended it"
+    else:
+        ended = LeaseholdError.of(error)
+        why = f"{ended.code.name}: {ended.message}"
     debug = error.debug_error_string() if error is not None and hasattr(error, "debug_error_string") else ""
-    code = grpc.StatusCode.UNAVAILABLE
-    if error is not None and error.code() not in (None, grpc.StatusCode.OK, grpc.StatusCode.CANCELLED):
-        code = error.code()
     return StreamFailure(
-        LeaseholdError(code, f"the batch stream to the node ended before the call was answered: {why}"), debug
+        LeaseholdError(grpc.StatusCode.UNAVAILABLE, f"the batch stream to the node ended before the call was answered ({why})"),
+        debug,
     )
 
 
@@ -178,8 +193,11 @@ class Batches:
         self.unsupported_until = 0.0
         self.under_way = 0
         self.ids = itertools.count(1)
-        # Calls sent on the stream, for tests and curiosity.
+        # Calls sent on the stream, and calls lost with a stream that ended under them: for
+        # tests and curiosity.
         self.sent = 0
+        self.lost = 0
+        _ALL.add(self)
 
     def method(self, name: str) -> Callable:
         """Node's ``name`` call, as the stub's method is called: ``(request, timeout=, metadata=)``."""
@@ -194,7 +212,7 @@ class Batches:
                 self.under_way += 1
                 shared = self.shared and self.under_way > 1
             try:
-                if shared and request.ByteSize() + CALL_OVERHEAD_BYTES <= MAX_BATCH_MESSAGE_BYTES:
+                if shared:
                     slot = self.on_stream(field, request, timeout)
                     if slot is not None:
                         return answered(slot, field)
@@ -213,32 +231,39 @@ class Batches:
                 return self.stream
             if time.monotonic() < self.unsupported_until:
                 return None
-            self.stream = Stream(self.stub, self.metadata, self.mark_unsupported)
+            self.stream = Stream(self)
             return self.stream
 
     def mark_unsupported(self) -> None:
         with self.lock:
             self.unsupported_until = time.monotonic() + UNSUPPORTED_RETRY
 
+    def count_lost(self, calls: int) -> None:
+        with self.lock:
+            self.lost += calls
+
     def on_stream(self, field: str, request, timeout: float) -> Optional[Slot]:
-        """``request`` sent on the stream and its settled slot; None where it goes unary."""
-        slot = Slot()
+        """``request`` sent on the stream and its settled slot; None where it goes unary: a
+        node that serves no stream, or a call too big for a message of its own."""
         call = pb.BatchCall(id=next(self.ids), timeout_ms=max(1, int(timeout * 1000)), **{field: request})
+        if call.ByteSize() + CALL_OVERHEAD_BYTES > MAX_BATCH_MESSAGE_BYTES:
+            return None
+        slot = Slot()
         # A stream found ended took nothing: once more on a new one.
         for _ in range(2):
             stream = self.open()
             if stream is None:
                 return None
             if stream.send(call, slot):
-                self.sent += 1
+                with self.lock:
+                    self.sent += 1
                 break
         else:
             return None
         if not slot.done.wait(timeout):
             stream.forget(call.id)
-            return settled_failure(
-                LeaseholdError(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer on the node's batch stream within {timeout:.3g} s")
-            )
+            failure = LeaseholdError(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer on the node's batch stream within {timeout:.3g} s")
+            slot.settle(failure=StreamFailure(failure))
         if slot.answer is None and slot.failure is None:
             return None
         return slot
@@ -248,11 +273,30 @@ class Batches:
             if self.stream is not None:
                 self.stream.close()
 
+    def after_fork(self) -> None:
+        """In a forked child: nothing of the parent's stream, its lock or its count is kept."""
+        self.lock = threading.Lock()
+        self.stream = None
+        self.under_way = 0
 
-def settled_failure(failure: LeaseholdError) -> Slot:
-    slot = Slot()
-    slot.settle(failure=StreamFailure(failure))
-    return slot
+
+# Every Batches of this process, so that a forked child starts each afresh.
+_ALL: "weakref.WeakSet[Batches]" = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for batches in list(_ALL):
+        batches.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def close_all(every: List[Batches]) -> None:
+    """Ends the streams of a client that was dropped without ``close``, so their threads end."""
+    for batches in every:
+        batches.close()
 
 
 def answered(slot: Slot, field: str):

@@ -9,21 +9,22 @@ of applying twice. When a write gives up, :class:`IndeterminateError` says it ma
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import itertools
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
 from leasehold import _answers as a
 from leasehold._backoff import round_pauses
-from leasehold._batch import Batches
+from leasehold._batch import Batches, close_all
 from leasehold._errors import CAPS_REACHED, REMOVED_REASON, IndeterminateError, LeaseholdError
+from leasehold._sequences import Sequences
 from leasehold._watch import Watch
 from leasehold.v1 import leasehold_pb2 as pb
 from leasehold.v1 import leasehold_pb2_grpc as stubs
@@ -32,10 +33,6 @@ from leasehold.v1 import leasehold_pb2_grpc as stubs
 DEFAULT_DEADLINE = 10.0
 ATTEMPT_TIMEOUT = 9.0
 MIN_ATTEMPT = 0.2
-
-# How far apart the request ids of one client's writes under way may be: fewer than the 128
-# answers a session keeps (see ``Sequences``), with room to spare.
-SEQUENCE_SPAN = 100
 
 # How long ``close`` waits for the session's close before it closes the channels anyway.
 SESSION_CLOSE_WAIT = 1.0
@@ -65,6 +62,9 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # A message of the Batch stream carries up to 256 answers, each as big as its unary
+    # answer: past gRPC's default 4 MiB the stream would end under every call on it.
+    ("grpc.max_receive_message_length", -1),
 ]
 
 
@@ -137,41 +137,6 @@ def never_sent(details: str) -> bool:
     return "failed to connect to all addresses" in details.lower()
 
 
-class Sequences:
-    """The sequences of one client's request ids. A session keeps the answers of its latest
-    128 requests (leasehold-core's ``SESSION_ANSWERS``) and refuses a request older than all of
-    them as forgotten, applied or not. So a new sequence is handed out only within
-    ``SEQUENCE_SPAN`` of the oldest still under way: a write held up between taking its id and
-    reaching the store (the GIL, a paused host) is never overtaken by so many of its client's
-    writes; they wait for it."""
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._next = 1
-        self._under_way: Set[int] = set()
-
-    @contextlib.contextmanager
-    def take(self, until: "Until") -> Iterator[int]:
-        """The next sequence, under way until the block ends; waits for room up to ``until``."""
-        with self._changed:
-            while self._under_way and self._next - min(self._under_way) >= SEQUENCE_SPAN:
-                if until.left() <= 0 or not self._changed.wait(until.left()):
-                    raise LeaseholdError(
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                        f"the call's deadline passed before it was sent: {len(self._under_way)} writes of this "
-                        f"client were under way, the oldest {self._next - min(self._under_way)} requests back",
-                    )
-            sequence = self._next
-            self._next += 1
-            self._under_way.add(sequence)
-        try:
-            yield sequence
-        finally:
-            with self._changed:
-                self._under_way.discard(sequence)
-                self._changed.notify_all()
-
-
 class Client:
     """A client of a Leasehold cluster: give it some or all of the nodes' client addresses.
 
@@ -209,6 +174,8 @@ class Client:
         self._lease = [stubs.LeaseStoreStub(ch) for ch in self._channels]
         self._cluster = [stubs.ClusterStub(ch) for ch in self._channels]
         self._batches = [Batches(stub, self._metadata, shared=batch) for stub in self._lease]
+        # A client dropped without ``close`` ends its streams, whose threads would keep it.
+        weakref.finalize(self, close_all, list(self._batches))
         self._preferred = 0
         self._session: Optional[int] = None
         self._pid = os.getpid()
