@@ -16,18 +16,17 @@ import multiprocessing
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
+
+from python_tls_cluster import tls_cluster
 
 HERE = pathlib.Path(__file__).resolve().parent.parent
 BIN = os.environ.get("LEASEHOLD_BIN", str(HERE / "target" / "release" / "leasehold"))
 SETTINGS = os.environ.get("SETTINGS", "16x1 4x16 1x64").split()
 SECS = float(os.environ.get("SECS", "8"))
 ENDPOINTS = [f"127.0.0.1:773{i}" for i in (1, 2, 3)]
-PEERS = ",".join(f"{i}=127.0.0.1:774{i}" for i in (1, 2, 3))
 
 
 def process(args):
@@ -69,39 +68,16 @@ def measure(way, procs, threads, tls_dir):
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory() as root:
-        tls_dir = f"{root}/tls"
-        subprocess.run([BIN, "certs", "--dir", tls_dir, "--nodes", "3"], check=True, capture_output=True)
-        nodes = []
-        for i in (1, 2, 3):
-            tls = ["--tls-cert", f"{tls_dir}/node-{i}.pem", "--tls-key", f"{tls_dir}/node-{i}-key.pem",
-                   "--tls-ca", f"{tls_dir}/ca.pem", "--client-cert-auth", "--no-authorization"]
-            nodes.append(subprocess.Popen(
-                [BIN, "serve", "--id", str(i), "--listen", ENDPOINTS[i - 1], "--peer-listen", f"127.0.0.1:774{i}",
-                 "--data-dir", f"{root}/node-{i}", "--peers", PEERS, *tls],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        env = dict(os.environ, LEASEHOLD_TLS_CA=f"{tls_dir}/ca.pem", LEASEHOLD_TLS_CERT=f"{tls_dir}/client.pem",
-                   LEASEHOLD_TLS_KEY=f"{tls_dir}/client-key.pem")
-        try:
-            deadline = time.monotonic() + 30
-            while subprocess.run([BIN, "status", "--endpoints", ",".join(ENDPOINTS)], env=env,
-                                 capture_output=True).returncode != 0:
-                if time.monotonic() > deadline:
-                    sys.exit("the cluster did not serve within 30 s")
-                time.sleep(0.2)
-            print(f"puts from Python over TLS, {SECS:.0f} s each: puts/s, p50 and p99 ms")
-            for setting in SETTINGS:
-                procs, threads = (int(n) for n in setting.split("x"))
-                row = []
-                for way in ("unary", "batch"):
-                    ops, p50, p99 = measure(way, procs, threads, tls_dir)
-                    row.append(ops)
-                    print(f"{procs:3} processes x {threads:3} threads, {way:5}: {ops:8.0f}/s, p50 {p50:6.2f}, p99 {p99:6.2f}")
-                print(f"{'':31} batch/unary: {row[1] / row[0]:.2f}x")
-        finally:
-            for node in nodes:
-                node.kill()
-                node.wait()
+    with tls_cluster(BIN, ENDPOINTS, [7741, 7742, 7743]) as (tls_dir, env):
+        print(f"puts from Python over TLS, {SECS:.0f} s each: puts/s, p50 and p99 ms")
+        for setting in SETTINGS:
+            procs, threads = (int(n) for n in setting.split("x"))
+            row = []
+            for way in ("unary", "batch"):
+                ops, p50, p99 = measure(way, procs, threads, tls_dir)
+                row.append(ops)
+                print(f"{procs:3} processes x {threads:3} threads, {way:5}: {ops:8.0f}/s, p50 {p50:6.2f}, p99 {p99:6.2f}")
+            print(f"{'':31} batch/unary: {row[1] / row[0]:.2f}x")
     return 0
 
 

@@ -16,8 +16,9 @@ import pathlib
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
+
+from python_tls_cluster import tls_cluster
 
 HERE = pathlib.Path(__file__).resolve().parent.parent
 BIN = os.environ.get("LEASEHOLD_BIN", str(HERE / "target" / "release" / "leasehold"))
@@ -25,7 +26,6 @@ PROCS = int(os.environ.get("PROCS", "16"))
 LEASES = int(os.environ.get("LEASES", "100"))
 SECS = float(os.environ.get("SECS", "10"))
 ENDPOINTS = [f"127.0.0.1:771{i}" for i in (1, 2, 3)]
-PEERS = ",".join(f"{i}=127.0.0.1:772{i}" for i in (1, 2, 3))
 
 
 def renewer(args):
@@ -52,46 +52,23 @@ def renewer(args):
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory() as root:
-        tls_dir = f"{root}/tls"
-        subprocess.run([BIN, "certs", "--dir", tls_dir, "--nodes", "3"], check=True, capture_output=True)
-        nodes = []
-        for i in (1, 2, 3):
-            tls = ["--tls-cert", f"{tls_dir}/node-{i}.pem", "--tls-key", f"{tls_dir}/node-{i}-key.pem",
-                   "--tls-ca", f"{tls_dir}/ca.pem", "--client-cert-auth", "--no-authorization"]
-            nodes.append(subprocess.Popen(
-                [BIN, "serve", "--id", str(i), "--listen", ENDPOINTS[i - 1], "--peer-listen", f"127.0.0.1:772{i}",
-                 "--data-dir", f"{root}/node-{i}", "--peers", PEERS, *tls],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        env = dict(os.environ, LEASEHOLD_TLS_CA=f"{tls_dir}/ca.pem", LEASEHOLD_TLS_CERT=f"{tls_dir}/client.pem",
-                   LEASEHOLD_TLS_KEY=f"{tls_dir}/client-key.pem")
-        try:
-            deadline = time.monotonic() + 30
-            while subprocess.run([BIN, "status", "--endpoints", ",".join(ENDPOINTS)], env=env,
-                                 capture_output=True).returncode != 0:
-                if time.monotonic() > deadline:
-                    sys.exit("the cluster did not serve within 30 s")
-                time.sleep(0.2)
-            with multiprocessing.Pool(PROCS) as pool:
-                runs = pool.map(renewer, [(i, tls_dir) for i in range(PROCS)])
-            latencies = sorted(l for run in runs for l in run)
-            requests = len(latencies) / SECS
-            print(f"python: {PROCS} processes x {LEASES} leases, TLS: {requests:.0f} requests/s, "
-                  f"{requests * LEASES:.0f} leases renewed/s; request p50 "
-                  f"{statistics.median(latencies) * 1000:.2f} ms, p99 "
-                  f"{latencies[int(len(latencies) * 0.99)] * 1000:.2f} ms")
-            bench = subprocess.run(
-                [BIN, "bench", "--workload", "renew", "--leases", str(LEASES), "--clients", str(PROCS),
-                 "--duration", str(int(SECS)), "--endpoints", ",".join(ENDPOINTS), "-o", "json"],
-                env=env, capture_output=True, text=True, check=True)
-            r = json.loads(bench.stdout)
-            print(f"rust:   {PROCS} clients x {LEASES} leases, TLS: {r['ops_per_s']:.0f} requests/s, "
-                  f"{r['ops_per_s'] * LEASES:.0f} leases renewed/s; request p50 {r['p50_ms']:.2f} ms, "
-                  f"p99 {r['p99_ms']:.2f} ms; errors {r['errors']}")
-        finally:
-            for node in nodes:
-                node.kill()
-                node.wait()
+    with tls_cluster(BIN, ENDPOINTS, [7721, 7722, 7723]) as (tls_dir, env):
+        with multiprocessing.Pool(PROCS) as pool:
+            runs = pool.map(renewer, [(i, tls_dir) for i in range(PROCS)])
+        latencies = sorted(l for run in runs for l in run)
+        requests = len(latencies) / SECS
+        print(f"python: {PROCS} processes x {LEASES} leases, TLS: {requests:.0f} requests/s, "
+              f"{requests * LEASES:.0f} leases renewed/s; request p50 "
+              f"{statistics.median(latencies) * 1000:.2f} ms, p99 "
+              f"{latencies[int(len(latencies) * 0.99)] * 1000:.2f} ms")
+        bench = subprocess.run(
+            [BIN, "bench", "--workload", "renew", "--leases", str(LEASES), "--clients", str(PROCS),
+             "--duration", str(int(SECS)), "--endpoints", ",".join(ENDPOINTS), "-o", "json"],
+            env=env, capture_output=True, text=True, check=True)
+        r = json.loads(bench.stdout)
+        print(f"rust:   {PROCS} clients x {LEASES} leases, TLS: {r['ops_per_s']:.0f} requests/s, "
+              f"{r['ops_per_s'] * LEASES:.0f} leases renewed/s; request p50 {r['p50_ms']:.2f} ms, "
+              f"p99 {r['p99_ms']:.2f} ms; errors {r['errors']}")
     return 0
 
 
