@@ -246,21 +246,20 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(libc::SIGTSTP))?;
     let lost = loop {
         let now = standing.borrow_and_update().clone();
+        let term_at = now.safe_until.checked_sub(grace).unwrap_or(now.safe_until);
         // Both end in SIGKILL at once, below (the guard kills by itself at the deadline). A loss
         // the store answered means another may act already; a deadline passed means another
         // may be granted the lease any moment.
-        if let Some(lost) = now.lost {
-            break lost;
-        }
-        if clock::now() >= now.safe_until {
-            if !terminated && !grace.is_zero() {
-                // Woken only past the deadline (a loaded machine; CI saw it): the guard sent
-                // SIGTERM at its time all the same, which is said here as it would have been.
+        let past_deadline = clock::now() >= now.safe_until;
+        if let Some(lost) = now.lost.or(past_deadline.then_some(Lost::Unrenewed)) {
+            if !terminated && !grace.is_zero() && clock::now() >= term_at {
+                // Woken only past the SIGTERM's time (a loaded machine; CI saw it, before the
+                // loss or the deadline): the guard sent SIGTERM at its time all the same, which
+                // is said here as it would have been.
                 say_terminated(holder.lease(), grace);
             }
-            break Lost::Unrenewed;
+            break lost;
         }
-        let term_at = now.safe_until.checked_sub(grace).unwrap_or(now.safe_until);
         if terminated && clock::now() < term_at {
             // A renewal came through after all; the command got SIGTERM and decides itself.
             terminated = false;
@@ -297,7 +296,8 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
                     break Lost::Unrenewed;
                 }
                 guard.tell(boot_ns(standing.borrow().safe_until));
-                if args.verbose {
+                // A loss changes the standing too: said at the loop's top, not as a renewal.
+                if args.verbose && standing.borrow().lost.is_none() {
                     let renewed = standing.borrow().clone();
                     eprintln!(
                         "leasehold hold: renewed; sent at unix ms {}, safe until unix ms {}",
