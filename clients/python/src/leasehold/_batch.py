@@ -2,10 +2,11 @@
 an id and is answered by it, and the calls queued while a message goes out travel together in
 the next, so many threads cost the node one stream instead of a gRPC call each.
 
-Why only concurrent calls: puts over TLS (``cluster/measure-python-batch.py``) ran 3.67x as
-many a second on the stream from one process of 64 threads, 1.21x from four of 16, and 0.98x
-from processes of one thread, where a unary call has nothing to share. So a call goes on the
-stream while another of the client's calls to that node is under way, and alone as a unary call.
+Why only concurrent calls: puts over TLS (``cluster/measure-python-batch.py``, two runs) ran
+2.75-2.80x as many a second on the stream from one process of 64 threads, 1.14-1.15x from four
+of 16, and 0.97-0.98x from processes of one thread, where a unary call has nothing to share.
+So a call goes on the stream while another of the client's calls to that node is under way,
+and alone as a unary call.
 
 A call on the stream is answered as its unary call would be: the node's refusal carries the
 same reason and facts, a stream that ends under a call loses its answer (UNAVAILABLE: a write

@@ -146,7 +146,7 @@ class Client:
     ...     client.put("report", b"done", lease="jobs/nightly", token=answer.token)
 
     Safe to share between threads: calls made at once to a node share one ``Batch`` stream
-    to it (3.7x the puts a second of unary calls from 64 threads); ``batch=False`` makes every
+    to it (2.8x the puts a second of unary calls from 64 threads); ``batch=False`` makes every
     call a unary call of its own.
     """
 
