@@ -105,9 +105,9 @@ class Stream:
         held: Optional[pb.BatchCall] = None
         while True:
             first = held if held is not None else self.queued.get()
-            held, closing = None, first is None
             if first is None:
                 return
+            held, closing = None, False
             calls, size = [first], first.ByteSize() + CALL_OVERHEAD_BYTES
             while len(calls) < MAX_BATCH_CALLS:
                 try:
