@@ -3,7 +3,6 @@ client shared by many threads keeps every write's request id within its session'
 
 import concurrent.futures
 import math
-import pathlib
 import re
 import threading
 import time
@@ -15,7 +14,7 @@ import leasehold
 from leasehold.v1 import leasehold_pb2 as pb
 from leasehold.v1 import leasehold_pb2_grpc as stubs
 
-REPO = pathlib.Path(__file__).resolve().parents[3]
+from conftest import REPO
 
 
 def on_threads(count, work):

@@ -70,7 +70,6 @@ class Stream:
     """One open stream: the calls waiting for answers, and a thread reading them."""
 
     def __init__(self, owner: "Batches") -> None:
-        self.pid = os.getpid()
         self.owner = owner
         self.queued: "queue.SimpleQueue[Optional[pb.BatchCall]]" = queue.SimpleQueue()
         self.waiting: Dict[int, Slot] = {}
@@ -80,8 +79,7 @@ class Stream:
         threading.Thread(target=self.read, name="leasehold-batch", daemon=True).start()
 
     def is_open(self) -> bool:
-        # A forked child has no reader thread: it opens a stream of its own.
-        return not self.ended and self.pid == os.getpid()
+        return not self.ended
 
     def send(self, call: pb.BatchCall, slot: Slot) -> bool:
         """Queues ``call``; False if the stream has ended (nothing was queued)."""
@@ -281,7 +279,8 @@ class Batches:
         self.under_way = 0
 
 
-# Every Batches of this process, so that a forked child starts each afresh.
+# Every Batches of this process, so that a forked child starts each afresh: it has no reader
+# thread, so it opens a stream of its own.
 _ALL: "weakref.WeakSet[Batches]" = weakref.WeakSet()
 
 

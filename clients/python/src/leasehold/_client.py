@@ -197,8 +197,7 @@ class Client:
             self.close_session(deadline=SESSION_CLOSE_WAIT)
         except LeaseholdError:
             pass  # Refused while a node runs 0.2.0 (log format 1), or no node answered.
-        for batches in self._batches:
-            batches.close()
+        close_all(self._batches)
         for channel in self._channels:
             channel.close()
 

@@ -16,6 +16,8 @@ DETAILS_KEY = "grpc-status-details-bin"
 ERROR_DOMAIN = "leasehold"
 # The ErrorInfo reason of a node the cluster removed: it never serves again.
 REMOVED_REASON = "REMOVED"
+# The ErrorInfo reason of a request naming a session the store does not have.
+SESSION_UNKNOWN = "SESSION_UNKNOWN"
 # A registration past a cap on open sessions: asking again at once opens none.
 SESSIONS_EXHAUSTED = "SESSIONS_EXHAUSTED"
 # An acquire past the cap on the leases one identity created, a put past the cap on the rows it
@@ -75,9 +77,8 @@ class LeaseholdError(Exception):
             metadata=facts,
             indeterminate=indeterminate,
             from_node=info is not None or ORIGIN_KEY in trailing,
-            session_unknown=reason == "SESSION_UNKNOWN" or SESSION_KEY in trailing,
+            session_unknown=reason == SESSION_UNKNOWN or SESSION_KEY in trailing,
         )
-
 
     @classmethod
     def refused(cls, error) -> "LeaseholdError":
@@ -90,7 +91,7 @@ class LeaseholdError(Exception):
             metadata={**error.facts, "indeterminate": "true" if error.indeterminate else "false"},
             indeterminate=error.indeterminate,
             from_node=True,
-            session_unknown=error.reason == "SESSION_UNKNOWN",
+            session_unknown=error.reason == SESSION_UNKNOWN,
         )
 
 

@@ -628,10 +628,11 @@ fn a_follower_whose_clock_came_right_a_moment_ago_may_lead_when_no_other_can() {
 /// `after` the leader's), the leader's among them, and the other odd one is the follower the
 /// leader's log reaches first. The leader steps down; it must hand leadership to one of the
 /// three right clocks, not to the odd follower that happens to be caught up first: that one
-/// leads at its odd rate until it finds its clock odd, then hands over in turn. 5-node fault runs saw leadership go 2, 1, 2,
-/// 1, 3 in 300 ms, nodes 1 and 2 both at half speed, and a 2 s lease live 2.53 s (seed
-/// 1796608766160206331); and go 1, 2, 1, 2, 4 in 80 ms, both clocks jumped 10 s ahead (seed
-/// 1796621727576969037): each saw the other's clock keep step with its own.
+/// leads at its odd rate until it finds its clock odd, then hands over in turn. 5-node fault
+/// runs saw leadership go 2, 1, 2, 1, 3 in 300 ms, nodes 1 and 2 both at half speed, and a 2 s
+/// lease live 2.53 s (seed 1796608766160206331); and go 1, 2, 1, 2, 4 in 80 ms, both clocks
+/// jumped 10 s ahead (seed 1796621727576969037): each saw the other's clock keep step with its
+/// own.
 ///
 /// Returns the odd leader and follower, the leaders after the first, in order, and how long
 /// after its acquire was sent a rival was granted the lease.
