@@ -1340,11 +1340,11 @@ async fn health_becomes(
 #[tokio::test(flavor = "multi_thread")]
 async fn connections_that_go_quiet_are_closed_on_the_client_http_and_metrics_ports() {
     use std::io::Write;
-    let ports = leasehold::cli::local::free_ports(2).unwrap();
-    let http = format!("127.0.0.1:{}", ports[0]);
-    let metrics = format!("127.0.0.1:{}", ports[1]);
+    let ports = leasehold::cli::local::HeldPort::any(2).unwrap();
+    let (http, metrics) = (ports[0].addr(), ports[1].addr());
     let h = Harness::start_configured(3, |c| {
         c.with_node_args(1, &["--http-listen", &http, "--metrics-listen", &metrics])
+            .holding(ports)
     })
     .await;
     let client = h.endpoints[0].clone();

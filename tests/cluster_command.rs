@@ -10,27 +10,28 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use harness::{binary, wait_for};
+use leasehold::cli::local::HeldPort;
 
-/// A port for `cluster --port` with three consecutive free loopback ports from it, and three
-/// more from 100 and from 200 above it, where `cluster` puts the peer and HTTP ports by
-/// default. Each call in this process starts its search elsewhere: the tests run at once, and
-/// two that both started from the process id found the same free ports, then fought over them
-/// (one cluster never elected, or its leader's death was never reported).
-fn consecutive_free_ports() -> u16 {
+/// A port for `cluster --port` with three consecutive loopback ports from it, and three more
+/// from 100 and from 200 above it, where `cluster` puts the peer and HTTP ports by default: all
+/// nine held until the test drops them (see `HeldPort`), so nothing else takes them before the
+/// nodes bind them. Each call in this process starts its search elsewhere, so that the tests
+/// running at once rarely try the same ports.
+fn held_consecutive_ports() -> (u16, Vec<HeldPort>) {
     static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let seed = (std::process::id() as u16).wrapping_add(call.wrapping_mul(7_919));
-    // Outside the ephemeral range, where no outgoing connection takes a port meanwhile.
+    // Outside the ephemeral range, which port-0 binds draw from.
     let range = leasehold::cli::local::unassigned_ports().unwrap_or(20_000..60_000);
     let width = range.end - range.start - 202;
     for attempt in 0..200u16 {
         let base = range.start + (seed.wrapping_add(attempt.wrapping_mul(97))) % width;
         let held: Vec<_> = [0, 1, 2, 100, 101, 102, 200, 201, 202]
             .into_iter()
-            .map_while(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).ok())
+            .map_while(|i| HeldPort::bind(base + i).ok())
             .collect();
         if held.len() == 9 {
-            return base;
+            return (base, held);
         }
     }
     panic!("no three consecutive free ports with three more 100 and 200 above them");
@@ -65,7 +66,7 @@ impl Lines {
 #[test]
 fn cluster_reports_a_death_with_the_restart_command_and_stops_every_node_on_ctrl_c() {
     let dir = tempfile::TempDir::new().unwrap();
-    let port = consecutive_free_ports();
+    let (port, _held) = held_consecutive_ports();
     let (mut cluster, lines, pids) = start_cluster(dir.path(), port);
     let guard = scopeguard(&mut cluster);
     let leader_line = lines.until("is now the leader", Duration::from_secs(20));
@@ -167,7 +168,7 @@ fn start_cluster(dir: &std::path::Path, port: u16) -> (std::process::Child, Line
 #[test]
 fn cluster_stops_every_node_on_sigterm_as_on_ctrl_c() {
     let dir = tempfile::TempDir::new().unwrap();
-    let port = consecutive_free_ports();
+    let (port, _held) = held_consecutive_ports();
     let (mut cluster, lines, pids) = start_cluster(dir.path(), port);
     let guard = scopeguard(&mut cluster);
     lines.until("is now the leader", Duration::from_secs(20));
@@ -199,7 +200,7 @@ async fn cluster_gives_each_node_its_share_of_the_cores() {
         return;
     }
     let dir = tempfile::TempDir::new().unwrap();
-    let port = consecutive_free_ports();
+    let (port, _held) = held_consecutive_ports();
     let (mut cluster, lines, _pids) = start_cluster(dir.path(), port);
     let _guard = scopeguard(&mut cluster);
     lines.until("is now the leader", Duration::from_secs(20));
@@ -266,7 +267,7 @@ fn the_console_shows_the_cluster_and_acts_on_its_nodes_in_a_browser() {
     let venv = tempfile::TempDir::new().unwrap();
     let python = selenium(venv.path());
     let dir = tempfile::TempDir::new().unwrap();
-    let port = consecutive_free_ports();
+    let (port, _held) = held_consecutive_ports();
     let (mut cluster, lines, _) = start_cluster(dir.path(), port);
     let guard = scopeguard(&mut cluster);
     let console = lines.until("console: ", Duration::from_secs(10));

@@ -219,6 +219,8 @@ impl Cluster {
             .map(|ip| PlaneAddrs {
                 client: format!("{ip}:7001"),
                 peer: format!("{ip}:7002"),
+                // Addresses of their own: nothing else binds on these IPs.
+                held: Vec::new(),
             })
             .collect();
         // Snapshots often, so that building, installing and purging happen under the faults;

@@ -131,23 +131,23 @@ async fn data_dirs_of_earlier_builds_replay_to_the_state_their_build_reported() 
     }
 }
 
-/// Kills and reaps a node however the test ends.
-struct Node(std::process::Child);
+/// Kills and reaps a node however the test ends, holding its ports until then.
+struct Node {
+    child: std::process::Child,
+    _ports: Vec<leasehold::cli::local::HeldPort>,
+}
 
 impl Drop for Node {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
 /// Starts this build's node 1 on `dir` with `args`; its client address.
 fn serve(dir: &Path, args: &[&str]) -> (Node, String) {
-    let ports = leasehold::cli::local::free_ports(2).unwrap();
-    let (client, peer) = (
-        format!("127.0.0.1:{}", ports[0]),
-        format!("127.0.0.1:{}", ports[1]),
-    );
+    let ports = leasehold::cli::local::HeldPort::any(2).unwrap();
+    let (client, peer) = (ports[0].addr(), ports[1].addr());
     let child = Command::new(harness::binary())
         .args(["serve", "--id", "1", "--data-dir"])
         .arg(dir)
@@ -159,7 +159,13 @@ fn serve(dir: &Path, args: &[&str]) -> (Node, String) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    (Node(child), client)
+    (
+        Node {
+            child,
+            _ports: ports,
+        },
+        client,
+    )
 }
 
 fn cli(client: &str, tls: &[String], args: &[&str]) -> Output {

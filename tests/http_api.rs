@@ -59,7 +59,7 @@ fn tls_flags(h: &Harness, identity: Option<&str>, extra: &[&str]) -> Vec<OsStrin
     flags
 }
 
-/// Gives every node of `cluster` an HTTP listener on a free port; returns them with it.
+/// Fails with the package to install when curl is missing.
 fn curl_installed() {
     let found = Command::new("curl").arg("--version").output();
     assert!(

@@ -330,11 +330,8 @@ async fn a_refused_member_add_answers_at_once_and_is_not_indeterminate() {
     let h = Harness::start(3, false).await;
     let via = h.endpoints.clone();
     // Ports nothing listens on.
-    let free = leasehold::cli::local::free_ports(2).unwrap();
-    let (peer, client) = (
-        format!("127.0.0.1:{}", free[0]),
-        format!("127.0.0.1:{}", free[1]),
-    );
+    let held = leasehold::cli::local::HeldPort::any(2).unwrap();
+    let (peer, client) = (held[0].addr(), held[1].addr());
     for (id, says) in [(0, "id: node ids start at 1"), (7, "does not answer")] {
         let started = Instant::now();
         let (code, out, err) = leasehold(
@@ -378,7 +375,7 @@ async fn a_joining_node_refuses_a_data_dir_that_holds_another_clusters_state() {
     h.client.put("k", b"v", None).await.unwrap();
     h.kill(3);
     let node = &h.cluster.nodes()[2];
-    let free = leasehold::cli::local::free_ports(2).unwrap();
+    let held = leasehold::cli::local::HeldPort::any(2).unwrap();
     /// Killed and reaped however the test ends.
     struct Reaped(std::process::Child);
     impl Drop for Reaped {
@@ -391,8 +388,8 @@ async fn a_joining_node_refuses_a_data_dir_that_holds_another_clusters_state() {
         std::process::Command::new(harness::binary())
             .args(["serve", "--id", "7", "--join", "--data-dir"])
             .arg(&node.data_dir)
-            .args(["--listen", &format!("127.0.0.1:{}", free[0])])
-            .args(["--peer-listen", &format!("127.0.0.1:{}", free[1])])
+            .args(["--listen", &held[0].addr()])
+            .args(["--peer-listen", &held[1].addr()])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())

@@ -113,6 +113,8 @@ pub async fn run(mut args: ClusterArgs) -> anyhow::Result<Exit> {
         .map(|(client, peer)| PlaneAddrs {
             client: format!("127.0.0.1:{client}"),
             peer: format!("127.0.0.1:{peer}"),
+            // The ports named: this process checks they are free, and the nodes bind them.
+            held: Vec::new(),
         })
         .collect();
     check_free(&addrs, &args)?;

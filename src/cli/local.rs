@@ -2,55 +2,64 @@
 //! Every child is killed and reaped when the `LocalCluster` is dropped.
 
 use std::fs::OpenOptions;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 
-/// `count` ports on 127.0.0.1 that were free a moment ago, none handed out before by this
-/// process. They come from outside the kernel's ephemeral range: a port that `bind(0)` hands
-/// out is one that any outgoing connection on the machine may take as its local port before a
-/// node listens on it (in CI a node refused to start with "Address already in use", and its
-/// cluster, one node short, lost its quorum at the first kill). A process walks the range from
-/// a place its id picks, so that two test processes rarely try the same ports.
-pub fn free_ports(count: usize) -> std::io::Result<Vec<u16>> {
-    let Some(range) = unassigned_ports() else {
-        // Every port is ephemeral here: bind(0) is as good as any choice.
-        return held_ports((0..count).map(|_| 0), count);
-    };
-    static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU32> = std::sync::OnceLock::new();
-    let next = NEXT
-        .get_or_init(|| std::sync::atomic::AtomicU32::new(std::process::id().wrapping_mul(7_919)));
-    let width = u32::from(range.end - range.start);
-    let candidates = std::iter::repeat_with(|| {
-        let step = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        range.start + (step % width) as u16
-    });
-    held_ports(candidates.take(width as usize), count)
+/// A port on 127.0.0.1 this process holds for a node, from before the node first listens on
+/// it until the last copy is dropped: across the node's kills and restarts, nothing else takes
+/// it. Bound first without `SO_REUSEADDR`, so that the bind fails if any socket is bound there;
+/// then marked `SO_REUSEADDR`, so that the node's own bind (tokio sets the option too) shares
+/// it. Never listening: while the node is down, a connection is refused, as by a dead node.
+/// Meanwhile no other bind takes the port (without the option, or a port-0 bind, which skips
+/// bound ports), and no outgoing connection takes it as its local port, which a port picked
+/// while free and released (as these harnesses did) could lose to any connection on the machine:
+/// in CI a node refused to start with "Address already in use", and its cluster, one node
+/// short, lost its quorum at the first kill.
+#[derive(Clone, Debug)]
+pub struct HeldPort {
+    port: u16,
+    _socket: std::sync::Arc<socket2::Socket>,
 }
 
-/// The first `count` of `candidates` that bind on 127.0.0.1. Every listener is held until all
-/// are chosen, so that the same port is not chosen twice.
-fn held_ports(candidates: impl Iterator<Item = u16>, count: usize) -> std::io::Result<Vec<u16>> {
-    let mut last = None;
-    let listeners: Vec<TcpListener> = candidates
-        .filter_map(|port| {
-            TcpListener::bind(("127.0.0.1", port))
-                .map_err(|e| last = Some(e))
-                .ok()
+impl HeldPort {
+    /// Holds `port` (0: one the kernel picks), or fails if any socket is bound there.
+    pub fn bind(port: u16) -> std::io::Result<HeldPort> {
+        use socket2::{Domain, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        socket.bind(&addr.into())?;
+        socket.set_reuse_address(true)?;
+        let port = socket
+            .local_addr()?
+            .as_socket()
+            .map(|bound| bound.port())
+            .ok_or_else(|| std::io::Error::other("a held port's socket is not an IP socket"))?;
+        Ok(HeldPort {
+            port,
+            _socket: std::sync::Arc::new(socket),
         })
-        .take(count)
-        .collect();
-    if listeners.len() < count {
-        return Err(last.unwrap_or_else(|| std::io::Error::other("no free port left")));
     }
-    listeners
-        .iter()
-        .map(|l| Ok(l.local_addr()?.port()))
-        .collect()
+
+    /// `count` ports the kernel picks, each held.
+    pub fn any(count: usize) -> std::io::Result<Vec<HeldPort>> {
+        (0..count).map(|_| HeldPort::bind(0)).collect()
+    }
+
+    /// The port held.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
 }
 
-/// Ports no outgoing connection takes on its own: those below the kernel's ephemeral range
-/// (from 10000, clear of the usual services' ports) or, failing a thousand there, above it.
+/// Ports no outgoing connection takes on its own and no port-0 bind hands out: those below the
+/// kernel's ephemeral range (from 10000, clear of the usual services' ports) or, failing a
+/// thousand there, above it. Where a test needs ports in a pattern (`cluster --port`'s
+/// consecutive ones), it looks for them here, and holds them (see [`HeldPort`]).
 pub fn unassigned_ports() -> Option<std::ops::Range<u16>> {
     let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok();
     let mut bounds = text.iter().flat_map(|t| t.split_whitespace());
@@ -77,16 +86,20 @@ pub struct PlaneAddrs {
     pub client: String,
     /// Where the other nodes reach it.
     pub peer: String,
+    /// The ports of these addresses, held as long as this (and the cluster made from it)
+    /// lives; none where someone else answers for the addresses (`cluster --port`'s).
+    pub held: Vec<HeldPort>,
 }
 
-/// Addresses on 127.0.0.1 for `count` nodes, on ports that were free a moment ago.
+/// Addresses on 127.0.0.1 for `count` nodes, on ports held for them (see [`HeldPort`]).
 pub fn local_addrs(count: usize) -> std::io::Result<Vec<PlaneAddrs>> {
-    let ports = free_ports(2 * count)?;
+    let ports = HeldPort::any(2 * count)?;
     Ok(ports
         .chunks(2)
         .map(|pair| PlaneAddrs {
-            client: format!("127.0.0.1:{}", pair[0]),
-            peer: format!("127.0.0.1:{}", pair[1]),
+            client: pair[0].addr(),
+            peer: pair[1].addr(),
+            held: pair.to_vec(),
         })
         .collect())
 }
@@ -127,6 +140,8 @@ pub struct LocalCluster {
     joining: std::collections::BTreeSet<u64>,
     /// Environment every node gets (the console's supervisor, say).
     env: Vec<(String, String)>,
+    /// The ports the nodes' addresses name, held while the cluster lives.
+    held: Vec<HeldPort>,
 }
 
 impl LocalCluster {
@@ -158,7 +173,15 @@ impl LocalCluster {
             node_binaries: Default::default(),
             joining: Default::default(),
             env: Vec::new(),
+            held: addrs.iter().flat_map(|a| a.held.iter().cloned()).collect(),
         }
+    }
+
+    /// Holds `ports` (those of flags given with [`with_node_args`](Self::with_node_args), say)
+    /// as long as the cluster lives.
+    pub fn holding(mut self, ports: impl IntoIterator<Item = HeldPort>) -> Self {
+        self.held.extend(ports);
+        self
     }
 
     /// Sets `name` to `value` in every node's environment.
@@ -454,17 +477,33 @@ impl Drop for LocalCluster {
 mod tests {
     use super::*;
 
+    /// The harnesses' promise: a held port is the node's alone, across its restarts, and a
+    /// node that is down refuses connections.
     #[test]
-    fn free_ports_are_never_ephemeral_and_never_handed_out_twice() {
-        let range =
-            unassigned_ports().expect("this machine leaves ports outside its ephemeral range");
-        let first = free_ports(6).unwrap();
-        let second = free_ports(6).unwrap();
-        let all: std::collections::BTreeSet<u16> = first.iter().chain(&second).copied().collect();
-        assert_eq!(all.len(), 12, "{first:?} {second:?}");
-        assert!(
-            all.iter().all(|port| range.contains(port)),
-            "{all:?} outside {range:?}"
-        );
+    fn a_held_port_is_taken_by_the_nodes_bind_alone_and_refuses_while_none_listens() {
+        let held = HeldPort::bind(0).unwrap();
+        let addr = held.addr();
+        assert!(HeldPort::bind(held.port()).is_err(), "held twice");
+        let refused = |addr: &str| {
+            std::net::TcpStream::connect(addr)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+        };
+        assert!(refused(&addr), "a held port must not accept connections");
+        for _ in 0..2 {
+            // A node's bind (std's, like tokio's, sets SO_REUSEADDR), a kill, a restart.
+            let node = std::net::TcpListener::bind(&addr).unwrap();
+            let dialed = std::net::TcpStream::connect(&addr).unwrap();
+            assert_eq!(node.accept().unwrap().1, dialed.local_addr().unwrap());
+            assert!(std::net::TcpListener::bind(&addr).is_err(), "two listeners");
+            drop(node);
+            assert!(refused(&addr), "refused while the node is down");
+        }
+        let any: std::collections::BTreeSet<u16> = HeldPort::any(6)
+            .unwrap()
+            .iter()
+            .map(HeldPort::port)
+            .collect();
+        assert_eq!(any.len(), 6, "{any:?}");
+        assert!(!any.contains(&held.port()));
     }
 }

@@ -1,12 +1,13 @@
-//! The one harness for multi-process tests: real `leasehold serve` processes on free loopback
-//! ports, in a temp dir, killed and reaped when the harness is dropped (also on panic).
+//! The one harness for multi-process tests: real `leasehold serve` processes on loopback ports
+//! held for them (`HeldPort`), in a temp dir, killed and reaped when the harness is dropped
+//! (also on panic).
 
 #![allow(dead_code)] // Each test binary uses its own part of the harness.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use leasehold::cli::local::{free_ports, local_addrs, LocalCluster, PlaneAddrs};
+use leasehold::cli::local::{local_addrs, HeldPort, LocalCluster, PlaneAddrs};
 use leasehold::proto::v1 as pb;
 use leasehold::tls::certs;
 use leasehold::tls::Tls;
@@ -88,7 +89,7 @@ impl Harness {
     /// Like `start`, with more `serve` flags for every node.
     pub async fn start_with(nodes: usize, manual_clock: bool, serve_args: &[&str]) -> Harness {
         let dir = TempDir::new().expect("temp dir");
-        let addrs = local_addrs(nodes).expect("free ports");
+        let addrs = local_addrs(nodes).expect("held ports");
         let cluster = LocalCluster::new(binary().as_ref(), dir.path(), &addrs, manual_clock)
             .with_serve_args(serve_args);
         Harness::launch(cluster, None, dir).await
@@ -102,7 +103,7 @@ impl Harness {
         prepare: impl FnOnce(&LocalCluster),
     ) -> Harness {
         let dir = TempDir::new().expect("temp dir");
-        let addrs = local_addrs(nodes).expect("free ports");
+        let addrs = local_addrs(nodes).expect("held ports");
         let cluster = LocalCluster::new(binary().as_ref(), dir.path(), &addrs, manual_clock);
         prepare(&cluster);
         Harness::launch(cluster, None, dir).await
@@ -114,7 +115,7 @@ impl Harness {
         configure: impl FnOnce(LocalCluster) -> LocalCluster,
     ) -> Harness {
         let dir = TempDir::new().expect("temp dir");
-        let addrs = local_addrs(nodes).expect("free ports");
+        let addrs = local_addrs(nodes).expect("held ports");
         let cluster = configure(LocalCluster::new(
             binary().as_ref(),
             dir.path(),
@@ -128,7 +129,7 @@ impl Harness {
     /// `cluster --tls` runs it; the certificates are in the harness's dir, under `tls/`.
     pub async fn start_tls(nodes: usize, manual_clock: bool) -> Harness {
         let dir = TempDir::new().expect("temp dir");
-        let addrs = local_addrs(nodes).expect("free ports");
+        let addrs = local_addrs(nodes).expect("held ports");
         let certs = certs::ensure(dir.path(), nodes as u64 + SPARE_NODE_CERTS).unwrap();
         let cluster =
             LocalCluster::new(binary().as_ref(), dir.path(), &addrs, manual_clock).with_tls(&certs);
@@ -156,7 +157,7 @@ impl Harness {
         configure: impl FnOnce(LocalCluster) -> LocalCluster,
     ) -> Harness {
         let dir = TempDir::new().expect("temp dir");
-        let addrs = local_addrs(nodes).expect("free ports");
+        let addrs = local_addrs(nodes).expect("held ports");
         let certs = certs::ensure(dir.path(), nodes as u64 + SPARE_NODE_CERTS).unwrap();
         let admin = certs.admin().expect("an admin certificate");
         let cluster = configure(
@@ -573,18 +574,18 @@ fn client_for(
     }
 }
 
-/// `cluster` with an HTTP listener on a free loopback port for each node (`--http-listen`), and
-/// their addresses.
+/// `cluster` with an HTTP listener on a held loopback port for each node (`--http-listen`),
+/// and their addresses.
 pub fn with_http(cluster: LocalCluster) -> (LocalCluster, Vec<String>) {
-    let ports = free_ports(cluster.nodes().len()).expect("free ports");
-    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let ports = HeldPort::any(cluster.nodes().len()).expect("held ports");
+    let addrs: Vec<String> = ports.iter().map(HeldPort::addr).collect();
     let cluster = addrs
         .iter()
         .enumerate()
         .fold(cluster, |cluster, (i, addr)| {
             cluster.with_node_args(i as u64 + 1, &["--http-listen", addr])
         });
-    (cluster, addrs)
+    (cluster.holding(ports), addrs)
 }
 
 /// Polls `check` until it yields a value; panics naming `what` after `timeout`.
@@ -625,15 +626,15 @@ pub fn sample(text: &str, name: &str) -> Option<f64> {
     })
 }
 
-/// A three-node cluster with each node's metrics endpoint on a free port.
+/// A three-node cluster with each node's metrics endpoint on a held port.
 pub async fn with_metrics() -> (Harness, Vec<String>) {
-    let ports = leasehold::cli::local::free_ports(3).unwrap();
-    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let ports = HeldPort::any(3).unwrap();
+    let addrs: Vec<String> = ports.iter().map(HeldPort::addr).collect();
     let h = Harness::start_configured(3, |mut cluster| {
         for (id, addr) in (1..).zip(&addrs) {
             cluster = cluster.with_node_args(id, &["--metrics-listen", addr]);
         }
-        cluster
+        cluster.holding(ports)
     })
     .await;
     (h, addrs)

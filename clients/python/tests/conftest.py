@@ -1,9 +1,8 @@
 """Real three-node clusters from this repository's binary (``LEASEHOLD_BIN``, else
-target/debug/leasehold), on free loopback ports, always reaped."""
+target/debug/leasehold), on loopback ports held for them, always reaped."""
 
 from __future__ import annotations
 
-import itertools
 import os
 import pathlib
 import signal
@@ -28,36 +27,22 @@ def binary() -> str:
     return path
 
 
-def unassigned_ports() -> range:
-    """Ports no outgoing connection takes on its own: below the kernel's ephemeral range (from
-    10000) or, failing a thousand there, above it. A port that bind(0) hands out is one that any
-    outgoing connection may take as its local port before the node listens on it: in CI a node
-    refused to start ("Address already in use") and its cluster, one node short, lost its quorum
-    at the first kill. The Rust harness picks its ports the same way (src/cli/local.rs)."""
+def held_port() -> socket.socket:
+    """A loopback port held for a node until the socket is closed, across the node's kills and
+    restarts: bound without SO_REUSEADDR (which fails if any socket is bound there), then marked
+    SO_REUSEADDR so that the node's own bind shares it; never listening, so a node that is down
+    refuses connections. No other bind and no outgoing connection takes it meanwhile, which a port
+    picked while free and released could lose: in CI a node refused to start ("Address already in
+    use") and its cluster, one node short, lost its quorum at the first kill. The Rust harness
+    holds its ports the same way (``HeldPort`` in src/cli/local.rs)."""
+    held = socket.socket()
     try:
-        low, high = (int(x) for x in pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-    except (OSError, ValueError):
-        low, high = 32768, 60999
-    if low - 10000 >= 1000:
-        return range(10000, low)
-    return range(high + 1, 65535)
-
-
-_PORTS = unassigned_ports()
-# Each process walks the range from a place its id picks, handing out no port twice.
-_next_port = itertools.count((os.getpid() * 7919) % len(_PORTS))
-
-
-def free_port() -> int:
-    for step in itertools.islice(_next_port, len(_PORTS)):
-        port = _PORTS[step % len(_PORTS)]
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {_PORTS}")
+        held.bind(("127.0.0.1", 0))
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    except OSError:
+        held.close()
+        raise
+    return held
 
 
 def wait_for(what: str, probe: Callable[[], Optional[T]], within: float = 20.0) -> T:
@@ -79,8 +64,9 @@ class LocalCluster:
     def __init__(self, root: pathlib.Path, nodes: int = 3, manual_clock: bool = False, extra: Optional[List[str]] = None) -> None:
         self.root = root
         self.ids = list(range(1, nodes + 1))
-        self.client_ports = {i: free_port() for i in self.ids}
-        self.peer_ports = {i: free_port() for i in self.ids}
+        self.held = {(plane, i): held_port() for plane in ("client", "peer") for i in self.ids}
+        self.client_ports = {i: self.held["client", i].getsockname()[1] for i in self.ids}
+        self.peer_ports = {i: self.held["peer", i].getsockname()[1] for i in self.ids}
         self.manual_clock = manual_clock
         self.extra = extra or []
         self.procs: Dict[int, subprocess.Popen] = {}
@@ -119,6 +105,8 @@ class LocalCluster:
     def stop(self) -> None:
         for i in list(self.procs):
             self.kill(i)
+        for held in self.held.values():
+            held.close()
 
     def logs(self) -> str:
         return "\n".join(
