@@ -11,6 +11,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 import leasehold
 import leasehold.aio
+from conftest import LocalCluster
 from leasehold.v1 import leasehold_pb2 as pb
 from leasehold.v1 import leasehold_pb2_grpc as stubs
 
@@ -184,6 +185,26 @@ def test_a_call_no_node_answers_says_so_and_a_write_sent_nowhere_is_not_indeterm
     assert failed.value.code == grpc.StatusCode.UNAVAILABLE
     assert "no node of 127.0.0.1:1 answered within" in failed.value.message
     assert not failed.value.indeterminate
+
+
+def test_a_client_that_called_before_its_nodes_listen_reaches_them_once_they_do(tmp_path):
+    """A service started beside its cluster (one boot, one deploy) calls before the nodes listen.
+    Under grpcio 1.75.1 to 1.78.2 such a client could fail to connect for 20 s and more after the
+    nodes served ("Timeout occurred: FD Shutdown"); from 1.80.0 it reaches them at once, which is
+    why the package needs grpcio>=1.80. Three clusters, as the failure did not come every time."""
+    for round in range(3):
+        root = tmp_path / f"round-{round}"
+        root.mkdir()
+        cluster = LocalCluster(root)
+        try:
+            with leasehold.Client(cluster.endpoints, deadline=0.5) as client:
+                with pytest.raises(leasehold.LeaseholdError):
+                    client.status()
+                for i in cluster.ids:
+                    cluster.start(i)
+                cluster.leader(client)
+        finally:
+            cluster.stop()
 
 
 def test_watch_reports_events_in_log_order_and_resumes_on_another_node(fresh_cluster):
