@@ -32,7 +32,6 @@ const LONGER: &[(&str, &str, usize)] = &[
     ("crates/leasehold-check/src/fencing.rs", "real_time_exclusion", 79),
     ("src/cli/bench.rs", "step", 95),
     ("src/cli/cluster.rs", "run", 116),
-    ("src/cli/hold.rs", "run", 219),
     ("src/cli/hold_guard.rs", "run", 140),
 ];
 

@@ -127,53 +127,12 @@ fn pipe() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
 const SESSION_CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
-    // A background `hold` that writes to the terminal (under `stty tostop`) or reads from it
-    // would be stopped, and its renewals with it. The guard and the command get the
-    // dispositions back.
-    // SAFETY: signal(2) with SIG_IGN; it returns the disposition it replaced.
-    let tty_dispositions = unsafe {
-        [
-            (libc::SIGTTOU, libc::signal(libc::SIGTTOU, libc::SIG_IGN)),
-            (libc::SIGTTIN, libc::signal(libc::SIGTTIN, libc::SIG_IGN)),
-        ]
-    };
-    let ttl = Duration::from_millis(args.ttl_ms);
-    let grace = Duration::from_millis(args.grace.unwrap_or((args.ttl_ms / 4).min(1_000)));
-    let margin = args
-        .margin
-        .map_or_else(|| default_margin(ttl), Duration::from_millis);
-    // Checked before anything is acquired: SIGTERM must come after a renewal's usual time (a
-    // third of the TTL in), or every healthy cycle would stop the command.
-    if margin + grace >= ttl - ttl / 3 {
-        anyhow::bail!(
-            "--margin ({} ms) and --grace ({} ms) must add up to less than two thirds of the TTL \
-             ({} ms), so that the command is stopped only when renewals fail",
-            margin.as_millis(),
-            grace.as_millis(),
-            (ttl - ttl / 3).as_millis()
-        );
-    }
+    let tty_dispositions = ignore_terminal_stops();
+    let timing = Timing::of(&args)?;
     let client = Arc::new(opts.client()?);
-    let mut options = Holder::options(&args.lease, &args.holder, ttl);
-    if let Some(margin) = args.margin {
-        options = options.margin(Duration::from_millis(margin));
-    }
-    if args.wait {
-        options = options.wait();
-    }
-    if args.exact_holder {
-        options = options.exact_name();
-    }
-    let holder = match options.acquire(client.clone()).await {
+    let holder = match acquire(&args, timing.ttl, client.clone()).await? {
         Ok(holder) => holder,
-        Err(HoldError::Held(held)) => {
-            eprintln!(
-                "leasehold hold: {} is held by {} (token {}); pass --wait to wait for it",
-                args.lease, held.holder, held.token
-            );
-            return Ok(Exit::Refused);
-        }
-        Err(e) => return Err(e.into()),
+        Err(refused) => return Ok(refused),
     };
     let mut standing = holder.standing();
     let start = standing.borrow_and_update().clone();
@@ -187,8 +146,106 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Code(LOST_EXIT));
     }
     become_subreaper();
+    let (child, guard) = spawn_guard(&args, &holder, &start, timing.grace, tty_dispositions)?;
+    let pgid = child.id().map_or(0, |pid| pid as i32);
+    if args.verbose {
+        print_granted(&holder, &start, &args.command, pgid);
+    }
+    let running = Running {
+        holder,
+        client,
+        standing,
+        child,
+        guard,
+        pgid,
+        grace: timing.grace,
+        verbose: args.verbose,
+        terminated: false,
+    };
+    running.watch(timing.margin).await
+}
+
+/// A background `hold` that writes to the terminal (under `stty tostop`) or reads from it would
+/// be stopped, and its renewals with it: both stops are ignored. The guard and the command get
+/// the dispositions returned back.
+fn ignore_terminal_stops() -> [(libc::c_int, libc::sighandler_t); 2] {
+    // SAFETY: signal(2) with SIG_IGN; it returns the disposition it replaced.
+    unsafe {
+        [
+            (libc::SIGTTOU, libc::signal(libc::SIGTTOU, libc::SIG_IGN)),
+            (libc::SIGTTIN, libc::signal(libc::SIGTTIN, libc::SIG_IGN)),
+        ]
+    }
+}
+
+/// The TTL `hold` asks for, its margin and the command's grace, checked against each other.
+struct Timing {
+    ttl: Duration,
+    margin: Duration,
+    grace: Duration,
+}
+
+impl Timing {
+    fn of(args: &HoldArgs) -> anyhow::Result<Timing> {
+        let ttl = Duration::from_millis(args.ttl_ms);
+        let grace = Duration::from_millis(args.grace.unwrap_or((args.ttl_ms / 4).min(1_000)));
+        let margin = args
+            .margin
+            .map_or_else(|| default_margin(ttl), Duration::from_millis);
+        // Checked before anything is acquired: SIGTERM must come after a renewal's usual time
+        // (a third of the TTL in), or every healthy cycle would stop the command.
+        if margin + grace >= ttl - ttl / 3 {
+            anyhow::bail!(
+                "--margin ({} ms) and --grace ({} ms) must add up to less than two thirds of the \
+                 TTL ({} ms), so that the command is stopped only when renewals fail",
+                margin.as_millis(),
+                grace.as_millis(),
+                (ttl - ttl / 3).as_millis()
+            );
+        }
+        Ok(Timing { ttl, margin, grace })
+    }
+}
+
+/// The lease, held; or, held by another (without --wait), the exit that says so.
+async fn acquire(
+    args: &HoldArgs,
+    ttl: Duration,
+    client: Arc<leasehold_client::LeaseClient>,
+) -> anyhow::Result<Result<Holder, Exit>> {
+    let mut options = Holder::options(&args.lease, &args.holder, ttl);
+    if let Some(margin) = args.margin {
+        options = options.margin(Duration::from_millis(margin));
+    }
+    if args.wait {
+        options = options.wait();
+    }
+    if args.exact_holder {
+        options = options.exact_name();
+    }
+    match options.acquire(client).await {
+        Ok(holder) => Ok(Ok(holder)),
+        Err(HoldError::Held(held)) => {
+            eprintln!(
+                "leasehold hold: {} is held by {} (token {}); pass --wait to wait for it",
+                args.lease, held.holder, held.token
+            );
+            Ok(Err(Exit::Refused))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Starts the guard, which runs the command: its process, and `hold`'s end of the pipe that
+/// carries its deadlines.
+fn spawn_guard(
+    args: &HoldArgs,
+    holder: &Holder,
+    start: &leasehold_client::Standing,
+    grace: Duration,
+    tty_dispositions: [(libc::c_int, libc::sighandler_t); 2],
+) -> anyhow::Result<(tokio::process::Child, Guard)> {
     let (deadlines, writer) = pipe()?;
-    let guard = Guard(writer);
     let deadlines_fd = std::os::fd::AsRawFd::as_raw_fd(&deadlines);
     let hold_pid = std::process::id() as libc::pid_t;
     // /proc/self/exe rather than current_exe(): it names this very binary even if its file was
@@ -227,120 +284,168 @@ pub async fn run(opts: &ClientOpts, args: HoldArgs) -> anyhow::Result<Exit> {
             Ok(())
         });
     }
-    let mut child = command
+    let child = command
         .spawn()
         .map_err(|e| anyhow::anyhow!("cannot run the guard of {:?}: {e}", args.command[0]))?;
-    drop(deadlines);
-    let pgid = child.id().map_or(0, |pid| pid as i32);
-    if args.verbose {
-        print_granted(&holder, &start, &args.command, pgid);
+    Ok((child, Guard(writer)))
+}
+
+/// The command running under the lease, through its guard, and what `hold` watches meanwhile.
+struct Running {
+    holder: Holder,
+    client: Arc<leasehold_client::LeaseClient>,
+    standing: tokio::sync::watch::Receiver<leasehold_client::Standing>,
+    child: tokio::process::Child,
+    guard: Guard,
+    /// The guard's process group, which the command shares.
+    pgid: i32,
+    grace: Duration,
+    verbose: bool,
+    /// Whether the guard has SIGTERMed the command (renewals failing).
+    terminated: bool,
+}
+
+impl Running {
+    /// Until the command ends by itself (the lease released) or the lease is lost (the
+    /// command killed): `hold`'s exit.
+    async fn watch(mut self, margin: Duration) -> anyhow::Result<Exit> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        // The command is in the guard's process group, away from the terminal's: a Ctrl-Z
+        // stops `hold` only, and its renewals, while the command ran on. So `hold` has the
+        // guard stop the command, then stops itself, and on resuming lets it run again only
+        // while the holding is safe (the guard checks too).
+        let mut suspend = signal(SignalKind::from_raw(libc::SIGTSTP))?;
+        let lost = loop {
+            let now = self.standing.borrow_and_update().clone();
+            let term_at = now
+                .safe_until
+                .checked_sub(self.grace)
+                .unwrap_or(now.safe_until);
+            if let Some(lost) = self.lost(&now, term_at) {
+                break lost;
+            }
+            if self.terminated && clock::now() < term_at {
+                // A renewal came through after all; the command got SIGTERM and decides itself.
+                self.terminated = false;
+            }
+            tokio::select! {
+                status = self.child.wait() => {
+                    let status = status?;
+                    if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&status) {
+                        return Ok(guard_killed(self.holder, signal));
+                    }
+                    if self.terminated || clock::now() >= term_at {
+                        // It ended on the guard's SIGTERM of a failing lease, not by itself.
+                        break Lost::Unrenewed;
+                    }
+                    return Ok(self.release(status).await);
+                }
+                changed = self.standing.changed() => {
+                    if changed.is_err() {
+                        break Lost::Unrenewed;
+                    }
+                    self.renewed();
+                }
+                () = clock::sleep_until(term_at), if !self.terminated => {
+                    say_terminated(self.holder.lease(), self.grace);
+                    // Sent by the guard, to everything the command started, at this same time.
+                    self.terminated = true;
+                }
+                () = clock::sleep_until(now.safe_until) => {}
+                _ = interrupt.recv() => signal_group(self.pgid, libc::SIGINT),
+                _ = suspend.recv() => self.suspend(),
+                _ = terminate.recv() => signal_group(self.pgid, libc::SIGTERM),
+            }
+        };
+        Ok(self.kill(lost, margin).await)
     }
-    let mut terminated = false;
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    // The command is in the guard's process group, away from the terminal's: a Ctrl-Z stops
-    // `hold` only, and its renewals, while the command ran on. So `hold` has the guard stop
-    // the command, then stops itself, and on resuming lets it run again only while the holding
-    // is safe (the guard checks too).
-    let mut suspend =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(libc::SIGTSTP))?;
-    let lost = loop {
-        let now = standing.borrow_and_update().clone();
-        let term_at = now.safe_until.checked_sub(grace).unwrap_or(now.safe_until);
-        // Both end in SIGKILL at once, below (the guard kills by itself at the deadline). A loss
-        // the store answered means another may act already; a deadline passed means another
-        // may be granted the lease any moment.
+
+    /// The loss in `now`, or a safe deadline passed. Both end in SIGKILL at once (the guard
+    /// kills by itself at the deadline): a loss the store answered means another may act
+    /// already; a deadline passed means another may be granted the lease any moment.
+    fn lost(&self, now: &leasehold_client::Standing, term_at: Instant) -> Option<Lost> {
         let past_deadline = clock::now() >= now.safe_until;
-        if let Some(lost) = now.lost.or(past_deadline.then_some(Lost::Unrenewed)) {
-            if !terminated && !grace.is_zero() && clock::now() >= term_at {
-                // Woken only past the SIGTERM's time (a loaded machine; CI saw it, before the
-                // loss or the deadline): the guard sent SIGTERM at its time all the same, which
-                // is said here as it would have been.
-                say_terminated(holder.lease(), grace);
-            }
-            break lost;
+        let lost = now
+            .lost
+            .clone()
+            .or(past_deadline.then_some(Lost::Unrenewed))?;
+        if !self.terminated && !self.grace.is_zero() && clock::now() >= term_at {
+            // Woken only past the SIGTERM's time (a loaded machine; CI saw it, before the loss
+            // or the deadline): the guard sent SIGTERM at its time all the same, which is said
+            // here as it would have been.
+            say_terminated(self.holder.lease(), self.grace);
         }
-        if terminated && clock::now() < term_at {
-            // A renewal came through after all; the command got SIGTERM and decides itself.
-            terminated = false;
-        }
-        tokio::select! {
-            status = child.wait() => {
-                let status = status?;
-                if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&status) {
-                    return Ok(guard_killed(holder, signal));
-                }
-                if terminated || clock::now() >= term_at {
-                    // It ended on the guard's SIGTERM of a failing lease, not by itself.
-                    break Lost::Unrenewed;
-                }
-                // The guard exits once nothing the command started runs any more: the lease
-                // can go.
-                // Past the deadline a release is moot: the lease is expiring anyway.
-                let safe_until = holder.safe_until();
-                match tokio::time::timeout_at(clock::timer(safe_until), holder.release()).await {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => eprintln!(
-                        "leasehold hold: the lease was not released ({e}); it expires by itself"
-                    ),
-                    Err(_) => eprintln!(
-                        "leasehold hold: the lease was not released in time; it expires by itself"
-                    ),
-                }
-                // Its session too, briefly: one not closed expires by itself.
-                let _ = tokio::time::timeout(SESSION_CLOSE_WAIT, client.close_session()).await;
-                return Ok(exit_of(status));
-            }
-            changed = standing.changed() => {
-                if changed.is_err() {
-                    break Lost::Unrenewed;
-                }
-                guard.tell(boot_ns(standing.borrow().safe_until));
-                // A loss changes the standing too: said at the loop's top, not as a renewal.
-                if args.verbose && standing.borrow().lost.is_none() {
-                    let renewed = standing.borrow().clone();
-                    eprintln!(
-                        "leasehold hold: renewed; sent at unix ms {}, safe until unix ms {}",
-                        unix_ms(renewed.sent),
-                        unix_ms(renewed.safe_until)
-                    );
-                }
-            }
-            () = clock::sleep_until(term_at), if !terminated => {
-                say_terminated(holder.lease(), grace);
-                // Sent by the guard, to everything the command started, at this same time.
-                terminated = true;
-            }
-            () = clock::sleep_until(now.safe_until) => {}
-            _ = interrupt.recv() => signal_group(pgid, libc::SIGINT),
-            _ = suspend.recv() => {
-                guard.tell(STOP);
-                // SAFETY: raise(3) stops this process until SIGCONT; no memory is shared.
-                unsafe {
-                    libc::raise(libc::SIGSTOP);
-                }
-                if clock::now() < holder.safe_until() {
-                    guard.tell(CONT);
-                }
-                // Past the deadline the guard has killed it, still stopped.
-            }
-            _ = terminate.recv() => signal_group(pgid, libc::SIGTERM),
-        }
-    };
-    // The guard kills everything the command started, and exits. Should it not within the
-    // margin (the time left until the store's own expiry; 20 ms at least, for the guard to walk
-    // the process tree), the process group is killed, guard included.
-    guard.tell(LOST);
-    let backstop = margin.max(Duration::from_millis(20));
-    if tokio::time::timeout(backstop, child.wait()).await.is_err() {
-        signal_group(pgid, libc::SIGKILL);
-        let _ = child.wait().await;
+        Some(lost)
     }
-    eprintln!(
-        "leasehold hold: lease {} lost ({lost}); the command was killed",
-        holder.lease()
-    );
-    Ok(Exit::Code(LOST_EXIT))
+
+    /// A new standing: its deadline to the guard, and with -v a line.
+    fn renewed(&self) {
+        let renewed = self.standing.borrow().clone();
+        self.guard.tell(boot_ns(renewed.safe_until));
+        // A loss changes the standing too: said by `lost`, not as a renewal.
+        if self.verbose && renewed.lost.is_none() {
+            eprintln!(
+                "leasehold hold: renewed; sent at unix ms {}, safe until unix ms {}",
+                unix_ms(renewed.sent),
+                unix_ms(renewed.safe_until)
+            );
+        }
+    }
+
+    /// Ctrl-Z: the guard stops the command, `hold` stops itself; on SIGCONT the command goes
+    /// on only while the holding is safe.
+    fn suspend(&self) {
+        self.guard.tell(STOP);
+        // SAFETY: raise(3) stops this process until SIGCONT; no memory is shared.
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+        }
+        if clock::now() < self.holder.safe_until() {
+            self.guard.tell(CONT);
+        }
+        // Past the deadline the guard has killed it, still stopped.
+    }
+
+    /// The command ended by itself, and the guard once nothing it started runs any more: the
+    /// lease goes, and the command's exit is `hold`'s.
+    async fn release(self, status: std::process::ExitStatus) -> Exit {
+        // Past the deadline a release is moot: the lease is expiring anyway.
+        let safe_until = self.holder.safe_until();
+        match tokio::time::timeout_at(clock::timer(safe_until), self.holder.release()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                eprintln!("leasehold hold: the lease was not released ({e}); it expires by itself")
+            }
+            Err(_) => eprintln!(
+                "leasehold hold: the lease was not released in time; it expires by itself"
+            ),
+        }
+        // Its session too, briefly: one not closed expires by itself.
+        let _ = tokio::time::timeout(SESSION_CLOSE_WAIT, self.client.close_session()).await;
+        exit_of(status)
+    }
+
+    /// The lease is lost: the guard kills everything the command started, and exits. Should
+    /// it not within the margin (the time left until the store's own expiry; 20 ms at least,
+    /// for the guard to walk the process tree), the process group is killed, guard included.
+    async fn kill(mut self, lost: Lost, margin: Duration) -> Exit {
+        self.guard.tell(LOST);
+        let backstop = margin.max(Duration::from_millis(20));
+        if tokio::time::timeout(backstop, self.child.wait())
+            .await
+            .is_err()
+        {
+            signal_group(self.pgid, libc::SIGKILL);
+            let _ = self.child.wait().await;
+        }
+        eprintln!(
+            "leasehold hold: lease {} lost ({lost}); the command was killed",
+            self.holder.lease()
+        );
+        Exit::Code(LOST_EXIT)
+    }
 }
 
 /// What `hold` says when the guard SIGTERMs the command, `grace` before the safe deadline.
