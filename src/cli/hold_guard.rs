@@ -15,6 +15,7 @@
 //! Single threaded and without the async runtime, so that blocking signals here blocks them for
 //! the whole process.
 
+use std::ops::ControlFlow;
 use std::os::unix::process::CommandExt;
 
 /// A message of `hold` on the pipe: a new safe deadline, in CLOCK_BOOTTIME nanoseconds (a clock
@@ -140,9 +141,41 @@ fn exit_code(status: libc::c_int) -> u8 {
 
 /// Runs the guard; the exit code is the command's.
 pub fn run(args: GuardArgs) -> u8 {
-    let grace_ns = args.grace_ms.saturating_mul(1_000_000);
+    let signals = block_signals(args.fd);
+    let mut pipe = Pipe {
+        fd: args.fd,
+        partial: Vec::new(),
+        until: args.until_ns,
+        gone: false,
+    };
+    // The deadline is checked once more, and a loss `hold` already sent read, before anything
+    // starts.
+    pipe.read();
+    if pipe.gone || pipe.until <= boot_ns() || parent() != args.hold_pid {
+        return KILLED;
+    }
+    let child = match spawn(&args.command) {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("error: cannot run {:?}: {e}", args.command[0]);
+            return 1;
+        }
+    };
+    let watch = Watch {
+        child,
+        pipe,
+        signals,
+        grace_ns: args.grace_ms.saturating_mul(1_000_000),
+        hold_pid: args.hold_pid,
+    };
+    watch.run()
+}
+
+/// Blocks the signals that would stop or kill the guard, adopts orphans, readies `hold`'s pipe
+/// (`fd`); a signalfd of the wake-ups, or -1.
+fn block_signals(fd: libc::c_int) -> libc::c_int {
     // SAFETY: plain system calls on values we own; the process is single threaded here.
-    let signals = unsafe {
+    unsafe {
         // Blocked, these cannot stop the guard (SIGTSTP, SIGTTIN, SIGTTOU) nor kill it
         // (SIGINT, SIGTERM and SIGQUIT that `hold` or a user sends to the process group are
         // for the command); a blocked SIGTTOU also lets it write to the terminal. SIGCHLD and
@@ -169,29 +202,21 @@ pub fn run(args: GuardArgs) -> u8 {
         // Orphans of the command's descendants become ours, not init's.
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
         // The command must not inherit the pipe; reads must never block the loop.
-        libc::fcntl(args.fd, libc::F_SETFD, libc::FD_CLOEXEC);
-        libc::fcntl(args.fd, libc::F_SETFL, libc::O_NONBLOCK);
+        libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK);
         libc::signalfd(-1, &wake, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK)
-    };
-    let mut pipe = Pipe {
-        fd: args.fd,
-        partial: Vec::new(),
-        until: args.until_ns,
-        gone: false,
-    };
-    // The deadline is checked once more, and a loss `hold` already sent read, before anything
-    // starts.
-    pipe.read();
-    if pipe.gone || pipe.until <= boot_ns() || parent() != args.hold_pid {
-        return KILLED;
     }
-    let mut command = std::process::Command::new(&args.command[0]);
-    command.args(&args.command[1..]);
+}
+
+/// Starts `command`, which dies with the guard and gets the signals the guard blocked: its pid.
+fn spawn(command: &[String]) -> std::io::Result<libc::pid_t> {
+    let mut spawned = std::process::Command::new(&command[0]);
+    spawned.args(&command[1..]);
     let guard_pid = std::process::id() as libc::pid_t;
     // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid,
     // sigprocmask), and nothing is allocated.
     unsafe {
-        command.pre_exec(move || {
+        spawned.pre_exec(move || {
             // The command dies with the guard, whatever kills the guard.
             signalled_when_parent_dies(guard_pid, libc::SIGKILL)?;
             // What the guard blocked, the command gets as usual.
@@ -201,50 +226,87 @@ pub fn run(args: GuardArgs) -> u8 {
             Ok(())
         });
     }
-    let child = match command.spawn() {
-        Ok(child) => child.id() as libc::pid_t,
-        Err(e) => {
-            eprintln!("error: cannot run {:?}: {e}", args.command[0]);
-            return 1;
-        }
-    };
-    let mut status = None;
-    let mut terminated = false;
-    let timer = BootTimer::new();
-    // Once the command has ended: until when what it left running may take its SIGTERM.
-    let mut finish_by = None;
-    loop {
-        reap(child, &mut status);
-        let now = boot_ns();
-        let due = step(now, pipe.until, grace_ns, terminated);
-        if pipe.gone || parent() != args.hold_pid || due.kill {
-            kill_all();
-            return status.map_or(KILLED, exit_code);
-        }
-        if due.term {
-            signal_all(libc::SIGTERM);
-        }
-        terminated = due.terminated;
-        let mut wake_at = due.wake_at;
-        if let Some(status) = status {
-            let by = *finish_by.get_or_insert_with(|| {
-                signal_all(libc::SIGTERM);
-                now + grace_ns
-            });
-            if descendants().is_empty() {
-                return exit_code(status);
-            }
-            if now >= by {
+    Ok(spawned.spawn()?.id() as libc::pid_t)
+}
+
+/// The command running, and what the guard watches: `hold`'s pipe, its signals, the clock.
+struct Watch {
+    child: libc::pid_t,
+    pipe: Pipe,
+    /// The signalfd of SIGCHLD and SIGHUP, or -1.
+    signals: libc::c_int,
+    grace_ns: u64,
+    hold_pid: libc::pid_t,
+}
+
+impl Watch {
+    /// Until the command and all it started have ended, or have been killed: the exit code.
+    fn run(mut self) -> u8 {
+        let mut status = None;
+        let mut terminated = false;
+        let timer = BootTimer::new();
+        // Once the command has ended: until when what it left running may take its SIGTERM.
+        let mut finish_by = None;
+        loop {
+            reap(self.child, &mut status);
+            let now = boot_ns();
+            let due = step(now, self.pipe.until, self.grace_ns, terminated);
+            if self.pipe.gone || parent() != self.hold_pid || due.kill {
                 kill_all();
-                return exit_code(status);
+                return status.map_or(KILLED, exit_code);
             }
-            // Their deaths are not all ours to be told of: look again soon.
-            wake_at = wake_at.min(by).min(now + 10_000_000);
+            if due.term {
+                signal_all(libc::SIGTERM);
+            }
+            terminated = due.terminated;
+            let mut wake_at = due.wake_at;
+            if let Some(status) = status {
+                match self.finish(status, now, &mut finish_by) {
+                    ControlFlow::Break(exit) => return exit,
+                    ControlFlow::Continue(look_at) => wake_at = wake_at.min(look_at),
+                }
+            }
+            if self.signals < 0 {
+                // No signalfd: no word of the command's end but by looking.
+                wake_at = wake_at.min(now + 20_000_000);
+            }
+            self.wait(&timer, now, wake_at);
+            for message in self.pipe.read() {
+                match message {
+                    STOP => signal_all(libc::SIGSTOP),
+                    CONT if boot_ns() < self.pipe.until => signal_all(libc::SIGCONT),
+                    _ => {}
+                }
+            }
         }
-        if signals < 0 {
-            // No signalfd: no word of the command's end but by looking.
-            wake_at = wake_at.min(now + 20_000_000);
+    }
+
+    /// The command has ended with `status`: what it left running gets SIGTERM, and SIGKILL
+    /// once the grace is over (`finish_by`). The exit once nothing is left, or when to look
+    /// again.
+    fn finish(
+        &self,
+        status: libc::c_int,
+        now: u64,
+        finish_by: &mut Option<u64>,
+    ) -> ControlFlow<u8, u64> {
+        let by = *finish_by.get_or_insert_with(|| {
+            signal_all(libc::SIGTERM);
+            now + self.grace_ns
+        });
+        if descendants().is_empty() {
+            return ControlFlow::Break(exit_code(status));
         }
+        if now >= by {
+            kill_all();
+            return ControlFlow::Break(exit_code(status));
+        }
+        // Their deaths are not all ours to be told of: look again soon.
+        ControlFlow::Continue(by.min(now + 10_000_000))
+    }
+
+    /// Waits until `wake_at` (CLOCK_BOOTTIME ns), a message of `hold` or a signal.
+    fn wait(&self, timer: &BootTimer, now: u64, wake_at: u64) {
         let wait = wake_at.saturating_sub(now);
         let timeout = libc::timespec {
             tv_sec: (wait / 1_000_000_000) as libc::time_t,
@@ -256,20 +318,13 @@ pub fn run(args: GuardArgs) -> u8 {
             events: libc::POLLIN,
             revents: 0,
         };
-        let mut fds = [polled(pipe.fd), polled(signals), polled(timer.0)];
+        let mut fds = [polled(self.pipe.fd), polled(self.signals), polled(timer.0)];
         // SAFETY: ppoll on our own array; the signalfd is drained into a buffer we own.
         unsafe {
             libc::ppoll(fds.as_mut_ptr(), 3, &timeout, std::ptr::null());
             timer.drain();
             let mut info = [0u8; 128 * 8];
-            while libc::read(signals, info.as_mut_ptr().cast(), info.len()) > 0 {}
-        }
-        for message in pipe.read() {
-            match message {
-                STOP => signal_all(libc::SIGSTOP),
-                CONT if boot_ns() < pipe.until => signal_all(libc::SIGCONT),
-                _ => {}
-            }
+            while libc::read(self.signals, info.as_mut_ptr().cast(), info.len()) > 0 {}
         }
     }
 }
