@@ -77,6 +77,32 @@ pub async fn run(mut args: ClusterArgs) -> anyhow::Result<Exit> {
     if args.http_port.is_none() {
         args.http_port = args.port.checked_add(HTTP_PORT_OFFSET);
     }
+    let (peer_port, addrs) = plane_addrs(&args)?;
+    std::fs::create_dir_all(&args.dir)?;
+    let dir = args.dir.canonicalize()?;
+    check_layout(&dir, &args, peer_port)?;
+    let resumed = dir.join("node-1").exists();
+    check_free(&addrs, &args)?;
+    // The console's buttons reach this process through it.
+    let control = console_control::listen(1..=args.nodes).await?;
+    let cluster = LocalCluster::new(&std::env::current_exe()?, &dir, &addrs, args.manual_clock)
+        .with_shared_cores()
+        .with_env(CONSOLE_CONTROL_ENV, &control.env_value());
+    let (cluster, identities) = with_tls(cluster, &args, &dir, resumed)?;
+    let mut cluster = with_side_ports(cluster, &args);
+    cluster.start_all()?;
+
+    print_started(&cluster, &args, &dir, resumed);
+    let tls = announce(&cluster, &identities).await?;
+    let outcome = monitor(&mut cluster, tls, control).await;
+    cluster.stop_all(Duration::from_secs(5));
+    println!("all nodes stopped");
+    outcome
+}
+
+/// The first peer port, and each node's client and peer address: ports that fit below 65536
+/// and do not overlap.
+fn plane_addrs(args: &ClusterArgs) -> anyhow::Result<(u16, Vec<PlaneAddrs>)> {
     let peer_port = match args.peer_port {
         Some(port) => port,
         None => args.port.checked_add(PEER_PORT_OFFSET).ok_or_else(|| {
@@ -103,12 +129,7 @@ pub async fn run(mut args: ClusterArgs) -> anyhow::Result<Exit> {
         peers.start,
         peers.end - 1
     );
-    std::fs::create_dir_all(&args.dir)?;
-    let dir = args.dir.canonicalize()?;
-    check_layout(&dir, &args, peer_port)?;
-    let resumed = dir.join("node-1").exists();
-
-    let addrs: Vec<PlaneAddrs> = clients
+    let addrs = clients
         .zip(peers)
         .map(|(client, peer)| PlaneAddrs {
             client: format!("127.0.0.1:{client}"),
@@ -117,30 +138,49 @@ pub async fn run(mut args: ClusterArgs) -> anyhow::Result<Exit> {
             held: Vec::new(),
         })
         .collect();
-    check_free(&addrs, &args)?;
-    // The console's buttons reach this process through it.
-    let control = console_control::listen(1..=args.nodes).await?;
-    let mut cluster = LocalCluster::new(&std::env::current_exe()?, &dir, &addrs, args.manual_clock)
-        .with_shared_cores()
-        .with_env(CONSOLE_CONTROL_ENV, &control.env_value());
-    let mut admin = None;
-    let client_tls = if args.tls {
-        let certs = crate::tls::certs::ensure(&dir, args.nodes)?;
-        cluster = cluster.with_tls(&certs);
-        // A new cluster starts with authorization on (a set made before the admin
-        // certificate, without its CA's key, has none to start it with).
-        if let (false, Some(files)) = (resumed, certs.admin()) {
-            cluster = cluster.with_auth(ADMIN_NAME);
-            admin = Some(files);
-        }
-        Some(certs.client())
-    } else {
-        None
-    };
-    let mut cluster = with_side_ports(cluster, &args);
-    cluster.start_all()?;
+    Ok((peer_port, addrs))
+}
 
-    print_started(&cluster, &args, &dir, resumed);
+/// With --tls, the certificates a client shows: the one `cluster` prints, and the admin's
+/// when a new cluster starts with authorization on.
+#[derive(Default)]
+struct Identities {
+    client: Option<TlsFiles>,
+    admin: Option<TlsFiles>,
+}
+
+/// `cluster` with TLS, if --tls, and authorization on if the cluster is new.
+fn with_tls(
+    cluster: LocalCluster,
+    args: &ClusterArgs,
+    dir: &std::path::Path,
+    resumed: bool,
+) -> anyhow::Result<(LocalCluster, Identities)> {
+    if !args.tls {
+        return Ok((cluster, Identities::default()));
+    }
+    let certs = crate::tls::certs::ensure(dir, args.nodes)?;
+    let mut cluster = cluster.with_tls(&certs);
+    let mut identities = Identities {
+        client: Some(certs.client()),
+        admin: None,
+    };
+    // A new cluster starts with authorization on (a set made before the admin certificate,
+    // without its CA's key, has none to start it with).
+    if let (false, Some(files)) = (resumed, certs.admin()) {
+        cluster = cluster.with_auth(ADMIN_NAME);
+        identities.admin = Some(files);
+    }
+    Ok((cluster, identities))
+}
+
+/// Prints what a client needs (endpoints, TLS files, the admin's grants, a first command),
+/// granting the client's role first on a new authorized cluster; the TLS `cluster` dials its
+/// nodes with.
+async fn announce(
+    cluster: &LocalCluster,
+    identities: &Identities,
+) -> anyhow::Result<Option<tonic::transport::ClientTlsConfig>> {
     let endpoints = cluster.endpoints().join(",");
     println!("endpoints: {endpoints}");
     let flag = if endpoints == super::DEFAULT_ENDPOINTS {
@@ -148,7 +188,7 @@ pub async fn run(mut args: ClusterArgs) -> anyhow::Result<Exit> {
     } else {
         format!(" --endpoints {endpoints}")
     };
-    let tls = match &client_tls {
+    let tls = match &identities.client {
         Some(files) => {
             println!(
                 "TLS on; a client needs: export LEASEHOLD_TLS_CA={} LEASEHOLD_TLS_CERT={} \
@@ -161,9 +201,8 @@ pub async fn run(mut args: ClusterArgs) -> anyhow::Result<Exit> {
         }
         None => None,
     };
-    if let Some(files) = &admin {
-        let endpoints: Vec<String> = cluster.endpoints();
-        grant_the_client_role(&endpoints, files).await?;
+    if let Some(files) = &identities.admin {
+        grant_the_client_role(&cluster.endpoints(), files).await?;
         println!(
             "authorization on: {ADMIN_NAME} ({}) is the admin; {CLIENT_NAME} may read, \
              write and delete every key, and hold any lease as {CLIENT_NAME} or \
@@ -172,11 +211,7 @@ pub async fn run(mut args: ClusterArgs) -> anyhow::Result<Exit> {
         );
     }
     println!("try: leasehold status --watch{flag}    (Ctrl-C here stops every node)");
-
-    let outcome = monitor(&mut cluster, tls, control).await;
-    cluster.stop_all(Duration::from_secs(5));
-    println!("all nodes stopped");
-    outcome
+    Ok(tls)
 }
 
 /// Refuses ports another process holds: the nodes' client and peer ports, and their HTTP
