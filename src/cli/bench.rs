@@ -386,8 +386,6 @@ impl Backend {
         seq: u64,
         choice: u64,
     ) -> Result<Done, String> {
-        let (slot, action) = ((choice % MIXED_LEASES) as usize, (choice >> 8) % 4);
-        let contended = format!("mixed-{}-{slot}", ctx.run_id);
         match self {
             Backend::Leasehold {
                 client,
@@ -415,27 +413,12 @@ impl Backend {
                         .map(|r| accepted(written(&r))),
                     Workload::Get => client.get(&names.key).await.map(|_| Done::Accepted),
                     Workload::List => list_page(client, page_token).await,
-                    Workload::Mixed => match action {
-                        0 => client
-                            .acquire(&contended, &names.holder, 1_000)
+                    Workload::Mixed => {
+                        let mixed = Mixed::of(ctx.run_id, choice);
+                        mixed
+                            .leasehold(client, &names.holder, mixed_tokens, &ctx.value)
                             .await
-                            .map(|r| match granted(&r) {
-                                Some(t) => {
-                                    mixed_tokens[slot] = t;
-                                    Done::Accepted
-                                }
-                                None => Done::Refused,
-                            }),
-                        1 if mixed_tokens[slot] > 0 => client
-                            .put(
-                                &contended,
-                                &ctx.value,
-                                Some((&contended, mixed_tokens[slot])),
-                            )
-                            .await
-                            .map(|r| accepted(written(&r))),
-                        _ => client.get(&contended).await.map(|_| Done::Accepted),
-                    },
+                    }
                 };
                 result.map_err(|e| e.to_string())
             }
@@ -459,19 +442,74 @@ impl Backend {
                         .map(|()| Done::Accepted),
                     Workload::Get => etcd.get(&names.key).await.map(|()| Done::Accepted),
                     Workload::List => return Err(LEASEHOLDS_ONLY.into()),
-                    Workload::Mixed => match action {
-                        0 => etcd.acquire(&contended, 1).await.map(accepted),
-                        1 if etcd.lock_revision > 0 => {
-                            let data = format!("{contended}-data");
-                            etcd.fenced_put(&contended, &data, &ctx.value)
-                                .await
-                                .map(accepted)
-                        }
-                        _ => etcd.get(&contended).await.map(|()| Done::Accepted),
-                    },
+                    Workload::Mixed => Mixed::of(ctx.run_id, choice).etcd(etcd, &ctx.value).await,
                 };
                 result.map_err(|status| format!("{:?}: {}", status.code(), status.message()))
             }
+        }
+    }
+}
+
+/// One step of the mixed workload: on one of the contended leases, an acquire, a fenced put
+/// under the token last granted to the client, or a read, as `choice` picks.
+struct Mixed {
+    slot: usize,
+    action: u64,
+    contended: String,
+}
+
+impl Mixed {
+    fn of(run_id: u128, choice: u64) -> Mixed {
+        let slot = (choice % MIXED_LEASES) as usize;
+        Mixed {
+            slot,
+            action: (choice >> 8) % 4,
+            contended: format!("mixed-{run_id}-{slot}"),
+        }
+    }
+
+    async fn leasehold(
+        &self,
+        client: &LeaseClient,
+        holder: &str,
+        tokens: &mut [u64; MIXED_LEASES as usize],
+        value: &[u8],
+    ) -> Result<Done, leasehold_client::ClientError> {
+        let contended = &self.contended;
+        match self.action {
+            0 => client
+                .acquire(contended, holder, 1_000)
+                .await
+                .map(|r| match granted(&r) {
+                    Some(t) => {
+                        tokens[self.slot] = t;
+                        Done::Accepted
+                    }
+                    None => Done::Refused,
+                }),
+            1 if tokens[self.slot] > 0 => client
+                .put(contended, value, Some((contended, tokens[self.slot])))
+                .await
+                .map(|r| accepted(written(&r))),
+            _ => client.get(contended).await.map(|_| Done::Accepted),
+        }
+    }
+
+    #[cfg(feature = "etcd")]
+    async fn etcd(
+        &self,
+        etcd: &mut super::bench_etcd::Etcd,
+        value: &[u8],
+    ) -> Result<Done, tonic::Status> {
+        match self.action {
+            0 => etcd.acquire(&self.contended, 1).await.map(accepted),
+            1 if etcd.lock_revision > 0 => {
+                let data = format!("{}-data", self.contended);
+                etcd.fenced_put(&self.contended, &data, value)
+                    .await
+                    .map(accepted)
+            }
+            _ => etcd.get(&self.contended).await.map(|()| Done::Accepted),
         }
     }
 }
