@@ -218,6 +218,39 @@ fn promise_renewals(held: &mut BTreeMap<&str, Holding>, a: &Replayed, ack: Optio
     }
 }
 
+/// The anomaly when `holder` was granted `lease` (token `token`, by `a`, acknowledged as `ack`)
+/// before the promise made to `previous`, another holder, ran out.
+fn granted_early(
+    previous: &Holding,
+    lease: &str,
+    holder: &str,
+    token: u64,
+    a: &Replayed,
+    ack: Option<&&Operation>,
+) -> Option<Anomaly> {
+    let (promised, op) = (previous.promise?, ack?);
+    if previous.holder == holder || op.completed_ns + ROUNDING_NS >= promised.until_ns {
+        return None;
+    }
+    Some(Anomaly::new(
+        "real-time exclusion",
+        format!(
+            "{holder:?} was granted {lease:?} (token {token}, index {}, store time {}) at {} ns, \
+             but {:?} (token {}) had been promised it until {} ns (by index {}, expiring at store \
+             time {}): {} ms early",
+            a.index,
+            a.store_time_ms,
+            op.completed_ns,
+            previous.holder,
+            previous.token,
+            promised.until_ns,
+            promised.index,
+            promised.expires_at_ms,
+            (promised.until_ns - op.completed_ns) / 1_000_000
+        ),
+    ))
+}
+
 /// The README's headline claim, in real time as the clients measured it: a grant of a lease to a
 /// new holder completes no earlier than the previous holder's acquire (or renewal) was sent plus
 /// its TTL, unless that holder released it in between. Judged from the history's clock, not from
@@ -263,30 +296,11 @@ pub fn real_time_exclusion(history: &[Operation], applied: &[Replayed]) -> Vec<A
                     }
                     continue;
                 }
-                if let (Some(previous), Some(op)) = (held.get(lease.as_str()), ack) {
-                    if let Some(promised) = previous.promise {
-                        if previous.holder != holder
-                            && op.completed_ns + ROUNDING_NS < promised.until_ns
-                        {
-                            anomalies.push(Anomaly::new(
-                                "real-time exclusion",
-                                format!(
-                                    "{holder:?} was granted {lease:?} (token {token}, index {}, store \
-                                     time {}) at {} ns, but {:?} (token {}) had been promised it \
-                                     until {} ns (by index {}, expiring at store time {}): {} ms early",
-                                    a.index,
-                                    a.store_time_ms,
-                                    op.completed_ns,
-                                    previous.holder,
-                                    previous.token,
-                                    promised.until_ns,
-                                    promised.index,
-                                    promised.expires_at_ms,
-                                    (promised.until_ns - op.completed_ns) / 1_000_000
-                                ),
-                            ));
-                        }
-                    }
+                let previous = held.get(lease.as_str());
+                if let Some(early) =
+                    previous.and_then(|p| granted_early(p, lease, holder, *token, a, ack))
+                {
+                    anomalies.push(early);
                 }
                 held.insert(
                     lease,
