@@ -208,12 +208,9 @@ async fn every_json_answer_keeps_its_keys() {
 /// out its 10 s; `--timeout` (with a unit) bounds a call that keeps failing otherwise.
 #[test]
 fn a_command_with_nothing_listening_says_so_at_once() {
-    let closed: Vec<String> = (0..3)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect::<Vec<_>>()
-        .iter()
-        .map(|l| l.local_addr().unwrap().to_string())
-        .collect();
+    // Held, so that no node another test starts listens on one meanwhile.
+    let held = leasehold::cli::local::HeldPort::any(3).unwrap();
+    let closed: Vec<String> = held.iter().map(|port| port.addr()).collect();
     let started = Instant::now();
     let out = harness::cli(&closed, &["put", "k", "v"]);
     assert!(

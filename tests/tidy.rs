@@ -26,8 +26,7 @@ const FUNCTION_LINES_MAX: usize = 70;
 
 /// The functions longer than [`FUNCTION_LINES_MAX`] today: (path from the workspace, name,
 /// length in lines). A listed function may not grow; once it is split to 70 lines or fewer (or
-/// is gone) the test asks for its entry to be removed, so the list can only shrink. Empty since
-/// `hold`, its guard, `cluster`, `bench`'s step and the real-time check were split.
+/// is gone) the test asks for its entry to be removed, so the list can only shrink.
 #[rustfmt::skip]
 const LONGER: &[(&str, &str, usize)] = &[
 ];

@@ -95,12 +95,12 @@ class LocalCluster:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
 
-    def leader(self, client: leasehold.Client) -> int:
+    def leader(self, client: leasehold.Client, within: float = 20.0) -> int:
         def agreed() -> Optional[int]:
             leaders = {n.leader for n in client.status() if n.role != 5 and n.leader}
             return leaders.pop() if len(leaders) == 1 else None
 
-        return wait_for("one leader", agreed)
+        return wait_for("one leader", agreed, within)
 
     def stop(self) -> None:
         for i in list(self.procs):

@@ -190,10 +190,11 @@ def test_a_call_no_node_answers_says_so_and_a_write_sent_nowhere_is_not_indeterm
 def test_a_client_that_called_before_its_nodes_listen_reaches_them_once_they_do(tmp_path):
     """A service started beside its cluster (one boot, one deploy) calls before the nodes listen.
     Under grpcio 1.75.1 to 1.78.2 such a client could fail to connect for 20 s and more after the
-    nodes served ("Timeout occurred: FD Shutdown"); from 1.80.0 it reaches them at once, which is
-    why the package needs grpcio>=1.80. Three clusters, as the failure did not come every time."""
-    for round in range(3):
-        root = tmp_path / f"round-{round}"
+    nodes served ("Timeout occurred: FD Shutdown"); from 1.80.0 it reaches them within a few
+    seconds (an election's), which is why the package needs grpcio>=1.80. Three clusters, as the
+    failure did not come every time."""
+    for attempt in range(3):
+        root = tmp_path / f"cluster-{attempt}"
         root.mkdir()
         cluster = LocalCluster(root)
         try:
@@ -202,7 +203,7 @@ def test_a_client_that_called_before_its_nodes_listen_reaches_them_once_they_do(
                     client.status()
                 for i in cluster.ids:
                     cluster.start(i)
-                cluster.leader(client)
+                cluster.leader(client, within=10.0)
         finally:
             cluster.stop()
 
