@@ -31,10 +31,11 @@ def held_port() -> socket.socket:
     """A loopback port held for a node until the socket is closed, across the node's kills and
     restarts: bound without SO_REUSEADDR (which fails if any socket is bound there), then marked
     SO_REUSEADDR so that the node's own bind shares it; never listening, so a node that is down
-    refuses connections. No other bind and no outgoing connection takes it meanwhile, which a port
-    picked while free and released could lose: in CI a node refused to start ("Address already in
-    use") and its cluster, one node short, lost its quorum at the first kill. The Rust harness
-    holds its ports the same way (``HeldPort`` in src/cli/local.rs)."""
+    refuses connections. No port-0 bind, no bind without SO_REUSEADDR and no outgoing connection
+    takes it meanwhile, which a port picked while free and released could lose: in CI a node
+    refused to start ("Address already in use") and its cluster, one node short, lost its quorum
+    at the first kill. Linux's rule (the BSDs would ask SO_REUSEPORT of the node's bind too); the
+    Rust harness holds its ports the same way (``HeldPort`` in src/cli/local.rs)."""
     held = socket.socket()
     try:
         held.bind(("127.0.0.1", 0))
