@@ -430,10 +430,21 @@ async fn a_caller_without_an_identity_opens_no_session_while_authorization_is_on
 #[tokio::test(flavor = "multi_thread")]
 async fn a_watch_follows_only_what_its_identity_may_read_and_ends_when_revoked() {
     let h = Harness::start_authorized(3, false).await;
-    role_for(
+    let bound = role_for(
         &h.client,
         "team-a",
         vec![grant("read-leases", "a/"), grant("hold", "a/")],
+    )
+    .await;
+    // A watch is served, and authorized, by the node it reaches, under the policy that node has
+    // applied: CI saw the watch below refused by a follower that had not applied the binding yet.
+    wait_for(
+        "every node to apply the binding",
+        Duration::from_secs(10),
+        || async {
+            let nodes = h.client.status().await.ok()?;
+            nodes.iter().all(|n| n.applied_index >= bound).then_some(())
+        },
     )
     .await;
     let a = h.client_as("team-a");
