@@ -436,8 +436,8 @@ async fn a_watch_follows_only_what_its_identity_may_read_and_ends_when_revoked()
         vec![grant("read-leases", "a/"), grant("hold", "a/")],
     )
     .await;
-    // A watch is served, and authorized, by the node it reaches, under the policy that node has
-    // applied: CI saw the watch below refused by a follower that had not applied the binding yet.
+    // Every node in force, so that the revocation below is the only change a watch sees (a
+    // follower behind a grant is a_watch_on_a_follower_behind_a_grant_starts_once_the_grant_...).
     wait_for(
         "every node to apply the binding",
         Duration::from_secs(10),
@@ -471,6 +471,35 @@ async fn a_watch_follows_only_what_its_identity_may_read_and_ends_when_revoked()
         .expect("the watch to end")
         .expect_err("a refusal, not an event");
     assert_eq!(ended.code(), Code::PermissionDenied, "{ended}");
+}
+
+/// A grant is in force from its log index, on every node once it applies it: a watch sent to a
+/// follower that has not applied the grant yet must not be refused for good. The follower's
+/// denial is its own (the leader, whose policy may be newer, has the last word), so the client
+/// asks again and the watch starts. Before, the follower's policy refused it with
+/// PERMISSION_DENIED, which a client takes as final.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_on_a_follower_behind_a_grant_starts_once_the_grant_is_in_force() {
+    let h = Harness::start_authorized(3, false).await;
+    let leader = h.leader().await;
+    let behind = (1..=3).find(|id| *id != leader).unwrap();
+    h.cluster.signal(behind, libc::SIGSTOP);
+    role_for(&h.client, "team-a", vec![grant("read-leases", "a/")]).await;
+    // Sent while the follower is stopped: it reads the watch as it wakes, beside the leader's
+    // entries, which it may not have applied yet.
+    let a = h.client_of_nodes_as(&[behind], "team-a");
+    let mut watch = a.watch(WatchSelect::Prefix("a/".into()), WatchFrom::Now);
+    let woken = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        h.cluster.signal(behind, libc::SIGCONT);
+    };
+    let (started, ()) = tokio::join!(
+        tokio::time::timeout(Duration::from_secs(15), watch.started()),
+        woken
+    );
+    started
+        .expect("the watch to start within 15 s")
+        .expect("the watch to start, not to be refused");
 }
 
 /// A listing shows an identity the leases and rows it may read, and reads nothing else: its
