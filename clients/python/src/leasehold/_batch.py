@@ -22,7 +22,7 @@ import queue
 import threading
 import time
 import weakref
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import grpc
 
@@ -71,7 +71,8 @@ class Stream:
 
     def __init__(self, owner: "Batches") -> None:
         self.owner = owner
-        self.queued: "queue.SimpleQueue[Optional[pb.BatchCall]]" = queue.SimpleQueue()
+        # Each call with its size in a message, measured once, when it was queued.
+        self.queued: "queue.SimpleQueue[Optional[Tuple[pb.BatchCall, int]]]" = queue.SimpleQueue()
         self.waiting: Dict[int, Slot] = {}
         self.lock = threading.Lock()
         self.ended = False
@@ -81,13 +82,14 @@ class Stream:
     def is_open(self) -> bool:
         return not self.ended
 
-    def send(self, call: pb.BatchCall, slot: Slot) -> bool:
-        """Queues ``call``; False if the stream has ended (nothing was queued)."""
+    def send(self, call: pb.BatchCall, size: int, slot: Slot) -> bool:
+        """Queues ``call``, ``size`` bytes in a message; False if the stream has ended (nothing
+        was queued)."""
         with self.lock:
             if self.ended:
                 return False
             self.waiting[call.id] = slot
-        self.queued.put(call)
+        self.queued.put((call, size))
         return True
 
     def forget(self, call_id: int) -> None:
@@ -100,26 +102,26 @@ class Stream:
     def messages(self):
         """The stream's messages: every call queued when one is sent, within the limits; the
         stream's side ends at ``close``."""
-        held: Optional[pb.BatchCall] = None
+        held: Optional[Tuple[pb.BatchCall, int]] = None
         while True:
             first = held if held is not None else self.queued.get()
             if first is None:
                 return
             held, closing = None, False
-            calls, size = [first], first.ByteSize() + CALL_OVERHEAD_BYTES
+            calls, size = [first[0]], first[1]
             while len(calls) < MAX_BATCH_CALLS:
                 try:
-                    call = self.queued.get_nowait()
+                    queued = self.queued.get_nowait()
                 except queue.Empty:
                     break
-                if call is None:
+                if queued is None:
                     closing = True
                     break
-                if size + call.ByteSize() + CALL_OVERHEAD_BYTES > MAX_BATCH_MESSAGE_BYTES:
-                    held = call
+                if size + queued[1] > MAX_BATCH_MESSAGE_BYTES:
+                    held = queued
                     break
-                calls.append(call)
-                size += call.ByteSize() + CALL_OVERHEAD_BYTES
+                calls.append(queued[0])
+                size += queued[1]
             yield pb.BatchRequest(calls=calls)
             if closing:
                 return
@@ -245,7 +247,8 @@ class Batches:
         """``request`` sent on the stream and its settled slot; None where it goes unary: a
         node that serves no stream, or a call too big for a message of its own."""
         call = pb.BatchCall(id=next(self.ids), timeout_ms=max(1, int(timeout * 1000)), **{field: request})
-        if call.ByteSize() + CALL_OVERHEAD_BYTES > MAX_BATCH_MESSAGE_BYTES:
+        size = call.ByteSize() + CALL_OVERHEAD_BYTES
+        if size > MAX_BATCH_MESSAGE_BYTES:
             return None
         slot = Slot()
         # A stream found ended took nothing: once more on a new one.
@@ -253,7 +256,7 @@ class Batches:
             stream = self.open()
             if stream is None:
                 return None
-            if stream.send(call, slot):
+            if stream.send(call, size, slot):
                 with self.lock:
                     self.sent += 1
                 break
@@ -294,7 +297,8 @@ if hasattr(os, "register_at_fork"):
 
 
 def close_all(every: List[Batches]) -> None:
-    """Ends the streams of a client that was dropped without ``close``, so their threads end."""
+    """Ends a client's streams, so their threads end: at ``close``, or once the client is
+    dropped without it."""
     for batches in every:
         batches.close()
 
