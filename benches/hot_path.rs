@@ -4,6 +4,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use leasehold::lease::etcd::{EtcdOp, PutRequest, RequestOp, Txn};
 use leasehold::lease::{Batch, Command, Fence, LeaseTable, Op, RequestId};
 use leasehold::raft::{LogStore, TypeConfig};
 use openraft::storage::RaftLogStorageExt;
@@ -73,6 +74,34 @@ fn apply(c: &mut Criterion) {
     });
 }
 
+fn apply_etcd(c: &mut Criterion) {
+    // etcd's keyspace with 10,000 keys, each put a Txn of one op, as the etcd API logs a Put.
+    let put = |key: String| Command {
+        at_ms: Some(1),
+        request: None,
+        op: Op::Etcd(EtcdOp::Txn(Txn {
+            compare: vec![],
+            success: vec![RequestOp::Put(PutRequest {
+                key: key.into_bytes(),
+                value: vec![1; 100],
+                ..PutRequest::default()
+            })],
+            failure: vec![],
+        })),
+    };
+    let mut table = LeaseTable::default();
+    for i in 0..10_000u64 {
+        table.apply(&put(format!("key-{i}")));
+    }
+    let mut i = 0u64;
+    c.bench_function("apply etcd put (10k keys)", |b| {
+        b.iter(|| {
+            i += 7_919;
+            black_box(table.apply(&put(format!("key-{}", i % 10_000))))
+        })
+    });
+}
+
 fn append(c: &mut Criterion) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::TempDir::new().unwrap();
@@ -114,5 +143,5 @@ fn append(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, apply, append);
+criterion_group!(benches, apply, apply_etcd, append);
 criterion_main!(benches);

@@ -3,7 +3,9 @@
 //!
 //! A request runs on a draft (the maps are persistent, so the draft's clone costs O(1) and its
 //! changes copy only the nodes they touch): a transaction refused halfway, say by a put to a
-//! lease that ran out, leaves the keyspace as it was, as etcd checks every request first.
+//! lease that ran out, leaves the keyspace as it was, as etcd checks every request first. A
+//! request that cannot be refused once it has changed something (one op a branch, a revoke,
+//! an expiry) runs on the keyspace's own maps instead, which it changes in place.
 
 use std::cmp::Ordering;
 
@@ -231,7 +233,7 @@ impl Keyspace {
             }
             work -= cost;
             let keys: Vec<Bytes> = self.leases.keys_of(id).cloned().collect();
-            let mut draft = self.draft();
+            let mut draft = self.take_draft();
             for key in &keys {
                 draft.delete_key(key, false);
             }
@@ -255,7 +257,7 @@ impl Keyspace {
 
     fn revoke(&mut self, id: i64, now_ms: u64, caller: Caller) -> Result<EtcdAnswer, Refusal> {
         caller.may_use(&self.leases, id, now_ms)?;
-        let mut draft = self.draft();
+        let mut draft = self.take_draft();
         let keys: Vec<Bytes> = draft.leases.keys_of(id).cloned().collect();
         for key in &keys {
             draft.delete_key(key, false);
@@ -280,17 +282,45 @@ impl Keyspace {
     }
 
     fn txn(&mut self, txn: &Txn, now_ms: u64, caller: Caller) -> Result<TxnAnswer, Refusal> {
-        let mut draft = self.draft();
-        let answer = draft.txn(txn, now_ms, caller)?;
+        // Each op checks everything it may be refused for before it changes anything, so a
+        // branch of one op is refused, if at all, before any change. Such a transaction (a Put,
+        // a DeleteRange, a lock's Txn) runs in place: a clone's changes would copy every map
+        // node on their path (a node holds up to 64 keys) and free the old ones at the commit.
+        let one_op = |branch: &[RequestOp]| {
+            branch.len() <= 1 && !matches!(branch.first(), Some(RequestOp::Txn(_)))
+        };
+        if !(one_op(&txn.success) && one_op(&txn.failure)) {
+            let mut draft = self.draft();
+            let answer = draft.txn(txn, now_ms, caller)?;
+            self.commit(draft);
+            return Ok(answer);
+        }
+        let mut draft = self.take_draft();
+        let answer = draft.txn(txn, now_ms, caller);
+        debug_assert!(answer.is_ok() || draft.events.is_empty());
+        // Refused: the draft is the keyspace as it was, and goes back unchanged.
         self.commit(draft);
-        Ok(answer)
+        answer
     }
 
-    /// A draft of the next revision.
+    /// A draft of the next revision, on clones of the maps: dropped, it leaves the keyspace as
+    /// it was.
     fn draft(&self) -> Draft {
         Draft {
             keys: self.keys.clone(),
             leases: self.leases.clone(),
+            sum: self.sum,
+            revision: self.revision() + 1,
+            events: Vec::new(),
+        }
+    }
+
+    /// A draft of the next revision on the keyspace's own maps, changed in place, for a change
+    /// that is committed whatever happens: until then the keyspace has no keys nor leases.
+    fn take_draft(&mut self) -> Draft {
+        Draft {
+            keys: std::mem::take(&mut self.keys),
+            leases: std::mem::take(&mut self.leases),
             sum: self.sum,
             revision: self.revision() + 1,
             events: Vec::new(),

@@ -231,6 +231,50 @@ fn a_transaction_refused_halfway_changes_nothing() {
 }
 
 #[test]
+fn a_request_of_one_op_refused_changes_nothing() {
+    // Such a request runs on the keyspace's own maps, not a draft's clones: its op must be
+    // refused before it changes anything.
+    let mut t = LeaseTable::default();
+    let granted = answer(t.apply(&at(1, EtcdOp::LeaseGrant { id: 5, ttl_s: 60 })));
+    assert!(matches!(granted.answer, EtcdAnswer::LeaseGranted { .. }));
+    answer(t.apply(&at(1, one(put("a", "1", 5)))));
+    let absent = PutRequest {
+        key: b"b".to_vec(),
+        ignore_value: true,
+        ..PutRequest::default()
+    };
+    let cases = [
+        (one(put("a", "2", 77)), EtcdRefusal::LeaseNotFound),
+        (one(RequestOp::Put(absent)), EtcdRefusal::KeyNotFound),
+        // The failure branch is the one run.
+        (
+            txn(
+                vec![Compare {
+                    key: b"a".to_vec(),
+                    range_end: vec![],
+                    target: CompareTarget::Version(7),
+                    result: CompareResult::Equal,
+                }],
+                vec![],
+                vec![put("a", "3", 77)],
+            ),
+            EtcdRefusal::LeaseNotFound,
+        ),
+    ];
+    for (op, refusal) in cases {
+        let before = t.clone();
+        let refused = answer(t.apply(&at(2, op)));
+        assert_eq!(refused.answer, EtcdAnswer::Refused(refusal));
+        assert_eq!(t.etcd(), before.etcd());
+        assert_eq!(t.etcd().digest(), before.etcd().digest());
+        assert_eq!(
+            get(&t, "a").map(|kv| kv.value.to_vec()),
+            Some(b"1".to_vec())
+        );
+    }
+}
+
+#[test]
 fn ranges_count_filter_sort_and_limit_as_etcd() {
     let mut t = LeaseTable::default();
     for (n, key) in ["p/c", "p/a", "p/b", "q/a"].into_iter().enumerate() {
