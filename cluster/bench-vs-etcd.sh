@@ -57,14 +57,9 @@ if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client >/dev/null
 fi
-# The etcd side is driven through the etcd-client crate, which compiles etcd's protos when it
-# builds with the protoc that PROTOC names: protox's command line (pure Rust, from crates.io),
-# installed once under target/tools, not a system protoc.
-protox=$here/target/tools/bin/protox
-if [ ! -x "$protox" ]; then
-  echo "installing protox (a protoc in pure Rust) into target/tools..." >&2
-  cargo install --quiet --locked protox --version 0.10.0 --features bin --root "$here/target/tools"
-fi
+# The etcd side is driven through the etcd-client crate, which compiles etcd's protos with the
+# protoc that PROTOC names (protox's, see cluster/protoc.sh).
+protox=$(bash "$here/cluster/protoc.sh")
 echo "building leasehold with the etcd client..." >&2
 PROTOC=$protox cargo build --release --features etcd --quiet
 bin=$here/target/release/leasehold
