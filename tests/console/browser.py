@@ -54,10 +54,22 @@ def until(what: str, within: float, check):
         time.sleep(0.02)
 
 
+# The page is read in one script call where it changes under the reader: each `find_element`
+# and `.text` is a round trip to the browser, and under load a row can change between them.
+
 def members(driver):
     """Each member row's node id and what it shows (leader, follower, down...)."""
-    rows = driver.find_elements(By.CSS_SELECTOR, "#members tbody tr")
-    return {int(r.get_attribute("data-node")): r.get_attribute("data-role") for r in rows}
+    shown = driver.execute_script("""
+        return [...document.querySelectorAll("#members tbody tr")]
+            .map((row) => [row.dataset.node, row.dataset.role]);""")
+    return {int(node): role for node, role in shown}
+
+
+def lease_cells(driver, lease):
+    """The texts of the lease's row, or None while the page shows no such row."""
+    return driver.execute_script("""
+        const row = document.querySelector(`#leases tbody tr[data-lease="${arguments[0]}"]`);
+        return row && [...row.cells].map((cell) => cell.textContent);""", lease)
 
 
 def leader_of(shown):
@@ -96,23 +108,27 @@ try:
     sent = time.monotonic()
     subprocess.run([binary, "--endpoints", endpoints, "acquire", "console/demo", "--holder", "alice",
                     "--ttl", "30"], check=True, capture_output=True)
-    row = '#leases tr[data-lease="console/demo"]'
-
     def lease_shown():
-        cells = driver.find_elements(By.CSS_SELECTOR, f"{row} td")
-        return [c.text for c in cells] if cells and cells[2].text == "1" else None
+        cells = lease_cells(driver, "console/demo")
+        return cells if cells and cells[2] == "1" else None
 
     cells = until("the acquired lease with its token", 1.0, lease_shown)
     lease_ms = (time.monotonic() - sent) * 1000
     left = float(cells[3].split()[0])
     if not 0 < left <= 30:
         sys.exit(f"the time left of a 30 s lease shows {left} s")
+    # The row is kept while its time left counts down (a selection of its text would survive).
+    driver.execute_script(
+        'document.querySelector(`#leases tr[data-lease="console/demo"]`).dataset.kept = "yes"')
 
     def fallen():
-        shown = driver.find_element(By.CSS_SELECTOR, f"{row} td.time-left").text
-        return float(shown.split()[0]) <= left - 0.3
+        return float(lease_cells(driver, "console/demo")[3].split()[0]) <= left - 0.3
 
     until("the time left falling", 2, fallen)
+    kept = driver.execute_script(
+        'return document.querySelector(`#leases tr[data-lease="console/demo"]`).dataset.kept')
+    if kept != "yes":
+        sys.exit("the lease's row was made anew while its time left counted down")
     driver.save_screenshot(str(shots / "console-lease.png"))
 
     killed = time.monotonic()

@@ -251,21 +251,30 @@ async function readLeases() {
   }
 }
 
-// Time left counts down between reads, from the store time of the last one.
+// Time left counts down between reads, from the store time of the last one. Rows are kept and
+// updated in place, by lease name, as the members' are: this runs ten times a second, and a row
+// re-made that often would lose a selection of its text, or anything else holding on to it.
 function renderLeases() {
   const body = $("leases").tBodies[0];
-  body.replaceChildren();
   const now = storeNow();
-  for (const lease of leasesRead.leases) {
-    const row = body.insertRow();
-    row.dataset.lease = lease.lease;
+  const rows = new Map([...body.rows].map((row) => [row.dataset.lease, row]));
+  const names = new Set(leasesRead.leases.map((lease) => lease.lease));
+  for (const [name, row] of rows) if (!names.has(name)) row.remove();
+  leasesRead.leases.forEach((lease, i) => {
+    let row = rows.get(lease.lease);
+    if (!row) {
+      row = document.createElement("tr");
+      row.dataset.lease = lease.lease;
+    }
+    // In the read's order.
+    if (body.rows[i] !== row) body.insertBefore(row, body.rows[i] || null);
     cell(row, 0, lease.lease);
     cell(row, 1, lease.holder || "(free)", lease.holder ? "" : "quiet");
     cell(row, 2, num(lease.token), "num");
     const left = num(lease.expiresAtMs) - now;
     cell(row, 3, lease.holder && left > 0 ? seconds(left) : "-", "num time-left");
     cell(row, 4, num(lease.fence), "num");
-  }
+  });
   const shown = leasesRead.leases.length;
   $("lease-count").textContent = `${shown} on this page${nextToken ? ", more follow" : ""}`;
 }
