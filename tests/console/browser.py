@@ -45,7 +45,7 @@ def until(what: str, within: float, check):
     while True:
         try:
             found = check()
-        except Exception:  # the page re-renders its rows under us: look again
+        except Exception:  # a member's row or its buttons changed under us: look again
             found = None
         if found:
             return found
@@ -65,11 +65,16 @@ def members(driver):
     return {int(node): role for node, role in shown}
 
 
-def lease_cells(driver, lease):
-    """The texts of the lease's row, or None while the page shows no such row."""
+def lease_row(driver, lease, mark=None):
+    """The texts of the lease's row and its `kept` mark (set to `mark` first, if given), or None
+    while the page shows no such row."""
     return driver.execute_script("""
-        const row = document.querySelector(`#leases tbody tr[data-lease="${arguments[0]}"]`);
-        return row && [...row.cells].map((cell) => cell.textContent);""", lease)
+        const row = [...document.querySelectorAll("#leases tbody tr")]
+            .find((row) => row.dataset.lease === arguments[0]);
+        if (!row) return null;
+        if (arguments[1]) row.dataset.kept = arguments[1];
+        return {cells: [...row.cells].map((cell) => cell.textContent), kept: row.dataset.kept};""",
+        lease, mark)
 
 
 def leader_of(shown):
@@ -109,25 +114,22 @@ try:
     subprocess.run([binary, "--endpoints", endpoints, "acquire", "console/demo", "--holder", "alice",
                     "--ttl", "30"], check=True, capture_output=True)
     def lease_shown():
-        cells = lease_cells(driver, "console/demo")
-        return cells if cells and cells[2] == "1" else None
+        # Marked as it is first seen: the row is kept while its time left counts down (a
+        # selection of its text would survive).
+        row = lease_row(driver, "console/demo", mark="yes")
+        return row if row and row["cells"][2] == "1" else None
 
-    cells = until("the acquired lease with its token", 1.0, lease_shown)
+    cells = until("the acquired lease with its token", 1.0, lease_shown)["cells"]
     lease_ms = (time.monotonic() - sent) * 1000
     left = float(cells[3].split()[0])
     if not 0 < left <= 30:
         sys.exit(f"the time left of a 30 s lease shows {left} s")
-    # The row is kept while its time left counts down (a selection of its text would survive).
-    driver.execute_script(
-        'document.querySelector(`#leases tr[data-lease="console/demo"]`).dataset.kept = "yes"')
 
     def fallen():
-        return float(lease_cells(driver, "console/demo")[3].split()[0]) <= left - 0.3
+        row = lease_row(driver, "console/demo")
+        return row if row and float(row["cells"][3].split()[0]) <= left - 0.3 else None
 
-    until("the time left falling", 2, fallen)
-    kept = driver.execute_script(
-        'return document.querySelector(`#leases tr[data-lease="console/demo"]`).dataset.kept')
-    if kept != "yes":
+    if until("the time left falling", 2, fallen)["kept"] != "yes":
         sys.exit("the lease's row was made anew while its time left counted down")
     driver.save_screenshot(str(shots / "console-lease.png"))
 

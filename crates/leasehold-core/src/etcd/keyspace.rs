@@ -285,7 +285,7 @@ impl Keyspace {
         // Each op checks everything it may be refused for before it changes anything, so a
         // branch of one op is refused, if at all, before any change. Such a transaction (a Put,
         // a DeleteRange, a lock's Txn) runs in place: a clone's changes would copy every map
-        // node on their path (a node holds up to 64 keys) and free the old ones at the commit.
+        // node on their path (a node holds up to 16 keys) and free the old ones at the commit.
         let one_op = |branch: &[RequestOp]| {
             branch.len() <= 1 && !matches!(branch.first(), Some(RequestOp::Txn(_)))
         };
@@ -297,7 +297,10 @@ impl Keyspace {
         }
         let mut draft = self.take_draft();
         let answer = draft.txn(txn, now_ms, caller);
-        debug_assert!(answer.is_ok() || draft.events.is_empty());
+        debug_assert!(
+            answer.is_ok() || draft.events.is_empty(),
+            "a request of one op a branch was refused after it changed the keyspace"
+        );
         // Refused: the draft is the keyspace as it was, and goes back unchanged.
         self.commit(draft);
         answer
@@ -316,7 +319,8 @@ impl Keyspace {
     }
 
     /// A draft of the next revision on the keyspace's own maps, changed in place, for a change
-    /// that is committed whatever happens: until then the keyspace has no keys nor leases.
+    /// that is committed whatever happens: until then the keyspace has no keys nor leases (nor
+    /// after a panic in between, which ends the apply thread and with it the node's applying).
     fn take_draft(&mut self) -> Draft {
         Draft {
             keys: std::mem::take(&mut self.keys),

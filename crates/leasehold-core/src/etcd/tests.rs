@@ -52,6 +52,11 @@ fn answer(outcome: Outcome) -> EtcdOutcome {
     }
 }
 
+/// How many events the keyspace keeps for watches.
+fn events(t: &LeaseTable) -> usize {
+    t.etcd().history().events().count()
+}
+
 fn get(t: &LeaseTable, key: &str) -> Option<KeyValue> {
     let request = RangeRequest {
         key: key.into(),
@@ -261,12 +266,27 @@ fn a_request_of_one_op_refused_changes_nothing() {
             EtcdRefusal::LeaseNotFound,
         ),
     ];
+    let max = crate::limits::ETCD_MAX_RANGE_KEYS;
+    for n in 0..max {
+        answer(t.apply(&at(1, one(put(&format!("p/{n}"), "v", 0)))));
+    }
+    let everything = RequestOp::DeleteRange(DeleteRangeRequest {
+        key: b"\0".to_vec(),
+        range_end: b"\0".to_vec(),
+        prev_kv: true,
+    });
+    let matched = max + 1;
+    let cases = cases.into_iter().chain([(
+        one(everything),
+        EtcdRefusal::TooManyDeletes { max, matched },
+    )]);
     for (op, refusal) in cases {
         let before = t.clone();
         let refused = answer(t.apply(&at(2, op)));
         assert_eq!(refused.answer, EtcdAnswer::Refused(refusal));
         assert_eq!(t.etcd(), before.etcd());
         assert_eq!(t.etcd().digest(), before.etcd().digest());
+        assert_eq!(events(&t), events(&before));
         assert_eq!(
             get(&t, "a").map(|kv| kv.value.to_vec()),
             Some(b"1".to_vec())
@@ -640,12 +660,17 @@ fn a_lease_holds_a_bounded_number_of_keys_so_its_end_is_one_revision_of_bounded_
     for n in 0..ETCD_MAX_KEYS_PER_LEASE {
         answer(t.apply(&at(0, one(put(&format!("k/{n}"), "v", id)))));
     }
+    let before = t.clone();
     let one_more = answer(t.apply(&at(0, one(put("k/last", "v", id)))));
     let max = ETCD_MAX_KEYS_PER_LEASE;
     assert_eq!(
         one_more.answer,
         EtcdAnswer::Refused(EtcdRefusal::TooManyLeaseKeys { id, max })
     );
+    // Refused before it changed anything (it runs on the keyspace's own maps).
+    assert_eq!(t.etcd(), before.etcd());
+    assert_eq!(t.etcd().digest(), before.etcd().digest());
+    assert_eq!(events(&t), events(&before));
     // A key already on the lease is written again.
     assert!(matches!(
         answer(t.apply(&at(0, one(put("k/0", "w", id))))).answer,
