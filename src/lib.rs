@@ -35,7 +35,7 @@
 //!    failure worth another node; may it have applied).
 //! 3. The wire: `proto/leasehold/v1/leasehold.proto`, compiled by `leasehold-proto`
 //!    (`lib.rs`), whose `lane.rs` frames a lane's calls.
-//! 4. `leasehold-node`, the edge: `node/planes.rs` and `node/peer/lanes.rs` (the client port
+//! 4. `leasehold-node`, the edge: `node/planes.rs` and `node/lanes.rs` (the client port
 //!    tells a lane from gRPC, through `tls/mod.rs`'s accept, and serves it) →
 //!    `node/client_lanes.rs` (a frame, a call).
 //! 5. The API: `node/api/lease.rs` (`batch_call` → `put`, counted in `metrics.rs`: the caller
@@ -46,7 +46,7 @@
 //!    `node/quorum_watch.rs`) → `raft/proposer.rs` and `gather.rs` (concurrent writes become
 //!    one entry) → openraft → `raft/log_store.rs`, `log_store/pipelined.rs`, `segment.rs`,
 //!    `disk.rs` (the append, fsynced) and `raft/network.rs` → `raft/lane.rs` with `codec.rs` (to
-//!    the followers, whose `node/peer/lanes.rs` and `node/peer/gate.rs` let it through to
+//!    the followers, whose `node/lanes.rs` and `node/peer/gate.rs` let it through to
 //!    `node/peer/raft_service.rs` with `raft/incarnation.rs`'s check) → `raft/state_machine.rs`
 //!    and `raft/apply_thread.rs` (applied once committed).
 //! 7. `leasehold-core`: `command.rs`, `auth.rs` (the caller's op), `table.rs` (`apply`: the
