@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use super::link::{ForwardAnswer, Forwarded, PeerLink};
 use super::NodeError;
 use crate::gather::Gatherer;
-use crate::limits::WRITE_BATCHES;
+use crate::limits::FORWARD_BATCHES;
 use crate::raft::NodeId;
 
 pub struct Forwarder {
@@ -38,7 +38,7 @@ impl Forwarder {
                 .or_insert_with(|| {
                     let (link, addr) = (self.link.clone(), addr.to_owned());
                     Gatherer::start(
-                        WRITE_BATCHES,
+                        FORWARD_BATCHES,
                         |(op, _): &Forwarded| crate::raft::weight(op),
                         move |writes| link.propose(leader, addr.clone(), writes),
                     )

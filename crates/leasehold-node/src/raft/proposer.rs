@@ -2,10 +2,10 @@
 //!
 //! Every entry costs a round trip to a quorum and an fsync on each of its nodes: proposing
 //! every request as its own entry would cap a leader at a few entries in flight, however many
-//! clients wait. The proposer keeps two entries on their way to a quorum (more only while one is
-//! stuck) and puts every request that arrives meanwhile into the next entry. Under
-//! load an entry carries many commands and every node fsyncs once for all of them; a lone request
-//! still goes out at once, since nothing is ever held back waiting for company.
+//! clients wait. The proposer keeps one entry on its way to a quorum (more only while it is
+//! stuck; see `ENTRY_BATCHES`) and puts every request that arrives meanwhile into the next
+//! entry. Under load an entry carries many commands and every node fsyncs once for all of them;
+//! a lone request still goes out at once, since nothing is ever held back waiting for company.
 
 use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::BasicNode;
@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 
 use super::{Applied, NodeId, Raft};
 use crate::gather::Gatherer;
-use crate::limits::WRITE_BATCHES;
+use crate::limits::ENTRY_BATCHES;
 use leasehold_core::auth::AuthChange;
 use leasehold_core::{Batch, Command, Op};
 
@@ -30,7 +30,7 @@ impl Proposer {
     /// Starts gathering proposals for `raft`. Must be called inside a tokio runtime.
     pub fn start(raft: Raft) -> Self {
         let gatherer = Gatherer::start(
-            WRITE_BATCHES,
+            ENTRY_BATCHES,
             |command: &Command| weight(&command.op),
             move |commands| write_entry(raft.clone(), commands),
         );
