@@ -1,9 +1,10 @@
 //! Gathering concurrent requests into batches, for a stage that costs about as much per batch
 //! as per request: an fsynced log append, a round trip to the leader.
 //!
-//! `in_flight` batches are outstanding (more only while one is stuck past `hold`); every request
-//! that arrives meanwhile joins the next batch. A lone request goes out at once (nothing waits for company), and under load the
-//! batches grow until a batch's cost is shared by many requests.
+//! `in_flight` batches are outstanding (more only while one is stuck past `hold`, or while
+//! requests wait beyond a full batch); every request that arrives meanwhile joins the next batch.
+//! A lone request goes out at once (nothing waits for company), and under load the batches grow
+//! until a batch's cost is shared by many requests.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -16,6 +17,10 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 pub struct BatchLimits {
     /// Batches sent and not yet answered.
     pub in_flight: usize,
+    /// Batches sent and not yet answered while requests wait beyond a full one (at least
+    /// `in_flight`): a full batch has nothing to gain from waiting, so it goes out as soon as
+    /// one of these is free (large values, one to a batch, are sent side by side).
+    pub in_flight_full: usize,
     /// Requests per batch, at most.
     pub max_items: usize,
     /// The summed weight of a batch's requests, at most (a lone heavier request goes alone).
@@ -82,9 +87,12 @@ async fn gather<T, R, W, S, F>(
     F: Future<Output = Vec<R>> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(limits.in_flight));
+    let spares = Arc::new(Semaphore::new(limits.in_flight_full - limits.in_flight));
     // The request that did not fit in the last batch: it opens the next one.
     let mut carried: Option<Pending<T, R>> = None;
     loop {
+        // The last batch was full and more waited: this one needs no company either.
+        let behind_full = carried.is_some();
         let first = match carried.take() {
             Some(pending) => pending,
             None => match waiting.recv().await {
@@ -93,7 +101,17 @@ async fn gather<T, R, W, S, F>(
             },
         };
         // Everything that arrives while every slot is taken joins this batch.
-        let Ok(slot) = slots.clone().acquire_owned().await else {
+        let slot = if behind_full {
+            tokio::select! {
+                // The same choice every time both are free, so a seeded simulation replays.
+                biased;
+                slot = slots.clone().acquire_owned() => slot,
+                spare = spares.clone().acquire_owned() => spare,
+            }
+        } else {
+            slots.clone().acquire_owned().await
+        };
+        let Ok(slot) = slot else {
             return;
         };
         let (mut items, mut replies) = (Vec::new(), Vec::new());
@@ -144,6 +162,7 @@ mod tests {
     fn limits(in_flight: usize, max_items: usize, max_weight: usize) -> BatchLimits {
         BatchLimits {
             in_flight,
+            in_flight_full: in_flight,
             max_items,
             max_weight,
             hold: Duration::from_secs(3_600),
@@ -220,6 +239,31 @@ mod tests {
             vec![20],
             "too heavy: goes alone"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_behind_a_full_one_goes_out_in_a_spare_slot() {
+        let mut l = limits(1, 2, 1_000);
+        l.in_flight_full = 2;
+        let (gatherer, mut seen, release) = recording(l);
+        let _block = gatherer.submit(1).unwrap();
+        assert_eq!(seen.recv().await.unwrap(), vec![1]);
+        let _waiting: Vec<_> = [2, 3, 4, 5, 6, 7]
+            .map(|i| gatherer.submit(i).unwrap())
+            .into();
+        release.add_permits(1);
+        assert_eq!(seen.recv().await.unwrap(), vec![2, 3]);
+        // Full, and more waited behind it: the next goes out while [2, 3] is unanswered (well
+        // within the hour's hold).
+        let next = tokio::time::timeout(Duration::from_secs(5), seen.recv()).await;
+        assert_eq!(next.expect("a second batch in flight"), Some(vec![4, 5]));
+        // Both slots are taken now: [6, 7] waits for one.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert!(seen.try_recv().is_err(), "no third batch in flight");
+        release.add_permits(1);
+        assert_eq!(seen.recv().await.unwrap(), vec![6, 7]);
     }
 
     #[tokio::test]
