@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, AcquireError, OwnedSemaphorePermit, Semaphore};
 
 /// How big batches grow and how many are outstanding.
 #[derive(Clone, Copy, Debug)]
@@ -74,6 +74,36 @@ impl<T: Send + 'static, R: Send + 'static> Gatherer<T, R> {
     }
 }
 
+/// The places of the batches in flight: `in_flight` slots, and the spares up to
+/// `in_flight_full` that only a batch behind a full one may take.
+struct Slots {
+    slots: Arc<Semaphore>,
+    spares: Arc<Semaphore>,
+}
+
+impl Slots {
+    fn of(limits: &BatchLimits) -> Slots {
+        let spares = limits.in_flight_full.saturating_sub(limits.in_flight);
+        Slots {
+            slots: Arc::new(Semaphore::new(limits.in_flight)),
+            spares: Arc::new(Semaphore::new(spares)),
+        }
+    }
+
+    /// A slot for the next batch, or a spare too if it comes `behind_full`, once one is free.
+    async fn take(&self, behind_full: bool) -> Result<OwnedSemaphorePermit, AcquireError> {
+        if !behind_full {
+            return self.slots.clone().acquire_owned().await;
+        }
+        tokio::select! {
+            // The same choice every time both are free, so a seeded simulation replays.
+            biased;
+            slot = self.slots.clone().acquire_owned() => slot,
+            spare = self.spares.clone().acquire_owned() => spare,
+        }
+    }
+}
+
 async fn gather<T, R, W, S, F>(
     limits: BatchLimits,
     mut waiting: mpsc::UnboundedReceiver<Pending<T, R>>,
@@ -86,8 +116,7 @@ async fn gather<T, R, W, S, F>(
     S: Fn(Vec<T>) -> F,
     F: Future<Output = Vec<R>> + Send + 'static,
 {
-    let slots = Arc::new(Semaphore::new(limits.in_flight));
-    let spares = Arc::new(Semaphore::new(limits.in_flight_full - limits.in_flight));
+    let slots = Slots::of(&limits);
     // The request that did not fit in the last batch: it opens the next one.
     let mut carried: Option<Pending<T, R>> = None;
     loop {
@@ -101,17 +130,7 @@ async fn gather<T, R, W, S, F>(
             },
         };
         // Everything that arrives while every slot is taken joins this batch.
-        let slot = if behind_full {
-            tokio::select! {
-                // The same choice every time both are free, so a seeded simulation replays.
-                biased;
-                slot = slots.clone().acquire_owned() => slot,
-                spare = spares.clone().acquire_owned() => spare,
-            }
-        } else {
-            slots.clone().acquire_owned().await
-        };
-        let Ok(slot) = slot else {
+        let Ok(slot) = slots.take(behind_full).await else {
             return;
         };
         let (mut items, mut replies) = (Vec::new(), Vec::new());
