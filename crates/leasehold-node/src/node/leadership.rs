@@ -135,6 +135,19 @@ impl Node {
         m.state == ServerState::Leader && m.current_leader == Some(self.inner.id)
     }
 
+    /// `judged` by the policy this node has applied. A follower's may be behind the leader's
+    /// (a grant committed, not yet applied here): its denial is its own (`DeniedHere`), and the
+    /// client asks another node, the leader having the last word.
+    pub(super) fn denied_here(&self, judged: Result<(), NodeError>) -> Result<(), NodeError> {
+        match judged {
+            Err(NodeError::Denied(denied)) if !self.is_leader() => Err(NodeError::DeniedHere {
+                me: self.inner.id,
+                denied,
+            }),
+            judged => judged,
+        }
+    }
+
     pub(super) fn forward_error(&self, f: ForwardToLeader<NodeId, BasicNode>) -> NodeError {
         match (f.leader_id, f.leader_node) {
             (Some(id), Some(node)) if id != self.inner.id => NodeError::NotLeader {

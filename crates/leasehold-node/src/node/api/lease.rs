@@ -293,15 +293,8 @@ impl LeaseApi {
             return Ok(());
         };
         let state = self.node.state().read();
-        match caller.may(state.table.policy(), &Action::Check(&fence.lease)) {
-            Err(NodeError::Denied(denied)) if !self.node.is_leader() => {
-                Err(NodeError::DeniedHere {
-                    me: self.node.id(),
-                    denied,
-                })
-            }
-            checked => checked,
-        }
+        let judged = caller.may(state.table.policy(), &Action::Check(&fence.lease));
+        self.node.denied_here(judged)
     }
 
     /// Reads with `read` in a linearizable read on the leader, once the policy there lets the

@@ -91,17 +91,7 @@ pub fn start(
         }
     };
     let watcher = Watcher { select, caller };
-    match watcher.allowed(&node) {
-        // A follower's policy may be behind the leader's (a grant committed, not yet applied
-        // here): its denial is its own, and the client asks another node, the leader last.
-        Err(NodeError::Denied(denied)) if !node.is_leader() => {
-            return Err(NodeError::DeniedHere {
-                me: node.id(),
-                denied,
-            })
-        }
-        checked => checked?,
-    }
+    node.denied_here(watcher.allowed(&node))?;
     let applied = node.state().applied_index();
     let from = match request.from_index {
         0 => *applied.borrow() + 1,
