@@ -289,20 +289,22 @@ impl Keyspace {
         let one_op = |branch: &[RequestOp]| {
             branch.len() <= 1 && !matches!(branch.first(), Some(RequestOp::Txn(_)))
         };
-        if !(one_op(&txn.success) && one_op(&txn.failure)) {
-            let mut draft = self.draft();
-            let answer = draft.txn(txn, now_ms, caller)?;
-            self.commit(draft);
-            return Ok(answer);
-        }
-        let mut draft = self.take_draft();
+        let in_place = one_op(&txn.success) && one_op(&txn.failure);
+        let mut draft = if in_place {
+            self.take_draft()
+        } else {
+            self.draft()
+        };
         let answer = draft.txn(txn, now_ms, caller);
         debug_assert!(
-            answer.is_ok() || draft.events.is_empty(),
+            answer.is_ok() || !in_place || draft.events.is_empty(),
             "a request of one op a branch was refused after it changed the keyspace"
         );
-        // Refused: the draft is the keyspace as it was, and goes back unchanged.
-        self.commit(draft);
+        // Refused, a draft of clones is dropped; one of the keyspace's own maps is the keyspace
+        // as it was, and goes back unchanged.
+        if answer.is_ok() || in_place {
+            self.commit(draft);
+        }
         answer
     }
 
