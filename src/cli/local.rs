@@ -517,5 +517,6 @@ mod tests {
             .map(HeldPort::port)
             .collect();
         assert_eq!(any.len(), 6, "{any:?}");
+        assert!(!any.contains(&held.port()), "{any:?} holds {}", held.port());
     }
 }
