@@ -107,7 +107,7 @@ use super::codec::{decode, encode};
 use super::snapshot_file::DurableSnapshot;
 use super::AppendTimes;
 use super::{LogId, NodeId, StorageError, TypeConfig};
-use crate::limits::{PREALLOCATE_BYTES, SEGMENT_BYTES};
+use crate::limits::{INLINE_APPEND_COMMANDS, PREALLOCATE_BYTES, SEGMENT_BYTES};
 use disk::{Disk, DiskFile, Open, Spared, StdDisk};
 use segment::{encode_record, parse_segment, End, Parsed, HEADER, MAGIC};
 
@@ -288,6 +288,24 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Where an append that cannot wait for the flusher is written.
+enum Thread {
+    /// The caller's, which waits for it anyway: no hand-off to another thread and back.
+    This,
+    /// The blocking pool's, so that the runtime goes on meanwhile.
+    BlockingPool,
+}
+
+/// The commands `entries` carry, an entry that is not a batch counting as one.
+fn commands(entries: &[Entry]) -> usize {
+    (entries.iter())
+        .map(|entry| match &entry.payload {
+            openraft::EntryPayload::Normal(batch) => batch.0.len(),
+            _ => 1,
+        })
+        .sum()
+}
+
 fn segment_path(dir: &Path, first: u64) -> PathBuf {
     dir.join(format!("{first:020}.seg"))
 }
@@ -413,6 +431,55 @@ impl LogStore {
     pub async fn settled(&self) -> Result<(), StorageError> {
         self.shared.drained().await?;
         self.settle_deferred(true).await
+    }
+
+    /// What every append does first: settles a purge its entries must wait for, and notes when
+    /// they were appended.
+    async fn prepare(
+        &self,
+        entries: impl IntoIterator<Item = Entry>,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        // Entries after a purge still waiting for its snapshot may not follow the last entry on
+        // disk; written now, a crash before the purge would leave a log with a hole.
+        let hole = entries
+            .first()
+            .is_some_and(|e| self.leaves_a_hole(e.log_id.index));
+        self.settle_deferred(hole).await?;
+        if let Some(appends) = &self.appends {
+            appends.appended(entries.iter().map(|entry| entry.log_id));
+        }
+        Ok(entries)
+    }
+
+    /// Writes `entries` where they belong, on `thread`, once every append queued before them
+    /// is written, then tells `callback`.
+    async fn write_now(
+        &self,
+        entries: Vec<Entry>,
+        callback: LogFlushed<TypeConfig>,
+        thread: Thread,
+    ) -> Result<(), StorageError> {
+        self.shared.drained().await?;
+        let started = std::time::Instant::now();
+        let result = match thread {
+            Thread::This => self.shared.append(&mut lock(&self.shared.writer), entries),
+            Thread::BlockingPool => {
+                self.with_writer(move |shared, writer| shared.append(writer, entries))
+                    .await
+            }
+        };
+        if let Some(metrics) = &self.metrics {
+            metrics
+                .log_fsync_duration
+                .observe(started.elapsed().as_secs_f64());
+        }
+        // The entries are durable (fdatasync returned) before openraft is told so.
+        match &result {
+            Ok(()) => callback.log_io_completed(Ok(())),
+            Err(e) => callback.log_io_completed(Err(io::Error::other(e.to_string()))),
+        }
+        result
     }
 
     /// Queues `entries` for the flusher if they simply follow the last entry (what every
@@ -1065,37 +1132,34 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let entries: Vec<Entry> = entries.into_iter().collect();
-        // Entries after a purge still waiting for its snapshot may not follow the last entry on
-        // disk; written now, a crash before the purge would leave a log with a hole.
-        let hole = entries
-            .first()
-            .is_some_and(|e| self.leaves_a_hole(e.log_id.index));
-        self.settle_deferred(hole).await?;
-        if let Some(appends) = &self.appends {
-            appends.appended(entries.iter().map(|entry| entry.log_id));
-        }
+        let entries = self.prepare(entries).await?;
         let Some((entries, callback)) = self.queue(entries, callback)? else {
             return Ok(());
         };
         // Not simply the next entries (from inside the log, or after a purge past its end):
-        // placed and written here, on an empty queue.
-        self.shared.drained().await?;
-        let started = std::time::Instant::now();
-        let result = self
-            .with_writer(move |shared, writer| shared.append(writer, entries))
-            .await;
-        if let Some(metrics) = &self.metrics {
-            metrics
-                .log_fsync_duration
-                .observe(started.elapsed().as_secs_f64());
+        // placed and written on an empty queue.
+        self.write_now(entries, callback, Thread::BlockingPool)
+            .await
+    }
+
+    /// A follower's append (openraft as patched): a small one is written on this thread, on
+    /// an empty queue, before this returns; a bigger one goes as a leader's does. See
+    /// [`INLINE_APPEND_COMMANDS`].
+    async fn append_awaited<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        if commands(&entries) > INLINE_APPEND_COMMANDS {
+            return self.append(entries, callback).await;
         }
-        // The entries are durable (fdatasync returned) before openraft is told so.
-        match &result {
-            Ok(()) => callback.log_io_completed(Ok(())),
-            Err(e) => callback.log_io_completed(Err(io::Error::other(e.to_string()))),
-        }
-        result
+        let entries = self.prepare(entries).await?;
+        self.write_now(entries, callback, Thread::This).await
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {

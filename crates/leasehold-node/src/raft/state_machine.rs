@@ -122,8 +122,8 @@ pub struct StateMachineStore {
     snapshot_count: u64,
     /// Where commands per entry and expiries are counted.
     metrics: Option<Arc<Metrics>>,
-    /// Where entries are applied: a thread of the table's own (see `apply_thread`), or, in
-    /// the simulation, the calling task.
+    /// Where openraft's worker applies entries: a thread of the table's own (see
+    /// `apply_thread`), or, in the simulation, a task on the node's runtime.
     thread: Option<ApplyThread>,
 }
 
@@ -451,23 +451,15 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I::IntoIter: Send,
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
-        let (shared, appends, metrics) = (
-            self.state.clone(),
-            self.appends.clone(),
-            self.metrics.clone(),
-        );
-        // Read here, on the runtime: its clock is the one the node measures carried time on,
-        // and under a paused test clock the apply thread's would be the real one.
+        // The clock of the runtime the worker runs on: the apply thread's, whose clock is the
+        // node's (no node pauses time), or, in the simulation, the node's paused one.
         let now = tokio::time::Instant::now();
-        let apply =
-            move || apply_entries(&shared, appends.as_ref(), metrics.as_deref(), now, entries);
-        match &self.thread {
-            Some(thread) => thread
-                .run(apply)
-                .await
-                .map_err(|stopped| sm_error(ErrorVerb::Write, stopped))?,
-            None => apply(),
-        }
+        let (appends, metrics) = (self.appends.as_ref(), self.metrics.as_deref());
+        apply_entries(&self.state, appends, metrics, now, entries)
+    }
+
+    fn worker_runtime(&self) -> Option<tokio::runtime::Handle> {
+        self.thread.as_ref().map(ApplyThread::runtime)
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -541,9 +533,8 @@ mod tests {
         builder.build_snapshot().await.unwrap()
     }
 
-    /// A stamp whose append was not noted takes its instant from the runtime's clock, the one
-    /// the node measures carried time on, though the entry is applied on a thread of its own.
-    /// Under a paused clock, that thread's would be the real one, 60 s behind here.
+    /// A stamp whose append was not noted takes its instant from the clock of the runtime that
+    /// applies it (the simulation's paused one, here), not from the real clock, 60 s behind.
     #[tokio::test(start_paused = true)]
     async fn a_stamps_instant_is_read_on_the_runtimes_clock() {
         let dir = tempfile::TempDir::new().unwrap();
@@ -552,6 +543,20 @@ mod tests {
         sm.apply([entry(1)]).await.unwrap();
         let seen = sm.state.stamp_seen().expect("a stamped entry applied");
         assert_eq!(seen.at, tokio::time::Instant::now());
+    }
+
+    /// A node's state machine has openraft run its worker, and so every apply, on the table's
+    /// own thread (see `apply_thread`); the simulation's, on the node's runtime.
+    #[tokio::test]
+    async fn a_nodes_worker_runs_on_the_apply_thread() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let sm = StateMachineStore::open(dir.path()).unwrap();
+        let runtime = sm.worker_runtime().expect("the apply thread's runtime");
+        let on = runtime.spawn(async { std::thread::current().name().map(str::to_owned) });
+        assert_eq!(on.await.unwrap().as_deref(), Some("leasehold-apply"));
+        let dir = tempfile::TempDir::new().unwrap();
+        let sim = StateMachineStore::open_with(dir.path(), SlowWork::Inline).unwrap();
+        assert!(sim.worker_runtime().is_none());
     }
 
     /// `last_applied` only grows: an entry applied again, or one older than the last applied,

@@ -723,7 +723,8 @@ where
 
         let callback = LogFlushed::new(log_io_id, tx);
 
-        self.log_store.append(entries, callback).await?;
+        // Leasehold patch: the store knows the callback is awaited here.
+        self.log_store.append_awaited(entries, callback).await?;
         rx.await
             .map_err(|e| StorageIOError::write_logs(AnyError::error(e)))?
             .map_err(|e| StorageIOError::write_logs(AnyError::error(e)))?;

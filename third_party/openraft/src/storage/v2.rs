@@ -128,6 +128,18 @@ where C: RaftTypeConfig
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend;
 
+    /// Leasehold patch: [`append`](Self::append) for a caller that waits for `callback` before
+    /// it does anything else (a follower, whose answer to the leader says the entries are
+    /// saved), so a store may write them before it returns rather than hand them to another
+    /// thread and back. The same rules hold; by default, `append`.
+    async fn append_awaited<I>(&mut self, entries: I, callback: LogFlushed<C>) -> Result<(), StorageError<C::NodeId>>
+    where
+        I: IntoIterator<Item = C::Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        self.append(entries, callback).await
+    }
+
     /// Truncate logs since `log_id`, inclusive
     ///
     /// ### To ensure correctness:
@@ -213,6 +225,12 @@ where C: RaftTypeConfig
     /// asynchronous sync primitives to serialize access to the common internal object, if
     /// needed.
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder;
+
+    /// Leasehold patch: the tokio runtime the state machine's worker runs on. `None`, the
+    /// default, runs it as upstream does, as a task on the runtime that starts the Raft.
+    fn worker_runtime(&self) -> Option<tokio::runtime::Handle> {
+        None
+    }
 
     /// Create a new blank snapshot, returning a writable handle to the snapshot object.
     ///

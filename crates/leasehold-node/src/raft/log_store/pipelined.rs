@@ -14,7 +14,7 @@ use openraft::Vote;
 use super::disk::{Disk, DiskFile, Open, StdDisk};
 use super::tests::{entry, indexes};
 use super::{lock, LogStore};
-use crate::limits::PREALLOCATE_BYTES;
+use crate::limits::{INLINE_APPEND_COMMANDS, PREALLOCATE_BYTES};
 
 /// A disk whose files' `sync_data` (a segment's flush) waits while the gate is shut, and which
 /// notes every flush and rename once it is done.
@@ -31,6 +31,8 @@ struct Gate {
     waiting: Mutex<usize>,
     /// What was done, in order: "flush" or "rename".
     done: Mutex<Vec<&'static str>>,
+    /// The thread of each flush, in order.
+    flushed_on: Mutex<Vec<std::thread::ThreadId>>,
 }
 
 struct GatedFile {
@@ -103,6 +105,7 @@ impl DiskFile for GatedFile {
         self.gate.pass();
         self.inner.sync_data()?;
         lock(&self.gate.done).push("flush");
+        lock(&self.gate.flushed_on).push(std::thread::current().id());
         Ok(())
     }
     fn sync_all(&self) -> io::Result<()> {
@@ -218,4 +221,66 @@ async fn the_state_file_never_holds_a_committed_id_past_the_log_on_disk() {
     drop(log);
     let mut log = LogStore::open(dir.path()).unwrap();
     assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 1, 4)));
+}
+
+/// A follower's append of a few commands is written on the thread that waits for it, before
+/// the call returns; one of more goes to the flusher, on another thread, as a leader's does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followers_small_append_is_written_on_its_own_thread_a_big_one_by_the_flusher() {
+    let (dir, gate, mut log) = gated_log();
+    let here = std::thread::current().id();
+    let flushes = || lock(&gate.flushed_on).clone();
+    let small = INLINE_APPEND_COMMANDS as u64;
+    log.blocking_append_awaited((1..=small).map(entry))
+        .await
+        .unwrap();
+    let after_small = flushes();
+    assert!(!after_small.is_empty());
+    assert!(after_small.iter().all(|on| *on == here), "{after_small:?}");
+    let big = (small + 1)..=(2 * small + 1);
+    log.blocking_append_awaited(big.map(entry)).await.unwrap();
+    let by_the_flusher = flushes().split_off(after_small.len());
+    assert!(!by_the_flusher.is_empty());
+    assert!(
+        by_the_flusher.iter().all(|on| *on != here),
+        "{by_the_flusher:?}"
+    );
+
+    drop(log);
+    let mut log = LogStore::open(dir.path()).unwrap();
+    let written: Vec<u64> = (1..=2 * small + 1).collect();
+    assert_eq!(indexes(&mut log).await, written);
+}
+
+/// A follower's small append, written on its own thread, still waits for the appends queued
+/// before it (a leader's, still being flushed when it stepped down): the log is written in
+/// order, and openraft is told so in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followers_small_append_waits_for_the_appends_queued_before_it() {
+    let (dir, gate, log) = gated_log();
+    gate.set(true);
+    let mut leader = log.clone();
+    let queued = tokio::spawn(async move { leader.blocking_append((1..=3).map(entry)).await });
+    until("the leader's flush waits at the gate", async || {
+        *lock(&gate.waiting) == 1
+    })
+    .await;
+    let mut follower = log.clone();
+    let small = tokio::spawn(async move { follower.blocking_append_awaited([entry(4)]).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Noted now, asserted once the gate is open (a failed test must not leave it shut).
+    let (waiting, written_early) = (*lock(&gate.waiting), small.is_finished());
+    gate.set(false);
+    queued.await.unwrap().unwrap();
+    small.await.unwrap().unwrap();
+    assert_eq!(waiting, 1, "only the leader's flush reached the disk");
+    assert!(
+        !written_early,
+        "the small append went before the one queued"
+    );
+    assert_eq!(gate.done(), ["flush", "flush"]);
+
+    drop(log);
+    let mut log = LogStore::open(dir.path()).unwrap();
+    assert_eq!(indexes(&mut log).await, [1, 2, 3, 4]);
 }

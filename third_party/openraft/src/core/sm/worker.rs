@@ -21,6 +21,8 @@ use crate::RaftSnapshotBuilder;
 use crate::RaftTypeConfig;
 use crate::Snapshot;
 use crate::StorageError;
+use crate::StorageIOError;
+use crate::AnyError;
 
 pub(crate) struct Worker<C, SM>
 where
@@ -55,13 +57,27 @@ where
     }
 
     fn do_spawn(mut self) -> JoinHandleOf<C, ()> {
+        // Leasehold patch: on the runtime the state machine names, if it names one, with a task
+        // here that waits for it; a worker that panics there is reported as one that failed.
+        let elsewhere = self.state_machine.worker_runtime();
         C::AsyncRuntime::spawn(async move {
-            let res = self.worker_loop().await;
+            let resp_tx = self.resp_tx.clone();
+            let res = match elsewhere {
+                None => self.worker_loop().await,
+                Some(runtime) => {
+                    let worker = runtime.spawn(async move { self.worker_loop().await });
+                    worker.await.unwrap_or_else(|panicked| {
+                        let subject = crate::ErrorSubject::StateMachine;
+                        let verb = crate::ErrorVerb::Write;
+                        Err(StorageIOError::new(subject, verb, AnyError::new(&panicked)).into())
+                    })
+                }
+            };
 
             if let Err(err) = res {
                 tracing::error!("{} while execute state machine command", err,);
 
-                let _ = self.resp_tx.send(Notify::StateMachine {
+                let _ = resp_tx.send(Notify::StateMachine {
                     command_result: CommandResult {
                         command_seq: 0,
                         result: Err(err),

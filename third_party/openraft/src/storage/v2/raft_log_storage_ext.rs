@@ -39,6 +39,24 @@ where C: RaftTypeConfig
 
         Ok(())
     }
+
+    /// Leasehold patch: [`blocking_append`](Self::blocking_append) through
+    /// [`append_awaited`](RaftLogStorage::append_awaited), as a follower appends.
+    async fn blocking_append_awaited<I>(&mut self, entries: I) -> Result<(), StorageError<C::NodeId>>
+    where
+        I: IntoIterator<Item = C::Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let (tx, rx) = C::oneshot();
+        let log_io_id = LogIOId::<C::NodeId>::new(Vote::<C::NodeId>::default(), None);
+        let callback = LogFlushed::<C>::new(log_io_id, tx);
+        self.append_awaited(entries, callback).await?;
+        rx.await
+            .map_err(|e| StorageIOError::write_logs(AnyError::error(e)))?
+            .map_err(|e| StorageIOError::write_logs(AnyError::error(e)))?;
+
+        Ok(())
+    }
 }
 
 impl<C, T> RaftLogStorageExt<C> for T
