@@ -15,6 +15,7 @@ use super::disk::{Disk, DiskFile, Open, StdDisk};
 use super::tests::{entry, indexes};
 use super::{lock, LogStore};
 use crate::limits::{INLINE_APPEND_COMMANDS, PREALLOCATE_BYTES};
+use crate::raft::AppendTimes;
 
 /// A disk whose files' `sync_data` (a segment's flush) waits while the gate is shut, and which
 /// notes every flush and rename once it is done.
@@ -252,32 +253,40 @@ async fn a_followers_small_append_is_written_on_its_own_thread_a_big_one_by_the_
     assert_eq!(indexes(&mut log).await, written);
 }
 
-/// A follower's small append, written on its own thread, still waits for the appends queued
-/// before it (a leader's, still being flushed when it stepped down): the log is written in
-/// order, and openraft is told so in order.
+/// A follower's small append made while an earlier append is still being flushed (a leader's,
+/// queued before it stepped down) is written after it and openraft is told after it: the log
+/// holds them in order, and hears of them in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_followers_small_append_waits_for_the_appends_queued_before_it() {
+async fn a_followers_small_append_behind_a_queued_one_is_written_and_told_after_it() {
     let (dir, gate, log) = gated_log();
+    let appends = AppendTimes::default();
+    let log = log.timing_appends(appends.clone());
     gate.set(true);
-    let mut leader = log.clone();
-    let queued = tokio::spawn(async move { leader.blocking_append((1..=3).map(entry)).await });
-    until("the leader's flush waits at the gate", async || {
+    let told = Arc::new(Mutex::new(Vec::new()));
+    let (mut leader, seen) = (log.clone(), told.clone());
+    let queued = tokio::spawn(async move {
+        let saved = leader.blocking_append((1..=3).map(entry)).await;
+        lock(&seen).push("queued");
+        saved
+    });
+    until("the queued append's flush waits at the gate", async || {
         *lock(&gate.waiting) == 1
     })
     .await;
-    let mut follower = log.clone();
-    let small = tokio::spawn(async move { follower.blocking_append_awaited([entry(4)]).await });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    // Noted now, asserted once the gate is open (a failed test must not leave it shut).
-    let (waiting, written_early) = (*lock(&gate.waiting), small.is_finished());
+    let (mut follower, seen) = (log.clone(), told.clone());
+    let small = tokio::spawn(async move {
+        let saved = follower.blocking_append_awaited([entry(4)]).await;
+        lock(&seen).push("small");
+        saved
+    });
+    until("the small append is under way", async || {
+        appends.when(&log_id(1, 1, 4)).is_some()
+    })
+    .await;
     gate.set(false);
     queued.await.unwrap().unwrap();
     small.await.unwrap().unwrap();
-    assert_eq!(waiting, 1, "only the leader's flush reached the disk");
-    assert!(
-        !written_early,
-        "the small append went before the one queued"
-    );
+    assert_eq!(*lock(&told), ["queued", "small"]);
     assert_eq!(gate.done(), ["flush", "flush"]);
 
     drop(log);
