@@ -20,7 +20,10 @@
 //! entries to the followers while they are being flushed, and counts itself toward their quorum
 //! only from that callback; a follower waits for it before it answers. Appends that queue up
 //! behind a flush share the next one (group commit): the whole cost of durability, where a
-//! B-tree store (redb, before) wrote several pages per commit. A vote is saved durably before
+//! B-tree store (redb, before) wrote several pages per commit. A follower's append of a few
+//! commands (`append_awaited`, with openraft's patch 7) is written instead on the thread that
+//! waits for it, once the appends queued before it are, and readable only then: see
+//! [`INLINE_APPEND_COMMANDS`]. A vote is saved durably before
 //! `save_vote` returns, and only once every earlier append is, as is a truncate or a purge: each
 //! first waits for the appends queued before it, and holds the writer the flusher holds per
 //! batch.
@@ -194,7 +197,8 @@ struct Shared {
     dir: PathBuf,
     /// What readers see. Held only for lookups and updates, never across file I/O.
     index: Mutex<Index>,
-    /// The one writer's state: the flusher's, or a truncate's, purge's or vote's, one at a time.
+    /// The one writer's state: the flusher's, or a truncate's, purge's, vote's or follower's small
+    /// append's, one at a time.
     writer: Mutex<Writer>,
     /// The last committed id openraft reported, written with the state file whenever that is.
     /// Apart from the writer, which the flusher holds across an fsync: openraft saves it from
@@ -288,7 +292,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Where an append that cannot wait for the flusher is written.
+/// Where an append that is not queued for the flusher is written.
 enum Thread {
     /// The caller's, which waits for it anyway: no hand-off to another thread and back.
     This,
@@ -403,7 +407,8 @@ impl LogStore {
         self
     }
 
-    /// Runs `f` with the writer on the blocking pool, so an fsync never stalls the runtime.
+    /// Runs `f` with the writer on the blocking pool, so that its fsync does not stall the
+    /// runtime.
     async fn with_writer<T, F>(&self, f: F) -> Result<T, StorageError>
     where
         T: Send + 'static,
@@ -483,7 +488,7 @@ impl LogStore {
     }
 
     /// Queues `entries` for the flusher if they simply follow the last entry (what every
-    /// leader's append and almost every follower's is), starting one if none is at work; hands
+    /// leader's append and almost every follower's big one is), starting one if none is at work; hands
     /// them back otherwise, with their callback.
     #[allow(clippy::type_complexity)]
     fn queue(
@@ -658,7 +663,7 @@ fn recover_segment(
     Ok((file, parsed, len, allocated))
 }
 
-/// Runs `f` with the writer on the blocking pool, so an fsync never stalls the runtime.
+/// Runs `f` with the writer on the blocking pool, so that its fsync does not stall the runtime.
 async fn on_writer<T, F>(shared: Arc<Shared>, f: F) -> Result<T, StorageError>
 where
     T: Send + 'static,
@@ -875,7 +880,6 @@ impl Shared {
                     Ok(locations) => {
                         index.entries.extend(locations);
                         index.queue.entries.drain(..batch.len());
-                        index.queue.flushed += callbacks.len() as u64;
                         None
                     }
                     Err(e) => {
@@ -890,10 +894,14 @@ impl Shared {
             };
             drop(writer);
             let Some((why, later)) = failed else {
-                // The entries are durable (fdatasync returned) before openraft is told so.
+                // The entries are durable (fdatasync returned) before openraft is told so, and
+                // counted flushed only once it is told: an append that waits for them (see
+                // `drained`) is told after them.
+                let told = callbacks.len() as u64;
                 callbacks
                     .into_iter()
                     .for_each(|c| c.log_io_completed(Ok(())));
+                lock(&self.index).queue.flushed += told;
                 self.flushes.notify_waiters();
                 continue;
             };
@@ -905,8 +913,8 @@ impl Shared {
         }
     }
 
-    /// Waits until every append queued before the call is durable, and says whether a flush
-    /// failed: what a truncate, a purge, a vote and an append off the queue do first, so that
+    /// Waits until every append queued before the call is durable and openraft told so, and
+    /// says whether a flush failed: what a truncate, a purge, a vote and an append off the queue do first, so that
     /// none of them finds an earlier append still in flight. (Not "until the queue is empty":
     /// under a steady load it may never be.)
     async fn drained(&self) -> Result<(), StorageError> {

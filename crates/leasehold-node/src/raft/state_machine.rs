@@ -534,11 +534,11 @@ mod tests {
     }
 
     /// A stamp whose append was not noted takes its instant from the clock of the runtime that
-    /// applies it (the simulation's paused one, here), not from the real clock, 60 s behind.
+    /// applies it: in the simulation, the node's paused one, not the real clock 60 s behind.
     #[tokio::test(start_paused = true)]
     async fn a_stamps_instant_is_read_on_the_runtimes_clock() {
         let dir = tempfile::TempDir::new().unwrap();
-        let mut sm = StateMachineStore::open(dir.path()).unwrap();
+        let mut sm = StateMachineStore::open_with(dir.path(), SlowWork::Inline).unwrap();
         tokio::time::advance(std::time::Duration::from_secs(60)).await;
         sm.apply([entry(1)]).await.unwrap();
         let seen = sm.state.stamp_seen().expect("a stamped entry applied");

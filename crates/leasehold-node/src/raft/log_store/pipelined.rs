@@ -1,6 +1,7 @@
 //! The queue in front of the disk, held at its fsync: an append is readable before it is
 //! durable, openraft is told it is saved only once it is, appends queued behind a flush share
-//! the next one, and a vote waits for every append before it.
+//! the next one, and a vote waits for every append before it; a follower's small append skips
+//! the queue but not the appends queued before it.
 
 use std::io;
 use std::path::Path;
@@ -15,7 +16,6 @@ use super::disk::{Disk, DiskFile, Open, StdDisk};
 use super::tests::{entry, indexes};
 use super::{lock, LogStore};
 use crate::limits::{INLINE_APPEND_COMMANDS, PREALLOCATE_BYTES};
-use crate::raft::AppendTimes;
 
 /// A disk whose files' `sync_data` (a segment's flush) waits while the gate is shut, and which
 /// notes every flush and rename once it is done.
@@ -253,43 +253,50 @@ async fn a_followers_small_append_is_written_on_its_own_thread_a_big_one_by_the_
     assert_eq!(indexes(&mut log).await, written);
 }
 
-/// A follower's small append made while an earlier append is still being flushed (a leader's,
-/// queued before it stepped down) is written after it and openraft is told after it: the log
-/// holds them in order, and hears of them in order.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_followers_small_append_behind_a_queued_one_is_written_and_told_after_it() {
-    let (dir, gate, log) = gated_log();
-    let appends = AppendTimes::default();
-    let log = log.timing_appends(appends.clone());
-    gate.set(true);
-    let told = Arc::new(Mutex::new(Vec::new()));
-    let (mut leader, seen) = (log.clone(), told.clone());
-    let queued = tokio::spawn(async move {
-        let saved = leader.blocking_append((1..=3).map(entry)).await;
-        lock(&seen).push("queued");
-        saved
-    });
-    until("the queued append's flush waits at the gate", async || {
-        *lock(&gate.waiting) == 1
-    })
-    .await;
-    let (mut follower, seen) = (log.clone(), told.clone());
-    let small = tokio::spawn(async move {
-        let saved = follower.blocking_append_awaited([entry(4)]).await;
-        lock(&seen).push("small");
-        saved
-    });
-    until("the small append is under way", async || {
-        appends.when(&log_id(1, 1, 4)).is_some()
-    })
-    .await;
-    gate.set(false);
-    queued.await.unwrap().unwrap();
-    small.await.unwrap().unwrap();
-    assert_eq!(*lock(&told), ["queued", "small"]);
-    assert_eq!(gate.done(), ["flush", "flush"]);
+/// A follower's small append, written on its own thread, waits for the appends queued before
+/// it (a leader's, queued before it stepped down, whose flusher has not started): written
+/// first, it would follow them in the index and precede them on disk, a hole after a crash.
+/// The blocking pool's only thread is held, so the flusher cannot start until it is let go.
+#[test]
+fn a_followers_small_append_waits_for_the_appends_queued_before_it() {
+    use futures_util::FutureExt;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (dir, gate, log) = gated_log();
+        let (let_go, held) = std::sync::mpsc::channel::<()>();
+        let (holding, pool_held) = tokio::sync::oneshot::channel();
+        let pool = tokio::task::spawn_blocking(move || {
+            let _ = holding.send(());
+            let _ = held.recv();
+        });
+        pool_held.await.unwrap();
+        let (mut leader, mut follower) = (log.clone(), log.clone());
+        let mut queued = std::pin::pin!(leader.blocking_append((1..=3).map(entry)));
+        assert!(
+            queued.as_mut().now_or_never().is_none(),
+            "the leader's append is queued"
+        );
+        let mut small = std::pin::pin!(follower.blocking_append_awaited([entry(4)]));
+        let at_once = small.as_mut().now_or_never();
+        let done_early = gate.done();
+        let_go.send(()).unwrap();
+        pool.await.unwrap();
+        queued.await.unwrap();
+        assert!(
+            at_once.is_none(),
+            "the small append did not wait for the queued one"
+        );
+        small.await.unwrap();
+        assert!(done_early.is_empty(), "{done_early:?}");
+        assert_eq!(gate.done(), ["flush", "flush"]);
 
-    drop(log);
-    let mut log = LogStore::open(dir.path()).unwrap();
-    assert_eq!(indexes(&mut log).await, [1, 2, 3, 4]);
+        drop(log);
+        let mut log = LogStore::open(dir.path()).unwrap();
+        assert_eq!(indexes(&mut log).await, [1, 2, 3, 4]);
+    });
 }

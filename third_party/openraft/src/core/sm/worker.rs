@@ -21,8 +21,8 @@ use crate::RaftSnapshotBuilder;
 use crate::RaftTypeConfig;
 use crate::Snapshot;
 use crate::StorageError;
-use crate::StorageIOError;
-use crate::AnyError;
+use crate::StorageIOError; // Leasehold patch: see `do_spawn`.
+use crate::AnyError; // Leasehold patch: see `do_spawn`.
 
 pub(crate) struct Worker<C, SM>
 where
