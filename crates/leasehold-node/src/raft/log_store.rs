@@ -110,7 +110,9 @@ use super::codec::{decode, encode};
 use super::snapshot_file::DurableSnapshot;
 use super::AppendTimes;
 use super::{LogId, NodeId, StorageError, TypeConfig};
-use crate::limits::{INLINE_APPEND_COMMANDS, PREALLOCATE_BYTES, SEGMENT_BYTES};
+use crate::limits::{
+    INLINE_APPEND_COMMANDS, INLINE_APPEND_WRITE, PREALLOCATE_BYTES, SEGMENT_BYTES,
+};
 use disk::{Disk, DiskFile, Open, Spared, StdDisk};
 use segment::{encode_record, parse_segment, End, Parsed, HEADER, MAGIC};
 
@@ -206,6 +208,8 @@ struct Shared {
     committed: Mutex<Option<LogId>>,
     /// Woken after every flush (see `drained`).
     flushes: tokio::sync::Notify,
+    /// How long the last write and its `fdatasync` took, in microseconds.
+    last_write: std::sync::atomic::AtomicU64,
     /// How far ahead of its records the active segment's blocks are allocated
     /// ([`PREALLOCATE_BYTES`] but in tests).
     preallocate: u64,
@@ -380,6 +384,7 @@ impl LogStore {
                 committed: Mutex::new(state.committed),
                 writer: Mutex::new(Writer { active, state }),
                 flushes: tokio::sync::Notify::new(),
+                last_write: Default::default(),
                 preallocate,
             }),
             purge_behind: None,
@@ -474,11 +479,7 @@ impl LogStore {
                     .await
             }
         };
-        if let Some(metrics) = &self.metrics {
-            metrics
-                .log_fsync_duration
-                .observe(started.elapsed().as_secs_f64());
-        }
+        self.shared.timed(started, self.metrics.as_deref());
         // The entries are durable (fdatasync returned) before openraft is told so.
         match &result {
             Ok(()) => callback.log_io_completed(Ok(())),
@@ -847,6 +848,24 @@ impl Shared {
         Ok(())
     }
 
+    /// Notes how long a write and its `fdatasync`, started at `started`, took: the last in
+    /// `last_write`, each in `metrics`.
+    fn timed(&self, started: std::time::Instant, metrics: Option<&crate::metrics::Metrics>) {
+        let took = started.elapsed();
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.last_write
+            .store(micros, std::sync::atomic::Ordering::Relaxed);
+        if let Some(metrics) = metrics {
+            metrics.log_fsync_duration.observe(took.as_secs_f64());
+        }
+    }
+
+    /// Whether the last write and its `fdatasync` took longer than `limit`.
+    fn slow(&self, limit: std::time::Duration) -> bool {
+        let micros = self.last_write.load(std::sync::atomic::Ordering::Relaxed);
+        std::time::Duration::from_micros(micros) > limit
+    }
+
     /// The flusher: writes what is queued, in batches, until the queue is empty, telling each
     /// append's callback once its entries are durable. Runs on the blocking pool. The writer
     /// is held per batch, from before the batch is taken until the index says where it went,
@@ -868,10 +887,7 @@ impl Shared {
             };
             let started = std::time::Instant::now();
             let written = self.write(&mut writer, &batch);
-            if let Some(metrics) = metrics {
-                let seconds = started.elapsed().as_secs_f64();
-                metrics.log_fsync_duration.observe(seconds);
-            }
+            self.timed(started, metrics);
             // The index learns where the batch is before the writer is let go: a purge or
             // truncate that takes it next must find the batch on disk, not in neither place.
             let failed = {
@@ -1151,8 +1167,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     /// A follower's append (openraft as patched): a small one is written on this thread, on
-    /// an empty queue, before this returns; a bigger one goes as a leader's does. See
-    /// [`INLINE_APPEND_COMMANDS`].
+    /// an empty queue, before this returns, unless the disk is slow; a bigger one goes as a
+    /// leader's does. See [`INLINE_APPEND_COMMANDS`] and [`INLINE_APPEND_WRITE`].
     async fn append_awaited<I>(
         &mut self,
         entries: I,
@@ -1163,7 +1179,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: Send,
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
-        if commands(&entries) > INLINE_APPEND_COMMANDS {
+        let small = commands(&entries) <= INLINE_APPEND_COMMANDS;
+        if !small || self.shared.slow(INLINE_APPEND_WRITE) {
             return self.append(entries, callback).await;
         }
         let entries = self.prepare(entries).await?;

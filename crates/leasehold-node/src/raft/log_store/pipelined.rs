@@ -5,6 +5,7 @@
 
 use std::io;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use openraft::Vote;
 use super::disk::{Disk, DiskFile, Open, StdDisk};
 use super::tests::{entry, indexes};
 use super::{lock, LogStore};
-use crate::limits::{INLINE_APPEND_COMMANDS, PREALLOCATE_BYTES};
+use crate::limits::{INLINE_APPEND_COMMANDS, INLINE_APPEND_WRITE, PREALLOCATE_BYTES};
 
 /// A disk whose files' `sync_data` (a segment's flush) waits while the gate is shut, and which
 /// notes every flush and rename once it is done.
@@ -251,6 +252,30 @@ async fn a_followers_small_append_is_written_on_its_own_thread_a_big_one_by_the_
     let mut log = LogStore::open(dir.path()).unwrap();
     let written: Vec<u64> = (1..=2 * small + 1).collect();
     assert_eq!(indexes(&mut log).await, written);
+}
+
+/// A follower whose last write took longer than `INLINE_APPEND_WRITE` hands even a small
+/// append to the flusher, and writes the next one itself once the last write was quick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_on_a_slow_disk_hands_even_a_small_append_to_the_flusher() {
+    let (_dir, gate, mut log) = gated_log();
+    let here = std::thread::current().id();
+    let slow = INLINE_APPEND_WRITE * 5;
+    let micros = u64::try_from(slow.as_micros()).unwrap();
+    log.shared.last_write.store(micros, Ordering::Relaxed);
+    log.blocking_append_awaited([entry(1)]).await.unwrap();
+    let by_the_flusher = lock(&gate.flushed_on).clone();
+    assert!(!by_the_flusher.is_empty());
+    assert!(
+        by_the_flusher.iter().all(|on| *on != here),
+        "{by_the_flusher:?}"
+    );
+    // A quick write, as this machine's are, at least when it is not busy.
+    log.shared.last_write.store(0, Ordering::Relaxed);
+    log.blocking_append_awaited([entry(2)]).await.unwrap();
+    let by_itself = lock(&gate.flushed_on).split_off(by_the_flusher.len());
+    assert!(!by_itself.is_empty());
+    assert!(by_itself.iter().all(|on| *on == here), "{by_itself:?}");
 }
 
 /// A follower's small append, written on its own thread, waits for the appends queued before
