@@ -489,8 +489,8 @@ impl LogStore {
     }
 
     /// Queues `entries` for the flusher if they simply follow the last entry (what every
-    /// leader's append and almost every follower's big one is), starting one if none is at work; hands
-    /// them back otherwise, with their callback.
+    /// leader's append and almost every follower's big one is), starting one if none is at
+    /// work; hands them back otherwise, with their callback.
     #[allow(clippy::type_complexity)]
     fn queue(
         &self,
@@ -930,9 +930,9 @@ impl Shared {
     }
 
     /// Waits until every append queued before the call is durable and openraft told so, and
-    /// says whether a flush failed: what a truncate, a purge, a vote and an append off the queue do first, so that
-    /// none of them finds an earlier append still in flight. (Not "until the queue is empty":
-    /// under a steady load it may never be.)
+    /// says whether a flush failed: what a truncate, a purge, a vote and an append off the
+    /// queue do first, so that none of them finds an earlier append still in flight. (Not
+    /// "until the queue is empty": under a steady load it may never be.)
     async fn drained(&self) -> Result<(), StorageError> {
         let target = lock(&self.index).queue.queued;
         loop {
