@@ -852,12 +852,17 @@ impl Shared {
     /// `last_write`, each in `metrics`.
     fn timed(&self, started: std::time::Instant, metrics: Option<&crate::metrics::Metrics>) {
         let took = started.elapsed();
-        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        self.last_write
-            .store(micros, std::sync::atomic::Ordering::Relaxed);
+        self.wrote_in(took);
         if let Some(metrics) = metrics {
             metrics.log_fsync_duration.observe(took.as_secs_f64());
         }
+    }
+
+    /// Notes that the last write and its `fdatasync` took `took`.
+    fn wrote_in(&self, took: std::time::Duration) {
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.last_write
+            .store(micros, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether the last write and its `fdatasync` took longer than `limit`.

@@ -5,7 +5,6 @@
 
 use std::io;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -225,6 +224,15 @@ async fn the_state_file_never_holds_a_committed_id_past_the_log_on_disk() {
     assert_eq!(log.read_committed().await.unwrap(), Some(log_id(1, 1, 4)));
 }
 
+/// Asserts that there were `flushes`, all on `thread` if `on`, none on it otherwise.
+fn all_on(flushes: &[std::thread::ThreadId], thread: std::thread::ThreadId, on: bool) {
+    assert!(!flushes.is_empty(), "no flush");
+    assert!(
+        flushes.iter().all(|t| (*t == thread) == on),
+        "{flushes:?}, on {thread:?}: {on}"
+    );
+}
+
 /// A follower's append of a few commands is written on the thread that waits for it, before
 /// the call returns; one of more goes to the flusher, on another thread, as a leader's does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,16 +245,10 @@ async fn a_followers_small_append_is_written_on_its_own_thread_a_big_one_by_the_
         .await
         .unwrap();
     let after_small = flushes();
-    assert!(!after_small.is_empty());
-    assert!(after_small.iter().all(|on| *on == here), "{after_small:?}");
+    all_on(&after_small, here, true);
     let big = (small + 1)..=(2 * small + 1);
     log.blocking_append_awaited(big.map(entry)).await.unwrap();
-    let by_the_flusher = flushes().split_off(after_small.len());
-    assert!(!by_the_flusher.is_empty());
-    assert!(
-        by_the_flusher.iter().all(|on| *on != here),
-        "{by_the_flusher:?}"
-    );
+    all_on(&flushes().split_off(after_small.len()), here, false);
 
     drop(log);
     let mut log = LogStore::open(dir.path()).unwrap();
@@ -260,22 +262,18 @@ async fn a_followers_small_append_is_written_on_its_own_thread_a_big_one_by_the_
 async fn a_follower_on_a_slow_disk_hands_even_a_small_append_to_the_flusher() {
     let (_dir, gate, mut log) = gated_log();
     let here = std::thread::current().id();
-    let slow = INLINE_APPEND_WRITE * 5;
-    let micros = u64::try_from(slow.as_micros()).unwrap();
-    log.shared.last_write.store(micros, Ordering::Relaxed);
+    log.shared.wrote_in(INLINE_APPEND_WRITE * 5);
     log.blocking_append_awaited([entry(1)]).await.unwrap();
     let by_the_flusher = lock(&gate.flushed_on).clone();
-    assert!(!by_the_flusher.is_empty());
-    assert!(
-        by_the_flusher.iter().all(|on| *on != here),
-        "{by_the_flusher:?}"
-    );
+    all_on(&by_the_flusher, here, false);
     // A quick write, as this machine's are, at least when it is not busy.
-    log.shared.last_write.store(0, Ordering::Relaxed);
+    log.shared.wrote_in(Duration::ZERO);
     log.blocking_append_awaited([entry(2)]).await.unwrap();
-    let by_itself = lock(&gate.flushed_on).split_off(by_the_flusher.len());
-    assert!(!by_itself.is_empty());
-    assert!(by_itself.iter().all(|on| *on == here), "{by_itself:?}");
+    all_on(
+        &lock(&gate.flushed_on).split_off(by_the_flusher.len()),
+        here,
+        true,
+    );
 }
 
 /// A follower's small append, written on its own thread, waits for the appends queued before

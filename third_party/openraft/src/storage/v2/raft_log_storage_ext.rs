@@ -26,18 +26,10 @@ where C: RaftTypeConfig
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let (tx, rx) = C::oneshot();
-
-        // dummy log_io_id
-        let log_io_id = LogIOId::<C::NodeId>::new(Vote::<C::NodeId>::default(), None);
-
-        let callback = LogFlushed::<C>::new(log_io_id, tx);
+        // Leasehold patch: the callback and its wait shared with `blocking_append_awaited`.
+        let (callback, saved) = awaited_callback::<C>();
         self.append(entries, callback).await?;
-        rx.await
-            .map_err(|e| StorageIOError::write_logs(AnyError::error(e)))?
-            .map_err(|e| StorageIOError::write_logs(AnyError::error(e)))?;
-
-        Ok(())
+        saved.await
     }
 
     /// Leasehold patch: [`blocking_append`](Self::blocking_append) through
@@ -47,16 +39,29 @@ where C: RaftTypeConfig
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let (tx, rx) = C::oneshot();
-        let log_io_id = LogIOId::<C::NodeId>::new(Vote::<C::NodeId>::default(), None);
-        let callback = LogFlushed::<C>::new(log_io_id, tx);
+        let (callback, saved) = awaited_callback::<C>();
         self.append_awaited(entries, callback).await?;
+        saved.await
+    }
+}
+
+/// Leasehold patch: a callback for an append, and what waits until it is called.
+fn awaited_callback<C: RaftTypeConfig>() -> (
+    LogFlushed<C>,
+    impl std::future::Future<Output = Result<(), StorageError<C::NodeId>>> + OptionalSend,
+) {
+    let (tx, rx) = C::oneshot::<Result<LogIOId<C::NodeId>, std::io::Error>>();
+
+    // dummy log_io_id
+    let log_io_id = LogIOId::<C::NodeId>::new(Vote::<C::NodeId>::default(), None);
+
+    let saved = async move {
         rx.await
             .map_err(|e| StorageIOError::write_logs(AnyError::error(e)))?
             .map_err(|e| StorageIOError::write_logs(AnyError::error(e)))?;
-
         Ok(())
-    }
+    };
+    (LogFlushed::<C>::new(log_io_id, tx), saved)
 }
 
 impl<C, T> RaftLogStorageExt<C> for T
