@@ -142,7 +142,7 @@ impl Metrics {
         );
         registry.register(
             "log_fsync_duration_seconds",
-            "Time to write and fdatasync one append to the Raft log",
+            "Time to write and fdatasync one append to the Raft log (not the room written ahead)",
             self.log_fsync_duration.clone(),
         );
         registry.register(

@@ -22,11 +22,11 @@
 //! behind a flush share the next one (group commit): the whole cost of durability, where a
 //! B-tree store (redb, before) wrote several pages per commit. A follower's append of a few
 //! commands (`append_awaited`, with openraft's patch 7) is written instead on the thread that
-//! waits for it, once the appends queued before it are, and readable only then, into room
-//! the flusher wrote ahead ([`ROOM_KEPT_BYTES`]): see [`INLINE_APPEND_COMMANDS`]. A vote is saved durably before
-//! `save_vote` returns, and only once every earlier append is, as is a truncate or a purge: each
-//! first waits for the appends queued before it, and holds the writer the flusher holds per
-//! batch.
+//! waits for it, once the appends queued before it are, and readable only then, into room the
+//! flusher wrote ahead ([`ROOM_KEPT_BYTES`]): see [`INLINE_APPEND_COMMANDS`]. A vote is saved
+//! durably before `save_vote` returns, and only once every earlier append is, as is a truncate
+//! or a purge: each first waits for the appends queued before it, and holds the writer the
+//! flusher holds per batch.
 //!
 //! # Recovery
 //!
@@ -211,15 +211,12 @@ struct Shared {
     flushes: tokio::sync::Notify,
     /// How long the last write and its `fdatasync` took, in microseconds.
     last_write: std::sync::atomic::AtomicU64,
-    /// How far ahead of its records the active segment's blocks are allocated
-    /// ([`PREALLOCATE_BYTES`] but in tests).
+    /// How far ahead of its records the active segment's blocks are allocated and written, a
+    /// step at a time ([`PREALLOCATE_BYTES`] but in tests).
     preallocate: u64,
     /// The room a write off the runtime's thread leaves written past its records, and a small
     /// append needs to be written on it ([`ROOM_KEPT_BYTES`], at most `preallocate`).
     kept: u64,
-    /// The room past the active segment's records, allocated and written with zeros, after the
-    /// last write.
-    room: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -274,16 +271,16 @@ struct Active {
     file: Arc<dyn DiskFile>,
     /// Where its records end.
     len: u64,
-    /// How far the writer has allocated its blocks and written zeros in them (from `len` on):
-    /// its length on disk, unless the file system took no allocation. (A segment an earlier
-    /// build left may have its room allocated only: written into all the same.)
+    /// How far the writer has allocated its blocks and written zeros in them (from `len` on),
+    /// as far as it knows: a reopened segment counts from its records' end, since what follows
+    /// them may be room only allocated (an earlier build's, or a step a crash cut short).
     allocated: u64,
 }
 
-impl Active {
-    /// The room past its records.
+impl Writer {
+    /// The room past the active segment's records, written with zeros.
     fn room(&self) -> u64 {
-        self.allocated.saturating_sub(self.len)
+        (self.active.as_ref()).map_or(0, |active| active.allocated.saturating_sub(active.len))
     }
 }
 
@@ -333,6 +330,19 @@ fn commands(entries: &[Entry]) -> usize {
 /// What a step of room is written with, a piece at a time.
 static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 
+/// Allocates `active`'s blocks up to `to` and writes zeros in those past its records and its
+/// room, durably: apart from the records, so that their `fdatasync` carries them alone.
+fn step(active: &Active, to: u64) -> io::Result<()> {
+    active.file.allocate(to)?;
+    let mut at = active.allocated.max(active.len);
+    while at < to {
+        let piece = (to - at).min(ZEROS.len() as u64);
+        active.file.write_all_at(&ZEROS[..piece as usize], at)?;
+        at += piece;
+    }
+    active.file.sync_data()
+}
+
 fn segment_path(dir: &Path, first: u64) -> PathBuf {
     dir.join(format!("{first:020}.seg"))
 }
@@ -362,8 +372,7 @@ impl LogStore {
         let mut active = None;
         for (n, &first) in firsts.iter().enumerate() {
             let path = segment_path(dir, first);
-            let (file, parsed, len, allocated) =
-                recover_segment(disk.as_ref(), &path, n + 1 == firsts.len())?;
+            let (file, parsed, len) = recover_segment(disk.as_ref(), &path, n + 1 == firsts.len())?;
             segment_follows(&index, first, &path)?;
             for (entry, offset, record_len) in parsed.entries {
                 let at = entry.log_id.index;
@@ -385,11 +394,12 @@ impl LogStore {
                 });
             }
             index.segments.insert(first, file.clone());
+            // The next step writes what follows the records (see `Active::allocated`).
             active = Some(Active {
                 first,
                 file,
                 len,
-                allocated,
+                allocated: len,
             });
         }
         if let Some(active) = &active {
@@ -401,7 +411,6 @@ impl LogStore {
                 dir: dir.to_owned(),
                 index: Mutex::new(index),
                 committed: Mutex::new(state.committed),
-                room: active.as_ref().map_or(0, Active::room).into(),
                 writer: Mutex::new(Writer { active, state }),
                 flushes: tokio::sync::Notify::new(),
                 last_write: Default::default(),
@@ -492,6 +501,13 @@ impl LogStore {
         thread: Thread,
     ) -> Result<(), StorageError> {
         self.shared.drained().await?;
+        // Into room written ahead only: a step of zeros is the blocking pool's to write.
+        let thread = match thread {
+            Thread::This if lock(&self.shared.writer).room() < self.shared.kept => {
+                Thread::BlockingPool
+            }
+            thread => thread,
+        };
         let result = match thread {
             Thread::This => self
                 .shared
@@ -625,19 +641,18 @@ fn read_state(disk: &dyn Disk, dir: &Path, names: &[String]) -> Result<State, St
     Ok(state)
 }
 
-/// Segment `path`, opened and parsed, with where its records end and its length on disk once a
-/// torn tail of the `last` segment (the write a crash interrupted, never acknowledged) is cut
-/// off. Any other damage refuses.
+/// Segment `path`, opened and parsed, with where its records end once a torn tail of the `last`
+/// segment (the write a crash interrupted, never acknowledged) is cut off. Any other damage
+/// refuses.
 fn recover_segment(
     disk: &dyn Disk,
     path: &Path,
     last: bool,
-) -> Result<(Arc<dyn DiskFile>, Parsed, u64, u64), StorageError> {
+) -> Result<(Arc<dyn DiskFile>, Parsed, u64), StorageError> {
     let file = disk.open(path, Open::Existing).map_err(read_error)?;
     let bytes = disk.read(path).map_err(read_error)?;
     let parsed = parse_segment(&bytes);
     let mut len = bytes.len() as u64;
-    let mut allocated = len;
     let why = match parsed.end {
         End::Clean => None,
         End::Allocated(at) => {
@@ -653,7 +668,7 @@ fn recover_segment(
             );
             file.set_len(at).map_err(write_error)?;
             file.sync_all().map_err(write_error)?;
-            (len, allocated) = (at, at);
+            len = at;
             None
         }
         End::Torn(at) => Some((at, "a torn record before the last segment".to_owned())),
@@ -685,7 +700,7 @@ fn recover_segment(
             path.display()
         )));
     }
-    Ok((file, parsed, len, allocated))
+    Ok((file, parsed, len))
 }
 
 /// Runs `f` with the writer on the blocking pool, so that its fsync does not stall the runtime.
@@ -845,11 +860,9 @@ impl Shared {
             if active.file.set_len(active.len).is_ok() {
                 active.allocated = active.len;
             }
-            self.room.store(0, std::sync::atomic::Ordering::Relaxed);
             return Err(write_error(e));
         }
         active.len = end;
-        (self.room).store(active.room(), std::sync::atomic::Ordering::Relaxed);
         Ok((locations, took))
     }
 
@@ -886,26 +899,24 @@ impl Shared {
     /// must mark it written in its journal within the `fdatasync`: on this VM's ext4, a 4 KiB
     /// append and its `fdatasync` took 133 µs at the median into allocated blocks against
     /// 86-97 into written ones (and 115-156 growing the file), and a node's writes at 64
-    /// clients 206-276 µs on average against 151-228. A step the disk has no room for is not
-    /// taken: the write itself decides whether it fits.
+    /// clients 206-276 µs on average against 151-228. The price: every byte of the log is
+    /// written twice, as zeros and as a record, in a step's write and `fdatasync` per
+    /// [`PREALLOCATE_BYTES`]. A step the disk has no room for is not taken: the write itself
+    /// decides whether it fits.
     fn allocate(&self, active: &mut Active, end: u64, ahead: u64) -> io::Result<()> {
         let to = (end + self.preallocate).min(SEGMENT_BYTES);
         if end + ahead <= active.allocated || to <= end.max(active.allocated) {
             return Ok(());
         }
-        match active.file.allocate(to) {
-            Err(e) if e.kind() == io::ErrorKind::StorageFull => return Ok(()),
-            allocated => allocated?,
+        match step(active, to) {
+            Ok(()) => active.allocated = to,
+            // Whatever of the step was written is zeros past the records, which the next
+            // step writes again: only the file's length goes back.
+            Err(e) if e.kind() == io::ErrorKind::StorageFull => {
+                active.file.set_len(active.allocated.max(active.len))?;
+            }
+            Err(e) => return Err(e),
         }
-        let mut at = active.allocated.max(active.len);
-        while at < to {
-            let step = (to - at).min(ZEROS.len() as u64);
-            active.file.write_all_at(&ZEROS[..step as usize], at)?;
-            at += step;
-        }
-        // Durable apart from the records, so that their `fdatasync` carries them alone.
-        active.file.sync_data()?;
-        active.allocated = to;
         Ok(())
     }
 
@@ -923,12 +934,6 @@ impl Shared {
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         self.last_write
             .store(micros, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Whether the room past the records is what a small append needs to be written on the
-    /// runtime's thread, with no step of zeros to write first.
-    fn roomy(&self) -> bool {
-        self.room.load(std::sync::atomic::Ordering::Relaxed) >= self.kept
     }
 
     /// Whether the last write and its `fdatasync` took longer than `limit`.
@@ -1239,9 +1244,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     /// A follower's append (openraft as patched): a small one is written on this thread, on
-    /// an empty queue, before this returns, unless the disk is slow or the room written ahead
-    /// runs short; a bigger one goes as a leader's does (and its flush writes the next step of
-    /// room). See [`INLINE_APPEND_COMMANDS`], [`INLINE_APPEND_WRITE`] and [`ROOM_KEPT_BYTES`].
+    /// an empty queue, before this returns, unless the disk is slow (or, see `write_now`, the
+    /// room written ahead runs short); a bigger one goes as a leader's does. See
+    /// [`INLINE_APPEND_COMMANDS`], [`INLINE_APPEND_WRITE`] and [`ROOM_KEPT_BYTES`].
     async fn append_awaited<I>(
         &mut self,
         entries: I,
@@ -1253,7 +1258,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let small = commands(&entries) <= INLINE_APPEND_COMMANDS;
-        if !small || self.shared.slow(INLINE_APPEND_WRITE) || !self.shared.roomy() {
+        if !small || self.shared.slow(INLINE_APPEND_WRITE) {
             return self.append(entries, callback).await;
         }
         let entries = self.prepare(entries).await?;
@@ -1505,20 +1510,42 @@ pub(crate) mod tests {
 
     /// The room ahead of the records is written with zeros, not only allocated: an append into
     /// blocks only allocated would have its `fdatasync` journal each block's first write too.
-    /// ext4 and xfs tell such blocks by `SEEK_HOLE`, as a hole; a written file has none.
+    /// ext4, xfs, btrfs and tmpfs tell such blocks by `SEEK_HOLE`, as a hole; a written file
+    /// has none. Where the file system tells no such thing (say NFS), or stores written zeros
+    /// as a hole (ZFS with compression), the test says so and checks nothing.
     #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn the_room_ahead_of_the_records_is_written_with_zeros_not_only_allocated() {
+        let hole_at = |file: &fs::File| rustix::fs::seek(file, rustix::fs::SeekFrom::Hole(0));
         let dir = tempfile::TempDir::new().unwrap();
-        let mut log = LogStore::open(dir.path()).unwrap();
-        log.blocking_append((1..=3).map(entry)).await.unwrap();
-        let file = fs::File::open(segment_path(dir.path(), 1)).unwrap();
+        let probe = dir.path().join("probe");
+        fs::write(&probe, [0; 8192]).unwrap();
+        let probe = fs::File::options().write(true).open(&probe).unwrap();
+        probe.sync_all().unwrap();
+        DiskFile::allocate(&probe, 16384).unwrap();
+        if hole_at(&probe).unwrap() != 8192 {
+            eprintln!("this file system does not tell written blocks from allocated ones");
+            return;
+        }
+        // Small steps, so that appends go through several of them.
+        let disk = Arc::new(StdDisk);
+        let mut log = LogStore::open_on(disk, &dir.path().join("log"), 1024).unwrap();
+        for i in 1..=100 {
+            log.blocking_append([entry(i)]).await.unwrap();
+        }
+        let path = segment_path(&dir.path().join("log"), 1);
+        let file = fs::File::open(&path).unwrap();
         let len = file.metadata().unwrap().len();
-        assert!(len > records_end(&log), "room ahead");
-        let hole = rustix::fs::seek(&file, rustix::fs::SeekFrom::Hole(0)).unwrap();
+        assert!(len > 10 * 1024, "several steps");
         assert_eq!(
-            hole, len,
-            "a hole (unwritten blocks) before the end of {len} bytes"
+            hole_at(&file).unwrap(),
+            len,
+            "a hole (blocks only allocated)"
+        );
+        let room = &fs::read(&path).unwrap()[records_end(&log) as usize..];
+        assert!(
+            !room.is_empty() && room.iter().all(|b| *b == 0),
+            "zeros past the records"
         );
     }
 

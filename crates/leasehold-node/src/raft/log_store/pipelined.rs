@@ -128,6 +128,16 @@ fn gated_log() -> (tempfile::TempDir, Arc<Gate>, LogStore) {
     gated_log_stepping(PREALLOCATE_BYTES)
 }
 
+/// A log as `gated_log`'s, with one append written by the flusher, which leaves the room ahead
+/// that a small append is written into on its own thread, and a last write taken as quick
+/// (the machine may be busy: a follower on a slow disk is another test's).
+async fn gated_log_with_room() -> (tempfile::TempDir, Arc<Gate>, LogStore) {
+    let (dir, gate, mut log) = gated_log();
+    log.blocking_append([entry(1)]).await.unwrap();
+    log.shared.wrote_in(Duration::ZERO);
+    (dir, gate, log)
+}
+
 /// The same, its room allocated and written `preallocate` bytes at a time.
 fn gated_log_stepping(preallocate: u64) -> (tempfile::TempDir, Arc<Gate>, LogStore) {
     let dir = tempfile::TempDir::new().unwrap();
@@ -241,11 +251,9 @@ fn all_on(flushes: &[std::thread::ThreadId], thread: std::thread::ThreadId, on: 
 
 /// A follower's append of a few commands is written on the thread that waits for it, before
 /// the call returns; one of more goes to the flusher, on another thread, as a leader's does.
-/// (The flusher's first write leaves the room ahead that a small append is written into.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_followers_small_append_is_written_on_its_own_thread_a_big_one_by_the_flusher() {
-    let (dir, gate, mut log) = gated_log();
-    log.blocking_append([entry(1)]).await.unwrap();
+    let (dir, gate, mut log) = gated_log_with_room().await;
     let here = std::thread::current().id();
     let flushes = || lock(&gate.flushed_on).clone();
     let first = flushes().len();
@@ -271,30 +279,54 @@ async fn a_followers_small_append_is_written_on_its_own_thread_a_big_one_by_the_
 /// never writes a step of zeros, which takes 0.8 ms for `PREALLOCATE_BYTES`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_followers_small_append_goes_to_the_flusher_when_the_room_ahead_runs_short() {
-    // A step of room just over what one append takes.
+    // Steps of room as small as the room kept, which is then all there is after a step.
     let (dir, gate, mut log) = gated_log_stepping(512);
     let here = std::thread::current().id();
     let last_on_here = || lock(&gate.flushed_on).last() == Some(&here);
     log.blocking_append([entry(1)]).await.unwrap();
     assert!(!last_on_here(), "the leader's append, by the flusher");
-    log.blocking_append_awaited([entry(2)]).await.unwrap();
-    assert!(last_on_here(), "into the room the flusher left");
-    log.blocking_append_awaited([entry(3)]).await.unwrap();
-    assert!(!last_on_here(), "too little room left: to the flusher");
-    log.blocking_append_awaited([entry(4)]).await.unwrap();
-    assert!(last_on_here(), "into the room that flush left");
+    for (i, on_here) in [(2, true), (3, false), (4, true)] {
+        log.shared.wrote_in(Duration::ZERO);
+        log.blocking_append_awaited([entry(i)]).await.unwrap();
+        let why = [
+            "too little room left: to the flusher",
+            "into the room the flusher left",
+        ];
+        assert_eq!(last_on_here(), on_here, "{}", why[usize::from(on_here)]);
+    }
 
     drop(log);
     let mut log = LogStore::open(dir.path()).unwrap();
     assert_eq!(indexes(&mut log).await, [1, 2, 3, 4]);
 }
 
+/// A truncate cuts the file where the records now end, room and all: the small append after
+/// it, as a follower's is after a new leader's, is written off the runtime's thread, which
+/// never writes a step of room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_truncate_a_followers_small_append_is_written_off_its_thread() {
+    let (dir, gate, mut log) = gated_log_with_room().await;
+    let here = std::thread::current().id();
+    log.blocking_append((2..=4).map(entry)).await.unwrap();
+    log.truncate(log_id(1, 1, 3)).await.unwrap();
+    log.shared.wrote_in(Duration::ZERO);
+    log.blocking_append_awaited([entry(3)]).await.unwrap();
+    assert_ne!(
+        lock(&gate.flushed_on).last(),
+        Some(&here),
+        "a step on the runtime's thread"
+    );
+
+    drop(log);
+    let mut log = LogStore::open(dir.path()).unwrap();
+    assert_eq!(indexes(&mut log).await, [1, 2, 3]);
+}
+
 /// A follower whose last write took longer than `INLINE_APPEND_WRITE` hands even a small
 /// append to the flusher, and writes the next one itself once the last write was quick.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_on_a_slow_disk_hands_even_a_small_append_to_the_flusher() {
-    let (_dir, gate, mut log) = gated_log();
-    log.blocking_append([entry(1)]).await.unwrap();
+    let (_dir, gate, mut log) = gated_log_with_room().await;
     let first = lock(&gate.flushed_on).len();
     let here = std::thread::current().id();
     log.shared.wrote_in(INLINE_APPEND_WRITE * 5);
@@ -325,9 +357,7 @@ fn a_followers_small_append_waits_for_the_appends_queued_before_it() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let (dir, gate, mut log) = gated_log();
-        // Room written ahead, which the small append needs to be written on its own thread.
-        log.blocking_append([entry(1)]).await.unwrap();
+        let (dir, gate, log) = gated_log_with_room().await;
         let before = gate.done().len();
         let (let_go, held) = std::sync::mpsc::channel::<()>();
         let (holding, pool_held) = tokio::sync::oneshot::channel();

@@ -320,9 +320,9 @@ async fn power_lost_again_while_cutting_a_torn_tail() {
     let mut after = before.clone();
     after.apply(&append(1, 4..=6));
     let (disk, mut log) = set_up(&setup).await;
-    // Call 0 allocates room for 4..=6 (100 bytes ahead is less than a record), call 1 writes
-    // them: the power goes during the write, and it is torn.
-    disk.reset_calls(Some(1));
+    // Calls 0 to 2 make room for 4..=6 (100 bytes ahead is less than a record): allocate,
+    // write zeros, sync. Call 3 writes them: the power goes during the write, and it is torn.
+    disk.reset_calls(Some(3));
     append(1, 4..=6).run(&mut log).await.unwrap_err();
     drop(log);
     let mut torn_tails = 0;
