@@ -492,8 +492,9 @@ impl LogStore {
         Ok(entries)
     }
 
-    /// Writes `entries` where they belong, on `thread`, once every append queued before them
-    /// is written, then tells `callback`.
+    /// Writes `entries` where they belong, on `thread` (on the blocking pool instead, where
+    /// this thread would have a truncate or a step of room to write first), once every append
+    /// queued before them is written, then tells `callback`.
     async fn write_now(
         &self,
         entries: Vec<Entry>,
@@ -501,11 +502,10 @@ impl LogStore {
         thread: Thread,
     ) -> Result<(), StorageError> {
         self.shared.drained().await?;
-        // Into room written ahead only: a step of zeros is the blocking pool's to write.
+        // Simply following the log, into room written ahead, only: a truncate first, or a
+        // step of zeros, is the blocking pool's to write.
         let thread = match thread {
-            Thread::This if lock(&self.shared.writer).room() < self.shared.kept => {
-                Thread::BlockingPool
-            }
+            Thread::This if !self.shared.roomy_for(&entries) => Thread::BlockingPool,
             thread => thread,
         };
         let result = match thread {
@@ -543,14 +543,7 @@ impl LogStore {
                 callback.log_io_completed(Err(io::Error::other(e.clone())));
                 return Err(write_error(e));
             }
-            let last = index.last_log_id();
-            let follows = entries.first().is_some_and(|e| {
-                next_in_log(last, e.log_id.index).is_ok()
-                    && entries
-                        .windows(2)
-                        .all(|w| w[1].log_id.index == w[0].log_id.index + 1)
-            });
-            if !follows {
+            if !follows(index.last_log_id(), &entries) {
                 return Ok(Some((entries, callback)));
             }
             let queue = &mut index.queue;
@@ -585,6 +578,16 @@ impl LogStore {
 /// rule recovery checks of the log on disk, refusing to start on a hole, and the append checks
 /// of what it is handed before it writes, so that no bug upstream can put a hole on the disk
 /// for the next start to find. The index that should come there, if not.
+/// Whether `entries` simply follow `last`, one after another: nothing to truncate first.
+fn follows(last: Option<LogId>, entries: &[Entry]) -> bool {
+    entries.first().is_some_and(|e| {
+        next_in_log(last, e.log_id.index).is_ok()
+            && entries
+                .windows(2)
+                .all(|w| w[1].log_id.index == w[0].log_id.index + 1)
+    })
+}
+
 fn next_in_log(last: Option<LogId>, at: u64) -> Result<(), u64> {
     match last {
         Some(last) if at != last.index + 1 => Err(last.index + 1),
@@ -910,10 +913,10 @@ impl Shared {
         }
         match step(active, to) {
             Ok(()) => active.allocated = to,
-            // Whatever of the step was written is zeros past the records, which the next
-            // step writes again: only the file's length goes back.
+            // Whatever of the step was written is zeros past the records, which recovery reads
+            // as room and the next step writes again: the file's length goes back if it can.
             Err(e) if e.kind() == io::ErrorKind::StorageFull => {
-                active.file.set_len(active.allocated.max(active.len))?;
+                let _ = active.file.set_len(active.allocated.max(active.len));
             }
             Err(e) => return Err(e),
         }
@@ -934,6 +937,12 @@ impl Shared {
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         self.last_write
             .store(micros, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether `entries` go on the records' end, into room written ahead for them: no truncate
+    /// and no step of zeros before them (a small append's, so `kept` is room enough).
+    fn roomy_for(&self, entries: &[Entry]) -> bool {
+        follows(lock(&self.index).last_log_id(), entries) && lock(&self.writer).room() >= self.kept
     }
 
     /// Whether the last write and its `fdatasync` took longer than `limit`.
@@ -1527,16 +1536,17 @@ pub(crate) mod tests {
             eprintln!("this file system does not tell written blocks from allocated ones");
             return;
         }
-        // Small steps, so that appends go through several of them.
+        // Steps of 16 KiB, so that appends go through many, and the last leaves blocks of room
+        // past the one the records end in.
         let disk = Arc::new(StdDisk);
-        let mut log = LogStore::open_on(disk, &dir.path().join("log"), 1024).unwrap();
+        let mut log = LogStore::open_on(disk, &dir.path().join("log"), 16 * 1024).unwrap();
         for i in 1..=100 {
             log.blocking_append([entry(i)]).await.unwrap();
         }
         let path = segment_path(&dir.path().join("log"), 1);
         let file = fs::File::open(&path).unwrap();
         let len = file.metadata().unwrap().len();
-        assert!(len > 10 * 1024, "several steps");
+        assert!(len > records_end(&log) + 8 * 1024, "blocks of room");
         assert_eq!(
             hole_at(&file).unwrap(),
             len,

@@ -138,7 +138,7 @@ async fn gated_log_with_room() -> (tempfile::TempDir, Arc<Gate>, LogStore) {
     (dir, gate, log)
 }
 
-/// The same, its room allocated and written `preallocate` bytes at a time.
+/// A log as `gated_log`'s, its room allocated and written `preallocate` bytes at a time.
 fn gated_log_stepping(preallocate: u64) -> (tempfile::TempDir, Arc<Gate>, LogStore) {
     let dir = tempfile::TempDir::new().unwrap();
     let gate = Arc::new(Gate::default());
@@ -315,6 +315,26 @@ async fn after_a_truncate_a_followers_small_append_is_written_off_its_thread() {
         lock(&gate.flushed_on).last(),
         Some(&here),
         "a step on the runtime's thread"
+    );
+
+    drop(log);
+    let mut log = LogStore::open(dir.path()).unwrap();
+    assert_eq!(indexes(&mut log).await, [1, 2, 3]);
+}
+
+/// A follower's small append that replaces entries (a new leader's) truncates them first, and
+/// the truncate cuts the room: it is written off the runtime's thread, as a step must be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followers_small_append_that_replaces_entries_is_written_off_its_thread() {
+    let (dir, gate, mut log) = gated_log_with_room().await;
+    let here = std::thread::current().id();
+    log.blocking_append((2..=4).map(entry)).await.unwrap();
+    log.shared.wrote_in(Duration::ZERO);
+    log.blocking_append_awaited([entry(3)]).await.unwrap();
+    assert_ne!(
+        lock(&gate.flushed_on).last(),
+        Some(&here),
+        "a truncate and a step on the runtime's thread"
     );
 
     drop(log);
