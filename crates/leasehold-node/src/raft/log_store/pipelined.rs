@@ -300,46 +300,31 @@ async fn a_followers_small_append_goes_to_the_flusher_when_the_room_ahead_runs_s
     assert_eq!(indexes(&mut log).await, [1, 2, 3, 4]);
 }
 
-/// A truncate cuts the file where the records now end, room and all: the small append after
-/// it, as a follower's is after a new leader's, is written off the runtime's thread, which
-/// never writes a step of room.
+/// A truncate cuts the file where the records now end, room and all, and so does an append
+/// that replaces entries (a new leader's), which truncates them first: the small append after
+/// the one, or the other, is written off the runtime's thread, which never writes a truncate
+/// or a step of room.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_a_truncate_a_followers_small_append_is_written_off_its_thread() {
-    let (dir, gate, mut log) = gated_log_with_room().await;
-    let here = std::thread::current().id();
-    log.blocking_append((2..=4).map(entry)).await.unwrap();
-    log.truncate(log_id(1, 1, 3)).await.unwrap();
-    log.shared.wrote_in(Duration::ZERO);
-    log.blocking_append_awaited([entry(3)]).await.unwrap();
-    assert_ne!(
-        lock(&gate.flushed_on).last(),
-        Some(&here),
-        "a step on the runtime's thread"
-    );
+async fn after_a_truncate_or_with_one_a_followers_small_append_is_written_off_its_thread() {
+    for truncated_before in [true, false] {
+        let (dir, gate, mut log) = gated_log_with_room().await;
+        let here = std::thread::current().id();
+        log.blocking_append((2..=4).map(entry)).await.unwrap();
+        if truncated_before {
+            log.truncate(log_id(1, 1, 3)).await.unwrap();
+        }
+        log.shared.wrote_in(Duration::ZERO);
+        log.blocking_append_awaited([entry(3)]).await.unwrap();
+        assert_ne!(
+            lock(&gate.flushed_on).last(),
+            Some(&here),
+            "written on the runtime's thread (truncated before: {truncated_before})"
+        );
 
-    drop(log);
-    let mut log = LogStore::open(dir.path()).unwrap();
-    assert_eq!(indexes(&mut log).await, [1, 2, 3]);
-}
-
-/// A follower's small append that replaces entries (a new leader's) truncates them first, and
-/// the truncate cuts the room: it is written off the runtime's thread, as a step must be.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_followers_small_append_that_replaces_entries_is_written_off_its_thread() {
-    let (dir, gate, mut log) = gated_log_with_room().await;
-    let here = std::thread::current().id();
-    log.blocking_append((2..=4).map(entry)).await.unwrap();
-    log.shared.wrote_in(Duration::ZERO);
-    log.blocking_append_awaited([entry(3)]).await.unwrap();
-    assert_ne!(
-        lock(&gate.flushed_on).last(),
-        Some(&here),
-        "a truncate and a step on the runtime's thread"
-    );
-
-    drop(log);
-    let mut log = LogStore::open(dir.path()).unwrap();
-    assert_eq!(indexes(&mut log).await, [1, 2, 3]);
+        drop(log);
+        let mut log = LogStore::open(dir.path()).unwrap();
+        assert_eq!(indexes(&mut log).await, [1, 2, 3]);
+    }
 }
 
 /// A follower whose last write took longer than `INLINE_APPEND_WRITE` hands even a small
