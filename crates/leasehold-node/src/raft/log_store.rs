@@ -1446,7 +1446,7 @@ pub(crate) mod tests {
     }
 
     /// Where the active segment's records end.
-    fn records_end(log: &LogStore) -> u64 {
+    pub(super) fn records_end(log: &LogStore) -> u64 {
         lock(&log.shared.writer).active.as_ref().unwrap().len
     }
 

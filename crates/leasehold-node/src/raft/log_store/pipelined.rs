@@ -13,8 +13,8 @@ use openraft::testing::log_id;
 use openraft::Vote;
 
 use super::disk::{Disk, DiskFile, Open, StdDisk};
-use super::tests::{entry, indexes};
-use super::{lock, LogStore};
+use super::tests::{entry, indexes, records_end};
+use super::{lock, segment_path, LogStore};
 use crate::limits::{INLINE_APPEND_COMMANDS, INLINE_APPEND_WRITE, PREALLOCATE_BYTES};
 
 /// A disk whose files' `sync_data` (a segment's flush) waits while the gate is shut, and which
@@ -34,6 +34,8 @@ struct Gate {
     done: Mutex<Vec<&'static str>>,
     /// The thread of each flush, in order.
     flushed_on: Mutex<Vec<std::thread::ThreadId>>,
+    /// While set, writes of zeros (a step of room) fail as a full disk's do; records go in.
+    full: Mutex<bool>,
 }
 
 struct GatedFile {
@@ -94,6 +96,9 @@ impl DiskFile for GatedFile {
         self.inner.read_exact_at(buf, offset)
     }
     fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
+        if *lock(&self.gate.full) && bytes.iter().all(|b| *b == 0) {
+            return Err(io::ErrorKind::StorageFull.into());
+        }
         self.inner.write_all_at(bytes, offset)
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
@@ -325,6 +330,28 @@ async fn after_a_truncate_or_with_one_a_followers_small_append_is_written_off_it
         let mut log = LogStore::open(dir.path()).unwrap();
         assert_eq!(indexes(&mut log).await, [1, 2, 3]);
     }
+}
+
+/// A step of room the disk has no space for is not taken, as a full `fallocate`'s was not:
+/// the file's length goes back, and the appends write their records past the last ones (an
+/// error would have failed the log, and every append after it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_of_room_the_disk_has_no_space_for_is_not_taken_and_the_log_goes_on() {
+    let (dir, gate, mut log) = gated_log_stepping(4096);
+    log.blocking_append([entry(1)]).await.unwrap();
+    *lock(&gate.full) = true;
+    // Into the room the first step left, and past it.
+    for i in 2..=60 {
+        log.blocking_append([entry(i)]).await.unwrap();
+    }
+    let len = std::fs::metadata(segment_path(dir.path(), 1))
+        .unwrap()
+        .len();
+    assert_eq!(len, records_end(&log), "no room past the records");
+
+    drop(log);
+    let mut log = LogStore::open(dir.path()).unwrap();
+    assert_eq!(indexes(&mut log).await, (1..=60).collect::<Vec<u64>>());
 }
 
 /// A follower whose last write took longer than `INLINE_APPEND_WRITE` hands even a small
