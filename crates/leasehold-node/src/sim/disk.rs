@@ -6,11 +6,11 @@
 //! (`raft::log_store`): readable at once, synced by a flush that takes the disk's `fsync` (the
 //! appends made meanwhile share the next), and only then told saved (a follower's small append,
 //! which the real store writes on the thread that waits for it, is flushed here as any other:
-//! the follower waits for it either way). So a leader replicates its
-//! entries while its own copy is not yet durable, and the schedules' power losses land in that
-//! window; a node whose disk is slower than a round trip to the others (the schedules have one)
-//! is left out of its own quorums. The scenario tests, which time leases to the millisecond,
-//! keep a disk that syncs every append at once (`fsync` zero).
+//! the follower waits for it either way). So a leader replicates its entries while its own copy
+//! is not yet durable, and the schedules' power losses land in that window; a node whose disk
+//! is slower than a round trip to the others (the schedules have one) is left out of its own
+//! quorums. The scenario tests, which time leases to the millisecond, keep a disk that syncs
+//! every append at once (`fsync` zero).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
