@@ -202,12 +202,20 @@ async fn a_5_s_etcd_lease_lives_5_to_5_5_s_across_a_leader_kill() {
         .collect();
     let followers: Vec<&str> = followers.iter().map(String::as_str).collect();
     let (_watch, events) = Running::start(&followers[1..], &["watch", "life/", "--prefix"]);
-    // The watch is in place once it reports a put made after it started.
-    ok(&followers, &["put", "life/ready", "1"]);
-    assert_eq!(
-        line(&events, Duration::from_secs(10)).as_deref(),
-        Some("PUT")
-    );
+    // The watch is in place once it reports a put. etcdctl starts it at a revision of its own
+    // choosing, after it has dialed: a put sent at once may come before it, so put until one is
+    // reported.
+    let placed = Instant::now();
+    loop {
+        ok(&followers, &["put", "life/ready", "1"]);
+        if line(&events, Duration::from_millis(500)).as_deref() == Some("PUT") {
+            break;
+        }
+        assert!(
+            placed.elapsed() < Duration::from_secs(10),
+            "the watch reported no put in 10 s"
+        );
+    }
     let sent = Instant::now();
     let granted = ok(&followers, &["lease", "grant", "5"]);
     let id = granted
