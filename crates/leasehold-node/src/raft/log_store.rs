@@ -904,8 +904,8 @@ impl Shared {
     /// 86-97 into written ones (and 115-156 growing the file), and a node's writes at 64
     /// clients 206-276 µs on average against 151-228. The price: every byte of the log is
     /// written twice, as zeros and as a record, in a step's write and `fdatasync` per
-    /// [`PREALLOCATE_BYTES`]. A step the disk has no room for is not taken: the write itself
-    /// decides whether it fits.
+    /// [`PREALLOCATE_BYTES`]. A step the disk (or the quota) has no room for is not taken: the
+    /// write itself decides whether it fits.
     fn allocate(&self, active: &mut Active, end: u64, ahead: u64) -> io::Result<()> {
         let to = (end + self.preallocate).min(SEGMENT_BYTES);
         if end + ahead <= active.allocated || to <= end.max(active.allocated) {
@@ -914,8 +914,14 @@ impl Shared {
         match step(active, to) {
             Ok(()) => active.allocated = to,
             // Whatever of the step was written is zeros past the records, which recovery reads
-            // as room and the next step writes again: the file's length goes back if it can.
-            Err(e) if e.kind() == io::ErrorKind::StorageFull => {
+            // as room and the next step writes again: the file's length goes back if it can. A
+            // user's quota spent (`EDQUOT`) leaves no more room than a full disk (`ENOSPC`).
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+                ) =>
+            {
                 let _ = active.file.set_len(active.allocated.max(active.len));
             }
             Err(e) => return Err(e),

@@ -34,8 +34,9 @@ struct Gate {
     done: Mutex<Vec<&'static str>>,
     /// The thread of each flush, in order.
     flushed_on: Mutex<Vec<std::thread::ThreadId>>,
-    /// While set, writes of zeros (a step of room) fail as a full disk's do; records go in.
-    full: Mutex<bool>,
+    /// While set, writes of zeros (a step of room) fail with this error, as a full disk's or
+    /// an exhausted quota's do; records go in.
+    full: Mutex<Option<io::ErrorKind>>,
 }
 
 struct GatedFile {
@@ -96,8 +97,10 @@ impl DiskFile for GatedFile {
         self.inner.read_exact_at(buf, offset)
     }
     fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
-        if *lock(&self.gate.full) && bytes.iter().all(|b| *b == 0) {
-            return Err(io::ErrorKind::StorageFull.into());
+        if let Some(kind) = *lock(&self.gate.full) {
+            if bytes.iter().all(|b| *b == 0) {
+                return Err(kind.into());
+            }
         }
         self.inner.write_all_at(bytes, offset)
     }
@@ -332,26 +335,33 @@ async fn after_a_truncate_or_with_one_a_followers_small_append_is_written_off_it
     }
 }
 
-/// A step of room the disk has no space for is not taken, as a full `fallocate`'s was not:
-/// the file's length goes back, and the appends write their records past the last ones (an
-/// error would have failed the log, and every append after it).
+/// A step of room the disk has no space for (or the user's quota has none) is not taken, as a
+/// full `fallocate`'s was not: the file's length goes back, and the appends write their records
+/// past the last ones (an error would have failed the log, and every append after it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_of_room_the_disk_has_no_space_for_is_not_taken_and_the_log_goes_on() {
-    let (dir, gate, mut log) = gated_log_stepping(4096);
-    log.blocking_append([entry(1)]).await.unwrap();
-    *lock(&gate.full) = true;
-    // Into the room the first step left, and past it.
-    for i in 2..=60 {
-        log.blocking_append([entry(i)]).await.unwrap();
-    }
-    let len = std::fs::metadata(segment_path(dir.path(), 1))
-        .unwrap()
-        .len();
-    assert_eq!(len, records_end(&log), "no room past the records");
+    for no_room in [io::ErrorKind::StorageFull, io::ErrorKind::QuotaExceeded] {
+        let (dir, gate, mut log) = gated_log_stepping(4096);
+        log.blocking_append([entry(1)]).await.unwrap();
+        *lock(&gate.full) = Some(no_room);
+        // Into the room the first step left, and past it.
+        for i in 2..=60 {
+            let appended = log.blocking_append([entry(i)]).await;
+            assert!(appended.is_ok(), "{no_room:?}: {appended:?}");
+        }
+        let len = std::fs::metadata(segment_path(dir.path(), 1))
+            .unwrap()
+            .len();
+        assert_eq!(
+            len,
+            records_end(&log),
+            "{no_room:?}: no room past the records"
+        );
 
-    drop(log);
-    let mut log = LogStore::open(dir.path()).unwrap();
-    assert_eq!(indexes(&mut log).await, (1..=60).collect::<Vec<u64>>());
+        drop(log);
+        let mut log = LogStore::open(dir.path()).unwrap();
+        assert_eq!(indexes(&mut log).await, (1..=60).collect::<Vec<u64>>());
+    }
 }
 
 /// A follower whose last write took longer than `INLINE_APPEND_WRITE` hands even a small
