@@ -8,7 +8,9 @@
 # the next acknowledged write), and the same with SIGTERM, where each leader hands leadership over
 # first (a rolling restart); then resident memory per node, idle and under 64-client load.
 # Each one-client row of this build's also measures the floor under its latency in the same run
-# (the data dirs' disk's fdatasync p50 plus two loopback round trips) and sets its p50 beside it.
+# (the data dirs' disk's fdatasync p50 plus two loopback round trips; and the same with the second
+# of three fdatasyncs made at once, as the three nodes sharing this disk make them) and sets its
+# p50 beside both.
 # It installs etcd-server from Debian if missing and stops everything it started.
 #
 # Settings (environment): BENCH_SECS (10), BENCH_WARMUP (1), BENCH_CLIENTS ("1 16 64"),
@@ -156,9 +158,11 @@ wait_until "etcd" etcd_ready
 wait_until "leasehold" lh_ready
 if [ -n "$before_bin" ]; then wait_until "the earlier leasehold" lh_ready "$before_endpoints"; fi
 
-# One benchmark run: prints "ops_per_s p50_ms p99_ms errors floor_ms" (floor_ms "-" unless
-# measured: one client of this build measures, in the same run, the floor under its latency,
-# the data dirs' disk's fdatasync plus two loopback round trips; see `bench --floor-dir`).
+# One benchmark run: prints "ops_per_s p50_ms p99_ms errors floor_ms shared_floor_ms" (floors "-"
+# unless measured: one client of this build measures, in the same run, the floor under its
+# latency, the data dirs' disk's fdatasync plus two loopback round trips, and the same with the
+# second of three fdatasyncs made at once, as the three nodes on this disk make them; see
+# `bench --floor-dir`).
 bench() { # target endpoints workload clients connect [binary]
   local floor=()
   if [ "$1" = leasehold ] && [ "$4" = 1 ] && [ -z "${6:-}" ]; then floor=(--floor-dir "$work"); fi
@@ -168,8 +172,8 @@ bench() { # target endpoints workload clients connect [binary]
 import json, sys
 r = json.load(sys.stdin)
 f = r.get("floor")
-print("%.0f %.2f %.2f %d %s" % (r["ops_per_s"], r["p50_ms"], r["p99_ms"], r["errors"],
-      "%.2f" % f["put_floor_ms"] if f else "-"))'
+print("%.0f %.2f %.2f %d %s %s" % (r["ops_per_s"], r["p50_ms"], r["p99_ms"], r["errors"],
+      "%.2f" % f["put_floor_ms"] if f else "-", "%.2f" % f["shared_put_floor_ms"] if f else "-"))'
 }
 
 echo
@@ -187,14 +191,15 @@ for w in $workloads; do
     to_list=spread
     if [ "$c" = 1 ]; then to_list="leader follower"; fi
     for to in $to_list; do
-      read -r lh_ops lh_p50 lh_p99 lh_err lh_floor <<<"$(bench "$lh_api" "$lh_endpoints" "$w" "$c" "$to")"
+      read -r lh_ops lh_p50 lh_p99 lh_err lh_floor lh_shared <<<"$(bench "$lh_api" "$lh_endpoints" "$w" "$c" "$to")"
       if [ -n "$before_bin" ]; then
-        read -r bf_ops bf_p50 bf_p99 bf_err _ <<<"$(bench "$lh_api" "$before_endpoints" "$w" "$c" "$to" "$before_bin")"
+        read -r bf_ops bf_p50 bf_p99 bf_err _ _ <<<"$(bench "$lh_api" "$before_endpoints" "$w" "$c" "$to" "$before_bin")"
       fi
-      read -r et_ops et_p50 et_p99 et_err _ <<<"$(bench etcd "$etcd_endpoints" "$w" "$c" "$to")"
+      read -r et_ops et_p50 et_p99 et_err _ _ <<<"$(bench etcd "$etcd_endpoints" "$w" "$c" "$to")"
       note=""
       if [ "$lh_floor" != - ]; then
-        note=" floor $lh_floor ms, p50 $(python3 -c "print(f'{$lh_p50 / $lh_floor:.2f}')")x it"
+        note=" floor $lh_floor ms, p50 $(python3 -c "print(f'{$lh_p50 / $lh_floor:.2f}')")x it;"
+        note="$note on a shared disk $lh_shared ms, $(python3 -c "print(f'{$lh_p50 / $lh_shared:.2f}')")x"
       fi
       if [ "$lh_err" != 0 ]; then note="$note leasehold errors: $lh_err"; fi
       if [ -n "$before_bin" ] && [ "$bf_err" != 0 ]; then note="$note before errors: $bf_err"; fi

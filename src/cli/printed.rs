@@ -225,4 +225,5 @@ pub struct BenchReport<'a> {
     pub last_error: Option<&'a str>,
     pub floor: Option<super::floor::Floor>,
     pub p50_vs_floor: Option<f64>,
+    pub p50_vs_shared_floor: Option<f64>,
 }
