@@ -5,8 +5,8 @@
 //! knows clap, and nothing in the core knows this crate.
 //!
 //! The arrows point one way: `node` → `raft` → `leasehold_core`; `metrics`, `gather` and
-//! `proto` serve both, `tls` takes only `raft`'s node id, and every module takes its bounds from
-//! `limits`, which takes nothing but `gather`'s batch shape and the core's limits.
+//! `proto` serve both, as [`NodeId`] (defined here) does, and every module takes its bounds
+//! from `limits`, which takes nothing but `gather`'s batch shape and the core's limits.
 //!
 //! What the crate exports is what the `leasehold` binary and the tests outside it need: how to
 //! run a node (`node::run` and its config), its bounds, the storage for the storage tests, TLS
@@ -77,6 +77,10 @@ pub mod node;
 pub mod proto;
 pub mod raft;
 pub mod tls;
+
+/// A node's id, as the cluster's members, `serve --id` and a node's certificate name it. Here,
+/// not in `raft`, so that `tls` (which `raft` uses) takes it from below.
+pub type NodeId = u64;
 
 // The deterministic simulation of whole clusters, a test of this crate.
 #[cfg(test)]

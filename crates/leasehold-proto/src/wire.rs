@@ -117,6 +117,17 @@ pub const PROTOCOL_KEY: &str = "leasehold-protocol";
 /// one it does not read, saying so, instead of guessing at its bytes.
 pub const FORMAT_KEY: &str = "leasehold-format";
 
+// Features a node announces under `PROTOCOL_KEY`: each adds a peer message, sent to a peer only
+// once every voter announces it (so a cluster mid-upgrade keeps to what all of it reads).
+
+/// A leader that stops (or whose clock is odd) hands leadership to a caught-up voter first
+/// (leasehold-node's `node::hand_over`).
+pub const HAND_OVER_FEATURE: &str = "hand-over";
+
+/// A node answers for its clock's reading, which bounds the leader's stamps (leasehold-node's
+/// `node::clock_probe`).
+pub const CLOCK_READING_FEATURE: &str = "clock-reading";
+
 // Greetings and ALPN names: how a connection says what it speaks.
 
 /// What a client lane's caller sends first, and a node that speaks lanes answers back. Any other

@@ -23,8 +23,8 @@ use crate::limits::{
 };
 use crate::raft::NodeId;
 
-/// The feature a node announces when it answers for its clock.
-pub const FEATURE: &str = "clock-reading";
+// The feature a node announces when it answers for its clock.
+use leasehold_proto::wire::CLOCK_READING_FEATURE as FEATURE;
 
 /// How long a leader whose odd clock could not hand over waits before it tries again.
 const STEP_DOWN_RETRY: Duration = Duration::from_secs(1);

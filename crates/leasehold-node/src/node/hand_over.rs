@@ -29,8 +29,8 @@ use super::Node;
 use crate::limits::{HAND_OVER_CALL, HAND_OVER_TO_ODD_AFTER, HAND_OVER_WAIT};
 use crate::raft::NodeId;
 
-/// The feature a node announces when it takes the `HandOver` peer message.
-pub const FEATURE: &str = "hand-over";
+// The feature a node announces when it takes the `HandOver` peer message.
+use leasehold_proto::wire::HAND_OVER_FEATURE as FEATURE;
 
 /// Closes the leader's proposals for a hand-over and counts those already past it: the chosen
 /// voter must hold every entry the leader will append, or the others' longer logs refuse it.

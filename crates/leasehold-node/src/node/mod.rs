@@ -44,11 +44,11 @@ pub(crate) use assembly::Running;
 pub use assembly::StartError;
 pub use caps::Caps;
 pub(crate) use clock::LeaderClock;
-pub(crate) use clock_probe::{follow_clock, FEATURE as CLOCK_READING};
+pub(crate) use clock_probe::follow_clock;
 use election_watch::watch_elections;
 pub use error::Capped;
 pub(crate) use error::{Budget, NodeError};
-pub(crate) use hand_over::{HandedOver, FEATURE as HAND_OVER};
+pub(crate) use hand_over::HandedOver;
 pub use http::CONSOLE_CONTROL_ENV;
 pub(crate) use link::PeerLink;
 #[cfg(test)]

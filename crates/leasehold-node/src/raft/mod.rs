@@ -68,8 +68,7 @@ openraft::declare_raft_types!(
         AsyncRuntime = runtime::Runtime,
 );
 
-/// A node's id, as the cluster's members and `serve --id` name it.
-pub type NodeId = u64;
+pub use crate::NodeId;
 pub(crate) type Raft = openraft::Raft<TypeConfig>;
 pub(crate) type LogId = openraft::LogId<NodeId>;
 /// What the log store and the state machine report to openraft when the disk fails them.

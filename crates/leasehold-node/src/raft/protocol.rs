@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use leasehold_core::format::{Format, FORMAT_1, LOG_FORMAT};
+use leasehold_proto::wire::{CLOCK_READING_FEATURE, HAND_OVER_FEATURE};
 pub use leasehold_proto::wire::{FORMAT_KEY, PROTOCOL_KEY};
 use tonic::metadata::{MetadataMap, MetadataValue};
 
@@ -33,7 +34,7 @@ pub const PROTOCOL: u32 = 2;
 
 /// The features this build serves beyond its protocol's. A feature is named here when it adds
 /// a peer message, and used toward a peer only once every member names it.
-pub const FEATURES: &[&str] = &[crate::node::HAND_OVER, crate::node::CLOCK_READING];
+pub const FEATURES: &[&str] = &[HAND_OVER_FEATURE, CLOCK_READING_FEATURE];
 
 /// The most features an announcement is read with; the rest are ignored.
 const MAX_FEATURES: usize = 32;

@@ -29,7 +29,7 @@ use crate::limits::{
     ACCEPTED_QUEUE, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES, MAX_REFUSALS_REMEMBERED, REFUSED_LINGER,
     REFUSED_LINGER_BYTES,
 };
-use crate::raft::NodeId;
+use crate::NodeId;
 
 /// The name a node's certificate carries, and peers check for when they dial it.
 pub fn node_name(id: NodeId) -> String {

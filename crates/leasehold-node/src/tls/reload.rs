@@ -23,7 +23,7 @@ use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
 use super::{Tls, TlsError, TlsFiles};
 use crate::limits::TLS_RELOAD_CHECK;
-use crate::raft::NodeId;
+use crate::NodeId;
 
 /// A loaded [`Tls`] with what a server needs of it, checked: the certificate with its key, and
 /// the client verifiers of its CA (one that demands a certificate, one that takes a client
