@@ -5,7 +5,10 @@
 //! A frame is a big-endian `u32` length and that many bytes. Reading one is bounded twice: a
 //! length over the reader's limit is refused before any of its body is read, and the body's
 //! buffer grows as its bytes arrive, so a caller that sends a length and stalls holds no more
-//! memory than it sent.
+//! memory than it sent. (tokio-util's `LengthDelimitedCodec`, which the same framing would
+//! otherwise come from, reserves the whole length a frame's head gives before any of its body
+//! arrives: a peer's lane that announced a frame at the limit (8 MiB and a little) and stalled
+//! would hold that much, on each of its lanes.)
 
 use std::io;
 
