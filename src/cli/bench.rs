@@ -695,22 +695,7 @@ fn print_summary(opts: &ClientOpts, args: &BenchArgs, total: &Tally, floor: Opti
                 println!("last error: {e}");
             }
             if let Some(f) = floor {
-                let p50 = ms(h.value_at_quantile(0.5));
-                println!(
-                    "floor: fdatasync p50 {:.2} ms, loopback round trip p50 {:.3} ms: a put's \
-                     floor {:.2} ms (fdatasync + 2 round trips); p50 is {:.2}x the floor",
-                    f.fdatasync_p50_ms,
-                    f.loopback_rtt_p50_ms,
-                    f.put_floor_ms,
-                    p50 / f.put_floor_ms
-                );
-                println!(
-                    "floor with three nodes on this disk: the second of three fdatasyncs at once \
-                     p50 {:.2} ms: a put's floor {:.2} ms; p50 is {:.2}x it",
-                    f.shared_fdatasync_p50_ms,
-                    f.shared_put_floor_ms,
-                    p50 / f.shared_put_floor_ms
-                );
+                print_floor(ms(h.value_at_quantile(0.5)), &f);
             }
         }
         Output::Json => {
@@ -736,4 +721,24 @@ fn print_summary(opts: &ClientOpts, args: &BenchArgs, total: &Tally, floor: Opti
             println!("{}", json(&report));
         }
     }
+}
+
+/// One client's p50 (ms) against the floor measured before the run, alone and with three nodes
+/// sharing the disk.
+fn print_floor(p50: f64, f: &Floor) {
+    println!(
+        "floor: fdatasync p50 {:.2} ms, loopback round trip p50 {:.3} ms: a put's floor {:.2} ms \
+         (fdatasync + 2 round trips); p50 is {:.2}x the floor",
+        f.fdatasync_p50_ms,
+        f.loopback_rtt_p50_ms,
+        f.put_floor_ms,
+        p50 / f.put_floor_ms
+    );
+    println!(
+        "floor with three nodes on this disk: the second of three fdatasyncs at once p50 {:.2} \
+         ms: a put's floor {:.2} ms; p50 is {:.2}x it",
+        f.shared_fdatasync_p50_ms,
+        f.shared_put_floor_ms,
+        p50 / f.shared_put_floor_ms
+    );
 }
