@@ -208,8 +208,11 @@ async fn a_5_s_etcd_lease_lives_5_to_5_5_s_across_a_leader_kill() {
     let placed = Instant::now();
     loop {
         ok(&followers, &["put", "life/ready", "1"]);
-        if line(&events, Duration::from_millis(500)).as_deref() == Some("PUT") {
-            break;
+        match events.recv_timeout(Duration::from_millis(500)) {
+            Ok(first) if first == "PUT" => break,
+            Ok(other) => panic!("the watch's first line is {other:?}, not an event"),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the watch exited"),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
         }
         assert!(
             placed.elapsed() < Duration::from_secs(10),

@@ -79,8 +79,9 @@ pub struct BenchArgs {
     #[arg(long = "api", alias = "target", value_enum, default_value_t = Target::Leasehold)]
     target: Target,
     /// Also measure, before the run, the floor under one client's latency: the disk's
-    /// fdatasync in DIR (where the nodes keep their data) and a loopback round trip; the
-    /// summary sets the p50 beside it.
+    /// fdatasync in DIR (where the nodes keep their data) and a loopback round trip, and the
+    /// same with a majority's fdatasync when three nodes share that disk (the second shortest
+    /// of three made at once); the summary sets the p50 beside both.
     #[arg(long, value_name = "DIR")]
     floor_dir: Option<std::path::PathBuf>,
 }

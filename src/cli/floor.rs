@@ -10,6 +10,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -33,8 +34,9 @@ pub struct Floor {
     pub loopback_rtt_p50_ms: f64,
     /// `fdatasync_p50_ms + 2 * loopback_rtt_p50_ms`.
     pub put_floor_ms: f64,
-    /// Three writers, each with its file in the dir, write and `fdatasync` at once: the second
-    /// of them to be done, a majority's write when three nodes share this disk.
+    /// Rounds of three writers, each with its file in the dir, writing and `fdatasync`ing at
+    /// once: the p50 over the rounds of the second shortest of each round's three times (each
+    /// timed from its own start), a majority's write when three nodes share this disk.
     pub shared_fdatasync_p50_ms: f64,
     /// `shared_fdatasync_p50_ms + 2 * loopback_rtt_p50_ms`.
     pub shared_put_floor_ms: f64,
@@ -42,8 +44,8 @@ pub struct Floor {
 
 /// Measures the floor in `dir` (its disk) and on loopback.
 pub fn measure(dir: &Path) -> anyhow::Result<Floor> {
-    let fdatasync = median_ms(one_writer(dir)?);
-    let shared = median_ms(writers_at_once(dir)?);
+    let fdatasync = median_ms(writes_at_once(dir, 1, 1)?);
+    let shared = median_ms(writes_at_once(dir, NODES, MAJORITY)?);
     let round_trip = median_ms(round_trips()?);
     Ok(Floor {
         fdatasync_p50_ms: fdatasync,
@@ -99,59 +101,61 @@ impl Drop for Scratch {
     }
 }
 
-/// Each write and `fdatasync` of one writer alone.
-fn one_writer(dir: &Path) -> anyhow::Result<Vec<Duration>> {
-    let scratch = Scratch::create(dir, 0)?;
-    let mut samples = Vec::with_capacity(DISK_SAMPLES);
-    for i in 0..DISK_SAMPLES * 2 {
-        let took = scratch.write()?;
-        if i >= DISK_SAMPLES {
-            samples.push(took);
-        }
-    }
-    Ok(samples)
-}
-
-/// Rounds of [`NODES`] writers, one thread and file each, released together to write and
-/// `fdatasync`: each round's sample is the [`MAJORITY`]th shortest of their times, each timed
-/// from its own start (so that a thread's late wake-up is not counted as the disk's).
-fn writers_at_once(dir: &Path) -> anyhow::Result<Vec<Duration>> {
-    let scratches = (0..NODES)
+/// Rounds of `writers` threads, one file each in `dir`, released together to write and
+/// `fdatasync`: each round's sample is the `kth` shortest of their times, each timed from its
+/// own start (so that a thread's late wake-up is not counted as the disk's). One writer: the
+/// disk's write alone; three, the second: a majority's when three nodes share the disk. The
+/// first half of the rounds warms up, unmeasured; a write that fails in any round fails it all.
+fn writes_at_once(dir: &Path, writers: usize, kth: usize) -> anyhow::Result<Vec<Duration>> {
+    let scratches = (0..writers)
         .map(|n| Scratch::create(dir, n))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let release = Barrier::new(NODES);
-    // Every writer goes through every round, even after an error, so that none waits forever
-    // at the barrier for one that stopped.
-    let times: Vec<Vec<std::io::Result<Duration>>> = std::thread::scope(|scope| {
-        let writers: Vec<_> = scratches
+    let release = Barrier::new(writers);
+    let failed = AtomicBool::new(false);
+    let times: Vec<std::io::Result<Vec<Duration>>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = scratches
             .iter()
             .map(|scratch| {
-                let release = &release;
+                let (release, failed) = (&release, &failed);
                 scope.spawn(move || {
-                    (0..DISK_SAMPLES * 2)
-                        .map(|_| {
-                            release.wait();
-                            scratch.write()
-                        })
-                        .collect()
+                    let mut times = Vec::with_capacity(DISK_SAMPLES * 2);
+                    for _ in 0..DISK_SAMPLES * 2 {
+                        release.wait();
+                        // Set before the barrier that all passed together, so every writer
+                        // stops at the same round and none waits there for one that stopped.
+                        if failed.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        match scratch.write() {
+                            Ok(took) => times.push(took),
+                            Err(e) => {
+                                failed.store(true, Ordering::Relaxed);
+                                return Err(e);
+                            }
+                        }
+                    }
+                    Ok(times)
                 })
             })
             .collect();
-        writers.into_iter().map(|w| w.join().unwrap()).collect()
+        // A writer's thread does not panic (its write returns errors): no other is left at
+        // the barrier by one.
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
     });
-    let mut samples = Vec::with_capacity(DISK_SAMPLES);
-    for round in DISK_SAMPLES..DISK_SAMPLES * 2 {
-        let mut took = Vec::with_capacity(NODES);
-        for writer in &times {
-            match &writer[round] {
-                Ok(d) => took.push(*d),
-                Err(e) => anyhow::bail!("--floor-dir {}: {e}", dir.display()),
-            }
-        }
-        took.sort();
-        samples.push(took[MAJORITY - 1]);
-    }
+    let times = times
+        .into_iter()
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| anyhow::anyhow!("--floor-dir {}: {e}", dir.display()))?;
+    let samples = (DISK_SAMPLES..DISK_SAMPLES * 2)
+        .map(|round| kth_shortest(times.iter().map(|t| t[round]).collect(), kth))
+        .collect();
     Ok(samples)
+}
+
+/// The `kth` shortest (1 the shortest) of `times`.
+fn kth_shortest(mut times: Vec<Duration>, kth: usize) -> Duration {
+    times.sort();
+    times[kth - 1]
 }
 
 /// Each round trip of a small message to an echo on 127.0.0.1, `TCP_NODELAY` on both ends.
@@ -205,5 +209,29 @@ mod tests {
         assert!(measure(&dir.path().join("missing")).is_err());
         // Its scratch files are gone.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_rounds_sample_is_its_kth_shortest_write() {
+        let ms = Duration::from_millis;
+        assert_eq!(kth_shortest(vec![ms(3), ms(1), ms(2)], MAJORITY), ms(2));
+        assert_eq!(kth_shortest(vec![ms(3), ms(1), ms(2)], 1), ms(1));
+        assert_eq!(kth_shortest(vec![ms(5)], 1), ms(5));
+    }
+
+    #[test]
+    fn a_scratch_file_that_cannot_be_made_fails_the_floor_and_none_is_left_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let taken = dir
+            .path()
+            .join(format!(".leasehold-floor-{}-1", std::process::id()));
+        std::fs::write(&taken, b"").unwrap();
+        assert!(measure(dir.path()).is_err());
+        // Only the file that was there before: the first writer's was made, then removed.
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(left, [taken]);
     }
 }

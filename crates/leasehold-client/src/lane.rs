@@ -6,7 +6,7 @@
 //! Why: gRPC carries each call through HTTP/2's tasks on both sides (a `Batch` stream too: the
 //! connection's task, and a task per stream on the node); on loopback with many clients on two
 //! cores that cost more CPU than the write it carried (the `Batch` stream measured 0.82-0.95x
-//! of the lane at 64 clients, and one client's put 40-50 µs slower at p50). On a lane the caller
+//! of the lane at 64 clients, and one client's put 20-50 µs slower at p50). On a lane the caller
 //! writes its frame and reads the answer itself.
 //!
 //! Lanes are used without TLS only, by a client without a bearer token (which a node without

@@ -4,9 +4,9 @@
 //! (`leasehold-core`). The `leasehold` binary builds its commands on this crate; nothing here
 //! knows clap, and nothing in the core knows this crate.
 //!
-//! The arrows point one way: `node` → `raft` → `leasehold_core`; `metrics`, `gather` and
-//! `proto` serve both, as [`NodeId`] (defined here) does, and every module takes its bounds
-//! from `limits`, which takes nothing but `gather`'s batch shape and the core's limits.
+//! The arrows point one way: `node` → `raft` → `leasehold_core`; `tls`, `metrics`, `gather`
+//! and `proto` serve both, as [`NodeId`] (defined here) does, and every module takes its
+//! bounds from `limits`, which takes nothing but `gather`'s batch shape and the core's limits.
 //!
 //! What the crate exports is what the `leasehold` binary and the tests outside it need: how to
 //! run a node (`node::run` and its config), its bounds, the storage for the storage tests, TLS

@@ -6,7 +6,7 @@
 //! Why: with clients spread over three nodes on two cores, HTTP/2's tasks on both ends (a
 //! connection's, and a stream's on the node) cost more of the machine than the write a call
 //! carried; `leasehold-client` speaks the lane where a node does (the `Batch` stream measured
-//! 0.82-0.95x of the lane at 64 clients, and one client's put 40-50 µs slower at p50; see the
+//! 0.82-0.95x of the lane at 64 clients, and one client's put 20-50 µs slower at p50; see the
 //! README). A lane carries no credentials: without TLS no caller has an identity, and a client
 //! with a bearer token (refused without TLS) speaks gRPC.
 

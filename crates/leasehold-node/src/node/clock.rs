@@ -139,7 +139,8 @@ use super::quorum_time::{self, Allowance, Stamping};
 use crate::limits::PEER_CARRY_WAIT;
 #[cfg(doc)]
 use crate::limits::{CLOCK_PROBE_LEADING, CLOCK_RATE_SPAN};
-use crate::raft::{LogId, NodeId, StampSeen};
+use crate::raft::{LogId, StampSeen};
+use crate::NodeId;
 
 /// What a node carries: `applied_now_ms`, the store time applied here, plus the time this
 /// node's own clock has measured (`measured`, since an instant) since the entry that brought

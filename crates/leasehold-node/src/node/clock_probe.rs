@@ -15,16 +15,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use leasehold_proto::wire::CLOCK_READING_FEATURE as FEATURE;
+
 use super::peer_clocks::{judge, still_odd, ClockReading, Judgement};
 use super::{HandedOver, Node};
 use crate::limits::{
     CLOCK_ODD_NO_CAMPAIGN, CLOCK_ODD_REMEMBERED, CLOCK_PROBE_FOLLOWING, CLOCK_PROBE_LEADING,
     CLOCK_PROBE_WAIT, ODD_CLOCK_RATE,
 };
-use crate::raft::NodeId;
-
-// The feature a node announces when it answers for its clock.
-use leasehold_proto::wire::CLOCK_READING_FEATURE as FEATURE;
+use crate::NodeId;
 
 /// How long a leader whose odd clock could not hand over waits before it tries again.
 const STEP_DOWN_RETRY: Duration = Duration::from_secs(1);

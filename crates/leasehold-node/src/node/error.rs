@@ -11,7 +11,8 @@ use tonic_types::{ErrorDetails, StatusExt};
 use leasehold_core::InvalidInput;
 use openraft::error::{ClientWriteError, RaftError};
 
-use crate::raft::{NodeId, WriteError};
+use crate::raft::WriteError;
+use crate::NodeId;
 
 use crate::limits::QUORUM_SILENCE;
 pub use leasehold_proto::wire::{

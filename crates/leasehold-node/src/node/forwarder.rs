@@ -13,7 +13,7 @@ use super::link::{ForwardAnswer, Forwarded, PeerLink};
 use super::NodeError;
 use crate::gather::Gatherer;
 use crate::limits::FORWARD_BATCHES;
-use crate::raft::NodeId;
+use crate::NodeId;
 
 pub struct Forwarder {
     link: Arc<dyn PeerLink>,

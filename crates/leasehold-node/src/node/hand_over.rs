@@ -22,15 +22,13 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 
+use leasehold_proto::wire::HAND_OVER_FEATURE as FEATURE;
 use openraft::ServerState;
 use tokio::sync::Notify;
 
 use super::Node;
 use crate::limits::{HAND_OVER_CALL, HAND_OVER_TO_ODD_AFTER, HAND_OVER_WAIT};
-use crate::raft::NodeId;
-
-// The feature a node announces when it takes the `HandOver` peer message.
-use leasehold_proto::wire::HAND_OVER_FEATURE as FEATURE;
+use crate::NodeId;
 
 /// Closes the leader's proposals for a hand-over and counts those already past it: the chosen
 /// voter must hold every entry the leader will append, or the others' longer logs refuse it.

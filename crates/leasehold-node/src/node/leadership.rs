@@ -7,7 +7,7 @@ use openraft::{BasicNode, ServerState, StoredMembership};
 
 use super::{Node, NodeError};
 use crate::limits::{LEADER_WAIT, QUORUM_WAIT};
-use crate::raft::NodeId;
+use crate::NodeId;
 
 impl Node {
     pub(super) fn address_of(&self, id: NodeId) -> Option<String> {

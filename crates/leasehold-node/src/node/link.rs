@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use super::NodeError;
 use crate::proto::etcd::etcdserverpb as etcd;
 use crate::proto::v1 as pb;
-use crate::raft::{Applied, LogId, NodeId};
+use crate::raft::{Applied, LogId};
+use crate::NodeId;
 use leasehold_core::{Op, RequestId};
 use openraft::Vote;
 

@@ -11,7 +11,7 @@ use openraft::{BasicNode, ChangeMembers};
 use super::{Node, NodeError};
 use crate::limits::MEMBER_CATCH_UP;
 use crate::proto::v1 as pb;
-use crate::raft::NodeId;
+use crate::NodeId;
 use leasehold_core::InvalidInput;
 
 /// A status for what a membership change refused, naming what to do.

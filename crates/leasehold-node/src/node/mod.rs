@@ -71,7 +71,8 @@ pub(crate) use {
     link::{Carried, ForwardAnswer, Forwarded, OnBehalf, Read, ReadAnswer},
 };
 
-use crate::raft::{BootLog, Channels, LogStore, NodeId, Proposer, Raft, Reads, SharedState};
+use crate::raft::{BootLog, Channels, LogStore, Proposer, Raft, Reads, SharedState};
+use crate::NodeId;
 
 /// How a node is started: `leasehold serve`'s flags.
 #[derive(Clone, Debug)]

@@ -24,7 +24,7 @@ use crate::limits::{
     CLOCK_JUMP_RATIO, CLOCK_JUMP_SECONDS, CLOCK_ODD_REMEMBERED, CLOCK_RATE_SPAN, CLOCK_RATE_WINDOW,
     ODD_CLOCK_RATE,
 };
-use crate::raft::NodeId;
+use crate::NodeId;
 
 /// A node's answer when asked for its clock: which process it is (a restarted node's clock
 /// starts anew) and its clock's reading, in microseconds.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::majority::vouched;
 use super::peer_clocks::{with_own, PeerClocks, Ratio};
 use crate::limits::{CLOCK_TRAIL, CLOCK_UNHEARD, ODD_CLOCK_RATE};
-use crate::raft::NodeId;
+use crate::NodeId;
 
 /// The most a leader's clock is slowed or sped: far past any clock that is merely odd, so that
 /// a rate measured across a jump the filter let through cannot stop or race the stamps.

@@ -16,7 +16,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::limits::QUORUM_SILENCE;
-use crate::raft::{NodeId, Raft};
+use crate::raft::Raft;
+use crate::NodeId;
 
 /// In which term, if any, this node leads with a quorum silent for over [`QUORUM_SILENCE`], as
 /// its Raft's metrics last said. Cheap to clone: every clone watches the same task.

@@ -18,8 +18,9 @@ use super::planes::{self, Listeners, PlanesTls, Stop};
 use super::{Node, NodeConfig};
 use crate::limits::{HEALTH_CHECK, HEALTH_MIN_GAP, SIDE_SERVER_STOP};
 use crate::metrics::Metrics;
-use crate::raft::{self, Channels, ClockMode, NodeId, PeerNetwork};
+use crate::raft::{self, Channels, ClockMode, PeerNetwork};
 use crate::tls::{RefusalLog, Reloading};
+use crate::NodeId;
 
 /// A node started with `--join` waits to be added, so its data dir must be empty, or hold the
 /// state of the cluster it joined before: a membership, in its log or snapshot, that names it.
@@ -28,7 +29,7 @@ use crate::tls::{RefusalLog, Reloading};
 fn check_join_dir(
     config: &NodeConfig,
     empty: bool,
-    membership: &openraft::Membership<raft::NodeId, openraft::BasicNode>,
+    membership: &openraft::Membership<NodeId, openraft::BasicNode>,
 ) -> Result<(), StartError> {
     if empty || membership.get_node(&config.id).is_some() {
         return Ok(());

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::NodeId;
 use crate::limits::INCARNATION_LOG_EVERY;
+use crate::NodeId;
 
 pub use leasehold_proto::wire::{INCARNATION_KEY as FROM_KEY, TO_INCARNATION_KEY as TO_KEY};
 

@@ -31,11 +31,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpSocket, TcpStream};
 
 use super::codec::{decode, encode};
-use super::NodeId;
 use crate::limits::{
     CONNECT_TIMEOUT, LANE_UNSUPPORTED_RETRY, MAX_IDLE_LANES, MAX_PEER_MESSAGE_BYTES,
 };
 use crate::proto::raft_v1::RaftMessage;
+use crate::NodeId;
 use leasehold_proto::lane::{metadata_pairs, MAX_METADATA};
 
 pub use leasehold_proto::wire::{PEER_LANE_ALPN as ALPN, PEER_LANE_GREETING as GREETING};

@@ -110,10 +110,11 @@ use serde::{Deserialize, Serialize};
 use super::codec::{decode, encode};
 use super::snapshot_file::DurableSnapshot;
 use super::AppendTimes;
-use super::{LogId, NodeId, StorageError, TypeConfig};
+use super::{LogId, StorageError, TypeConfig};
 use crate::limits::{
     INLINE_APPEND_COMMANDS, INLINE_APPEND_WRITE, PREALLOCATE_BYTES, ROOM_KEPT_BYTES, SEGMENT_BYTES,
 };
+use crate::NodeId;
 use disk::{Disk, DiskFile, Open, Spared, StdDisk};
 use segment::{encode_record, parse_segment, End, Parsed, HEADER, MAGIC};
 

@@ -68,7 +68,7 @@ openraft::declare_raft_types!(
         AsyncRuntime = runtime::Runtime,
 );
 
-pub use crate::NodeId;
+use crate::NodeId;
 pub(crate) type Raft = openraft::Raft<TypeConfig>;
 pub(crate) type LogId = openraft::LogId<NodeId>;
 /// What the log store and the state machine report to openraft when the disk fails them.

@@ -22,9 +22,10 @@ use super::codec::{decode, encode};
 use super::incarnation::{self, Incarnations};
 use super::lane::{Dialer, LaneRpc, Lanes};
 use super::protocol::{self, Protocols};
-use super::{NodeId, TypeConfig, VotePenalty};
+use super::{TypeConfig, VotePenalty};
 use crate::limits::{CONNECT_TIMEOUT, UNREACHABLE_RETRY};
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
+use crate::NodeId;
 
 // A manual-clock node that led would accept `Advance` and expire every lease at once: so the
 // clock travels on every peer message.

@@ -11,9 +11,10 @@ use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::BasicNode;
 use tokio::sync::oneshot;
 
-use super::{Applied, NodeId, Raft};
+use super::{Applied, Raft};
 use crate::gather::Gatherer;
 use crate::limits::ENTRY_BATCHES;
+use crate::NodeId;
 use leasehold_core::auth::AuthChange;
 use leasehold_core::{Batch, Command, Op};
 

@@ -6,9 +6,9 @@
 //! build's version. Every node notes what each peer last announced ([`Protocols`]). From that:
 //!
 //! - a leader logs an operation only once every member (voters and learners) reads its format
-//!   ([`Protocols::agreed_format`]), and uses a new peer message only once every member names
-//!   its feature ([`Protocols::all_announce`]): new kinds stay off until the last member is
-//!   upgraded;
+//!   ([`Protocols::agreed_format`]), and uses a new peer message only once every node it
+//!   concerns (the voters, so far) names its feature ([`Protocols::all_announce`]): new kinds
+//!   stay off until the last of them is upgraded;
 //! - a peer message says the format of the log data it carries, under [`FORMAT_KEY`] when it
 //!   is newer than 1, and a node that receives one of a format it does not read refuses it,
 //!   saying which format it met and what to do ([`check_format`]), instead of guessing at bytes
@@ -27,13 +27,14 @@ use leasehold_proto::wire::{CLOCK_READING_FEATURE, HAND_OVER_FEATURE};
 pub use leasehold_proto::wire::{FORMAT_KEY, PROTOCOL_KEY};
 use tonic::metadata::{MetadataMap, MetadataValue};
 
-use super::NodeId;
+use crate::NodeId;
 
 /// This build's protocol version: 2 since 0.2.0, the first with the handshake.
 pub const PROTOCOL: u32 = 2;
 
 /// The features this build serves beyond its protocol's. A feature is named here when it adds
-/// a peer message, and used toward a peer only once every member names it.
+/// a peer message, and used toward a peer only once every node the message concerns names it
+/// (every voter, for both so far).
 pub const FEATURES: &[&str] = &[HAND_OVER_FEATURE, CLOCK_READING_FEATURE];
 
 /// The most features an announcement is read with; the rest are ignored.

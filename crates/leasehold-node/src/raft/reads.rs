@@ -7,9 +7,10 @@
 use openraft::error::{CheckIsLeaderError, Fatal, RaftError};
 use openraft::BasicNode;
 
-use super::{read_index, BootLog, NodeId, Raft};
+use super::{read_index, BootLog, Raft};
 use crate::gather::Gatherer;
 use crate::limits::{READ_BATCHES, READ_QUORUM_TRIES};
+use crate::NodeId;
 
 /// What openraft answers a read it could not confirm.
 pub type ReadError = RaftError<NodeId, CheckIsLeaderError<NodeId, BasicNode>>;

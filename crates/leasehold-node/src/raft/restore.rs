@@ -10,7 +10,8 @@ use std::path::Path;
 use openraft::storage::{RaftLogStorage, RaftStateMachine, SnapshotMeta};
 use openraft::{BasicNode, CommittedLeaderId, Membership, StoredMembership, Vote};
 
-use super::{LogId, LogStore, NodeId, StateMachineStore};
+use super::{LogId, LogStore, StateMachineStore};
+use crate::NodeId;
 
 /// Where a saved state was taken.
 #[derive(Clone, Copy, Debug)]

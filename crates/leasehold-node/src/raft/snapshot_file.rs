@@ -31,8 +31,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::codec::encode;
-use super::{LogId, NodeId, StorageError};
+use super::{LogId, StorageError};
 use crate::limits::{PURGE_WAIT, SNAPSHOT_SYNC_BYTES};
+use crate::NodeId;
 use leasehold_core::format::{Format, FORMAT_1, TABLE_FORMAT};
 
 type Meta = SnapshotMeta<NodeId, BasicNode>;

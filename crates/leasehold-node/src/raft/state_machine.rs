@@ -23,8 +23,9 @@ use super::events::{EventHistory, NotedEvent};
 use super::snapshot_file::{
     with_table_format, DurableSnapshot, SlowWork, SnapshotFile, SnapshotFiles, Written,
 };
-use super::{AppendTimes, Applied, LogId, NodeId, StorageError, TypeConfig};
+use super::{AppendTimes, Applied, LogId, StorageError, TypeConfig};
 use crate::metrics::Metrics;
+use crate::NodeId;
 use leasehold_core::format::{Format, FORMAT_1};
 use leasehold_core::{Batch, EventKind, LeaseTable};
 

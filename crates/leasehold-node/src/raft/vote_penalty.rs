@@ -21,7 +21,7 @@ use std::time::Duration;
 use openraft::raft::{VoteRequest, VoteResponse};
 use tokio::time::Instant;
 
-use super::NodeId;
+use crate::NodeId;
 
 /// Whether this node was recently refused for a shorter log, and until when it must not
 /// campaign because of it.

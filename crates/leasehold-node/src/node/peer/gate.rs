@@ -14,8 +14,8 @@ use rustls::pki_types::CertificateDer;
 
 use tonic::{Request, Status};
 
-use crate::raft::NodeId;
 use crate::tls::{member_named, node_name, RefusalLog};
+use crate::NodeId;
 
 /// The member a caller's certificate names, left on the request for the handlers, which check
 /// that a Raft message claims no other sender.

@@ -22,7 +22,8 @@ use crate::proto::v1::batch_answer::Answer as Answered;
 use crate::proto::v1::lease_store_client::LeaseStoreClient;
 use crate::raft::codec::{decode, encode};
 use crate::raft::lane::{LaneFailure, LaneRpc};
-use crate::raft::{protocol, Applied, Channels, LogId, NodeId};
+use crate::raft::{protocol, Applied, Channels, LogId};
+use crate::NodeId;
 use leasehold_core::format::FORMAT_1;
 use openraft::Vote;
 

@@ -36,7 +36,7 @@ struct Gate {
     flushed_on: Mutex<Vec<std::thread::ThreadId>>,
     /// While set, writes of zeros (a step of room) fail with this error, as a full disk's or
     /// an exhausted quota's do; records go in.
-    full: Mutex<Option<io::ErrorKind>>,
+    no_room: Mutex<Option<io::ErrorKind>>,
 }
 
 struct GatedFile {
@@ -97,7 +97,7 @@ impl DiskFile for GatedFile {
         self.inner.read_exact_at(buf, offset)
     }
     fn write_all_at(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
-        if let Some(kind) = *lock(&self.gate.full) {
+        if let Some(kind) = *lock(&self.gate.no_room) {
             if bytes.iter().all(|b| *b == 0) {
                 return Err(kind.into());
             }
@@ -343,7 +343,7 @@ async fn a_step_of_room_the_disk_has_no_space_for_is_not_taken_and_the_log_goes_
     for no_room in [io::ErrorKind::StorageFull, io::ErrorKind::QuotaExceeded] {
         let (dir, gate, mut log) = gated_log_stepping(4096);
         log.blocking_append([entry(1)]).await.unwrap();
-        *lock(&gate.full) = Some(no_room);
+        *lock(&gate.no_room) = Some(no_room);
         // Into the room the first step left, and past it.
         for i in 2..=60 {
             let appended = log.blocking_append([entry(i)]).await;

@@ -17,8 +17,9 @@ use super::segment::{parse_segment, End};
 use super::segment_path;
 use super::sim_disk::{Keep, SimDisk};
 use super::tests::entry;
-use super::{lock, Entry, LogId, LogStore, NodeId, StorageError};
+use super::{lock, Entry, LogId, LogStore, StorageError};
 use crate::limits::SEGMENT_BYTES;
+use crate::NodeId;
 
 const DIR: &str = "/node/raft-log";
 /// Seeded choices of what survives, per crash point, besides keeping nothing and everything.
