@@ -490,52 +490,41 @@ async fn a_command_under_hold_is_dead_before_the_ttl_since_the_last_renewal_sent
     let mut h = Harness::start(3, false).await;
     let beats = h.dir().join("beats");
     let ttl_ms: u128 = 3_000;
-    let script = format!(
-        "while :; do date +%s%3N >> {}; sleep 0.02; done",
-        beats.display()
-    );
-    let child = hold(
+    let mut running = Running::start(hold(
         &h,
         &[
-            "job", "--holder", "w", "--ttl", "3", "-v", "--", "sh", "-c", &script,
+            "job",
+            "--holder",
+            "w",
+            "--ttl",
+            "3",
+            "-v",
+            "--",
+            "sh",
+            "-c",
+            &heartbeat_loop(&beats),
         ],
-    )
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
-    // Renewals go on for a while; then the majority dies.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    ));
+    // Renewals go on for a while (two answered, the command beating); then the majority dies.
+    wait_for("two renewals", Duration::from_secs(10), || {
+        let renewed = running.renewals() >= 2 && last_beat(&beats).is_some();
+        async move { renewed.then_some(()) }
+    })
+    .await;
     h.kill(2);
     h.kill(3);
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
-        .await
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    let status = running.exit(Duration::from_secs(15)).await;
+    let stderr = running.stderr();
+    assert_eq!(status.code(), Some(4), "{stderr}");
     assert!(
         stderr.contains("SIGTERM") && stderr.contains("lost"),
         "{stderr}"
     );
-    let last_sent = stderr
-        .lines()
-        .filter_map(|line| unix_ms_after(line, "sent at unix ms"))
-        .max()
+    let last_sent = running
+        .last_sent()
         .unwrap_or_else(|| panic!("no renewal reported: {stderr}"));
-    let renewals = stderr.lines().filter(|l| l.contains("renewed")).count();
-    assert!(
-        renewals >= 2,
-        "renewed every second before the kill: {stderr}"
-    );
     // The command's own record of being alive: nothing after the TTL from the last send.
-    let last_beat = || -> u128 {
-        std::fs::read_to_string(&beats)
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .max()
-            .unwrap()
-    };
-    let beat = last_beat();
+    let beat = last_beat(&beats).unwrap();
     assert!(
         beat < last_sent + ttl_ms,
         "the command was alive {} ms after the last renewal was sent (TTL {ttl_ms} ms)",
@@ -543,7 +532,7 @@ async fn a_command_under_hold_is_dead_before_the_ttl_since_the_last_renewal_sent
     );
     // Its whole process group is gone: no beat comes any more.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(last_beat(), beat, "the command still runs");
+    assert_eq!(last_beat(&beats), Some(beat), "the command still runs");
     eprintln!(
         "last beat {} ms after the last renewal's send (TTL {ttl_ms} ms)",
         beat - last_sent
@@ -598,6 +587,8 @@ async fn watch_prints_one_json_line_per_event() {
 struct Running {
     child: std::process::Child,
     lines: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Set once the reader has taken the last line (the pipe closed).
+    read_all: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Running {
@@ -608,17 +599,23 @@ impl Running {
             .unwrap();
         let stderr = child.stderr.take().unwrap();
         let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let read_all = Arc::new(std::sync::atomic::AtomicBool::new(false));
         std::thread::spawn({
-            let lines = lines.clone();
+            let (lines, read_all) = (lines.clone(), read_all.clone());
             move || {
                 use std::io::BufRead;
                 for line in std::io::BufReader::new(stderr).lines() {
                     let Ok(line) = line else { break };
                     lines.lock().unwrap().push(line);
                 }
+                read_all.store(true, std::sync::atomic::Ordering::SeqCst);
             }
         });
-        Running { child, lines }
+        Running {
+            child,
+            lines,
+            read_all,
+        }
     }
 
     fn signal(&self, signal: libc::c_int) {
@@ -653,8 +650,14 @@ impl Running {
             async move { status }
         })
         .await;
-        // Let the reader thread take the last lines.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The reader takes the last lines until the pipe closes: at the child's exit, unless a
+        // process of its command still holds the pipe (then, at most a second later, what it
+        // has).
+        let read_all = Instant::now() + Duration::from_secs(1);
+        while !self.read_all.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < read_all
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         status
     }
 }

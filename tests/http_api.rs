@@ -125,7 +125,8 @@ fn base64(bytes: &[u8]) -> String {
 async fn the_seed_scenario_through_curl_a_frozen_holders_late_write_is_refused() {
     let (_h, http) = with_http_api().await;
     let acquire = |node: usize, holder: &str| {
-        let body = json!({"lease": "seed/lease", "holder": holder, "ttlMs": "1000"});
+        // Long enough for A's fenced put and B's refused acquire (two curl calls) to come first.
+        let body = json!({"lease": "seed/lease", "holder": holder, "ttlMs": "3000"});
         call(&http[node], "Acquire", body)
     };
     let put = |node: usize, value: &[u8], token: u64| {

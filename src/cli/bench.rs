@@ -736,8 +736,8 @@ fn print_floor(p50: f64, f: &Floor) {
         p50 / f.put_floor_ms
     );
     println!(
-        "floor with three nodes on this disk: the second of three fdatasyncs at once p50 {:.2} \
-         ms: a put's floor {:.2} ms; p50 is {:.2}x it",
+        "floor with three nodes on this disk: the second shortest of three fdatasyncs at once, \
+         p50 {:.2} ms: a put's floor {:.2} ms; p50 is {:.2}x it",
         f.shared_fdatasync_p50_ms,
         f.shared_put_floor_ms,
         p50 / f.shared_put_floor_ms

@@ -4,13 +4,12 @@
 //! the client to the leader, one from the leader to a follower, and one log write made durable
 //! on a majority (the leader's in parallel with the follower's): `fdatasync + 2 round trips`.
 //! When the three nodes share one disk, as a local cluster's do, their writes are made at once
-//! on it and each waits on the others': the shared floor takes, for the write, the second of
-//! three `fdatasync`s made at once.
+//! on it and each waits on the others': the shared floor takes, for the write, the second
+//! shortest of three `fdatasync`s made at once.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -110,46 +109,45 @@ fn writes_at_once(dir: &Path, writers: usize, kth: usize) -> anyhow::Result<Vec<
     let scratches = (0..writers)
         .map(|n| Scratch::create(dir, n))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let release = Barrier::new(writers);
-    let failed = AtomicBool::new(false);
-    let times: Vec<std::io::Result<Vec<Duration>>> = std::thread::scope(|scope| {
+    let times = rounds(&scratches, DISK_SAMPLES * 2)
+        .map_err(|e| anyhow::anyhow!("--floor-dir {}: {e}", dir.display()))?;
+    let samples = (DISK_SAMPLES..DISK_SAMPLES * 2)
+        .map(|round| kth_shortest(times.iter().map(|t| t[round]).collect(), kth))
+        .collect();
+    Ok(samples)
+}
+
+/// `count` rounds of a write on each of `scratches`, one thread each, released together: each
+/// writer's times, or the first error met.
+fn rounds(scratches: &[Scratch], count: usize) -> std::io::Result<Vec<Vec<Duration>>> {
+    let release = Barrier::new(scratches.len());
+    std::thread::scope(|scope| {
         let threads: Vec<_> = scratches
             .iter()
             .map(|scratch| {
-                let (release, failed) = (&release, &failed);
+                let release = &release;
                 scope.spawn(move || {
-                    let mut times = Vec::with_capacity(DISK_SAMPLES * 2);
-                    for _ in 0..DISK_SAMPLES * 2 {
+                    let mut times = Vec::with_capacity(count);
+                    let mut error = None;
+                    for _ in 0..count {
+                        // A writer whose write failed writes no more but still comes to every
+                        // round's barrier, so that none waits there for it.
                         release.wait();
-                        // Set before the barrier that all passed together, so every writer
-                        // stops at the same round and none waits there for one that stopped.
-                        if failed.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        match scratch.write() {
-                            Ok(took) => times.push(took),
-                            Err(e) => {
-                                failed.store(true, Ordering::Relaxed);
-                                return Err(e);
+                        if error.is_none() {
+                            match scratch.write() {
+                                Ok(took) => times.push(took),
+                                Err(e) => error = Some(e),
                             }
                         }
                     }
-                    Ok(times)
+                    error.map_or(Ok(times), Err)
                 })
             })
             .collect();
         // A writer's thread does not panic (its write returns errors): no other is left at
         // the barrier by one.
         threads.into_iter().map(|t| t.join().unwrap()).collect()
-    });
-    let times = times
-        .into_iter()
-        .collect::<std::io::Result<Vec<_>>>()
-        .map_err(|e| anyhow::anyhow!("--floor-dir {}: {e}", dir.display()))?;
-    let samples = (DISK_SAMPLES..DISK_SAMPLES * 2)
-        .map(|round| kth_shortest(times.iter().map(|t| t[round]).collect(), kth))
-        .collect();
-    Ok(samples)
+    })
 }
 
 /// The `kth` shortest (1 the shortest) of `times`.
@@ -217,6 +215,24 @@ mod tests {
         assert_eq!(kth_shortest(vec![ms(3), ms(1), ms(2)], MAJORITY), ms(2));
         assert_eq!(kth_shortest(vec![ms(3), ms(1), ms(2)], 1), ms(1));
         assert_eq!(kth_shortest(vec![ms(5)], 1), ms(5));
+    }
+
+    #[test]
+    fn a_write_that_fails_mid_way_fails_the_rounds_and_stops_every_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut scratches: Vec<Scratch> = (0..NODES)
+            .map(|n| Scratch::create(dir.path(), n).unwrap())
+            .collect();
+        // The last writer's file, opened again read-only: its writes fail.
+        let last = scratches.last_mut().unwrap();
+        last.file = std::fs::File::open(&last.path).unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done.send(rounds(&scratches, 10).map(|_| ())));
+        let outcome = finished.recv_timeout(Duration::from_secs(20));
+        assert!(
+            matches!(outcome, Ok(Err(_))),
+            "the rounds should end with the write's error: {outcome:?}"
+        );
     }
 
     #[test]
