@@ -490,27 +490,8 @@ async fn a_command_under_hold_is_dead_before_the_ttl_since_the_last_renewal_sent
     let mut h = Harness::start(3, false).await;
     let beats = h.dir().join("beats");
     let ttl_ms: u128 = 3_000;
-    let mut running = Running::start(hold(
-        &h,
-        &[
-            "job",
-            "--holder",
-            "w",
-            "--ttl",
-            "3",
-            "-v",
-            "--",
-            "sh",
-            "-c",
-            &heartbeat_loop(&beats),
-        ],
-    ));
-    // Renewals go on for a while (two answered, the command beating); then the majority dies.
-    wait_for("two renewals", Duration::from_secs(10), || {
-        let renewed = running.renewals() >= 2 && last_beat(&beats).is_some();
-        async move { renewed.then_some(()) }
-    })
-    .await;
+    // Renewals go on for a while; then the majority dies.
+    let mut running = beating_under_hold(&h, &beats, "3").await;
     h.kill(2);
     h.kill(3);
     let status = running.exit(Duration::from_secs(15)).await;
@@ -721,6 +702,32 @@ fn last_beat(beats: &std::path::Path) -> Option<u128> {
         .max()
 }
 
+/// `hold` of a lease with a TTL of `ttl` seconds over a command that writes the time to `beats`
+/// every 20 ms, once two renewals were answered and the command beats.
+async fn beating_under_hold(h: &Harness, beats: &std::path::Path, ttl: &str) -> Running {
+    let running = Running::start(hold(
+        h,
+        &[
+            "job",
+            "--holder",
+            "w",
+            "--ttl",
+            ttl,
+            "-v",
+            "--",
+            "sh",
+            "-c",
+            &heartbeat_loop(beats),
+        ],
+    ));
+    wait_for("two renewals", Duration::from_secs(10), || {
+        let renewed = running.renewals() >= 2 && last_beat(beats).is_some();
+        async move { renewed.then_some(()) }
+    })
+    .await;
+    running
+}
+
 /// Now, in unix ms, as `date +%s%3N` tells it.
 fn unix_now_ms() -> u128 {
     std::time::SystemTime::now()
@@ -750,26 +757,7 @@ async fn a_stopped_hold_leaves_nothing_of_its_command_running_past_the_safe_dead
     let h = Harness::start(3, false).await;
     let beats = h.dir().join("beats");
     let ttl_ms: u128 = 2_000;
-    let mut running = Running::start(hold(
-        &h,
-        &[
-            "job",
-            "--holder",
-            "w",
-            "--ttl",
-            "2",
-            "-v",
-            "--",
-            "sh",
-            "-c",
-            &heartbeat_loop(&beats),
-        ],
-    ));
-    wait_for("two renewals", Duration::from_secs(10), || {
-        let renewed = running.renewals() >= 2 && last_beat(&beats).is_some();
-        async move { renewed.then_some(()) }
-    })
-    .await;
+    let mut running = beating_under_hold(&h, &beats, "2").await;
     // As `kill -STOP %1`, a supervisor or a debugger would: `hold` itself sends nothing more.
     running.signal(libc::SIGSTOP);
     let stopped_at = unix_now_ms();
