@@ -141,7 +141,9 @@ async fn a_watch_from_before_a_restarted_nodes_snapshot_is_out_of_range_and_bad_
 async fn a_holder_keeps_its_lease_past_the_ttl_writes_fenced_and_releases_on_close() {
     let h = Harness::start(3, false).await;
     let client = Arc::new(h.client_of(1));
-    let ttl = Duration::from_millis(600);
+    // Short, so that it renews a few times in the test; long enough that a renewal held up a
+    // few hundred ms on a loaded machine still lands before the holder's safe deadline.
+    let ttl = Duration::from_millis(1_500);
     let holder = Holder::options("l", "worker", ttl)
         .acquire(client.clone())
         .await
