@@ -137,13 +137,18 @@ async fn one_worker_acts_at_a_time_through_leader_kills_and_a_paused_holder() {
     )
     .await;
     workers[paused].signal(libc::SIGSTOP);
-    let frozen_token = workers[paused]
-        .lines()
-        .iter()
-        .rev()
-        .find(|l| l.starts_with("acquired"))
-        .and_then(|l| field(l, "token").map(str::to_owned))
-        .unwrap();
+    // Its token as the store has it: the worker's own "acquired" line may not be printed, or
+    // read here, yet (the store named it holder as soon as its grant applied).
+    let lease = h.client.get_lease(LEASE).await.unwrap().outcome;
+    let paused_holder = format!("{}~", workers[paused].name);
+    assert!(
+        lease
+            .holder
+            .as_deref()
+            .is_some_and(|holder| holder.starts_with(&paused_holder)),
+        "the lease changed hands before its holder froze: {lease:?}"
+    );
+    let frozen_token = lease.token.to_string();
     wait_for(
         "another worker to take over",
         Duration::from_secs(20),
