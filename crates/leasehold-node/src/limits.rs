@@ -371,8 +371,8 @@ pub(crate) const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 
 /// How far ahead of its records a segment's blocks are allocated and written with zeros (see
 /// the log store's `allocate`), at a time: a step is one `fallocate`, up to 16 writes of 64 KiB
-/// and an `fdatasync` of its own (0.8 ms at the median on this VM for a MiB; 6.8 ms for the 4 MiB a step
-/// once was, when it only allocated).
+/// and an `fdatasync` of its own (0.8 ms at the median on this VM for a MiB; 6.8 ms for the
+/// 4 MiB a step once was, when it only allocated).
 pub(crate) const PREALLOCATE_BYTES: u64 = 1024 * 1024;
 
 /// The room past its records that the flusher keeps written ahead, and that a follower's small
