@@ -98,6 +98,11 @@ fn acts(workers: &[Worker]) -> usize {
 /// The worker whose holder name the store shows for the lease now.
 async fn holding(h: &Harness, workers: &[Worker]) -> Option<usize> {
     let holder = h.client.get_lease(LEASE).await.ok()?.outcome.holder?;
+    worker_of(workers, &holder)
+}
+
+/// Which of `workers` is `holder` (a worker holds as `name~` and a suffix of its own).
+fn worker_of(workers: &[Worker], holder: &str) -> Option<usize> {
     workers
         .iter()
         .position(|w| holder.starts_with(&format!("{}~", w.name)))
@@ -140,12 +145,9 @@ async fn one_worker_acts_at_a_time_through_leader_kills_and_a_paused_holder() {
     // Its token as the store has it: the worker's own "acquired" line may not be printed, or
     // read here, yet (the store named it holder as soon as its grant applied).
     let lease = h.client.get_lease(LEASE).await.unwrap().outcome;
-    let paused_holder = format!("{}~", workers[paused].name);
-    assert!(
-        lease
-            .holder
-            .as_deref()
-            .is_some_and(|holder| holder.starts_with(&paused_holder)),
+    assert_eq!(
+        lease.holder.as_deref().and_then(|h| worker_of(&workers, h)),
+        Some(paused),
         "the lease changed hands before its holder froze: {lease:?}"
     );
     let frozen_token = lease.token.to_string();
