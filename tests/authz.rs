@@ -488,9 +488,23 @@ async fn a_watch_on_a_follower_behind_a_grant_starts_once_the_grant_is_in_force(
     // Sent while the follower is stopped: it reads the watch as it wakes, beside the leader's
     // entries, which it may not have applied yet.
     let a = h.client_of_nodes_as(&[behind], "team-a");
+    let port: u16 = h.endpoints[(behind - 1) as usize]
+        .rsplit(':')
+        .next()
+        .and_then(|port| port.parse().ok())
+        .unwrap();
+    let known = connections_to(port);
     let mut watch = a.watch(WatchSelect::Prefix("a/".into()), WatchFrom::Now);
+    // Woken once the watch's connection waits at it, its first bytes unread.
     let woken = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        let waits = || {
+            let waiting = connections_to(port)
+                .into_iter()
+                .any(|(from, unread)| !known.iter().any(|(k, _)| *k == from) && unread > 0);
+            std::future::ready(waiting.then_some(()))
+        };
+        let what = "the watch's connection to wait at the stopped follower";
+        wait_for(what, Duration::from_secs(10), waits).await;
         h.cluster.signal(behind, libc::SIGCONT);
     };
     let (started, ()) = tokio::join!(
@@ -500,6 +514,32 @@ async fn a_watch_on_a_follower_behind_a_grant_starts_once_the_grant_is_in_force(
     started
         .expect("the watch to start within 15 s")
         .expect("the watch to start, not to be refused");
+}
+
+/// The connections accepted on local `port` (a node's, queued for its accept or not) as
+/// `(remote port, bytes received and not yet read)`, from `/proc/net/tcp`.
+fn connections_to(port: u16) -> Vec<(u16, u64)> {
+    let port_of = |address: &str| u16::from_str_radix(address.rsplit(':').next()?, 16).ok();
+    let read = |table| std::fs::read_to_string(table).unwrap_or_default();
+    let tables = [read("/proc/net/tcp"), read("/proc/net/tcp6")];
+    let mut connections = Vec::new();
+    for line in tables.iter().flat_map(|table| table.lines().skip(1)) {
+        // sl local_address rem_address st tx_queue:rx_queue ...; state 01 is ESTABLISHED.
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [_, local, remote, state, queues, ..] = fields[..] else {
+            continue;
+        };
+        let unread = queues
+            .split_once(':')
+            .and_then(|(_, rx)| u64::from_str_radix(rx, 16).ok());
+        if let (Some(local), Some(remote), Some(unread)) = (port_of(local), port_of(remote), unread)
+        {
+            if local == port && state == "01" {
+                connections.push((remote, unread));
+            }
+        }
+    }
+    connections
 }
 
 /// A listing shows an identity the leases and rows it may read, and reads nothing else: its

@@ -235,7 +235,10 @@ impl Drop for Guard<'_> {
     fn drop(&mut self) {
         // SAFETY: SIGINT lets `cluster` stop its nodes before it exits.
         unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        std::thread::sleep(Duration::from_secs(3));
+        let asked = std::time::Instant::now();
+        while matches!(self.0.try_wait(), Ok(None)) && asked.elapsed() < Duration::from_secs(15) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }

@@ -1425,6 +1425,11 @@ async fn inject(fault: Fault, cluster: &mut Cluster, rng: &mut Rng) -> Heal {
             cluster.nodes.kill(follower);
             tokio::time::sleep(Duration::from_millis(rng.between(500, 1_500))).await;
             cluster.nodes.start(follower).unwrap();
+            // Up and catching up, not still starting, when its leader dies.
+            harness::wait_for("the follower back", Duration::from_secs(10), || async {
+                cluster.node_status(follower).await.map(drop)
+            })
+            .await;
             tokio::time::sleep(Duration::from_millis(rng.between(0, 100))).await;
             cluster.nodes.kill(leader);
             heal.restart = vec![leader];

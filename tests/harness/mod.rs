@@ -607,6 +607,50 @@ where
     }
 }
 
+/// How long a lease lived, bracketed from outside as the fault suite's probe brackets it: the
+/// lease's grant fell between its acquire's send and answer, and its end between a rival's last
+/// refused acquire and the one granted.
+#[derive(Clone, Copy, Debug)]
+pub struct LeaseLife {
+    /// From the acquire's send to the rival's grant's answer: the lease lived no longer.
+    pub at_most: Duration,
+    /// From the acquire's answer to the send of the rival's last refused acquire: the lease
+    /// lived at least this long (`None` if the rival was never refused).
+    pub at_least: Option<Duration>,
+}
+
+impl LeaseLife {
+    /// Whether the lease may have lived its `ttl`, and no more than `over` past it: it fails
+    /// only where the bracket shows a life shorter than `ttl` or longer than `ttl + over`.
+    pub fn within(&self, ttl: Duration, over: Duration) -> bool {
+        self.at_most >= ttl && self.at_least.is_none_or(|least| least <= ttl + over)
+    }
+}
+
+/// A rival's acquires of `lease` through `rival`, every 50 ms until one is granted (for at
+/// most `give_up`), bracketing the life of the grant whose acquire was sent at `sent` and
+/// answered at `answered`. A call that fails says nothing of the lease and is not counted.
+pub async fn rival_until_granted(
+    rival: &LeaseClient,
+    lease: &str,
+    (sent, answered): (Instant, Instant),
+    give_up: Duration,
+) -> LeaseLife {
+    let mut at_least = None;
+    loop {
+        let asked = Instant::now();
+        if let Ok(answer) = rival.acquire(lease, "rival", 60_000).await {
+            if granted(&answer).is_some() {
+                let at_most = sent.elapsed();
+                return LeaseLife { at_most, at_least };
+            }
+            at_least = Some(asked.saturating_duration_since(answered));
+        }
+        assert!(sent.elapsed() < give_up, "the lease {lease} was never free");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 pub fn granted(response: &Answer<Acquired>) -> Option<u64> {
     response.outcome.token()
 }
