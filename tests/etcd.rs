@@ -539,6 +539,11 @@ async fn pythons_etcd3_and_etcd3gw_locks_pass_on_across_a_leader_kill_and_a_hold
         let mut contender = python_lock(&python, [kind, "take", &endpoint(survivor)]);
         let took = contender.lines();
         assert_eq!(
+            line(&took, Duration::from_secs(20)).as_deref(),
+            Some("asking"),
+            "{kind}"
+        );
+        assert_eq!(
             line(&took, Duration::from_secs(1)),
             None,
             "{kind}: both hold the lock"
