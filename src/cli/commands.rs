@@ -10,7 +10,7 @@ use super::printed::{
 use super::{ClientOpts, Exit, Output};
 use crate::proto::v1 as pb;
 use leasehold_client::{
-    Acquired, Answer, ClientError, Deleted, HeldBy, LeaseClient, LeaseState, Listing, Page,
+    Acquired, Answer, ClientError, Code, Deleted, HeldBy, LeaseClient, LeaseState, Listing, Page,
     Released, TokenStatus, Written,
 };
 use leasehold_core::Limits;
@@ -49,17 +49,23 @@ fn client(opts: &ClientOpts) -> anyhow::Result<LeaseClient> {
     Ok(opts.client()?.with_quick_give_up())
 }
 
-/// Runs one write with a client of `opts`, then closes the session it opened, so that a CLI
-/// call leaves no session in the store for its idle hour. A close the cluster refuses (while a
-/// node runs 0.2.0, which reads no log format 2) leaves the session to expire, as before.
+/// Runs one write with a client of `opts`, then closes the session it opened, answered or not,
+/// so that a CLI call leaves no session in the store for its idle hour. A close the cluster
+/// refuses (while a node runs 0.2.0, which reads no log format 2) leaves the session to expire,
+/// as before.
 async fn once<T>(
     opts: &ClientOpts,
     write: impl AsyncFnOnce(&LeaseClient) -> Result<T, leasehold_client::ClientError>,
 ) -> anyhow::Result<T> {
     let client = client(opts)?;
-    let answer = write(&client).await?;
-    let _ = client.close_session().await;
-    Ok(answer)
+    let answer = write(&client).await;
+    // A cluster that could not be reached (or not in time) would only make the close wait as
+    // long again; one that answered, even with a refusal of bad input, takes it.
+    let unreached = answer.as_ref().err().map(|e| e.code());
+    if !matches!(unreached, Some(Code::Unavailable | Code::DeadlineExceeded)) {
+        let _ = client.close_session().await;
+    }
+    Ok(answer?)
 }
 
 /// Prints `text`, or the answer as one JSON object (its outcome's fields beside where it was
