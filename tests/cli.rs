@@ -1426,6 +1426,38 @@ async fn nodes_announce_their_protocol_and_refuse_a_log_format_they_do_not_read(
     ));
 }
 
+/// A lease's time left counts down while the cluster has nothing to log: a read on the leader
+/// is answered at the store time the leader would stamp a write with then. Before, reads were
+/// answered at the store time of the last logged command, so an idle cluster's listing showed a
+/// lease's whole TTL left (a walkthrough saw 60.149 s left of a 60 s lease 25 s after its grant).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leases_time_left_counts_down_while_nothing_is_logged() {
+    let h = Harness::start(3, false).await;
+    let grant = h.client.acquire("idle", "a", 30_000).await.unwrap();
+    let answered = Instant::now();
+    // Deliberately idle: nothing is logged in these two seconds.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let read = h.client.get_lease("idle").await.unwrap();
+    assert_eq!(
+        read.applied.log_index, grant.applied.log_index,
+        "nothing was logged meanwhile"
+    );
+    // The leader's stamps trail the majority's clocks by about `CLOCK_TRAIL` (100 ms) and a
+    // round trip: the time moved at least 1.5 s of the 2, not nothing.
+    let passed = read.applied.store_time_ms - grant.applied.store_time_ms;
+    assert!(
+        passed >= 1_500,
+        "the read's store time moved {passed} ms in 2 s"
+    );
+    let listed = expect(&h, &["-o", "json", "leases", "--prefix", "idle"], 0);
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let (expires, now) = (&listed["expires_at_ms"], &listed["store_time_ms"]);
+    let left = expires.as_u64().unwrap() - now.as_u64().unwrap();
+    // Granted for 30 s and the grant's margin (150 ms) from the grant's stamp.
+    let most = 30_150 + 500 - answered.elapsed().as_millis() as u64;
+    assert!(left <= most, "{left} ms left, at most {most}: {listed}");
+}
+
 /// Issue 41, item 3: a CLI call closes the session it opened (`CloseSession`, log format 2), so
 /// that scripts calling the CLI in a loop leave no sessions in the store for their idle hour.
 /// Before, every call left one; until the walkthrough of this stop, every call whose write

@@ -57,6 +57,7 @@ pub(crate) use peer::link::GrpcLink;
 pub use peer_clocks::ClockReading;
 pub use planes::Listeners;
 use quorum_watch::QuorumWatch;
+pub use read::Reading;
 pub use server::{check_clock_mode, check_flags, run, run_on};
 // What only the simulation (`crate::sim`) reaches: it builds nodes as `serve` does, on its
 // own transports, and reads the refusals' metadata and bounds.

@@ -14,37 +14,71 @@ fn read_log_end(from: u64, to: u64, applied: u64) -> u64 {
         .min(from.saturating_add(READ_LOG_MAX_ENTRIES - 1))
 }
 
+/// The applied state as one read sees it, and the store time the read is answered at.
+///
+/// The store time moves only with logged commands, so in a cluster with nothing to log (a
+/// lease held for a minute, say) the applied time stands still while the leases' time runs
+/// out: a lease's time left counted from it would not count down. A read on the leader is
+/// answered at the time the leader would stamp a write with then, as etcd's leader answers
+/// a lease's time to live by its own clock. A serializable read is answered at the applied
+/// time, the only one a follower knows.
+pub struct Reading<'a> {
+    state: &'a Applying,
+    /// The store time the read is answered at: never before the applied time.
+    pub now_ms: u64,
+}
+
+impl std::ops::Deref for Reading<'_> {
+    type Target = Applying;
+
+    fn deref(&self) -> &Applying {
+        self.state
+    }
+}
+
 impl Node {
-    /// A linearizable read: never served from a stale follower or a deposed leader.
+    /// A linearizable read: never served from a stale follower or a deposed leader, and
+    /// answered at the leader's store time now (see [`Reading`]).
     pub async fn read<T>(
         &self,
-        read: impl FnOnce(&Applying) -> T,
+        read: impl FnOnce(&Reading) -> T,
     ) -> Result<(T, Applied), NodeError> {
-        self.serving_leader().await?;
+        let term = self.serving_leader().await?;
         self.confirm_leadership().await?;
-        Ok(self.read_here(read))
+        // Under the manual clock, store time moves only by `advance`.
+        let now = match self.inner.manual_clock {
+            true => None,
+            false => self.inner.clock.reading(term),
+        };
+        Ok(self.read_here(read, now))
     }
 
     /// A serializable read: this member's applied state as it stands, possibly behind the
     /// leader's, without asking anyone (a node that is no member refuses, as for any read).
     pub fn read_applied<T>(
         &self,
-        read: impl FnOnce(&Applying) -> T,
+        read: impl FnOnce(&Reading) -> T,
     ) -> Result<(T, Applied), NodeError> {
         self.membership_standing()?;
-        Ok(self.read_here(read))
+        Ok(self.read_here(read, None))
     }
 
-    /// `read` of the applied state, and where it stands.
-    fn read_here<T>(&self, read: impl FnOnce(&Applying) -> T) -> (T, Applied) {
+    /// `read` of the applied state, at `now` if that is later than the applied time, and
+    /// where it stands.
+    fn read_here<T>(&self, read: impl FnOnce(&Reading) -> T, now: Option<u64>) -> (T, Applied) {
         let state = self.inner.state.read();
+        let now_ms = state.table.now_ms().max(now.unwrap_or(0));
         let at = Applied {
             log_index: state.last_applied.map_or(0, |id| id.index),
             position: 0,
-            store_time_ms: state.table.now_ms(),
+            store_time_ms: now_ms,
             outcome: leasehold_core::Outcome::Nothing,
         };
-        (read(&state), at)
+        let reading = Reading {
+            state: &state,
+            now_ms,
+        };
+        (read(&reading), at)
     }
 
     /// The applied entries of this node's log with indexes in `from..=to`: each index with its

@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::limits::{DENIALS_LOGGED_PER_MINUTE, TICK_CHECK};
 use crate::node::link::OnBehalf;
-use crate::node::{Node, NodeError};
-use crate::raft::state_machine::Applying;
+use crate::node::{Node, NodeError, Reading};
 use crate::raft::Applied;
 use leasehold_core::auth::{Action, AuthChange, Permission, Policy};
 use leasehold_core::{Limits, Op};
@@ -171,7 +170,7 @@ pub async fn admin_read<T>(
     node: &Node,
     caller: &Caller,
     what: &'static str,
-    read: impl FnOnce(&Applying) -> T,
+    read: impl FnOnce(&Reading) -> T,
 ) -> Result<(T, Applied), NodeError> {
     let admin = Action::Admin(what);
     let (read, at) = node

@@ -9,9 +9,8 @@ use super::caller::{Caller, Credentials, DenialLog};
 use super::{convert, watch, Deadline, Plane};
 use crate::limits::MAX_BATCH_CALLS_PER_MESSAGE;
 use crate::metrics::Metrics;
-use crate::node::{Node, NodeError};
+use crate::node::{Node, NodeError, Reading};
 use crate::proto::v1 as pb;
-use crate::raft::state_machine::Applying;
 use crate::raft::Applied;
 use leasehold_core::auth::{Action, Denied};
 use leasehold_core::limits::{name, token_field};
@@ -305,10 +304,10 @@ impl LeaseApi {
         caller: Caller,
         m: Req,
         action: impl for<'a> Fn(&'a Req) -> Action<'a>,
-        read: impl FnOnce(&Applying, &Req) -> T,
+        read: impl FnOnce(&Reading, &Req) -> T,
         answer: impl FnOnce(T, Applied) -> Result<Req::Response, NodeError>,
     ) -> Result<Req::Response, NodeError> {
-        let checked = |s: &Applying, m: &Req, caller: &Caller| {
+        let checked = |s: &Reading, m: &Req, caller: &Caller| {
             (caller.may(s.table.policy(), &action(m))).map(|()| read(s, m))
         };
         self.read_as(caller, m, false, checked, answer).await
@@ -322,12 +321,12 @@ impl LeaseApi {
         caller: Caller,
         m: Req,
         serializable: bool,
-        read: impl FnOnce(&Applying, &Req, &Caller) -> Result<T, NodeError>,
+        read: impl FnOnce(&Reading, &Req, &Caller) -> Result<T, NodeError>,
         answer: impl FnOnce(T, Applied) -> Result<Req::Response, NodeError>,
     ) -> Result<Req::Response, NodeError> {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let checked = |s: &Applying| read(s, &m, &caller);
+        let checked = |s: &Reading| read(s, &m, &caller);
         let result = match serializable {
             true => self.node.read_applied(checked),
             false => self.node.read(checked).await,

@@ -10,9 +10,8 @@
 use super::caller::{Caller, Credentials};
 use super::{convert, Deadline, LeaseApi};
 use crate::limits::LIST_PAGE_BYTES;
-use crate::node::NodeError;
+use crate::node::{NodeError, Reading};
 use crate::proto::v1 as pb;
-use crate::raft::state_machine::Applying;
 use leasehold_core::auth::Permission;
 use leasehold_core::limits::list_page;
 use leasehold_core::Limits;
@@ -104,8 +103,8 @@ impl LeaseApi {
     ) -> Result<pb::ListLeasesResponse, NodeError> {
         self.counted(credentials, deadline, m, |caller, m| async move {
             let page = Page::of(m.page.as_ref(), Limits::MAX_NAME_BYTES)?;
-            let list = |s: &Applying, _: &pb::ListLeasesRequest, caller: &Caller| {
-                let (table, now_ms) = (&s.table, s.table.now_ms());
+            let list = |s: &Reading, _: &pb::ListLeasesRequest, caller: &Caller| {
+                let (table, now_ms) = (&s.table, s.now_ms);
                 let ranges = page.ranges(caller.prefixes(table.policy(), Permission::ReadLeases));
                 let leases = (ranges.iter())
                     .flat_map(|range| table.leases_under(range, page.after_in(range)))
@@ -134,7 +133,7 @@ impl LeaseApi {
     ) -> Result<pb::ListKeysResponse, NodeError> {
         self.counted(credentials, deadline, m, |caller, m| async move {
             let page = Page::of(m.page.as_ref(), Limits::MAX_KEY_BYTES)?;
-            let list = |s: &Applying, _: &pb::ListKeysRequest, caller: &Caller| {
+            let list = |s: &Reading, _: &pb::ListKeysRequest, caller: &Caller| {
                 let table = &s.table;
                 let ranges = page.ranges(caller.prefixes(table.policy(), Permission::ReadKeys));
                 let rows = (ranges.iter())

@@ -23,10 +23,9 @@ use super::{ClusterApi, Deadline, Plane};
 use crate::limits::{LEADERS_FOLLOWED, QUORUM_WAIT};
 use crate::metrics::Metrics;
 use crate::node::link::{EtcdRead, EtcdReadAnswer};
-use crate::node::{Node, NodeError};
+use crate::node::{Node, NodeError, Reading};
 use crate::proto::etcd::etcdserverpb as pb;
 use crate::proto::v1 as lh;
-use crate::raft::state_machine::Applying;
 use leasehold_core::auth::Action;
 use leasehold_core::etcd::{self as core, EtcdAnswer, EtcdOp, EtcdOutcome};
 use leasehold_core::{Op, Outcome};
@@ -175,16 +174,15 @@ impl EtcdApi {
         caller: Caller,
         action: Action<'_>,
         serializable: bool,
-        read: impl FnOnce(&Applying) -> Result<T, NodeError>,
+        read: impl FnOnce(&Reading) -> Result<T, NodeError>,
         forward: impl FnOnce() -> EtcdRead,
         answered: impl FnOnce(EtcdReadAnswer) -> Option<T>,
     ) -> Result<T, NodeError> {
         let _working = self.node.admit(1)?;
         self.node.auth_set_up()?;
-        let checked = |s: &Applying| caller.may(s.table.policy(), &action).and_then(|()| read(s));
+        let checked = |s: &Reading| caller.may(s.table.policy(), &action).and_then(|()| read(s));
         if serializable {
-            self.node.membership_standing()?;
-            return checked(&self.node.state().read());
+            return self.node.read_applied(checked)?.0;
         }
         let error = match self.node.read(checked).await {
             Ok((answer, _)) => return answer,
@@ -498,10 +496,10 @@ impl EtcdApi {
     /// a lease that is gone.
     fn time_to_live(
         &self,
-        s: &Applying,
+        s: &Reading,
         m: &pb::LeaseTimeToLiveRequest,
     ) -> pb::LeaseTimeToLiveResponse {
-        let (etcd, now_ms) = (s.table.etcd(), s.table.now_ms());
+        let (etcd, now_ms) = (s.table.etcd(), s.now_ms);
         let header = Some(self.header(etcd.revision()));
         let Some(lease) = etcd.lease(m.id).filter(|l| l.live_at(now_ms)) else {
             return pb::LeaseTimeToLiveResponse {
@@ -543,7 +541,7 @@ impl EtcdApi {
                     Action::ReadKey(""),
                     false,
                     |s| {
-                        let (etcd, now_ms) = (s.table.etcd(), s.table.now_ms());
+                        let (etcd, now_ms) = (s.table.etcd(), s.now_ms);
                         let live = etcd
                             .lease_ids()
                             .filter(|id| etcd.lease(*id).is_some_and(|l| l.live_at(now_ms)));
