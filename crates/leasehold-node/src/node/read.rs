@@ -16,15 +16,17 @@ fn read_log_end(from: u64, to: u64, applied: u64) -> u64 {
 
 /// The applied state as one read sees it, and the store time the read is answered at.
 ///
-/// The store time moves only with logged commands, so in a cluster with nothing to log (a
-/// lease held for a minute, say) the applied time stands still while the leases' time runs
-/// out: a lease's time left counted from it would not count down. A read on the leader is
-/// answered at the time the leader would stamp a write with then, as etcd's leader answers
-/// a lease's time to live by its own clock. A serializable read is answered at the applied
-/// time, the only one a follower knows.
+/// What the state says (a lease's holder, whether it is due) is what its last applied entry
+/// left, at that entry's store time, the same on every node. But store time moves only with
+/// logged commands, so in a cluster with nothing to log (a lease held for a minute, say) that
+/// time stands still while the leases' time runs out, and a lease's time left counted from it
+/// would not count down. So a read on the leader is answered at the time the leader would stamp
+/// a write with then, as etcd's leader answers a lease's time to live by its own clock; a
+/// serializable read at the applied time, the only one a follower knows.
 pub struct Reading<'a> {
     state: &'a Applying,
-    /// The store time the read is answered at: never before the applied time.
+    /// The store time the read is answered at, for a lease's time left: never before the
+    /// applied time.
     pub now_ms: u64,
 }
 

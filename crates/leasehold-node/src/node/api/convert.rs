@@ -346,11 +346,15 @@ pub(super) fn check_token(
     })
 }
 
+/// The answer of a read of `lease` at `at`: its holder as the state at that log index has it,
+/// at the store time applied there (`applied_ms`, not the read's later time: a lease due but
+/// not yet expired in the log is still held, as every node's state says).
 pub(super) fn get_lease(
     lease: Option<leasehold_core::Lease>,
+    applied_ms: u64,
     at: &Applied,
 ) -> pb::GetLeaseResponse {
-    let lease = lease_entry("", &lease.unwrap_or_default(), at.store_time_ms);
+    let lease = lease_entry("", &lease.unwrap_or_default(), applied_ms);
     pb::GetLeaseResponse {
         applied: applied(at),
         holder: lease.holder,

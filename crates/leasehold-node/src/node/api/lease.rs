@@ -486,8 +486,8 @@ impl LeaseApi {
                 caller,
                 m,
                 |m| Action::ReadLease(&m.lease),
-                |s, m| s.table.lease(&m.lease).cloned(),
-                |lease, at| Ok(convert::get_lease(lease, &at)),
+                |s, m| (s.table.lease(&m.lease).cloned(), s.table.now_ms()),
+                |(lease, applied_ms), at| Ok(convert::get_lease(lease, applied_ms, &at)),
             )
             .await
         })

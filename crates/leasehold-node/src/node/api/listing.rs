@@ -104,7 +104,7 @@ impl LeaseApi {
         self.counted(credentials, deadline, m, |caller, m| async move {
             let page = Page::of(m.page.as_ref(), Limits::MAX_NAME_BYTES)?;
             let list = |s: &Reading, _: &pb::ListLeasesRequest, caller: &Caller| {
-                let (table, now_ms) = (&s.table, s.now_ms);
+                let (table, now_ms) = (&s.table, s.table.now_ms());
                 let ranges = page.ranges(caller.prefixes(table.policy(), Permission::ReadLeases));
                 let leases = (ranges.iter())
                     .flat_map(|range| table.leases_under(range, page.after_in(range)))

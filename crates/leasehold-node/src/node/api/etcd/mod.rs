@@ -492,14 +492,15 @@ impl EtcdApi {
         .await
     }
 
-    /// A lease's time left in store time, rounded up to seconds as etcd rounds it: TTL -1 for
-    /// a lease that is gone.
+    /// A lease's time left at the read's store time, rounded up to seconds as etcd rounds it:
+    /// TTL -1 for a lease that is gone from the state read, 0 for one due whose expiry is not
+    /// logged yet.
     fn time_to_live(
         &self,
         s: &Reading,
         m: &pb::LeaseTimeToLiveRequest,
     ) -> pb::LeaseTimeToLiveResponse {
-        let (etcd, now_ms) = (s.table.etcd(), s.now_ms);
+        let (etcd, now_ms) = (s.table.etcd(), s.table.now_ms());
         let header = Some(self.header(etcd.revision()));
         let Some(lease) = etcd.lease(m.id).filter(|l| l.live_at(now_ms)) else {
             return pb::LeaseTimeToLiveResponse {
@@ -510,7 +511,7 @@ impl EtcdApi {
                 keys: Vec::new(),
             };
         };
-        let left_ms = lease.expires_at_ms - now_ms;
+        let left_ms = lease.expires_at_ms.saturating_sub(s.now_ms);
         let keys = match m.keys {
             true => etcd.lease_keys(m.id).map(|k| k.to_vec()).collect(),
             false => Vec::new(),
@@ -541,7 +542,7 @@ impl EtcdApi {
                     Action::ReadKey(""),
                     false,
                     |s| {
-                        let (etcd, now_ms) = (s.table.etcd(), s.now_ms);
+                        let (etcd, now_ms) = (s.table.etcd(), s.table.now_ms());
                         let live = etcd
                             .lease_ids()
                             .filter(|id| etcd.lease(*id).is_some_and(|l| l.live_at(now_ms)));
