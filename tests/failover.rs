@@ -120,6 +120,41 @@ async fn a_leader_stopped_by_sigterm_hands_leadership_over_before_it_exits() {
     );
 }
 
+/// A node stopped for maintenance is said in its leader's log once, not at every try: the
+/// leader tries it every 100 ms, and openraft's replication logged each failed try, 40-60
+/// lines a second (found in a walkthrough). Under the default log filter (`RUST_LOG` unset).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_node_is_said_once_in_its_leaders_log_and_again_when_it_answers() {
+    assert!(
+        std::env::var_os("RUST_LOG").is_none(),
+        "this test reads the nodes' logs under their default filter: run it without RUST_LOG"
+    );
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut h = Harness::start(3, false).await;
+    let leader = h.leader().await;
+    let stopped = if leader == 1 { 2 } else { 1 };
+    h.kill(stopped);
+    let said = format!("a peer does not answer peer={stopped}");
+    wait_for("the leader to say it", Duration::from_secs(10), || {
+        std::future::ready(h.log_of(leader).contains(&said).then_some(()))
+    })
+    .await;
+    // Twenty tries at the stopped node, deliberately.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let log = h.log_of(leader);
+    assert_eq!(log.matches(&said).count(), 1, "{log}");
+    let tries = log.lines().filter(|l| l.contains("openraft::replication"));
+    assert_eq!(tries.count(), 0, "{log}");
+    h.restart(stopped);
+    let back = format!("a peer answers again peer={stopped}");
+    wait_for(
+        "the leader to say it answers",
+        Duration::from_secs(20),
+        || std::future::ready(h.log_of(leader).contains(&back).then_some(())),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_node_restarted_catches_up_and_answers_reads() {
     let _one = ONE_AT_A_TIME.lock().await;

@@ -47,6 +47,10 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// network at most [`CONNECT_TIMEOUT`].
 pub(crate) const UNREACHABLE_RETRY: Duration = Duration::from_millis(100);
 
+/// How often a peer that still does not answer is said so in the log again (see
+/// `raft::reachability`): each failed try is not.
+pub(crate) const UNREACHABLE_REMINDER: Duration = Duration::from_secs(60);
+
 /// Idle peer lanes (see `raft::lane`) kept open to each peer: one per call in flight at once
 /// (a replication stream's, and the forwarder's batches), a few to spare.
 pub(crate) const MAX_IDLE_LANES: usize = 4;

@@ -18,6 +18,7 @@ mod log_store;
 mod network;
 mod proposer;
 pub mod protocol;
+mod reachability;
 mod reads;
 mod restore;
 pub(crate) mod runtime;

@@ -22,6 +22,7 @@ use super::codec::{decode, encode};
 use super::incarnation::{self, Incarnations};
 use super::lane::{Dialer, LaneRpc, Lanes};
 use super::protocol::{self, Protocols};
+use super::reachability::Reachability;
 use super::{TypeConfig, VotePenalty};
 use crate::limits::{CONNECT_TIMEOUT, UNREACHABLE_RETRY};
 use crate::proto::raft_v1::{raft_client::RaftClient, RaftMessage};
@@ -104,6 +105,8 @@ pub struct Channels {
     lanes: Lanes,
     /// What each peer last announced of its protocol (see `protocol`).
     protocols: Protocols,
+    /// Which peers do not answer, said once (see `reachability`).
+    reachability: Reachability,
 }
 
 /// A channel, and the generation of the TLS material it was made with (0 without TLS).
@@ -325,12 +328,14 @@ impl PeerClient {
             // It may come back as another build: what it announced no longer holds.
             self.channels.protocols.forget(self.target);
             let failure = PeerFailure(format!("{code}: {message}"));
+            self.channels.reachability.failed(self.target, &failure.0);
             if code == tonic::Code::Unavailable {
                 RPCError::Unreachable(Unreachable::new(&failure))
             } else {
                 RPCError::Network(NetworkError::new(&failure))
             }
         })?;
+        self.channels.reachability.answered(self.target);
         self.check_reply(reply.metadata(), incarnations.as_ref())?;
         let result: Result<Resp, RaftError<NodeId, E>> = decode(&reply.into_inner().data)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
