@@ -105,7 +105,7 @@ fn parse_grant(text: &str) -> Result<pb::Grant, String> {
 }
 
 pub async fn run(opts: &ClientOpts, command: AuthCmd) -> anyhow::Result<Exit> {
-    let client = opts.client()?;
+    let client = opts.one_shot_client()?;
     let binding = |identity, role| pb::Binding { identity, role };
     let change = match command {
         AuthCmd::Show => {

@@ -43,12 +43,6 @@ pub fn seconds(ms: u64) -> String {
     }
 }
 
-/// A client for one command: it says at once why no node can serve it (nothing listens, no
-/// majority, a refused certificate), rather than at its deadline.
-fn client(opts: &ClientOpts) -> anyhow::Result<LeaseClient> {
-    Ok(opts.client()?.with_quick_give_up())
-}
-
 /// Runs one write with a client of `opts`, then closes the session it opened, answered or not,
 /// so that a CLI call leaves no session in the store for its idle hour. A close the cluster
 /// refuses (while a node runs 0.2.0, which reads no log format 2) leaves the session to expire,
@@ -57,7 +51,7 @@ async fn once<T>(
     opts: &ClientOpts,
     write: impl AsyncFnOnce(&LeaseClient) -> Result<T, leasehold_client::ClientError>,
 ) -> anyhow::Result<T> {
-    let client = client(opts)?;
+    let client = opts.one_shot_client()?;
     let answer = write(&client).await;
     // A cluster that could not be reached (or not in time) would only make the close wait as
     // long again; one that answered, even with a refusal of bad input, takes it.
@@ -169,7 +163,7 @@ pub async fn delete(
 }
 
 pub async fn check(opts: &ClientOpts, lease: &str, token: u64) -> anyhow::Result<Exit> {
-    let r = client(opts)?.check_token(lease, token).await?;
+    let r = opts.one_shot_client()?.check_token(lease, token).await?;
     let (text, exit) = match &r.outcome {
         TokenStatus::Current {
             holder,
@@ -196,7 +190,7 @@ pub async fn check(opts: &ClientOpts, lease: &str, token: u64) -> anyhow::Result
 }
 
 pub async fn get(opts: &ClientOpts, key: &str) -> anyhow::Result<Exit> {
-    let r = client(opts)?.get(key).await?;
+    let r = opts.one_shot_client()?.get(key).await?;
     let value = r.outcome.as_deref().map(String::from_utf8_lossy);
     let text = match &value {
         Some(v) => v.to_string(),
@@ -210,7 +204,7 @@ pub async fn get(opts: &ClientOpts, key: &str) -> anyhow::Result<Exit> {
 }
 
 pub async fn lease(opts: &ClientOpts, name: &str) -> anyhow::Result<Exit> {
-    let r = client(opts)?.get_lease(name).await?;
+    let r = opts.one_shot_client()?.get_lease(name).await?;
     let now_ms = r.applied.store_time_ms;
     let l = &r.outcome;
     let text = match &l.holder {
@@ -268,7 +262,7 @@ async fn list_pages<T>(
 /// table comes a page at a time, so that a listing of millions streams; its columns are as wide
 /// as before the first page unless a cell is wider, so that pages line up.
 pub async fn leases(opts: &ClientOpts, listing: Listing, limit: usize) -> anyhow::Result<Exit> {
-    let client = client(opts)?;
+    let client = opts.one_shot_client()?;
     let text = opts.output == Output::Text;
     let mut first = true;
     let each = |page: Vec<(String, LeaseState)>, now_ms: u64| {
@@ -308,7 +302,7 @@ pub async fn leases(opts: &ClientOpts, listing: Listing, limit: usize) -> anyhow
 
 /// `leasehold keys`: the rows under a prefix, a line (key, tab, value) or a JSON object each.
 pub async fn keys(opts: &ClientOpts, listing: Listing, limit: usize) -> anyhow::Result<Exit> {
-    let client = client(opts)?;
+    let client = opts.one_shot_client()?;
     let text = opts.output == Output::Text;
     let each = |page: Vec<(String, Vec<u8>)>, _| {
         for (key, value) in &page {
@@ -504,7 +498,7 @@ fn status_json(nodes: &[pb::NodeStatus]) -> String {
 }
 
 pub async fn status(opts: &ClientOpts, watch: bool) -> anyhow::Result<Exit> {
-    let client = client(opts)?;
+    let client = opts.one_shot_client()?;
     if !watch {
         let nodes = client.status().await?;
         match opts.output {

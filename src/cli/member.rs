@@ -28,7 +28,7 @@ pub enum MemberCmd {
 }
 
 pub async fn run(opts: &ClientOpts, command: MemberCmd) -> anyhow::Result<Exit> {
-    let client = opts.client()?;
+    let client = opts.one_shot_client()?;
     let members = match command {
         MemberCmd::Add {
             id,

@@ -117,6 +117,13 @@ impl ClientOpts {
         self.lease_client(&endpoints)
     }
 
+    /// A client for one command that asks and is done: it says at once why no node can serve
+    /// it (nothing listens, no majority, a refused certificate), rather than at its deadline.
+    /// Not for `watch` or `hold`, which ride out a restart of the whole cluster.
+    pub fn one_shot_client(&self) -> anyhow::Result<LeaseClient> {
+        Ok(self.client()?.with_quick_give_up())
+    }
+
     /// A client for `endpoints`, over TLS when --tls-ca is given.
     pub fn lease_client<S: AsRef<str>>(&self, endpoints: &[S]) -> anyhow::Result<LeaseClient> {
         let client = LeaseClient::new(endpoints)?;

@@ -75,7 +75,7 @@ pub async fn run(opts: &ClientOpts, command: SnapshotCmd) -> anyhow::Result<Exit
 }
 
 async fn save(opts: &ClientOpts, file: &Path) -> anyhow::Result<Exit> {
-    let saved = opts.client()?.save_snapshot().await?;
+    let saved = opts.one_shot_client()?.save_snapshot().await?;
     let h = saved.header;
     let header = Header {
         log_index: h.log_index,
