@@ -74,6 +74,10 @@ const _: () = assert!(
     "a client's attempt may last as long as a node's own worst case for a write"
 );
 const _: () = assert!(
+    leasehold_client::limits::MAX_HOLDER_BYTES == lease::Limits::MAX_NAME_BYTES,
+    "a holder's name is one the store takes"
+);
+const _: () = assert!(
     leasehold_client::limits::MAX_RENEWALS == lease::Limits::MAX_RENEWALS,
     "a client gathers renewals into requests the store takes"
 );

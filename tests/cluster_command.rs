@@ -165,6 +165,24 @@ fn start_cluster(dir: &std::path::Path, port: u16) -> (std::process::Child, Line
 /// `kill` (SIGTERM), as a service manager or a script stops a process, stops every node as
 /// Ctrl-C does. Before, only SIGINT was handled: the command died of the SIGTERM and left its
 /// three nodes running, holding their ports and data dirs.
+/// A port of 0 (any port) would give nodes that cannot find each other and addresses printed
+/// wrong: refused, naming the flag, before anything starts. Before, `cluster --port 0` started
+/// nodes on ports 0-2, 100-102 and 200-202 (found in a walkthrough).
+#[test]
+fn cluster_refuses_port_0_naming_the_flag() {
+    let dir = tempfile::TempDir::new().unwrap();
+    for flag in ["--port", "--peer-port", "--http-port", "--metrics-port"] {
+        let out = Command::new(binary())
+            .args(["cluster", "--dir", dir.path().to_str().unwrap(), flag, "0"])
+            .output()
+            .unwrap();
+        let error = harness::one_line_error(&out, flag);
+        assert!(error.contains(&format!("{flag} 0")), "{error}");
+        let started = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(started, 0, "{flag} 0 started something in the dir");
+    }
+}
+
 #[test]
 fn cluster_stops_every_node_on_sigterm_as_on_ctrl_c() {
     let dir = tempfile::TempDir::new().unwrap();

@@ -103,6 +103,21 @@ pub async fn run(mut args: ClusterArgs) -> anyhow::Result<Exit> {
 /// The first peer port, and each node's client and peer address: ports that fit below 65536
 /// and do not overlap.
 fn plane_addrs(args: &ClusterArgs) -> anyhow::Result<(u16, Vec<PlaneAddrs>)> {
+    let named = [
+        ("--port", Some(args.port)),
+        ("--peer-port", args.peer_port),
+        ("--http-port", args.http_port),
+        ("--metrics-port", args.metrics_port),
+    ];
+    for (flag, port) in named {
+        // Port 0 asks the system for any port: the nodes would not know each other's, and the
+        // addresses printed for clients would be wrong.
+        anyhow::ensure!(
+            port != Some(0),
+            "{flag} 0: a local cluster's ports are fixed, one per node from the one given; \
+             give a port, say 7001"
+        );
+    }
     let peer_port = match args.peer_port {
         Some(port) => port,
         None => args.port.checked_add(PEER_PORT_OFFSET).ok_or_else(|| {

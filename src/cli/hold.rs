@@ -25,7 +25,8 @@ pub const LOST_EXIT: u8 = 4;
 #[derive(clap::Args)]
 pub struct HoldArgs {
     lease: String,
-    /// The holder's name; a suffix unique to this process is added unless --exact-holder.
+    /// The holder's name; a suffix unique to this process is added unless --exact-holder
+    /// (so at most 98 bytes, 128 with --exact-holder).
     #[arg(long)]
     holder: String,
     /// Time to live, in seconds (fractions allowed); renewed every third of it.

@@ -20,6 +20,7 @@ use crate::answers::{Acquired, Answer, HeldBy, Released, Renewal, Renewed, Writt
 use crate::client::LeaseClient;
 use crate::clock;
 use crate::error::ClientError;
+use crate::limits::{HOLDER_SUFFIX_BYTES, MAX_HOLDER_BYTES};
 use crate::renewals::{self, Failed};
 use crate::watch::{WatchFrom, WatchSelect};
 
@@ -131,6 +132,28 @@ impl HolderOptions {
         self
     }
 
+    /// The name the holder asks as: the name given, or with the suffix that sets it apart,
+    /// checked here so that a refusal speaks of the name the caller gave, not of one with a
+    /// suffix it never wrote.
+    fn holder_name(&self) -> Result<String, HoldError> {
+        if self.name.is_empty() {
+            return Err(HoldError::Invalid("holder: must not be empty".into()));
+        }
+        if self.exact_name {
+            return Ok(self.name.clone());
+        }
+        let most = MAX_HOLDER_BYTES - HOLDER_SUFFIX_BYTES;
+        if self.name.len() > most {
+            return Err(HoldError::Invalid(format!(
+                "holder: must be at most {most} bytes, leaving room for the suffix of up to \
+                 {HOLDER_SUFFIX_BYTES} that sets it apart from other holders of the name (or hold \
+                 under the exact name); got {}",
+                self.name.len()
+            )));
+        }
+        Ok(unique_name(&self.name))
+    }
+
     /// Acquires the lease and starts renewing it.
     pub async fn acquire(self, client: Arc<LeaseClient>) -> Result<Holder, HoldError> {
         // Whole milliseconds, as the store counts the grant: the deadline never passes it.
@@ -147,11 +170,7 @@ impl HolderOptions {
                 margin.as_millis()
             )));
         }
-        let name = if self.exact_name {
-            self.name.clone()
-        } else {
-            unique_name(&self.name)
-        };
+        let name = self.holder_name()?;
         let (token, sent) = grant(&client, &self.lease, &name, ttl_ms, self.wait).await?;
         let (stop, stop_renewals) = watch::channel(false);
         let (standing, watcher) = watch::channel(Standing {
@@ -772,11 +791,28 @@ mod tests {
     #[tokio::test]
     async fn options_that_cannot_work_are_refused_before_anything_is_sent() {
         let (node, client) = fake_node(vec![granted(1, false)]).await;
+        let client = Arc::new(client);
         let refused = Holder::options("l", "me", TTL)
             .margin(TTL)
-            .acquire(Arc::new(client))
+            .acquire(client.clone())
             .await;
         assert!(matches!(refused, Err(HoldError::Invalid(ref e)) if e.contains("margin")));
+        let long = "h".repeat(MAX_HOLDER_BYTES - HOLDER_SUFFIX_BYTES + 1);
+        for (name, said) in [("", "must not be empty"), (&long[..], "at most 98 bytes")] {
+            let refused = Holder::options("l", name, TTL)
+                .acquire(client.clone())
+                .await;
+            let said_so = matches!(refused, Err(HoldError::Invalid(ref e)) if e.contains(said));
+            assert!(said_so, "{name:?}: {:?}", refused.err());
+        }
         assert!(node.request_ids.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_suffixed_name_fits_the_room_left_for_it() {
+        let name = "h".repeat(MAX_HOLDER_BYTES - HOLDER_SUFFIX_BYTES);
+        let longest = format!("{name}~{:08x}.{}", u32::MAX, u64::MAX);
+        assert_eq!(longest.len(), MAX_HOLDER_BYTES);
+        assert!(unique_name(&name).len() <= MAX_HOLDER_BYTES);
     }
 }

@@ -65,6 +65,14 @@ pub(crate) const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(300);
 /// package checks that they agree).
 pub const MAX_RENEWALS: usize = 512;
 
+/// The longest holder name the store takes, in bytes: its own limit on names (the
+/// `leasehold` package checks that they agree).
+pub const MAX_HOLDER_BYTES: usize = 128;
+
+/// The most a [`Holder`](crate::Holder) adds to its name to set it apart from every other
+/// holder of the same name: `~`, a process tag of 8 hex digits, `.` and a counter of up to 20.
+pub const HOLDER_SUFFIX_BYTES: usize = 30;
+
 /// How long opening a stream on one node may take before the next node is tried: a node sends
 /// its first response at once.
 pub(crate) const OPEN_TIMEOUT: Duration = Duration::from_secs(2);
