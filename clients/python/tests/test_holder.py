@@ -45,6 +45,16 @@ def test_a_holder_renews_every_third_of_its_ttl_and_stays_safe(client):
     assert held.lost_reason == "released"
 
 
+def test_a_name_too_long_for_its_suffix_is_refused_naming_the_room_left(client):
+    # Before, the store refused it as 30 bytes longer than given.
+    with pytest.raises(ValueError, match="at most 98 bytes"):
+        leasehold.Holder(client, "l", holder="h" * 99, ttl=5)
+    with pytest.raises(ValueError, match="at most 128 bytes"):
+        leasehold.Holder(client, "l", holder="h" * 129, ttl=5, exact_name=True)
+    held = leasehold.Holder(client, "l", holder="h" * 98, ttl=5)
+    assert len(held.holder.encode()) <= 128
+
+
 def test_a_holder_that_may_not_wait_is_told_who_holds(client):
     with leasehold.Holder(client, "h/busy", holder="first", ttl=5) as first:
         with pytest.raises(leasehold.HeldError) as held:

@@ -65,6 +65,8 @@ class NotSafeError(Exception):
 # in a forked child (celery, gunicorn and multiprocessing fork after the import).
 _PROCESS_TAG = ""
 _NEXT = itertools.count(1)
+# The most the suffix adds: "~", the tag's 8 hex digits, "." and a counter of up to 20 digits.
+_SUFFIX_BYTES = 30
 
 
 def _new_process_tag() -> None:
@@ -114,6 +116,15 @@ class Holder:
                 f"the holding outlasts a renewal; got {self.margin} s"
             )
         name = holder or f"{socket.gethostname()}-{os.getpid()}"
+        # Checked here, so that a refusal speaks of the name given, not of one with a suffix
+        # the caller never wrote: the store takes names of at most 128 bytes.
+        most = 128 if exact_name else 128 - _SUFFIX_BYTES
+        if len(name.encode()) > most:
+            raise ValueError(
+                f"holder: must be at most {most} bytes"
+                + ("" if exact_name else f", leaving room for the suffix of up to {_SUFFIX_BYTES} that sets it apart (or exact_name=True)")
+                + f"; got {len(name.encode())}"
+            )
         self.holder = name if exact_name else f"{name}~{_PROCESS_TAG}.{next(_NEXT)}"
         self.client, self.lease, self.wait = client, lease, wait
         self.token = 0
