@@ -484,6 +484,61 @@ async fn every_node_serves_health_and_reflection() {
     }
 }
 
+/// A client that dialed a peer port for a client port is told so, not served: the leader's
+/// peer port took its writes until the next failover, and a follower's timed out naming the
+/// leader (found in a walkthrough). A follower still forwards its clients' reads to the leader
+/// there, and etcd's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_dialed_a_peer_port_is_told_to_dial_the_client_port() {
+    let h = Harness::start(3, false).await;
+    let leader = h.leader().await;
+    let peer = h.cluster.nodes()[(leader - 1) as usize].peer_addr.clone();
+    let mut on_peer_port =
+        pb::lease_store_client::LeaseStoreClient::new(h.peer_channel(leader).await);
+    let put = pb::PutRequest {
+        key: "k".into(),
+        value: b"v".to_vec(),
+        fence: None,
+        request_id: None,
+    };
+    let refused = on_peer_port.put(put).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert!(refused.message().contains("client port"), "{refused:?}");
+    let out = harness::cli(&[peer], &["put", "k", "v"]);
+    let error = harness::one_line_error(&out, "put on a peer port");
+    assert!(error.contains("client port"), "{error}");
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    assert!(harness::written(
+        &h.client.put("k", b"v", None).await.unwrap()
+    ));
+    let read = h.client_of(follower).get("k").await.unwrap();
+    assert_eq!(
+        read.outcome.as_deref(),
+        Some(&b"v"[..]),
+        "forwarded to the leader"
+    );
+    let etcd = etcdctl_get(&h.endpoints[(follower - 1) as usize], "k");
+    assert!(etcd.status.success(), "{etcd:?}");
+}
+
+/// `etcdctl get KEY` against `endpoint`, a linearizable read.
+fn etcdctl_get(endpoint: &str, key: &str) -> Output {
+    std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args([
+            &format!("--endpoints={endpoint}"),
+            "--command-timeout=10s",
+            "get",
+            key,
+        ])
+        .output()
+        .expect("run etcdctl")
+}
+
 /// Review finding 5: the client port served the internal Raft service to anyone. Now every
 /// internal RPC there is UNIMPLEMENTED, forged as well as it could be (the right clock header,
 /// a real vote from a higher term), and nothing reaches Raft: no election is forced. The same

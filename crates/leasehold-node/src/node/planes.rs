@@ -18,7 +18,7 @@ use super::etcd::EtcdService;
 use super::grpc::{ClusterService, LeaseService};
 use super::http;
 use super::lanes::LaneServer;
-use super::peer::gate::PeerGate;
+use super::peer::gate::{ForwardedOnly, PeerGate};
 use super::peer::raft_service::RaftService;
 use super::{Node, NodeConfig, StartError};
 use crate::connections::{self, Connections, Greeted};
@@ -202,15 +202,18 @@ pub(super) fn peer_router(
         ))
         .add_service(InterceptedService::new(
             LeaseService::server(Arc::new(LeaseService::new(api.lease, Plane::Peer))),
-            gate.clone(),
+            ForwardedOnly(gate.clone()),
         ))
         .add_service(InterceptedService::new(
             ClusterService::server(api.cluster, Plane::Peer),
             gate.clone(),
         ))
         // etcd's reads a follower forwards to the leader.
-        .add_service(InterceptedService::new(etcd.kv, gate.clone()))
-        .add_service(InterceptedService::new(etcd.lease, gate))
+        .add_service(InterceptedService::new(
+            etcd.kv,
+            ForwardedOnly(gate.clone()),
+        ))
+        .add_service(InterceptedService::new(etcd.lease, ForwardedOnly(gate)))
 }
 
 type ServerFuture =

@@ -10,8 +10,9 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use leasehold_proto::wire;
 use rustls::pki_types::CertificateDer;
-
+use tonic::service::Interceptor;
 use tonic::{Request, Status};
 
 use crate::tls::{member_named, node_name, RefusalLog};
@@ -97,7 +98,28 @@ impl PeerGate {
     }
 }
 
-impl tonic::service::Interceptor for PeerGate {
+/// The gate, for the services a member calls on a peer port only to forward its clients' reads
+/// to the leader (`LeaseStore`, etcd's `KV` and `Lease`): a call not marked as forwarded comes
+/// from a client that dialed a peer port for a client port, and is told so. Served, it worked
+/// on the leader's peer port until the next failover, and on a follower's timed out naming the
+/// leader (found in a walkthrough).
+#[derive(Clone)]
+pub(crate) struct ForwardedOnly(pub(crate) PeerGate);
+
+impl Interceptor for ForwardedOnly {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        let request = self.0.call(request)?;
+        if request.metadata().get(wire::FORWARDED_KEY).is_none() {
+            let why = "this is a peer port, which only the cluster's members call: a client calls \
+                       a node's client port (`serve --listen`; `leasehold cluster` prints it as \
+                       the node's address, before its peer port)";
+            return Err(crate::node::NodeError::Refused(why.into()).into());
+        }
+        Ok(request)
+    }
+}
+
+impl Interceptor for PeerGate {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         let certs = request.peer_certs();
         if let Some(member) =
