@@ -236,6 +236,36 @@ fn a_command_with_nothing_listening_says_so_at_once() {
     assert!(stderr.contains("--timeout must be more than 0"), "{stderr}");
 }
 
+/// A node whose client port is taken says so on its last line, the system's words once (they
+/// were printed twice, found in a walkthrough), and exits 1.
+#[test]
+fn serve_on_a_port_in_use_says_so_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let peer = leasehold::cli::local::HeldPort::any(1).unwrap();
+    let peer = peer[0].addr();
+    let dir = tempfile::TempDir::new().unwrap();
+    let out = std::process::Command::new(binary())
+        .args([
+            "serve",
+            "--id",
+            "1",
+            "--listen",
+            &addr,
+            "--peer-listen",
+            &peer,
+        ])
+        .args(["--data-dir", dir.path().to_str().unwrap()])
+        .args(["--peers", &format!("1={peer}")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.trim().lines().last().unwrap_or_default();
+    assert!(last.contains(&addr), "{stderr}");
+    assert_eq!(last.matches("in use").count(), 1, "{last}");
+}
+
 #[test]
 fn demo_prints_the_seed_lines() {
     let out = std::process::Command::new(binary())

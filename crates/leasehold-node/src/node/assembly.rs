@@ -35,12 +35,13 @@ pub enum StartError {
     #[error("storage: {0}")]
     Storage(Box<raft::StorageError>),
     /// An address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {error}")]
     Listen {
         /// The address, as given.
         addr: String,
-        /// What the system said.
-        source: std::io::Error,
+        /// What the system said: in the message, and so not a `source` too, which a caller
+        /// printing the chain (anyhow's `{:#}`) would print twice.
+        error: std::io::Error,
     },
     /// openraft would not start, or stopped with a fatal error.
     #[error("raft: {0}")]

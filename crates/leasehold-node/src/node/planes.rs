@@ -66,9 +66,9 @@ async fn bind_if_asked(
 async fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, StartError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|source| StartError::Listen {
+        .map_err(|error| StartError::Listen {
             addr: addr.to_string(),
-            source,
+            error,
         })
 }
 

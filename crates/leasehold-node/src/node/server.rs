@@ -140,9 +140,9 @@ pub async fn run_on(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     let bound = |l: &TcpListener| {
-        l.local_addr().map_err(|source| StartError::Listen {
+        l.local_addr().map_err(|error| StartError::Listen {
             addr: "a listener handed to the node".into(),
-            source,
+            error,
         })
     };
     config.listen = bound(&listeners.client)?;
