@@ -116,8 +116,18 @@ fn target(endpoint: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, Cli
         .split_once("://")
         .map_or(endpoint, |(_, rest)| rest);
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let target = Endpoint::from_shared(format!("{scheme}://{address}"))
-        .map_err(invalid)?
+    let target = Endpoint::from_shared(format!("{scheme}://{address}")).map_err(invalid)?;
+    // A URI without a port means its scheme's; `host` alone would mean port 80, which no node
+    // listens on by default: the port left out by mistake.
+    if !endpoint.contains("://") && target.uri().port_u16().is_none() {
+        return Err(ClientError::Endpoint {
+            endpoint: endpoint.to_owned(),
+            reason: "no port: give host:port, a node's client port (`serve --listen`; \
+                     `leasehold cluster` starts the first at 127.0.0.1:7001)"
+                .into(),
+        });
+    }
+    let target = target
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
         // A node that stops answering (paused, cut off) is noticed on an idle watch stream too.
@@ -806,6 +816,21 @@ mod tests {
     use super::*;
     use crate::attempts::statuses::*;
     use crate::fake::{fake_node, Reply};
+
+    /// An endpoint without a port is refused, naming the port left out: before, `127.0.0.1`
+    /// went to port 80 (found in a walkthrough). A URI keeps its scheme's port.
+    #[tokio::test]
+    async fn an_endpoint_without_a_port_is_refused_naming_it() {
+        let refused = LeaseClient::new(&["127.0.0.1"])
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            refused.as_deref().is_some_and(|e| e.contains("no port")),
+            "{refused:?}"
+        );
+        assert!(LeaseClient::new(&["127.0.0.1:7001"]).is_ok());
+        assert!(LeaseClient::new(&["http://lease.example"]).is_ok());
+    }
 
     /// Safety review 161302a, finding 8: a bearer token never travels without TLS. A client
     /// given one but no TLS (in either order of the builder) refuses every call at once,
