@@ -276,8 +276,27 @@ async fn bad_calls_get_an_http_status_and_the_grpc_error_as_json() {
         "{e}"
     );
     assert!(e["message"].as_str().unwrap().contains("Acquire"), "{e}");
-    let (status, _) = post(&format!("http://{node}/v1/Get"), "", &["-X", "GET"]);
-    assert_eq!(status, 405);
+    // Each refusal says what is served, in the error body (found in a walkthrough: these two
+    // were empty); the port's root leads a browser to the console.
+    let (status, e) = post(&format!("http://{node}/v1/Get"), "", &["-X", "GET"]);
+    assert_eq!(status, 405, "{e}");
+    assert!(e["message"].as_str().unwrap().contains("POST"), "{e}");
+    let (status, e) = post(&format!("http://{node}/nowhere"), "", &["-X", "GET"]);
+    assert_eq!(status, 404, "{e}");
+    let said = e["message"].as_str().unwrap();
+    assert!(said.contains("/v1/") && said.contains("/ui"), "{e}");
+    let (status, _) = post(
+        &format!("http://{node}/"),
+        "",
+        &["-X", "GET", "-o", "/dev/null"],
+    );
+    assert_eq!(status, 303);
+    let (status, _) = post(
+        &format!("http://{node}/"),
+        "",
+        &["-X", "GET", "-L", "-o", "/dev/null"],
+    );
+    assert_eq!(status, 200, "the redirect leads to the console");
 
     let huge = format!("{{\"key\":\"k\",\"value\":\"{}\"}}", "A".repeat(3 << 20));
     let file = tempfile::NamedTempFile::new().unwrap();

@@ -20,8 +20,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
 use axum::serve::Listener;
 use leasehold_core::InvalidInput;
 use serde::de::DeserializeOwned;
@@ -123,12 +123,32 @@ fn app(api: Api) -> axum::Router {
         control: console::Control::from_env(),
     };
     axum::Router::new()
-        .route("/v1/{rpc}", post(rpc))
-        .route("/v3/{*path}", post(v3))
+        .route("/v1/{rpc}", post(rpc).fallback(post_only))
+        .route("/v3/{*path}", post(v3).fallback(post_only))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(declared_length))
         .with_state(api)
         .merge(console::router(console))
+        // A browser pointed at the port finds the console.
+        .route("/", get(|| async { Redirect::to("/ui") }))
+        .fallback(no_such_path)
+}
+
+/// Another method than POST at an API path.
+async fn post_only() -> Response {
+    let message = "the API takes POST: POST /v1/<Rpc> (or etcd's /v3/...) with the request in JSON";
+    json(
+        StatusCode::METHOD_NOT_ALLOWED,
+        &ErrorBody::refusal(Code::Unimplemented, "METHOD_NOT_ALLOWED", message.into()),
+    )
+}
+
+/// A path nothing is served at.
+async fn no_such_path(uri: axum::http::Uri) -> Response {
+    not_found(format!(
+        "nothing at {:?}: the API is POST /v1/<Rpc> (or etcd's /v3/...), the console /ui",
+        uri.path()
+    ))
 }
 
 /// Serves `api` on `listener`'s connections until `stop` resolves.
@@ -529,6 +549,19 @@ impl ErrorBody {
             metadata: e.facts().into_iter().collect(),
         }
     }
+
+    /// A refusal of the HTTP edge itself (a path or method it does not serve), before any
+    /// call: nothing was done.
+    fn refusal(code: Code, reason: &str, message: String) -> ErrorBody {
+        ErrorBody {
+            code: code as i32,
+            status: code_name(code),
+            message,
+            reason: reason.to_owned(),
+            indeterminate: false,
+            metadata: Default::default(),
+        }
+    }
 }
 
 /// The one map of a `NodeError` to HTTP: the status its gRPC code maps to, and its body.
@@ -553,14 +586,7 @@ fn unknown(name: &str) -> Response {
 }
 
 fn not_found(message: String) -> Response {
-    let body = ErrorBody {
-        code: Code::Unimplemented as i32,
-        status: code_name(Code::Unimplemented),
-        message,
-        reason: "UNKNOWN_RPC".into(),
-        indeterminate: false,
-        metadata: Default::default(),
-    };
+    let body = ErrorBody::refusal(Code::Unimplemented, "UNKNOWN_RPC", message);
     json(StatusCode::NOT_FOUND, &body)
 }
 
