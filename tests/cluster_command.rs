@@ -162,9 +162,6 @@ fn start_cluster(dir: &std::path::Path, port: u16) -> (std::process::Child, Line
     (cluster, lines, pids)
 }
 
-/// `kill` (SIGTERM), as a service manager or a script stops a process, stops every node as
-/// Ctrl-C does. Before, only SIGINT was handled: the command died of the SIGTERM and left its
-/// three nodes running, holding their ports and data dirs.
 /// A port of 0 (any port) would give nodes that cannot find each other and addresses printed
 /// wrong: refused, naming the flag, before anything starts. Before, `cluster --port 0` started
 /// nodes on ports 0-2, 100-102 and 200-202 (found in a walkthrough).
@@ -172,10 +169,19 @@ fn start_cluster(dir: &std::path::Path, port: u16) -> (std::process::Child, Line
 fn cluster_refuses_port_0_naming_the_flag() {
     let dir = tempfile::TempDir::new().unwrap();
     for flag in ["--port", "--peer-port", "--http-port", "--metrics-port"] {
-        let out = Command::new(binary())
+        let mut cluster = Command::new(binary())
             .args(["cluster", "--dir", dir.path().to_str().unwrap(), flag, "0"])
-            .output()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .unwrap();
+        // A cluster that started runs until stopped: given 10 s to refuse, then killed.
+        let asked = std::time::Instant::now();
+        while cluster.try_wait().unwrap().is_none() && asked.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = cluster.kill();
+        let out = cluster.wait_with_output().unwrap();
         let error = harness::one_line_error(&out, flag);
         assert!(error.contains(&format!("{flag} 0")), "{error}");
         let started = std::fs::read_dir(dir.path()).unwrap().count();
@@ -183,6 +189,9 @@ fn cluster_refuses_port_0_naming_the_flag() {
     }
 }
 
+/// `kill` (SIGTERM), as a service manager or a script stops a process, stops every node as
+/// Ctrl-C does. Before, only SIGINT was handled: the command died of the SIGTERM and left its
+/// three nodes running, holding their ports and data dirs.
 #[test]
 fn cluster_stops_every_node_on_sigterm_as_on_ctrl_c() {
     let dir = tempfile::TempDir::new().unwrap();

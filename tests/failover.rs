@@ -122,9 +122,10 @@ async fn a_leader_stopped_by_sigterm_hands_leadership_over_before_it_exits() {
 
 /// A node stopped for maintenance is said in its leader's log once, not at every try: the
 /// leader tries it every 100 ms, and openraft's replication logged each failed try, 40-60
-/// lines a second (found in a walkthrough). Under the default log filter (`RUST_LOG` unset).
+/// lines a second (found in a walkthrough). A paused node, whose calls go unanswered until
+/// their timeout, is said too. Under the default log filter (`RUST_LOG` unset).
 #[tokio::test(flavor = "multi_thread")]
-async fn a_stopped_node_is_said_once_in_its_leaders_log_and_again_when_it_answers() {
+async fn a_stopped_or_paused_node_is_said_once_in_its_leaders_log_and_again_when_back() {
     assert!(
         std::env::var_os("RUST_LOG").is_none(),
         "this test reads the nodes' logs under their default filter: run it without RUST_LOG"
@@ -132,27 +133,33 @@ async fn a_stopped_node_is_said_once_in_its_leaders_log_and_again_when_it_answer
     let _one = ONE_AT_A_TIME.lock().await;
     let mut h = Harness::start(3, false).await;
     let leader = h.leader().await;
+    let said_of = |id: u64| format!("calls to a peer fail peer={id}");
     let stopped = if leader == 1 { 2 } else { 1 };
     h.kill(stopped);
-    let said = format!("a peer does not answer peer={stopped}");
-    wait_for("the leader to say it", Duration::from_secs(10), || {
-        std::future::ready(h.log_of(leader).contains(&said).then_some(()))
-    })
-    .await;
+    until_logged(&h, leader, &said_of(stopped)).await;
     // Twenty tries at the stopped node, deliberately.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let log = h.log_of(leader);
-    assert_eq!(log.matches(&said).count(), 1, "{log}");
+    assert_eq!(log.matches(&said_of(stopped)).count(), 1, "{log}");
     let tries = log.lines().filter(|l| l.contains("openraft::replication"));
     assert_eq!(tries.count(), 0, "{log}");
     h.restart(stopped);
-    let back = format!("a peer answers again peer={stopped}");
+    let back = format!("calls to a peer succeed again peer={stopped}");
+    until_logged(&h, leader, &back).await;
+    let paused = (1..=3).find(|id| *id != leader && *id != stopped).unwrap();
+    h.cluster.signal(paused, libc::SIGSTOP);
+    until_logged(&h, leader, &said_of(paused)).await;
+    h.cluster.signal(paused, libc::SIGCONT);
+}
+
+/// Waits (at most 20 s) until node `id`'s log says `what`.
+async fn until_logged(h: &Harness, id: u64, what: &str) {
     wait_for(
-        "the leader to say it answers",
+        &format!("node {id} to log {what:?}"),
         Duration::from_secs(20),
-        || std::future::ready(h.log_of(leader).contains(&back).then_some(())),
+        || std::future::ready(h.log_of(id).contains(what).then_some(())),
     )
-    .await;
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -508,9 +515,9 @@ async fn a_restarted_leader_below_its_lost_tail_serves_reads_and_writes() {
 
 /// Store time carried across a failover: a 5 s lease whose leader is killed 2 s after the grant
 /// frees within half a second of its TTL, never sooner, bracketed by the acquire's send and
-/// answer and a rival's acquires every 50 ms (`harness::LeaseLife`). Before, the new leader continued from
-/// the last stamp in the log, and the lease lived its TTL plus the time without a leader
-/// (7.7-7.8 s measured through the CLI).
+/// answer and a rival's acquires every 50 ms (`harness::LeaseLife`). Before, the new leader
+/// continued from the last stamp in the log, and the lease lived its TTL plus the time without
+/// a leader (7.7-7.8 s measured through the CLI).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leases_life_across_a_leader_kill_stays_within_half_a_second_of_its_ttl() {
     let _one = ONE_AT_A_TIME.lock().await;

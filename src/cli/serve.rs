@@ -319,13 +319,6 @@ fn check_config(args: &ServeArgs, id: u64) -> anyhow::Result<Vec<String>> {
     ])
 }
 
-/// What a node logs unless `RUST_LOG` says otherwise: its own events from `info`, openraft's
-/// from `warn`, except openraft's replication's, which log every failed try at a peer that is
-/// down (40-60 lines a second for one node of three stopped): the node says a peer stopped or
-/// started answering itself, once (`raft::reachability`).
-const LOG_FILTER: &str =
-    "info,openraft=warn,openraft::replication=off,openraft::engine::handler::replication_handler=off";
-
 pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
     let id = node_id(&args)?;
     let checked = check_config(&args, id)?;
@@ -336,7 +329,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Ok);
     }
     // Logs go to stderr; `cluster` points each node's stderr at a file of its own.
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(LOG_FILTER));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

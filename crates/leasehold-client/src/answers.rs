@@ -26,7 +26,9 @@ pub struct Answer<T> {
 pub struct Applied {
     /// The log entry that answered a write, or the applied index a read saw.
     pub log_index: u64,
-    /// The store's time there, in ms: the clock leases expire by.
+    /// The store's time there, in ms: the clock leases expire by. A write's is its entry's; a
+    /// linearizable read's the leader's when it read, so that a lease's time left
+    /// (`expires_at_ms - store_time_ms`, 0 at most) counts down while nothing is logged.
     pub store_time_ms: u64,
     /// The write's place among those its log entry carries; 0 for reads.
     pub position: u32,

@@ -415,8 +415,13 @@ fn unique_name(name: &str) -> String {
         hasher.write_u32(std::process::id());
         hasher.finish()
     });
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!("{name}~{:08x}.{n}", tag as u32)
+    suffixed(name, tag as u32, NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// `name` with the suffix of holder `n` of the process tagged `tag`: at most
+/// [`HOLDER_SUFFIX_BYTES`] more.
+fn suffixed(name: &str, tag: u32, n: u64) -> String {
+    format!("{name}~{tag:08x}.{n}")
 }
 
 /// Acquires the lease, waiting while it is held if `wait`: returns the token and the instant
@@ -811,8 +816,7 @@ mod tests {
     #[test]
     fn a_suffixed_name_fits_the_room_left_for_it() {
         let name = "h".repeat(MAX_HOLDER_BYTES - HOLDER_SUFFIX_BYTES);
-        let longest = format!("{name}~{:08x}.{}", u32::MAX, u64::MAX);
-        assert_eq!(longest.len(), MAX_HOLDER_BYTES);
-        assert!(unique_name(&name).len() <= MAX_HOLDER_BYTES);
+        assert_eq!(suffixed(&name, u32::MAX, u64::MAX).len(), MAX_HOLDER_BYTES);
+        assert_eq!(suffixed(&name, 0, 1).len(), MAX_HOLDER_BYTES - 19);
     }
 }

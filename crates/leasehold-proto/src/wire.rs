@@ -84,9 +84,10 @@ pub const AUTHORIZATION_KEY: &str = "authorization";
 // Between members, on the peer plane.
 
 /// On a read a follower forwards to the leader: a node that no longer leads answers it instead
-/// of forwarding it again (leadership moved, and the client retries). A node of this version
-/// knows a forwarded read by the plane it arrives on (the peer plane's); it still sets the key,
-/// for a leader of an earlier version.
+/// of forwarding it again (leadership moved, and the client retries). The peer plane's lease
+/// and etcd services take only calls that carry it, so that a client that dialed a peer port by
+/// mistake is told to dial the client port (a guard against mistakes, not against anyone: any
+/// caller can set it, and the peer plane is for members alone).
 pub const FORWARDED_KEY: &str = "leasehold-forwarded";
 
 /// On a request a member forwards: the identity it found for the client (its certificate's

@@ -11,7 +11,9 @@ from leasehold.v1 import leasehold_pb2 as pb
 
 @dataclass(frozen=True)
 class Applied:
-    """Where in the log the request was answered, and the store time there."""
+    """Where in the log the request was answered, and the store time there: a write's entry's,
+    a linearizable read's the leader's when it read (so a lease's time left, ``expires_at_ms -
+    store_time_ms``, counts down while nothing is logged)."""
 
     log_index: int
     store_time_ms: int

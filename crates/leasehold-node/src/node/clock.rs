@@ -282,15 +282,6 @@ impl LeaderClock {
         )
     }
 
-    /// The stamp a command proposed now in `term` would carry, not taken: the store time a
-    /// read on the leader is answered at. `None` as for [`LeaderClock::stamp`].
-    pub fn reading(&self, term: u64) -> Option<u64> {
-        let guard = self.base.lock().unwrap_or_else(|p| p.into_inner());
-        let mut stamping = guard.as_ref().filter(|b| b.term == term)?.stamping.clone();
-        let now = self.local.now();
-        Some(stamping.stamp(now, |own, trail| self.allowance(own, now, trail)))
-    }
-
     /// What the voters' clocks allow a stamp at `now` on this node's clock, which measured
     /// `own` since the last stamp, the peers' clocks read over `trail`.
     fn allowance(&self, own: Duration, now: Duration, trail: Range<Duration>) -> Allowance {

@@ -21,8 +21,10 @@ fn read_log_end(from: u64, to: u64, applied: u64) -> u64 {
 /// logged commands, so in a cluster with nothing to log (a lease held for a minute, say) that
 /// time stands still while the leases' time runs out, and a lease's time left counted from it
 /// would not count down. So a read on the leader is answered at the time the leader would stamp
-/// a write with then, as etcd's leader answers a lease's time to live by its own clock; a
-/// serializable read at the applied time, the only one a follower knows.
+/// a write with then (a stamp taken: no later answer of its term is at an earlier time), as
+/// etcd's leader answers a lease's time to live by its own clock; a serializable read at the
+/// applied time, the only one a follower knows. A new leader counts its time from what was
+/// logged and carried, and may start a little behind a read its predecessor answered.
 pub struct Reading<'a> {
     state: &'a Applying,
     /// The store time the read is answered at, for a lease's time left: never before the
@@ -47,10 +49,13 @@ impl Node {
     ) -> Result<(T, Applied), NodeError> {
         let term = self.serving_leader().await?;
         self.confirm_leadership().await?;
-        // Under the manual clock, store time moves only by `advance`.
+        // A stamp taken, as the expiry ticker takes one to see what is due: every later stamp
+        // of the term is at least it, so no answer after this one is at an earlier time. (A
+        // new leader's first stamps may be: see `Reading`.) Under the manual clock, store time
+        // moves only by `advance`.
         let now = match self.inner.manual_clock {
             true => None,
-            false => self.inner.clock.reading(term),
+            false => self.inner.clock.stamp(term),
         };
         Ok(self.read_here(read, now))
     }

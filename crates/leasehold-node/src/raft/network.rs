@@ -105,7 +105,7 @@ pub struct Channels {
     lanes: Lanes,
     /// What each peer last announced of its protocol (see `protocol`).
     protocols: Protocols,
-    /// Which peers do not answer, said once (see `reachability`).
+    /// Whether calls to each peer fail, said once (see `reachability`).
     reachability: Reachability,
 }
 
@@ -306,6 +306,8 @@ impl PeerClient {
         if let Some(known) = incarnations.as_ref().and_then(|i| i.known(self.target)) {
             incarnation::write(message.metadata_mut(), incarnation::TO_KEY, known);
         }
+        let peers = self.channels.reachability.clone();
+        let attempt = peers.attempt(self.target, option.hard_ttl());
         let reply = match rpc {
             Rpc::AppendEntries => {
                 let (lanes, timeout) = (self.channels.lanes(), option.hard_ttl());
@@ -321,21 +323,24 @@ impl PeerClient {
             _ => self.by_grpc(rpc, message).await,
         };
         let reply = match (reply, older) {
-            (Err((tonic::Code::Unimplemented, _)), Some(older)) => return Ok(older),
-            (reply, _) => reply,
-        };
-        let reply = reply.map_err(|(code, message)| {
-            // It may come back as another build: what it announced no longer holds.
-            self.channels.protocols.forget(self.target);
-            let failure = PeerFailure(format!("{code}: {message}"));
-            self.channels.reachability.failed(self.target, &failure.0);
-            if code == tonic::Code::Unavailable {
-                RPCError::Unreachable(Unreachable::new(&failure))
-            } else {
-                RPCError::Network(NetworkError::new(&failure))
+            (Err((tonic::Code::Unimplemented, _)), Some(older)) => {
+                attempt.answered();
+                return Ok(older);
             }
-        })?;
-        self.channels.reachability.answered(self.target);
+            (Ok(reply), _) => reply,
+            (Err((code, message)), _) => {
+                // It may come back as another build: what it announced no longer holds.
+                self.channels.protocols.forget(self.target);
+                let failure = PeerFailure(format!("{code}: {message}"));
+                attempt.failed(&failure.0);
+                return Err(if code == tonic::Code::Unavailable {
+                    RPCError::Unreachable(Unreachable::new(&failure))
+                } else {
+                    RPCError::Network(NetworkError::new(&failure))
+                });
+            }
+        };
+        attempt.answered();
         self.check_reply(reply.metadata(), incarnations.as_ref())?;
         let result: Result<Resp, RaftError<NodeId, E>> = decode(&reply.into_inner().data)
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;

@@ -1,10 +1,12 @@
-//! Whether each peer answers this node's Raft messages, said in the log when it changes.
+//! Whether each peer takes this node's Raft messages, said in the log when it changes.
 //!
 //! A leader tries a peer it cannot reach again every `UNREACHABLE_RETRY` (100 ms), and
-//! openraft logs every failed try as warnings and errors of its replication: with one node of
-//! three stopped for maintenance, a leader wrote 40-60 lines a second. `serve`'s default log
-//! filter turns those off, and this says it instead: once when a peer stops answering, again
-//! every [`UNREACHABLE_REMINDER`] while it stays so, and once when it answers again.
+//! openraft logged every failed try as warnings and errors of its replication: with one node of
+//! three stopped for maintenance, a leader wrote 40-60 lines a second. openraft as patched logs
+//! a try's network failure at debug (`third_party/openraft/PATCH.md`, change 8), and this says
+//! it instead: once when calls to a peer start failing (no answer, a refusal, or none in time:
+//! see [`Attempt`]), again every [`UNREACHABLE_REMINDER`] while they still do, and once when
+//! one succeeds again.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -31,36 +33,78 @@ struct Failing {
 /// What a call's outcome has to say of its peer.
 #[derive(Debug, PartialEq)]
 enum Said {
-    /// It answered before (or never was asked) and now it does not.
+    /// Calls to it succeeded before (or none was made) and this one failed.
     Unreachable,
-    /// It has not answered for `for_`, through `failures` tries.
+    /// Calls to it have failed for `for_`, `failures` of them.
     StillUnreachable { for_: Duration, failures: u64 },
-    /// It answers again, after `after` and `failures` failed tries.
+    /// A call to it succeeded again, after `after` and `failures` failed calls.
     AnswersAgain { after: Duration, failures: u64 },
 }
 
+/// One call to a peer, under way: it failed, for want of an answer, unless it is said to have
+/// succeeded or failed first. openraft drops a call it gives up at its timeout (an
+/// AppendEntries' is the heartbeat interval), and the node's own deadline for the call is the
+/// same, so a paused or cut-off peer's calls often end this way.
+pub struct Attempt<'a> {
+    peers: &'a Reachability,
+    peer: NodeId,
+    given: Duration,
+    ended: bool,
+}
+
+impl Attempt<'_> {
+    /// The peer answered.
+    pub fn answered(mut self) {
+        self.ended = true;
+        self.peers.note_answered(self.peer);
+    }
+
+    /// The call failed, with `why`.
+    pub fn failed(mut self, why: &str) {
+        self.ended = true;
+        self.peers.note_failed(self.peer, why);
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            let why = format!("no answer within {} ms", self.given.as_millis());
+            self.peers.note_failed(self.peer, &why);
+        }
+    }
+}
+
 impl Reachability {
-    /// A call to `peer` failed, with `why`.
-    pub fn failed(&self, peer: NodeId, why: &str) {
+    /// A call to `peer`, given `given` to be answered in.
+    pub fn attempt(&self, peer: NodeId, given: Duration) -> Attempt<'_> {
+        Attempt {
+            peers: self,
+            peer,
+            given,
+            ended: false,
+        }
+    }
+
+    fn note_failed(&self, peer: NodeId, why: &str) {
         match self.note(peer, false, Instant::now()) {
-            Some(Said::Unreachable) => tracing::warn!(peer, error = why, "a peer does not answer"),
+            Some(Said::Unreachable) => tracing::warn!(peer, error = why, "calls to a peer fail"),
             Some(Said::StillUnreachable { for_, failures }) => tracing::warn!(
                 peer,
                 error = why,
                 for_s = for_.as_secs(),
                 failures,
-                "a peer still does not answer"
+                "calls to a peer still fail"
             ),
             _ => {}
         }
     }
 
-    /// A call to `peer` was answered.
-    pub fn answered(&self, peer: NodeId) {
+    fn note_answered(&self, peer: NodeId) {
         if let Some(Said::AnswersAgain { after, failures }) = self.note(peer, true, Instant::now())
         {
             let after_ms = after.as_millis() as u64;
-            tracing::info!(peer, after_ms, failures, "a peer answers again");
+            tracing::info!(peer, after_ms, failures, "calls to a peer succeed again");
         }
     }
 
@@ -99,6 +143,21 @@ impl Reachability {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_given_up_unanswered_counts_as_failed_and_one_answered_does_not() {
+        let peers = Reachability::default();
+        drop(peers.attempt(2, Duration::from_millis(60)));
+        peers.attempt(3, Duration::from_millis(60)).answered();
+        peers
+            .attempt(4, Duration::from_millis(60))
+            .failed("refused");
+        let failures = |peer| match peers.note(peer, true, Instant::now()) {
+            Some(Said::AnswersAgain { failures, .. }) => failures,
+            _ => 0,
+        };
+        assert_eq!((failures(2), failures(3), failures(4)), (1, 0, 1));
+    }
 
     #[test]
     fn a_peer_that_stops_answering_is_said_once_then_each_reminder_then_once_when_back() {

@@ -143,11 +143,13 @@ impl ClusterApi {
         // clones the table under the state lock, so the copy is exactly what was applied up to
         // `last_applied`. The clone is cheap (its maps share their nodes); encoding it, which
         // is not, happens off the lock and off the runtime's threads, while applies go on.
-        let ((table, last_applied, digest), at) =
+        let ((table, last_applied, digest), _) =
             caller::admin_read(&self.node, &caller, "save a snapshot", |s| {
                 (s.table.clone(), s.last_applied, s.table.digest())
             })
             .await?;
+        // The saved state's own time, not the read's (see `node::Reading`).
+        let store_time_ms = table.now_ms();
         let data = tokio::task::spawn_blocking(move || crate::raft::codec::encode_sized(&table))
             .await
             .map_err(|e| NodeError::Encoding {
@@ -163,7 +165,7 @@ impl ClusterApi {
             log_index: last.index,
             term: last.leader_id.term,
             leader_id: last.leader_id.node_id,
-            store_time_ms: at.store_time_ms,
+            store_time_ms,
             state_digest: digest,
             manual_clock: self.node.manual_clock(),
             bytes: data.len() as u64,
