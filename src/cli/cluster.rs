@@ -197,10 +197,14 @@ async fn announce(
     identities: &Identities,
 ) -> anyhow::Result<Option<tonic::transport::ClientTlsConfig>> {
     let endpoints = cluster.endpoints().join(",");
-    println!("endpoints: {endpoints}");
     let flag = if endpoints == super::DEFAULT_ENDPOINTS {
+        println!("endpoints: {endpoints}");
         String::new()
     } else {
+        // The README's commands name no endpoints: they reach 127.0.0.1:7001-7003 unless told.
+        println!(
+            "endpoints: {endpoints} (for every command: export LEASEHOLD_ENDPOINTS={endpoints})"
+        );
         format!(" --endpoints {endpoints}")
     };
     let tls = match &identities.client {
