@@ -551,22 +551,12 @@ async fn a_client_that_dialed_a_peer_port_is_told_to_dial_the_client_port() {
         Some(&b"v"[..]),
         "forwarded to the leader"
     );
-    let etcd = etcdctl_get(&h.endpoints[(follower - 1) as usize], "k");
-    assert!(etcd.status.success(), "{etcd:?}");
-}
-
-/// `etcdctl get KEY` against `endpoint`, a linearizable read.
-fn etcdctl_get(endpoint: &str, key: &str) -> Output {
-    std::process::Command::new("etcdctl")
-        .env("ETCDCTL_API", "3")
-        .args([
-            &format!("--endpoints={endpoint}"),
-            "--command-timeout=10s",
-            "get",
-            key,
-        ])
+    let endpoint = h.endpoints[(follower - 1) as usize].as_str();
+    let etcd = harness::etcdctl(&[endpoint])
+        .args(["get", "k"])
         .output()
-        .expect("run etcdctl")
+        .unwrap();
+    assert!(etcd.status.success(), "{etcd:?}");
 }
 
 /// Review finding 5: the client port served the internal Raft service to anyone. Now every

@@ -8,21 +8,11 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::{wait_for, Harness};
+use harness::{etcdctl, wait_for, Harness};
 use leasehold::proto::v1 as pb;
 
 /// The tests start clusters and etcdctl processes: one at a time on the machine's two cores.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// `etcdctl` against `endpoints`.
-fn etcdctl(endpoints: &[&str]) -> Command {
-    let mut command = Command::new("etcdctl");
-    command
-        .env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={}", endpoints.join(",")))
-        .arg("--command-timeout=10s");
-    command
-}
 
 fn run(endpoints: &[&str], args: &[&str]) -> Output {
     etcdctl(endpoints).args(args).output().expect("run etcdctl")

@@ -657,12 +657,9 @@ impl Running {
 
     /// Waits until the process is stopped (by SIGSTOP), as `/proc` tells it.
     async fn until_stopped(&self) {
-        let stat = format!("/proc/{}/stat", self.child.id());
+        let pid = self.child.id() as i32;
         wait_for("hold to be stopped", Duration::from_secs(5), || {
-            let stat = std::fs::read_to_string(&stat).unwrap_or_default();
-            let stopped = stat
-                .rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'));
+            let stopped = harness::process_state(pid) == Some('T');
             std::future::ready(stopped.then_some(()))
         })
         .await
@@ -754,12 +751,9 @@ impl Stray {
     /// Whether it still runs, as our process (its command line names our dir).
     fn runs(&self) -> bool {
         let Some(pid) = self.pid() else { return false };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = stat
-            .rsplit_once(')')
-            .is_none_or(|(_, rest)| rest.trim_start().starts_with('Z'));
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        !zombie && String::from_utf8_lossy(&cmdline).contains(&*self.dir.to_string_lossy())
+        harness::alive(pid)
+            && String::from_utf8_lossy(&cmdline).contains(&*self.dir.to_string_lossy())
     }
 }
 

@@ -197,16 +197,15 @@ async fn announce(
     identities: &Identities,
 ) -> anyhow::Result<Option<tonic::transport::ClientTlsConfig>> {
     let endpoints = cluster.endpoints().join(",");
-    let flag = if endpoints == super::DEFAULT_ENDPOINTS {
-        println!("endpoints: {endpoints}");
-        String::new()
-    } else {
-        // The README's commands name no endpoints: they reach 127.0.0.1:7001-7003 unless told.
-        println!(
-            "endpoints: {endpoints} (for every command: export LEASEHOLD_ENDPOINTS={endpoints})"
-        );
-        format!(" --endpoints {endpoints}")
+    // The README's commands name no endpoints: they reach 127.0.0.1:7001-7003 unless told.
+    let (flag, export) = match endpoints == super::DEFAULT_ENDPOINTS {
+        true => (String::new(), String::new()),
+        false => (
+            format!(" --endpoints {endpoints}"),
+            format!(" (for every command: export LEASEHOLD_ENDPOINTS={endpoints})"),
+        ),
     };
+    println!("endpoints: {endpoints}{export}");
     let tls = match &identities.client {
         Some(files) => {
             println!(

@@ -68,6 +68,16 @@ pub fn one_line_error(out: &std::process::Output, context: &str) -> String {
     stderr
 }
 
+/// `etcdctl` (etcd's own client, API v3) against `endpoints`.
+pub fn etcdctl(endpoints: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new("etcdctl");
+    command
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", endpoints.join(",")))
+        .arg("--command-timeout=10s");
+    command
+}
+
 /// Runs `leasehold ARGS` against `endpoints` to the end.
 pub fn cli(endpoints: &[String], args: &[&str]) -> std::process::Output {
     command(endpoints)
@@ -714,14 +724,17 @@ pub fn wait_until_dead(pid: i32) {
 }
 
 /// Whether `pid` runs: it exists and is not a zombie waiting for a parent to reap it.
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name, which is in parentheses and may hold spaces.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
+pub fn alive(pid: i32) -> bool {
+    process_state(pid).is_some_and(|state| state != 'Z')
+}
+
+/// The state `/proc` gives process `pid` (`R`, `S`, `T` when stopped, `Z` a zombie...), if it
+/// exists.
+pub fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The state follows the command name, which is in parentheses and may hold spaces.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.trim_start().chars().next()
 }
 
 /// How long `stream` stays open once the test stops writing to it: read until the node closes

@@ -306,8 +306,10 @@ impl PeerClient {
         if let Some(known) = incarnations.as_ref().and_then(|i| i.known(self.target)) {
             incarnation::write(message.metadata_mut(), incarnation::TO_KEY, known);
         }
-        let peers = self.channels.reachability.clone();
-        let attempt = peers.attempt(self.target, option.hard_ttl());
+        let attempt = self
+            .channels
+            .reachability
+            .attempt(self.target, option.hard_ttl());
         let reply = match rpc {
             Rpc::AppendEntries => {
                 let (lanes, timeout) = (self.channels.lanes(), option.hard_ttl());
